@@ -1,0 +1,97 @@
+"""Typed run configuration: the three profiles, seeding and device selection.
+
+Every notebook starts from a parameters cell of plain literals; `RunConfig.from_params` turns it into a
+typed config, and `RunConfig.describe()` is what the notebook prints as its effective configuration.
+Method configs (one dataclass per method, with each paper's hyperparameters) live beside their methods
+and take a `Profile` to pick their sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+Profile = Literal["smoke", "cpu", "paper"]
+PROFILES: tuple[str, ...] = ("smoke", "cpu", "paper")
+
+PROFILE_PURPOSE: dict[str, str] = {
+    "smoke": "tiny scenes: every code path of the notebook runs (CI), under a minute a notebook",
+    "cpu": "scenes benchmark: real training, real tables and figures on a laptop CPU (the default)",
+    "paper": "real data at DATA_ROOT with the paper's hyperparameters, on a GPU",
+}
+
+
+def check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    return profile
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed python, numpy and torch (CPU and CUDA); return a torch generator seeded the same way."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """`auto` = CUDA when present, else CPU; `cpu`, `cuda`, `cuda:1` are taken as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"DEVICE={name!r} was asked for, but torch sees no CUDA device")
+    return device
+
+
+def cache_dir() -> Path:
+    """Where generated data and trained checkpoints are cached (`XMR_CACHE`, default ~/.cache/xmr)."""
+    return Path(os.environ.get("XMR_CACHE", Path.home() / ".cache" / "xmr"))
+
+
+@dataclass
+class RunConfig:
+    """What every notebook's parameters cell sets."""
+
+    profile: Profile = "cpu"
+    dataset: str = "scenes"
+    data_root: str = ""
+    seed: int = 0
+    device: str = "auto"
+    results_dir: str = "results"
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_profile(self.profile)
+
+    @classmethod
+    def from_params(cls, **params: Any) -> "RunConfig":
+        """Build from notebook parameters (upper- or lower-case names); unknown names go to `extra`."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known, extra = {}, {}
+        for key, value in params.items():
+            (known if key.lower() in names else extra)[key.lower()] = value
+        return cls(**known, extra=extra)
+
+    @property
+    def torch_device(self) -> torch.device:
+        return select_device(self.device)
+
+    def describe(self) -> str:
+        """One line per effective value, for the executed notebook."""
+        rows = dataclasses.asdict(self)
+        rows["device"] = f"{self.device} -> {self.torch_device}"
+        rows["profile"] = f"{self.profile} ({PROFILE_PURPOSE[self.profile]})"
+        width = max(map(len, rows))
+        return "\n".join(f"{k:<{width}} = {v}" for k, v in rows.items())
