@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +72,7 @@ class RunConfig:
     results_dir: str = "results"
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_profile(self.profile)
@@ -78,7 +80,7 @@ class RunConfig:
     @classmethod
     def from_params(cls, **params: Any) -> "RunConfig":
         """Build from notebook parameters (upper- or lower-case names); unknown names go to `extra`."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "started"}
         known, extra = {}, {}
         for key, value in params.items():
             (known if key.lower() in names else extra)[key.lower()] = value
@@ -88,9 +90,14 @@ class RunConfig:
     def torch_device(self) -> torch.device:
         return select_device(self.device)
 
+    def elapsed_s(self) -> float:
+        """Seconds since this config was made (the notebook's start)."""
+        return time.time() - self.started
+
     def describe(self) -> str:
         """One line per effective value, for the executed notebook."""
         rows = dataclasses.asdict(self)
+        rows.pop("started")
         rows["device"] = f"{self.device} -> {self.torch_device}"
         rows["profile"] = f"{self.profile} ({PROFILE_PURPOSE[self.profile]})"
         width = max(map(len, rows))

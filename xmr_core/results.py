@@ -1,0 +1,233 @@
+"""Tables, figures and claims with provenance, written atomically under `results/<chapter>/`.
+
+Every artefact `<key>.{csv,md,png}` gets a `<key>.json` beside it that says what produced it: profile,
+dataset, seed, device, wall time, library version, git commit, notebook. All files of one artefact are
+rendered in memory and staged as temp files before any is renamed into place, so a run that fails midway
+never leaves a half-written table. `results/README.md` is regenerated as an index after every write.
+
+The paper's own numbers live in `xmr_core/paper_values/<chapter>.csv` (typed from the paper, with table
+and row) and are read with `paper_values(chapter)`; results are never typed by hand.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from xmr_core.config import RunConfig
+
+NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
+PAPER_VALUES_DIR = Path(__file__).parent / "paper_values"
+
+
+def project_root() -> Path:
+    """The checkout this library runs from: the nearest parent of the cwd (or of this package) with
+    `pyproject.toml` and `xmr_core/`."""
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for folder in (start, *start.parents):
+            if (folder / "pyproject.toml").is_file() and (folder / "xmr_core").is_dir():
+                return folder
+    return Path.cwd()
+
+
+def results_root(run: RunConfig) -> Path:
+    """`run.results_dir`, relative paths taken from the project root (so a notebook's cwd does not matter)."""
+    root = Path(run.results_dir)
+    return root if root.is_absolute() else project_root() / root
+
+
+def git_commit(root: Path | None = None) -> str | None:
+    """HEAD's hash with `+dirty` when tracked files differ from it; None outside a git checkout."""
+    root = root or project_root()
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, Any]:
+    """What produced an artefact."""
+    import torch
+
+    from xmr_core import __version__
+
+    return {
+        "key": key,
+        "kind": kind,
+        "profile": run.profile,
+        "dataset": run.dataset,
+        "data_root": run.data_root,
+        "seed": run.seed,
+        "device": str(run.torch_device),
+        "wall_s": round(run.elapsed_s(), 2),
+        "xmr_version": __version__,
+        "git_commit": git_commit(),
+        "notebook": os.environ.get(NOTEBOOK_ENV),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
+
+
+def _commit_files(files: dict[Path, bytes]) -> None:
+    """Stage every file as a temp file beside its target, then rename them all into place."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def _json_bytes(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n").encode("utf-8")
+
+
+def _check_key(key: str) -> str:
+    parts = key.split("/")
+    if len(parts) < 2 or any(not p or p.startswith(".") for p in parts):
+        raise ValueError(f"result key {key!r} must look like '<chapter>/<name>'")
+    return key
+
+
+def write_table(
+    df: pd.DataFrame, key: str, *, run: RunConfig, caption: str = "", float_digits: int = 1
+) -> Path:
+    """Write `<results>/<key>.csv`, `.md` (with `caption` above the table) and `.json` provenance."""
+    _check_key(key)
+    if df.empty:
+        raise ValueError(f"table {key!r} is empty: refusing to write an empty result")
+    base = results_root(run) / key
+    csv = df.to_csv(index=False).encode("utf-8")
+    table = df.to_markdown(index=False, floatfmt=f".{float_digits}f")
+    header = f"# {key}\n\n" + (f"{caption}\n\n" if caption else "")
+    stamp = f"\n\n_profile `{run.profile}`, dataset `{run.dataset}`, seed {run.seed}; provenance in `{base.name}.json`._\n"
+    meta = provenance(run, key, "table", caption=caption, columns=list(map(str, df.columns)), n_rows=len(df))
+    _commit_files(
+        {
+            base.with_suffix(".csv"): csv,
+            base.with_suffix(".md"): (header + table + stamp).encode("utf-8"),
+            base.with_suffix(".json"): _json_bytes(meta),
+        }
+    )
+    write_index(results_root(run))
+    return base.with_suffix(".csv")
+
+
+def write_figure(fig: Any, key: str, *, run: RunConfig, caption: str = "", dpi: int = 120) -> Path:
+    """Write a matplotlib figure as `<results>/<key>.png` plus `.json` provenance."""
+    _check_key(key)
+    base = results_root(run) / key
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    meta = provenance(run, key, "figure", caption=caption)
+    _commit_files({base.with_suffix(".png"): buf.getvalue(), base.with_suffix(".json"): _json_bytes(meta)})
+    write_index(results_root(run))
+    return base.with_suffix(".png")
+
+
+def write_text(text: str, key: str, *, run: RunConfig, caption: str = "") -> Path:
+    """Write a markdown document (`key` ends in `.md`) plus `.json` provenance beside it."""
+    _check_key(key)
+    if not key.endswith(".md"):
+        raise ValueError(f"text result {key!r} must end in .md")
+    path = results_root(run) / key
+    meta = provenance(run, key, "text", caption=caption)
+    _commit_files({path: text.encode("utf-8"), path.with_suffix(".json"): _json_bytes(meta)})
+    write_index(results_root(run))
+    return path
+
+
+@dataclass
+class Claim:
+    """One claim of a paper and whether this run's evidence supports it."""
+
+    claim: str  # what the paper says, in one sentence
+    source: str  # where the paper says it (section / table / figure)
+    evidence: str  # the numbers from this run, rendered from computed values
+    held: bool | None  # None = not tested on this run (say why in evidence)
+
+
+def write_claims(claims: list[Claim], chapter: str, *, run: RunConfig, preamble: str = "") -> Path:
+    """Render `<results>/<chapter>/claims.md` from checked claims."""
+    verdict = {True: "held", False: "did not hold", None: "not tested"}
+    lines = [f"# Claims of the paper tested by the `{chapter}` chapter", ""]
+    if preamble:
+        lines += [preamble, ""]
+    lines += ["| # | claim | source | evidence (this run) | verdict |", "|---|---|---|---|---|"]
+    for i, c in enumerate(claims, 1):
+        cells = [str(i), c.claim, c.source, c.evidence, f"**{verdict[c.held]}**"]
+        lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    held = sum(c.held is True for c in claims)
+    lines += ["", f"{held} of {len(claims)} claims held on this run (profile `{run.profile}`, dataset `{run.dataset}`)."]
+    return write_text("\n".join(lines) + "\n", f"{chapter}/claims.md", run=run)
+
+
+def write_index(root: Path) -> Path:
+    """Regenerate `<root>/README.md`: every table, figure and document with its provenance."""
+    rows: list[str] = []
+    for meta_path in sorted(root.glob("*/**/*.json")):
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(meta, dict) or "kind" not in meta:
+            continue
+        ext = {"table": ".md", "figure": ".png", "text": ""}[meta["kind"]]
+        target = meta_path.with_suffix(ext) if ext else meta_path.with_suffix(".md")
+        rel = target.relative_to(root).as_posix()
+        commit = (meta.get("git_commit") or "-")[:12]
+        rows.append(
+            f"| [{rel}]({rel}) | {meta['kind']} | {meta.get('profile')} | {meta.get('dataset')} | "
+            f"{meta.get('seed')} | {meta.get('wall_s')} | {commit} | {meta.get('created_utc')} |"
+        )
+    text = "\n".join(
+        [
+            "# Results index",
+            "",
+            "Regenerated by `xmr_core.results` whenever a notebook writes a result; never edit by hand.",
+            "Numbers on the `scenes` data set are from the embedded synthetic benchmark, not COCO, Flickr30K,",
+            "CUB or Visual Genome: compare trends and orderings with the papers, not absolute values.",
+            "",
+            "| result | kind | profile | dataset | seed | wall s | commit | written (UTC) |",
+            "|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+    index = root / "README.md"
+    _commit_files({index: text.encode("utf-8")})
+    return index
+
+
+def paper_values(chapter: str) -> pd.DataFrame:
+    """The paper's reported numbers for a chapter (`xmr_core/paper_values/<chapter>.csv`)."""
+    path = PAPER_VALUES_DIR / f"{chapter}.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no paper values recorded for chapter {chapter!r}")
+    return pd.read_csv(path)
