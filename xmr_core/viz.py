@@ -1,0 +1,148 @@
+"""Figures shared by the chapters: Gaussian confidence ellipses, annotated heatmaps, image galleries.
+
+Every function draws on a matplotlib `Axes` (or returns a new `Figure`) and never saves anything:
+chapters save through `xmr_core.results.write_figure`. Gaussians follow the library convention, a pair
+`(mu, logvar)` with `logvar = log sigma^2` per dimension (diagonal covariance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Ellipse, Rectangle
+
+
+def chi2_radius(level: float) -> float:
+    """Mahalanobis radius of the `level` confidence region of a 2-D Gaussian.
+
+    For 2 degrees of freedom the chi-square CDF is 1 - exp(-r^2 / 2), so r = sqrt(-2 log(1 - level)).
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+    return math.sqrt(-2.0 * math.log1p(-level))
+
+
+def confidence_ellipses(
+    ax: Axes,
+    mu: np.ndarray,
+    logvar: np.ndarray,
+    colors: Sequence | str = "C0",
+    level: float = 0.5,
+    fill_alpha: float = 0.15,
+    **kwargs,
+) -> list[Ellipse]:
+    """Draw the `level` confidence ellipse of each 2-D diagonal Gaussian.
+
+    mu, logvar: (N, 2). colors: one colour or N colours. The ellipse of item n has semi-axes
+    r * sigma_n along the coordinate axes, r = `chi2_radius(level)`.
+    """
+    mu, logvar = np.asarray(mu, dtype=float), np.asarray(logvar, dtype=float)
+    if mu.ndim != 2 or mu.shape[1] != 2 or logvar.shape != mu.shape:
+        raise ValueError(f"expected mu and logvar of shape (N, 2), got {mu.shape} and {logvar.shape}")
+    if not (np.isfinite(mu).all() and np.isfinite(logvar).all()):
+        raise ValueError("mu or logvar contains NaN or inf")
+    colors = [colors] * len(mu) if isinstance(colors, str) else list(colors)
+    if len(colors) != len(mu):
+        raise ValueError(f"{len(colors)} colours for {len(mu)} Gaussians")
+    radius = chi2_radius(level)
+    sigma = np.exp(0.5 * logvar)
+    patches = []
+    for (x, y), (sx, sy), colour in zip(mu, sigma, colors):
+        face = plt.matplotlib.colors.to_rgba(colour, fill_alpha)
+        patch = Ellipse((x, y), 2 * radius * sx, 2 * radius * sy, facecolor=face, edgecolor=colour, **kwargs)
+        ax.add_patch(patch)
+        patches.append(patch)
+    span_lo = (mu - radius * sigma).min(0)
+    span_hi = (mu + radius * sigma).max(0)
+    ax.update_datalim(np.stack([span_lo, span_hi]))
+    ax.autoscale_view()
+    return patches
+
+
+def heatmap(
+    ax: Axes,
+    values: np.ndarray,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    fmt: str = "{:.1f}",
+    cmap: str = "viridis",
+    colorbar: bool = True,
+) -> None:
+    """An annotated (rows x cols) heatmap; NaN cells are left blank."""
+    values = np.asarray(values, dtype=float)
+    if values.shape != (len(row_labels), len(col_labels)):
+        raise ValueError(f"values of shape {values.shape} for {len(row_labels)} x {len(col_labels)} labels")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto")
+    ax.set_xticks(range(len(col_labels)), labels=list(col_labels), rotation=30, ha="right")
+    ax.set_yticks(range(len(row_labels)), labels=list(row_labels))
+    finite = values[np.isfinite(values)]
+    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    for r in range(values.shape[0]):
+        for c in range(values.shape[1]):
+            if np.isfinite(values[r, c]):
+                colour = "black" if values[r, c] > middle else "white"
+                ax.text(c, r, fmt.format(values[r, c]), ha="center", va="center", color=colour, fontsize=8)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+
+
+def image_grid(images: np.ndarray, titles: Sequence[str] | None = None, ncols: int = 8) -> Figure:
+    """A grid of (N, H, W, 3) uint8 images, optionally titled."""
+    images = np.asarray(images)
+    if images.ndim != 4:
+        raise ValueError(f"expected images of shape (N, H, W, 3), got {images.shape}")
+    n = len(images)
+    ncols = max(1, min(ncols, n))
+    nrows = max(1, math.ceil(n / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(1.6 * ncols, 1.8 * nrows), squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if k < n:
+            ax.imshow(images[k])
+            if titles is not None:
+                ax.set_title(titles[k], fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def retrieval_gallery(
+    queries: Sequence[str],
+    ranked_images: np.ndarray,
+    relevant: np.ndarray,
+    scores: np.ndarray | None = None,
+    width: int = 40,
+) -> Figure:
+    """Text-to-image results: one row per query caption, its top-K images framed green (a positive) or red.
+
+    ranked_images: (Q, K, H, W, 3) uint8, best first; relevant: (Q, K) bool; scores: optional (Q, K).
+    """
+    ranked_images, relevant = np.asarray(ranked_images), np.asarray(relevant, dtype=bool)
+    if ranked_images.ndim != 5 or relevant.shape != ranked_images.shape[:2] or len(queries) != len(relevant):
+        raise ValueError(
+            f"{len(queries)} queries, images {ranked_images.shape}, relevance {relevant.shape}: "
+            "expected Q queries, (Q, K, H, W, 3) images and (Q, K) relevance"
+        )
+    n_q, k = relevant.shape
+    fig, axes = plt.subplots(n_q, k + 1, figsize=(1.5 * (k + 1) + 1.5, 1.6 * n_q), squeeze=False)
+    for q in range(n_q):
+        text_ax = axes[q, 0]
+        text_ax.axis("off")
+        wrapped = "\n".join(queries[q][i : i + width] for i in range(0, len(queries[q]), width))
+        text_ax.text(0.0, 0.5, wrapped, fontsize=7, va="center", ha="left", transform=text_ax.transAxes)
+        for j in range(k):
+            ax = axes[q, j + 1]
+            ax.imshow(ranked_images[q, j])
+            ax.set_xticks([])
+            ax.set_yticks([])
+            h, w = ranked_images.shape[2:4]
+            colour = "tab:green" if relevant[q, j] else "tab:red"
+            ax.add_patch(Rectangle((-0.5, -0.5), w, h, fill=False, edgecolor=colour, linewidth=4))
+            if scores is not None:
+                ax.set_title(f"{scores[q, j]:.3g}", fontsize=7)
+    fig.tight_layout()
+    return fig
