@@ -85,8 +85,14 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
 
 
 def _commit_files(files: dict[Path, bytes]) -> None:
-    """Stage every file as a temp file beside its target, then rename them all into place."""
+    """Stage every file as a temp file beside its target, then rename them all into place.
+
+    If a rename fails part-way, the files already replaced are restored from backups, so either every
+    file of the artefact is new or every file is as it was.
+    """
     staged: list[tuple[str, Path]] = []
+    backups: dict[Path, str] = {}
+    replaced: list[Path] = []
     try:
         for path, data in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,10 +102,23 @@ def _commit_files(files: dict[Path, bytes]) -> None:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-        for tmp, path in staged:
-            os.replace(tmp, path)
+            if path.exists():
+                backup = f"{tmp}.bak"
+                os.link(path, backup)
+                backups[path] = backup
+        try:
+            for tmp, path in staged:
+                os.replace(tmp, path)
+                replaced.append(path)
+        except BaseException:
+            for path in replaced:
+                if path in backups:
+                    os.replace(backups.pop(path), path)
+                else:
+                    path.unlink(missing_ok=True)
+            raise
     finally:
-        for tmp, _ in staged:
+        for tmp in [t for t, _ in staged] + list(backups.values()):
             if os.path.exists(tmp):
                 os.unlink(tmp)
 

@@ -1,0 +1,112 @@
+"""The book runner: parameter injection, skip-if-unchanged, failure reporting, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xmr_core import book, cli
+
+NOTEBOOK = '''# %% [markdown]
+# A demo chapter notebook.
+
+# %% tags=["parameters"]
+PROFILE = "cpu"
+OUT = ""
+N = 1
+FAIL = False
+
+# %%
+import json, os
+if FAIL:
+    raise ValueError("deliberate failure")
+with open(OUT, "w") as fh:
+    json.dump({"PROFILE": PROFILE, "N": N, "notebook": os.environ.get("XMR_NOTEBOOK"), "cwd": os.getcwd()}, fh)
+'''
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='demo'\n")
+    (tmp_path / "xmr_core").mkdir()
+    (tmp_path / "xmr_core" / "lib.py").write_text("X = 1\n")
+    chapter = tmp_path / "book" / "01_demo"
+    chapter.mkdir(parents=True)
+    (chapter / "train.py").write_text(NOTEBOOK)
+    return tmp_path
+
+
+def run(project: Path, **kwargs) -> tuple[book.RunSummary, list[str]]:
+    lines: list[str] = []
+    summary = book.run_book(root=project, echo=lines.append, **kwargs)
+    return summary, lines
+
+
+def test_parameters_are_injected_and_output_goes_to_build(project: Path) -> None:
+    out = project / "out.json"
+    summary, lines = run(project, names=["demo"], profile="smoke", params={"OUT": str(out), "N": 3})
+    assert summary.line() == "1 passed, 0 failed"
+    got = json.loads(out.read_text())
+    assert got["PROFILE"] == "smoke" and got["N"] == 3
+    assert got["notebook"] == "book/01_demo/train.py"
+    assert Path(got["cwd"]) == project / "book" / "01_demo"
+    executed = project / "book" / "_build" / "smoke" / "01_demo" / "train.ipynb"
+    assert executed.is_file()
+    assert json.loads(executed.read_text())["metadata"]["kernelspec"]["name"] == "python3"
+    assert lines[-1] == "1 passed, 0 failed"
+
+
+def test_unchanged_inputs_are_skipped_until_something_changes(project: Path) -> None:
+    params = {"OUT": str(project / "out.json")}
+    assert run(project, profile="smoke", params=params)[0].count("passed") == 1
+    again, lines = run(project, profile="smoke", params=params)
+    assert again.count("skipped") == 1 and "skip" in lines[1]
+    assert run(project, profile="smoke", params=params, force=True)[0].count("passed") == 1
+    assert run(project, profile="smoke", params={**params, "N": 2})[0].count("passed") == 1  # new parameter
+    (project / "xmr_core" / "lib.py").write_text("X = 2\n")  # library change
+    assert run(project, profile="smoke", params={**params, "N": 2})[0].count("passed") == 1
+    src = project / "book" / "01_demo" / "train.py"
+    src.write_text(src.read_text() + "\n# edited\n")  # notebook change
+    assert run(project, profile="smoke", params={**params, "N": 2})[0].count("passed") == 1
+    assert run(project, profile="smoke", params={**params, "N": 2})[0].count("skipped") == 1
+
+
+def test_failure_is_reported_with_the_executed_notebook(project: Path) -> None:
+    summary, lines = run(project, profile="smoke", params={"OUT": str(project / "o.json"), "FAIL": True})
+    assert not summary.ok and summary.line() == "0 passed, 1 failed"
+    failed = summary.outcomes[0]
+    assert "deliberate failure" in failed.error
+    assert any(str(failed.output) in line for line in lines)
+    assert "deliberate failure" in failed.output.read_text()  # the traceback is in the executed notebook
+    # a failed run is never skipped next time
+    assert run(project, profile="smoke", params={"OUT": str(project / "o.json")})[0].count("passed") == 1
+
+
+def test_cli_exit_status_and_listing(project: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(project)
+    (project / "book" / "01_demo" / "ablate.py").write_text(
+        NOTEBOOK + '\nfrom xmr_core.results import write_table\n# write_table(df, "demo/table1", run=cfg)\n'
+    )
+    assert cli.main(["book", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.index("train") < listing.index("ablate") and "results/demo/table1" in listing
+    out = str(project / "o.json")
+    assert cli.main(["book", "run", "--profile", "smoke", "-p", "OUT", out, "-p", "FAIL", "True"]) == 1
+    assert "0 passed, 2 failed" in capsys.readouterr().out
+    assert cli.main(["book", "run", "demo", "--profile", "smoke", "-p", "OUT", out]) == 0
+
+
+def test_unknown_chapter_and_missing_parameters_cell(project: Path) -> None:
+    with pytest.raises(SystemExit, match="no chapter 'nope'"):
+        book.resolve_chapters(["nope"], project / "book")
+    (project / "book" / "01_demo" / "train.py").write_text("# %%\nx = 1\n")
+    summary, _ = run(project, profile="smoke")
+    assert summary.outcomes[0].status == "failed" and "parameters" in summary.outcomes[0].error
+
+
+def test_parse_value() -> None:
+    assert book.parse_value("3") == 3 and book.parse_value("0.5") == 0.5
+    assert book.parse_value("True") is True and book.parse_value("[1, 2]") == [1, 2]
+    assert book.parse_value("cuda:0") == "cuda:0" and book.parse_value("'x'") == "x"

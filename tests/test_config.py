@@ -1,0 +1,59 @@
+"""Config: profiles, parameters, seeding, device selection; packaging kept in step."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from xmr_core.config import RunConfig, check_profile, seed_everything, select_device
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_profiles_and_parameters() -> None:
+    cfg = RunConfig.from_params(PROFILE="smoke", SEED=3, DEVICE="cpu", LR=0.1)
+    assert (cfg.profile, cfg.seed, cfg.extra) == ("smoke", 3, {"lr": 0.1})
+    text = cfg.describe()
+    assert "profile" in text and "smoke" in text and "cpu -> cpu" in text and "started" not in text
+    with pytest.raises(ValueError, match="unknown profile 'fast'"):
+        check_profile("fast")
+    with pytest.raises(ValueError, match="unknown profile"):
+        RunConfig(profile="gpu")  # type: ignore[arg-type]
+
+
+def test_seeding_is_reproducible() -> None:
+    def draw() -> tuple:
+        seed_everything(5)
+        return np.random.rand(3).tolist(), torch.rand(3).tolist()
+
+    assert draw() == draw()
+
+
+def test_device_selection() -> None:
+    assert select_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert select_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            select_device("cuda")
+
+
+def test_environment_yml_installs_the_pyproject_extras() -> None:
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    line = next(ln for ln in (ROOT / "environment.yml").read_text().splitlines() if "-e ." in ln)
+    listed = set(re.search(r"\[(.*)\]", line).group(1).split(","))
+    assert listed == extras
+    env = (ROOT / "environment.yml").read_text()
+    assert "python=3.11" in env and "- pip" in env
+
+
+def test_torch_ranges_admit_the_local_builds() -> None:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    from packaging.specifiers import SpecifierSet
+
+    spec = {re.split(r"[<>=!~ ]", d)[0]: SpecifierSet(d[len(re.split(r"[<>=!~ ]", d)[0]):]) for d in deps}
+    assert "2.14.1" in spec["torch"] and "0.29.1" in spec["torchvision"]

@@ -1,0 +1,104 @@
+"""Results: provenance, atomicity (a failed write leaves the old files intact), the index, claims."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from xmr_core import results
+from xmr_core.config import RunConfig
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> RunConfig:
+    return RunConfig.from_params(PROFILE="smoke", SEED=7, RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
+
+
+def test_table_files_and_provenance(run: RunConfig) -> None:
+    df = pd.DataFrame({"method": ["a", "b"], "R@1": [12.345, 67.8]})
+    csv = results.write_table(df, "demo/table1", run=run, caption="paper vs ours")
+    base = csv.with_suffix("")
+    assert pd.read_csv(csv).equals(df)
+    md = base.with_suffix(".md").read_text()
+    assert "paper vs ours" in md and "12.3" in md and "67.8" in md
+    meta = json.loads(base.with_suffix(".json").read_text())
+    assert (meta["profile"], meta["dataset"], meta["seed"], meta["kind"]) == ("smoke", "scenes", 7, "table")
+    assert meta["device"] == "cpu" and meta["wall_s"] >= 0 and meta["xmr_version"]
+    assert "git_commit" in meta and meta["columns"] == ["method", "R@1"]
+    index = (Path(run.results_dir) / "README.md").read_text()
+    assert "demo/table1.md" in index
+
+
+def test_failed_write_leaves_old_files_intact(run: RunConfig, monkeypatch) -> None:
+    csv = results.write_table(pd.DataFrame({"x": [1]}), "demo/t", run=run)
+    before = {p.name: p.read_bytes() for p in csv.parent.iterdir()}
+
+    class Unrenderable(pd.DataFrame):  # fails while rendering, before anything is staged
+        def to_markdown(self, *a, **k):
+            raise RuntimeError("render failed")
+
+    with pytest.raises(RuntimeError, match="render failed"):
+        results.write_table(Unrenderable({"x": [2]}), "demo/t", run=run)
+    assert {p.name: p.read_bytes() for p in csv.parent.iterdir()} == before
+
+    real_replace, calls = os.replace, {"n": 0}
+
+    def flaky_replace(src, dst):  # the first rename (the .csv) works, the second (.md) fails
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky_replace)
+    with pytest.raises(OSError, match="disk full"):
+        results.write_table(pd.DataFrame({"x": [3]}), "demo/t", run=run)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert calls["n"] >= 2
+    assert {p.name: p.read_bytes() for p in csv.parent.iterdir()} == before  # csv rolled back, no temp files
+
+
+def test_atomic_write_keeps_old_file_when_writer_fails(tmp_path: Path) -> None:
+    from xmr_core.io import atomic_write, atomic_write_text
+
+    target = atomic_write_text(tmp_path / "ckpt.bin", "old")
+
+    def broken(fh):
+        fh.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, broken)
+    assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
+
+
+def test_figure_text_claims_and_index(run: RunConfig) -> None:
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    png = results.write_figure(fig, "demo/fig1", run=run)
+    plt.close(fig)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    claims = [
+        results.Claim("A beats B", "Table 2", "A 51.0 vs B 49.0", True),
+        results.Claim("C rises with K", "Fig. 3", "falls: 3.0, 2.0", False),
+        results.Claim("D | E", "Sec. 4", "not run under smoke", None),
+    ]
+    path = results.write_claims(claims, "demo", run=run)
+    text = path.read_text()
+    assert "**held**" in text and "**did not hold**" in text and "**not tested**" in text
+    assert "D \\| E" in text and "1 of 3 claims held" in text
+    index = (Path(run.results_dir) / "README.md").read_text()
+    assert "demo/fig1.png" in index and "demo/claims.md" in index
+
+
+def test_bad_keys_and_empty_tables(run: RunConfig) -> None:
+    with pytest.raises(ValueError, match="<chapter>/<name>"):
+        results.write_table(pd.DataFrame({"x": [1]}), "flat", run=run)
+    with pytest.raises(ValueError, match="empty"):
+        results.write_table(pd.DataFrame({"x": []}), "demo/e", run=run)
+    with pytest.raises(FileNotFoundError, match="no paper values"):
+        results.paper_values("no_such_chapter")

@@ -1,0 +1,244 @@
+"""The book runner: jupytext py:percent chapters executed with papermill.
+
+`book/<NN_chapter>/*.py` are the sources (notebooks `train`, `ablate`, `visualise` first, in that order,
+then any other in name order). `run_book` converts each to a notebook with kernel `python3`, injects
+`PROFILE` and the user's parameters into its `parameters` cell, executes it into
+`book/_build/<profile>/<chapter>/<notebook>.ipynb` (git-ignored; never onto a tracked file), prints one
+status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
+its parameters, the `xmr_core` sources) are unchanged since its last successful run is skipped unless
+`force=True`.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xmr_core.config import check_profile
+from xmr_core.io import atomic_write_text
+from xmr_core.results import NOTEBOOK_ENV, project_root
+
+NOTEBOOK_ORDER = ("train", "ablate", "visualise")
+SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
+_RESULT_CALL = re.compile(r"""write_(?:table|figure|text)\(\s*[^,()]+,\s*f?["']([^"']+)["']""")
+_CLAIMS_CALL = re.compile(r"""write_claims\(\s*[^,()]+,\s*["']([^"']+)["']""")
+
+
+@dataclass
+class Notebook:
+    chapter: str  # e.g. "01_pcme"
+    name: str  # e.g. "train"
+    source: Path  # book/01_pcme/train.py
+
+    @property
+    def label(self) -> str:
+        return f"{self.chapter}/{self.name}"
+
+    def declared_results(self) -> list[str]:
+        """Result keys this notebook writes, read from its `write_*` calls."""
+        text = self.source.read_text(encoding="utf-8")
+        keys = _RESULT_CALL.findall(text) + [f"{c}/claims.md" for c in _CLAIMS_CALL.findall(text)]
+        return sorted(set(keys))
+
+
+@dataclass
+class Outcome:
+    notebook: Notebook
+    status: str  # "passed" | "failed" | "skipped"
+    seconds: float
+    output: Path
+    error: str = ""
+
+
+@dataclass
+class RunSummary:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def ok(self) -> bool:
+        return self.count("failed") == 0
+
+    def line(self) -> str:
+        skipped = self.count("skipped")
+        tail = f", {skipped} skipped" if skipped else ""
+        return f"{self.count('passed')} passed, {self.count('failed')} failed{tail}"
+
+
+def book_dir(root: Path | None = None) -> Path:
+    return (root or project_root()) / "book"
+
+
+def chapters(book: Path | None = None) -> dict[str, list[Notebook]]:
+    """Every chapter (`NN_name` folders, in book order) with its notebooks in running order."""
+    book = book or book_dir()
+    out: dict[str, list[Notebook]] = {}
+    for folder in sorted(p for p in book.iterdir() if p.is_dir() and re.match(r"^\d\d_\w+$", p.name)):
+        sources = sorted(folder.glob("*.py"), key=lambda p: (_order(p.stem), p.stem))
+        if sources:
+            out[folder.name] = [Notebook(folder.name, p.stem, p) for p in sources]
+    return out
+
+
+def _order(stem: str) -> int:
+    return NOTEBOOK_ORDER.index(stem) if stem in NOTEBOOK_ORDER else len(NOTEBOOK_ORDER)
+
+
+def resolve_chapters(names: Iterable[str], book: Path | None = None) -> list[Notebook]:
+    """Notebooks of the named chapters (`01_pcme` or `pcme`; empty = every chapter), in book order."""
+    found = chapters(book)
+    names = list(names)
+    if not names:
+        return [nb for nbs in found.values() for nb in nbs]
+    picked: list[Notebook] = []
+    for name in names:
+        match = [c for c in found if c == name or c.split("_", 1)[1] == name]
+        if not match:
+            raise SystemExit(f"xmr book: no chapter {name!r}; chapters are: {', '.join(found) or '(none)'}")
+        picked += found[match[0]]
+    return picked
+
+
+def parse_value(text: str) -> Any:
+    """A `-p NAME VALUE` value: a Python literal when it parses as one (3, 0.5, True, [1, 2]), else a string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def library_fingerprint(root: Path | None = None) -> str:
+    """Hash of every `xmr_core` source and data file: a change anywhere reruns every notebook."""
+    pkg = (root or project_root()) / "xmr_core"
+    digest = hashlib.sha256()
+    for path in sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix in {".py", ".csv", ".json"}):
+        digest.update(path.relative_to(pkg).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def input_fingerprint(nb: Notebook, parameters: dict[str, Any], library: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(nb.source.read_bytes())
+    digest.update(json.dumps(parameters, sort_keys=True, default=repr).encode())
+    digest.update(library.encode())
+    return digest.hexdigest()
+
+
+def _to_notebook(source: Path) -> Any:
+    import jupytext
+
+    nb = jupytext.read(source, fmt="py:percent")
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata.pop("jupytext", None)
+    if not any("parameters" in cell.metadata.get("tags", []) for cell in nb.cells):
+        raise ValueError(f"{source}: no cell tagged 'parameters' (add '# %% tags=[\"parameters\"]')")
+    return nb
+
+
+def _first_error_line(exc: BaseException) -> str:
+    ename, evalue = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", str(exc))
+    line = f"{ename}: {evalue}".strip().splitlines()
+    return line[0][:300] if line else ename
+
+
+def execute_notebook(nb: Notebook, output: Path, parameters: dict[str, Any]) -> None:
+    """Run one notebook with papermill (kernel python3, cwd = its chapter folder)."""
+    import nbformat
+    import papermill
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    source_nb = output.with_name(f".{output.stem}.input.ipynb")
+    nbformat.write(_to_notebook(nb.source), source_nb)
+    previous = os.environ.get(NOTEBOOK_ENV)
+    os.environ[NOTEBOOK_ENV] = nb.source.relative_to(nb.source.parents[2]).as_posix()
+    try:
+        papermill.execute_notebook(
+            str(source_nb),
+            str(output),
+            parameters=parameters,
+            kernel_name="python3",
+            cwd=str(nb.source.parent),
+            progress_bar=False,
+        )
+    finally:
+        source_nb.unlink(missing_ok=True)
+        if previous is None:
+            os.environ.pop(NOTEBOOK_ENV, None)
+        else:
+            os.environ[NOTEBOOK_ENV] = previous
+
+
+def run_book(
+    names: Iterable[str] = (),
+    profile: str = "cpu",
+    params: dict[str, Any] | None = None,
+    force: bool = False,
+    root: Path | None = None,
+    echo: Callable[[str], None] = print,
+    execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook,
+) -> RunSummary:
+    """Run the named chapters (all when empty) under `profile`; returns every notebook's outcome."""
+    root = root or project_root()
+    check_profile(profile)
+    parameters: dict[str, Any] = {"PROFILE": profile}
+    if profile == "smoke":
+        parameters["RESULTS_DIR"] = SMOKE_RESULTS_DIR
+    parameters.update(params or {})
+    build = root / "book" / "_build" / profile
+    state_path = root / "book" / "_build" / "state.json"
+    state: dict[str, str] = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    library = library_fingerprint(root)
+    summary = RunSummary()
+    notebooks = resolve_chapters(names, root / "book")
+    echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {parameters}")
+    for nb in notebooks:
+        output = build / nb.chapter / f"{nb.name}.ipynb"
+        key = f"{profile}:{nb.label}"
+        fingerprint = input_fingerprint(nb, parameters, library)
+        if not force and state.get(key) == fingerprint and output.is_file():
+            summary.outcomes.append(Outcome(nb, "skipped", 0.0, output))
+            echo(f"[skip] {nb.label}: inputs unchanged since its last successful run ({output})")
+            continue
+        echo(f"[run ] {nb.label} ...")
+        start = time.time()
+        try:
+            execute(nb, output, parameters)
+        except Exception as exc:  # noqa: BLE001 - any failure of a notebook is reported, not raised
+            seconds = time.time() - start
+            summary.outcomes.append(Outcome(nb, "failed", seconds, output, _first_error_line(exc)))
+            state.pop(key, None)
+            echo(f"[FAIL] {nb.label} after {seconds:.1f} s: {_first_error_line(exc)}")
+            echo(f"       executed notebook with the traceback: {output}")
+        else:
+            seconds = time.time() - start
+            summary.outcomes.append(Outcome(nb, "passed", seconds, output))
+            state[key] = fingerprint
+            echo(f"[ ok ] {nb.label} in {seconds:.1f} s -> {output}")
+        atomic_write_text(state_path, json.dumps(state, indent=1, sort_keys=True))
+    echo(summary.line())
+    return summary
+
+
+def list_book(root: Path | None = None, echo: Callable[[str], None] = print) -> None:
+    """Print every chapter, its notebooks and the results each writes."""
+    found = chapters((root or project_root()) / "book")
+    if not found:
+        echo("no chapters under book/")
+    for chapter, notebooks in found.items():
+        echo(chapter)
+        for nb in notebooks:
+            results = nb.declared_results()
+            echo(f"  {nb.name:<10} {nb.source.relative_to(nb.source.parents[2])}")
+            for key in results:
+                echo(f"               -> results/{key}")

@@ -1,0 +1,40 @@
+"""`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from xmr_core.config import PROFILES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xmr", description="The xmr replication book.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    book = sub.add_parser("book", help="list or run the book's chapters").add_subparsers(dest="action", required=True)
+    book.add_parser("list", help="chapters, their notebooks and the results each writes")
+    run = book.add_parser("run", help="execute chapters with papermill (all chapters when none is named)")
+    run.add_argument("chapters", nargs="*", help="chapter folders or names, e.g. 01_pcme or pcme")
+    run.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
+    run.add_argument(
+        "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+        help="inject a notebook parameter (VALUE parsed as a Python literal when possible)",
+    )
+    run.add_argument("--force", action="store_true", help="rerun notebooks whose inputs are unchanged")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from xmr_core import book
+
+    args = build_parser().parse_args(argv)
+    if args.action == "list":
+        book.list_book()
+        return 0
+    params = {name: book.parse_value(value) for name, value in args.parameter}
+    summary = book.run_book(args.chapters, profile=args.profile, params=params, force=args.force)
+    return 0 if summary.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
