@@ -1,0 +1,36 @@
+"""Chapter smoke runs: `xmr book run --profile smoke` of every chapter (marker `book`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from xmr_core import book
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = list(book.chapters(ROOT / "book"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Generated data and trained runs go to a fresh cache, so every code path runs (nothing is reused
+    from a developer's cache), shared by the chapters of this session."""
+    old = os.environ.get("XMR_CACHE")
+    os.environ["XMR_CACHE"] = str(tmp_path_factory.mktemp("xmr_cache"))
+    yield
+    if old is None:
+        os.environ.pop("XMR_CACHE")
+    else:
+        os.environ["XMR_CACHE"] = old
+
+
+@pytest.mark.book
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_runs_under_smoke(chapter: str) -> None:
+    lines: list[str] = []
+    summary = book.run_book([chapter], profile="smoke", force=True, root=ROOT, echo=lines.append)
+    assert summary.ok, "\n".join(lines)
+    assert summary.count("passed") == len(book.chapters(ROOT / "book")[chapter])
