@@ -1,0 +1,325 @@
+"""Torch datasets, the one collate function and the loaders that turn a `Split` into batch dicts.
+
+Batch dict (the contract every encoder, method and the training loop reads):
+    images        float32 (B, 3, H, W), normalised            | or
+    regions       float32 (B, R, D) and region_mask bool (B, R)  (precomputed region features)
+    tokens        int64 (B, L), padded with 0 (`<pad>`);  lengths int64 (B,)
+    image_index   int64 (B,): index of the image in its split
+    caption_index int64 (B,): index of the caption in its split
+Multi-query items (one image with its T region queries) carry instead of tokens/lengths:
+    query_tokens  int64 (B, T, L) padded with 0; query_lengths int64 (B, T) (0 for absent queries);
+    query_mask    bool (B, T): True where the image has a t-th query.
+
+Region features: a region whose feature row is entirely zero is padding (`region_mask` False); an image
+whose regions are all zero is an error. Augmentations (training only) follow PCME: random erasing of a
+rectangle of the normalised image (set to 0) and caption word dropout (each token replaced by `<unk>` with
+probability p, then floor(L·p) random tokens deleted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torchvision import transforms
+
+from xmr_core.data.corpus import DataFormatError, Split
+from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
+from xmr_core.data.text import PAD_INDEX, UNK_INDEX, Vocabulary
+
+Visual = Literal["auto", "pixels", "regions"]
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class ImageConfig:
+    """How pixels become a normalised tensor (resize/crop apply to image files only)."""
+
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    resize: int = 256  # image files: shorter side before the centre crop (evaluation)
+    crop: int = 224  # image files: square side of the crop
+
+
+@dataclass
+class Augmentation:
+    """Training-time augmentations; all off by default (PCME COCO: erasing 0.2, word dropout 0.1)."""
+
+    random_erasing_prob: float = 0.0  # probability of erasing one rectangle (2-33% of the area) to 0
+    word_dropout: float = 0.0  # PCME's caption_drop_prob, in [0, 1)
+    random_resized_crop: bool = False  # image files: RandomResizedCrop(crop) instead of resize + centre crop
+    horizontal_flip: bool = False  # off by default: a flip makes "left of" captions false
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.random_erasing_prob <= 1.0:
+            raise ValueError(f"random_erasing_prob must be in [0, 1], got {self.random_erasing_prob}")
+        if not 0.0 <= self.word_dropout < 1.0:
+            raise ValueError(f"word_dropout must be in [0, 1), got {self.word_dropout}")
+
+
+def resolve_visual(split: Split, visual: Visual = "auto") -> Literal["pixels", "regions"]:
+    """`auto` = pixels (in memory or files) when the split has them, else region features."""
+    has_pixels = split.images is not None or split.image_paths is not None
+    if visual == "auto":
+        visual = "pixels" if has_pixels else "regions"
+    if visual == "pixels" and not has_pixels:
+        raise ValueError(f"{split.source}: split {split.name!r} has neither images nor image paths")
+    if visual == "regions" and split.regions is None:
+        raise ValueError(f"{split.source}: split {split.name!r} has no region features")
+    if visual not in ("pixels", "regions"):
+        raise ValueError(f"visual must be 'auto', 'pixels' or 'regions', got {visual!r}")
+    return visual
+
+
+def encode_caption(vocab: Vocabulary, text: str, where: str) -> torch.Tensor:
+    """int64 (L,) token indices of one caption; an empty encoding raises `DataFormatError` naming `where`."""
+    ids = vocab.encode(text)
+    if not ids:
+        raise DataFormatError(f"{where}: caption {text!r} has no tokens")
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def encode_captions(split: Split, vocab: Vocabulary) -> list[torch.Tensor]:
+    """Every caption of the split encoded once, int64 (L_k,) each; errors name the caption id."""
+    return [encode_caption(vocab, c, f"{split.source}: caption {cid!r}")
+            for cid, c in zip(split.caption_ids, split.captions)]
+
+
+def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
+    """PCME caption drop: each token -> `<unk>` with probability p, then floor(L·p) random tokens removed.
+
+    tokens: int64 (L,) -> int64 (L - floor(L·p),); at least one token remains since p < 1.
+    """
+    if p <= 0.0:
+        return tokens
+    out = torch.where(torch.rand(tokens.shape) < p, torch.full_like(tokens, UNK_INDEX), tokens)
+    n_drop = int(len(out) * p)
+    if n_drop:
+        keep = torch.ones(len(out), dtype=torch.bool)
+        keep[torch.randperm(len(out))[:n_drop]] = False
+        out = out[keep]
+    return out
+
+
+class VisualReader:
+    """Reads image i of a split as `{"images": (3, H, W)}` or `{"regions": (R, D), "region_mask": (R,)}`."""
+
+    def __init__(self, split: Split, visual: Visual = "auto", train: bool = False,
+                 augment: Augmentation | None = None, image_config: ImageConfig | None = None) -> None:
+        self.split = split
+        self.visual = resolve_visual(split, visual)
+        augment = augment or Augmentation()
+        cfg = image_config or ImageConfig()
+        self.mean = torch.tensor(cfg.mean, dtype=torch.float32).view(3, 1, 1)
+        self.std = torch.tensor(cfg.std, dtype=torch.float32).view(3, 1, 1)
+        erase = augment.random_erasing_prob if train else 0.0
+        self.erase = transforms.RandomErasing(p=erase, value=0) if erase > 0 else None
+        self.flip = train and augment.horizontal_flip
+        if self.visual == "pixels" and split.images is None:
+            geometry: list[Any]
+            if train and augment.random_resized_crop:
+                geometry = [transforms.RandomResizedCrop(cfg.crop)]
+            else:
+                geometry = [transforms.Resize(cfg.resize), transforms.CenterCrop(cfg.crop)]
+            self.file_transform = transforms.Compose([*geometry, transforms.PILToTensor()])
+        if self.visual == "regions":
+            valid = np.abs(split.regions).sum(axis=2) > 0  # (N, R)
+            if not valid.any(axis=1).all():
+                bad = int(np.flatnonzero(~valid.any(axis=1))[0])
+                raise DataFormatError(f"{split.source}: image {split.image_ids[bad]!r} has only all-zero regions")
+            self.region_mask = torch.from_numpy(valid)
+
+    def _pixels(self, i: int) -> torch.Tensor:
+        """uint8 (3, H, W) pixels of image i."""
+        split = self.split
+        if split.images is not None:
+            return torch.from_numpy(np.ascontiguousarray(split.images[i])).permute(2, 0, 1)
+        from PIL import Image, UnidentifiedImageError
+
+        path = split.image_paths[i]
+        try:
+            with Image.open(path) as img:
+                return self.file_transform(img.convert("RGB"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: image file of {split.image_ids[i]!r} not found") from None
+        except (UnidentifiedImageError, OSError) as err:
+            raise DataFormatError(f"{path}: image {split.image_ids[i]!r} cannot be read ({err})") from None
+
+    def __call__(self, i: int) -> dict[str, torch.Tensor]:
+        if self.visual == "regions":
+            return {"regions": torch.from_numpy(np.asarray(self.split.regions[i], dtype=np.float32)),
+                    "region_mask": self.region_mask[i]}
+        x = (self._pixels(i).float().div_(255.0) - self.mean) / self.std  # (3, H, W)
+        if self.flip and torch.rand(()) < 0.5:
+            x = x.flip(-1)
+        if self.erase is not None:
+            x = self.erase(x)
+        return {"images": x}
+
+
+class PairDataset(Dataset):
+    """Image–caption pairs: item k is caption k with the image it was written for."""
+
+    def __init__(self, split: Split, vocab: Vocabulary, visual: Visual = "auto", train: bool = False,
+                 augment: Augmentation | None = None, image_config: ImageConfig | None = None) -> None:
+        self.split = split
+        self.reader = VisualReader(split, visual, train, augment, image_config)
+        self.word_dropout = (augment or Augmentation()).word_dropout if train else 0.0
+        self.tokens = encode_captions(split, vocab)
+        self.caption_image = np.asarray(split.caption_image, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, k: int) -> dict[str, Any]:
+        i = int(self.caption_image[k])
+        return {**self.reader(i), "tokens": word_dropout(self.tokens[k], self.word_dropout),
+                "image_index": i, "caption_index": k}
+
+
+class ImageDataset(Dataset):
+    """Every image of a split once, in split order (evaluation)."""
+
+    def __init__(self, split: Split, visual: Visual = "auto", image_config: ImageConfig | None = None) -> None:
+        self.split = split
+        self.reader = VisualReader(split, visual, train=False, image_config=image_config)
+
+    def __len__(self) -> int:
+        return self.split.n_images
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {**self.reader(i), "image_index": i}
+
+
+class CaptionDataset(Dataset):
+    """Every caption of a split once, in split order (evaluation)."""
+
+    def __init__(self, split: Split, vocab: Vocabulary) -> None:
+        self.split = split
+        self.tokens = encode_captions(split, vocab)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, k: int) -> dict[str, Any]:
+        return {"tokens": self.tokens[k], "caption_index": k}
+
+
+class MultiQueryDataset(Dataset):
+    """Item i: image i with its region queries, shuffled when `train`, in stored order otherwise."""
+
+    def __init__(self, split: Split, vocab: Vocabulary, visual: Visual = "auto", train: bool = False,
+                 augment: Augmentation | None = None, image_config: ImageConfig | None = None) -> None:
+        if split.queries is None:
+            raise ValueError(f"{split.source}: split {split.name!r} has no region queries")
+        self.split = split
+        self.train = train
+        self.reader = VisualReader(split, visual, train, augment, image_config)
+        self.queries: list[list[torch.Tensor]] = []
+        for iid, qs in zip(split.image_ids, split.queries):
+            if not qs:
+                raise DataFormatError(f"{split.source}: image {iid!r} has no region queries")
+            self.queries.append([encode_caption(vocab, q, f"{split.source}: image {iid!r} query {t}")
+                                 for t, q in enumerate(qs)])
+
+    def __len__(self) -> int:
+        return self.split.n_images
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        qs = self.queries[i]
+        if self.train:
+            qs = [qs[t] for t in torch.randperm(len(qs)).tolist()]
+        return {**self.reader(i), "queries": qs, "image_index": i}
+
+
+def _pad(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """int64 (B, L_max) padded with `<pad>` and int64 (B,) lengths."""
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+    out = torch.full((len(seqs), int(lengths.max())), PAD_INDEX, dtype=torch.int64)
+    for b, s in enumerate(seqs):
+        out[b, : len(s)] = s
+    return out, lengths
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Stack a list of dataset items into the batch dict (module docstring); pads tokens and queries."""
+    batch: dict[str, torch.Tensor] = {}
+    for key in items[0]:
+        values = [it[key] for it in items]
+        if key == "tokens":
+            batch["tokens"], batch["lengths"] = _pad(values)
+        elif key == "queries":
+            flat = [q for qs in values for q in qs]
+            tokens, lengths = _pad(flat)
+            n_q = max(len(qs) for qs in values)
+            batch["query_tokens"] = torch.zeros((len(values), n_q, tokens.shape[1]), dtype=torch.int64)
+            batch["query_lengths"] = torch.zeros((len(values), n_q), dtype=torch.int64)
+            start = 0
+            for b, qs in enumerate(values):
+                batch["query_tokens"][b, : len(qs)] = tokens[start: start + len(qs)]
+                batch["query_lengths"][b, : len(qs)] = lengths[start: start + len(qs)]
+                start += len(qs)
+            batch["query_mask"] = batch["query_lengths"] > 0
+        elif key in ("image_index", "caption_index"):
+            batch[key] = torch.tensor(values, dtype=torch.int64)
+        else:
+            batch[key] = torch.stack(values)
+    return batch
+
+
+def _loader(dataset: Dataset, num_workers: int, seed: int, **kw: Any) -> DataLoader:
+    return DataLoader(dataset, collate_fn=collate, num_workers=num_workers,
+                      generator=torch.Generator().manual_seed(seed), **kw)
+
+
+def image_loader(split: Split, batch_size: int, *, visual: Visual = "auto",
+                 image_config: ImageConfig | None = None, num_workers: int = 0) -> DataLoader:
+    """Batches of every image in split order: images or regions+region_mask, image_index."""
+    return _loader(ImageDataset(split, visual, image_config), num_workers, 0, batch_size=batch_size)
+
+
+def caption_loader(split: Split, vocab: Vocabulary, batch_size: int, *, num_workers: int = 0) -> DataLoader:
+    """Batches of every caption in split order: tokens, lengths, caption_index."""
+    return _loader(CaptionDataset(split, vocab), num_workers, 0, batch_size=batch_size)
+
+
+def query_loader(split: Split, vocab: Vocabulary, batch_size: int, *, train: bool = False,
+                 visual: Visual = "auto", augment: Augmentation | None = None,
+                 image_config: ImageConfig | None = None, seed: int = 0, num_workers: int = 0) -> DataLoader:
+    """Images with their region queries (multi-query retrieval).
+
+    train=False: every image in split order, queries in stored order. train=True: images shuffled from
+    `seed`, each image's queries shuffled, augmentations applied.
+    """
+    dataset = MultiQueryDataset(split, vocab, visual, train, augment, image_config)
+    return _loader(dataset, num_workers, seed, batch_size=batch_size, shuffle=train)
+
+
+def pair_loader(split: Split, vocab: Vocabulary, batch_size: int, *,
+                epoch: Literal["one_per_image", "all_captions"] = "one_per_image",
+                batch_sampler: Sampler[list[int]] | None = None, train: bool = True, visual: Visual = "auto",
+                augment: Augmentation | None = None, image_config: ImageConfig | None = None,
+                seed: int = 0, drop_last: bool = False, num_workers: int = 0) -> DataLoader:
+    """Training batches of image–caption pairs.
+
+    epoch: "one_per_image" (each image once with a random one of its captions) or "all_captions" (every
+    caption once), shuffled from `seed`. A `batch_sampler` (class-balanced, neighbour) replaces both and
+    must yield batches of `batch_size` (checked against its `batch_size` attribute).
+    """
+    dataset = PairDataset(split, vocab, visual, train, augment, image_config)
+    if batch_sampler is not None:
+        if getattr(batch_sampler, "batch_size", batch_size) != batch_size:
+            raise ValueError(f"batch_size={batch_size} but the batch sampler makes batches of "
+                             f"{batch_sampler.batch_size}")
+        return _loader(dataset, num_workers, seed, batch_sampler=batch_sampler)
+    if epoch == "one_per_image":
+        sampler: Sampler[int] = OneCaptionPerImageSampler(split.caption_image, split.n_images, seed=seed)
+    elif epoch == "all_captions":
+        sampler = AllCaptionsSampler(split.n_captions, seed=seed)
+    else:
+        raise ValueError(f"epoch must be 'one_per_image' or 'all_captions', got {epoch!r}")
+    return _loader(dataset, num_workers, seed, batch_size=batch_size, sampler=sampler, drop_last=drop_last)

@@ -1,0 +1,180 @@
+"""Samplers over a split's captions (item k = caption k with its image, as in `PairDataset`).
+
+Every sampler is deterministic for its `seed`: epoch e draws from `numpy.random.default_rng([seed, e])`.
+The epoch counter starts at 0 and advances each time the sampler is iterated; `set_epoch(e)` sets it
+(e.g. when resuming from a checkpoint).
+
+- `OneCaptionPerImageSampler`: each image once per epoch, with a random one of its captions.
+- `AllCaptionsSampler`: every caption once per epoch, shuffled.
+- `ClassBalancedBatchSampler`: PCME's CUB sampler, one item of every class in each batch.
+- `NeighbourBatchSampler`: batches that keep items with their given neighbours (hook for HREM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from xmr_core.data.corpus import Split
+
+Neighbours = np.ndarray | Callable[[int], Sequence[int]]
+
+
+class _EpochRng:
+    """Seed + epoch counter; `_next_rng()` returns this epoch's generator and advances the epoch."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _next_rng(self) -> np.random.Generator:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1
+        return rng
+
+
+class OneCaptionPerImageSampler(_EpochRng, Sampler[int]):
+    """Caption indices: every image once per epoch (shuffled), each with a uniformly drawn caption of it."""
+
+    def __init__(self, caption_image: np.ndarray, n_images: int, seed: int = 0) -> None:
+        super().__init__(seed)
+        caption_image = np.asarray(caption_image, dtype=np.int64)
+        counts = np.bincount(caption_image, minlength=n_images)
+        if len(counts) > n_images or (counts == 0).any():
+            bad = np.flatnonzero(counts == 0)
+            raise ValueError(f"every image needs a caption: image indices {bad[:5].tolist()} have none"
+                             if len(bad) else f"caption_image points past the {n_images} images")
+        self.by_image = np.argsort(caption_image, kind="stable")  # captions grouped by image
+        self.start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        self.counts = counts
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __iter__(self) -> Iterator[int]:
+        rng = self._next_rng()
+        images = rng.permutation(len(self.counts))
+        pick = self.start[images] + (rng.random(len(images)) * self.counts[images]).astype(np.int64)
+        return iter(self.by_image[pick].tolist())
+
+
+class AllCaptionsSampler(_EpochRng, Sampler[int]):
+    """Every caption index once per epoch, in a fresh random order."""
+
+    def __init__(self, n_captions: int, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.n = n_captions
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._next_rng().permutation(self.n).tolist())
+
+
+def caption_classes(split: Split) -> np.ndarray:
+    """(M,) int64 class of each caption: the class of the image it was written for."""
+    if split.image_class is None:
+        raise ValueError(f"{split.source}: split {split.name!r} has no image classes")
+    return np.asarray(split.image_class, dtype=np.int64)[np.asarray(split.caption_image, dtype=np.int64)]
+
+
+class ClassBalancedBatchSampler(_EpochRng, Sampler[list[int]]):
+    """PCME's CUB sampler: each batch holds exactly one item of every class, so batch_size = #classes.
+
+    PCME's `CUBSampler` ignores the configured batch size; here a `batch_size` that differs from the
+    number of classes is refused. Each class keeps a shuffled queue of its items, refilled with a new
+    permutation when empty, so within a class every item is drawn once before any repeats (PCME draws
+    one anchor from a global permutation and the other classes' items with replacement). An epoch is
+    `n_batches` batches, by default #items // #classes (PCME's `adjust_epoch`).
+    """
+
+    def __init__(self, item_class: np.ndarray, batch_size: int, n_batches: int | None = None,
+                 seed: int = 0) -> None:
+        super().__init__(seed)
+        item_class = np.asarray(item_class, dtype=np.int64)
+        self.classes, inverse = np.unique(item_class, return_inverse=True)
+        if batch_size != len(self.classes):
+            raise ValueError(f"batch_size={batch_size}, but a class-balanced batch holds one item of each of "
+                             f"the {len(self.classes)} classes: set batch_size={len(self.classes)}")
+        self.batch_size = batch_size
+        self.members = [np.flatnonzero(inverse == c) for c in range(len(self.classes))]
+        self.n_batches = len(item_class) // len(self.classes) if n_batches is None else n_batches
+        if self.n_batches < 1:
+            raise ValueError(f"n_batches must be >= 1, got {self.n_batches}")
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = self._next_rng()
+        queues = [rng.permutation(m) for m in self.members]
+        pos = [0] * len(queues)
+        for _ in range(self.n_batches):
+            batch = []
+            for c, members in enumerate(self.members):
+                if pos[c] == len(queues[c]):
+                    queues[c], pos[c] = rng.permutation(members), 0
+                batch.append(int(queues[c][pos[c]]))
+                pos[c] += 1
+            yield [batch[j] for j in rng.permutation(len(batch))]
+
+
+class NeighbourBatchSampler(_EpochRng, Sampler[list[int]]):
+    """Batches built from a neighbour structure, so related items meet in a batch (HREM hook).
+
+    neighbours: (n_items, k) int array of each item's neighbours (entries -1 = none), or a callable
+    item -> neighbour indices, called while the epoch's batches are built (so it may read a model's
+    current embeddings). Each epoch partitions the items: seeds are visited in random order; a batch
+    takes the next unused seed, then its unused neighbours in the given order, then the next unused
+    seed, until it holds `batch_size` items. Every item is in exactly one batch per epoch; the last
+    batch may be short unless `drop_last`.
+    """
+
+    def __init__(self, n_items: int, batch_size: int, neighbours: Neighbours, seed: int = 0,
+                 drop_last: bool = False) -> None:
+        super().__init__(seed)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not callable(neighbours):
+            neighbours = np.asarray(neighbours)
+            if neighbours.ndim != 2 or len(neighbours) != n_items:
+                raise ValueError(f"neighbours has shape {neighbours.shape}, expected ({n_items}, k)")
+            if neighbours.size and (neighbours.min() < -1 or neighbours.max() >= n_items):
+                raise ValueError(f"neighbour indices must be in [-1, {n_items}); got {neighbours.min()}.."
+                                 f"{neighbours.max()}")
+        self.n_items, self.batch_size, self.neighbours, self.drop_last = n_items, batch_size, neighbours, drop_last
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.n_items, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def _of(self, item: int) -> Sequence[int]:
+        if callable(self.neighbours):
+            out = [int(j) for j in self.neighbours(item)]
+            if any(not 0 <= j < self.n_items for j in out):
+                raise ValueError(f"the neighbour callable returned an index outside [0, {self.n_items}) "
+                                 f"for item {item}: {out}")
+            return out
+        return [int(j) for j in self.neighbours[item] if j >= 0]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        used = np.zeros(self.n_items, dtype=bool)
+        batch: list[int] = []
+        for seed_item in self._next_rng().permutation(self.n_items).tolist():
+            if used[seed_item]:
+                continue
+            for j in [seed_item, *self._of(seed_item)]:
+                if not used[j]:
+                    used[j] = True
+                    batch.append(j)
+                    if len(batch) == self.batch_size:
+                        yield batch
+                        batch = []
+        if batch and not self.drop_last:
+            yield batch
