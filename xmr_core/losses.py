@@ -1,0 +1,175 @@
+"""Shared training losses: triplet hinge (VSE0 / VSE++), PCME's soft contrastive loss and regularisers, InfoNCE.
+
+Conventions: a score matrix `scores (B, B)` has images as rows and captions as columns, higher = more
+similar, and the matching pairs on the diagonal. `positive_mask (B, B)` (bool, optional) marks other true
+matches in the batch (a duplicated image, two captions of one image); they are never used as negatives.
+Gaussian embeddings are `(mu, logvar)` with `logvar = log sigma^2` (see `xmr_core.similarity`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from xmr_core.similarity import match_logits, squared_euclidean
+
+Reduction = Literal["sum", "mean"]
+
+
+def _check_scores(scores: Tensor, positive_mask: Tensor | None) -> Tensor:
+    """Validate a square score matrix; return the bool mask of pairs that are not negatives (B, B)."""
+    if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
+        raise ValueError(f"scores: expected a square (B, B) matrix with positives on the diagonal, got {tuple(scores.shape)}")
+    if not torch.isfinite(scores).all():
+        bad = torch.nonzero(~torch.isfinite(scores))[0].tolist()
+        raise ValueError(f"scores: non-finite value at {bad}")
+    not_negative = torch.eye(len(scores), dtype=torch.bool, device=scores.device)
+    if positive_mask is not None:
+        if positive_mask.shape != scores.shape or positive_mask.dtype != torch.bool:
+            raise ValueError(
+                f"positive_mask: expected a bool {tuple(scores.shape)} tensor, got {positive_mask.dtype} {tuple(positive_mask.shape)}"
+            )
+        not_negative = not_negative | positive_mask.to(scores.device)
+    return not_negative
+
+
+def _reduce(values: Tensor, reduction: Reduction) -> Tensor:
+    if reduction == "sum":
+        return values.sum()
+    if reduction == "mean":
+        return values.mean()
+    raise ValueError(f"unknown reduction {reduction!r}; choose 'sum' or 'mean'")
+
+
+def contrastive_hinge(
+    scores: Tensor,
+    margin: float = 0.2,
+    negatives: Literal["sum", "max", "topk"] = "sum",
+    topk: int = 1,
+    max_weight: float = 1.0,
+    positive_mask: Tensor | None = None,
+    reduction: Reduction = "sum",
+) -> Tensor:
+    """Bidirectional triplet hinge loss of VSE0 (sum over negatives) and VSE++ (hardest negative).
+
+    Faghri et al. (VSE++, BMVC 2018) Eq. (2) sum and Eq. (4) max-violation:
+    `l(i, c) = H_c' [margin - s(i, c) + s(i, c')]_+ + H_i' [margin - s(i, c) + s(i', c)]_+`, where H is a sum
+    over negatives (`"sum"`), their max (`"max"`), or the sum of the `topk` largest violations (`"topk"`).
+    With `"max"` / `"topk"`, `max_weight` w mixes `(1 - w) * sum + w * hard` (w = 1: pure VSE++), so a
+    schedule can move gradually from VSE0 to VSE++. Pairs on the diagonal and in `positive_mask` are not
+    negatives. scores `(B, B)` -> scalar, summed over the B queries of each direction (as VSE++'s code) or
+    averaged (`reduction="mean"`, i.e. divided by B).
+    """
+    not_negative = _check_scores(scores, positive_mask)
+    if negatives not in ("sum", "max", "topk"):
+        raise ValueError(f"contrastive_hinge: unknown negatives {negatives!r}; choose 'sum', 'max' or 'topk'")
+    if not 0.0 <= max_weight <= 1.0:
+        raise ValueError(f"contrastive_hinge: max_weight must be in [0, 1], got {max_weight}")
+    if negatives == "sum" and max_weight != 1.0:
+        raise ValueError("contrastive_hinge: max_weight mixes sum and hard negatives; use negatives='max' or 'topk'")
+    if negatives == "topk" and not 1 <= topk <= len(scores) - 1:
+        raise ValueError(f"contrastive_hinge: topk must be in [1, B-1] = [1, {len(scores) - 1}], got {topk}")
+
+    positives = scores.diagonal()
+    # i2t: image i (row) against negative captions c' (columns); t2i: caption c (column) against images i'.
+    cost_i2t = (margin + scores - positives.unsqueeze(1)).clamp_min(0).masked_fill(not_negative, 0.0)
+    cost_t2i = (margin + scores - positives.unsqueeze(0)).clamp_min(0).masked_fill(not_negative, 0.0)
+
+    def per_query(cost: Tensor, dim: int) -> Tensor:
+        summed = cost.sum(dim)
+        if negatives == "sum":
+            return summed
+        hard = cost.amax(dim) if negatives == "max" else cost.topk(topk, dim=dim).values.sum(dim)
+        return (1.0 - max_weight) * summed + max_weight * hard
+
+    return _reduce(per_query(cost_i2t, 1), reduction) + _reduce(per_query(cost_t2i, 0), reduction)
+
+
+def soft_contrastive_nll(logits: Tensor, matched: Tensor) -> Tensor:
+    """Per-pair NLL of the Monte-Carlo match probability, from sample-pair logits (PCME Eq. 1, 2).
+
+    logits `(..., J, J')` (sample-wise logits, `s(logit) = p(m|z, z')` with the logistic sigmoid s),
+    matched bool `(...)` -> `(...)`: `-log p` for matches and `-log(1 - p)` otherwise, with
+    `p = 1/(J J') sum s(logit)`, computed as `log p = logsumexp(logsigmoid(logit)) - log(J J')`
+    (and `log(1 - p)` with `logsigmoid(-logit)`), which stays finite where p rounds to 0 or 1.
+    """
+    if logits.ndim < 2 or logits.shape[:-2] != matched.shape:
+        raise ValueError(f"soft_contrastive_nll: logits {tuple(logits.shape)} must be matched {tuple(matched.shape)} + (J, J')")
+    if matched.dtype != torch.bool:
+        raise ValueError(f"soft_contrastive_nll: matched must be bool, got {matched.dtype}")
+    if not torch.isfinite(logits).all():
+        raise ValueError("soft_contrastive_nll: non-finite logits")
+    signed = torch.where(matched[..., None, None], logits, -logits)
+    log_count = math.log(logits.shape[-1] * logits.shape[-2])
+    return log_count - torch.logsumexp(F.logsigmoid(signed).flatten(-2), dim=-1)
+
+
+def soft_contrastive_loss(
+    distances: Tensor,
+    matched: Tensor,
+    a: Tensor | float,
+    b: Tensor | float,
+    reduction: Reduction = "mean",
+) -> Tensor:
+    """PCME's soft cross-modal contrastive loss over every pair of a batch (Eq. 1-3).
+
+    distances `(B, B', J, J')` between the image and caption samples (`similarity.sample_distances`),
+    matched bool `(B, B')`, learnable scale `a` and shift `b` (logit = -a d + b, logistic sigmoid; PCME's
+    code uses 1/(1+e^-2x), so its a = b = 15 is a = b = 30 here) -> scalar, mean or sum over the B B' pairs.
+    The loss is symmetric: the t2i loss (transposed inputs) is the same number (PCME issue #3); PCME's code
+    reports i2t + t2i, i.e. 2 x this loss with `reduction="sum"`.
+    """
+    if distances.ndim != 4:
+        raise ValueError(f"soft_contrastive_loss: distances must be (B, B', J, J'), got {tuple(distances.shape)}")
+    return _reduce(soft_contrastive_nll(match_logits(distances, a, b), matched), reduction)  # Eq. (3) then (1)
+
+
+def kl_to_standard_normal(mu: Tensor, logvar: Tensor, reduction: Reduction = "mean") -> Tensor:
+    """`KL(N(mu, diag e^logvar) || N(0, I)) = 1/2 sum_d (mu^2 + e^logvar - 1 - logvar)` per item.
+
+    PCME's regulariser (after Hedged Instance Embeddings); mu, logvar `(N, D)` -> scalar (mean or sum over N).
+    """
+    if mu.shape != logvar.shape or mu.ndim != 2:
+        raise ValueError(f"kl_to_standard_normal: mu {tuple(mu.shape)} and logvar {tuple(logvar.shape)} must be equal (N, D)")
+    per_item = 0.5 * (mu.square() + logvar.exp() - 1.0 - logvar).sum(1)
+    return _reduce(per_item, reduction)
+
+
+def uniformity_loss(z: Tensor, t: float = 2.0) -> Tensor:
+    """Wang & Isola (ICML 2020) uniformity: `log mean_{i<j} exp(-t ||z_i - z_j||^2)`.
+
+    z `(N, D)` or samples `(N, J, D)` (all N J points are used, as PCME does) -> scalar. Needs >= 2 points.
+    """
+    points = z.reshape(-1, z.shape[-1])
+    n = len(points)
+    if z.ndim not in (2, 3) or n < 2:
+        raise ValueError(f"uniformity_loss: expected (N, D) or (N, J, D) with at least 2 points, got {tuple(z.shape)}")
+    rows, cols = torch.triu_indices(n, n, offset=1, device=points.device)
+    sq = squared_euclidean(points, points)[rows, cols]
+    return torch.logsumexp(-t * sq, dim=0) - math.log(len(sq))
+
+
+def info_nce(
+    scores: Tensor,
+    temperature: float | None = None,
+    scale: float | None = None,
+    positive_mask: Tensor | None = None,
+) -> Tensor:
+    """Symmetric InfoNCE (van den Oord et al. 2018; CLIP's form), both directions averaged.
+
+    `L = 1/2 [CE(scores * scale, diag) over rows + CE over columns]`, scale = 1/temperature (give exactly one).
+    Pairs in `positive_mask` (off the diagonal) are left out of the softmax denominators.
+    scores `(B, B)` -> scalar (mean over the B queries of each direction).
+    """
+    not_negative = _check_scores(scores, positive_mask)
+    if (temperature is None) == (scale is None):
+        raise ValueError("info_nce: give exactly one of temperature and scale")
+    factor = scale if scale is not None else 1.0 / temperature
+    eye = torch.eye(len(scores), dtype=torch.bool, device=scores.device)
+    logits = (scores * factor).masked_fill(not_negative & ~eye, float("-inf"))
+    targets = torch.arange(len(scores), device=scores.device)
+    return 0.5 * (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets))

@@ -1,0 +1,428 @@
+"""Pairwise scores between embeddings and between Gaussian embeddings.
+
+Every scorer returns an `(N, M)` matrix, higher = more similar, with the first argument as the queries
+(rows) and the second as the gallery (columns). Scorers work on CPU and CUDA (the output lives on the
+inputs' device) and fill the matrix block by block, `chunk_size` items a side, so a COCO 5K-sized gallery
+(5,000 x 25,000, D=1024, J=7) is scored without ever building an `(N, M, J, J, D)` tensor.
+
+Gaussian embeddings are `(mu, logvar)` pairs, both `(N, D)`, with `logvar = log sigma^2` per dimension
+(diagonal covariance). This is the only parametrisation in the library.
+
+The test-time similarities are those of PCME (Chun et al., CVPR 2021) Table 1 / Sec. 3.2.3; the space
+complexity of each (what the gallery has to store) is in its docstring. The match probability uses the
+standard logistic sigmoid s(x) = 1 / (1 + e^-x). PCME's public code uses e^x / (e^x + e^-x) = 1 / (1 + e^-2x),
+so its learned (a, b) are half of ours: PCME's a = b = 15 (COCO) is a = b = 30 here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm import tqdm
+
+Gaussian = tuple[Tensor, Tensor]
+"""`(mu, logvar)`, both `(N, D)`, `logvar = log sigma^2` (diagonal)."""
+
+GaussianMethod = Literal["mean_cosine", "mean_l2", "elk", "js", "wasserstein", "csd", "avg_l2", "match_prob"]
+GAUSSIAN_METHODS: tuple[str, ...] = GaussianMethod.__args__
+
+DEFAULT_CHUNK = 1024
+_BROADCAST_ELEMENTS = 2**25  # elements of one (rows, cols, D) block for the per-dimension scorers (128 MB fp32)
+_MIN_SQ_DISTANCE = 1e-12  # squared distances are clamped here before a square root (finite gradients)
+
+
+# --------------------------------------------------------------------------------------------------- checks
+
+
+def _check_matrix(x: Tensor, name: str, ndim: int = 2) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name}: expected a floating-point tensor, got {x.dtype}")
+    if not torch.isfinite(x).all():
+        bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
+        raise ValueError(f"{name}: non-finite value (NaN or inf) at index {bad}")
+
+
+def _check_pair(a: Tensor, b: Tensor, names: tuple[str, str], ndim: int = 2) -> None:
+    _check_matrix(a, names[0], ndim)
+    _check_matrix(b, names[1], ndim)
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"{names[0]} and {names[1]}: embedding sizes differ ({a.shape[-1]} vs {b.shape[-1]})")
+    if a.device != b.device:
+        raise ValueError(f"{names[0]} and {names[1]}: on different devices ({a.device} vs {b.device})")
+
+
+def _check_gaussian(g: Gaussian, name: str) -> None:
+    if not (isinstance(g, tuple | list) and len(g) == 2):
+        raise TypeError(f"{name}: expected a (mu, logvar) pair")
+    mu, logvar = g
+    _check_pair(mu, logvar, (f"{name}.mu", f"{name}.logvar"))
+    if mu.shape != logvar.shape:
+        raise ValueError(f"{name}: mu {tuple(mu.shape)} and logvar {tuple(logvar.shape)} differ in shape")
+
+
+def _check_gaussians(q: Gaussian, g: Gaussian) -> None:
+    _check_gaussian(q, "query")
+    _check_gaussian(g, "gallery")
+    _check_pair(q[0], g[0], ("query.mu", "gallery.mu"))
+
+
+# --------------------------------------------------------------------------------------------------- blocks
+
+
+def _slices(n: int, size: int) -> Iterator[slice]:
+    if size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {size}")
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+def _fill_blocks(
+    n: int,
+    m: int,
+    rows: int,
+    cols: int,
+    block: Callable[[slice, slice], Tensor],
+    like: Tensor,
+    progress: bool,
+) -> Tensor:
+    """Fill an `(n, m)` matrix from `block(row_slice, col_slice) -> (rows, cols)`."""
+    out = torch.empty(n, m, dtype=like.dtype, device=like.device)
+    for rs in tqdm(list(_slices(n, rows)), desc="scoring", disable=not progress):
+        for cs in _slices(m, cols):
+            out[rs, cs] = block(rs, cs)
+    return out
+
+
+def squared_euclidean(x: Tensor, y: Tensor) -> Tensor:
+    """`||x_i - y_j||^2` for x `(N, D)`, y `(M, D)` -> `(N, M)`, as `||x||^2 + ||y||^2 - 2 x.y` (one matmul).
+
+    Differentiable; clamped at 0 against round-off.
+    """
+    sq = torch.addmm((y * y).sum(1).unsqueeze(0), x, y.T, alpha=-2.0)
+    return (sq + (x * x).sum(1).unsqueeze(1)).clamp_min(0.0)
+
+
+def _sq_block(x: Tensor, x2: Tensor, y: Tensor, y2: Tensor) -> Tensor:
+    """In-place form of `squared_euclidean` with precomputed squared norms (no autograd; scoring only)."""
+    sq = torch.addmm(y2.unsqueeze(0), x, y.T, alpha=-2.0)
+    return sq.add_(x2.unsqueeze(1)).clamp_(min=0.0)
+
+
+# --------------------------------------------------------------------------------------------------- points
+
+
+@torch.no_grad()
+def dot(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
+    """Inner products `a (N, D) . b (M, D)^T -> (N, M)`. Space: O(N)."""
+    _check_pair(a, b, ("a", "b"))
+    return _fill_blocks(len(a), len(b), chunk_size, chunk_size, lambda r, c: a[r] @ b[c].T, a, progress)
+
+
+@torch.no_grad()
+def cosine(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
+    """Cosine similarities `a (N, D)` vs `b (M, D)` -> `(N, M)` in [-1, 1]. Space: O(N)."""
+    _check_pair(a, b, ("a", "b"))
+    return dot(F.normalize(a, dim=-1), F.normalize(b, dim=-1), chunk_size=chunk_size, progress=progress)
+
+
+@torch.no_grad()
+def max_pair_cosine(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
+    """PVSE's score: the best cosine over the K x K' pairs of embeddings.
+
+    a `(N, K, D)`, b `(M, K', D)` -> `(N, M)` with `s_ij = max_{k,k'} cos(a_ik, b_jk')`. Space: O(K N).
+    """
+    _check_pair(a, b, ("a", "b"), ndim=3)
+    (n, k, d), (m, k2, _) = a.shape, b.shape
+    fa = F.normalize(a, dim=-1).reshape(n * k, d)
+    fb = F.normalize(b, dim=-1).reshape(m * k2, d)
+
+    def block(r: slice, c: slice) -> Tensor:
+        sims = fa[r.start * k : r.stop * k] @ fb[c.start * k2 : c.stop * k2].T
+        return sims.view(r.stop - r.start, k, c.stop - c.start, k2).amax(dim=(1, 3))
+
+    return _fill_blocks(n, m, chunk_size, chunk_size, block, a, progress)
+
+
+# --------------------------------------------------------------------------------------------------- samples
+
+
+def sample_gaussian(
+    mu: Tensor, logvar: Tensor, n_samples: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """Reparametrised samples `z = mu + exp(logvar / 2) * eps`: `(N, D)` -> `(N, J, D)`, J = `n_samples`.
+
+    PCME Eq. (4). Differentiable in mu and logvar. `generator` may live on another device than `mu`
+    (the noise is then drawn there and moved), so a CPU generator gives the same samples on any device.
+    """
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    shape = (mu.shape[0], n_samples, mu.shape[1])
+    noise_device = generator.device if generator is not None else mu.device
+    eps = torch.randn(shape, generator=generator, device=noise_device, dtype=mu.dtype).to(mu.device)
+    return mu.unsqueeze(1) + torch.exp(0.5 * logvar).unsqueeze(1) * eps
+
+
+def sample_distances(za: Tensor, zb: Tensor) -> Tensor:
+    """Euclidean distances between every pair of samples: za `(N, J, D)`, zb `(M, J', D)` -> `(N, M, J, J')`.
+
+    For training batches (unchunked, differentiable). Distances below 1e-6 are clamped to 1e-6.
+    """
+    _check_pair(za, zb, ("za", "zb"), ndim=3)
+    (n, j, d), (m, j2, _) = za.shape, zb.shape
+    sq = squared_euclidean(za.reshape(n * j, d), zb.reshape(m * j2, d))
+    return sq.clamp_min(_MIN_SQ_DISTANCE).sqrt().view(n, j, m, j2).permute(0, 2, 1, 3)
+
+
+def match_logits(distances: Tensor, a: Tensor | float, b: Tensor | float) -> Tensor:
+    """Logits of the sample-wise match probability, `-a * d + b` (PCME Eq. 3); `s(logit)` is p(m|z, z')."""
+    return -a * distances + b
+
+
+def _sampled_scores(
+    zq: Tensor,
+    zg: Tensor,
+    finish: Callable[[Tensor], Tensor],
+    chunk_size: int,
+    progress: bool,
+) -> Tensor:
+    """Mean over the J x J' sample pairs of `finish(squared distances)`, block by block: `(N, M)`.
+
+    Each block is one `(rows * J) x (cols * J')` matmul; `finish` may work in place on its input.
+    """
+    _check_pair(zq, zg, ("query samples", "gallery samples"), ndim=3)
+    (n, j, d), (m, j2, _) = zq.shape, zg.shape
+    fq, fg = zq.reshape(n * j, d), zg.reshape(m * j2, d)
+    q2, g2 = (fq * fq).sum(1), (fg * fg).sum(1)
+
+    def block(r: slice, c: slice) -> Tensor:
+        qs, gs = slice(r.start * j, r.stop * j), slice(c.start * j2, c.stop * j2)
+        values = finish(_sq_block(fq[qs], q2[qs], fg[gs], g2[gs]))
+        return values.view(r.stop - r.start, j, c.stop - c.start, j2).mean(dim=(1, 3))
+
+    return _fill_blocks(n, m, chunk_size, chunk_size, block, zq, progress)
+
+
+@torch.no_grad()
+def match_probability_from_samples(
+    zq: Tensor,
+    zg: Tensor,
+    a: float,
+    b: float,
+    *,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> Tensor:
+    """PCME Eq. (2)+(3): `p(m|x, y) ~ 1/(J J') sum_{j,j'} s(-a ||z_x^j - z_y^j'|| + b)`, s = logistic sigmoid.
+
+    zq `(N, J, D)`, zg `(M, J', D)` -> `(N, M)` in [0, 1]. Space: O(J^2 N) (Table 1: samples stored).
+    """
+    a, b = float(a), float(b)
+    return _sampled_scores(
+        zq, zg, lambda sq: sq.clamp_(min=_MIN_SQ_DISTANCE).sqrt_().mul_(-a).add_(b).sigmoid_(), chunk_size, progress
+    )
+
+
+@torch.no_grad()
+def average_l2_from_samples(
+    zq: Tensor, zg: Tensor, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False
+) -> Tensor:
+    """Minus the mean Euclidean distance over the J x J' sample pairs: `(N, J, D), (M, J', D) -> (N, M)`.
+
+    Table 1's "Average L2". Space: O(J^2 N).
+    """
+    return _sampled_scores(zq, zg, lambda sq: sq.clamp_(min=_MIN_SQ_DISTANCE).sqrt_().neg_(), chunk_size, progress)
+
+
+# --------------------------------------------------------------------------------------------------- Gaussians
+
+
+@torch.no_grad()
+def mean_only(
+    q: Gaussian,
+    g: Gaussian,
+    metric: Literal["cosine", "l2"] = "cosine",
+    *,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> Tensor:
+    """Table 1's "Mean only": cosine of the means, or minus their Euclidean distance. Space: O(N)."""
+    _check_gaussians(q, g)
+    if metric == "cosine":
+        return cosine(q[0], g[0], chunk_size=chunk_size, progress=progress)
+    if metric == "l2":
+        mq, mg = q[0], g[0]
+        q2, g2 = (mq * mq).sum(1), (mg * mg).sum(1)
+        return _fill_blocks(
+            len(mq), len(mg), chunk_size, chunk_size,
+            lambda r, c: _sq_block(mq[r], q2[r], mg[c], g2[c]).sqrt_().neg_(), mq, progress,
+        )
+    raise ValueError(f"mean_only: unknown metric {metric!r}; choose 'cosine' or 'l2'")
+
+
+def _per_dimension_scores(
+    q: Gaussian,
+    g: Gaussian,
+    term: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor],
+    chunk_size: int,
+    progress: bool,
+) -> Tensor:
+    """`sum_d term(mu_q, var_q, mu_g, var_g)` over `(rows, cols, D)` blocks kept under ~128 MB: `(N, M)`."""
+    _check_gaussians(q, g)
+    (mq, lq), (mg, lg) = q, g
+    vq, vg = lq.exp(), lg.exp()
+    d = mq.shape[1]
+    rows = max(1, min(chunk_size, len(mq)))
+    cols = max(1, min(chunk_size, _BROADCAST_ELEMENTS // (rows * d)))
+
+    def block(r: slice, c: slice) -> Tensor:
+        return term(mq[r, None], vq[r, None], mg[None, c], vg[None, c]).sum(-1)
+
+    return _fill_blocks(len(mq), len(mg), rows, cols, block, mq, progress)
+
+
+@torch.no_grad()
+def elk(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
+    """Expected likelihood kernel, log form: `log int N(x; mu_q, S_q) N(x; mu_g, S_g) dx` -> `(N, M)`.
+
+    Closed form `log N(mu_q; mu_g, S_q + S_g) = -1/2 sum_d [(mu_q - mu_g)^2 / s + log s + log 2 pi]`,
+    s = var_q + var_g. Space: O(2N).
+    """
+    log2pi = math.log(2 * math.pi)
+
+    def term(mq: Tensor, vq: Tensor, mg: Tensor, vg: Tensor) -> Tensor:
+        s = vq + vg
+        return -0.5 * ((mq - mg).square() / s + s.log() + log2pi)
+
+    return _per_dimension_scores(q, g, term, chunk_size, progress)
+
+
+@torch.no_grad()
+def js(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
+    """Table 1's "JS-divergence" row: minus the symmetrised KL `(KL(q||g) + KL(g||q)) / 2` -> `(N, M)`.
+
+    The Jensen-Shannon divergence of two Gaussians has no closed form; PCME's public code
+    (`engine/eval_cub.py::js_dist`) ranks by this symmetrised KL (an affine function of it), and so do we:
+    `1/4 sum_d [(var_q + dmu^2) / var_g + (var_g + dmu^2) / var_q - 2]`. Space: O(2N).
+    """
+
+    def term(mq: Tensor, vq: Tensor, mg: Tensor, vg: Tensor) -> Tensor:
+        dmu2 = (mq - mg).square()
+        return -0.25 * ((vq + dmu2) / vg + (vg + dmu2) / vq - 2.0)
+
+    return _per_dimension_scores(q, g, term, chunk_size, progress)
+
+
+@torch.no_grad()
+def wasserstein(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
+    """Minus the squared 2-Wasserstein distance of diagonal Gaussians -> `(N, M)`.
+
+    `W2^2 = ||mu_q - mu_g||^2 + ||sigma_q - sigma_g||^2` (closed form for commuting covariances), computed as
+    one squared Euclidean distance between `[mu, sigma]` vectors. Space: O(2N).
+    """
+    _check_gaussians(q, g)
+    fq = torch.cat([q[0], torch.exp(0.5 * q[1])], dim=1)
+    fg = torch.cat([g[0], torch.exp(0.5 * g[1])], dim=1)
+    q2, g2 = (fq * fq).sum(1), (fg * fg).sum(1)
+    return _fill_blocks(
+        len(fq), len(fg), chunk_size, chunk_size, lambda r, c: _sq_block(fq[r], q2[r], fg[c], g2[c]).neg_(), fq, progress
+    )
+
+
+@torch.no_grad()
+def csd(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
+    """Minus the expected squared distance between samples, `E||z_q - z_g||^2` -> `(N, M)`.
+
+    Closed form `||mu_q - mu_g||^2 + tr S_q + tr S_g` (PCME++'s closed-form sampled distance). Space: O(2N).
+    """
+    _check_gaussians(q, g)
+    (mq, lq), (mg, lg) = q, g
+    q2, g2 = (mq * mq).sum(1), (mg * mg).sum(1)
+    tq, tg = lq.exp().sum(1), lg.exp().sum(1)
+
+    def block(r: slice, c: slice) -> Tensor:
+        return _sq_block(mq[r], q2[r], mg[c], g2[c]).add_(tq[r, None]).add_(tg[None, c]).neg_()
+
+    return _fill_blocks(len(mq), len(mg), chunk_size, chunk_size, block, mq, progress)
+
+
+def _both_samples(q: Gaussian, g: Gaussian, n_samples: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    _check_gaussians(q, g)
+    return sample_gaussian(*q, n_samples, generator), sample_gaussian(*g, n_samples, generator)
+
+
+@torch.no_grad()
+def average_l2(
+    q: Gaussian,
+    g: Gaussian,
+    *,
+    n_samples: int = 7,
+    generator: torch.Generator | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> Tensor:
+    """Minus the mean Euclidean distance over J x J sample pairs (J = `n_samples`) -> `(N, M)`. Space: O(J^2 N)."""
+    zq, zg = _both_samples(q, g, n_samples, generator)
+    return average_l2_from_samples(zq, zg, chunk_size=chunk_size, progress=progress)
+
+
+@torch.no_grad()
+def match_probability(
+    q: Gaussian,
+    g: Gaussian,
+    a: float,
+    b: float,
+    *,
+    n_samples: int = 7,
+    generator: torch.Generator | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> Tensor:
+    """PCME's test-time score: Monte-Carlo match probability over J x J samples (Eq. 2, 3) -> `(N, M)`.
+
+    Each embedding is sampled once (J = `n_samples`) and the samples are reused for every pair.
+    Space: O(J^2 N).
+    """
+    zq, zg = _both_samples(q, g, n_samples, generator)
+    return match_probability_from_samples(zq, zg, a, b, chunk_size=chunk_size, progress=progress)
+
+
+def gaussian_scores(
+    q: Gaussian,
+    g: Gaussian,
+    method: GaussianMethod,
+    *,
+    a: float | None = None,
+    b: float | None = None,
+    n_samples: int = 7,
+    generator: torch.Generator | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> Tensor:
+    """One entry point for every Gaussian similarity (PCME Table 1): `(N, M)`, higher = more similar.
+
+    `method`: mean_cosine, mean_l2, elk, js, wasserstein, csd (closed forms, no sampling), avg_l2 and
+    match_prob (J x J Monte-Carlo samples from `generator`; match_prob needs the scale `a` and shift `b`).
+    """
+    common = {"chunk_size": chunk_size, "progress": progress}
+    sampled = {"n_samples": n_samples, "generator": generator, **common}
+    if method == "match_prob":
+        if a is None or b is None:
+            raise ValueError("gaussian_scores: method 'match_prob' needs the scale a and the shift b")
+        return match_probability(q, g, a, b, **sampled)
+    if method == "avg_l2":
+        return average_l2(q, g, **sampled)
+    if method in ("mean_cosine", "mean_l2"):
+        return mean_only(q, g, "cosine" if method == "mean_cosine" else "l2", **common)
+    closed = {"elk": elk, "js": js, "wasserstein": wasserstein, "csd": csd}
+    if method not in closed:
+        raise ValueError(f"gaussian_scores: unknown method {method!r}; choose one of {', '.join(GAUSSIAN_METHODS)}")
+    return closed[method](q, g, **common)
