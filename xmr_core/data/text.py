@@ -117,7 +117,7 @@ class Vocabulary:
         if not isinstance(counts, list) or len(counts) != len(words):
             raise DataFormatError(f"{path}: 'counts' must be a list with one count per word ({len(words)})")
         try:
-            return cls(words, dict(zip(words, map(int, counts))), int(doc.get("min_count", 1)))
+            return cls(words, dict(zip(words[2:], map(int, counts[2:]))), int(doc.get("min_count", 1)))
         except ValueError as err:
             raise DataFormatError(f"{path}: {err}") from None
 
