@@ -79,7 +79,7 @@ def test_collate_pads_tokens_and_reports_lengths(split, vocab):
     assert batch["lengths"].tolist() == [3, 7, 8, 2]  # counted by hand in CAPTIONS
     assert batch["tokens"].shape == (4, 8)
     assert (batch["tokens"][0, 3:] == 0).all() and (batch["tokens"][0, :3] > 0).all()
-    assert vocab.decode(batch["tokens"][2].tolist()) == "a blue square left of a red circle".split()
+    assert vocab.decode(batch["tokens"][2].tolist()) == ["a", "blue", "square", "left", "of", "a", "red", "circle"]
     assert batch["caption_index"].tolist() == [0, 1, 2, 3]
 
 

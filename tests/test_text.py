@@ -172,3 +172,11 @@ def test_word2vec_fallback_is_deterministic():
     assert outs[0] == outs[1] == a.matrix.tobytes().hex()
     with pytest.raises(ValueError, match="train_captions"):
         load_word_vectors(vocab, "word2vec")
+
+
+def test_non_utf8_vector_file_is_named(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("caf\xe9 1 2\n".encode("latin-1"))
+    with pytest.raises(DataFormatError, match="not UTF-8") as err:
+        read_vector_file(path)
+    assert str(path) in str(err.value)

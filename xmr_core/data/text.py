@@ -63,7 +63,7 @@ class Vocabulary:
         self.min_count = min_count
 
     @classmethod
-    def build(cls, train_captions: Iterable[str], min_count: int = 1) -> "Vocabulary":
+    def build(cls, train_captions: Iterable[str], min_count: int = 1) -> Vocabulary:
         """Vocabulary of the training captions' tokens seen at least `min_count` times."""
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
@@ -100,7 +100,7 @@ class Vocabulary:
         return atomic_write_text(path, json.dumps(doc, ensure_ascii=False))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocabulary":
+    def load(cls, path: str | Path) -> Vocabulary:
         """Read a vocabulary written by `save`; a malformed file raises `DataFormatError` naming it."""
         path = Path(path)
         if not path.is_file():
