@@ -284,3 +284,26 @@ def test_multi_variant(cache):
     for c in range(0, s.n_captions, 3):
         expect = np.array([caption_holds(s.captions[c], o) for o in objs])
         assert np.array_equal(s.exact[c], expect), s.captions[c]
+
+
+def test_statistics_hand_worked():
+    from xmr_core.data.corpus import Corpus, Split
+    from xmr_core.data.scenes import scenes_statistics
+
+    exact = np.array([[1, 0, 0], [1, 1, 1], [0, 1, 1]], bool)  # caption c is written for image c
+    s = Split("test", "hand", ["a", "b", "c"], ["0", "1", "2"], ["x", "y", "z"], np.arange(3),
+              exact=exact, caption_level=["full", "vague", "vague"])  # fmt: skip
+    df = scenes_statistics(Corpus("hand", {"test": s})).set_index(["view", "direction", "level"])
+    t2i = df.loc[("exact", "t2i")]
+    # positives per caption 1, 3, 2 -> ceilings 1, 1/3, 1/2
+    assert t2i.loc["full", "instance R@1 ceiling"] == pytest.approx(100)
+    assert t2i.loc["vague", "instance R@1 ceiling"] == pytest.approx(100 * (1 / 3 + 1 / 2) / 2)
+    assert t2i.loc["all", "only own %"] == pytest.approx(100 / 3)
+    assert t2i.loc["all", "random R-P"] == pytest.approx(100 * (1 / 3 + 1 + 2 / 3) / 3)
+    # image popularity 2, 2, 2 -> order 0, 1, 2; R-P: caption 0: 1/1, caption 1: 3/3, caption 2: 1/2
+    assert t2i.loc["all", "popularity R-P"] == pytest.approx(100 * 2.5 / 3)
+    i2t = df.loc[("exact", "i2t", "all")]
+    # each image holds 2 captions, one its own; caption popularity 1, 3, 2 -> order 1, 2, 0
+    assert i2t["instance R@1 ceiling"] == pytest.approx(50)
+    assert i2t["popularity R-P"] == pytest.approx(100 * (0.5 + 1 + 1) / 3)
+    assert df.loc[("instance", "t2i", "all"), "positives mean"] == 1

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from xmr_core.config import cache_dir, check_profile
@@ -495,3 +496,64 @@ def load_scenes(config: ScenesConfig | str = "cpu", progress: bool = True) -> Co
         splits=splits,
         meta={**meta, "cache_dir": str(root), "class_split": class_split(cfg.seed), "concepts": list(CONCEPTS)},
     )
+
+
+# ------------------------------------------------------------------------------------- statistics
+
+
+def _r_precision(rel: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """(Q,) R-Precision (0–1) of one ranking `order` of the gallery used for every query; rel (Q, G)."""
+    r = rel.sum(1)
+    hits = np.cumsum(rel[:, order], axis=1, dtype=np.int32)
+    return hits[np.arange(len(rel)), np.maximum(r, 1) - 1] / np.maximum(r, 1)
+
+
+def _view_rows(split: Split, view: str, zeta: int, direction: str) -> list[dict]:
+    rel = split.relevance(view, direction, zeta)  # (Q, G)
+    inst = split.relevance("instance", direction)
+    npos = rel.sum(1)
+    own = (rel & inst).sum(1)  # the query's instance positives, all of which are positives of every view
+    popularity = np.argsort(-rel.sum(0), kind="stable")  # one constant ranking: most-often-relevant first
+    rp_pop = _r_precision(rel, popularity)
+    levels = np.asarray(split.caption_level) if direction == "t2i" else np.full(len(rel), "all")
+    rows = []
+    for level in [*(lv for lv in CAPTION_LEVELS if lv in set(levels)), "all"] if direction == "t2i" else ["all"]:
+        q = np.ones(len(rel), bool) if level == "all" else levels == level
+        p = npos[q]
+        rows.append({
+            "split": split.name,
+            "view": view if view != "plausible" else f"plausible ζ={zeta}",
+            "direction": direction,
+            "level": level,
+            "queries": int(q.sum()),
+            "share %": 100 * q.sum() / len(rel),
+            "positives mean": p.mean(),
+            "positives median": float(np.median(p)),
+            "positives p10": float(np.percentile(p, 10)),
+            "positives p90": float(np.percentile(p, 90)),
+            "positives max": int(p.max()),
+            "only own %": 100 * np.mean(p == own[q]),
+            "instance R@1 ceiling": 100 * np.mean(own[q] / p),
+            "random R-P": 100 * np.mean(p / rel.shape[1]),
+            "popularity R-P": 100 * rp_pop[q].mean(),
+        })  # fmt: skip
+    return rows
+
+
+def scenes_statistics(corpus: Corpus, split: str = "test") -> pd.DataFrame:
+    """Relevance statistics of one split, a row per view × direction × caption level.
+
+    positives: gallery items relevant to a query under the view; only own %: queries whose positives are
+    exactly their instance positives; instance R@1 ceiling: instance R@1 of a perfect model of the view
+    that breaks ties at random (t2i: 1 / positives; i2t: own captions / positives); random R-P: expected
+    R-Precision of a random ranking; popularity R-P: R-Precision of one constant ranking, most-often-
+    relevant items first (e.g. vague captions first for i2t). All in percent.
+    """
+    s = corpus[split]
+    rows = []
+    for direction in ("t2i", "i2t"):
+        for view in s.views():
+            zetas = (0, 1, 2) if view == "plausible" else (0,)
+            for zeta in zetas:
+                rows.extend(_view_rows(s, view, zeta, direction))
+    return pd.DataFrame(rows)
