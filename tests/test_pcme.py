@@ -49,3 +49,157 @@ def test_gallery_and_heatmap_check_shapes() -> None:
     with pytest.raises(ValueError, match="labels"):
         viz.heatmap(ax, np.zeros((2, 2)), ["a"], ["x", "y"])
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------- PCME
+from xmr_core.encoders.image import ImageEncoderConfig  # noqa: E402
+from xmr_core.encoders.text import TextEncoderConfig  # noqa: E402
+from xmr_core.methods.pcme import (  # noqa: E402
+    PCME,
+    TEST_TIME_SIMILARITIES,
+    PCMEConfig,
+    pcme_mu_only_config,
+    uncertainty,
+)
+
+VOCAB, WORD_DIM, D = 20, 8, 16
+
+
+def tiny_config(**overrides) -> PCMEConfig:
+    small = {"embed_dim": D, "image": ImageEncoderConfig(widths=(4, 8), hidden=16, image_size=16),
+             "text": TextEncoderConfig(hidden=8)}
+    return PCMEConfig(**{**small, **overrides})
+
+
+def tiny_model(cfg: PCMEConfig | None = None) -> PCME:
+    vectors = np.random.default_rng(0).standard_normal((VOCAB, WORD_DIM)).astype(np.float32)
+    return PCME(cfg or tiny_config(), vectors)
+
+
+def tiny_batch(b: int = 6, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 7, (b,), generator=g)
+    tokens = torch.randint(2, VOCAB, (b, 7), generator=g)
+    tokens[torch.arange(7)[None, :] >= lengths[:, None]] = 0
+    return {"images": torch.randn(b, 3, 16, 16, generator=g), "tokens": tokens, "lengths": lengths,
+            "image_index": torch.arange(b), "caption_index": torch.arange(b)}
+
+
+def test_encoders_give_gaussians_with_unit_means() -> None:
+    model, batch = tiny_model(), tiny_batch()
+    for mu, logvar in (model.encode_images(batch), model.encode_captions(batch)):
+        assert mu.shape == logvar.shape == (6, D)
+        torch.testing.assert_close(mu.norm(dim=-1), torch.ones(6))  # Fig. 3(b): L2 projection of the mean
+        assert logvar.abs().sum() > 0 and torch.isfinite(logvar).all()
+    no_attention = tiny_model(tiny_config(local_attention=False))
+    mu, logvar = no_attention.encode_images(batch)
+    assert mu.shape == logvar.shape == (6, D)
+    mu_only = tiny_model(pcme_mu_only_config(**{k: getattr(tiny_config(), k) for k in ("embed_dim", "image", "text")}))
+    emb = mu_only.encode_captions(batch)
+    assert isinstance(emb, torch.Tensor) and emb.shape == (6, D)
+    # the mu-only model has no variance module at all
+    assert not any("var" in name for name, _ in mu_only.named_parameters())
+
+
+def test_uncertainty_is_the_geometric_mean_of_sigma() -> None:
+    logvar = torch.randn(5, 7)
+    sigma = np.exp(0.5 * logvar.numpy().astype(np.float64))
+    expected = np.prod(sigma, axis=1) ** (1 / 7)  # brute force: (prod_d sigma_d)^(1/D)
+    np.testing.assert_allclose(uncertainty(logvar).numpy(), expected, rtol=1e-5)
+
+
+def test_match_probability_is_a_probability_and_converges_to_a_large_sample_reference() -> None:
+    model = tiny_model(tiny_config(n_samples_test=64))
+    g = torch.Generator().manual_seed(1)
+    mu_i, mu_c = torch.randn(3, D, generator=g) * 0.3, torch.randn(4, D, generator=g) * 0.3
+    lv_i, lv_c = torch.randn(3, D, generator=g) - 3.0, torch.randn(4, D, generator=g) - 3.0
+    p = model.score((mu_i, lv_i), (mu_c, lv_c), method="match_prob")
+    assert p.shape == (3, 4) and bool(((p >= 0) & (p <= 1)).all())
+    # Independent reference, numpy float64: 200k independent draws of (v, t) per pair, Eq. (2)-(3).
+    rng = np.random.default_rng(0)
+    a, b = model.scale.item(), model.shift.item()
+    ref = np.empty((3, 4))
+    for i in range(3):
+        for c in range(4):
+            v = mu_i[i].double().numpy() + np.exp(0.5 * lv_i[i].double().numpy()) * rng.standard_normal((200_000, D))
+            t = mu_c[c].double().numpy() + np.exp(0.5 * lv_c[c].double().numpy()) * rng.standard_normal((200_000, D))
+            ref[i, c] = np.mean(1 / (1 + np.exp(a * np.linalg.norm(v - t, axis=1) - b)))
+    assert np.abs(p.numpy() - ref).max() < 0.02
+    coarse = tiny_model(tiny_config(n_samples_test=1)).score((mu_i, lv_i), (mu_c, lv_c), method="match_prob")
+    assert np.abs(p.numpy() - ref).mean() < np.abs(coarse.numpy() - ref).mean()  # more samples, closer
+
+
+def test_loss_is_finite_and_sends_gradients_to_sigma_and_to_a_b() -> None:
+    model, batch = tiny_model(), tiny_batch()
+    img, cap = model.encode_images(batch), model.encode_captions(batch)
+    loss, logs = model.loss(img, cap, batch)
+    assert torch.isfinite(loss) and 0.0 <= logs["p_neg"] <= 1.0 and 0.0 <= logs["p_pos"] <= 1.0
+    loss.backward()
+    for head in (model.image_head, model.text_head):
+        grads = [p.grad for name, p in head.named_parameters() if name.startswith("var")]
+        assert grads and all(gr is not None for gr in grads) and sum(gr.abs().sum() for gr in grads) > 0
+    assert model.scale.grad is not None and model.scale.grad != 0 and model.shift.grad != 0
+
+
+def test_loss_gradient_reaches_logvar_through_the_samples_alone() -> None:
+    # With no KL, sigma is trained only through the MC match probability (reparametrised samples).
+    model, batch = tiny_model(tiny_config(kl_weight=0.0, uniformity_weight=0.0)), tiny_batch()
+    mu, logvar = model.encode_images(batch)
+    logvar = logvar.detach().requires_grad_(True)
+    loss, _ = model.loss((mu, logvar), model.encode_captions(batch), batch)
+    loss.backward()
+    assert logvar.grad is not None and logvar.grad.abs().sum() > 0
+
+
+def test_loss_is_symmetric_in_images_and_captions() -> None:
+    cfg = pcme_mu_only_config(**{k: getattr(tiny_config(), k) for k in ("embed_dim", "image", "text")})
+    model, batch = tiny_model(cfg), tiny_batch()
+    img, cap = model.encode_images(batch), model.encode_captions(batch)
+    i2t, _ = model.loss(img, cap, batch)
+    t2i, _ = model.loss(cap, img, batch)
+    torch.testing.assert_close(i2t, t2i)
+    v, t = torch.randn(4, 3, D), torch.randn(5, 2, D)
+    torch.testing.assert_close(model.match_logits(v, t), model.match_logits(t, v).permute(1, 0, 3, 2))
+
+
+def test_duplicate_images_in_a_batch_are_positives() -> None:
+    # Two pairs share image 0: with the pair swapped between them the loss must not change (both are matches).
+    model = tiny_model(pcme_mu_only_config(**{k: getattr(tiny_config(), k) for k in ("embed_dim", "image", "text")}))
+    batch = tiny_batch()
+    batch["image_index"] = torch.tensor([0, 0, 1, 2, 3, 4])
+    batch["images"][1] = batch["images"][0]
+    img, cap = model.encode_images(batch), model.encode_captions(batch)
+    loss, _ = model.loss(img, cap, batch)
+    swapped = cap.clone()
+    swapped[[0, 1]] = cap[[1, 0]]
+    loss_swapped, _ = model.loss(img, swapped, {**batch, "tokens": batch["tokens"][[1, 0, 2, 3, 4, 5]],
+                                                "lengths": batch["lengths"][[1, 0, 2, 3, 4, 5]]})
+    torch.testing.assert_close(loss, loss_swapped)
+
+
+def test_every_test_time_similarity_scores_and_sampled_ones_are_reproducible() -> None:
+    model, batch = tiny_model(), tiny_batch()
+    with torch.no_grad():
+        img, cap = model.encode_images(batch), model.encode_captions(batch)
+    for method in TEST_TIME_SIMILARITIES:
+        s = model.score(img, cap, method=method)
+        assert s.shape == (6, 6) and torch.isfinite(s).all(), method
+        torch.testing.assert_close(s, model.score(img, cap, method=method))
+    with pytest.raises(ValueError, match="unknown"):
+        model.score(img, cap, method="cosine")
+    with pytest.raises(ValueError, match="mu-only"):
+        PCMEConfig(mu_only=True)
+
+
+def test_a_few_steps_separate_positives_from_negatives() -> None:
+    model, batch = tiny_model(), tiny_batch(b=8)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(15):
+        loss, logs = model.loss(model.encode_images(batch), model.encode_captions(batch), batch)
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < first
+    assert logs["p_pos"] > logs["p_neg"]

@@ -1,0 +1,208 @@
+"""PCME: Probabilistic Cross-Modal Embedding (Chun et al., CVPR 2021), Section 3.
+
+Read top to bottom, this file follows the paper's Section 3:
+
+1. Sec. 3.2.1, Eq. (4), Fig. 2-3: each image i and caption c is a Gaussian `N(mu, diag(sigma^2))` in R^D.
+   The visual trunk g_V (a CNN grid, `xmr_core.encoders.image`) and the textual trunk g_T (word vectors +
+   BiGRU, `xmr_core.encoders.text`) feed a head per modality (`xmr_core.encoders.heads.GaussianHead`):
+   the mean h^mu = L2(LN(global + s(w att(z) z))) with the local attention branch, the variance h^sigma
+   the same structure without sigmoid, LN and L2. `local_attention=False` drops the branch (ablation).
+   Gaussians are `(mu, logvar)` pairs, `logvar = log sigma^2` per dimension, as everywhere in xmr.
+2. Sec. 3.1.2 / 3.2.1, Eq. (1)-(3): the soft cross-modal contrastive loss. J samples per item
+   (reparametrised), the match probability `p(m|i, c) ~ 1/J^2 sum_jj' s(-a ||v^j - t^j'|| + b)` with
+   learnable a, b, and the NLL `-log p` for matches / `-log(1 - p)` otherwise, over *every* pair of the
+   batch: B matching pairs (plus in-batch duplicates, which are matches too) and the rest non-matching.
+3. Sec. 3.2.1 "Additional regularization": KL(N(mu, sigma^2) || N(0, I)) and the uniformity loss of
+   Wang & Isola over all samples of the batch (both modalities together, as PCME's code does).
+4. Sec. 3.2.1 "Measuring instance-wise uncertainty": the geometric mean of the sigmas.
+5. Sec. 3.2.3 and Table 1: test-time similarities (mean only, ELK, JS, 2-Wasserstein, average L2, match
+   probability), with the space each needs per gallery item.
+6. The "mu only" variant (Tables 1-3): the same loss on deterministic embeddings (sigma = 0, J = 1).
+
+Conventions and deviations, stated once: the sigmoid is the standard logistic s(x) = 1/(1+e^-x); PCME's
+code uses 1/(1+e^-2x), so its CUB a = b = 5 is a = b = 10 here. The pair NLL is averaged over the B^2
+pairs (PCME's code sums it and adds the identical t2i copy, issue #3), so `kl_weight` and
+`uniformity_weight` are relative to a per-pair loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from xmr_core.encoders.heads import GaussianHead, HeadOutput, LocalAttentionHead
+from xmr_core.encoders.image import Features, ImageEncoder, ImageEncoderConfig
+from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
+from xmr_core.losses import kl_to_standard_normal, soft_contrastive_loss, uniformity_loss
+from xmr_core.methods.base import RetrievalModel, in_batch_positives
+from xmr_core.similarity import GaussianMethod, Gaussian, cosine, gaussian_scores, sample_distances, sample_gaussian
+
+TestSimilarity = Literal["mean_cosine", "elk", "js", "wasserstein", "avg_l2", "match_prob"]
+
+# Table 1: the test-time similarities, whether they sample, and the space a gallery item needs.
+TEST_TIME_SIMILARITIES: dict[str, tuple[str, bool, str]] = {
+    "mean_cosine": ("Mean only", False, "O(N)"),
+    "elk": ("ELK", False, "O(2N)"),
+    "js": ("JS-divergence", False, "O(2N)"),
+    "wasserstein": ("2-Wasserstein", False, "O(2N)"),
+    "avg_l2": ("Average L2", True, "O(J^2 N)"),
+    "match_prob": ("Match prob", True, "O(J^2 N)"),
+}
+
+
+@dataclass
+class PCMEConfig:
+    """PCME hyperparameters (defaults: the CUB recipe, rescaled to this file's conventions)."""
+
+    embed_dim: int = 256
+    image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
+    text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    n_samples: int = 7  # J in training, Eq. (2)
+    n_samples_test: int = 7  # J for the sampled test-time similarities
+    init_scale: float = 10.0  # a of Eq. (3), learnable
+    init_shift: float = 10.0  # b of Eq. (3), learnable
+    kl_weight: float = 1e-4  # weight of KL(N(mu, sigma^2) || N(0, I)), per item
+    uniformity_weight: float = 1e-2  # weight of the uniformity loss
+    local_attention: bool = True  # the local attention branch of Fig. 3(a)
+    mu_only: bool = False  # deterministic "PCME mu only": sigma = 0, J = 1, no KL
+    test_similarity: TestSimilarity = "match_prob"
+    test_seed: int = 0  # seed of the test-time samples (sampled similarities are then deterministic)
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.test_similarity not in TEST_TIME_SIMILARITIES:
+            raise ValueError(f"PCMEConfig: unknown test_similarity {self.test_similarity!r}; "
+                             f"choose one of {sorted(TEST_TIME_SIMILARITIES)}")
+        if self.n_samples < 1 or self.n_samples_test < 1:
+            raise ValueError(f"PCMEConfig: n_samples and n_samples_test must be >= 1, got "
+                             f"{self.n_samples} and {self.n_samples_test}")
+        if self.mu_only and self.test_similarity != "mean_cosine":
+            raise ValueError("PCMEConfig: the mu-only variant has no sigma; its test similarity is 'mean_cosine'")
+
+
+def pcme_mu_only_config(**overrides: object) -> PCMEConfig:
+    """The deterministic variant of Tables 1-3 ("PCME mu only")."""
+    return PCMEConfig(**{"mu_only": True, "test_similarity": "mean_cosine", **overrides})  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ 1. heads (Eq. 4, Fig. 3)
+class GlobalHead(nn.Module):
+    """Fig. 3 without the local attention branch (ablation): mu = L2(LN(g)) and, unless deterministic,
+    logvar = linear(g). Features -> (mu, logvar), both (B, D), or mu alone."""
+
+    def __init__(self, embed_dim: int, variance: bool = True) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(embed_dim)
+        self.var = nn.Linear(embed_dim, embed_dim) if variance else None
+
+    def forward(self, features: Features) -> Tensor | tuple[Tensor, Tensor]:
+        mu = F.normalize(self.norm(features.global_), dim=-1)
+        return mu if self.var is None else (mu, self.var(features.global_))
+
+
+def build_head(local_dim: int, cfg: PCMEConfig) -> nn.Module:
+    """h = (h^mu, h^sigma) of one modality: with or without the local attention branch, with or without sigma."""
+    if not cfg.local_attention:
+        return GlobalHead(cfg.embed_dim, variance=not cfg.mu_only)
+    if cfg.mu_only:
+        return LocalAttentionHead(local_dim, cfg.embed_dim, dropout=cfg.dropout)
+    return GaussianHead(local_dim, cfg.embed_dim, cfg.embed_dim, dropout=cfg.dropout)
+
+
+# ------------------------------------------------------------------------------ 2-6. the model
+def uncertainty(logvar: Tensor) -> Tensor:
+    """Sec. 3.2.1: instance-wise uncertainty = geometric mean of the sigmas, exp(mean_d logvar_d / 2). (N, D) -> (N,)."""
+    return torch.exp(0.5 * logvar.mean(dim=-1))
+
+
+class PCME(RetrievalModel):
+    """PCME (and its mu-only variant). Embeddings: a Gaussian `(mu, logvar)`, both (n, D); mu-only: mu (n, D)."""
+
+    name = "pcme"
+
+    def __init__(self, config: PCMEConfig, word_vectors: np.ndarray) -> None:
+        super().__init__()
+        self.config = config
+        self.image_encoder = ImageEncoder(config.image, config.embed_dim)  # g_V (+ the global linear of h_V)
+        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)  # g_T (+ that of h_T)
+        self.image_head = build_head(self.image_encoder.local_dim, config)  # h_V = (h_V^mu, h_V^sigma)
+        self.text_head = build_head(self.text_encoder.local_dim, config)  # h_T = (h_T^mu, h_T^sigma)
+        self.scale = nn.Parameter(torch.tensor(float(config.init_scale)))  # a of Eq. (3)
+        self.shift = nn.Parameter(torch.tensor(float(config.init_shift)))  # b of Eq. (3)
+
+    # Eq. (4): p(v|i) = N(h_V^mu(z_v), diag(h_V^sigma(z_v))), p(t|c) likewise.
+    def _embed(self, head: nn.Module, features: Features) -> Tensor | Gaussian:
+        out = head(features)
+        return out.emb if isinstance(out, HeadOutput) else out
+
+    def encode_images(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
+        return self._embed(self.image_head, self.image_encoder(batch))
+
+    def encode_captions(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
+        return self._embed(self.text_head, self.text_encoder(batch))
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """Frozen in the warm-up phase (Sec. 4.1): the trunks g_V and g_T, as in PCME's code."""
+        return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()
+
+    def samples(self, emb: Tensor | Gaussian, n_samples: int, generator: torch.Generator | None = None) -> Tensor:
+        """J reparametrised samples per item, (n, J, D); the mu-only variant is its own single sample."""
+        if isinstance(emb, Tensor):
+            return emb.unsqueeze(1)
+        return sample_gaussian(*emb, n_samples, generator)
+
+    def match_logits(self, img_samples: Tensor, cap_samples: Tensor) -> Tensor:
+        """Eq. (3) logits -a ||v^j - t^j'|| + b for every image x caption x sample pair: (n, m, J, J')."""
+        return -self.scale * sample_distances(img_samples, cap_samples) + self.shift
+
+    def loss(self, img_emb: Tensor | Gaussian, cap_emb: Tensor | Gaussian,
+             batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        """Soft cross-modal contrastive loss (Eq. 1-3) over all B x B pairs + KL + uniformity regularisers."""
+        cfg = self.config
+        v = self.samples(img_emb, cfg.n_samples)  # (B, J, D)
+        t = self.samples(cap_emb, cfg.n_samples)  # (B, J, D)
+        matched = in_batch_positives(batch)  # (B, B): the B ground-truth pairs and in-batch duplicates
+        distances = sample_distances(v, t)  # (B, B, J, J)
+        nll = soft_contrastive_loss(distances, matched, self.scale, self.shift, reduction="mean")  # Eq. (1)-(3)
+        total = nll
+        logs: dict[str, float] = {"nll": nll.item(), "a": self.scale.item(), "b": self.shift.item()}
+        if cfg.uniformity_weight > 0:
+            unif = uniformity_loss(torch.cat([v, t], dim=0))  # all 2 B J samples of the batch
+            total = total + cfg.uniformity_weight * unif
+            logs["uniformity"] = unif.item()
+        if not cfg.mu_only:
+            kl = 0.5 * (kl_to_standard_normal(*img_emb) + kl_to_standard_normal(*cap_emb))
+            total = total + cfg.kl_weight * kl
+            logs["kl"] = kl.item()
+            logs["sigma_img"] = uncertainty(img_emb[1]).mean().item()
+            logs["sigma_cap"] = uncertainty(cap_emb[1]).mean().item()
+        with torch.no_grad():
+            p = torch.sigmoid(self.match_logits(v, t)).mean(dim=(2, 3))  # Eq. (2), (B, B)
+            logs["p_pos"] = p[matched].mean().item()
+            logs["p_neg"] = p[~matched].mean().item() if bool((~matched).any()) else float("nan")
+        return total, logs
+
+    @torch.no_grad()
+    def score(self, img_emb: Tensor | Gaussian, cap_emb: Tensor | Gaussian,
+              method: TestSimilarity | None = None) -> Tensor:
+        """A Table 1 test-time similarity (default `config.test_similarity`): (n_img, n_cap), higher = closer.
+
+        Sampled similarities draw their samples from a generator seeded with `config.test_seed`, so a
+        score matrix is reproducible.
+        """
+        method = method or self.config.test_similarity
+        if method not in TEST_TIME_SIMILARITIES:
+            raise ValueError(f"PCME.score: unknown method {method!r}; choose one of {sorted(TEST_TIME_SIMILARITIES)}")
+        if isinstance(img_emb, Tensor):
+            if method != "mean_cosine":
+                raise ValueError(f"PCME.score: the mu-only variant has no sigma, so {method!r} is undefined")
+            return cosine(img_emb, cap_emb)
+        generator = torch.Generator().manual_seed(self.config.test_seed)
+        method_: GaussianMethod = method  # type: ignore[assignment]
+        return gaussian_scores(img_emb, cap_emb, method_, a=self.scale.item(), b=self.shift.item(),
+                               n_samples=self.config.n_samples_test, generator=generator)
