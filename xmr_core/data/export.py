@@ -1,0 +1,152 @@
+"""Write a `Corpus` (in particular the scenes benchmark) in a real format, and read such an export back.
+
+`export_corpus(corpus, out_dir, fmt)` writes the format's own files (see `xmr_core.data.formats.<fmt>`),
+then, per split, a sidecar `xmr_<split>.npz` with every non-empty field the format has no place for
+(`formats.sidecar`), then `xmr_export.json`: the format, the split names, the reader arguments the data
+needs (captions per image, regions per image, ...) and the corpus `meta` that is JSON-serialisable.
+The manifest is written last, so a directory without one is an unfinished export.
+
+`read_export(out_dir)` reads it back through the same reader as real data; the round trip gives the
+same ids, captions, pixels, features and relevance as the exported corpus (`image_paths` then point at
+the exported files).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from xmr_core.data.corpus import Corpus, DataFormatError
+from xmr_core.data.formats.coco_instances import write_coco_instances
+from xmr_core.data.formats.common import require
+from xmr_core.data.formats.cub import read_cub, write_cub
+from xmr_core.data.formats.drilldown import read_drilldown, write_drilldown
+from xmr_core.data.formats.karpathy import read_karpathy, write_karpathy
+from xmr_core.data.formats.precomp import NATIVE_FIELDS as PRECOMP_FIELDS
+from xmr_core.data.formats.precomp import read_precomp, write_precomp_split
+from xmr_core.data.formats.sidecar import SIDECAR_FIELDS, write_sidecar
+from xmr_core.io import atomic_write_text
+
+FORMATS: tuple[str, ...] = ("precomp", "karpathy", "cub", "drilldown")
+MANIFEST = "xmr_export.json"
+EXPORT_VERSION = 1
+
+
+def _jsonable(meta: dict) -> dict:
+    out = {}
+    for key, value in meta.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[key] = value
+    return out
+
+
+def _karpathy(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], dict]:
+    splits = list(corpus.splits.values())
+    json_name = f"dataset_{corpus.name}.json"
+    write_karpathy(splits, out_dir / json_name, corpus.name, progress=progress)
+    native = ["image_ids", "caption_ids", "captions", "caption_image", "images"]
+    args: dict = {"json": json_name, "instances": []}
+    all_ids = [i for s in splits for i in s.image_ids]
+    labelled = [s for s in splits if s.image_labels is not None]
+    if labelled and len(labelled) == len(splits) and len(set(all_ids)) == len(all_ids):
+        if all(np.isin(s.image_labels, (0, 1)).all() for s in splits):
+            names = corpus.meta.get("label_names") or [f"concept_{c}" for c in range(splits[0].image_labels.shape[1])]
+            for s in splits:
+                path = f"annotations/instances_{s.name}.json"
+                write_coco_instances(out_dir / path, s.image_ids, s.image_labels, names)
+                args["instances"].append(path)
+            native.append("image_labels")
+    return native, args
+
+
+def _precomp(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], dict]:
+    ks = {write_precomp_split(s, out_dir) for s in corpus.splits.values()}
+    if len(ks) != 1:
+        raise ValueError(f"corpus {corpus.name!r}: precomp needs one caption count per image, splits have {sorted(ks)}")
+    return list(PRECOMP_FIELDS), {"captions_per_image": ks.pop()}
+
+
+def _cub(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], dict]:
+    k = write_cub(list(corpus.splits.values()), out_dir, progress=progress)
+    return ["image_ids", "captions", "caption_image", "images", "image_class", "class_names"], {"captions_per_image": k}
+
+
+def _drilldown(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], dict]:
+    splits = list(corpus.splits.values())
+    kept_ids = write_drilldown(splits, out_dir, progress=progress)
+    native = ["queries", "regions", "region_boxes", "images"] + (["image_ids"] if kept_ids else [])
+    args = {
+        "n_regions": int(splits[0].regions.shape[1]),
+        "min_queries": min(len(q) for s in splits for q in s.queries),
+        "dedupe": False,
+    }
+    return native, args
+
+
+_WRITERS = {"precomp": _precomp, "karpathy": _karpathy, "cub": _cub, "drilldown": _drilldown}
+
+
+def export_corpus(corpus: Corpus, out_dir: str | Path, fmt: str, *, progress: bool = True) -> Path:
+    """Write `corpus` to `out_dir` in format `fmt` (one of `FORMATS`) with sidecars and manifest."""
+    if fmt not in _WRITERS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    native, reader_args = _WRITERS[fmt](corpus, out_dir, progress)
+    sidecar_dir = out_dir / "caches" if fmt == "drilldown" else out_dir
+    sidecars = {}
+    for split in corpus.splits.values():
+        fields = [f for f in SIDECAR_FIELDS if f not in native and getattr(split, f) is not None]
+        if write_sidecar(sidecar_dir, split, fields) is not None:
+            sidecars[split.name] = fields
+    manifest = {
+        "xmr_export_version": EXPORT_VERSION,
+        "format": fmt,
+        "corpus": corpus.name,
+        "splits": list(corpus.splits),
+        "reader_args": reader_args,
+        "sidecar_fields": sidecars,
+        "meta": _jsonable(corpus.meta),
+    }
+    atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=1))
+    return out_dir
+
+
+def read_export(
+    out_dir: str | Path, splits: Sequence[str] | None = None, *, load_images: bool = True, progress: bool = False
+) -> Corpus:
+    """Read a directory written by `export_corpus` through its format's reader."""
+    out_dir = Path(out_dir)
+    path = require(out_dir / MANIFEST, "export manifest (the export did not finish)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        fmt, args = manifest["format"], dict(manifest["reader_args"])
+        splits = list(splits) if splits is not None else list(manifest["splits"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataFormatError(f"{path}: malformed export manifest ({e})") from None
+    if manifest.get("xmr_export_version") != EXPORT_VERSION:
+        raise DataFormatError(f"{path}: export version {manifest.get('xmr_export_version')}, expected {EXPORT_VERSION}")
+    if fmt == "precomp":
+        corpus = read_precomp(out_dir, splits, **args)
+    elif fmt == "karpathy":
+        instances = [out_dir / p for p in args.pop("instances")]
+        corpus = read_karpathy(
+            out_dir / args.pop("json"), out_dir / "images", splits,
+            instances=instances, load_images=load_images, progress=progress, **args,
+        )  # fmt: skip
+    elif fmt == "cub":
+        corpus = read_cub(out_dir, splits, load_images=load_images, progress=progress, **args)
+    elif fmt == "drilldown":
+        with_pixels = load_images and (out_dir / "vg" / "VG_100K").is_dir()
+        corpus = read_drilldown(out_dir, splits, load_images=with_pixels, progress=progress, **args)
+    else:
+        raise DataFormatError(f"{path}: unknown format {fmt!r}")
+    corpus.name = manifest["corpus"]
+    corpus.meta = {**corpus.meta, **manifest["meta"], "format": fmt, "export_dir": str(out_dir)}
+    return corpus

@@ -1,0 +1,248 @@
+"""Drill-down's Visual Genome layout for multi-query retrieval (Drill-down, NeurIPS 2019; HMRN).
+
+Layout under `root` (Drill-down's `data/` directory):
+
+- `caches/vg_{train,val,test}.txt`: one integer image index per line (92,105 / 5,000 / 9,896 images);
+- `vg/rg_jsons/<index>.json`: `{"regions": [{"region_id", "phrase", "x", "y", "width", "height", ...}]}`;
+- `vg/region_36_final/<index zero-padded to 12>.npy`: despite the name a pickle (Python 2, read with
+  `encoding="latin1"`) of a dict with `region_feats` (R, D), `region_boxes` (R, 4) and `region_clses`;
+- `vg/VG_100K/<index>.jpg`, `vg/VG_100K_2/<index>.jpg`: the images (optional here).
+
+The region phrases of an image, in region-id order, are its queries (Drill-down sorts by region id and
+drops a phrase identical, lower-cased, to an earlier one: `dedupe`); the split files list only images with
+at least `min_queries` (10 rounds) phrases, so fewer is an error. Captions are the queries flattened (one
+caption per phrase, id `<index>/<region id>`). Every image must have exactly `n_regions` feature rows.
+The pickles are read with an unpickler that accepts numpy arrays only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from xmr_core.data.corpus import Corpus, DataFormatError, Split
+from xmr_core.data.formats.common import check_finite, decode_utf8, find_image, load_pixels, read_lines, require, write_lines, write_png
+from xmr_core.data.formats.sidecar import apply_sidecar
+from xmr_core.io import atomic_write, atomic_write_text
+
+_NUMPY_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("copyreg", "_reconstructor"), ("builtins", "object"),
+    ("_codecs", "encode"),
+}  # fmt: skip
+
+
+class _NumpyUnpickler(pickle.Unpickler):
+    """Unpickles dicts of numpy arrays and nothing that could run code."""
+
+    def find_class(self, module: str, name: str):  # noqa: ANN201
+        if (module, name) not in _NUMPY_GLOBALS:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a region feature file")
+        return super().find_class(module, name)
+
+
+def region_file(root: Path, index: int) -> Path:
+    return root / "vg" / "region_36_final" / f"{index:012d}.npy"
+
+
+def _read_regions(path: Path) -> dict:
+    require(path, "Drill-down region features")
+    try:
+        with open(path, "rb") as fh:
+            data = _NumpyUnpickler(fh, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+        raise DataFormatError(f"{path}: unreadable region pickle ({e})") from None
+    if not isinstance(data, dict) or "region_feats" not in data:
+        raise DataFormatError(f"{path}: no 'region_feats' in the region pickle")
+    return data
+
+
+def _queries(path: Path, dedupe: bool, min_queries: int) -> tuple[list[int], list[str]]:
+    require(path, "Drill-down region graph")
+    try:
+        regions = json.loads(decode_utf8(path.read_bytes(), path))["regions"]
+        pairs = sorted((int(r["region_id"]), r["phrase"]) for r in regions)
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{path}: line {e.lineno}: invalid JSON ({e.msg})") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise DataFormatError(f"{path}: malformed region record ({type(e).__name__}: {e})") from None
+    rids, phrases, seen = [], [], set()
+    for rid, phrase in pairs:
+        if not isinstance(phrase, str) or not phrase.strip():
+            raise DataFormatError(f"{path}: region {rid}: empty caption")
+        if dedupe:
+            if phrase.strip().lower() in seen:
+                continue
+            seen.add(phrase.strip().lower())
+        rids.append(rid)
+        phrases.append(phrase.strip())
+    if len(phrases) < min_queries:
+        raise DataFormatError(f"{path}: {len(phrases)} region captions, expected at least {min_queries}")
+    return rids, phrases
+
+
+def read_drilldown_split(
+    root: str | Path,
+    split: str,
+    *,
+    n_regions: int = 36,
+    min_queries: int = 10,
+    dedupe: bool = True,
+    load_images: bool = False,
+    features_cache: str | Path | None = None,
+    progress: bool = False,
+) -> Split:
+    """Read one split. With `features_cache`, the (N, R, D) features are assembled once into that `.npy`
+    (memory-mapped: the full VG train split is 27 GB) and read from it on later calls."""
+    root = Path(root)
+    split_file = root / "caches" / f"vg_{split}.txt"
+    ids = read_lines(split_file, f"image index of split {split!r}")
+    indices = []
+    for i, line in enumerate(ids):
+        if not line.isdigit():
+            raise DataFormatError(f"{split_file}: line {i + 1}: {line!r} is not an image index")
+        indices.append(int(line))
+    image_ids = [str(i) for i in indices]
+    queries, caption_ids = [], []
+    for index in tqdm(indices, desc=f"read {split} region graphs", disable=not progress):
+        rids, phrases = _queries(root / "vg" / "rg_jsons" / f"{index}.json", dedupe, min_queries)
+        queries.append(phrases)
+        caption_ids.extend(f"{index}/{rid}" for rid in rids)
+    regions, boxes = _features(root, indices, n_regions, features_cache, progress)
+    image_dirs = [root / "vg" / d for d in ("VG_100K", "VG_100K_2") if (root / "vg" / d).is_dir()]
+    image_paths = None
+    if image_dirs:
+        image_paths = []
+        for index in indices:
+            found = next((p for p in (find_image(d / str(index)) for d in image_dirs) if p is not None), None)
+            if found is None:
+                raise DataFormatError(f"{image_dirs[0] / str(index)}.jpg: missing image of split {split!r}")
+            image_paths.append(str(found))
+    elif load_images:
+        raise DataFormatError(f"{root / 'vg' / 'VG_100K'}: missing (Visual Genome images); see docs/data.md")
+    out = Split(
+        name=split,
+        source=str(root),
+        image_ids=image_ids,
+        caption_ids=caption_ids,
+        captions=[q for qs in queries for q in qs],
+        caption_image=np.repeat(np.arange(len(indices), dtype=np.int64), [len(qs) for qs in queries]),
+        image_paths=image_paths,
+        regions=regions,
+        region_boxes=boxes,
+        queries=queries,
+        meta={"format": "drilldown"},
+    )
+    if load_images:
+        out.images = load_pixels(image_paths, progress=progress)
+    return apply_sidecar(out, root / "caches", split).validate()
+
+
+def _features(
+    root: Path, indices: list[int], n_regions: int, cache: str | Path | None, progress: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(N, R, D) float32 features and (N, R, 4) boxes (None when the pickles have none)."""
+    cache = Path(cache) if cache is not None else None
+    if cache is not None and cache.exists():
+        feats = np.load(cache, mmap_mode="r")
+        if feats.shape[:2] != (len(indices), n_regions):
+            raise DataFormatError(f"{cache}: cached features of shape {feats.shape} for {len(indices)} images")
+        boxes_path = cache.with_suffix(".boxes.npy")
+        return feats, np.load(boxes_path) if boxes_path.exists() else None
+    feats = boxes = None
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npy") if cache is not None else None
+    for row, index in enumerate(tqdm(indices, desc="read region features", disable=not progress)):
+        path = region_file(root, index)
+        data = _read_regions(path)
+        f = np.asarray(data["region_feats"], dtype=np.float32)
+        if f.ndim != 2 or f.shape[0] != n_regions or (feats is not None and f.shape[1] != feats.shape[2]):
+            want = f"({n_regions}, {feats.shape[2] if feats is not None else 'D'})"
+            raise DataFormatError(f"{path}: region_feats of shape {f.shape}, expected {want}")
+        check_finite(f[None], path, [str(index)])
+        if feats is None:
+            shape = (len(indices), n_regions, f.shape[1])
+            feats = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape) if tmp else np.empty(shape, np.float32)
+            boxes = np.empty((len(indices), n_regions, 4), np.float32) if "region_boxes" in data else None
+        if ("region_boxes" in data) != (boxes is not None):
+            raise DataFormatError(f"{path}: region_boxes present in some region files and not in others")
+        if boxes is not None:
+            b = np.asarray(data["region_boxes"], dtype=np.float32)
+            if b.shape != (n_regions, 4):
+                raise DataFormatError(f"{path}: region_boxes of shape {b.shape}, expected ({n_regions}, 4)")
+            boxes[row] = b
+        feats[row] = f
+    if feats is None:
+        feats = np.zeros((0, n_regions, 0), np.float32)
+    if tmp is not None and isinstance(feats, np.memmap):
+        feats.flush()
+        if boxes is not None:
+            atomic_write(cache.with_suffix(".boxes.npy"), lambda fh: np.save(fh, boxes))
+        os.replace(tmp, cache)
+        feats = np.load(cache, mmap_mode="r")
+    return feats, boxes
+
+
+def read_drilldown(
+    root: str | Path,
+    splits: Sequence[str] = ("train", "val", "test"),
+    *,
+    n_regions: int = 36,
+    min_queries: int = 10,
+    dedupe: bool = True,
+    load_images: bool = False,
+    features_cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> Corpus:
+    """Read several Drill-down splits (see `read_drilldown_split`)."""
+    out = {
+        s: read_drilldown_split(
+            root, s, n_regions=n_regions, min_queries=min_queries, dedupe=dedupe, load_images=load_images,
+            features_cache=Path(features_cache_dir) / f"vg_{s}_regions.npy" if features_cache_dir else None,
+            progress=progress,
+        )
+        for s in splits
+    }  # fmt: skip
+    return Corpus(name="vg", splits=out, meta={"format": "drilldown"})
+
+
+def write_drilldown(splits: Sequence[Split], root: str | Path, *, progress: bool = False) -> bool:
+    """Write splits with region features and queries in the Drill-down layout (pixels as PNG when present).
+
+    Image ids that are distinct integers are kept; otherwise images are numbered 1, 2, ... across the
+    splits. Returns whether the ids were kept (if not, the caller keeps them elsewhere, e.g. a sidecar)."""
+    root = Path(root)
+    all_ids = [i for s in splits for i in s.image_ids]
+    keep = all(i.isdigit() and str(int(i)) == i for i in all_ids) and len(set(all_ids)) == len(all_ids)
+    number = 0
+    for split in splits:
+        if split.regions is None or split.queries is None:
+            raise ValueError(f"{split.source}: split {split.name!r} needs region features and queries for Drill-down")
+        indices = []
+        for row in tqdm(range(split.n_images), desc=f"write {split.name}", disable=not progress):
+            number += 1
+            index = int(split.image_ids[row]) if keep else number
+            indices.append(str(index))
+            h, w = split.images.shape[1:3] if split.images is not None else (0, 0)
+            regions = [
+                {"region_id": j + 1, "phrase": q, "x": 0, "y": 0, "width": int(w), "height": int(h)}
+                for j, q in enumerate(split.queries[row])
+            ]
+            if any(not q or q != q.strip() for q in split.queries[row]):
+                raise ValueError(f"{split.source}: image {split.image_ids[row]!r}: a query cannot be written unchanged")
+            atomic_write_text(root / "vg" / "rg_jsons" / f"{index}.json", json.dumps({"image_id": index, "regions": regions}))
+            data = {"region_feats": np.asarray(split.regions[row], dtype=np.float32)}
+            if split.region_boxes is not None:
+                data["region_boxes"] = np.asarray(split.region_boxes[row], dtype=np.float32)
+            atomic_write(region_file(root, index), lambda fh, d=data: pickle.dump(d, fh, protocol=2))
+            if split.images is not None:
+                write_png(root / "vg" / "VG_100K" / f"{index}.png", split.images[row])
+        write_lines(root / "caches" / f"vg_{split.name}.txt", indices, "image index")
+    return keep
