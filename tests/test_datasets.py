@@ -113,7 +113,7 @@ def test_regions_and_mask(split, vocab):
 
 def test_image_with_only_padding_regions_is_an_error(vocab):
     with pytest.raises(DataFormatError, match="'i1'"):
-        image_loader(make_split((3, 0, 1)), 2, visual="regions")
+        list(image_loader(make_split((3, 0, 1)), 2, visual="regions"))
 
 
 def test_auto_visual_prefers_pixels_and_missing_source_errors(split):

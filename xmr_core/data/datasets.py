@@ -126,18 +126,12 @@ class VisualReader:
             else:
                 geometry = [transforms.Resize(cfg.resize), transforms.CenterCrop(cfg.crop)]
             self.file_transform = transforms.Compose([*geometry, transforms.PILToTensor()])
-        if self.visual == "regions":
-            valid = np.abs(split.regions).sum(axis=2) > 0  # (N, R)
-            if not valid.any(axis=1).all():
-                bad = int(np.flatnonzero(~valid.any(axis=1))[0])
-                raise DataFormatError(f"{split.source}: image {split.image_ids[bad]!r} has only all-zero regions")
-            self.region_mask = torch.from_numpy(valid)
 
     def _pixels(self, i: int) -> torch.Tensor:
         """uint8 (3, H, W) pixels of image i."""
         split = self.split
         if split.images is not None:
-            return torch.from_numpy(np.ascontiguousarray(split.images[i])).permute(2, 0, 1)
+            return torch.from_numpy(np.array(split.images[i], dtype=np.uint8)).permute(2, 0, 1)  # a copy: may be a read-only memmap
         from PIL import Image, UnidentifiedImageError
 
         path = split.image_paths[i]
@@ -150,9 +144,13 @@ class VisualReader:
             raise DataFormatError(f"{path}: image {split.image_ids[i]!r} cannot be read ({err})") from None
 
     def __call__(self, i: int) -> dict[str, torch.Tensor]:
-        if self.visual == "regions":
-            return {"regions": torch.from_numpy(np.asarray(self.split.regions[i], dtype=np.float32)),
-                    "region_mask": self.region_mask[i]}
+        if self.visual == "regions":  # read per item: real region arrays are memory-mapped, tens of GB
+            regions = torch.from_numpy(np.array(self.split.regions[i], dtype=np.float32))  # (R, D)
+            mask = regions.abs().sum(dim=1) > 0  # (R,)
+            if not mask.any():
+                raise DataFormatError(f"{self.split.source}: image {self.split.image_ids[i]!r} has only all-zero "
+                                      "(padding) regions")
+            return {"regions": regions, "region_mask": mask}
         x = (self._pixels(i).float().div_(255.0) - self.mean) / self.std  # (3, H, W)
         if self.flip and torch.rand(()) < 0.5:
             x = x.flip(-1)
