@@ -47,10 +47,16 @@ def make_split(n_regions_valid=(3, 2, 1)) -> Split:
     for i, n in enumerate(n_regions_valid):
         regions[i, n:] = 0.0  # padding rows
     return Split(
-        name="train", source="memory", image_ids=["i0", "i1", "i2"], caption_ids=[f"c{k}" for k in range(8)],
-        captions=list(CAPTIONS), caption_image=np.array([0, 0, 0, 1, 1, 1, 2, 2]),
-        images=rng.integers(0, 256, size=(3, 8, 6, 3), dtype=np.uint8), regions=regions,
-        image_class=np.array([0, 1, 0]), queries=[list(q) for q in QUERIES],
+        name="train",
+        source="memory",
+        image_ids=["i0", "i1", "i2"],
+        caption_ids=[f"c{k}" for k in range(8)],
+        captions=list(CAPTIONS),
+        caption_image=np.array([0, 0, 0, 1, 1, 1, 2, 2]),
+        images=rng.integers(0, 256, size=(3, 8, 6, 3), dtype=np.uint8),
+        regions=regions,
+        image_class=np.array([0, 1, 0]),
+        queries=[list(q) for q in QUERIES],
     ).validate()
 
 
@@ -79,7 +85,16 @@ def test_collate_pads_tokens_and_reports_lengths(split, vocab):
     assert batch["lengths"].tolist() == [3, 7, 8, 2]  # counted by hand in CAPTIONS
     assert batch["tokens"].shape == (4, 8)
     assert (batch["tokens"][0, 3:] == 0).all() and (batch["tokens"][0, :3] > 0).all()
-    assert vocab.decode(batch["tokens"][2].tolist()) == ["a", "blue", "square", "left", "of", "a", "red", "circle"]
+    assert vocab.decode(batch["tokens"][2].tolist()) == [
+        "a",
+        "blue",
+        "square",
+        "left",
+        "of",
+        "a",
+        "red",
+        "circle",
+    ]
     assert batch["caption_index"].tolist() == [0, 1, 2, 3]
 
 
@@ -96,7 +111,9 @@ def test_pair_loader_batch_contract(split, vocab):
 
 def test_pair_loader_is_reproducible_from_seed(split, vocab):
     def run(seed):
-        return [b["caption_index"].tolist() for b in pair_loader(split, vocab, 2, epoch="all_captions", seed=seed)]
+        return [
+            b["caption_index"].tolist() for b in pair_loader(split, vocab, 2, epoch="all_captions", seed=seed)
+        ]
 
     assert run(0) == run(0)
     assert any(run(0) != run(s) for s in (1, 2, 3))
@@ -146,7 +163,9 @@ def test_image_files_are_loaded_and_missing_ones_named(split, tmp_path):
     batch = next(iter(image_loader(split, 3, image_config=cfg)))
     assert batch["images"].shape == (3, 3, 6, 6)
     # resize to shorter side 6 is a no-op for 8x6 images, centre crop keeps rows 1..6
-    expected = (make_split().images[:, 1:7].astype(np.float64) / 255 - np.array(IMAGENET_MEAN)) / np.array(IMAGENET_STD)
+    expected = (make_split().images[:, 1:7].astype(np.float64) / 255 - np.array(IMAGENET_MEAN)) / np.array(
+        IMAGENET_STD
+    )
     np.testing.assert_allclose(batch["images"].numpy(), expected.transpose(0, 3, 1, 2), atol=1e-5)
     split.image_paths[1] = str(tmp_path / "gone.png")
     with pytest.raises(FileNotFoundError, match="gone.png.*'i1'"):
@@ -180,8 +199,10 @@ def test_multi_query_order_fixed_at_test_and_shuffled_in_training(split, vocab):
     assert batch["query_tokens"].shape == (3, 3, 3)  # 3 images, at most 3 queries, longest query 3 tokens
     assert batch["query_mask"].tolist() == [[True, True, False], [True, False, False], [True, True, True]]
     assert batch["query_lengths"].tolist() == [[3, 3, 0], [2, 0, 0], [3, 1, 2]]
-    decoded = [[" ".join(vocab.decode(q.tolist())) for q, m in zip(img, mask) if m]
-               for img, mask in zip(batch["query_tokens"], batch["query_mask"])]
+    decoded = [
+        [" ".join(vocab.decode(q.tolist())) for q, m in zip(img, mask) if m]
+        for img, mask in zip(batch["query_tokens"], batch["query_mask"])
+    ]
     assert decoded == QUERIES
     train = MultiQueryDataset(split, vocab, visual="regions", train=True)
     orders = {tuple(" ".join(vocab.decode(q.tolist())) for q in train[2]["queries"]) for _ in range(40)}
@@ -228,11 +249,14 @@ def test_class_balanced_batches(split):
         assert sorted(item_class[batch].tolist()) == [3, 7, 9]
     # class 7 has 2 items: each pair of consecutive batches uses both before any repeats
     sevens = [next(j for j in b if item_class[j] == 7) for b in batches]
-    assert all(sorted(sevens[k: k + 2]) == [5, 6] for k in range(0, 10, 2))
+    assert all(sorted(sevens[k : k + 2]) == [5, 6] for k in range(0, 10, 2))
     with pytest.raises(ValueError, match="batch_size=5 but the batch sampler makes batches of 2"):
-        pair_loader(split, Vocabulary.build(split.captions), 5, batch_sampler=ClassBalancedBatchSampler(classes, 2))
-    loader = pair_loader(split, Vocabulary.build(split.captions), 2,
-                         batch_sampler=ClassBalancedBatchSampler(classes, 2))
+        pair_loader(
+            split, Vocabulary.build(split.captions), 5, batch_sampler=ClassBalancedBatchSampler(classes, 2)
+        )
+    loader = pair_loader(
+        split, Vocabulary.build(split.captions), 2, batch_sampler=ClassBalancedBatchSampler(classes, 2)
+    )
     for b in loader:
         assert sorted(split.image_class[b["image_index"].numpy()].tolist()) == [0, 1]
 

