@@ -66,6 +66,7 @@ class PCMEConfig:
     n_samples_test: int = 7  # J for the sampled test-time similarities
     init_scale: float = 10.0  # a of Eq. (3), learnable
     init_shift: float = 10.0  # b of Eq. (3), learnable
+    init_logvar: float = -8.0  # initial log sigma^2 (bias of h^sigma): small noise, so early p(m) is not ~0
     kl_weight: float = 1e-4  # weight of KL(N(mu, sigma^2) || N(0, I)), per item
     uniformity_weight: float = 1e-2  # weight of the uniformity loss
     local_attention: bool = True  # the local attention branch of Fig. 3(a)
@@ -107,11 +108,15 @@ class GlobalHead(nn.Module):
 
 def build_head(local_dim: int, cfg: PCMEConfig) -> nn.Module:
     """h = (h^mu, h^sigma) of one modality: with or without the local attention branch, with or without sigma."""
-    if not cfg.local_attention:
-        return GlobalHead(cfg.embed_dim, variance=not cfg.mu_only)
     if cfg.mu_only:
-        return LocalAttentionHead(local_dim, cfg.embed_dim, dropout=cfg.dropout)
-    return GaussianHead(local_dim, cfg.embed_dim, cfg.embed_dim, dropout=cfg.dropout)
+        if cfg.local_attention:
+            return LocalAttentionHead(local_dim, cfg.embed_dim, dropout=cfg.dropout)
+        return GlobalHead(cfg.embed_dim, variance=False)
+    head = GaussianHead(local_dim, cfg.embed_dim, cfg.embed_dim, dropout=cfg.dropout) if cfg.local_attention \
+        else GlobalHead(cfg.embed_dim)
+    sigma_bias = head.var_global.bias if isinstance(head, GaussianHead) else head.var.bias
+    nn.init.constant_(sigma_bias, cfg.init_logvar)  # logvar starts near init_logvar
+    return head
 
 
 # ------------------------------------------------------------------------------ 2-6. the model
