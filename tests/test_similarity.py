@@ -65,6 +65,9 @@ def test_sample_gaussian_moments_and_determinism() -> None:
     torch.testing.assert_close(z.var(0), logvar[0].exp(), atol=0.036, rtol=0)
     again = S.sample_gaussian(mu, logvar, 40_000, torch.Generator().manual_seed(1))[0]
     assert torch.equal(z, again)
+    # The differentiable path (inputs that need gradients) draws the same samples as the in-place one.
+    with_grad = S.sample_gaussian(mu.clone().requires_grad_(True), logvar, 40_000, torch.Generator().manual_seed(1))[0]
+    torch.testing.assert_close(with_grad.detach(), z)
 
 
 def test_expected_squared_distance_closed_form() -> None:
@@ -235,3 +238,13 @@ def test_bad_input_is_refused() -> None:
         S.gaussian_scores(q, g, "match_prob")
     with pytest.raises(ValueError, match="expected 3 dimensions"):
         S.max_pair_cosine(torch.randn(2, 3), torch.randn(2, 1, 3))
+
+
+def test_benchmark_runs_and_ends_with_key_values(capsys: pytest.CaptureFixture[str]) -> None:
+    from xmr_core.bench.similarity import main
+
+    main(["--queries", "20", "--gallery", "30", "--dim", "8", "--samples", "2", "--chunk-size", "4", "--fraction", "0.5", "--repeats", "1", "--device", "cpu"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    values = dict(item.split("=") for item in last.split())
+    assert {"wall_s", "peak_gb", "fraction_of_matmul"} <= values.keys()
+    assert float(values["fraction"]) == 0.5 and float(values["flops"]) == 2.0 * (10 * 2) * (30 * 2) * 8

@@ -46,7 +46,9 @@ def _check_matrix(x: Tensor, name: str, ndim: int = 2) -> None:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
     if not x.is_floating_point():
         raise ValueError(f"{name}: expected a floating-point tensor, got {x.dtype}")
-    if not torch.isfinite(x).all():
+    # One cheap pass: a NaN or inf anywhere makes its row's sum non-finite (overflowing finite rows are
+    # searched too and pass).
+    if not torch.isfinite(x.sum(-1)).all() and not torch.isfinite(x).all():
         bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
         raise ValueError(f"{name}: non-finite value (NaN or inf) at index {bad}")
 
@@ -102,13 +104,18 @@ def _fill_blocks(
     return out
 
 
+def _sq_norms(x: Tensor) -> Tensor:
+    """Row-wise squared norms `(N, D) -> (N,)` without an `(N, D)` temporary."""
+    return torch.einsum("nd,nd->n", x, x)
+
+
 def squared_euclidean(x: Tensor, y: Tensor) -> Tensor:
     """`||x_i - y_j||^2` for x `(N, D)`, y `(M, D)` -> `(N, M)`, as `||x||^2 + ||y||^2 - 2 x.y` (one matmul).
 
     Differentiable; clamped at 0 against round-off.
     """
-    sq = torch.addmm((y * y).sum(1).unsqueeze(0), x, y.T, alpha=-2.0)
-    return (sq + (x * x).sum(1).unsqueeze(1)).clamp_min(0.0)
+    sq = torch.addmm(_sq_norms(y).unsqueeze(0), x, y.T, alpha=-2.0)
+    return (sq + _sq_norms(x).unsqueeze(1)).clamp_min(0.0)
 
 
 def _sq_block(x: Tensor, x2: Tensor, y: Tensor, y2: Tensor) -> Tensor:
@@ -168,7 +175,10 @@ def sample_gaussian(
     shape = (mu.shape[0], n_samples, mu.shape[1])
     noise_device = generator.device if generator is not None else mu.device
     eps = torch.randn(shape, generator=generator, device=noise_device, dtype=mu.dtype).to(mu.device)
-    return mu.unsqueeze(1) + torch.exp(0.5 * logvar).unsqueeze(1) * eps
+    std = torch.exp(0.5 * logvar).unsqueeze(1)
+    if torch.is_grad_enabled() and (mu.requires_grad or logvar.requires_grad):
+        return torch.addcmul(mu.unsqueeze(1), std, eps)
+    return eps.mul_(std).add_(mu.unsqueeze(1))  # no gradient needed: reuse the noise buffer (half the memory)
 
 
 def sample_distances(za: Tensor, zb: Tensor) -> Tensor:
@@ -201,12 +211,12 @@ def _sampled_scores(
     _check_pair(zq, zg, ("query samples", "gallery samples"), ndim=3)
     (n, j, d), (m, j2, _) = zq.shape, zg.shape
     fq, fg = zq.reshape(n * j, d), zg.reshape(m * j2, d)
-    q2, g2 = (fq * fq).sum(1), (fg * fg).sum(1)
+    q2, g2 = _sq_norms(fq), _sq_norms(fg)
 
     def block(r: slice, c: slice) -> Tensor:
         qs, gs = slice(r.start * j, r.stop * j), slice(c.start * j2, c.stop * j2)
         values = finish(_sq_block(fq[qs], q2[qs], fg[gs], g2[gs]))
-        return values.view(r.stop - r.start, j, c.stop - c.start, j2).mean(dim=(1, 3))
+        return values.view(r.stop - r.start, j, c.stop - c.start, j2).sum(3).sum(1).div_(j * j2)
 
     return _fill_blocks(n, m, chunk_size, chunk_size, block, zq, progress)
 
@@ -260,7 +270,7 @@ def mean_only(
         return cosine(q[0], g[0], chunk_size=chunk_size, progress=progress)
     if metric == "l2":
         mq, mg = q[0], g[0]
-        q2, g2 = (mq * mq).sum(1), (mg * mg).sum(1)
+        q2, g2 = _sq_norms(mq), _sq_norms(mg)
         return _fill_blocks(
             len(mq), len(mg), chunk_size, chunk_size,
             lambda r, c: _sq_block(mq[r], q2[r], mg[c], g2[c]).sqrt_().neg_(), mq, progress,
@@ -331,7 +341,7 @@ def wasserstein(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, pr
     _check_gaussians(q, g)
     fq = torch.cat([q[0], torch.exp(0.5 * q[1])], dim=1)
     fg = torch.cat([g[0], torch.exp(0.5 * g[1])], dim=1)
-    q2, g2 = (fq * fq).sum(1), (fg * fg).sum(1)
+    q2, g2 = _sq_norms(fq), _sq_norms(fg)
     return _fill_blocks(
         len(fq), len(fg), chunk_size, chunk_size, lambda r, c: _sq_block(fq[r], q2[r], fg[c], g2[c]).neg_(), fq, progress
     )
@@ -345,7 +355,7 @@ def csd(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, progress: 
     """
     _check_gaussians(q, g)
     (mq, lq), (mg, lg) = q, g
-    q2, g2 = (mq * mq).sum(1), (mg * mg).sum(1)
+    q2, g2 = _sq_norms(mq), _sq_norms(mg)
     tq, tg = lq.exp().sum(1), lg.exp().sum(1)
 
     def block(r: slice, c: slice) -> Tensor:
