@@ -4,7 +4,8 @@
 then, per split, a sidecar `xmr_<split>.npz` with every non-empty field the format has no place for
 (`formats.sidecar`), then `xmr_export.json`: the format, the split names, the reader arguments the data
 needs (captions per image, regions per image, ...) and the corpus `meta` that is JSON-serialisable.
-The manifest is written last, so a directory without one is an unfinished export.
+The export is written into a staging directory renamed onto `out_dir` when complete (one rename instead
+of an fsync per file), and the manifest is its last file.
 
 `read_export(out_dir)` reads it back through the same reader as real data; the round trip gives the
 same ids, captions, pixels, features and relevance as the exported corpus (`image_paths` then point at
@@ -14,28 +15,52 @@ the exported files).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from xmr_core.data.corpus import Corpus, DataFormatError
+from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.formats.coco_instances import write_coco_instances
-from xmr_core.data.formats.common import require
+from xmr_core.data.formats.common import require, write_text
 from xmr_core.data.formats.cub import read_cub, write_cub
 from xmr_core.data.formats.drilldown import read_drilldown, write_drilldown
 from xmr_core.data.formats.karpathy import read_karpathy, write_karpathy
 from xmr_core.data.formats.precomp import NATIVE_FIELDS as PRECOMP_FIELDS
 from xmr_core.data.formats.precomp import read_precomp, write_precomp_split
 from xmr_core.data.formats.sidecar import SIDECAR_FIELDS, write_sidecar
-from xmr_core.io import atomic_write_text
 
 FORMATS: tuple[str, ...] = ("precomp", "karpathy", "cub", "drilldown")
 MANIFEST = "xmr_export.json"
 EXPORT_VERSION = 1
+CONTENT_FIELDS: tuple[str, ...] = (
+    "image_ids", "caption_ids", "captions", "caption_image", "images", "regions", "region_boxes",
+    "image_class", "class_names", "image_labels", "exact", "caption_level", "queries",
+)  # fmt: skip
 
 
-def _jsonable(meta: dict) -> dict:
+def content_diff(a: Split, b: Split) -> list[str]:
+    """The `CONTENT_FIELDS` in which two splits differ (value, shape or dtype; absent vs present)."""
+    out = []
+    for f in CONTENT_FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        if x is None or y is None:
+            same = x is None and y is None
+        elif isinstance(x, list) or isinstance(y, list):
+            same = list(x) == list(y)
+        else:
+            x, y = np.asarray(x), np.asarray(y)
+            same = x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+        if not same:
+            out.append(f)
+    return out
+
+
+def jsonable_meta(meta: dict) -> dict:
+    """The entries of `meta` that JSON can hold."""
     out = {}
     for key, value in meta.items():
         try:
@@ -73,8 +98,11 @@ def _precomp(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], 
 
 
 def _cub(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], dict]:
-    k = write_cub(list(corpus.splits.values()), out_dir, progress=progress)
-    return ["image_ids", "captions", "caption_image", "images", "image_class", "class_names"], {"captions_per_image": k}
+    split = corpus.meta.get("class_split")  # scenes: {"seen": [...], "unseen": [...]} class indices
+    classes = {"trainval": split["seen"], "test": split["unseen"]} if split and "seen" in split else None
+    k, lists = write_cub(list(corpus.splits.values()), out_dir, class_split=classes, progress=progress)
+    native = ["image_ids", "captions", "caption_image", "images", "image_class", "class_names"]
+    return native, {"captions_per_image": k, "image_lists": lists}
 
 
 def _drilldown(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], dict]:
@@ -93,28 +121,40 @@ _WRITERS = {"precomp": _precomp, "karpathy": _karpathy, "cub": _cub, "drilldown"
 
 
 def export_corpus(corpus: Corpus, out_dir: str | Path, fmt: str, *, progress: bool = True) -> Path:
-    """Write `corpus` to `out_dir` in format `fmt` (one of `FORMATS`) with sidecars and manifest."""
+    """Write `corpus` to `out_dir` in format `fmt` (one of `FORMATS`) with sidecars and manifest.
+
+    Everything is written into a staging directory beside `out_dir` that is renamed onto it at the end,
+    so `out_dir` is either absent, the previous export, or complete; an existing `out_dir` is replaced."""
     if fmt not in _WRITERS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    native, reader_args = _WRITERS[fmt](corpus, out_dir, progress)
-    sidecar_dir = out_dir / "caches" if fmt == "drilldown" else out_dir
-    sidecars = {}
-    for split in corpus.splits.values():
-        fields = [f for f in SIDECAR_FIELDS if f not in native and getattr(split, f) is not None]
-        if write_sidecar(sidecar_dir, split, fields) is not None:
-            sidecars[split.name] = fields
-    manifest = {
-        "xmr_export_version": EXPORT_VERSION,
-        "format": fmt,
-        "corpus": corpus.name,
-        "splits": list(corpus.splits),
-        "reader_args": reader_args,
-        "sidecar_fields": sidecars,
-        "meta": _jsonable(corpus.meta),
-    }
-    atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=1))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.partial-"))
+    try:
+        native, reader_args = _WRITERS[fmt](corpus, stage, progress)
+        sidecar_dir = stage / "caches" if fmt == "drilldown" else stage
+        sidecars = {}
+        for split in corpus.splits.values():
+            fields = [f for f in SIDECAR_FIELDS if f not in native and getattr(split, f) is not None]
+            if write_sidecar(sidecar_dir, split, fields) is not None:
+                sidecars[split.name] = fields
+        manifest = {
+            "xmr_export_version": EXPORT_VERSION,
+            "format": fmt,
+            "corpus": corpus.name,
+            "splits": list(corpus.splits),
+            "reader_args": reader_args,
+            "sidecar_fields": sidecars,
+            "meta": jsonable_meta(corpus.meta),
+        }
+        write_text(stage / MANIFEST, json.dumps(manifest, indent=1))
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        if out_dir.exists():
+            os.replace(out_dir, old)
+        os.replace(stage, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return out_dir
 
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from xmr_core.data.corpus import DataFormatError
-from xmr_core.data.formats.common import decode_utf8, require
-from xmr_core.io import atomic_write_text
+from xmr_core.data.formats.common import decode_utf8, require, write_text
 
 
 def _load(path: Path) -> dict:
@@ -93,4 +92,4 @@ def write_coco_instances(path: str | Path, image_ids: Sequence[str], labels: np.
         ],
         "categories": [{"id": c + 1, "name": n, "supercategory": "concept"} for c, n in enumerate(names)],
     }
-    return atomic_write_text(path, json.dumps(data))
+    return write_text(path, json.dumps(data))

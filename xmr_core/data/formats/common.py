@@ -1,21 +1,22 @@
 """What every reader and writer of the real formats shares: strict text, existence, pixels and finiteness.
 
 Every failure is one `DataFormatError` line naming the file and the record (line number, image id);
-nothing is skipped, padded or truncated here.
+nothing is skipped, padded or truncated here. Writers write plain files (`write_file`): an export is made
+atomic as a whole by `xmr_core.data.export`, which writes into a staging directory and renames it, so
+tens of thousands of small files do not each pay an fsync.
 """
 
 from __future__ import annotations
 
-import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
 from xmr_core.data.corpus import DataFormatError
-from xmr_core.io import atomic_write, atomic_write_text
 
 DOCS = "docs/data.md"
 IMAGE_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png")
@@ -52,12 +53,25 @@ def read_lines(path: str | Path, what: str, *, allow_empty: bool = False) -> lis
     return lines
 
 
+def write_file(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
+    """Create parent directories and call `write(fh)` on `path` opened for binary writing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        write(fh)
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return write_file(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
 def write_lines(path: str | Path, lines: Sequence[str], what: str) -> Path:
     """Write one record per line; a record that a line cannot hold exactly is a `ValueError`."""
     for i, line in enumerate(lines):
         if not line or line != line.strip() or "\n" in line or "\r" in line:
             raise ValueError(f"{path}: record {i} ({line!r}) cannot be written as one {what} line")
-    return atomic_write_text(path, "".join(f"{line}\n" for line in lines))
+    return write_text(path, "".join(f"{line}\n" for line in lines))
 
 
 def check_finite(features: np.ndarray, path: str | Path, image_ids: Sequence[str], chunk: int = 4096) -> None:
@@ -98,6 +112,7 @@ def load_pixels(paths: Sequence[str], *, progress: bool = False) -> np.ndarray:
 
 def write_png(path: str | Path, pixels: np.ndarray) -> Path:
     """Write one (H, W, 3) uint8 image losslessly."""
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8)).save(buf, format="PNG")
-    return atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+    if pixels.ndim != 3 or pixels.shape[2] != 3:
+        raise ValueError(f"{path}: pixels of shape {pixels.shape}, expected (H, W, 3)")
+    image = Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8))
+    return write_file(path, lambda fh: image.save(fh, format="PNG"))

@@ -11,7 +11,9 @@ Layout under `root` (the `CUB_200_2011` directory):
   held out of training.
 
 Splits as in PCME: `train` = trainval classes minus the seen test images, `val` = the seen test images
-(PCME's `val_in`), `test` = the unseen test classes (PCME's evaluation split). An image is named by its
+(PCME's `val_in`), `test` = the unseen test classes (PCME's evaluation split). With `image_lists`, split
+`s` is instead the images listed in `<s>_images.txt` (like PCME's `ids` file): how a corpus whose splits
+are not class-disjoint (the scenes benchmark) is written; the class files then only record the class split. An image is named by its
 file stem, its class index is the position of its class directory in numeric order (NNN - 1 for CUB),
 and `class_names` drops the `NNN.` prefix. Relevance: the class view (same class = positive).
 """
@@ -81,6 +83,7 @@ def read_cub(
     *,
     text_dir: str | Path | None = None,
     captions_per_image: int = 10,
+    image_lists: bool = False,
     load_images: bool = False,
     progress: bool = False,
 ) -> Corpus:
@@ -94,7 +97,7 @@ def read_cub(
     test = _class_file(root / TEST_CLASSES, known)
     rels = _image_list(root, images_dir, class_dirs)
     seen: set[str] = set()
-    if "val" in splits or "train" in splits:
+    if not image_lists and ("val" in splits or "train" in splits):
         seen_path = root / SEEN_TEST_IMAGES
         if "val" in splits or seen_path.exists():
             seen = set(read_lines(require(seen_path, "seen-class test images (PCME)"), "image path"))
@@ -112,7 +115,13 @@ def read_cub(
     for s in splits:
         if s not in members:
             raise ValueError(f"CUB has splits train / val / test, not {s!r}")
-        chosen = [rel for rel in rels if members[s](rel.split("/", 1)[0], rel)]
+        if image_lists:
+            chosen = read_lines(root / f"{s}_images.txt", f"image path of split {s!r}")
+            unknown = set(chosen) - set(rels)
+            if unknown:
+                raise DataFormatError(f"{root / f'{s}_images.txt'}: image {sorted(unknown)[0]!r} is not a listed CUB image")
+        else:
+            chosen = [rel for rel in rels if members[s](rel.split("/", 1)[0], rel)]
         stems = [Path(rel).stem for rel in chosen]
         captions, caption_ids = [], []
         for rel, stem in zip(chosen, tqdm(stems, desc=f"read {s} captions", disable=not progress)):
@@ -144,11 +153,16 @@ def read_cub(
     )
 
 
-def write_cub(splits: Sequence[Split], root: str | Path, *, progress: bool = False) -> int:
-    """Write splits named train / val / test in the CUB layout; return k, the captions per image.
+def write_cub(
+    splits: Sequence[Split], root: str | Path, *, class_split: dict[str, list[int]] | None = None, progress: bool = False
+) -> tuple[int, bool]:
+    """Write splits named train / val / test in the CUB layout; return (k captions per image, image_lists).
 
-    Needs pixels, classes shared by all splits (`class_names`), test classes disjoint from train and val
-    classes, and k captions per image in image order. `val` becomes `seen_test_images.txt`."""
+    Needs pixels, classes shared by all splits (`class_names`) and k captions per image in image order.
+    When test classes are disjoint from train and val classes, `val` becomes `seen_test_images.txt`;
+    otherwise every split is listed in `<split>_images.txt` (read back with `image_lists=True`).
+    `class_split` ({"trainval": [...], "test": [...]} class indices) sets the class files; by default
+    the classes of the train/val and of the test split."""
     root = Path(root)
     names = splits[0].class_names
     for split in splits:
@@ -162,11 +176,12 @@ def write_cub(splits: Sequence[Split], root: str | Path, *, progress: bool = Fal
     by_split = {s.name: s for s in splits}
     seen_classes = {int(c) for s in splits if s.name != "test" for c in np.unique(s.image_class)}
     test_classes = {int(c) for c in np.unique(by_split["test"].image_class)} if "test" in by_split else set()
-    if seen_classes & test_classes:
-        raise ValueError(f"{splits[0].source}: test classes {sorted(seen_classes & test_classes)[:5]} also occur in train/val")
+    image_lists = bool(seen_classes & test_classes)
+    if class_split is not None:
+        seen_classes, test_classes = set(class_split["trainval"]), set(class_split["test"])
     for d in class_dirs:
         (root / "images" / d).mkdir(parents=True, exist_ok=True)
-    listing, seen_images = [], []
+    listing, lists = [], {}
     k = splits[0].n_captions // max(splits[0].n_images, 1)
     for split in splits:
         n, m = split.n_images, split.n_captions
@@ -178,11 +193,13 @@ def write_cub(splits: Sequence[Split], root: str | Path, *, progress: bool = Fal
             write_png(root / "images" / rel, split.images[row])
             write_lines(root / "text_c10" / d / f"{image_id}.txt", split.captions[row * k : (row + 1) * k], "caption")
             listing.append(f"{len(listing) + 1} {rel}")
-            if split.name == "val":
-                seen_images.append(rel)
+            lists.setdefault(split.name, []).append(rel)
     write_lines(root / "images.txt", listing, "image listing")
     write_lines(root / TRAINVAL_CLASSES, [class_dirs[c] for c in sorted(seen_classes)], "class name")
     write_lines(root / TEST_CLASSES, [class_dirs[c] for c in sorted(test_classes)], "class name")
-    if seen_images:
-        write_lines(root / SEEN_TEST_IMAGES, seen_images, "image path")
-    return k
+    if image_lists:
+        for name, rels in lists.items():
+            write_lines(root / f"{name}_images.txt", rels, "image path")
+    elif "val" in lists:
+        write_lines(root / SEEN_TEST_IMAGES, lists["val"], "image path")
+    return k, image_lists

@@ -27,9 +27,11 @@ import numpy as np
 from tqdm import tqdm
 
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
-from xmr_core.data.formats.common import check_finite, decode_utf8, find_image, load_pixels, read_lines, require, write_lines, write_png
+from xmr_core.data.formats.common import (
+    check_finite, decode_utf8, find_image, load_pixels, read_lines, require, write_file, write_lines, write_png, write_text,
+)  # fmt: skip
 from xmr_core.data.formats.sidecar import apply_sidecar
-from xmr_core.io import atomic_write, atomic_write_text
+from xmr_core.io import atomic_write
 
 _NUMPY_GLOBALS = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
@@ -237,11 +239,11 @@ def write_drilldown(splits: Sequence[Split], root: str | Path, *, progress: bool
             ]
             if any(not q or q != q.strip() for q in split.queries[row]):
                 raise ValueError(f"{split.source}: image {split.image_ids[row]!r}: a query cannot be written unchanged")
-            atomic_write_text(root / "vg" / "rg_jsons" / f"{index}.json", json.dumps({"image_id": index, "regions": regions}))
+            write_text(root / "vg" / "rg_jsons" / f"{index}.json", json.dumps({"image_id": index, "regions": regions}))
             data = {"region_feats": np.asarray(split.regions[row], dtype=np.float32)}
             if split.region_boxes is not None:
                 data["region_boxes"] = np.asarray(split.region_boxes[row], dtype=np.float32)
-            atomic_write(region_file(root, index), lambda fh, d=data: pickle.dump(d, fh, protocol=2))
+            write_file(region_file(root, index), lambda fh, d=data: pickle.dump(d, fh, protocol=2))
             if split.images is not None:
                 write_png(root / "vg" / "VG_100K" / f"{index}.png", split.images[row])
         write_lines(root / "caches" / f"vg_{split.name}.txt", indices, "image index")

@@ -20,9 +20,8 @@ from tqdm import tqdm
 
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.formats.coco_instances import coco_image_labels
-from xmr_core.data.formats.common import decode_utf8, load_pixels, require, write_png
+from xmr_core.data.formats.common import decode_utf8, load_pixels, require, write_png, write_text
 from xmr_core.data.formats.sidecar import apply_sidecar
-from xmr_core.io import atomic_write_text
 
 KARPATHY_SPLITS = ("train", "val", "test", "restval")
 
@@ -132,4 +131,4 @@ def write_karpathy(splits: Sequence[Split], json_path: str | Path, dataset: str,
                  "sentids": [s["sentid"] for s in sentences], "sentences": sentences}
             )  # fmt: skip
             imgid += 1
-    return atomic_write_text(json_path, json.dumps({"images": images, "dataset": dataset}))
+    return write_text(json_path, json.dumps({"images": images, "dataset": dataset}))

@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
-from xmr_core.data.formats.common import check_finite, read_lines, require, write_lines
+from xmr_core.data.formats.common import check_finite, read_lines, require, write_file, write_lines
 from xmr_core.data.formats.sidecar import apply_sidecar
-from xmr_core.io import atomic_write
 
 SPLIT_PREFIX: dict[str, str] = {"train": "train", "val": "dev", "test": "test"}
 NATIVE_FIELDS: tuple[str, ...] = ("image_ids", "caption_ids", "captions", "caption_image", "regions")
@@ -137,7 +136,7 @@ def write_precomp_split(split: Split, root: str | Path, prefix: str | None = Non
     if n == 0 or m != k * n or not np.array_equal(split.caption_image, np.repeat(np.arange(n), k)):
         raise ValueError(f"{split.source}: split {split.name!r}: precomp needs the same number of captions per image, in image order")
     regions = np.ascontiguousarray(split.regions, dtype=np.float32)
-    atomic_write(root / f"{prefix}_ims.npy", lambda fh: np.save(fh, regions, allow_pickle=False))
+    write_file(root / f"{prefix}_ims.npy", lambda fh: np.save(fh, regions, allow_pickle=False))
     write_lines(root / f"{prefix}_caps.txt", split.captions, "caption")
     write_lines(root / f"{prefix}_ids.txt", split.image_ids, "image id")
     write_lines(root / f"{prefix}_capids.txt", split.caption_ids, "caption id")

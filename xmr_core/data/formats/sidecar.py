@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from xmr_core.data.corpus import DataFormatError, Split
-from xmr_core.io import atomic_write
+from xmr_core.data.formats.common import write_file
 
 STRING_FIELDS = ("image_ids", "caption_ids", "captions", "class_names", "caption_level")
 ARRAY_FIELDS = ("caption_image", "images", "regions", "region_boxes", "image_class", "image_labels")
@@ -53,7 +53,7 @@ def write_sidecar(directory: str | Path, split: Split, fields: list[str], name: 
             arrays[f] = np.asarray(value)
     if not arrays:
         return None
-    return atomic_write(sidecar_path(directory, name or split.name), lambda fh: np.savez(fh, **arrays))
+    return write_file(sidecar_path(directory, name or split.name), lambda fh: np.savez(fh, **arrays))
 
 
 def read_sidecar(directory: str | Path, split: str) -> dict | None:
