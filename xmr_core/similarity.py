@@ -110,19 +110,16 @@ def _sq_norms(x: Tensor) -> Tensor:
     return torch.einsum("nd,nd->n", x, x)
 
 
-def squared_euclidean(x: Tensor, y: Tensor) -> Tensor:
-    """`||x_i - y_j||^2` for x `(N, D)`, y `(M, D)` -> `(N, M)`, as `||x||^2 + ||y||^2 - 2 x.y` (one matmul).
-
-    Differentiable; clamped at 0 against round-off.
-    """
-    sq = torch.addmm(_sq_norms(y).unsqueeze(0), x, y.T, alpha=-2.0)
-    return (sq + _sq_norms(x).unsqueeze(1)).clamp_min(0.0)
-
-
 def _sq_block(x: Tensor, x2: Tensor, y: Tensor, y2: Tensor) -> Tensor:
-    """In-place form of `squared_euclidean` with precomputed squared norms (no autograd; scoring only)."""
+    """`x2_i + y2_j - 2 x_i . y_j` clamped at 0 (round-off), `(N, M)`: one matmul, then in place
+    (autograd-safe), with the squared norms `x2 (N,)`, `y2 (M,)` computed once by the caller."""
     sq = torch.addmm(y2.unsqueeze(0), x, y.T, alpha=-2.0)
     return sq.add_(x2.unsqueeze(1)).clamp_(min=0.0)
+
+
+def squared_euclidean(x: Tensor, y: Tensor) -> Tensor:
+    """`||x_i - y_j||^2` for x `(N, D)`, y `(M, D)` -> `(N, M)`, as `||x||^2 + ||y||^2 - 2 x.y`. Differentiable."""
+    return _sq_block(x, _sq_norms(x), y, _sq_norms(y))
 
 
 # --------------------------------------------------------------------------------------------------- points
@@ -173,6 +170,7 @@ def sample_gaussian(
     """
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    _check_gaussian((mu, logvar), "sample_gaussian")
     shape = (mu.shape[0], n_samples, mu.shape[1])
     noise_device = generator.device if generator is not None else mu.device
     eps = torch.randn(shape, generator=generator, device=noise_device, dtype=mu.dtype).to(mu.device)
@@ -237,6 +235,7 @@ def match_probability_from_samples(
     zq `(N, J, D)`, zg `(M, J', D)` -> `(N, M)` in [0, 1]. Space: O(J^2 N) (Table 1: samples stored).
     """
     a, b = float(a), float(b)
+    # s(match_logits(d, a, b)) written in place on the block: no extra block-sized buffers.
     return _sampled_scores(
         zq, zg, lambda sq: sq.clamp_(min=_MIN_SQ_DISTANCE).sqrt_().mul_(-a).add_(b).sigmoid_(), chunk_size, progress
     )
