@@ -270,3 +270,10 @@ def test_fast_rerank_hand_worked_and_brute_force() -> None:
             row = sum(math.exp(2.0 * float(s[i, l])) for l in range(6))
             assert math.exp(float(i2t[i, j])) == pytest.approx(math.exp(5.0 * float(s[i, j])) / col)
             assert math.exp(float(t2i[j, i])) == pytest.approx(math.exp(4.0 * float(s[i, j])) / row)
+
+
+def test_point_scores_are_differentiable_for_training() -> None:
+    a = torch.randn(3, 2, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, 3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: S.max_pair_cosine(x, y, chunk_size=2), (a, b))
+    assert torch.autograd.gradcheck(lambda x, y: S.cosine(x, y, chunk_size=2), (a[:, 0], b[:, 0]))

@@ -125,21 +125,22 @@ def squared_euclidean(x: Tensor, y: Tensor) -> Tensor:
 # --------------------------------------------------------------------------------------------------- points
 
 
-@torch.no_grad()
 def dot(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
-    """Inner products `a (N, D) . b (M, D)^T -> (N, M)`. Space: O(N)."""
+    """Inner products `a (N, D) . b (M, D)^T -> (N, M)`. Space: O(N).
+
+    Differentiable, like `cosine` and `max_pair_cosine`, so training losses can use them on a batch;
+    evaluation calls them under `torch.no_grad()`.
+    """
     _check_pair(a, b, ("a", "b"))
     return _fill_blocks(len(a), len(b), chunk_size, chunk_size, lambda r, c: a[r] @ b[c].T, a, progress)
 
 
-@torch.no_grad()
 def cosine(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
     """Cosine similarities `a (N, D)` vs `b (M, D)` -> `(N, M)` in [-1, 1]. Space: O(N)."""
     _check_pair(a, b, ("a", "b"))
     return dot(F.normalize(a, dim=-1), F.normalize(b, dim=-1), chunk_size=chunk_size, progress=progress)
 
 
-@torch.no_grad()
 def max_pair_cosine(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> Tensor:
     """PVSE's score: the best cosine over the K x K' pairs of embeddings.
 
