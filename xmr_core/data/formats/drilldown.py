@@ -161,26 +161,33 @@ def _features(
         return feats, np.load(boxes_path) if boxes_path.exists() else None
     feats = boxes = None
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npy") if cache is not None else None
-    for row, index in enumerate(tqdm(indices, desc="read region features", disable=not progress)):
-        path = region_file(root, index)
-        data = _read_regions(path)
-        f = np.asarray(data["region_feats"], dtype=np.float32)
-        if f.ndim != 2 or f.shape[0] != n_regions or (feats is not None and f.shape[1] != feats.shape[2]):
-            want = f"({n_regions}, {feats.shape[2] if feats is not None else 'D'})"
-            raise DataFormatError(f"{path}: region_feats of shape {f.shape}, expected {want}")
-        check_finite(f[None], path, [str(index)])
-        if feats is None:
-            shape = (len(indices), n_regions, f.shape[1])
-            feats = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape) if tmp else np.empty(shape, np.float32)
-            boxes = np.empty((len(indices), n_regions, 4), np.float32) if "region_boxes" in data else None
-        if ("region_boxes" in data) != (boxes is not None):
-            raise DataFormatError(f"{path}: region_boxes present in some region files and not in others")
-        if boxes is not None:
-            b = np.asarray(data["region_boxes"], dtype=np.float32)
-            if b.shape != (n_regions, 4):
-                raise DataFormatError(f"{path}: region_boxes of shape {b.shape}, expected ({n_regions}, 4)")
-            boxes[row] = b
-        feats[row] = f
+    if tmp is not None:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        for row, index in enumerate(tqdm(indices, desc="read region features", disable=not progress)):
+            path = region_file(root, index)
+            data = _read_regions(path)
+            f = np.asarray(data["region_feats"], dtype=np.float32)
+            if f.ndim != 2 or f.shape[0] != n_regions or (feats is not None and f.shape[1] != feats.shape[2]):
+                want = f"({n_regions}, {feats.shape[2] if feats is not None else 'D'})"
+                raise DataFormatError(f"{path}: region_feats of shape {f.shape}, expected {want}")
+            check_finite(f[None], path, [str(index)])
+            if feats is None:
+                shape = (len(indices), n_regions, f.shape[1])
+                feats = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape) if tmp else np.empty(shape, np.float32)
+                boxes = np.empty((len(indices), n_regions, 4), np.float32) if "region_boxes" in data else None
+            if ("region_boxes" in data) != (boxes is not None):
+                raise DataFormatError(f"{path}: region_boxes present in some region files and not in others")
+            if boxes is not None:
+                b = np.asarray(data["region_boxes"], dtype=np.float32)
+                if b.shape != (n_regions, 4):
+                    raise DataFormatError(f"{path}: region_boxes of shape {b.shape}, expected ({n_regions}, 4)")
+                boxes[row] = b
+            feats[row] = f
+    except BaseException:
+        if tmp is not None and tmp.exists():
+            tmp.unlink()
+        raise
     if feats is None:
         feats = np.zeros((0, n_regions, 0), np.float32)
     if tmp is not None and isinstance(feats, np.memmap):
