@@ -27,6 +27,7 @@ pairs (PCME's code sums it and adds the identical t2i copy, issue #3), so `kl_we
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -35,12 +36,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from xmr_core.config import check_profile
+from xmr_core.data.corpus import Corpus, Split
+from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.heads import GaussianHead, HeadOutput, LocalAttentionHead
 from xmr_core.encoders.image import Features, ImageEncoder, ImageEncoderConfig
 from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
 from xmr_core.losses import kl_to_standard_normal, soft_contrastive_loss, uniformity_loss
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
-from xmr_core.similarity import GaussianMethod, Gaussian, cosine, gaussian_scores, sample_distances, sample_gaussian
+from xmr_core.similarity import Gaussian, GaussianMethod, cosine, gaussian_scores, sample_distances, sample_gaussian
+from xmr_core.train import TrainConfig
 
 TestSimilarity = Literal["mean_cosine", "elk", "js", "wasserstein", "avg_l2", "match_prob"]
 
@@ -211,3 +216,119 @@ class PCME(RetrievalModel):
         method_: GaussianMethod = method  # type: ignore[assignment]
         return gaussian_scores(img_emb, cap_emb, method_, a=self.scale.item(), b=self.shift.item(),
                                n_samples=self.config.n_samples_test, generator=generator)
+
+
+# ------------------------------------------------------------------------------ recipes per profile
+def pcme_train_config(profile: str, seed: int = 0, **overrides: object) -> TrainConfig:
+    """Sec. 4.1 / C.2: AdamP (when installed, else Adam), cosine schedule, two phases (heads only, then
+    end-to-end at 0.1 x lr), gradient clipping 2, Cutout-like erasing 0.2 and caption word dropping 0.1.
+
+    paper: CUB's 10 + 50 epochs at lr 1e-4, batch 128 (PCME's CUB sampler ignores it: one pair per class).
+    cpu: 1 + 5 epochs at lr 5e-4, batch 128 (scenes, minutes on 2 cores); smoke: 1 + 1 epochs, batch 32.
+    On scenes the trunks are trained from scratch, so phase 2 keeps the full lr (PCME lowers it 10x for
+    its ImageNet-pretrained ResNet).
+    """
+    optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
+    sizes = {"smoke": (2, 1, 32, 5e-4), "cpu": (6, 1, 128, 5e-4), "paper": (60, 10, 128, 1e-4)}[check_profile(profile)]
+    epochs, frozen, batch, lr = sizes
+    base = dict(epochs=epochs, frozen_epochs=frozen, batch_size=batch, lr=lr, optimizer=optimizer,
+                scheduler="cosine", finetune_lr_mult=0.1 if profile == "paper" else 1.0, grad_clip=2.0, random_erasing_prob=0.2,
+                word_dropout=0.1, seed=seed)
+    return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def encoder_configs(profile: str) -> dict[str, object]:
+    """Encoder sizes shared by every model of the chapter (PCME, its variants and the baselines)."""
+    if check_profile(profile) == "paper":  # CUB: ResNet-50, D = 512, GloVe-300 + BiGRU 512
+        return {"embed_dim": 512, "image": ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True),
+                "text": TextEncoderConfig(hidden=512)}
+    if profile == "smoke":
+        return {"embed_dim": 64, "image": ImageEncoderConfig(widths=(8, 16, 32, 64), hidden=128),
+                "text": TextEncoderConfig(hidden=32)}
+    return {"embed_dim": 256, "image": ImageEncoderConfig(), "text": TextEncoderConfig(hidden=128)}
+
+
+def pcme_config(profile: str, **overrides: object) -> PCMEConfig:
+    """PCME for a profile; `mu_only=True` gives the deterministic variant."""
+    if overrides.get("mu_only"):
+        overrides.setdefault("test_similarity", "mean_cosine")
+    return PCMEConfig(**{**encoder_configs(profile), **overrides})  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ CUB-style zero-shot protocol
+def image_subset(split: Split, images: np.ndarray, name: str) -> Split:
+    """The given images of `split` (indices, in order) with their captions; every per-image and per-caption
+    field is subset, `exact` in both axes."""
+    keep_img = np.asarray(images, dtype=np.int64)
+    if len(keep_img) == 0:
+        raise ValueError(f"{split.source}: split {split.name!r}: empty image subset {name!r}")
+    new_index = np.full(split.n_images, -1, dtype=np.int64)
+    new_index[keep_img] = np.arange(len(keep_img))
+    keep_cap = np.flatnonzero(new_index[split.caption_image] >= 0)
+
+    def pick(values: object, index: np.ndarray) -> object:
+        if values is None:
+            return None
+        return values[index] if isinstance(values, np.ndarray) else [values[i] for i in index]  # type: ignore[index]
+
+    return Split(
+        name=name, source=split.source,
+        image_ids=pick(split.image_ids, keep_img), caption_ids=pick(split.caption_ids, keep_cap),
+        captions=pick(split.captions, keep_cap), caption_image=new_index[split.caption_image[keep_cap]],
+        images=pick(split.images, keep_img), image_paths=pick(split.image_paths, keep_img),
+        regions=pick(split.regions, keep_img), region_boxes=pick(split.region_boxes, keep_img),
+        image_class=pick(split.image_class, keep_img), class_names=split.class_names,
+        image_labels=pick(split.image_labels, keep_img),
+        exact=None if split.exact is None else split.exact[np.ix_(keep_cap, keep_img)],
+        caption_level=pick(split.caption_level, keep_cap), queries=pick(split.queries, keep_img),
+        meta={k: v for k, v in split.meta.items() if not (isinstance(v, list | np.ndarray)
+                                                          and len(v) in (split.n_images, split.n_captions))},
+    ).validate()
+
+
+def class_subset(split: Split, classes: list[int] | set[int], name: str) -> Split:
+    """The images of `split` whose class is in `classes`, with their captions (Sec. 4.1.2: CUB's class split)."""
+    if split.image_class is None:
+        raise ValueError(f"{split.source}: split {split.name!r} has no classes, so it has no class split")
+    return image_subset(split, np.flatnonzero(np.isin(split.image_class, list(classes))), name)
+
+
+def folds(split: Split, n_folds: int = 5) -> list[Split]:
+    """COCO's 1K protocol: `n_folds` consecutive, equal image folds of the test split, with their captions."""
+    if split.n_images % n_folds:
+        raise ValueError(f"{split.source}: {split.n_images} test images do not split into {n_folds} equal folds")
+    size = split.n_images // n_folds
+    return [image_subset(split, np.arange(k * size, (k + 1) * size), f"{split.name}-fold{k + 1}") for k in range(n_folds)]
+
+
+@dataclass
+class ChapterData:
+    """The splits and word vectors every PCME-chapter notebook uses (and MSRM / DVSE can reuse).
+
+    train / val: the seen classes (CUB's trainval classes); test_unseen: the unseen classes of the test
+    split (Table 2's zero-shot protocol); test: the whole test split (Table 3's COCO-style protocol).
+    """
+
+    train: Split
+    val: Split
+    test_unseen: Split
+    test: Split
+    vocab: Vocabulary
+    word_vectors: np.ndarray  # (V, d) float32
+    coverage: float  # share of the vocabulary found in the word vectors
+
+
+def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> ChapterData:
+    """Class-split the corpus (scenes: `meta["class_split"]`; CUB's reader already splits by class) and
+    build the vocabulary from the training captions only."""
+    split_classes = corpus.meta.get("class_split", {})
+    if "seen" in split_classes:  # scenes: every split holds every class; the zero-shot split is applied here
+        seen, unseen = split_classes["seen"], split_classes["unseen"]
+        train = class_subset(corpus["train"], seen, "train-seen")
+        val = class_subset(corpus["val"], seen, "val-seen")
+        test_unseen = class_subset(corpus["test"], unseen, "test-unseen")
+    else:  # CUB: train/val are the trainval classes, test the unseen classes
+        train, val, test_unseen = corpus["train"], corpus["val"], corpus["test"]
+    vocab = Vocabulary.build(train.captions)
+    vectors = load_word_vectors(vocab, word_vectors, train_captions=train.captions)
+    return ChapterData(train, val, test_unseen, corpus["test"], vocab, vectors.matrix, vectors.coverage)
