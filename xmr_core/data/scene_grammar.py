@@ -33,7 +33,7 @@ POSITIONS: tuple[str, ...] = (
     "at the bottom left", "at the bottom", "at the bottom right",
 )  # fmt: skip
 RELATIONS: tuple[str, ...] = ("to the left of", "to the right of", "above", "below")
-NUMBERS: tuple[str, ...] = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+NUMBERS: tuple[str, ...] = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")  # fmt: skip
 LEVELS: tuple[str, ...] = ("full", "partial", "relational", "vague")
 ANY = -1
 
@@ -63,7 +63,7 @@ class LogicalForm:
         }
 
     @classmethod
-    def from_json(cls, obj: dict) -> "LogicalForm":
+    def from_json(cls, obj: dict) -> LogicalForm:
         return cls(
             objects=tuple(Desc(*d) for d in obj["objects"]),
             counts=tuple((Desc(*d), int(n)) for d, n in obj["counts"]),
@@ -195,7 +195,9 @@ def full_caption(objs: np.ndarray, rng: np.random.Generator) -> Caption:
     return Caption(text, "full", lf)
 
 
-def _partial_desc(obj: np.ndarray, rng: np.random.Generator, fields: tuple[int, ...], min_fields: int) -> Desc:
+def _partial_desc(
+    obj: np.ndarray, rng: np.random.Generator, fields: tuple[int, ...], min_fields: int
+) -> Desc:
     """Keep a random subset (at least `min_fields`) of the given attribute fields of one object."""
     k = int(rng.integers(min_fields, len(fields) + 1))
     keep = set(rng.choice(fields, size=k, replace=False).tolist())
@@ -272,5 +274,20 @@ def vocabulary() -> list[str]:
     words = set(SHAPES + SHAPE_PLURALS + COLOURS + SIZES + NUMBERS[1:])
     for phrase in POSITIONS + RELATIONS:
         words.update(phrase.split())
-    words.update("a an only and nothing else exactly shape shapes there is something".split())
+    words.update(
+        [
+            "a",
+            "an",
+            "only",
+            "and",
+            "nothing",
+            "else",
+            "exactly",
+            "shape",
+            "shapes",
+            "there",
+            "is",
+            "something",
+        ]
+    )
     return sorted(words)

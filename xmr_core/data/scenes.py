@@ -32,6 +32,7 @@ from tqdm import tqdm
 from xmr_core.config import cache_dir, check_profile
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
+from xmr_core.data.regions import RegionConfig, add_regions
 from xmr_core.io import atomic_write, atomic_write_text
 
 GENERATOR_VERSION = 1  # bump when the generated data change for the same config
@@ -68,6 +69,7 @@ class ScenesConfig:
     max_objects: int = 4
     captions_per_image: int = 5
     variant: str = "single"  # "single" (1–4 objects) or "multi" (up to 10, for multi-query retrieval)
+    region_steps: int = 300  # training steps of the frozen region encoder
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_objects <= self.max_objects <= self.grid**2:
@@ -95,12 +97,22 @@ def scenes_config(profile: str = "cpu", variant: str = "single", seed: int = 0) 
     check_profile(profile)
     if profile == "paper":
         raise ValueError("the paper profile reads real data at DATA_ROOT, not the scenes benchmark")
-    sizes = {"smoke": (300, 100, 100), "cpu": (8000, 1000, 1000)}[profile]
+    steps = {"smoke": 100, "cpu": 300}[profile]
     if variant == "single":
-        return ScenesConfig(seed, *sizes)
+        sizes = {"smoke": (300, 100, 100), "cpu": (8000, 1000, 1000)}[profile]
+        return ScenesConfig(seed, *sizes, region_steps=steps)
     if variant == "multi":
         sizes = {"smoke": (300, 100, 100), "cpu": (5000, 1000, 1000)}[profile]
-        return ScenesConfig(seed, *sizes, image_size=96, grid=4, min_objects=3, max_objects=10, variant="multi")
+        return ScenesConfig(
+            seed,
+            *sizes,
+            image_size=96,
+            grid=4,
+            min_objects=3,
+            max_objects=10,
+            variant="multi",
+            region_steps=steps,
+        )
     raise ValueError(f"unknown scenes variant {variant!r}; choose 'single' or 'multi'")
 
 
@@ -139,7 +151,7 @@ class Layout:
 
 def coarse_position(row: np.ndarray, col: np.ndarray, grid: int) -> np.ndarray:
     """Index into `scene_grammar.POSITIONS` (3×3, row-major) of fine grid cells, by their centres."""
-    to3 = lambda x: np.floor(3 * (x.astype(np.float64) + 0.5) / grid).astype(np.int16)  # noqa: E731
+    to3 = lambda x: np.floor(3 * (x.astype(np.float64) + 0.5) / grid).astype(np.int16)
     return to3(row) * 3 + to3(col)
 
 
@@ -159,8 +171,8 @@ def make_layout(cfg: ScenesConfig, n: int, rng: np.random.Generator) -> Layout:
     cx = ((col + 0.5) * cell + rng.uniform(-1, 1, size=(n, k)) * slack).astype(np.float32)
     cy = ((row + 0.5) * cell + rng.uniform(-1, 1, size=(n, k)) * slack).astype(np.float32)
     valid = np.arange(k)[None, :] < n_obj[:, None]
-    pad = lambda a: np.where(valid, a, -1).astype(np.int16)  # noqa: E731
-    zero = lambda a: np.where(valid, a, 0).astype(np.float32)  # noqa: E731
+    pad = lambda a: np.where(valid, a, -1).astype(np.int16)
+    zero = lambda a: np.where(valid, a, 0).astype(np.float32)
     return Layout(
         shape=pad(shape), colour=pad(colour), size=pad(size), row=pad(row), col=pad(col),
         pos=pad(coarse_position(row, col, cfg.grid)), cx=zero(cx), cy=zero(cy), radius=zero(radius),
@@ -276,7 +288,9 @@ def make_captions(cfg: ScenesConfig, lay: Layout, rng: np.random.Generator) -> l
     return out
 
 
-def region_queries(lay: Layout, rng: np.random.Generator) -> tuple[list[list[str]], list[list[g.LogicalForm]]]:
+def region_queries(
+    lay: Layout, rng: np.random.Generator
+) -> tuple[list[list[str]], list[list[g.LogicalForm]]]:
     """One query per object, in the layout's (random) object order: the object with two or three of its
     four attributes. Returns the query texts and their logical forms (N lists of T_i)."""
     texts, lfs = [], []
@@ -377,7 +391,14 @@ def generate_split(cfg: ScenesConfig, split: str, progress: bool = False) -> dic
     images, boxes = render(cfg, lay, _rng(cfg, split, 1), progress)
     caps = make_captions(cfg, lay, _rng(cfg, split, 2))
     q_text, q_lfs = region_queries(lay, _rng(cfg, split, 3))
-    return {"layout": lay, "images": images, "boxes": boxes, "captions": caps, "queries": q_text, "query_lfs": q_lfs}
+    return {
+        "layout": lay,
+        "images": images,
+        "boxes": boxes,
+        "captions": caps,
+        "queries": q_text,
+        "query_lfs": q_lfs,
+    }
 
 
 def _save_split(root: Path, split: str, data: dict, exact: np.ndarray | None) -> None:
@@ -422,7 +443,11 @@ def _load_split(root: Path, split: str, n_captions: int) -> tuple[dict, np.ndarr
         "query_lfs": [[g.LogicalForm.from_json(lf) for lf in q] for q in text["query_logical_forms"]],
     }
     path = root / f"{split}_exact.npy"
-    exact = np.unpackbits(np.load(path), axis=1, count=len(data["layout"].n_objects)).astype(bool) if path.is_file() else None
+    exact = (
+        np.unpackbits(np.load(path), axis=1, count=len(data["layout"].n_objects)).astype(bool)
+        if path.is_file()
+        else None
+    )
     if exact is not None and exact.shape[0] != n_captions:
         raise DataFormatError(f"{path}: {exact.shape[0]} rows for {n_captions} captions")
     return data, exact
@@ -461,11 +486,20 @@ def scenes_dir(cfg: ScenesConfig) -> Path:
     return cache_dir() / "scenes" / cfg.key()
 
 
-def load_scenes(config: ScenesConfig | str = "cpu", progress: bool = True) -> Corpus:
+def default_region_config(cfg: ScenesConfig) -> RegionConfig:
+    """Region slots = the most objects an image has plus four background boxes; the config's steps."""
+    return RegionConfig(slots=cfg.max_objects + 4, steps=cfg.region_steps, seed=cfg.seed)
+
+
+def load_scenes(
+    config: ScenesConfig | str = "cpu", progress: bool = True, regions: bool | RegionConfig = True
+) -> Corpus:
     """The scenes benchmark for a config (or a profile name): generated once, then read from the cache.
 
     Every split holds images (N, S, S, 3) uint8, 5 captions per image with levels and logical forms
     (``meta["logical_forms"]``), classes, concept labels and region queries; val/test hold `exact`.
+    With `regions` (True = `default_region_config`), also `regions` (N, R, D) and `region_boxes`
+    (N, R, 4) from the frozen region encoder (`xmr_core.data.regions`), cached beside the images.
     """
     cfg = scenes_config(config) if isinstance(config, str) else config
     root = scenes_dir(cfg)
@@ -491,10 +525,21 @@ def load_scenes(config: ScenesConfig | str = "cpu", progress: bool = True) -> Co
             "generation_seconds": round(time.perf_counter() - t0, 2),
         }
         atomic_write_text(done, json.dumps(meta, indent=1))  # written last: marks the cache complete
+    if regions:
+        rcfg = default_region_config(cfg) if regions is True else regions
+        meta["regions"] = add_regions(splits, root / f"regions-{rcfg.key()}", rcfg, cfg.seed, progress)
+    split_classes = class_split(cfg.seed)
+    names = class_names()
     return Corpus(
         name=f"scenes-{cfg.variant}",
         splits=splits,
-        meta={**meta, "cache_dir": str(root), "class_split": class_split(cfg.seed), "concepts": list(CONCEPTS)},
+        meta={
+            **meta,
+            "cache_dir": str(root),
+            "class_split": split_classes,
+            "class_split_names": {k: [names[c] for c in v] for k, v in split_classes.items()},
+            "concepts": list(CONCEPTS),
+        },
     )
 
 
@@ -517,7 +562,9 @@ def _view_rows(split: Split, view: str, zeta: int, direction: str) -> list[dict]
     rp_pop = _r_precision(rel, popularity)
     levels = np.asarray(split.caption_level) if direction == "t2i" else np.full(len(rel), "all")
     rows = []
-    for level in [*(lv for lv in CAPTION_LEVELS if lv in set(levels)), "all"] if direction == "t2i" else ["all"]:
+    for level in (
+        [*(lv for lv in CAPTION_LEVELS if lv in set(levels)), "all"] if direction == "t2i" else ["all"]
+    ):
         q = np.ones(len(rel), bool) if level == "all" else levels == level
         p = npos[q]
         rows.append({
