@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from xmr_core.data import scene_grammar as g
-from xmr_core.data.scenes import ScenesConfig, exact_block, load_scenes, scenes_config
+from xmr_core.data.scenes import ScenesConfig, exact_block, load_scenes, query_round_statistics, scenes_config
 
 NUM = {
     w: i
@@ -295,6 +295,20 @@ def test_multi_variant(cache):
     for c in range(0, s.n_captions, 3):
         expect = np.array([caption_holds(s.captions[c], o) for o in objs])
         assert np.array_equal(s.exact[c], expect), s.captions[c]
+    # multi-query rounds: positives of the first r queries, by brute force over the parsed query texts
+    rounds = query_round_statistics(s, max_rounds=6).set_index("round")
+    for r in (1, 3, 6):
+        imgs = [i for i in range(s.n_images) if len(s.queries[i]) >= r]
+        pos = [
+            sum(
+                all(any(fits(o, parse_np(q)) for o in objs[j]) for q in s.queries[i][:r])
+                for j in range(s.n_images)
+            )
+            for i in imgs
+        ]
+        assert rounds.loc[r, "images"] == len(imgs)
+        assert rounds.loc[r, "positives mean"] == pytest.approx(np.mean(pos))
+        assert rounds.loc[r, "R@1 ceiling"] == pytest.approx(100 * np.mean(1 / np.array(pos)))
 
 
 def test_statistics_hand_worked():
