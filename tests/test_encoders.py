@@ -128,6 +128,9 @@ def test_bigru_frozen_or_finetuned_embeddings() -> None:
     for enc in (frozen, tuned):
         enc(_text_batch([3, 1])).global_.sum().backward()
     assert frozen.embed.weight.grad is None and tuned.embed.weight.grad is not None
+    with torch.no_grad():
+        tuned.embed.weight.add_(1.0)
+    assert torch.equal(frozen.embed.weight, torch.from_numpy(vectors))  # the caller's array is not shared
     assert _grads_reach(frozen.rnn) and _grads_reach(tuned)
 
 

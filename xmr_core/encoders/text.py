@@ -40,8 +40,8 @@ class BiGRUTextEncoder(nn.Module):
             bad = int(np.flatnonzero(~np.isfinite(vectors).all(1))[0])
             raise ValueError(f"word vectors: row {bad} contains NaN or inf")
         self.config = config
-        self.embed = nn.Embedding.from_pretrained(
-            torch.as_tensor(vectors, dtype=torch.float32), freeze=not config.finetune_embeddings, padding_idx=0
+        self.embed = nn.Embedding.from_pretrained(  # a copy: fine-tuning must not write into the caller's array
+            torch.tensor(vectors, dtype=torch.float32), freeze=not config.finetune_embeddings, padding_idx=0
         )
         self.rnn = nn.GRU(vectors.shape[1], config.hidden, num_layers=config.num_layers, batch_first=True,
                           bidirectional=True)

@@ -1,0 +1,261 @@
+"""The training loop: determinism, resume, checkpoints, run cache, phases, schedules, DDP sharding."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from xmr_core.data.corpus import Split
+from xmr_core.data.text import Vocabulary
+from xmr_core.distributed import DistEnv, ShardedSampler
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.methods.vse import VSE, vse0_config
+from xmr_core.train import CheckpointError, TrainConfig, fit, load_checkpoint, lr_factor, run_key
+
+WORDS = ["red", "blue", "green", "circle", "square", "star", "left", "right", "top", "a", "and"]
+
+
+def _split(name: str, n: int, seed: int) -> Split:
+    rng = np.random.default_rng(seed)
+    captions = [" ".join(rng.choice(WORDS, 4)) for _ in range(2 * n)]
+    return Split(name, f"synthetic-{name}", [f"{name}{i}" for i in range(n)], [f"{name}c{j}" for j in range(2 * n)],
+                 captions, np.repeat(np.arange(n), 2), images=rng.integers(0, 255, (n, 16, 16, 3), dtype=np.uint8))
+
+
+TRAIN, VAL = _split("train", 24, 0), _split("val", 8, 1)
+VOCAB = Vocabulary.build(TRAIN.captions)
+VECTORS = np.random.default_rng(2).normal(size=(len(VOCAB), 6)).astype(np.float32)
+CFG = TrainConfig(epochs=2, batch_size=8, progress=False, device="cpu")
+
+
+def _model(seed: int = 0, embed_dim: int = 8) -> VSE:
+    torch.manual_seed(seed)
+    cfg = vse0_config(embed_dim=embed_dim, image=ImageEncoderConfig(widths=(4, 8), hidden=16, image_size=16),
+                      text=TextEncoderConfig(hidden=4))
+    return VSE(cfg, VECTORS)
+
+
+def _val_r1(model: VSE, split: Split) -> dict[str, float]:
+    """Independent validation for these tests: instance t2i R@1 and the score spread, by brute force."""
+    from xmr_core.data.datasets import caption_loader, image_loader
+
+    with torch.no_grad():
+        img = torch.cat([model.encode_images(b) for b in image_loader(split, 64)])
+        cap = torch.cat([model.encode_captions(b) for b in caption_loader(split, VOCAB, 64)])
+        s = model.score(img, cap)
+    hits = [int(s[:, j].argmax()) == int(split.caption_image[j]) for j in range(split.n_captions)]
+    return {"rsum": 100.0 * float(np.mean(hits)), "spread": float(s.std())}
+
+
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _same_history(a: list[dict], b: list[dict]) -> bool:
+    timing = ("train_seconds", "pairs_per_second")
+    strip = [[{k: v for k, v in row.items() if k not in timing} for row in h] for h in (a, b)]
+    return strip[0] == strip[1]
+
+
+def test_same_seed_same_weights_and_metrics(tmp_path) -> None:
+    a, b = _model(), _model()
+    ra = fit(a, TRAIN, VAL, CFG, tmp_path / "a", vocab=VOCAB, validate=_val_r1)
+    rb = fit(b, TRAIN, VAL, CFG, tmp_path / "b", vocab=VOCAB, validate=_val_r1)
+    assert _same_history(ra.history, rb.history) and len(ra.history) == 2
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert ra.pairs_per_second > 0 and (tmp_path / "a" / "metrics.csv").is_file()
+    # a different seed changes the run
+    rc = fit(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "seed": 1}), tmp_path / "c", vocab=VOCAB,
+             validate=_val_r1)
+    assert not _same_history(ra.history, rc.history)
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(tmp_path) -> None:
+    cfg = TrainConfig(**{**CFG.__dict__, "epochs": 3})
+    full = _model()
+    r_full = fit(full, TRAIN, VAL, cfg, tmp_path / "full", vocab=VOCAB, validate=_val_r1)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first(epoch: int, row: dict) -> None:
+        if epoch == 0:
+            raise Stop
+
+    part = _model()
+    with pytest.raises(Stop):
+        fit(part, TRAIN, VAL, cfg, tmp_path / "part", vocab=VOCAB, validate=_val_r1, on_epoch_end=stop_after_first)
+    assert load_checkpoint(tmp_path / "part" / "last.pt")["epoch"] == 1
+    torch.manual_seed(123)  # the resumed run must not depend on the RNG state of the new process
+    resumed = _model(seed=7)  # nor on the initial weights: they come from the checkpoint
+    r_res = fit(resumed, TRAIN, VAL, cfg, tmp_path / "part", resume=True, vocab=VOCAB, validate=_val_r1)
+    assert _same_history(r_full.history, r_res.history)
+    assert r_full.best_epoch == r_res.best_epoch
+    for (k, x), y in zip(full.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(x, y), k
+
+
+def test_corrupt_or_foreign_checkpoint_is_a_one_line_error(tmp_path) -> None:
+    run = tmp_path / "run"
+    fit(_model(), TRAIN, VAL, CFG, run, vocab=VOCAB, validate=_val_r1)
+    (run / "result.json").unlink()  # pretend the run was interrupted
+    data = (run / "last.pt").read_bytes()
+    (run / "last.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError) as err:
+        fit(_model(), TRAIN, VAL, CFG, run, resume=True, vocab=VOCAB, validate=_val_r1)
+    assert str(run / "last.pt") in str(err.value) and "\n" not in str(err.value)
+    (run / "last.pt").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        load_checkpoint(run / "last.pt")
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(run / "missing.pt")
+
+
+def test_finished_run_is_loaded_not_retrained(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
+    first = _model()
+    r1 = fit(first, TRAIN, VAL, CFG, vocab=VOCAB, validate=_val_r1)
+    assert r1.run_dir.parent == tmp_path / "cache" / "runs" and not r1.cached
+    epochs_run: list[int] = []
+    again = _model(seed=5)
+    r2 = fit(again, TRAIN, VAL, CFG, vocab=VOCAB, validate=_val_r1, on_epoch_end=lambda e, r: epochs_run.append(e))
+    assert r2.cached and epochs_run == [] and r2.run_dir == r1.run_dir
+    assert r2.best_metrics == r1.best_metrics
+    assert all(torch.equal(x, y) for x, y in zip(first.state_dict().values(), again.state_dict().values()))
+    # the key changes with the method config, the train config, the seed and the data
+    base = run_key(_model(), TRAIN, VAL, CFG)
+    assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "seed": 3})) != base
+    assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "lr": 1e-3})) != base
+    assert run_key(_model(embed_dim=6), TRAIN, VAL, CFG) != base
+    assert run_key(_model(), _split("train", 24, 9), VAL, CFG) != base
+    assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "progress": True})) == base
+
+
+def test_out_dir_of_another_run_is_refused(tmp_path) -> None:
+    fit(_model(), TRAIN, VAL, CFG, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+    other = TrainConfig(**{**CFG.__dict__, "lr": 1e-3})
+    with pytest.raises(CheckpointError, match="different run"):
+        fit(_model(), TRAIN, VAL, other, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+
+
+def test_lr_schedules_by_hand() -> None:
+    cos = TrainConfig(epochs=4, scheduler="cosine")
+    # 0.5 (1 + cos(pi t / 4)) for t = 0..3
+    assert [round(lr_factor(e, cos), 6) for e in range(4)] == [1.0, round(0.5 * (1 + math.sqrt(0.5)), 6), 0.5,
+                                                                round(0.5 * (1 - math.sqrt(0.5)), 6)]
+    step = TrainConfig(epochs=5, scheduler="step", step_epochs=2, step_gamma=0.1)
+    assert [lr_factor(e, step) for e in range(5)] == pytest.approx([1, 1, 0.1, 0.1, 0.01])
+    # PCME two phases: 2 frozen epochs (cosine over 2), then 2 end-to-end epochs (cosine over 2) × 0.1
+    two = TrainConfig(epochs=4, scheduler="cosine", frozen_epochs=2, finetune_lr_mult=0.1)
+    assert [lr_factor(e, two) for e in range(4)] == pytest.approx([1.0, 0.5, 0.1, 0.05])
+
+
+def test_frozen_phase_keeps_backbones_fixed(tmp_path) -> None:
+    cfg = TrainConfig(**{**CFG.__dict__, "epochs": 2, "frozen_epochs": 1, "scheduler": "constant",
+                         "finetune_lr_mult": 0.5})
+    model = _model()
+    before = [p.detach().clone() for p in model.backbone_parameters()]
+    lrs, after_phase1 = [], []
+
+    def record(epoch: int, row: dict) -> None:
+        lrs.append(row["lr"])
+        if epoch == 0:
+            after_phase1.extend(p.detach().clone() for p in model.backbone_parameters())
+
+    result = fit(model, TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=_val_r1, on_epoch_end=record)
+    assert all(torch.equal(a, b) for a, b in zip(before, after_phase1))
+    phase2 = load_checkpoint(tmp_path / "run" / "last.pt")["model"]
+    assert not torch.equal(phase2["image_encoder.net.features.0.weight"], before[0])
+    assert lrs == pytest.approx([cfg.lr, cfg.lr * 0.5])
+    assert [row["phase"] for row in result.history] == ["frozen", "end-to-end"]
+
+
+def test_non_finite_loss_stops_the_run(tmp_path) -> None:
+    model = _model()
+
+    def bad_loss(img, cap, batch):
+        return (img.sum() * float("nan")), {"hinge": float("nan")}
+
+    model.loss = bad_loss  # type: ignore[method-assign]
+    with pytest.raises(FloatingPointError, match="epoch 1 step 1"):
+        fit(model, TRAIN, VAL, CFG, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+
+
+def test_adamp_optimizer_or_clear_error(tmp_path) -> None:
+    cfg = TrainConfig(**{**CFG.__dict__, "epochs": 1, "optimizer": "adamp"})
+    try:
+        import adamp  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install adamp"):
+            fit(_model(), TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+    else:
+        assert fit(_model(), TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=_val_r1).best_epoch == 1
+
+
+class _ListSampler(torch.utils.data.Sampler[int]):
+    def __init__(self, order: list[int]) -> None:
+        self.order, self.epoch = order, None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __iter__(self):
+        return iter(self.order)
+
+
+def test_sharded_sampler_splits_the_epoch_order_across_ranks() -> None:
+    base = _ListSampler([10, 11, 12, 13, 14, 15, 16])  # 7 items over 3 ranks -> 3 each, padded by wrapping
+    shards = [list(ShardedSampler(base, DistEnv(rank=r, world_size=3))) for r in range(3)]
+    assert shards == [[10, 13, 16], [11, 14, 10], [12, 15, 11]]
+    assert list(ShardedSampler(base, DistEnv())) == base.order  # single process: the base order itself
+    ShardedSampler(base, DistEnv()).set_epoch(4)
+    assert base.epoch == 4
+
+
+def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    from xmr_core.distributed import cleanup_distributed, init_distributed
+
+    torch.set_num_threads(1)
+    init_distributed("cpu")
+    model = _model()
+
+    def save_parameters(epoch: int, row: dict) -> None:  # after the last step, before the best weights load
+        params = {k: v.detach().clone() for k, v in model.named_parameters()}
+        torch.save({"params": params, "pairs": row["pairs_per_second"] * row["train_seconds"]},
+                   os.path.join(out, f"rank{rank}-epoch{epoch}.pt"))
+
+    fit(model, TRAIN, VAL, CFG, os.path.join(out, "run"), vocab=VOCAB, validate=_val_r1, on_epoch_end=save_parameters)
+    cleanup_distributed()
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes_agree_and_rank0_writes(tmp_path) -> None:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    r0 = torch.load(tmp_path / "rank0-epoch1.pt", weights_only=True)
+    r1 = torch.load(tmp_path / "rank1-epoch1.pt", weights_only=True)
+    start = _model().state_dict()
+    for k, v in r0["params"].items():  # gradients were averaged: the ranks moved together, and moved
+        assert torch.allclose(v, r1["params"][k], atol=1e-6), k
+    assert not torch.equal(r0["params"]["text_encoder.fc.weight"], start["text_encoder.fc.weight"])
+    # each rank saw its half of the epoch; the pair count is summed over ranks: 24 images, one caption each
+    assert round(r0["pairs"]) == 24
+    assert (tmp_path / "run" / "best.pt").is_file() and (tmp_path / "run" / "metrics.csv").is_file()
+    assert len(load_checkpoint(tmp_path / "run" / "last.pt")["history"]) == 2
+

@@ -1,0 +1,74 @@
+"""The model contract every method implements; `xmr_core.train.fit` and `xmr_core.evaluate` rely on it.
+
+A method is an `nn.Module` with a dataclass `config` and
+
+- `encode_images(batch) -> emb` and `encode_captions(batch) -> emb`: `emb` is a Tensor (n, ...) or a tuple of
+  tensors, all sliced along dim 0 (e.g. a Gaussian `(mu, logvar)`, both (n, D), logvar = log σ²);
+- `loss(img_emb, cap_emb, batch) -> (loss Tensor, {name: float})` on a training batch whose i-th image and
+  i-th caption are a positive pair;
+- `score(img_emb, cap_emb) -> (n_img, n_cap)`: higher = more similar;
+- `backbone_parameters()`: what PCME's first phase freezes; `set_epoch(t)`: training progress in epochs
+  (fractional), for losses with a schedule. `forward(batch)` encodes both sides (what DDP wraps).
+
+Batches follow the contract of `xmr_core.data.datasets`: "images" (B, 3, H, W) or "regions" (B, R, D) +
+"region_mask", "tokens" (B, L), "lengths" (B,), "image_index" (B,), "caption_index" (B,).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import torch
+from torch import Tensor, nn
+
+Embeddings = Union[Tensor, tuple[Tensor, ...]]
+
+
+class RetrievalModel(nn.Module):
+    """Base class of every method (see the module docstring for the contract)."""
+
+    name: str = "model"
+    config: Any
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epoch: float = 0.0
+
+    def encode_images(self, batch: dict[str, Tensor]) -> Embeddings:
+        raise NotImplementedError(f"{type(self).__name__} does not implement encode_images")
+
+    def encode_captions(self, batch: dict[str, Tensor]) -> Embeddings:
+        raise NotImplementedError(f"{type(self).__name__} does not implement encode_captions")
+
+    def loss(self, img_emb: Embeddings, cap_emb: Embeddings, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement loss")
+
+    def score(self, img_emb: Embeddings, cap_emb: Embeddings) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not implement score")
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """Parameters frozen during the warm-up phase (default: none)."""
+        return []
+
+    def set_epoch(self, epoch: float) -> None:
+        """Training progress in epochs (fractional); `fit` calls it before every step."""
+        self.epoch = float(epoch)
+
+    def forward(self, batch: dict[str, Tensor]) -> tuple[Embeddings, Embeddings]:
+        return self.encode_images(batch), self.encode_captions(batch)
+
+
+def in_batch_positives(batch: dict[str, Tensor], duplicates: bool = True) -> Tensor:
+    """(B, B) bool: caption j is also a positive of image i in this batch.
+
+    True where the two pairs share the image (`image_index`), and, with `duplicates`, where the two captions
+    are the same token sequence (then caption j describes image i word for word as well as caption i does).
+    """
+    img = batch["image_index"]
+    mask = img[:, None] == img[None, :]
+    if duplicates:
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        same_tokens = (tokens[:, None, :] == tokens[None, :, :]).all(-1) & (lengths[:, None] == lengths[None, :])
+        mask = mask | same_tokens
+    return mask
+

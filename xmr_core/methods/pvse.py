@@ -1,0 +1,118 @@
+"""PVSE: Polysemous Visual-Semantic Embedding (Song & Soleymani, CVPR 2019).
+
+Each image and each caption gets K embeddings from a PIE-Net (PCME Sec. 3.1.1 restates it):
+v^k = LN(h_V(z_v) + s(w¹ att^k_V(z_v) z_v)), t^k = LN(h_T(z_t) + s(w² att^k_T(z_t) z_t)), L2-normalised
+(`xmr_core.encoders.heads.SubEmbeddingHead`). Images attend over the CNN grid / regions, captions over the
+BiGRU word states.
+
+Objective (PVSE Sec. 3.3; official `loss.py`):
+- MIL ranking loss: the pair score is the best of the K×K embedding pairs, s(i, c) = max_{k,k'} v^k·t^k'
+  (`xmr_core.similarity.max_pair_cosine` at test time), inside the bidirectional hinge with margin ρ,
+  with all negatives summed or the hardest negative only ("PVSE-HNM"; the hinge schedule of
+  `xmr_core.methods.vse.HingeSchedule`, so the same from-scratch recipe applies);
+- diversity regulariser: L_div = ‖Ṽ Ṽᵀ − I‖_F / K² (and the same for captions), Ṽ the (K, D) L2-normalised
+  local residuals s(w att^k z z) of one item, averaged over the batch;
+- domain-discrepancy regulariser: L_mmd = MMD² between all image and all caption embeddings with the
+  kernel k(x, y) = exp(−γ‖x − y‖), γ = 0.5 (this is the kernel of the official `loss.py`: the Euclidean
+  distance is not squared);
+- total L = L_mil + λ_div L_div + λ_mmd L_mmd (official COCO run: λ_div 0.1, λ_mmd 0.01, margin 0.1,
+  K = 2, hardest negatives). As in the official code the regularisers are off when K = 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from xmr_core.encoders.heads import SubEmbeddingHead
+from xmr_core.encoders.image import ImageEncoder, ImageEncoderConfig
+from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
+from xmr_core.methods.base import RetrievalModel
+from xmr_core.methods.vse import HingeSchedule
+from xmr_core.similarity import max_pair_cosine
+
+
+@dataclass
+class PVSEConfig:
+    """PVSE: K embeddings per item, the hinge schedule of the MIL loss and the two regulariser weights."""
+
+    embed_dim: int = 256
+    n_embeds: int = 2
+    image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
+    text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    hinge: HingeSchedule = field(default_factory=lambda: HingeSchedule(negatives="sum"))
+    div_weight: float = 0.1
+    mmd_weight: float = 0.01
+    mmd_gamma: float = 0.5
+    dropout: float = 0.0
+
+
+def diversity_loss(residuals: Tensor) -> Tensor:
+    """(B, K, D) -> scalar: mean over items of ‖R̃ R̃ᵀ − I‖_F / K², R̃ = rows L2-normalised."""
+    r = F.normalize(residuals, dim=-1)
+    k = r.shape[1]
+    gram = r @ r.transpose(1, 2)  # (B, K, K), ones on the diagonal
+    off_diagonal = gram - torch.eye(k, dtype=gram.dtype, device=gram.device)
+    return (off_diagonal.flatten(1).norm(dim=1) / k**2).mean()
+
+
+def mmd_loss(x: Tensor, y: Tensor, gamma: float = 0.5) -> Tensor:
+    """MMD² estimate between samples x (N, D) and y (M, D) with k(a, b) = exp(−γ‖a − b‖) (biased, V-statistic)."""
+
+    def kernel(a: Tensor, b: Tensor) -> Tensor:
+        return torch.exp(-gamma * torch.cdist(a, b))
+
+    return kernel(x, x).mean() - 2 * kernel(x, y).mean() + kernel(y, y).mean()
+
+
+class PVSE(RetrievalModel):
+    """emb = (embeddings (n, K, D) L2-normalised, residuals (n, K, D)); score = max over the K×K pairs."""
+
+    name = "pvse"
+
+    def __init__(self, config: PVSEConfig, word_vectors: np.ndarray) -> None:
+        super().__init__()
+        self.config = config
+        self.image_encoder = ImageEncoder(config.image, config.embed_dim)
+        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)
+        self.image_head = SubEmbeddingHead(self.image_encoder.local_dim, config.embed_dim, config.n_embeds,
+                                           dropout=config.dropout)
+        self.text_head = SubEmbeddingHead(self.text_encoder.local_dim, config.embed_dim, config.n_embeds,
+                                          dropout=config.dropout)
+
+    def encode_images(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        out = self.image_head(self.image_encoder(batch))
+        return out.emb, out.residual
+
+    def encode_captions(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        out = self.text_head(self.text_encoder(batch))
+        return out.emb, out.residual
+
+    def score(self, img_emb: tuple[Tensor, Tensor], cap_emb: tuple[Tensor, Tensor]) -> Tensor:
+        return max_pair_cosine(img_emb[0], cap_emb[0])
+
+    def loss(self, img_emb: tuple[Tensor, Tensor], cap_emb: tuple[Tensor, Tensor],
+             batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        (v, v_res), (t, t_res) = img_emb, cap_emb
+        b, k, d = v.shape
+        # MIL score with gradients (max_pair_cosine scores at test time): best of the K×K cosines, (B, B)
+        scores = (v.reshape(b * k, d) @ t.reshape(b * k, d).T).view(b, k, b, k).amax(dim=(1, 3))
+        mil = self.config.hinge.loss(scores, batch, self.epoch)
+        loss, parts = mil, {"mil": mil.item(), "max_weight": self.config.hinge.max_weight(self.epoch)}
+        if k > 1 and self.config.div_weight > 0:
+            div = diversity_loss(v_res) + diversity_loss(t_res)
+            loss = loss + self.config.div_weight * div
+            parts["div"] = div.item()
+        if k > 1 and self.config.mmd_weight > 0:
+            mmd = mmd_loss(v.reshape(b * k, d), t.reshape(b * k, d), self.config.mmd_gamma)
+            loss = loss + self.config.mmd_weight * mmd
+            parts["mmd"] = mmd.item()
+        parts["sim_std"] = scores.std().item()
+        return loss, parts
+
+    def backbone_parameters(self) -> list:
+        return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()

@@ -1,0 +1,419 @@
+"""The one training loop: `fit(model, train_split, val_split, cfg, vocab=...)` for every method.
+
+- Epochs over image–caption pairs (`xmr_core.data.datasets.pair_loader`), a plain tqdm bar.
+- Optimiser (Adam, AdamW, AdamP) and a per-epoch lr schedule (cosine, step, constant) from `TrainConfig`.
+- PCME's two phases: `frozen_epochs` with `model.backbone_parameters()` frozen, then end-to-end with the
+  lr multiplied by `finetune_lr_mult`; the schedule restarts for each phase (PCME's pretrain/finetune).
+- Gradient clipping, AMP (fp16 autocast + GradScaler) on CUDA only, a NaN/inf loss stops the run.
+- Validation every epoch through `xmr_core.evaluate.evaluate_model`; the best checkpoint by `select`
+  (validation rSum) is kept; metrics go to `metrics.csv` (rewritten atomically each epoch).
+- Checkpoints (model, optimiser, scheduler, AMP scaler, epoch, RNG states, config, best score, history) are
+  written atomically (`xmr_core.io`) and read with `torch.load(..., weights_only=True)`; `resume=True`
+  continues an interrupted run and ends where the uninterrupted run would have.
+- Run cache: without `out_dir`, the run lives in `cache_dir()/runs/<method>-<key>/`, the key hashing the
+  method config, the train config, the data (content fingerprints of both splits) and the seed; a finished
+  run there is loaded, never retrained.
+- DDP through `torchrun` (`xmr_core.distributed`); deterministic on CPU for a seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+from torch.utils.data import BatchSampler
+from tqdm import tqdm
+
+from xmr_core.config import cache_dir, seed_everything, select_device
+from xmr_core.data.corpus import Split
+from xmr_core.data.datasets import Augmentation, pair_loader
+from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
+from xmr_core.data.text import Vocabulary
+from xmr_core.distributed import DistEnv, ShardedSampler, all_reduce_sum, barrier, current_env, wrap_model
+from xmr_core.io import atomic_write_bytes, atomic_write_text
+from xmr_core.methods.base import RetrievalModel
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class TrainConfig:
+    """Everything about how a model is trained (the method's own hyperparameters live in its config)."""
+
+    epochs: int = 20
+    batch_size: int = 128
+    optimizer: Literal["adam", "adamw", "adamp"] = "adam"
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    scheduler: Literal["cosine", "step", "constant"] = "cosine"
+    step_epochs: int = 15  # "step": lr × step_gamma every step_epochs (VSE++ / HREM style)
+    step_gamma: float = 0.1
+    frozen_epochs: int = 0  # PCME phase 1: backbones frozen for this many epochs
+    finetune_lr_mult: float = 0.1  # PCME phase 2: lr multiplier once the backbones are unfrozen
+    grad_clip: float = 2.0  # max gradient norm; 0 = off
+    amp: bool = True  # fp16 autocast on CUDA only (ignored on CPU)
+    epoch_mode: Literal["one_per_image", "all_captions"] = "one_per_image"
+    random_erasing_prob: float = 0.0
+    word_dropout: float = 0.0
+    select: str = "rsum"  # validation metric that picks the best checkpoint (higher = better)
+    eval_batch_size: int = 256
+    seed: int = 0
+    device: str = "auto"
+    num_workers: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 2:
+            raise ValueError(f"TrainConfig needs epochs >= 1 and batch_size >= 2, got {self.epochs}, {self.batch_size}")
+        if not 0 <= self.frozen_epochs < self.epochs or (self.frozen_epochs and self.epochs - self.frozen_epochs < 1):
+            raise ValueError(f"frozen_epochs must be in [0, epochs), got {self.frozen_epochs} of {self.epochs}")
+
+
+# fields that do not change what a run computes: left out of the run key
+_NOT_IN_KEY = ("device", "num_workers", "progress", "eval_batch_size")
+
+
+@dataclass
+class FitResult:
+    """What `fit` returns; `model` holds the best weights afterwards."""
+
+    run_dir: Path
+    best_epoch: int
+    best_score: float
+    best_metrics: dict[str, float]
+    history: list[dict[str, Any]]
+    train_seconds: float
+    pairs_per_second: float
+    cached: bool = False
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be read or does not belong to this run; the message names the file."""
+
+
+# ----------------------------------------------------------------------------------------------- run key
+
+
+def split_fingerprint(split: Split) -> str:
+    """sha256 of a split's content: captions, caption→image map, image ids and pixels / paths / regions.
+
+    Arrays over 64 MB are fingerprinted by shape, dtype and 256 evenly spaced items (COCO-sized regions).
+    """
+    h = hashlib.sha256()
+    for text in (split.name, "\n".join(split.image_ids), "\n".join(split.captions)):
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    h.update(np.ascontiguousarray(split.caption_image, dtype=np.int64).tobytes())
+    if split.image_paths is not None:
+        h.update("\n".join(split.image_paths).encode("utf-8"))
+    for arr in (split.images, split.regions):
+        if arr is None:
+            continue
+        h.update(f"{arr.shape}{arr.dtype}".encode())
+        if arr.nbytes > 64 * 2**20:
+            arr = arr[np.linspace(0, len(arr) - 1, 256).astype(np.int64)]
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def run_key(model: RetrievalModel, train_split: Split, val_split: Split, cfg: TrainConfig) -> str:
+    """Hash of (method name + config, train config incl. seed, data fingerprints): names a run directory."""
+    train = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_KEY}
+    blob = json.dumps({"method": model.name, "config": dataclasses.asdict(model.config), "train": train,
+                       "train_data": split_fingerprint(train_split), "val_data": split_fingerprint(val_split)},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def cached_run_dir(model: RetrievalModel, train_split: Split, val_split: Split, cfg: TrainConfig) -> Path:
+    """`cache_dir()/runs/<method>-<first 16 hex of run_key>`."""
+    return cache_dir() / "runs" / f"{model.name}-{run_key(model, train_split, val_split, cfg)[:16]}"
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
+        "numpy_pos": int(np_state[2]),
+        "numpy_gauss": [int(np_state[3]), float(np_state[4])],
+        "python": list(random.getstate()[1]),
+        "python_gauss": random.getstate()[2],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    keys = state["numpy_keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, state["numpy_pos"], state["numpy_gauss"][0], state["numpy_gauss"][1]))
+    random.setstate((3, tuple(state["python"]), state["python_gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> Path:
+    """torch.save into memory, then an atomic write: a crash never leaves a half-written checkpoint."""
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: str | Path, required: tuple[str, ...] = ("model",)) -> dict[str, Any]:
+    """`torch.load(weights_only=True)` on CPU; a missing, corrupt or incomplete file raises `CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - truncated zip, bad pickle, ...: all mean a corrupt file
+        msg = str(err).splitlines()[0] if str(err) else ""
+        raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({type(err).__name__}: {msg})") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path}: not an xmr checkpoint (a {type(payload).__name__}, expected a dict)")
+    missing = [k for k in required if k not in payload]
+    if missing:
+        raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
+    return payload
+
+
+# ----------------------------------------------------------------------------------- optimiser, schedule
+
+
+def build_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam / AdamW / AdamP (Heo et al. 2021, PCME's optimiser; the `adamp` package) over `params`."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamp":
+        try:
+            from adamp import AdamP
+        except ImportError:
+            raise ImportError("optimizer='adamp' needs the adamp package: pip install adamp") from None
+        return AdamP(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose adam, adamw or adamp")
+
+
+def lr_factor(epoch: int, cfg: TrainConfig) -> float:
+    """Multiplier of cfg.lr during `epoch` (0-based): the phase's schedule × finetune_lr_mult in phase 2."""
+    if cfg.frozen_epochs and epoch >= cfg.frozen_epochs:
+        start, length, mult = cfg.frozen_epochs, cfg.epochs - cfg.frozen_epochs, cfg.finetune_lr_mult
+    else:
+        start, length, mult = 0, cfg.frozen_epochs or cfg.epochs, 1.0
+    t = epoch - start
+    if cfg.scheduler == "cosine":
+        return mult * 0.5 * (1.0 + math.cos(math.pi * t / length))
+    if cfg.scheduler == "step":
+        return mult * cfg.step_gamma ** (t // cfg.step_epochs)
+    if cfg.scheduler == "constant":
+        return mult
+    raise ValueError(f"unknown scheduler {cfg.scheduler!r}; choose cosine, step or constant")
+
+
+def set_backbone_frozen(model: RetrievalModel, frozen: bool) -> None:
+    for p in model.backbone_parameters():
+        p.requires_grad_(not frozen)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
+    atomic_write_text(path, pd.DataFrame(history).to_csv(index=False))
+
+
+def _validate(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: TrainConfig,
+              device: torch.device) -> dict[str, float]:
+    from xmr_core.evaluate import evaluate_model
+
+    return evaluate_model(model, split, vocab=vocab, batch_size=cfg.eval_batch_size, device=device,
+                          progress=False)
+
+
+def _finished(run_dir: Path, key: str) -> dict[str, Any] | None:
+    path = run_dir / "result.json"
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: unreadable run result ({err})") from None
+    if result.get("key") != key:
+        raise CheckpointError(f"{path}: holds a different run (key {str(result.get('key'))[:16]}, "
+                              f"this run {key[:16]}); choose another out_dir")
+    return result
+
+
+def _result_from(run_dir: Path, result: dict[str, Any], cached: bool) -> FitResult:
+    return FitResult(run_dir=run_dir, best_epoch=result["best_epoch"], best_score=result["best_score"],
+                     best_metrics=result["best_metrics"], history=result["history"],
+                     train_seconds=result["train_seconds"], pairs_per_second=result["pairs_per_second"],
+                     cached=cached)
+
+
+# ---------------------------------------------------------------------------------------------------- fit
+
+
+def fit(
+    model: RetrievalModel,
+    train_split: Split,
+    val_split: Split,
+    cfg: TrainConfig,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    *,
+    vocab: Vocabulary,
+    on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None,
+    validate: Callable[[RetrievalModel, Split], dict[str, float]] | None = None,
+) -> FitResult:
+    """Train `model` on `train_split`, validating on `val_split` each epoch; returns the best epoch's result.
+
+    out_dir: the run directory (default: the run cache, see the module docstring). A finished run with the
+    same key there is loaded instead of retrained. resume: continue from `out_dir/last.pt`.
+    on_epoch_end(epoch, row): called after each epoch's checkpoint (e.g. to log, or to stop a run).
+    validate(model, split) -> metrics: replaces `evaluate_model` (must return `cfg.select`).
+    """
+    env: DistEnv = current_env()
+    device = select_device(cfg.device)
+    if env.distributed and device.type == "cuda":
+        device = torch.device("cuda", env.local_rank)
+    key = run_key(model, train_split, val_split, cfg)
+    run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, train_split, val_split, cfg)
+    done = _finished(run_dir, key)
+    if done is not None:
+        model.load_state_dict(load_checkpoint(run_dir / "best.pt")["model"])
+        return _result_from(run_dir, done, cached=True)
+
+    model.to(device)
+    optimizer = build_optimizer(list(model.parameters()), cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(e, cfg))
+    use_amp = cfg.amp and device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    config_record = {"method": model.name, "config": json.loads(json.dumps(dataclasses.asdict(model.config),
+                                                                           default=str)),
+                     "train": dataclasses.asdict(cfg), "key": key}
+
+    start_epoch, history = 0, []
+    best_score, best_epoch, best_metrics, train_seconds, pairs_seen = -math.inf, -1, {}, 0.0, 0
+    if resume and (run_dir / "last.pt").is_file():
+        ckpt = load_checkpoint(run_dir / "last.pt", ("model", "optimizer", "scheduler", "epoch", "rng", "run"))
+        if ckpt["run"]["key"] != key:
+            raise CheckpointError(f"{run_dir / 'last.pt'}: belongs to another run (method/config/data/seed differ)")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        scaler.load_state_dict(ckpt["scaler"])
+        _set_rng_state(ckpt["rng"])
+        start_epoch, history = ckpt["epoch"], list(ckpt["history"])
+        best_score, best_epoch, best_metrics = ckpt["best_score"], ckpt["best_epoch"], dict(ckpt["best_metrics"])
+        train_seconds, pairs_seen = ckpt["train_seconds"], ckpt["pairs_seen"]
+    else:
+        seed_everything(cfg.seed)
+
+    augment = Augmentation(random_erasing_prob=cfg.random_erasing_prob, word_dropout=cfg.word_dropout)
+    if cfg.epoch_mode == "one_per_image":
+        base = OneCaptionPerImageSampler(train_split.caption_image, train_split.n_images, seed=cfg.seed)
+    else:
+        base = AllCaptionsSampler(train_split.n_captions, seed=cfg.seed)
+    sampler = ShardedSampler(base, env)
+    loader = pair_loader(train_split, vocab, cfg.batch_size, batch_sampler=BatchSampler(sampler, cfg.batch_size, False),
+                         augment=augment, seed=cfg.seed, num_workers=cfg.num_workers)
+    validate = validate or (lambda m, s: _validate(m, s, vocab, cfg, device))
+
+    net: nn.Module = model
+    for epoch in range(start_epoch, cfg.epochs):
+        frozen = epoch < cfg.frozen_epochs
+        if epoch in (start_epoch, cfg.frozen_epochs):  # DDP registers the trainable parameters when it wraps
+            set_backbone_frozen(model, frozen)
+            net = wrap_model(model, env, device)
+        sampler.set_epoch(epoch)
+        model.train()
+        sums: dict[str, float] = {}
+        n_steps, n_pairs = 0, 0
+        t0 = time.perf_counter()
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (cfg.progress and env.is_main))
+        for step, batch in enumerate(bar):
+            model.set_epoch(epoch + step / len(loader))
+            batch = _to_device(batch, device)
+            with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=use_amp):
+                img_emb, cap_emb = net(batch)
+                loss, parts = model.loss(img_emb, cap_emb, batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{model.name}: loss {loss.item()} at epoch {epoch + 1} step {step + 1} "
+                                         f"(terms: {parts})")
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if cfg.grad_clip > 0:
+                scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            for name, value in {"loss": loss.item(), **parts}.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+            n_steps += 1
+            n_pairs += len(batch["image_index"])
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        epoch_seconds = time.perf_counter() - t0
+        lr = optimizer.param_groups[0]["lr"]
+        scheduler.step()
+        n_pairs = int(all_reduce_sum(n_pairs, env, device))
+        train_seconds += epoch_seconds
+        pairs_seen += n_pairs
+
+        row: dict[str, Any] = {"epoch": epoch + 1, "phase": "frozen" if frozen else "end-to-end", "lr": lr,
+                               **{f"train/{k}": v / max(n_steps, 1) for k, v in sums.items()},
+                               "train_seconds": epoch_seconds, "pairs_per_second": n_pairs / epoch_seconds}
+        if env.is_main:
+            model.eval()
+            metrics = validate(model, val_split)
+            if cfg.select not in metrics:
+                raise KeyError(f"validation returned no {cfg.select!r} (has {sorted(metrics)[:8]} ...)")
+            row.update({f"val/{k}": float(v) for k, v in metrics.items()})
+            history.append(row)
+            _write_history(run_dir / "metrics.csv", history)
+            if metrics[cfg.select] > best_score:
+                best_score, best_epoch = float(metrics[cfg.select]), epoch + 1
+                best_metrics = {k: float(v) for k, v in metrics.items()}
+                save_checkpoint(run_dir / "best.pt", {"format": CHECKPOINT_FORMAT, "model": model.state_dict(),
+                                                      "epoch": epoch + 1, "score": best_score, "run": config_record})
+            save_checkpoint(run_dir / "last.pt", {
+                "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "epoch": epoch + 1,
+                "rng": _rng_state(), "run": config_record, "history": history, "best_score": best_score,
+                "best_epoch": best_epoch, "best_metrics": best_metrics, "train_seconds": train_seconds,
+                "pairs_seen": pairs_seen})
+        barrier(env)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, row)
+
+    result = {"key": key, "run": config_record, "best_epoch": best_epoch, "best_score": best_score,
+              "best_metrics": best_metrics, "history": history, "train_seconds": train_seconds,
+              "pairs_per_second": pairs_seen / max(train_seconds, 1e-9)}
+    if env.is_main:
+        atomic_write_text(run_dir / "result.json", json.dumps(result, indent=1, default=str))
+    barrier(env)
+    model.load_state_dict(load_checkpoint(run_dir / "best.pt")["model"])
+    return _result_from(run_dir, result, cached=False)
