@@ -25,7 +25,9 @@ def test_round_trip_synthetic(tmp_path: Path, fmt: str) -> None:
     for name, split in corpus.splits.items():
         assert content_diff(split, back[name]) == [], (fmt, name)
         for view in split.views():  # the relevance every metric uses is the same
-            np.testing.assert_array_equal(split.relevance(view, "i2t", zeta=1), back[name].relevance(view, "i2t", zeta=1))
+            np.testing.assert_array_equal(
+                split.relevance(view, "i2t", zeta=1), back[name].relevance(view, "i2t", zeta=1)
+            )
     assert back.name == "synthetic" and back.meta["seed"] == 0 and back.meta["format"] == fmt
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging directory left
 
@@ -94,7 +96,9 @@ def test_reexport_replaces_and_damage_is_reported(tmp_path: Path) -> None:
     export_corpus(synthetic_corpus(seed=2), out, "precomp", progress=False)
     assert content_diff(synthetic_corpus(seed=2)["val"], read_export(out)["val"]) == []
     np.savez(sidecar_path(out, "val"), caption_level=np.array(["full", "vague"]))
-    with pytest.raises(DataFormatError, match=r"xmr_val.npz: field 'caption_level' has 2 entries for 15 captions"):
+    with pytest.raises(
+        DataFormatError, match=r"xmr_val.npz: field 'caption_level' has 2 entries for 15 captions"
+    ):
         read_export(out)
     (out / MANIFEST).unlink()
     with pytest.raises(DataFormatError, match=r"xmr_export.json: missing"):

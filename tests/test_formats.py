@@ -30,7 +30,9 @@ def one_line(err: pytest.ExceptionInfo) -> str:
 # ------------------------------------------------------------------------------------------ precomp
 
 
-def make_precomp(root: Path, n: int = 2, k: int = 5, shape: tuple = (3, 4), ids: list[str] | None = None) -> np.ndarray:
+def make_precomp(
+    root: Path, n: int = 2, k: int = 5, shape: tuple = (3, 4), ids: list[str] | None = None
+) -> np.ndarray:
     root.mkdir(parents=True, exist_ok=True)
     feats = np.arange(n * int(np.prod(shape)), dtype=np.float32).reshape(n, *shape)
     np.save(root / "test_ims.npy", feats)
@@ -89,7 +91,9 @@ def test_precomp_bad_input(tmp_path: Path) -> None:
     with pytest.raises(DataFormatError, match=r"test_ims.npy: 3 regions per image, expected 36"):
         read_precomp_split(tmp_path, "test", "test", n_regions=36)
     np.save(tmp_path / "test_ims.npy", np.zeros((2, 3, 4, 5), np.float32))
-    with pytest.raises(DataFormatError, match=r"test_ims.npy: features of shape \(2, 3, 4, 5\), expected \(N, R, D\)"):
+    with pytest.raises(
+        DataFormatError, match=r"test_ims.npy: features of shape \(2, 3, 4, 5\), expected \(N, R, D\)"
+    ):
         read_precomp_split(tmp_path, "test", "test")
     feats = make_precomp(tmp_path, ids=["x", "y"])
     feats[1, 2, 0] = np.nan
@@ -136,13 +140,20 @@ def test_karpathy_coco(tmp_path: Path) -> None:
     assert train.captions[3] == "Café cat."
     assert train.caption_image.tolist() == [0] * 5 + [1] * 5
     assert train.image_paths[1].endswith("val2014/COCO_val2014_000000000099.jpg")
-    assert (train.images[1] == 80).all() and train.images.shape == (2, 4, 6, 3)  # the 3rd file written: 40 * 2
+    assert (train.images[1] == 80).all() and train.images.shape == (
+        2,
+        4,
+        6,
+        3,
+    )  # the 3rd file written: 40 * 2
     alone = read_karpathy(tmp_path / "dataset_coco.json", tmp_path / "images", ["train"], restval="val")
     assert alone["train"].image_ids == ["7"]
 
 
 def test_karpathy_flickr_ids_are_file_stems(tmp_path: Path) -> None:
-    corpus = read_karpathy(karpathy_tree(tmp_path, "dataset_flickr30k.json"), tmp_path / "images", ["train", "test"])
+    corpus = read_karpathy(
+        karpathy_tree(tmp_path, "dataset_flickr30k.json"), tmp_path / "images", ["train", "test"]
+    )
     assert corpus["test"].image_ids == ["1000092795"] and corpus["train"].caption_ids == ["2", "3"]
 
 
@@ -151,7 +162,9 @@ def test_karpathy_bad_input(tmp_path: Path) -> None:
     with pytest.raises(DataFormatError, match=r"dataset_coco.json: image 42: 6 captions, expected 5"):
         read_karpathy(path, tmp_path / "images", captions_per_image=5)
     (tmp_path / "images" / "val2014" / "COCO_val2014_000000000005.jpg").unlink()
-    with pytest.raises(DataFormatError, match=r"COCO_val2014_000000000005.jpg: missing image file of image 5") as err:
+    with pytest.raises(
+        DataFormatError, match=r"COCO_val2014_000000000005.jpg: missing image file of image 5"
+    ) as err:
         read_karpathy(path, tmp_path / "images")
     one_line(err)
     text = path.read_text(encoding="utf-8")
@@ -161,8 +174,10 @@ def test_karpathy_bad_input(tmp_path: Path) -> None:
     path.write_text(text.replace('"split": "val"', '"split": "dev"'), encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"images\[3\]: unknown split 'dev'"):
         read_karpathy(path, tmp_path / "images", ["train"])
-    path.write_bytes(text.encode("utf-8").replace("Café".encode("utf-8"), b"Caf\xe9"))
-    with pytest.raises(DataFormatError, match=r"dataset_coco.json: line 16: not valid UTF-8"):  # grep -n Café: line 16
+    path.write_bytes(text.encode("utf-8").replace("Café".encode(), b"Caf\xe9"))
+    with pytest.raises(
+        DataFormatError, match=r"dataset_coco.json: line 16: not valid UTF-8"
+    ):  # grep -n Café: line 16
         read_karpathy(path, tmp_path / "images")
     path.write_text(text[:-5], encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"dataset_coco.json: line \d+: invalid JSON"):
@@ -219,9 +234,13 @@ def cub_tree(root: Path, k: int = 10) -> Path:
     for c, stems in CUB_IMAGES.items():
         for stem in stems:
             (root / "images" / CUB_CLASSES[c]).mkdir(parents=True, exist_ok=True)
-            Image.fromarray(np.full((5, 5, 3), c, np.uint8)).save(root / "images" / CUB_CLASSES[c] / f"{stem}.jpg", format="PNG")
+            Image.fromarray(np.full((5, 5, 3), c, np.uint8)).save(
+                root / "images" / CUB_CLASSES[c] / f"{stem}.jpg", format="PNG"
+            )
             (root / "text_c10" / CUB_CLASSES[c]).mkdir(parents=True, exist_ok=True)
-            (root / "text_c10" / CUB_CLASSES[c] / f"{stem}.txt").write_text("".join(f"{stem} says {j}\n" for j in range(k)))
+            (root / "text_c10" / CUB_CLASSES[c] / f"{stem}.txt").write_text(
+                "".join(f"{stem} says {j}\n" for j in range(k))
+            )
     (root / "trainvalclasses.txt").write_text(f"{CUB_CLASSES[0]}\n{CUB_CLASSES[1]}\n")
     (root / "testclasses.txt").write_text(f"{CUB_CLASSES[2]}\n")
     (root / "seen_test_images.txt").write_text(f"{CUB_CLASSES[0]}/{CUB_IMAGES[0][1]}.jpg\n")
@@ -253,7 +272,10 @@ def test_cub_bad_input(tmp_path: Path) -> None:
     cub_tree(tmp_path)
     txt = tmp_path / "text_c10" / CUB_CLASSES[1] / f"{CUB_IMAGES[1][0]}.txt"
     txt.write_text("".join(f"c{j}\n" for j in range(9)))
-    with pytest.raises(DataFormatError, match=r"Laysan_Albatross_0001_545.txt: 9 captions for image Laysan_Albatross_0001_545, expected 10"):
+    with pytest.raises(
+        DataFormatError,
+        match=r"Laysan_Albatross_0001_545.txt: 9 captions for image Laysan_Albatross_0001_545, expected 10",
+    ):
         read_cub(tmp_path, ["train"])
     txt.write_bytes(b"".join(b"c%d\n" % j for j in range(9)) + b"\xff\xfe\n")
     with pytest.raises(DataFormatError, match=r"Laysan_Albatross_0001_545.txt: line 10: not valid UTF-8"):
@@ -262,7 +284,9 @@ def test_cub_bad_input(tmp_path: Path) -> None:
     with pytest.raises(DataFormatError, match=r"Laysan_Albatross_0001_545.txt: line 5: empty caption"):
         read_cub(tmp_path, ["train"])
     (tmp_path / "testclasses.txt").write_text("003.Sooty_Albatross\n200.Common_Yellowthroat\n")
-    with pytest.raises(DataFormatError, match=r"testclasses.txt: line 2: unknown class '200.Common_Yellowthroat'"):
+    with pytest.raises(
+        DataFormatError, match=r"testclasses.txt: line 2: unknown class '200.Common_Yellowthroat'"
+    ):
         read_cub(tmp_path, ["test"])
     (tmp_path / "images" / "Misc").mkdir()
     with pytest.raises(DataFormatError, match=r"images/Misc: unknown class directory"):
@@ -291,7 +315,11 @@ def drilldown_tree(root: Path, n_regions: int = 4, dims: int = 3) -> dict[int, n
         path = root / "vg" / "region_36_final" / f"{index:012d}.npy"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as fh:  # Drill-down's files: a pickled dict, despite the .npy name
-            pickle.dump({"region_feats": f, "region_boxes": boxes, "region_clses": np.zeros(n_regions, np.int64)}, fh, protocol=2)
+            pickle.dump(
+                {"region_feats": f, "region_boxes": boxes, "region_clses": np.zeros(n_regions, np.int64)},
+                fh,
+                protocol=2,
+            )
         feats[index] = f
     return feats
 
@@ -301,7 +329,10 @@ def test_drilldown_reads_vg_layout(tmp_path: Path) -> None:
     split = read_drilldown(tmp_path, ["test"], n_regions=4, min_queries=3)["test"]
     assert split.image_ids == ["11", "3"]  # split-file order
     # region-id order; "Green Grass" (region 17) repeats "green grass" (12) once lower-cased: dropped as in Drill-down
-    assert split.queries == [["blue sky", "a red kite", "a kite string"], ["green grass", "a brown horse", "a man on a horse"]]
+    assert split.queries == [
+        ["blue sky", "a red kite", "a kite string"],
+        ["green grass", "a brown horse", "a man on a horse"],
+    ]
     assert split.caption_ids == ["11/1", "11/2", "11/3", "3/12", "3/25", "3/30"]
     assert split.caption_image.tolist() == [0, 0, 0, 1, 1, 1]
     np.testing.assert_array_equal(split.regions[1], feats[3])
@@ -313,16 +344,22 @@ def test_drilldown_reads_vg_layout(tmp_path: Path) -> None:
 def test_drilldown_feature_cache(tmp_path: Path) -> None:
     feats = drilldown_tree(tmp_path / "vg_root")
     cache = tmp_path / "cache" / "test.npy"
-    first = read_drilldown_split(tmp_path / "vg_root", "test", n_regions=4, min_queries=3, features_cache=cache)
+    first = read_drilldown_split(
+        tmp_path / "vg_root", "test", n_regions=4, min_queries=3, features_cache=cache
+    )
     shutil.rmtree(tmp_path / "vg_root" / "vg" / "region_36_final")  # the second read needs only the cache
-    again = read_drilldown_split(tmp_path / "vg_root", "test", n_regions=4, min_queries=3, features_cache=cache)
+    again = read_drilldown_split(
+        tmp_path / "vg_root", "test", n_regions=4, min_queries=3, features_cache=cache
+    )
     np.testing.assert_array_equal(again.regions[0], feats[11])
     np.testing.assert_array_equal(again.region_boxes, first.region_boxes)
 
 
 def test_drilldown_bad_input(tmp_path: Path) -> None:
     drilldown_tree(tmp_path)
-    with pytest.raises(DataFormatError, match=r"000000000011.npy: region_feats of shape \(4, 3\), expected \(36, D\)"):
+    with pytest.raises(
+        DataFormatError, match=r"000000000011.npy: region_feats of shape \(4, 3\), expected \(36, D\)"
+    ):
         read_drilldown_split(tmp_path, "test", min_queries=3)
     with pytest.raises(DataFormatError, match=r"rg_jsons/11.json: 3 region captions, expected at least 10"):
         read_drilldown_split(tmp_path, "test", n_regions=4)

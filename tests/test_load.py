@@ -31,8 +31,16 @@ def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ("coco", "karpathy", "missing dataset_coco.json, images;"),
         ("f30k", "karpathy", "missing dataset_flickr30k.json, flickr30k-images;"),
         ("coco", "precomp", "missing precomp/train_ims.npy, precomp/train_caps.txt, precomp/dev_ims.npy"),
-        ("cub", "cub", "missing images, text_c10, trainvalclasses.txt, testclasses.txt, seen_test_images.txt;"),
-        ("vg", "drilldown", "missing caches/vg_train.txt, caches/vg_val.txt, caches/vg_test.txt, vg/rg_jsons"),
+        (
+            "cub",
+            "cub",
+            "missing images, text_c10, trainvalclasses.txt, testclasses.txt, seen_test_images.txt;",
+        ),
+        (
+            "vg",
+            "drilldown",
+            "missing caches/vg_train.txt, caches/vg_val.txt, caches/vg_test.txt, vg/rg_jsons",
+        ),
     ],
 )
 def test_missing_files_are_named_at_once(tmp_path: Path, dataset: str, fmt: str, expected: str) -> None:
@@ -43,7 +51,10 @@ def test_missing_files_are_named_at_once(tmp_path: Path, dataset: str, fmt: str,
 
 def test_missing_root_and_bad_names(tmp_path: Path) -> None:
     for root in ("", tmp_path / "nowhere"):
-        with pytest.raises(DataFormatError, match=r"coco \(karpathy\) at DATA_ROOT=.*missing the data root itself; see docs/data.md"):
+        with pytest.raises(
+            DataFormatError,
+            match=r"coco \(karpathy\) at DATA_ROOT=.*missing the data root itself; see docs/data.md",
+        ):
             load_corpus("coco", root, "paper")
     with pytest.raises(ValueError, match="unknown dataset 'mscoco'"):
         load_corpus("mscoco", tmp_path)
@@ -61,10 +72,20 @@ def test_coco_karpathy_with_instances(tmp_path: Path) -> None:
     names = [f"c{i}" for i in range(7)]
     write_coco_instances(tmp_path / "annotations" / "instances_val2014.json", val_ids, val_labels, names)
     loaded = load_corpus("coco", tmp_path, "paper")
-    assert loaded.name == "coco" and loaded["train"].images is None and loaded["train"].image_paths is not None
+    assert (
+        loaded.name == "coco" and loaded["train"].images is None and loaded["train"].image_paths is not None
+    )
     np.testing.assert_array_equal(loaded["test"].image_labels, corpus["test"].image_labels)
-    assert loaded["train"].image_labels is None and "instances_train2014.json" in loaded["train"].meta["plausible"]
-    write_coco_instances(tmp_path / "annotations" / "instances_train2014.json", corpus["train"].image_ids, corpus["train"].image_labels, names)
+    assert (
+        loaded["train"].image_labels is None
+        and "instances_train2014.json" in loaded["train"].meta["plausible"]
+    )
+    write_coco_instances(
+        tmp_path / "annotations" / "instances_train2014.json",
+        corpus["train"].image_ids,
+        corpus["train"].image_labels,
+        names,
+    )
     loaded = load_corpus("coco", tmp_path, "paper", splits=["train"], load_images=True)
     np.testing.assert_array_equal(loaded["train"].image_labels, corpus["train"].image_labels)
     np.testing.assert_array_equal(loaded["train"].images, corpus["train"].images)
@@ -91,7 +112,9 @@ def test_cub_and_vg_layouts(tmp_path: Path) -> None:
     vg = load_corpus("vg", tmp_path / "vg", "paper", splits=["test"], n_regions=3, min_queries=1)
     assert vg["test"].queries == corpus["test"].queries
     np.testing.assert_array_equal(vg["test"].regions, corpus["test"].regions)
-    assert list((tmp_path / "cache" / "vg-regions").glob("*/vg_test_regions.npy"))  # assembled once, memory-mapped
+    assert list(
+        (tmp_path / "cache" / "vg-regions").glob("*/vg_test_regions.npy")
+    )  # assembled once, memory-mapped
 
 
 def _fake_scenes(monkeypatch: pytest.MonkeyPatch) -> list:
@@ -99,7 +122,7 @@ def _fake_scenes(monkeypatch: pytest.MonkeyPatch) -> list:
     calls: list = []
     marker = object()  # generator-only metadata (like logical forms) that no file format holds
 
-    def load_scenes(cfg, progress: bool = True) -> Corpus:  # noqa: ANN001
+    def load_scenes(cfg, progress: bool = True) -> Corpus:
         calls.append(cfg)
         corpus = synthetic_corpus(seed=cfg)
         corpus.name = "scenes-single"
@@ -137,7 +160,9 @@ def test_scenes_export_damage_is_caught(tmp_path: Path, monkeypatch: pytest.Monk
     corpus = load_corpus("scenes", format="precomp", seed=1, progress=False)
     caps = Path(corpus.meta["export_dir"]) / "test_caps.txt"
     caps.write_text(caps.read_text().replace("caption 0", "caption zero", 1))
-    with pytest.raises(DataFormatError, match=r"split 'test' read back differs from the generated scenes in \['captions'\]"):
+    with pytest.raises(
+        DataFormatError, match=r"split 'test' read back differs from the generated scenes in \['captions'\]"
+    ):
         load_corpus("scenes", format="precomp", seed=1, progress=False)
     again = load_corpus("scenes", format="precomp", seed=1, refresh=True, progress=False)
     assert content_diff(synthetic_corpus(seed=1)["test"], again["test"]) == []

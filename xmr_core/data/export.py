@@ -78,22 +78,29 @@ def _karpathy(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str],
     native = ["image_ids", "caption_ids", "captions", "caption_image", "images"]
     args: dict = {"json": json_name, "instances": []}
     all_ids = [i for s in splits for i in s.image_ids]
-    labelled = [s for s in splits if s.image_labels is not None]
-    if labelled and len(labelled) == len(splits) and len(set(all_ids)) == len(all_ids):
-        if all(np.isin(s.image_labels, (0, 1)).all() for s in splits):
-            names = corpus.meta.get("label_names") or [f"concept_{c}" for c in range(splits[0].image_labels.shape[1])]
-            for s in splits:
-                path = f"annotations/instances_{s.name}.json"
-                write_coco_instances(out_dir / path, s.image_ids, s.image_labels, names)
-                args["instances"].append(path)
-            native.append("image_labels")
+    # COCO instances hold 0/1 concept labels keyed by image id: ids must be unique across the splits
+    binary = all(s.image_labels is not None and np.isin(s.image_labels, (0, 1)).all() for s in splits)
+    if binary and len(set(all_ids)) == len(all_ids):
+        n_labels = splits[0].image_labels.shape[1]
+        names = (
+            corpus.meta.get("label_names")
+            or corpus.meta.get("concepts")
+            or [f"concept_{c}" for c in range(n_labels)]
+        )
+        for s in splits:
+            path = f"annotations/instances_{s.name}.json"
+            write_coco_instances(out_dir / path, s.image_ids, s.image_labels, names)
+            args["instances"].append(path)
+        native.append("image_labels")
     return native, args
 
 
 def _precomp(corpus: Corpus, out_dir: Path, progress: bool) -> tuple[list[str], dict]:
     ks = {write_precomp_split(s, out_dir) for s in corpus.splits.values()}
     if len(ks) != 1:
-        raise ValueError(f"corpus {corpus.name!r}: precomp needs one caption count per image, splits have {sorted(ks)}")
+        raise ValueError(
+            f"corpus {corpus.name!r}: precomp needs one caption count per image, splits have {sorted(ks)}"
+        )
     return list(PRECOMP_FIELDS), {"captions_per_image": ks.pop()}
 
 
@@ -159,7 +166,11 @@ def export_corpus(corpus: Corpus, out_dir: str | Path, fmt: str, *, progress: bo
 
 
 def read_export(
-    out_dir: str | Path, splits: Sequence[str] | None = None, *, load_images: bool = True, progress: bool = False
+    out_dir: str | Path,
+    splits: Sequence[str] | None = None,
+    *,
+    load_images: bool = True,
+    progress: bool = False,
 ) -> Corpus:
     """Read a directory written by `export_corpus` through its format's reader."""
     out_dir = Path(out_dir)
@@ -171,7 +182,9 @@ def read_export(
     except (ValueError, KeyError, TypeError) as e:
         raise DataFormatError(f"{path}: malformed export manifest ({e})") from None
     if manifest.get("xmr_export_version") != EXPORT_VERSION:
-        raise DataFormatError(f"{path}: export version {manifest.get('xmr_export_version')}, expected {EXPORT_VERSION}")
+        raise DataFormatError(
+            f"{path}: export version {manifest.get('xmr_export_version')}, expected {EXPORT_VERSION}"
+        )
     if fmt == "precomp":
         corpus = read_precomp(out_dir, splits, **args)
     elif fmt == "karpathy":

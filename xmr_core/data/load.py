@@ -21,7 +21,15 @@ from typing import Any
 
 from xmr_core.config import cache_dir, check_profile
 from xmr_core.data.corpus import Corpus, DataFormatError
-from xmr_core.data.export import EXPORT_VERSION, FORMATS, MANIFEST, content_diff, export_corpus, jsonable_meta, read_export
+from xmr_core.data.export import (
+    EXPORT_VERSION,
+    FORMATS,
+    MANIFEST,
+    content_diff,
+    export_corpus,
+    jsonable_meta,
+    read_export,
+)
 from xmr_core.data.formats.coco_instances import coco_image_labels
 from xmr_core.data.formats.cub import SEEN_TEST_IMAGES, TEST_CLASSES, TRAINVAL_CLASSES, read_cub
 from xmr_core.data.formats.drilldown import read_drilldown
@@ -36,8 +44,17 @@ DATASET_FORMATS: dict[str, tuple[str, ...]] = {
     "cub": ("cub",),
     "vg": ("drilldown",),
 }
-DEFAULT_FORMAT = {"scenes": "karpathy", "coco": "karpathy", "f30k": "karpathy", "cub": "cub", "vg": "drilldown"}
-KARPATHY_FILES = {"coco": ("dataset_coco.json", "images"), "f30k": ("dataset_flickr30k.json", "flickr30k-images")}
+DEFAULT_FORMAT = {
+    "scenes": "karpathy",
+    "coco": "karpathy",
+    "f30k": "karpathy",
+    "cub": "cub",
+    "vg": "drilldown",
+}
+KARPATHY_FILES = {
+    "coco": ("dataset_coco.json", "images"),
+    "f30k": ("dataset_flickr30k.json", "flickr30k-images"),
+}
 PRECOMP_PREFIXES = {
     "coco": {"train": "train", "val": "dev", "test": "testall"},  # testall = the 5K test set (1K = its folds)
     "f30k": {"train": "train", "val": "dev", "test": "test"},
@@ -50,7 +67,7 @@ def load_corpus(
     data_root: str | Path = "",
     profile: str = "cpu",
     *,
-    format: str | None = None,  # noqa: A002 - the notebooks' word for it
+    format: str | None = None,
     splits: Sequence[str] | None = None,
     variant: str = "single",
     seed: int = 0,
@@ -74,10 +91,16 @@ def load_corpus(
     if fmt not in DATASET_FORMATS[dataset]:
         raise ValueError(f"dataset {dataset!r} comes in formats {DATASET_FORMATS[dataset]}, not {fmt!r}")
     if dataset == "scenes":
-        return _load_scenes(fmt, profile, variant, seed, scenes, splits, load_images is not False, refresh, progress)
+        return _load_scenes(
+            fmt, profile, variant, seed, scenes, splits, load_images is not False, refresh, progress
+        )
     root = Path(data_root).expanduser() if str(data_root) else None
     wanted = tuple(splits) if splits is not None else ("train", "val", "test")
-    missing = _missing(dataset, fmt, root, wanted) if root is not None and root.is_dir() else ["the data root itself"]
+    missing = (
+        _missing(dataset, fmt, root, wanted)
+        if root is not None and root.is_dir()
+        else ["the data root itself"]
+    )
     if missing:
         raise DataFormatError(
             f"{dataset} ({fmt}) at DATA_ROOT={str(data_root)!r}: missing {', '.join(missing)}; "
@@ -92,16 +115,26 @@ def _load_scenes(
 ) -> Corpus:  # fmt: skip
     from xmr_core.data.scenes import load_scenes, scenes_config  # the generator imports torch models
 
-    generated = load_scenes(cfg if cfg is not None else scenes_config(profile, variant=variant, seed=seed), progress=progress)
-    identity = json.dumps({"meta": jsonable_meta(generated.meta), "format": fmt, "version": EXPORT_VERSION}, sort_keys=True)
-    out = cache_dir() / "scenes-export" / f"{generated.name}-{fmt}-{hashlib.sha1(identity.encode()).hexdigest()[:12]}"
+    generated = load_scenes(
+        cfg if cfg is not None else scenes_config(profile, variant=variant, seed=seed), progress=progress
+    )
+    identity = json.dumps(
+        {"meta": jsonable_meta(generated.meta), "format": fmt, "version": EXPORT_VERSION}, sort_keys=True
+    )
+    out = (
+        cache_dir()
+        / "scenes-export"
+        / f"{generated.name}-{fmt}-{hashlib.sha1(identity.encode()).hexdigest()[:12]}"
+    )
     if refresh or not (out / MANIFEST).is_file():
         export_corpus(generated, out, fmt, progress=progress)
     corpus = read_export(out, splits, load_images=load_images, progress=progress)
     for name, split in corpus.splits.items():
         differ = [f for f in content_diff(generated[name], split) if load_images or f != "images"]
         if differ:
-            raise DataFormatError(f"{out}: split {name!r} read back differs from the generated scenes in {differ}")
+            raise DataFormatError(
+                f"{out}: split {name!r} read back differs from the generated scenes in {differ}"
+            )
         split.meta = {**generated[name].meta, **split.meta}
     corpus.meta = {**generated.meta, **corpus.meta}
     return corpus
@@ -115,7 +148,9 @@ def _missing(dataset: str, fmt: str, root: Path, splits: Sequence[str]) -> list[
         prefixes = PRECOMP_PREFIXES[dataset]
         need = [f"precomp/{prefixes[s]}_{part}" for s in splits for part in ("ims.npy", "caps.txt")]
     elif fmt == "cub":
-        need = ["images", "text_c10", TRAINVAL_CLASSES, TEST_CLASSES] + ([SEEN_TEST_IMAGES] if "val" in splits else [])
+        need = ["images", "text_c10", TRAINVAL_CLASSES, TEST_CLASSES] + (
+            [SEEN_TEST_IMAGES] if "val" in splits else []
+        )
     else:
         need = [f"caches/vg_{s}.txt" for s in splits] + ["vg/rg_jsons", "vg/region_36_final"]
     return [p for p in need if not (root / p).exists()]
@@ -126,7 +161,9 @@ def _read_real(
 ) -> Corpus:
     if fmt == "precomp":
         args = {"n_regions": 36, **args}
-        return read_precomp(root / "precomp", splits, prefixes=PRECOMP_PREFIXES[dataset], name=dataset, **args)
+        return read_precomp(
+            root / "precomp", splits, prefixes=PRECOMP_PREFIXES[dataset], name=dataset, **args
+        )
     if fmt == "cub":
         return read_cub(root, splits, load_images=load_images, progress=progress, **args)
     if fmt == "drilldown":
@@ -134,7 +171,9 @@ def _read_real(
         args = {"features_cache_dir": features, **args}
         return read_drilldown(root, splits, load_images=load_images, progress=progress, **args)
     json_name, image_dir = KARPATHY_FILES[dataset]
-    corpus = read_karpathy(root / json_name, root / image_dir, splits, load_images=load_images, progress=progress, **args)
+    corpus = read_karpathy(
+        root / json_name, root / image_dir, splits, load_images=load_images, progress=progress, **args
+    )
     corpus.name = dataset
     if dataset == "coco":
         have = [root / p for p in COCO_INSTANCES if (root / p).is_file()]
@@ -143,5 +182,7 @@ def _read_real(
             if len(have) == 2 or (split.name in ("val", "test") and root / COCO_INSTANCES[1] in have):
                 split.image_labels, split.meta["label_names"] = coco_image_labels(have, split.image_ids)
             else:
-                split.meta["plausible"] = f"no concept labels: {' and '.join(COCO_INSTANCES)} not both under {root}"
+                split.meta["plausible"] = (
+                    f"no concept labels: {' and '.join(COCO_INSTANCES)} not both under {root}"
+                )
     return corpus

@@ -71,18 +71,24 @@ def coco_image_labels(paths: Sequence[str | Path], image_ids: Sequence[str]) -> 
     labels, names = read_coco_instances(paths)
     missing = [i for i in image_ids if i not in labels]
     if missing:
-        raise DataFormatError(f"{', '.join(map(str, paths))}: image {missing[0]} (and {len(missing) - 1} more) not found")
+        raise DataFormatError(
+            f"{', '.join(map(str, paths))}: image {missing[0]} (and {len(missing) - 1} more) not found"
+        )
     out = np.zeros((len(image_ids), len(names)), dtype=np.uint8)
     for row, im in enumerate(image_ids):
         out[row] = labels[im]
     return out, names
 
 
-def write_coco_instances(path: str | Path, image_ids: Sequence[str], labels: np.ndarray, names: Sequence[str]) -> Path:
+def write_coco_instances(
+    path: str | Path, image_ids: Sequence[str], labels: np.ndarray, names: Sequence[str]
+) -> Path:
     """Write 0/1 labels (N, C) as a minimal COCO instances file: one annotation per (image, category)."""
     labels = np.asarray(labels)
     if labels.shape != (len(image_ids), len(names)) or not np.isin(labels, (0, 1)).all():
-        raise ValueError(f"{path}: labels must be 0/1 of shape ({len(image_ids)}, {len(names)}), got {labels.shape}")
+        raise ValueError(
+            f"{path}: labels must be 0/1 of shape ({len(image_ids)}, {len(names)}), got {labels.shape}"
+        )
     rows, cols = np.nonzero(labels)
     data = {
         "images": [{"id": im, "file_name": f"{im}.png"} for im in image_ids],

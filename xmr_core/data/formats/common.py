@@ -36,15 +36,16 @@ def decode_utf8(data: bytes, path: str | Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise DataFormatError(f"{path}: line {line}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        raise DataFormatError(
+            f"{path}: line {line}: not valid UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
 
 
 def read_lines(path: str | Path, what: str, *, allow_empty: bool = False) -> list[str]:
     """The stripped lines of a UTF-8 text file (one final newline allowed); an empty line is an error."""
     path = require(path, what)
     text = decode_utf8(path.read_bytes(), path)
-    if text.endswith("\n"):
-        text = text[:-1]
+    text = text.removesuffix("\n")
     lines = [line.strip() for line in text.split("\n")] if text else []
     if not allow_empty:
         empty = [i for i, line in enumerate(lines) if not line]
@@ -81,7 +82,9 @@ def check_finite(features: np.ndarray, path: str | Path, image_ids: Sequence[str
         ok = np.isfinite(block.reshape(block.shape[0], -1)).all(1)
         if not ok.all():
             row = start + int(np.flatnonzero(~ok)[0])
-            raise DataFormatError(f"{path}: image {image_ids[row]!r} (row {row}): features contain NaN or inf")
+            raise DataFormatError(
+                f"{path}: image {image_ids[row]!r} (row {row}): features contain NaN or inf"
+            )
 
 
 def find_image(stem: Path) -> Path | None:
@@ -105,7 +108,9 @@ def load_pixels(paths: Sequence[str], *, progress: bool = False) -> np.ndarray:
         if out is None:
             out = np.empty((len(paths), *pixels.shape), dtype=np.uint8)
         if pixels.shape != out.shape[1:]:
-            raise DataFormatError(f"{p}: image of size {pixels.shape}, expected {out.shape[1:]} like {paths[0]}")
+            raise DataFormatError(
+                f"{p}: image of size {pixels.shape}, expected {out.shape[1:]} like {paths[0]}"
+            )
         out[i] = pixels
     return out if out is not None else np.zeros((0, 0, 0, 3), dtype=np.uint8)
 

@@ -28,7 +28,14 @@ import numpy as np
 from tqdm import tqdm
 
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
-from xmr_core.data.formats.common import IMAGE_SUFFIXES, load_pixels, read_lines, require, write_lines, write_png
+from xmr_core.data.formats.common import (
+    IMAGE_SUFFIXES,
+    load_pixels,
+    read_lines,
+    require,
+    write_lines,
+    write_png,
+)
 from xmr_core.data.formats.sidecar import apply_sidecar
 
 TRAINVAL_CLASSES = "trainvalclasses.txt"
@@ -64,7 +71,9 @@ def _image_list(root: Path, images_dir: Path, class_dirs: list[str]) -> list[str
         if len(parts) != 2 or "/" not in rel or rel.split("/", 1)[0] not in known:
             raise DataFormatError(f"{listing}: line {i + 1}: unknown class in {line!r}")
         if not (images_dir / rel).is_file():
-            raise DataFormatError(f"{images_dir / rel}: missing image file (listed at {listing.name} line {i + 1})")
+            raise DataFormatError(
+                f"{images_dir / rel}: missing image file (listed at {listing.name} line {i + 1})"
+            )
         rels.append(rel)
     return rels
 
@@ -103,7 +112,7 @@ def read_cub(
             seen = set(read_lines(require(seen_path, "seen-class test images (PCME)"), "image path"))
             unknown = seen - set(rels)
             if unknown:
-                raise DataFormatError(f"{seen_path}: image {sorted(unknown)[0]!r} is not a CUB image")
+                raise DataFormatError(f"{seen_path}: image {min(unknown)!r} is not a CUB image")
     class_index = {d: i for i, d in enumerate(class_dirs)}
     class_names = [CLASS_DIR.match(d).group(2) for d in class_dirs]
     members = {
@@ -119,7 +128,9 @@ def read_cub(
             chosen = read_lines(root / f"{s}_images.txt", f"image path of split {s!r}")
             unknown = set(chosen) - set(rels)
             if unknown:
-                raise DataFormatError(f"{root / f'{s}_images.txt'}: image {sorted(unknown)[0]!r} is not a listed CUB image")
+                raise DataFormatError(
+                    f"{root / f'{s}_images.txt'}: image {min(unknown)!r} is not a listed CUB image"
+                )
         else:
             chosen = [rel for rel in rels if members[s](rel.split("/", 1)[0], rel)]
         stems = [Path(rel).stem for rel in chosen]
@@ -128,7 +139,9 @@ def read_cub(
             path = text_dir / rel.split("/", 1)[0] / f"{stem}.txt"
             lines = read_lines(path, "caption")
             if len(lines) != captions_per_image:
-                raise DataFormatError(f"{path}: {len(lines)} captions for image {stem}, expected {captions_per_image}")
+                raise DataFormatError(
+                    f"{path}: {len(lines)} captions for image {stem}, expected {captions_per_image}"
+                )
             captions.extend(lines)
             caption_ids.extend(f"{stem}#{j}" for j in range(len(lines)))
         split = Split(
@@ -154,7 +167,11 @@ def read_cub(
 
 
 def write_cub(
-    splits: Sequence[Split], root: str | Path, *, class_split: dict[str, list[int]] | None = None, progress: bool = False
+    splits: Sequence[Split],
+    root: str | Path,
+    *,
+    class_split: dict[str, list[int]] | None = None,
+    progress: bool = False,
 ) -> tuple[int, bool]:
     """Write splits named train / val / test in the CUB layout; return (k captions per image, image_lists).
 
@@ -169,7 +186,9 @@ def write_cub(
         if split.name not in ("train", "val", "test"):
             raise ValueError(f"{split.source}: CUB has splits train / val / test, not {split.name!r}")
         if split.images is None or split.image_class is None or split.class_names != names:
-            raise ValueError(f"{split.source}: split {split.name!r} needs pixels and the classes of the other splits")
+            raise ValueError(
+                f"{split.source}: split {split.name!r} needs pixels and the classes of the other splits"
+            )
     if names is None or any(not n or n != n.strip() or "/" in n for n in names):
         raise ValueError(f"{splits[0].source}: class names cannot be written as directory names")
     class_dirs = [f"{i + 1:03d}.{n}" for i, n in enumerate(names)]
@@ -186,12 +205,18 @@ def write_cub(
     for split in splits:
         n, m = split.n_images, split.n_captions
         if n == 0 or m != k * n or not np.array_equal(split.caption_image, np.repeat(np.arange(n), k)):
-            raise ValueError(f"{split.source}: split {split.name!r}: CUB needs {k} captions per image, in image order")
-        for row, image_id in enumerate(tqdm(split.image_ids, desc=f"write {split.name}", disable=not progress)):
+            raise ValueError(
+                f"{split.source}: split {split.name!r}: CUB needs {k} captions per image, in image order"
+            )
+        for row, image_id in enumerate(
+            tqdm(split.image_ids, desc=f"write {split.name}", disable=not progress)
+        ):
             d = class_dirs[int(split.image_class[row])]
             rel = f"{d}/{image_id}.png"
             write_png(root / "images" / rel, split.images[row])
-            write_lines(root / "text_c10" / d / f"{image_id}.txt", split.captions[row * k : (row + 1) * k], "caption")
+            write_lines(
+                root / "text_c10" / d / f"{image_id}.txt", split.captions[row * k : (row + 1) * k], "caption"
+            )
             listing.append(f"{len(listing) + 1} {rel}")
             lists.setdefault(split.name, []).append(rel)
     write_lines(root / "images.txt", listing, "image listing")

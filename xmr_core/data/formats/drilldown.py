@@ -28,7 +28,16 @@ from tqdm import tqdm
 
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.formats.common import (
-    check_finite, decode_utf8, find_image, load_pixels, read_lines, require, write_file, write_lines, write_png, write_text,
+    check_finite,
+    decode_utf8,
+    find_image,
+    load_pixels,
+    read_lines,
+    require,
+    write_file,
+    write_lines,
+    write_png,
+    write_text,
 )  # fmt: skip
 from xmr_core.data.formats.sidecar import apply_sidecar
 from xmr_core.io import atomic_write
@@ -45,7 +54,7 @@ _NUMPY_GLOBALS = {
 class _NumpyUnpickler(pickle.Unpickler):
     """Unpickles dicts of numpy arrays and nothing that could run code."""
 
-    def find_class(self, module: str, name: str):  # noqa: ANN201
+    def find_class(self, module: str, name: str):
         if (module, name) not in _NUMPY_GLOBALS:
             raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a region feature file")
         return super().find_class(module, name)
@@ -156,7 +165,9 @@ def _features(
     if cache is not None and cache.exists():
         feats = np.load(cache, mmap_mode="r")
         if feats.shape[:2] != (len(indices), n_regions):
-            raise DataFormatError(f"{cache}: cached features of shape {feats.shape} for {len(indices)} images")
+            raise DataFormatError(
+                f"{cache}: cached features of shape {feats.shape} for {len(indices)} images (delete it to rebuild)"
+            )
         boxes_path = cache.with_suffix(".boxes.npy")
         return feats, np.load(boxes_path) if boxes_path.exists() else None
     feats = boxes = None
@@ -174,14 +185,20 @@ def _features(
             check_finite(f[None], path, [str(index)])
             if feats is None:
                 shape = (len(indices), n_regions, f.shape[1])
-                feats = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape) if tmp else np.empty(shape, np.float32)
+                feats = (
+                    np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+                    if tmp
+                    else np.empty(shape, np.float32)
+                )
                 boxes = np.empty((len(indices), n_regions, 4), np.float32) if "region_boxes" in data else None
             if ("region_boxes" in data) != (boxes is not None):
                 raise DataFormatError(f"{path}: region_boxes present in some region files and not in others")
             if boxes is not None:
                 b = np.asarray(data["region_boxes"], dtype=np.float32)
                 if b.shape != (n_regions, 4):
-                    raise DataFormatError(f"{path}: region_boxes of shape {b.shape}, expected ({n_regions}, 4)")
+                    raise DataFormatError(
+                        f"{path}: region_boxes of shape {b.shape}, expected ({n_regions}, 4)"
+                    )
                 boxes[row] = b
             feats[row] = f
     except BaseException:
@@ -233,7 +250,9 @@ def write_drilldown(splits: Sequence[Split], root: str | Path, *, progress: bool
     number = 0
     for split in splits:
         if split.regions is None or split.queries is None:
-            raise ValueError(f"{split.source}: split {split.name!r} needs region features and queries for Drill-down")
+            raise ValueError(
+                f"{split.source}: split {split.name!r} needs region features and queries for Drill-down"
+            )
         indices = []
         for row in tqdm(range(split.n_images), desc=f"write {split.name}", disable=not progress):
             number += 1
@@ -245,8 +264,13 @@ def write_drilldown(splits: Sequence[Split], root: str | Path, *, progress: bool
                 for j, q in enumerate(split.queries[row])
             ]
             if any(not q or q != q.strip() for q in split.queries[row]):
-                raise ValueError(f"{split.source}: image {split.image_ids[row]!r}: a query cannot be written unchanged")
-            write_text(root / "vg" / "rg_jsons" / f"{index}.json", json.dumps({"image_id": index, "regions": regions}))
+                raise ValueError(
+                    f"{split.source}: image {split.image_ids[row]!r}: a query cannot be written unchanged"
+                )
+            write_text(
+                root / "vg" / "rg_jsons" / f"{index}.json",
+                json.dumps({"image_id": index, "regions": regions}),
+            )
             data = {"region_feats": np.asarray(split.regions[row], dtype=np.float32)}
             if split.region_boxes is not None:
                 data["region_boxes"] = np.asarray(split.region_boxes[row], dtype=np.float32)

@@ -80,9 +80,13 @@ def read_karpathy(
     out = {}
     for s, part in parts.items():
         if check_images:
-            for image_id, p in zip(part["ids"], tqdm(part["paths"], desc=f"check {s} images", disable=not progress)):
+            for image_id, p in zip(
+                part["ids"], tqdm(part["paths"], desc=f"check {s} images", disable=not progress)
+            ):
                 if not Path(p).is_file():
-                    raise DataFormatError(f"{p}: missing image file of image {image_id} ({json_path.name}); see docs/data.md")
+                    raise DataFormatError(
+                        f"{p}: missing image file of image {image_id} ({json_path.name}); see docs/data.md"
+                    )
         split = Split(
             name=s,
             source=str(json_path),
@@ -101,7 +105,9 @@ def read_karpathy(
     return Corpus(name=str(data.get("dataset", json_path.stem)), splits=out, meta={"format": "karpathy"})
 
 
-def write_karpathy(splits: Sequence[Split], json_path: str | Path, dataset: str, *, progress: bool = False) -> Path:
+def write_karpathy(
+    splits: Sequence[Split], json_path: str | Path, dataset: str, *, progress: bool = False
+) -> Path:
     """Write the splits' pixels as `images/<split>/<image id>.png` beside `json_path`, and the json.
 
     Needs in-memory `images` and captions in image order (the order the reader produces)."""
@@ -114,16 +120,27 @@ def write_karpathy(splits: Sequence[Split], json_path: str | Path, dataset: str,
             raise ValueError(f"{split.source}: split name {split.name!r} is not one of {KARPATHY_SPLITS}")
         cimg = np.asarray(split.caption_image)
         if np.any(np.diff(cimg) < 0) or len(np.unique(cimg)) != split.n_images:
-            raise ValueError(f"{split.source}: split {split.name!r}: captions must be grouped by image, in image order")
-        bad = [c for c in split.captions if c != c.strip()] + [i for i in split.image_ids if "/" in i or not i]
+            raise ValueError(
+                f"{split.source}: split {split.name!r}: captions must be grouped by image, in image order"
+            )
+        bad = [c for c in split.captions if c != c.strip()] + [
+            i for i in split.image_ids if "/" in i or not i
+        ]
         if bad:
             raise ValueError(f"{split.source}: split {split.name!r}: {bad[0]!r} cannot be written unchanged")
         starts = np.searchsorted(cimg, np.arange(split.n_images + 1))
-        for row, image_id in enumerate(tqdm(split.image_ids, desc=f"write {split.name} images", disable=not progress)):
+        for row, image_id in enumerate(
+            tqdm(split.image_ids, desc=f"write {split.name} images", disable=not progress)
+        ):
             filename = f"{image_id}.png"
             write_png(json_path.parent / "images" / split.name / filename, split.images[row])
             sentences = [
-                {"tokens": split.captions[j].lower().split(), "raw": split.captions[j], "imgid": imgid, "sentid": split.caption_ids[j]}
+                {
+                    "tokens": split.captions[j].lower().split(),
+                    "raw": split.captions[j],
+                    "imgid": imgid,
+                    "sentid": split.caption_ids[j],
+                }
                 for j in range(starts[row], starts[row + 1])
             ]
             images.append(

@@ -67,9 +67,13 @@ def read_precomp_split(
             )
         raise DataFormatError(f"{caps_path}: line {k * n + 1}: caption beyond {k} per image for {n} images")
     capids_path = root / f"{prefix}_capids.txt"
-    caption_ids = read_lines(capids_path, "caption id") if capids_path.exists() else [str(j) for j in range(m)]
+    caption_ids = (
+        read_lines(capids_path, "caption id") if capids_path.exists() else [str(j) for j in range(m)]
+    )
     if len(caption_ids) != m:
-        raise DataFormatError(f"{capids_path}: {len(caption_ids)} caption ids for {m} captions in {caps_path.name}")
+        raise DataFormatError(
+            f"{capids_path}: {len(caption_ids)} caption ids for {m} captions in {caps_path.name}"
+        )
     check_finite(regions, ims_path, image_ids)
     out = Split(
         name=split,
@@ -93,7 +97,9 @@ def _image_ids(path: Path, n: int, k: int) -> list[str] | None:
         grouped = np.array(ids, dtype=object).reshape(n, k)
         bad = np.flatnonzero((grouped != grouped[:, :1]).any(1))
         if bad.size:
-            raise DataFormatError(f"{path}: line {bad[0] * k + 1}: ids of image row {bad[0]} differ across its captions")
+            raise DataFormatError(
+                f"{path}: line {bad[0] * k + 1}: ids of image row {bad[0]} differ across its captions"
+            )
         return list(grouped[:, 0])
     if len(ids) != n:
         raise DataFormatError(f"{path}: {len(ids)} image ids for {n} images")
@@ -116,7 +122,12 @@ def read_precomp(
         name=name,
         splits={
             s: read_precomp_split(
-                root, s, prefixes.get(s, s), captions_per_image=captions_per_image, n_regions=n_regions, mmap=mmap
+                root,
+                s,
+                prefixes.get(s, s),
+                captions_per_image=captions_per_image,
+                n_regions=n_regions,
+                mmap=mmap,
             )
             for s in splits
         },
@@ -134,7 +145,9 @@ def write_precomp_split(split: Split, root: str | Path, prefix: str | None = Non
     n, m = split.n_images, split.n_captions
     k = m // n if n else 0
     if n == 0 or m != k * n or not np.array_equal(split.caption_image, np.repeat(np.arange(n), k)):
-        raise ValueError(f"{split.source}: split {split.name!r}: precomp needs the same number of captions per image, in image order")
+        raise ValueError(
+            f"{split.source}: split {split.name!r}: precomp needs the same number of captions per image, in image order"
+        )
     regions = np.ascontiguousarray(split.regions, dtype=np.float32)
     write_file(root / f"{prefix}_ims.npy", lambda fh: np.save(fh, regions, allow_pickle=False))
     write_lines(root / f"{prefix}_caps.txt", split.captions, "caption")

@@ -31,7 +31,9 @@ def sidecar_path(directory: str | Path, split: str) -> Path:
     return Path(directory) / f"xmr_{split}.npz"
 
 
-def write_sidecar(directory: str | Path, split: Split, fields: list[str], name: str | None = None) -> Path | None:
+def write_sidecar(
+    directory: str | Path, split: Split, fields: list[str], name: str | None = None
+) -> Path | None:
     """Write `fields` of `split` (those that are not None) to `xmr_<name>.npz`; None if nothing to write."""
     arrays: dict[str, np.ndarray] = {}
     for f in fields:
