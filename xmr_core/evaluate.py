@@ -1,0 +1,249 @@
+"""Split -> embeddings -> score matrix -> every metric under every relevance view, as one flat dict.
+
+    embed_split(model, split, vocab)          -> (image embeddings, caption embeddings)
+    score_matrix(model, img_emb, cap_emb)     -> scores_i2t (N, M), filled by chunks of image rows
+    evaluate_scores(split, scores_i2t, ...)   -> {"instance/i2t/R@1": ..., "exact/t2i/mAP@R": ..., "rsum": ...}
+    evaluate_model(model, split, vocab, ...)  -> the three above in a row
+    results_frame(results)                    -> tidy DataFrame: view, direction, level, metric, value
+
+Model contract: `model.encode_images(batch) -> emb`, `model.encode_captions(batch) -> emb` and
+`model.score(img_emb, cap_emb) -> Tensor (n_img, n_cap)` (higher = more similar), where `emb` is a tensor
+`(n, ...)` or a tuple of tensors (e.g. a Gaussian `(mu, logvar)`), all sliced along dim 0. Batches are the
+dicts of `xmr_core.data.datasets` (`image_loader` / `caption_loader`, in split order).
+
+Keys (metric values in percent, ranks 1-based; definitions and the tie rule in `xmr_core.metrics`):
+- `{view}/{direction}/{metric}` for each view of `split.views()` (instance, class, exact) and direction
+  (i2t, t2i): R@K, medR, meanR, R-P, mAP@R (and P@K if asked for);
+- plausible view (PCME's PMRP, concept labels within L1 distance ζ): `plausible/{direction}/{metric}_zeta{ζ}`
+  for every metric and ζ, plus `plausible/{direction}/PMRP`, the mean of `R-P_zeta{ζ}` over ζ;
+- `rsum`: instance-view i2t + t2i R@1 + R@5 + R@10;
+- when `split.caption_level` is set, text→image per caption level for the non-plausible views:
+  `{view}/t2i@{level}/{metric}` (queries = the captions of that level, gallery = all images).
+Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 test split), `coco1k`
+(every metric on each of five folds of 1,000 images / 5,000 captions in stored order, then averaged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from xmr_core import metrics
+from xmr_core.data.corpus import Split
+
+Protocol = Literal["full", "coco1k", "coco5k"]
+Embedding = Tensor | tuple[Tensor, ...]
+PROTOCOLS: tuple[str, ...] = ("full", "coco1k", "coco5k")
+DIRECTIONS: tuple[str, ...] = ("i2t", "t2i")
+SCORE_CHUNK = 256  # image rows scored per `model.score` call
+
+
+# ------------------------------------------------------------------------------------------- embeddings
+
+def _to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
+
+
+def _cat(parts: list[Embedding]) -> Embedding:
+    if isinstance(parts[0], tuple):
+        return tuple(torch.cat([p[i] for p in parts]) for i in range(len(parts[0])))
+    return torch.cat(parts)
+
+
+def _rows(emb: Embedding, rows: slice) -> Embedding:
+    return tuple(e[rows] for e in emb) if isinstance(emb, tuple) else emb[rows]
+
+
+def _n_rows(emb: Embedding) -> int:
+    return len(emb[0]) if isinstance(emb, tuple) else len(emb)
+
+
+def _encode_all(encode: Any, batches: Iterable[Mapping[str, Any]], index_key: str, n: int, what: str,
+                device: torch.device, progress: bool) -> Embedding:
+    """Encode every batch; check that the batches cover items 0..n-1 in split order, none dropped."""
+    parts, seen = [], []
+    for batch in tqdm(batches, desc=f"embed {what}", disable=not progress):
+        parts.append(encode(_to_device(batch, device)))
+        seen.append(torch.as_tensor(batch[index_key]).cpu())
+    order = torch.cat(seen) if seen else torch.empty(0, dtype=torch.long)
+    if not torch.equal(order, torch.arange(n)):
+        raise ValueError(f"the {what} loader yielded {len(order)} items ({index_key} "
+                         f"{order[:5].tolist()}...), expected all {n} in split order")
+    emb = _cat(parts)
+    if _n_rows(emb) != n:
+        raise ValueError(f"encoding {n} {what} gave {_n_rows(emb)} embeddings")
+    return emb
+
+
+def _model_device(model: Any, device: str | torch.device | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    params = getattr(model, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return first.device if first is not None else torch.device("cpu")
+
+
+@torch.no_grad()
+def embed_split(model: Any, split: Split, vocab: Any = None, *, batch_size: int = 128,
+                device: str | torch.device | None = None, progress: bool = False,
+                loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None
+                ) -> tuple[Embedding, Embedding]:
+    """Embed every image and caption of `split` in split order, the model in eval mode (restored after).
+
+    `loaders`: (image batches, caption batches); by default `datasets.image_loader(split, batch_size)` and
+    `datasets.caption_loader(split, vocab, batch_size)`. `device`: where batches go (default: the model's).
+    Returns `(img_emb, cap_emb)`: tensors `(N, ...)` / `(M, ...)` or tuples of them.
+    """
+    if loaders is None:
+        from xmr_core.data.datasets import caption_loader, image_loader
+
+        if vocab is None:
+            raise ValueError("embed_split needs the vocabulary to tokenise captions (or pass loaders=...)")
+        loaders = (image_loader(split, batch_size), caption_loader(split, vocab, batch_size))
+    dev = _model_device(model, device)
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        img = _encode_all(model.encode_images, loaders[0], "image_index", split.n_images, "images", dev, progress)
+        cap = _encode_all(model.encode_captions, loaders[1], "caption_index", split.n_captions, "captions", dev,
+                          progress)
+    finally:
+        if was_training:
+            model.train()
+    return img, cap
+
+
+@torch.no_grad()
+def score_matrix(model: Any, img_emb: Embedding, cap_emb: Embedding, *, chunk_size: int = SCORE_CHUNK,
+                 progress: bool = False) -> Tensor:
+    """Scores `(N, M)` from `model.score(img_emb[i:j], cap_emb)`, `chunk_size` image rows at a time."""
+    n, m = _n_rows(img_emb), _n_rows(cap_emb)
+    blocks = []
+    for start in tqdm(range(0, n, chunk_size), desc="score", disable=not progress):
+        rows = slice(start, min(start + chunk_size, n))
+        block = model.score(_rows(img_emb, rows), cap_emb)
+        if tuple(block.shape) != (rows.stop - rows.start, m):
+            raise ValueError(f"model.score gave shape {tuple(block.shape)} for {rows.stop - rows.start} images "
+                             f"× {m} captions")
+        blocks.append(block)
+    return torch.cat(blocks)
+
+
+# ----------------------------------------------------------------------------------------- evaluation
+
+def _relevances(split: Split, view: str, t2i: np.ndarray | None, zetas: Sequence[int], images: slice,
+                captions: slice) -> dict[str, dict[str, metrics.Relevance]]:
+    """{direction: {name: relevance}} of one view on a block of images × captions (names: view, or
+    `plausible/zeta{ζ}`); `t2i` is the split's `(M, N)` relevance of a non-plausible view."""
+    if view == "plausible":
+        labels = np.asarray(split.image_labels)
+        img_lab = labels[images]
+        cap_lab = labels[np.asarray(split.caption_image)[captions]]
+        return {"i2t": {f"plausible/zeta{z}": metrics.LabelRelevance(img_lab, cap_lab, z) for z in zetas},
+                "t2i": {f"plausible/zeta{z}": metrics.LabelRelevance(cap_lab, img_lab, z) for z in zetas}}
+    block = t2i[captions, images]
+    return {"i2t": {view: block.T}, "t2i": {view: block}}
+
+
+def _evaluate_block(split: Split, scores_i2t: Tensor, t2i: Mapping[str, np.ndarray | None], images: slice,
+                    captions: slice, ks: Sequence[int], zetas: Sequence[int], precision_ks: Sequence[int],
+                    chunk_rows: int | None, progress: bool) -> dict[str, float]:
+    views = list(t2i)
+    rels = {view: _relevances(split, view, t2i[view], zetas, images, captions) for view in views}
+    levels = None if split.caption_level is None else np.asarray(split.caption_level)[captions]
+    out: dict[str, float] = {}
+    for direction in DIRECTIONS:
+        scores = scores_i2t if direction == "i2t" else scores_i2t.T
+        named = {name: rel for view in views for name, rel in rels[view][direction].items()}
+        stats = metrics.ranking_stats(scores, named, precision_ks=precision_ks, chunk_rows=chunk_rows,
+                                      progress=progress)
+        for name, st in stats.items():
+            view, _, zeta = name.partition("/")
+            suffix = f"_{zeta}" if zeta else ""
+            out.update({f"{view}/{direction}/{k}{suffix}": v for k, v in st.summary(ks).items()})
+            if direction == "t2i" and levels is not None and view != "plausible":
+                for level in dict.fromkeys(levels):  # levels in order of first appearance
+                    out.update({f"{view}/t2i@{level}/{k}": v
+                                for k, v in st.summary(ks, mask=levels == level).items()})
+        if "plausible" in views:
+            out[f"plausible/{direction}/PMRP"] = float(np.mean([out[f"plausible/{direction}/R-P_zeta{z}"]
+                                                                for z in zetas]))
+    if "instance" in views:
+        out["rsum"] = metrics.rsum(out, prefix="instance/")
+    return out
+
+
+def evaluate_scores(split: Split, scores_i2t: Tensor | np.ndarray, views: Sequence[str] | None = None,
+                    protocol: Protocol = "full", ks: Sequence[int] = metrics.RSUM_KS, *,
+                    zetas: Sequence[int] = metrics.DEFAULT_ZETAS, precision_ks: Sequence[int] = (),
+                    chunk_rows: int | None = None, progress: bool = False) -> dict[str, float]:
+    """Every metric under every view (default: `split.views()`), both directions, as one flat dict.
+
+    `scores_i2t`: `(N, M)` image→caption scores of the split, higher = more similar. R@1/5/10 are always
+    included (rSum needs them). See the module docstring for the keys and the protocols.
+    """
+    s = torch.as_tensor(scores_i2t)
+    if tuple(s.shape) != (split.n_images, split.n_captions):
+        raise ValueError(f"{split.source}: split {split.name!r}: scores have shape {tuple(s.shape)}, expected "
+                         f"({split.n_images}, {split.n_captions}) images × captions")
+    views = list(split.views() if views is None else views)
+    missing = [v for v in views if v not in split.views()]
+    if missing:
+        raise ValueError(f"{split.source}: split {split.name!r} has no {missing} relevance (has {split.views()})")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    if protocol == "coco5k" and tuple(s.shape) != (5000, 25000):
+        raise ValueError(f"{split.source}: COCO 5K needs 5000 images × 25000 captions, got {tuple(s.shape)}")
+    all_ks = tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
+    full = [(slice(0, split.n_images), slice(0, split.n_captions))]
+    blocks = metrics.coco_folds(split.n_images, split.n_captions) if protocol == "coco1k" else full
+    # plausible relevance is built from the labels chunk by chunk: its (M, N) matrix is never needed
+    t2i = {view: None if view == "plausible" else split.relevance(view, "t2i") for view in views}
+    results = []
+    for f, (images, captions) in enumerate(blocks):
+        try:
+            results.append(_evaluate_block(split, s[images, captions], t2i, images, captions, all_ks, zetas,
+                                           precision_ks, chunk_rows, progress))
+        except ValueError as err:
+            where = f"COCO 1K fold {f}: " if protocol == "coco1k" else ""
+            raise ValueError(f"{split.source}: split {split.name!r}: {where}{err}") from None
+    return metrics.average_folds(results)
+
+
+def evaluate_model(model: Any, split: Split, vocab: Any = None, *, batch_size: int = 128,
+                   device: str | torch.device | None = None, protocol: Protocol = "full",
+                   views: Sequence[str] | None = None, ks: Sequence[int] = metrics.RSUM_KS,
+                   zetas: Sequence[int] = metrics.DEFAULT_ZETAS, precision_ks: Sequence[int] = (),
+                   progress: bool = False,
+                   loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None
+                   ) -> dict[str, float]:
+    """`embed_split` -> `score_matrix` -> `evaluate_scores`."""
+    img, cap = embed_split(model, split, vocab, batch_size=batch_size, device=device, progress=progress,
+                           loaders=loaders)
+    scores = score_matrix(model, img, cap, progress=progress)
+    return evaluate_scores(split, scores, views, protocol, ks, zetas=zetas, precision_ks=precision_ks,
+                           progress=progress)
+
+
+def results_frame(results: Mapping[str, float]) -> pd.DataFrame:
+    """Tidy table of `evaluate_scores` results: columns view, direction, level ("all" unless per caption
+    level), metric, value; `rsum` becomes view instance, direction both."""
+    rows = []
+    for key, value in results.items():
+        if key == "rsum":
+            rows.append(("instance", "both", "all", "rsum", value))
+            continue
+        parts = key.split("/")
+        if len(parts) != 3:
+            raise ValueError(f"result key {key!r} is not view/direction/metric")
+        view, direction, metric = parts
+        direction, _, level = direction.partition("@")
+        rows.append((view, direction, level or "all", metric, float(value)))
+    return pd.DataFrame(rows, columns=["view", "direction", "level", "metric", "value"])
