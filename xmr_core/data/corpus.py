@@ -91,9 +91,9 @@ class Split:
         if self.regions is not None:
             if self.regions.ndim != 3 or self.regions.shape[0] != n:
                 fail(f"regions have shape {self.regions.shape}, expected ({n}, R, D)")
-            if not np.isfinite(self.regions).all():
-                bad = int(np.flatnonzero(~np.isfinite(self.regions).reshape(n, -1).all(1))[0])
-                fail(f"regions of image {self.image_ids[bad]!r} contain NaN or inf")
+            from xmr_core.data.formats.common import check_finite  # chunked: memory-mapped arrays stay cheap
+
+            check_finite(self.regions, f"{self.source}: split {self.name!r}: regions", self.image_ids)
         if self.image_class is not None and np.asarray(self.image_class).shape != (n,):
             fail(f"image_class has shape {np.asarray(self.image_class).shape}, expected ({n},)")
         if self.image_labels is not None and (self.image_labels.ndim != 2 or self.image_labels.shape[0] != n):
