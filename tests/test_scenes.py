@@ -332,3 +332,22 @@ def test_statistics_hand_worked():
     assert i2t["instance R@1 ceiling"] == pytest.approx(50)
     assert i2t["popularity R-P"] == pytest.approx(100 * (0.5 + 1 + 1) / 3)
     assert df.loc[("instance", "t2i", "all"), "positives mean"] == 1
+
+
+def test_captions_use_only_grammar_words(tiny):
+    from xmr_core.data.text import tokenize
+
+    allowed = set(g.vocabulary()) | {",", ":"}
+    for name in ("train", "test"):
+        words = {w for c in tiny[name].captions for w in tokenize(c)}
+        words |= {w for qs in tiny[name].queries for q in qs for w in tokenize(q)}
+        assert words <= allowed, words - allowed
+
+
+@pytest.mark.slow
+def test_grammar_vocabulary_is_all_glove():
+    from xmr_core.data.text import glove_6b_50d
+
+    kv = glove_6b_50d()
+    missing = [w for w in [*g.vocabulary(), ",", ":"] if w not in kv.key_to_index]
+    assert not missing
