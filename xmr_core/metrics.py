@@ -107,13 +107,16 @@ def _relevance_chunks(relevance: Relevance, shape: tuple[int, int], device: torc
         g = _binary_labels(relevance.gallery_labels, "gallery_labels", device)
         if q.shape[1] != g.shape[1]:
             raise ValueError(f"query_labels have {q.shape[1]} concepts, gallery_labels {g.shape[1]}")
-        g_count, key = g.sum(1), (id(relevance.query_labels), id(relevance.gallery_labels))
+        # Hamming distance of binary vectors |a| + |b| - 2 a·b as one product: [a, |a|, 1] · [-2b, 1, |b|]
+        # (integer-valued, exact in float32 for C < 2^23)
+        ones_q, ones_g = torch.ones_like(q[:, :1]), torch.ones_like(g[:, :1])
+        q_aug = torch.cat([q, q.sum(1, keepdim=True), ones_q], 1)
+        g_aug = torch.cat([-2.0 * g, ones_g, g.sum(1, keepdim=True)], 1)
+        key = (id(relevance.query_labels), id(relevance.gallery_labels))
 
         def label_rows(rows: slice, cache: dict) -> Tensor:
             if key not in cache:
-                qr = q[rows]
-                # Hamming distance of binary vectors: |a| + |b| - 2 a·b (exact in float32 for C < 2^24)
-                cache[key] = qr.sum(1, keepdim=True) + g_count[None, :] - 2.0 * (qr @ g.T)
+                cache[key] = q_aug[rows] @ g_aug.T  # (rows, G) L1 distances
             return cache[key] <= relevance.zeta + 0.5
 
         return label_rows
@@ -182,13 +185,14 @@ def _best_rank(chunk: Tensor, rel: Tensor) -> Tensor:
     return at_or_above.sum(1, dtype=torch.int32) - (at_or_above & rel).sum(1, dtype=torch.int32) + 1
 
 
-def _window_stats(values: Tensor, order: Tensor, rel: Tensor, n_pos: Tensor,
+def _window_stats(values: Tensor, order: Tensor, rel: Tensor, n_pos: Tensor, exact_width: Tensor,
                   precision_ks: Sequence[int]) -> dict[str, Tensor]:
-    """R-P, AP@R and P@K `(q,)` from the top-W of each row (`values`, `order`: (q, W), descending).
+    """R-P, AP@R, P@K `(q,)` and the best rank where the window shows it (0 elsewhere) from the top-W of
+    each row (`values`, `order`: (q, W), descending).
 
-    Every tie group that reaches into a query's top max(R, K) lies wholly inside the window, so the
-    pessimistic position of the j-th positive, #negatives at or before the end of its tie group + j,
-    is exact wherever it is <= max(R, K).
+    The first `exact_width[i]` columns of row i (every item scoring >= its max(R, K)-th score) hold whole
+    tie groups, so there the pessimistic position of the j-th positive, #negatives at or before the end
+    of its tie group + j, is exact; and every position <= max(R, K) lies there.
     """
     r = rel.gather(1, order)  # (q, W) relevance in ranked order
     n_neg = torch.cumsum(~r, 1, dtype=torch.int32)
@@ -200,7 +204,10 @@ def _window_stats(values: Tensor, order: Tensor, rel: Tensor, n_pos: Tensor,
     j = torch.cumsum(r, 1, dtype=torch.int32)  # the j of each positive (1-based, in ranked order)
     pos = n_neg + j  # pessimistic 1-based position of each positive
     in_top_r = r & (pos <= n_pos[:, None])
+    shown = r & (torch.arange(r.shape[1], device=r.device)[None, :] < exact_width[:, None])
+    first = pos.gather(1, shown.to(torch.uint8).argmax(1, keepdim=True))[:, 0]  # argmax: first maximum
     return {
+        "best_rank": torch.where(shown.any(1), first, 0),
         "r_precision": in_top_r.sum(1, dtype=torch.int32) / n_pos.double(),
         # AP@R = (1/R) Σ_{positives at position p <= R} P@p, and P@p = j / p for the j-th positive
         "ap_at_r": torch.where(in_top_r, j.double() / pos.double(), 0.0).sum(1) / n_pos.double(),
@@ -213,8 +220,9 @@ def ranking_stats(scores: ArrayLike, relevances: Mapping[str, Relevance], *,
                   progress: bool = False) -> dict[str, RankingStats]:
     """Per-query statistics of `scores (Q, G)` under each named relevance, in one pass over query chunks.
 
-    Per chunk: the best rank by counting (no sort); R-P, mAP@R and P@K from one `topk` of the chunk, as
-    wide as the largest max(R, K) (widened to whole tie groups), shared by all the relevances.
+    Per chunk: one `topk` of the chunk, as wide as the largest max(R, K) (widened to whole tie groups) and
+    shared by all the relevances, gives R-P, mAP@R, P@K and the best rank when it lies in the window; a
+    best rank below the window is counted (#negatives scoring >= the best positive), never sorted.
     """
     s = _as_scores(scores)
     n_q, n_g = s.shape
@@ -238,20 +246,26 @@ def ranking_stats(scores: ArrayLike, relevances: Mapping[str, Relevance], *,
             need[name] = n_pos[name].clamp(min=k_max).long()  # (q,) how deep each query's ranking is read
         # one column more than needed, to see whether the tie group at the need-th item goes on
         top = chunk.topk(min(n_g, int(max(int(n.max()) for n in need.values())) + 1), dim=1)
-        widths = {}
+        exact_width = {}
         for name, n in need.items():  # widen to whole tie groups: every item scoring >= the need-th score
             kth = top.values.gather(1, n[:, None] - 1)
             count = (top.values >= kth).sum(1, dtype=torch.int32)
             if int(count.max()) == top.values.shape[1] < n_g:  # a tie group reaches past the window
                 count = (chunk >= kth).sum(1, dtype=torch.int32)
-            widths[name] = int(count.max())
-        if max(widths.values()) > top.values.shape[1]:
-            top = chunk.topk(max(widths.values()), dim=1)
+            exact_width[name] = count
+        width = max(int(c.max()) for c in exact_width.values())
+        if width > top.values.shape[1]:
+            top = chunk.topk(width, dim=1)
         for name, rel in rels.items():
-            w = widths[name]
-            stats = _window_stats(top.values[:, :w], top.indices[:, :w], rel, n_pos[name], precision_ks)
-            stats |= {"best_rank": _best_rank(chunk, rel), "n_positives": n_pos[name]}
-            parts[name].append({k: v.cpu() for k, v in stats.items()})
+            w = int(exact_width[name].max())
+            stats = _window_stats(top.values[:, :w], top.indices[:, :w], rel, n_pos[name], exact_width[name],
+                                  precision_ks)
+            unseen = (stats["best_rank"] == 0).nonzero()[:, 0]  # best positive below the window: count
+            if len(unseen) == len(rel):
+                stats["best_rank"] = _best_rank(chunk, rel)
+            elif len(unseen):
+                stats["best_rank"][unseen] = _best_rank(chunk[unseen], rel[unseen])
+            parts[name].append({k: v.cpu() for k, v in stats.items()} | {"n_positives": n_pos[name].cpu()})
     out = {}
     for name, chunks in parts.items():
         cat = {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
