@@ -18,10 +18,16 @@ def make_split(n_img: int = 10, per: int = 5, seed: int = 0, levels: bool = True
     exact = rng.random((m, n_img)) < 0.2
     exact[np.arange(m), cap_img] = True
     return Split(
-        name="test", source="fake/scenes", image_ids=[f"i{i}" for i in range(n_img)],
-        caption_ids=[f"c{j}" for j in range(m)], captions=["a red circle"] * m, caption_image=cap_img,
-        image_class=np.arange(n_img) % 3, image_labels=(rng.random((n_img, 6)) < 0.3).astype(np.uint8),
-        exact=exact, caption_level=[("full", "vague")[j % 2] for j in range(m)] if levels else None,
+        name="test",
+        source="fake/scenes",
+        image_ids=[f"i{i}" for i in range(n_img)],
+        caption_ids=[f"c{j}" for j in range(m)],
+        captions=["a red circle"] * m,
+        caption_image=cap_img,
+        image_class=np.arange(n_img) % 3,
+        image_labels=(rng.random((n_img, 6)) < 0.3).astype(np.uint8),
+        exact=exact,
+        caption_level=[("full", "vague")[j % 2] for j in range(m)] if levels else None,
     ).validate()
 
 
@@ -42,7 +48,9 @@ def test_every_view_and_direction_matches_the_metrics_module():
             assert got[f"plausible/{direction}/mAP@R_zeta{z}"] == pytest.approx(want["mAP@R"])
             rps.append(want["R-P"])
         assert got[f"plausible/{direction}/PMRP"] == pytest.approx(np.mean(rps))
-    assert got["rsum"] == pytest.approx(sum(got[f"instance/{d}/R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)))
+    assert got["rsum"] == pytest.approx(
+        sum(got[f"instance/{d}/R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
+    )
 
 
 def test_perfect_scores_hand_worked():
@@ -118,6 +126,7 @@ def test_results_frame_is_tidy():
 
 # ----------------------------------------------------------------------------- model -> embeddings
 
+
 class FakeModel(torch.nn.Module):
     """Image i -> one-hot(i) as a Gaussian (mu, logvar); caption j -> one-hot of a stated image; dot scores."""
 
@@ -140,10 +149,18 @@ class FakeModel(torch.nn.Module):
 
 def fake_loaders(split: Split, batch_size: int, caption_targets: np.ndarray):
     n, m = split.n_images, split.n_captions
-    images = [{"images": torch.zeros(len(r), 3, 4, 4), "image_index": torch.tensor(r)}
-              for r in np.array_split(np.arange(n), -(-n // batch_size))]
-    captions = [{"tokens": torch.as_tensor(caption_targets[r])[:, None], "lengths": torch.ones(len(r), dtype=torch.long),
-                 "caption_index": torch.tensor(r)} for r in np.array_split(np.arange(m), -(-m // batch_size))]
+    images = [
+        {"images": torch.zeros(len(r), 3, 4, 4), "image_index": torch.tensor(r)}
+        for r in np.array_split(np.arange(n), -(-n // batch_size))
+    ]
+    captions = [
+        {
+            "tokens": torch.as_tensor(caption_targets[r])[:, None],
+            "lengths": torch.ones(len(r), dtype=torch.long),
+            "caption_index": torch.tensor(r),
+        }
+        for r in np.array_split(np.arange(m), -(-m // batch_size))
+    ]
     return images, captions
 
 

@@ -8,8 +8,8 @@ import torch
 
 from xmr_core import metrics as M
 
-
 # ------------------------------------------------------------------------------------ brute force
+
 
 def reference(scores: np.ndarray, rel: np.ndarray, ks=(1, 5, 10), precision_ks=()) -> dict[str, float]:
     """Full stable lexsort per query: score descending, then negatives before positives (pessimistic ties)."""
@@ -25,8 +25,12 @@ def reference(scores: np.ndarray, rel: np.ndarray, ks=(1, 5, 10), precision_ks=(
             pk[k].append(np.sum(positions <= k) / k)
     best = np.array(best)
     out = {f"R@{k}": 100 * np.mean(best <= k) for k in ks}
-    out |= {"medR": np.floor(np.median(best)), "meanR": best.mean(), "R-P": 100 * np.mean(rp),
-            "mAP@R": 100 * np.mean(ap)}
+    out |= {
+        "medR": np.floor(np.median(best)),
+        "meanR": best.mean(),
+        "R-P": 100 * np.mean(rp),
+        "mAP@R": 100 * np.mean(ap),
+    }
     out |= {f"P@{k}": 100 * np.mean(v) for k, v in pk.items()}
     return out
 
@@ -44,8 +48,8 @@ def random_case(rng: np.random.Generator, n_q: int, n_g: int, max_pos: int, ties
 
 def assert_metrics_close(got: dict[str, float], want: dict[str, float]) -> None:
     assert set(got) == set(want)
-    for k in want:
-        assert got[k] == pytest.approx(want[k], abs=1e-9), k
+    for k, value in want.items():
+        assert got[k] == pytest.approx(value, abs=1e-9), k
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -67,6 +71,7 @@ def test_accepts_torch_and_numpy_float64():
 
 
 # -------------------------------------------------------------------------------- hand-worked cases
+
 
 def test_hand_worked_every_metric():
     # Query 0: scores 0.9 0.8 0.7 0.6 0.5, positives at gallery 1 and 3 -> ranked positions 2 and 4.
@@ -137,6 +142,7 @@ def test_duplicate_images_in_gallery():
 
 # --------------------------------------------------------------------------------------- PMRP
 
+
 def test_pmrp_hand_worked():
     # Query labels q = [1,1,0]; gallery labels g0 = [1,1,0] (distance 0), g1 = [1,0,0] (1), g2 = [0,0,1] (3),
     # g3 = [1,1,1] (1). Scores 0.1 0.9 0.5 0.3 -> ranking g1, g2, g3, g0.
@@ -169,6 +175,7 @@ def test_pmrp_rejects_non_binary_labels():
 
 
 # ---------------------------------------------------------------------------- rSum, folds, 1K / 5K
+
 
 def test_bidirectional_and_rsum_hand_worked():
     # 2 images × 4 captions (captions 0,1 -> image 0; 2,3 -> image 1). Scores i2t:
@@ -247,14 +254,14 @@ def test_coco_1k_names_the_fold_of_a_query_without_positive():
 
 # ---------------------------------------------------------------------------------- multi-round
 
+
 def test_multi_round_hand_worked():
     # T=2 rounds, Q=2 queries, G=3 images; targets: query 0 -> image 2, query 1 -> image 0.
     # round 1: q0 scores (0.9, 0.5, 0.1) -> target rank 3; q1 (0.2, 0.2, 0.3) -> target tied with image 1,
     #   below image 2 -> pessimistic rank 3.  R@1 = 0, meanR = 3, medR = 3.
     # round 2: q0 (0.1, 0.2, 0.9) -> rank 1; q1 (0.8, 0.1, 0.5) -> rank 1.  R@1 = 100, meanR = 1.
     # means over rounds: R@1 = 50, meanR = 2.
-    scores = np.array([[[0.9, 0.5, 0.1], [0.2, 0.2, 0.3]],
-                       [[0.1, 0.2, 0.9], [0.8, 0.1, 0.5]]])
+    scores = np.array([[[0.9, 0.5, 0.1], [0.2, 0.2, 0.3]], [[0.1, 0.2, 0.9], [0.8, 0.1, 0.5]]])
     got = M.multi_round(scores, [2, 0], ks=(1, 5))
     assert got["round1/R@1"] == 0.0 and got["round1/meanR"] == 3.0 and got["round1/medR"] == 3.0
     assert got["round2/R@1"] == 100.0 and got["round2/meanR"] == 1.0
@@ -282,6 +289,7 @@ def test_multi_round_errors():
 
 
 # ------------------------------------------------------------------------------------------ errors
+
 
 def test_nan_and_inf_name_the_query_row():
     scores = np.zeros((5, 4))
@@ -332,13 +340,17 @@ def test_scores_from_rankings_reproduce_the_ranking():
 
 # ----------------------------------------------------------------------------------------- devices
 
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_matches_cpu():
     rng = np.random.default_rng(4)
     scores, rel = random_case(rng, 50, 80, 10, True)
     cpu = M.retrieval_metrics(scores, rel, precision_ks=(5,))
-    gpu = M.retrieval_metrics(torch.from_numpy(scores).cuda(), torch.from_numpy(rel).cuda(), precision_ks=(5,))
+    gpu = M.retrieval_metrics(
+        torch.from_numpy(scores).cuda(), torch.from_numpy(rel).cuda(), precision_ks=(5,)
+    )
     assert_metrics_close(gpu, cpu)
     labels = (rng.random((50, 6)) < 0.3).astype(np.uint8)
     assert M.pmrp(torch.from_numpy(scores[:, :50]).cuda(), labels, labels) == pytest.approx(
-        M.pmrp(scores[:, :50], labels, labels))
+        M.pmrp(scores[:, :50], labels, labels)
+    )

@@ -57,13 +57,21 @@ def test_pytorch_metric_learning_class_labels():
     rng = np.random.default_rng(8)
     query, reference = rng.standard_normal((60, 8)), rng.standard_normal((90, 8))
     q_cls, r_cls = rng.integers(0, 5, 60), rng.integers(0, 5, 90)
-    calc = AccuracyCalculator(include=("r_precision", "mean_average_precision_at_r"), k="max_bin_count",
-                              knn_func=CustomKNN(DotProductSimilarity(normalize_embeddings=False)), device=torch.device("cpu"))
+    calc = AccuracyCalculator(
+        include=("r_precision", "mean_average_precision_at_r"),
+        k="max_bin_count",
+        knn_func=CustomKNN(DotProductSimilarity(normalize_embeddings=False)),
+        device=torch.device("cpu"),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        want = calc.get_accuracy(torch.from_numpy(query).float(), torch.from_numpy(q_cls),
-                                 torch.from_numpy(reference).float(), torch.from_numpy(r_cls),
-                                 ref_includes_query=False)
+        want = calc.get_accuracy(
+            torch.from_numpy(query).float(),
+            torch.from_numpy(q_cls),
+            torch.from_numpy(reference).float(),
+            torch.from_numpy(r_cls),
+            ref_includes_query=False,
+        )
     scores = torch.from_numpy(query).float() @ torch.from_numpy(reference).float().T
     ours = M.retrieval_metrics(scores, q_cls[:, None] == r_cls[None, :])
     assert ours["R-P"] == pytest.approx(100 * want["r_precision"], abs=1e-4)
@@ -104,14 +112,18 @@ def test_eccv_caption_coco_1k_folds():
     scores = rng.standard_normal((n_img, n_img * per)) + 1.5 * rel
     ours = M.coco_1k(scores, rel)
     i2t_rank, t2i_rank = _rankings(scores), _rankings(scores.T)
-    for direction, ranking, positives, n_q, n_g in (("i2t", i2t_rank, _positives(rel), n_img, n_img * per),
-                                                    ("t2i", t2i_rank, _positives(rel.T), n_img * per, n_img)):
+    for direction, ranking, positives, n_q, n_g in (
+        ("i2t", i2t_rank, _positives(rel), n_img, n_img * per),
+        ("t2i", t2i_rank, _positives(rel.T), n_img * per, n_img),
+    ):
         for k in (1, 5, 10):
             folds = []
             for f in range(5):
                 queries = range(f * n_q // 5, (f + 1) * n_q // 5)
                 gallery = list(range(f * n_g // 5, (f + 1) * n_g // 5))
-                folds.append(eccv.compute_coco1k_r_at_k(ranking, {q: positives[q] for q in queries}, gallery, K=k))
+                folds.append(
+                    eccv.compute_coco1k_r_at_k(ranking, {q: positives[q] for q in queries}, gallery, K=k)
+                )
             assert ours[f"{direction}/R@{k}"] == pytest.approx(100 * np.mean(folds)), (direction, k)
 
 
@@ -121,7 +133,9 @@ def test_eccv_rankings_through_scores_from_rankings():
 
     scores, rel = random_case(12, 10, 20, 5, False)
     target, gt = _rankings(scores), _positives(rel)
-    via_rankings = M.retrieval_metrics(M.scores_from_rankings(np.array([target[q] for q in range(10)]), 20), rel)
+    via_rankings = M.retrieval_metrics(
+        M.scores_from_rankings(np.array([target[q] for q in range(10)]), 20), rel
+    )
     want = eccv.compute_eccv_metrics(target, gt)
     assert via_rankings["mAP@R"] == pytest.approx(100 * want["eccv_map_at_r"])
     assert via_rankings["R-P"] == pytest.approx(100 * want["eccv_rprecision"])

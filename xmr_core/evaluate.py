@@ -46,6 +46,7 @@ SCORE_CHUNK = 256  # image rows scored per `model.score` call
 
 # ------------------------------------------------------------------------------------------- embeddings
 
+
 def _to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
@@ -64,8 +65,15 @@ def _n_rows(emb: Embedding) -> int:
     return len(emb[0]) if isinstance(emb, tuple) else len(emb)
 
 
-def _encode_all(encode: Any, batches: Iterable[Mapping[str, Any]], index_key: str, n: int, what: str,
-                device: torch.device, progress: bool) -> Embedding:
+def _encode_all(
+    encode: Any,
+    batches: Iterable[Mapping[str, Any]],
+    index_key: str,
+    n: int,
+    what: str,
+    device: torch.device,
+    progress: bool,
+) -> Embedding:
     """Encode every batch; check that the batches cover items 0..n-1 in split order, none dropped."""
     parts, seen = [], []
     for batch in tqdm(batches, desc=f"embed {what}", disable=not progress):
@@ -73,8 +81,10 @@ def _encode_all(encode: Any, batches: Iterable[Mapping[str, Any]], index_key: st
         seen.append(torch.as_tensor(batch[index_key]).cpu())
     order = torch.cat(seen) if seen else torch.empty(0, dtype=torch.long)
     if not torch.equal(order, torch.arange(n)):
-        raise ValueError(f"the {what} loader yielded {len(order)} items ({index_key} "
-                         f"{order[:5].tolist()}...), expected all {n} in split order")
+        raise ValueError(
+            f"the {what} loader yielded {len(order)} items ({index_key} "
+            f"{order[:5].tolist()}...), expected all {n} in split order"
+        )
     emb = _cat(parts)
     if _n_rows(emb) != n:
         raise ValueError(f"encoding {n} {what} gave {_n_rows(emb)} embeddings")
@@ -90,10 +100,16 @@ def _model_device(model: Any, device: str | torch.device | None) -> torch.device
 
 
 @torch.no_grad()
-def embed_split(model: Any, split: Split, vocab: Any = None, *, batch_size: int = 128,
-                device: str | torch.device | None = None, progress: bool = False,
-                loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None
-                ) -> tuple[Embedding, Embedding]:
+def embed_split(
+    model: Any,
+    split: Split,
+    vocab: Any = None,
+    *,
+    batch_size: int = 128,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+    loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None,
+) -> tuple[Embedding, Embedding]:
     """Embed every image and caption of `split` in split order, the model in eval mode (restored after).
 
     `loaders`: (image batches, caption batches); by default `datasets.image_loader(split, batch_size)` and
@@ -111,9 +127,12 @@ def embed_split(model: Any, split: Split, vocab: Any = None, *, batch_size: int 
     if hasattr(model, "eval"):
         model.eval()
     try:
-        img = _encode_all(model.encode_images, loaders[0], "image_index", split.n_images, "images", dev, progress)
-        cap = _encode_all(model.encode_captions, loaders[1], "caption_index", split.n_captions, "captions", dev,
-                          progress)
+        img = _encode_all(
+            model.encode_images, loaders[0], "image_index", split.n_images, "images", dev, progress
+        )
+        cap = _encode_all(
+            model.encode_captions, loaders[1], "caption_index", split.n_captions, "captions", dev, progress
+        )
     finally:
         if was_training:
             model.train()
@@ -121,8 +140,14 @@ def embed_split(model: Any, split: Split, vocab: Any = None, *, batch_size: int 
 
 
 @torch.no_grad()
-def score_matrix(model: Any, img_emb: Embedding, cap_emb: Embedding, *, chunk_size: int = SCORE_CHUNK,
-                 progress: bool = False) -> Tensor:
+def score_matrix(
+    model: Any,
+    img_emb: Embedding,
+    cap_emb: Embedding,
+    *,
+    chunk_size: int = SCORE_CHUNK,
+    progress: bool = False,
+) -> Tensor:
     """Scores `(N, M)` from `model.score(img_emb[i:j], cap_emb)`, `chunk_size` image rows at a time."""
     n, m = _n_rows(img_emb), _n_rows(cap_emb)
     blocks = []
@@ -130,31 +155,46 @@ def score_matrix(model: Any, img_emb: Embedding, cap_emb: Embedding, *, chunk_si
         rows = slice(start, min(start + chunk_size, n))
         block = model.score(_rows(img_emb, rows), cap_emb)
         if tuple(block.shape) != (rows.stop - rows.start, m):
-            raise ValueError(f"model.score gave shape {tuple(block.shape)} for {rows.stop - rows.start} images "
-                             f"× {m} captions")
+            raise ValueError(
+                f"model.score gave shape {tuple(block.shape)} for {rows.stop - rows.start} images "
+                f"× {m} captions"
+            )
         blocks.append(block)
     return torch.cat(blocks)
 
 
 # ----------------------------------------------------------------------------------------- evaluation
 
-def _relevances(split: Split, view: str, t2i: np.ndarray | None, zetas: Sequence[int], images: slice,
-                captions: slice) -> dict[str, dict[str, metrics.Relevance]]:
+
+def _relevances(
+    split: Split, view: str, t2i: np.ndarray | None, zetas: Sequence[int], images: slice, captions: slice
+) -> dict[str, dict[str, metrics.Relevance]]:
     """{direction: {name: relevance}} of one view on a block of images × captions (names: view, or
     `plausible/zeta{ζ}`); `t2i` is the split's `(M, N)` relevance of a non-plausible view."""
     if view == "plausible":
         labels = np.asarray(split.image_labels)
         img_lab = labels[images]
         cap_lab = labels[np.asarray(split.caption_image)[captions]]
-        return {"i2t": {f"plausible/zeta{z}": metrics.LabelRelevance(img_lab, cap_lab, z) for z in zetas},
-                "t2i": {f"plausible/zeta{z}": metrics.LabelRelevance(cap_lab, img_lab, z) for z in zetas}}
+        return {
+            "i2t": {f"plausible/zeta{z}": metrics.LabelRelevance(img_lab, cap_lab, z) for z in zetas},
+            "t2i": {f"plausible/zeta{z}": metrics.LabelRelevance(cap_lab, img_lab, z) for z in zetas},
+        }
     block = t2i[captions, images]
     return {"i2t": {view: block.T}, "t2i": {view: block}}
 
 
-def _evaluate_block(split: Split, scores_i2t: Tensor, t2i: Mapping[str, np.ndarray | None], images: slice,
-                    captions: slice, ks: Sequence[int], zetas: Sequence[int], precision_ks: Sequence[int],
-                    chunk_rows: int | None, progress: bool) -> dict[str, float]:
+def _evaluate_block(
+    split: Split,
+    scores_i2t: Tensor,
+    t2i: Mapping[str, np.ndarray | None],
+    images: slice,
+    captions: slice,
+    ks: Sequence[int],
+    zetas: Sequence[int],
+    precision_ks: Sequence[int],
+    chunk_rows: int | None,
+    progress: bool,
+) -> dict[str, float]:
     views = list(t2i)
     rels = {view: _relevances(split, view, t2i[view], zetas, images, captions) for view in views}
     levels = None if split.caption_level is None else np.asarray(split.caption_level)[captions]
@@ -162,28 +202,42 @@ def _evaluate_block(split: Split, scores_i2t: Tensor, t2i: Mapping[str, np.ndarr
     for direction in DIRECTIONS:
         scores = scores_i2t if direction == "i2t" else scores_i2t.T
         named = {name: rel for view in views for name, rel in rels[view][direction].items()}
-        stats = metrics.ranking_stats(scores, named, precision_ks=precision_ks, chunk_rows=chunk_rows,
-                                      progress=progress)
+        stats = metrics.ranking_stats(
+            scores, named, precision_ks=precision_ks, chunk_rows=chunk_rows, progress=progress
+        )
         for name, st in stats.items():
             view, _, zeta = name.partition("/")
             suffix = f"_{zeta}" if zeta else ""
             out.update({f"{view}/{direction}/{k}{suffix}": v for k, v in st.summary(ks).items()})
             if direction == "t2i" and levels is not None and view != "plausible":
                 for level in dict.fromkeys(levels):  # levels in order of first appearance
-                    out.update({f"{view}/t2i@{level}/{k}": v
-                                for k, v in st.summary(ks, mask=levels == level).items()})
+                    out.update(
+                        {
+                            f"{view}/t2i@{level}/{k}": v
+                            for k, v in st.summary(ks, mask=levels == level).items()
+                        }
+                    )
         if "plausible" in views:
-            out[f"plausible/{direction}/PMRP"] = float(np.mean([out[f"plausible/{direction}/R-P_zeta{z}"]
-                                                                for z in zetas]))
+            out[f"plausible/{direction}/PMRP"] = float(
+                np.mean([out[f"plausible/{direction}/R-P_zeta{z}"] for z in zetas])
+            )
     if "instance" in views:
         out["rsum"] = metrics.rsum(out, prefix="instance/")
     return out
 
 
-def evaluate_scores(split: Split, scores_i2t: Tensor | np.ndarray, views: Sequence[str] | None = None,
-                    protocol: Protocol = "full", ks: Sequence[int] = metrics.RSUM_KS, *,
-                    zetas: Sequence[int] = metrics.DEFAULT_ZETAS, precision_ks: Sequence[int] = (),
-                    chunk_rows: int | None = None, progress: bool = False) -> dict[str, float]:
+def evaluate_scores(
+    split: Split,
+    scores_i2t: Tensor | np.ndarray,
+    views: Sequence[str] | None = None,
+    protocol: Protocol = "full",
+    ks: Sequence[int] = metrics.RSUM_KS,
+    *,
+    zetas: Sequence[int] = metrics.DEFAULT_ZETAS,
+    precision_ks: Sequence[int] = (),
+    chunk_rows: int | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """Every metric under every view (default: `split.views()`), both directions, as one flat dict.
 
     `scores_i2t`: `(N, M)` image→caption scores of the split, higher = more similar. R@1/5/10 are always
@@ -191,12 +245,16 @@ def evaluate_scores(split: Split, scores_i2t: Tensor | np.ndarray, views: Sequen
     """
     s = torch.as_tensor(scores_i2t)
     if tuple(s.shape) != (split.n_images, split.n_captions):
-        raise ValueError(f"{split.source}: split {split.name!r}: scores have shape {tuple(s.shape)}, expected "
-                         f"({split.n_images}, {split.n_captions}) images × captions")
+        raise ValueError(
+            f"{split.source}: split {split.name!r}: scores have shape {tuple(s.shape)}, expected "
+            f"({split.n_images}, {split.n_captions}) images × captions"
+        )
     views = list(split.views() if views is None else views)
     missing = [v for v in views if v not in split.views()]
     if missing:
-        raise ValueError(f"{split.source}: split {split.name!r} has no {missing} relevance (has {split.views()})")
+        raise ValueError(
+            f"{split.source}: split {split.name!r} has no {missing} relevance (has {split.views()})"
+        )
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
     if protocol == "coco5k" and tuple(s.shape) != (5000, 25000):
@@ -209,27 +267,49 @@ def evaluate_scores(split: Split, scores_i2t: Tensor | np.ndarray, views: Sequen
     results = []
     for f, (images, captions) in enumerate(blocks):
         try:
-            results.append(_evaluate_block(split, s[images, captions], t2i, images, captions, all_ks, zetas,
-                                           precision_ks, chunk_rows, progress))
+            results.append(
+                _evaluate_block(
+                    split,
+                    s[images, captions],
+                    t2i,
+                    images,
+                    captions,
+                    all_ks,
+                    zetas,
+                    precision_ks,
+                    chunk_rows,
+                    progress,
+                )
+            )
         except ValueError as err:
             where = f"COCO 1K fold {f}: " if protocol == "coco1k" else ""
             raise ValueError(f"{split.source}: split {split.name!r}: {where}{err}") from None
     return metrics.average_folds(results)
 
 
-def evaluate_model(model: Any, split: Split, vocab: Any = None, *, batch_size: int = 128,
-                   device: str | torch.device | None = None, protocol: Protocol = "full",
-                   views: Sequence[str] | None = None, ks: Sequence[int] = metrics.RSUM_KS,
-                   zetas: Sequence[int] = metrics.DEFAULT_ZETAS, precision_ks: Sequence[int] = (),
-                   progress: bool = False,
-                   loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None
-                   ) -> dict[str, float]:
+def evaluate_model(
+    model: Any,
+    split: Split,
+    vocab: Any = None,
+    *,
+    batch_size: int = 128,
+    device: str | torch.device | None = None,
+    protocol: Protocol = "full",
+    views: Sequence[str] | None = None,
+    ks: Sequence[int] = metrics.RSUM_KS,
+    zetas: Sequence[int] = metrics.DEFAULT_ZETAS,
+    precision_ks: Sequence[int] = (),
+    progress: bool = False,
+    loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None,
+) -> dict[str, float]:
     """`embed_split` -> `score_matrix` -> `evaluate_scores`."""
-    img, cap = embed_split(model, split, vocab, batch_size=batch_size, device=device, progress=progress,
-                           loaders=loaders)
+    img, cap = embed_split(
+        model, split, vocab, batch_size=batch_size, device=device, progress=progress, loaders=loaders
+    )
     scores = score_matrix(model, img, cap, progress=progress)
-    return evaluate_scores(split, scores, views, protocol, ks, zetas=zetas, precision_ks=precision_ks,
-                           progress=progress)
+    return evaluate_scores(
+        split, scores, views, protocol, ks, zetas=zetas, precision_ks=precision_ks, progress=progress
+    )
 
 
 def results_frame(results: Mapping[str, float]) -> pd.DataFrame:

@@ -56,6 +56,7 @@ DEFAULT_ZETAS = (0, 1, 2)
 
 # ------------------------------------------------------------------------------------------ relevance
 
+
 @dataclass(frozen=True)
 class LabelRelevance:
     """Plausible-match relevance (PCME): query q and gallery item g match if their binary concept vectors
@@ -93,15 +94,18 @@ def _binary_labels(labels: ArrayLike, name: str, device: torch.device) -> Tensor
     return lab.float()
 
 
-def _relevance_chunks(relevance: Relevance, shape: tuple[int, int], device: torch.device
-                      ) -> Callable[[slice, dict], Tensor]:
+def _relevance_chunks(
+    relevance: Relevance, shape: tuple[int, int], device: torch.device
+) -> Callable[[slice, dict], Tensor]:
     """Check `relevance` against the score shape; return (rows, cache) -> bool `(rows, G)` on `device`.
 
     `cache` is a dict that lives for one chunk of rows: label distances are computed once for all ζ.
     """
     if tuple(relevance.shape) != tuple(shape):
-        raise ValueError(f"relevance has shape {tuple(relevance.shape)} but the scores are {tuple(shape)} "
-                         f"(queries × gallery)")
+        raise ValueError(
+            f"relevance has shape {tuple(relevance.shape)} but the scores are {tuple(shape)} "
+            f"(queries × gallery)"
+        )
     if isinstance(relevance, LabelRelevance):
         q = _binary_labels(relevance.query_labels, "query_labels", device)
         g = _binary_labels(relevance.gallery_labels, "gallery_labels", device)
@@ -126,8 +130,9 @@ def _relevance_chunks(relevance: Relevance, shape: tuple[int, int], device: torc
     return lambda rows, cache: rel[rows].to(device, non_blocking=True)
 
 
-def _row_chunks(n_rows: int, n_cols: int, chunk_rows: int | None, progress: bool, desc: str
-                ) -> Iterator[slice]:
+def _row_chunks(
+    n_rows: int, n_cols: int, chunk_rows: int | None, progress: bool, desc: str
+) -> Iterator[slice]:
     step = chunk_rows or max(1, CHUNK_ELEMENTS // max(n_cols, 1))
     starts = range(0, n_rows, step)
     for start in tqdm(starts, desc=desc, disable=not progress or len(starts) < 2):
@@ -144,6 +149,7 @@ def _check_finite(chunk: Tensor, rows: slice, what: str = "scores") -> None:
 
 
 # ------------------------------------------------------------------------------------ per-query stats
+
 
 @dataclass
 class RankingStats:
@@ -185,8 +191,14 @@ def _best_rank(chunk: Tensor, rel: Tensor) -> Tensor:
     return at_or_above.sum(1, dtype=torch.int32) - (at_or_above & rel).sum(1, dtype=torch.int32) + 1
 
 
-def _window_stats(values: Tensor, order: Tensor, rel: Tensor, n_pos: Tensor, exact_width: Tensor,
-                  precision_ks: Sequence[int]) -> dict[str, Tensor]:
+def _window_stats(
+    values: Tensor,
+    order: Tensor,
+    rel: Tensor,
+    n_pos: Tensor,
+    exact_width: Tensor,
+    precision_ks: Sequence[int],
+) -> dict[str, Tensor]:
     """R-P, AP@R, P@K `(q,)` and the best rank where the window shows it (0 elsewhere) from the top-W of
     each row (`values`, `order`: (q, W), descending).
 
@@ -200,7 +212,9 @@ def _window_stats(values: Tensor, order: Tensor, rel: Tensor, n_pos: Tensor, exa
     if bool(tied.any()):  # within a tie group the negatives go first: take the count at the group's end
         group_end = torch.ones_like(r)
         group_end[:, :-1] = ~tied
-        n_neg = torch.cummin(n_neg.masked_fill(~group_end, torch.iinfo(torch.int32).max).flip(1), 1).values.flip(1)
+        n_neg = torch.cummin(
+            n_neg.masked_fill(~group_end, torch.iinfo(torch.int32).max).flip(1), 1
+        ).values.flip(1)
     j = torch.cumsum(r, 1, dtype=torch.int32)  # the j of each positive (1-based, in ranked order)
     pos = n_neg + j  # pessimistic 1-based position of each positive
     in_top_r = r & (pos <= n_pos[:, None])
@@ -215,9 +229,14 @@ def _window_stats(values: Tensor, order: Tensor, rel: Tensor, n_pos: Tensor, exa
     }
 
 
-def ranking_stats(scores: ArrayLike, relevances: Mapping[str, Relevance], *,
-                  precision_ks: Sequence[int] = (), chunk_rows: int | None = None,
-                  progress: bool = False) -> dict[str, RankingStats]:
+def ranking_stats(
+    scores: ArrayLike,
+    relevances: Mapping[str, Relevance],
+    *,
+    precision_ks: Sequence[int] = (),
+    chunk_rows: int | None = None,
+    progress: bool = False,
+) -> dict[str, RankingStats]:
     """Per-query statistics of `scores (Q, G)` under each named relevance, in one pass over query chunks.
 
     Per chunk: one `topk` of the chunk, as wide as the largest max(R, K) (widened to whole tie groups) and
@@ -258,8 +277,9 @@ def ranking_stats(scores: ArrayLike, relevances: Mapping[str, Relevance], *,
             top = chunk.topk(width, dim=1)
         for name, rel in rels.items():
             w = int(exact_width[name].max())
-            stats = _window_stats(top.values[:, :w], top.indices[:, :w], rel, n_pos[name], exact_width[name],
-                                  precision_ks)
+            stats = _window_stats(
+                top.values[:, :w], top.indices[:, :w], rel, n_pos[name], exact_width[name], precision_ks
+            )
             unseen = (stats["best_rank"] == 0).nonzero()[:, 0]  # best positive below the window: count
             if len(unseen) == len(rel):
                 stats["best_rank"] = _best_rank(chunk, rel)
@@ -269,26 +289,44 @@ def ranking_stats(scores: ArrayLike, relevances: Mapping[str, Relevance], *,
     out = {}
     for name, chunks in parts.items():
         cat = {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
-        out[name] = RankingStats(best_rank=cat["best_rank"], n_positives=cat["n_positives"],
-                                 r_precision=cat["r_precision"], ap_at_r=cat["ap_at_r"],
-                                 precision_at={k: cat[f"P@{k}"] for k in precision_ks})
+        out[name] = RankingStats(
+            best_rank=cat["best_rank"],
+            n_positives=cat["n_positives"],
+            r_precision=cat["r_precision"],
+            ap_at_r=cat["ap_at_r"],
+            precision_at={k: cat[f"P@{k}"] for k in precision_ks},
+        )
     return out
 
 
 # ------------------------------------------------------------------------------------ entry points
 
-def retrieval_metrics(scores: ArrayLike, relevance: Relevance, ks: Sequence[int] = RSUM_KS, *,
-                      precision_ks: Sequence[int] = (), chunk_rows: int | None = None,
-                      progress: bool = False) -> dict[str, float]:
+
+def retrieval_metrics(
+    scores: ArrayLike,
+    relevance: Relevance,
+    ks: Sequence[int] = RSUM_KS,
+    *,
+    precision_ks: Sequence[int] = (),
+    chunk_rows: int | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """R@K, medR, meanR, R-P, mAP@R (and P@K) of `scores (Q, G)` under a bool `(Q, G)` relevance."""
-    stats = ranking_stats(scores, {"relevance": relevance}, precision_ks=precision_ks,
-                          chunk_rows=chunk_rows, progress=progress)["relevance"]
+    stats = ranking_stats(
+        scores, {"relevance": relevance}, precision_ks=precision_ks, chunk_rows=chunk_rows, progress=progress
+    )["relevance"]
     return stats.summary(ks)
 
 
-def pmrp(scores: ArrayLike, query_labels: ArrayLike, gallery_labels: ArrayLike,
-         zetas: Sequence[int] = DEFAULT_ZETAS, *, chunk_rows: int | None = None,
-         progress: bool = False) -> dict[str, float]:
+def pmrp(
+    scores: ArrayLike,
+    query_labels: ArrayLike,
+    gallery_labels: ArrayLike,
+    zetas: Sequence[int] = DEFAULT_ZETAS,
+    *,
+    chunk_rows: int | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """Plausible-match R-Precision (PCME): R-P with positives = label vectors within L1 distance ζ.
 
     Returns `R-P_zeta{ζ}` for each ζ and `PMRP`, their mean (all in percent).
@@ -311,9 +349,15 @@ def _transpose(relevance: Relevance) -> Relevance:
     return relevance.T
 
 
-def bidirectional(scores_i2t: ArrayLike, relevance_i2t: Relevance, ks: Sequence[int] = RSUM_KS, *,
-                  precision_ks: Sequence[int] = (), chunk_rows: int | None = None,
-                  progress: bool = False) -> dict[str, float]:
+def bidirectional(
+    scores_i2t: ArrayLike,
+    relevance_i2t: Relevance,
+    ks: Sequence[int] = RSUM_KS,
+    *,
+    precision_ks: Sequence[int] = (),
+    chunk_rows: int | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """`retrieval_metrics` both ways from image→text scores `(N, M)` and relevance `(N, M)`, plus rSum.
 
     Text→image uses the transposed scores and relevance. R@1/5/10 are always included (rSum needs them).
@@ -323,8 +367,9 @@ def bidirectional(scores_i2t: ArrayLike, relevance_i2t: Relevance, ks: Sequence[
     all_ks = tuple(sorted(set(ks) | set(RSUM_KS)))
     out = {}
     for direction, sc, rel in (("i2t", s, relevance_i2t), ("t2i", s.T, _transpose(relevance_i2t))):
-        metrics = retrieval_metrics(sc, rel, all_ks, precision_ks=precision_ks, chunk_rows=chunk_rows,
-                                    progress=progress)
+        metrics = retrieval_metrics(
+            sc, rel, all_ks, precision_ks=precision_ks, chunk_rows=chunk_rows, progress=progress
+        )
         out.update({f"{direction}/{key}": value for key, value in metrics.items()})
     out["rsum"] = rsum(out)
     return out
@@ -349,26 +394,48 @@ def average_folds(fold_metrics: Sequence[Mapping[str, float]]) -> dict[str, floa
 
 def _fold_relevance(relevance: Relevance, images: slice, captions: slice) -> Relevance:
     if isinstance(relevance, LabelRelevance):
-        return LabelRelevance(relevance.query_labels[images], relevance.gallery_labels[captions], relevance.zeta)
+        return LabelRelevance(
+            relevance.query_labels[images], relevance.gallery_labels[captions], relevance.zeta
+        )
     return relevance[images, captions]
 
 
-def coco_1k(scores_i2t: ArrayLike, relevance_i2t: Relevance, ks: Sequence[int] = RSUM_KS, *,
-            n_folds: int = 5, chunk_rows: int | None = None, progress: bool = False) -> dict[str, float]:
+def coco_1k(
+    scores_i2t: ArrayLike,
+    relevance_i2t: Relevance,
+    ks: Sequence[int] = RSUM_KS,
+    *,
+    n_folds: int = 5,
+    chunk_rows: int | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """COCO 1K: `bidirectional` on each of the `coco_folds` (1,000 images / 5,000 captions), averaged."""
     s = _as_scores(scores_i2t)
     folds = []
     for f, (images, captions) in enumerate(coco_folds(*s.shape, n_folds)):
         try:
-            folds.append(bidirectional(s[images, captions], _fold_relevance(relevance_i2t, images, captions),
-                                       ks, chunk_rows=chunk_rows, progress=progress))
+            folds.append(
+                bidirectional(
+                    s[images, captions],
+                    _fold_relevance(relevance_i2t, images, captions),
+                    ks,
+                    chunk_rows=chunk_rows,
+                    progress=progress,
+                )
+            )
         except ValueError as err:
             raise ValueError(f"COCO 1K fold {f}: {err}") from None
     return average_folds(folds)
 
 
-def coco_5k(scores_i2t: ArrayLike, relevance_i2t: Relevance, ks: Sequence[int] = RSUM_KS, *,
-            chunk_rows: int | None = None, progress: bool = False) -> dict[str, float]:
+def coco_5k(
+    scores_i2t: ArrayLike,
+    relevance_i2t: Relevance,
+    ks: Sequence[int] = RSUM_KS,
+    *,
+    chunk_rows: int | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """COCO 5K: `bidirectional` on the full 5,000 × 25,000 test matrix (refuses any other size)."""
     s = _as_scores(scores_i2t)
     if tuple(s.shape) != (5000, 25000):
@@ -378,8 +445,10 @@ def coco_5k(scores_i2t: ArrayLike, relevance_i2t: Relevance, ks: Sequence[int] =
 
 # ------------------------------------------------------------------------------ multi-query rounds
 
-def multi_round(scores: ArrayLike, targets: ArrayLike, ks: Sequence[int] = RSUM_KS, *,
-                chunk_rows: int | None = None) -> dict[str, float]:
+
+def multi_round(
+    scores: ArrayLike, targets: ArrayLike, ks: Sequence[int] = RSUM_KS, *, chunk_rows: int | None = None
+) -> dict[str, float]:
     """Multi-query retrieval (Drill-down / HMRN): `scores (T, Q, G)` after each of T rounds, one target
     gallery item per query (`targets (Q,)`). Per round t (1-based): `round{t}/R@K`, `round{t}/medR`,
     `round{t}/meanR` (pessimistic 1-based rank of the target); `mean/...`: their average over rounds."""
@@ -387,7 +456,9 @@ def multi_round(scores: ArrayLike, targets: ArrayLike, ks: Sequence[int] = RSUM_
     n_rounds, n_q, n_g = s.shape
     tgt = torch.as_tensor(np.asarray(targets), dtype=torch.long)
     if tuple(tgt.shape) != (n_q,):
-        raise ValueError(f"targets have shape {tuple(tgt.shape)}, expected ({n_q},) for scores {tuple(s.shape)}")
+        raise ValueError(
+            f"targets have shape {tuple(tgt.shape)}, expected ({n_q},) for scores {tuple(s.shape)}"
+        )
     if n_q and (int(tgt.min()) < 0 or int(tgt.max()) >= n_g):
         row = int(((tgt < 0) | (tgt >= n_g)).nonzero()[0])
         raise ValueError(f"query {row}: target {int(tgt[row])} is outside the gallery of {n_g}")
@@ -399,7 +470,8 @@ def multi_round(scores: ArrayLike, targets: ArrayLike, ks: Sequence[int] = RSUM_
             chunk = s[t, rows]
             _check_finite(chunk, rows, f"round {t + 1}")
             target_score = chunk.gather(1, tgt[rows, None])
-            ranks.append((chunk >= target_score).sum(1, dtype=torch.int32).cpu())  # itself plus everything tied or above it
+            # the target itself plus everything scoring >= it (ties pessimistic)
+            ranks.append((chunk >= target_score).sum(1, dtype=torch.int32).cpu())
         rounds.append(rank_summary(torch.cat(ranks), ks))
     out = {f"round{t + 1}/{k}": v for t, r in enumerate(rounds) for k, v in r.items()}
     out.update({f"mean/{k}": v for k, v in average_folds(rounds).items()})
@@ -407,6 +479,7 @@ def multi_round(scores: ArrayLike, targets: ArrayLike, ks: Sequence[int] = RSUM_
 
 
 # ------------------------------------------------------------------------------------------ rankings
+
 
 def scores_from_rankings(rankings: ArrayLike, n_gallery: int) -> Tensor:
     """Scores `(Q, G)` whose descending order is the given rankings `(Q, G)` of gallery indices.
@@ -418,13 +491,17 @@ def scores_from_rankings(rankings: ArrayLike, n_gallery: int) -> Tensor:
     if r.ndim != 2:
         raise ValueError(f"rankings must be (queries, gallery), got shape {tuple(r.shape)}")
     if r.shape[1] != n_gallery:
-        raise ValueError(f"rankings list {r.shape[1]} items per query but the gallery has {n_gallery}: "
-                         f"truncated rankings are refused, pass full rankings")
+        raise ValueError(
+            f"rankings list {r.shape[1]} items per query but the gallery has {n_gallery}: "
+            f"truncated rankings are refused, pass full rankings"
+        )
     bad = (r.sort(1).values != torch.arange(n_gallery)).any(1)
     if bool(bad.any()):
         row = int(bad.nonzero()[0])
-        raise ValueError(f"ranking of query {row} is not a permutation of the {n_gallery} gallery items "
-                         f"(repeated or out-of-range indices)")
+        raise ValueError(
+            f"ranking of query {row} is not a permutation of the {n_gallery} gallery items "
+            f"(repeated or out-of-range indices)"
+        )
     scores = torch.empty(r.shape, dtype=torch.float64)
     scores.scatter_(1, r, torch.arange(n_gallery, 0, -1, dtype=torch.float64).expand_as(r).contiguous())
     return scores

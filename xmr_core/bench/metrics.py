@@ -26,8 +26,9 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: KiB
 
 
-def _inputs(n_images: int, per_image: int, n_concepts: int, seed: int, device: torch.device
-            ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+def _inputs(
+    n_images: int, per_image: int, n_concepts: int, seed: int, device: torch.device
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
     """Scores `(N, 5N)`, caption→image index `(5N,)`, instance relevance `(N, 5N)`, labels `(N, C)`."""
     gen = torch.Generator().manual_seed(seed)
     scores = torch.randn(n_images, n_images * per_image, generator=gen).to(device)
@@ -40,16 +41,21 @@ def _inputs(n_images: int, per_image: int, n_concepts: int, seed: int, device: t
     return scores, caption_image, relevance, labels
 
 
-def _ours(scores: torch.Tensor, caption_image: np.ndarray, relevance: np.ndarray, labels: np.ndarray,
-          progress: bool) -> tuple[dict[str, float], float, float, float]:
+def _ours(
+    scores: torch.Tensor, caption_image: np.ndarray, relevance: np.ndarray, labels: np.ndarray, progress: bool
+) -> tuple[dict[str, float], float, float, float]:
     """Every metric, both directions; returns (metrics, wall seconds, CPU seconds, wall s of the instance work)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     out = {f"5k/{k}": v for k, v in metrics.bidirectional(scores, relevance, progress=progress).items()}
     instance_s = time.perf_counter() - start
     out.update({f"1k/{k}": v for k, v in metrics.coco_1k(scores, relevance).items()})
     caption_labels = labels[caption_image]
-    out.update({f"i2t/{k}": v for k, v in metrics.pmrp(scores, labels, caption_labels, progress=progress).items()})
-    out.update({f"t2i/{k}": v for k, v in metrics.pmrp(scores.T, caption_labels, labels, progress=progress).items()})
+    out.update(
+        {f"i2t/{k}": v for k, v in metrics.pmrp(scores, labels, caption_labels, progress=progress).items()}
+    )
+    out.update(
+        {f"t2i/{k}": v for k, v in metrics.pmrp(scores.T, caption_labels, labels, progress=progress).items()}
+    )
     if scores.is_cuda:
         torch.cuda.synchronize()
     return out, time.perf_counter() - start, time.process_time() - cpu_start, instance_s
@@ -70,11 +76,15 @@ def _torchmetrics_per_query(scores: torch.Tensor, relevance: np.ndarray, n_queri
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m xmr_core.bench metrics", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m xmr_core.bench metrics", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--images", type=int, default=5000)
     parser.add_argument("--captions-per-image", type=int, default=5)
     parser.add_argument("--concepts", type=int, default=80)
-    parser.add_argument("--tm-queries", type=int, default=200, help="queries per direction timed in torchmetrics")
+    parser.add_argument(
+        "--tm-queries", type=int, default=200, help="queries per direction timed in torchmetrics"
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -83,11 +93,14 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     device = select_device(args.device)
-    scores, caption_image, relevance, labels = _inputs(args.images, args.captions_per_image, args.concepts,
-                                                       args.seed, device)
+    scores, caption_image, relevance, labels = _inputs(
+        args.images, args.captions_per_image, args.concepts, args.seed, device
+    )
     n_img, n_cap = scores.shape
-    print(f"scores {n_img} x {n_cap} on {device}, {args.threads} threads; instance relevance "
-          f"({args.captions_per_image} captions an image); {args.concepts}-dim labels for PMRP (zeta 0, 1, 2)")
+    print(
+        f"scores {n_img} x {n_cap} on {device}, {args.threads} threads; instance relevance "
+        f"({args.captions_per_image} captions an image); {args.concepts}-dim labels for PMRP (zeta 0, 1, 2)"
+    )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -96,9 +109,11 @@ def main(argv: list[str] | None = None) -> None:
     peak_gb = _peak_rss_gb()
     for key in sorted(result):
         print(f"  {key:<24} {result[key]:10.3f}")
-    print(f"xmr_core.metrics: all metrics, both directions, 5K + 1K folds + PMRP: {wall_s:.2f} s "
-          f"(instance R@K/medR/meanR/R-P/mAP@R both directions: {instance_s:.2f} s); "
-          f"CPU time {cpu_s:.2f} s; load average {load:.1f} on {os.cpu_count()} cores at the start")
+    print(
+        f"xmr_core.metrics: all metrics, both directions, 5K + 1K folds + PMRP: {wall_s:.2f} s "
+        f"(instance R@K/medR/meanR/R-P/mAP@R both directions: {instance_s:.2f} s); "
+        f"CPU time {cpu_s:.2f} s; load average {load:.1f} on {os.cpu_count()} cores at the start"
+    )
     print(f"peak RSS {peak_gb:.2f} GB (whole process, incl. the inputs)")
     cuda_peak = ""
     if device.type == "cuda":
@@ -111,12 +126,16 @@ def main(argv: list[str] | None = None) -> None:
     tm_t2i = _torchmetrics_per_query(scores.T, rel_t2i, min(args.tm_queries, n_cap))
     tm_s = tm_i2t * n_img + tm_t2i * n_cap
     speedup = tm_s / instance_s
-    print(f"torchmetrics RetrievalHitRate@1/5/10 + RetrievalRPrecision on {args.tm_queries} queries a direction: "
-          f"{tm_i2t * 1e3:.2f} ms per i2t query, {tm_t2i * 1e3:.2f} ms per t2i query; extrapolated to all "
-          f"{n_img} + {n_cap} queries: {tm_s:.1f} s (extrapolated, not run in full)")
+    print(
+        f"torchmetrics RetrievalHitRate@1/5/10 + RetrievalRPrecision on {args.tm_queries} queries a direction: "
+        f"{tm_i2t * 1e3:.2f} ms per i2t query, {tm_t2i * 1e3:.2f} ms per t2i query; extrapolated to all "
+        f"{n_img} + {n_cap} queries: {tm_s:.1f} s (extrapolated, not run in full)"
+    )
     print(f"speed ratio on the same work (instance R@K + R-P, both directions): {speedup:.1f}x")
-    print(f"wall_s={wall_s:.3f} cpu_s={cpu_s:.3f} instance_s={instance_s:.3f} peak_gb={peak_gb:.3f}{cuda_peak} "
-          f"torchmetrics_s={tm_s:.2f} speedup_vs_torchmetrics={speedup:.1f} device={device.type}")
+    print(
+        f"wall_s={wall_s:.3f} cpu_s={cpu_s:.3f} instance_s={instance_s:.3f} peak_gb={peak_gb:.3f}{cuda_peak} "
+        f"torchmetrics_s={tm_s:.2f} speedup_vs_torchmetrics={speedup:.1f} device={device.type}"
+    )
 
 
 if __name__ == "__main__":
