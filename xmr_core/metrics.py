@@ -12,6 +12,7 @@ API (scores are `(Q, G)`: queries × gallery, higher = more similar; torch tenso
     coco_1k(scores_i2t, relevance_i2t)              -> fold-averaged `bidirectional` (COCO 1K protocol)
     coco_5k(scores_i2t, relevance_i2t)              -> `bidirectional` on the full 5,000 × 25,000 matrix
     average_folds([metrics, ...])                   -> per-key mean over folds
+    rank_summary(best_rank (Q,))                    -> {"R@1", ..., "medR", "meanR"} from 1-based ranks
     multi_round(scores (T, Q, G), targets (Q,))     -> {"round1/R@1", ..., "mean/R@1", "mean/meanR", ...}
     scores_from_rankings(rankings (Q, G), n_gallery) -> scores whose order is the given full rankings
 
@@ -25,7 +26,7 @@ Conventions (the VSE++ / SCAN / PCME lineage):
   `floor(median(rank0)) + 1` and `mean(rank0) + 1`.
 - R-Precision: with R = number of positives, % of the top R that are positive. mAP@R (Musgrave et al.,
   2020): (1/R) Σ_{r<=R} P@r · [item r is positive]. P@K: % of the top K that are positive.
-  PMRP (PCME Sec. 4.1): R-Precision under plausible relevance at ζ, averaged over ζ ∈ {0, 1, 2}.
+  PMRP (PCME §4.1.1): R-Precision under plausible relevance at ζ, averaged over ζ ∈ {0, 1, 2}.
 - Ties are broken pessimistically: a positive tied with a negative ranks after it. Hence a query whose
   scores are all equal gets best rank G - P + 1 (P positives), never a lucky rank 1, and a duplicate of the
   ground-truth image that is not itself a positive pushes the ground truth down one rank. The position of
@@ -33,8 +34,11 @@ Conventions (the VSE++ / SCAN / PCME lineage):
 - Errors (ValueError, one line): a NaN/inf score (names the query row), a query with no positive,
   a relevance whose shape does not fit the scores, a ranking that is not a full permutation of the gallery.
 
-Memory: queries are processed in chunks of `chunk_rows` rows (default: about 8M matrix entries a chunk),
-so a 5,000 × 25,000 evaluation never holds more than a few hundred MB of temporaries.
+Computation: queries are processed in chunks of `chunk_rows` rows (default: about 8M matrix entries a
+chunk), so a 5,000 × 25,000 evaluation holds a few hundred MB of temporaries at most. Nothing is fully
+sorted: per chunk one `topk` as deep as the largest max(R, K) (widened to whole tie groups) gives the
+positions of the positives that R-P, mAP@R and P@K read; a best rank below that window is counted
+(#negatives scoring >= the best positive).
 """
 
 from __future__ import annotations
