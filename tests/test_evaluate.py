@@ -205,3 +205,34 @@ def test_evaluate_model_end_to_end():
     assert got["instance/i2t/meanR"] == pytest.approx(7 / 6)
     assert got["instance/t2i/R@1"] == pytest.approx(100 * 11 / 12)
     assert got["instance/t2i/meanR"] == pytest.approx((11 * 1 + 6) / 12)
+
+
+class PixelModel(torch.nn.Module):
+    """Image -> its mean red value; caption -> the index of its first word; score = -|difference|."""
+
+    def encode_images(self, batch):
+        return batch["images"][:, 0].mean((1, 2))[:, None]
+
+    def encode_captions(self, batch):
+        return batch["tokens"][:, :1].float()
+
+    def score(self, img, cap):
+        return -(img - cap.T).abs()
+
+
+def test_evaluate_model_with_the_real_loaders():
+    # Through `xmr_core.data.datasets`: the loaders batch in split order (a batch size that does not divide
+    # the split), and the model's outputs line up with the split's images and captions.
+    from xmr_core.data.text import Vocabulary
+
+    split = make_split(n_img=5, per=2, levels=False)
+    split.images = np.zeros((5, 8, 8, 3), dtype=np.uint8)
+    split.validate()
+    vocab = Vocabulary.build(split.captions)
+    img, cap = E.embed_split(PixelModel(), split, vocab, batch_size=3)
+    assert img.shape == (5, 1) and cap.shape == (10, 1)
+    assert torch.equal(cap[:, 0], torch.full((10,), float(vocab.encode("a red circle")[0])))
+    # every score is equal: pessimistic ties put each positive after all negatives
+    # i2t: 10 captions, 2 positives -> best rank 9; t2i: 5 images, 1 positive -> rank 5
+    got = E.evaluate_model(PixelModel(), split, vocab, batch_size=3, views=["instance"])
+    assert got["instance/i2t/meanR"] == 9.0 and got["instance/t2i/meanR"] == 5.0
