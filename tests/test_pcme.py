@@ -6,12 +6,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from xmr_core import viz  # noqa: E402
+from xmr_core import viz
 
 
 # ---------------------------------------------------------------------------------------------- viz
@@ -52,9 +52,9 @@ def test_gallery_and_heatmap_check_shapes() -> None:
 
 
 # --------------------------------------------------------------------------------------------- PCME
-from xmr_core.encoders.image import ImageEncoderConfig  # noqa: E402
-from xmr_core.encoders.text import TextEncoderConfig  # noqa: E402
-from xmr_core.methods.pcme import (  # noqa: E402
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.methods.pcme import (
     PCME,
     TEST_TIME_SIMILARITIES,
     PCMEConfig,
@@ -214,7 +214,7 @@ def test_a_few_steps_separate_positives_from_negatives() -> None:
 
 def test_class_subset_keeps_images_captions_and_exact_relevance_aligned() -> None:
     from xmr_core.data.corpus import Split
-    from xmr_core.methods.pcme import class_subset, folds
+    from xmr_core.methods.pcme import class_subset
 
     # 4 images of classes 0,1,0,2; 2 captions each; exact[c, i] = caption c holds in image i.
     exact = np.array([[1, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 1],
@@ -227,7 +227,3 @@ def test_class_subset_keeps_images_captions_and_exact_relevance_aligned() -> Non
     np.testing.assert_array_equal(sub.exact, exact[np.ix_([0, 1, 4, 5], [0, 2])])  # rows c0 c1 c4 c5, cols a c
     with pytest.raises(ValueError, match="empty"):
         class_subset(split, [7], "none")
-    two = folds(split, 2)
-    assert [f.image_ids for f in two] == [["a", "b"], ["c", "d"]] and two[1].caption_ids == ["c4", "c5", "c6", "c7"]
-    with pytest.raises(ValueError, match="equal folds"):
-        folds(split, 3)

@@ -44,7 +44,14 @@ from xmr_core.encoders.image import Features, ImageEncoder, ImageEncoderConfig
 from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
 from xmr_core.losses import kl_to_standard_normal, soft_contrastive_loss, uniformity_loss
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
-from xmr_core.similarity import Gaussian, GaussianMethod, cosine, gaussian_scores, sample_distances, sample_gaussian
+from xmr_core.similarity import (
+    Gaussian,
+    GaussianMethod,
+    cosine,
+    gaussian_scores,
+    sample_distances,
+    sample_gaussian,
+)
 from xmr_core.train import TrainConfig
 
 TestSimilarity = Literal["mean_cosine", "elk", "js", "wasserstein", "avg_l2", "match_prob"]
@@ -231,9 +238,9 @@ def pcme_train_config(profile: str, seed: int = 0, **overrides: object) -> Train
     optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
     sizes = {"smoke": (2, 1, 32, 5e-4), "cpu": (6, 1, 128, 5e-4), "paper": (60, 10, 128, 1e-4)}[check_profile(profile)]
     epochs, frozen, batch, lr = sizes
-    base = dict(epochs=epochs, frozen_epochs=frozen, batch_size=batch, lr=lr, optimizer=optimizer,
-                scheduler="cosine", finetune_lr_mult=0.1 if profile == "paper" else 1.0, grad_clip=2.0, random_erasing_prob=0.2,
-                word_dropout=0.1, seed=seed)
+    base = {"epochs": epochs, "frozen_epochs": frozen, "batch_size": batch, "lr": lr, "optimizer": optimizer,
+            "scheduler": "cosine", "finetune_lr_mult": 0.1 if profile == "paper" else 1.0, "grad_clip": 2.0,
+            "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed}
     return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
@@ -291,14 +298,6 @@ def class_subset(split: Split, classes: list[int] | set[int], name: str) -> Spli
     if split.image_class is None:
         raise ValueError(f"{split.source}: split {split.name!r} has no classes, so it has no class split")
     return image_subset(split, np.flatnonzero(np.isin(split.image_class, list(classes))), name)
-
-
-def folds(split: Split, n_folds: int = 5) -> list[Split]:
-    """COCO's 1K protocol: `n_folds` consecutive, equal image folds of the test split, with their captions."""
-    if split.n_images % n_folds:
-        raise ValueError(f"{split.source}: {split.n_images} test images do not split into {n_folds} equal folds")
-    size = split.n_images // n_folds
-    return [image_subset(split, np.arange(k * size, (k + 1) * size), f"{split.name}-fold{k + 1}") for k in range(n_folds)]
 
 
 @dataclass
