@@ -131,7 +131,16 @@ def _relevance_chunks(
     rel = torch.as_tensor(relevance)
     if rel.dtype != torch.bool:
         raise ValueError(f"relevance must be a bool matrix, got dtype {rel.dtype}")
-    return lambda rows, cache: rel[rows].to(device, non_blocking=True)
+    return lambda rows, cache: _dense_rows(rel, rows).to(device, non_blocking=True)
+
+
+def _dense_rows(x: Tensor, rows: slice) -> Tensor:
+    """`x[rows]` as a contiguous block. Rows of a transposed matrix (text→image scores `s.T`) are copied
+    in two steps, gallery-major then transposed, about twice as fast as one strided copy."""
+    block = x[rows]
+    if block.is_contiguous():
+        return block
+    return block.T.contiguous().T.contiguous()
 
 
 def _row_chunks(
@@ -260,7 +269,7 @@ def ranking_stats(
     rel_fns = {name: _relevance_chunks(rel, (n_q, n_g), s.device) for name, rel in relevances.items()}
     parts: dict[str, list[dict[str, Tensor]]] = {name: [] for name in rel_fns}
     for rows in _row_chunks(n_q, n_g, chunk_rows, progress, "ranking"):
-        chunk = s[rows].contiguous()
+        chunk = _dense_rows(s, rows)
         _check_finite(chunk, rows)
         cache: dict = {}
         rels, n_pos, need = {}, {}, {}
