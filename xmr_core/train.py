@@ -69,6 +69,7 @@ class TrainConfig:
     random_erasing_prob: float = 0.0
     word_dropout: float = 0.0
     select: str = "rsum"  # validation metric that picks the best checkpoint (higher = better)
+    val_views: tuple[str, ...] | None = ("instance",)  # relevance views validated each epoch (None = all)
     eval_batch_size: int = 256
     seed: int = 0
     device: str = "auto"
@@ -249,8 +250,9 @@ def _validate(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: Train
               device: torch.device) -> dict[str, float]:
     from xmr_core.evaluate import evaluate_model
 
+    views = None if cfg.val_views is None else list(cfg.val_views)
     return evaluate_model(model, split, vocab=vocab, batch_size=cfg.eval_batch_size, device=device,
-                          progress=False)
+                          views=views, progress=False)
 
 
 def _finished(run_dir: Path, key: str) -> dict[str, Any] | None:
