@@ -49,6 +49,7 @@ N_EXAMPLES = 6  # positives shown per example query
 
 # %%
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -99,8 +100,10 @@ root = scenes_dir(single)
 disk_mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
 print(f"loaded in {load_seconds:.1f} s from {root}")
 print(
-    f"generation when first built: {corpus.meta['generation_seconds']} s (images, captions, exact relevance), "
-    f"regions {corpus.meta['regions']['total_seconds']} s; cache on disk {disk_mb:.1f} MiB"
+    f"generation when first built: {corpus.meta['generation_seconds']} s wall, "
+    f"{corpus.meta.get('generation_cpu_seconds', '?')} s CPU (images, captions, exact relevance); regions "
+    f"{corpus.meta['regions']['total_seconds']} s wall, {corpus.meta['regions'].get('total_cpu_seconds', '?')} s "
+    f"CPU; cache on disk {disk_mb:.1f} MiB"
 )
 sizes = pd.DataFrame([
     {"split": name, "images": s.n_images, "captions": s.n_captions,
@@ -110,7 +113,8 @@ sizes = pd.DataFrame([
 ])  # fmt: skip
 write_table(sizes, "benchmark/sizes", run=run, caption=(
     f"Scenes splits ({PROFILE} profile, seed {SEED}). Generated in {corpus.meta['generation_seconds']} s "
-    f"plus {corpus.meta['regions']['total_seconds']} s for region features; {disk_mb:.0f} MiB cached. "
+    f"plus {corpus.meta['regions']['total_seconds']} s for region features (wall time, on a shared CPU); "
+    f"{disk_mb:.0f} MiB cached. "
     "Exact relevance of the train split is computed on demand (`exact_block`), not stored."))  # fmt: skip
 sizes
 
@@ -119,20 +123,21 @@ sizes
 #
 # Test images with their five captions (level in brackets). The full caption lists every object with all
 # its attributes and says how many there are ("only …", "… and nothing else", "exactly n shapes: …"), so
-# it fits its own image and almost no other.
+# it fits its own image and almost no other. Positions name the nine cells of the 3×3 grid: "at the top" is
+# the top middle cell, "on the left" the middle left one, "in the center" the centre.
 
 # %%
 test = corpus["test"]
-fig, axes = plt.subplots(N_GALLERY // 2, 2, figsize=(13, 1.9 * (N_GALLERY // 2)), squeeze=False)
-for i, ax in enumerate(axes.flat):
-    ax.imshow(test.images[i], extent=(0, 1, 0, 1))
-    ax.set_xlim(0, 5.2)
-    ax.axis("off")
+fig, axes = plt.subplots(N_GALLERY, 2, figsize=(11, 1.25 * N_GALLERY), width_ratios=(1, 7), squeeze=False)
+for i, (img_ax, text_ax) in enumerate(axes):
+    img_ax.imshow(test.images[i])
+    img_ax.axis("off")
+    text_ax.axis("off")
     lines = [
-        f"[{lv}] {c}"
+        textwrap.fill(f"[{lv}] {c}", width=125, subsequent_indent="      ")
         for c, lv in zip(test.captions[5 * i : 5 * i + 5], test.caption_level[5 * i : 5 * i + 5])
     ]
-    ax.text(1.08, 0.5, "\n".join(lines), fontsize=7, va="center")
+    text_ax.text(0.0, 0.5, "\n".join(lines), fontsize=7.5, va="center", transform=text_ax.transAxes)
 fig.tight_layout()
 write_figure(
     fig, "benchmark/gallery", run=run, caption="Test images of the scenes benchmark with their 5 captions."
@@ -259,10 +264,10 @@ for lv in grammar.LEVELS:
     neg = np.flatnonzero(~test.exact[c])
     picked = [own, *rng.permutation(pos)[: N_EXAMPLES - 1].tolist()]
     picked += rng.choice(neg, N_EXAMPLES - len(picked), replace=False).tolist()
-    queries.append(f"[{lv}, {test.exact[c].sum()} positives] {test.captions[c]}")
+    queries.append(f"[{lv}; exact positives: {test.exact[c].sum()}] {test.captions[c]}")
     rows.append(test.images[picked])
     flags.append(test.exact[c, picked])
-fig = retrieval_gallery(queries, np.stack(rows), np.stack(flags), width=48)
+fig = retrieval_gallery(queries, np.stack(rows), np.stack(flags), width=30)
 write_figure(
     fig,
     "benchmark/example_queries",
