@@ -226,12 +226,14 @@ def _window_stats(
     r = rel.gather(1, order)  # (q, W) relevance in ranked order
     n_neg = torch.cumsum(~r, 1, dtype=torch.int32)
     tied = values[:, 1:] == values[:, :-1]
-    if bool(tied.any()):  # within a tie group the negatives go first: take the count at the group's end
-        group_end = torch.ones_like(r)
-        group_end[:, :-1] = ~tied
-        n_neg = torch.cummin(
-            n_neg.masked_fill(~group_end, torch.iinfo(torch.int32).max).flip(1), 1
-        ).values.flip(1)
+    # within a tie group the negatives go first: a positive takes the count at its group's end (needed only
+    # in rows where a positive has a tied item after it, which float scores seldom show)
+    fix = (tied & r[:, :-1]).any(1).nonzero()[:, 0]
+    if len(fix):
+        group_end = torch.ones_like(r[fix])
+        group_end[:, :-1] = ~tied[fix]
+        at_end = n_neg[fix].masked_fill(~group_end, torch.iinfo(torch.int32).max)
+        n_neg[fix] = torch.cummin(at_end.flip(1), 1).values.flip(1)  # the next group end's count
     j = torch.cumsum(r, 1, dtype=torch.int32)  # the j of each positive (1-based, in ranked order)
     pos = n_neg + j  # pessimistic 1-based position of each positive
     in_top_r = r & (pos <= n_pos[:, None])
