@@ -9,7 +9,7 @@ from xmr_core.data.regions import RegionConfig
 from xmr_core.data.scenes import ScenesConfig, load_scenes
 
 TINY = ScenesConfig(seed=5, n_train=60, n_val=40, n_test=30)
-FAST = RegionConfig(slots=7, steps=150, seed=1)
+FAST = RegionConfig(slots=7, steps=60, seed=1)
 
 
 @pytest.fixture(scope="module")
