@@ -246,11 +246,11 @@ def avg(df: pd.DataFrame, model: str, cols: list[str]) -> pd.Series:
     return df[df["model"] == model][cols].mean(axis=1)
 
 
-def compare(a: str, b: str, cols: list[str]) -> tuple[float, float, bool]:
+def compare(a: str, b: str, cols: list[str]) -> tuple[float, float, bool | None]:
     x, y = avg(per_run, a, cols), avg(per_run, b, cols)
     diff, spread = float(x.mean() - y.mean()), float(max(x.std(ddof=1) if len(x) > 1 else 0.0,
                                                           y.std(ddof=1) if len(y) > 1 else 0.0))
-    return diff, spread, bool(diff > 0 and diff > spread and len(x) > 1)
+    return diff, spread, (bool(diff > 0 and diff > spread) if min(len(x), len(y)) > 1 else None)  # None: 1 seed
 
 
 rp_cols, pmrp_cols = ["T2 i2t R-P", "T2 t2i R-P"], ["T3 5K i2t PMRP", "T3 5K t2i PMRP"]

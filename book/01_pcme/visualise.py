@@ -307,7 +307,8 @@ for part in ("claims_train", "claims_ablate"):
     path = root / f"{part}.csv"
     if path.is_file():
         for _, r in pd.read_csv(path).iterrows():
-            claims.append(Claim(r["claim"], r["source"], r["evidence"], bool(r["held"])))
+            held = None if pd.isna(r["held"]) else str(r["held"]) == "True"  # empty = not tested on this run
+            claims.append(Claim(r["claim"], r["source"], r["evidence"], held))
     else:
         claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run that notebook first", None))
 claims += [
