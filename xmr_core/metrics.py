@@ -99,11 +99,12 @@ def _binary_labels(labels: ArrayLike, name: str, device: torch.device) -> Tensor
 
 
 def _relevance_chunks(
-    relevance: Relevance, shape: tuple[int, int], device: torch.device
+    relevance: Relevance, shape: tuple[int, int], device: torch.device, prepared: dict
 ) -> Callable[[slice, dict], Tensor]:
     """Check `relevance` against the score shape; return (rows, cache) -> bool `(rows, G)` on `device`.
 
-    `cache` is a dict that lives for one chunk of rows: label distances are computed once for all ζ.
+    Label relevances that share their label arrays (one per ζ) share their checked label tensors
+    (`prepared`, one per call of `ranking_stats`) and their distances (`cache`, one per chunk of rows).
     """
     if tuple(relevance.shape) != tuple(shape):
         raise ValueError(
@@ -111,16 +112,18 @@ def _relevance_chunks(
             f"(queries × gallery)"
         )
     if isinstance(relevance, LabelRelevance):
-        q = _binary_labels(relevance.query_labels, "query_labels", device)
-        g = _binary_labels(relevance.gallery_labels, "gallery_labels", device)
-        if q.shape[1] != g.shape[1]:
-            raise ValueError(f"query_labels have {q.shape[1]} concepts, gallery_labels {g.shape[1]}")
-        # Hamming distance of binary vectors |a| + |b| - 2 a·b as one product: [a, |a|, 1] · [-2b, 1, |b|]
-        # (integer-valued, exact in float32 for C < 2^23)
-        ones_q, ones_g = torch.ones_like(q[:, :1]), torch.ones_like(g[:, :1])
-        q_aug = torch.cat([q, q.sum(1, keepdim=True), ones_q], 1)
-        g_aug = torch.cat([-2.0 * g, ones_g, g.sum(1, keepdim=True)], 1)
         key = (id(relevance.query_labels), id(relevance.gallery_labels))
+        if key not in prepared:
+            q = _binary_labels(relevance.query_labels, "query_labels", device)
+            g = _binary_labels(relevance.gallery_labels, "gallery_labels", device)
+            if q.shape[1] != g.shape[1]:
+                raise ValueError(f"query_labels have {q.shape[1]} concepts, gallery_labels {g.shape[1]}")
+            # Hamming distance of binary vectors |a| + |b| - 2 a·b as one product: [a, |a|, 1] · [-2b, 1, |b|]
+            # (integer-valued, exact in float32 for C < 2^23)
+            q_aug = torch.cat([q, q.sum(1, keepdim=True), torch.ones_like(q[:, :1])], 1)
+            g_aug = torch.cat([-2.0 * g, torch.ones_like(g[:, :1]), g.sum(1, keepdim=True)], 1)
+            prepared[key] = (q_aug, g_aug)
+        q_aug, g_aug = prepared[key]
 
         def label_rows(rows: slice, cache: dict) -> Tensor:
             if key not in cache:
@@ -268,7 +271,10 @@ def ranking_stats(
         if not 1 <= k <= n_g:
             raise ValueError(f"precision@{k} asked for a gallery of {n_g}")
     k_max = max(precision_ks, default=0)
-    rel_fns = {name: _relevance_chunks(rel, (n_q, n_g), s.device) for name, rel in relevances.items()}
+    prepared: dict = {}
+    rel_fns = {
+        name: _relevance_chunks(rel, (n_q, n_g), s.device, prepared) for name, rel in relevances.items()
+    }
     parts: dict[str, list[dict[str, Tensor]]] = {name: [] for name in rel_fns}
     for rows in _row_chunks(n_q, n_g, chunk_rows, progress, "ranking"):
         chunk = _dense_rows(s, rows)
