@@ -96,8 +96,12 @@ class Split:
             check_finite(self.regions, f"{self.source}: split {self.name!r}: regions", self.image_ids)
         if self.image_class is not None and np.asarray(self.image_class).shape != (n,):
             fail(f"image_class has shape {np.asarray(self.image_class).shape}, expected ({n},)")
-        if self.image_labels is not None and (self.image_labels.ndim != 2 or self.image_labels.shape[0] != n):
-            fail(f"image_labels have shape {self.image_labels.shape}, expected ({n}, C)")
+        if self.image_labels is not None:
+            if self.image_labels.ndim != 2 or self.image_labels.shape[0] != n:
+                fail(f"image_labels have shape {self.image_labels.shape}, expected ({n}, C)")
+            if not np.isin(self.image_labels, (0, 1)).all():
+                bad = int(np.flatnonzero(~np.isin(self.image_labels, (0, 1)).all(1))[0])
+                fail(f"image_labels of image {self.image_ids[bad]!r} are not 0/1")
         if self.exact is not None:
             if self.exact.shape != (m, n):
                 fail(f"exact relevance has shape {self.exact.shape}, expected ({m}, {n})")
@@ -128,8 +132,9 @@ class Split:
             cls = np.asarray(self.image_class)
             rel = cls[cap_img][:, None] == cls[None, :]
         elif view == "plausible":
-            lab = np.asarray(self.image_labels, dtype=np.int16)
-            img_close = np.abs(lab[:, None, :] - lab[None, :, :]).sum(-1) <= zeta  # (N, N)
+            lab = np.asarray(self.image_labels, dtype=np.float32)  # binary, so L1 = |a| + |b| - 2 a.b
+            count = lab.sum(1)
+            img_close = count[:, None] + count[None, :] - 2 * (lab @ lab.T) <= zeta + 0.5  # (N, N)
             rel = img_close[cap_img]
         else:
             rel = np.asarray(self.exact, dtype=bool)
