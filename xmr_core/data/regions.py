@@ -100,14 +100,18 @@ def region_boxes(
     return boxes, slot
 
 
-def crops(images: np.ndarray, boxes: np.ndarray, crop_size: int) -> torch.Tensor:
-    """(N*R, 3, c, c) float crops in [0, 1] of images (N, S, S, 3) uint8 at boxes (N, R, 4), RoIAlign."""
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
-    b = torch.from_numpy(boxes.reshape(-1, 4)).float()
-    idx = torch.arange(len(images), dtype=torch.float32).repeat_interleave(boxes.shape[1])[:, None]
-    return roi_align(
-        x, torch.cat([idx, b], 1), output_size=crop_size, spatial_scale=1.0, sampling_ratio=2, aligned=True
-    )
+def crops(images: np.ndarray, boxes: np.ndarray, crop_size: int, chunk: int = 500) -> torch.Tensor:
+    """(N*R, 3, c, c) float crops in [0, 1] of images (N, S, S, 3) uint8 at boxes (N, R, 4), RoIAlign
+    (a chunk of images at a time, so no float copy of the whole split is made)."""
+    out = []
+    for start in range(0, len(images), chunk):
+        x = torch.from_numpy(images[start : start + chunk]).permute(0, 3, 1, 2).float() / 255.0
+        b = torch.from_numpy(boxes[start : start + chunk].reshape(-1, 4)).float()
+        idx = torch.arange(len(x), dtype=torch.float32).repeat_interleave(boxes.shape[1])[:, None]
+        out.append(
+            roi_align(x, torch.cat([idx, b], 1), crop_size, spatial_scale=1.0, sampling_ratio=2, aligned=True)
+        )
+    return torch.cat(out)
 
 
 class RegionEncoder(nn.Module):
