@@ -32,7 +32,7 @@ from xmr_core.encoders.heads import SubEmbeddingHead
 from xmr_core.encoders.image import ImageEncoder, ImageEncoderConfig
 from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.methods.vse import HingeSchedule
+from xmr_core.methods.vse import HingeSchedule, scratch_hard_negatives
 from xmr_core.similarity import max_pair_cosine
 
 
@@ -49,6 +49,13 @@ class PVSEConfig:
     mmd_weight: float = 0.01
     mmd_gamma: float = 0.5
     dropout: float = 0.0
+
+
+def pvse_config(n_embeds: int = 2, hard_negatives: bool = True, **overrides: object) -> PVSEConfig:
+    """PVSE with K = `n_embeds`; `hard_negatives` ("PVSE-HNM", the official COCO setting) uses the
+    from-scratch hardest-negative recipe of `xmr_core.methods.vse`, otherwise all negatives are summed."""
+    hinge = scratch_hard_negatives() if hard_negatives else HingeSchedule(negatives="sum")
+    return PVSEConfig(n_embeds=n_embeds, hinge=hinge, **overrides)  # type: ignore[arg-type]
 
 
 def diversity_loss(residuals: Tensor) -> Tensor:
