@@ -267,7 +267,7 @@ for lv in grammar.LEVELS:
     queries.append(f"[{lv}; exact positives: {test.exact[c].sum()}] {test.captions[c]}")
     rows.append(test.images[picked])
     flags.append(test.exact[c, picked])
-fig = retrieval_gallery(queries, np.stack(rows), np.stack(flags), width=30)
+fig = retrieval_gallery(queries, np.stack(rows), np.stack(flags), width=24)
 write_figure(
     fig,
     "benchmark/example_queries",
