@@ -12,6 +12,10 @@ levels of specificity, each with its logical form, so every relevance view is co
 - ``exact``: the caption's logical form holds in the image (``Split.exact`` on val/test; on the train
   split, where (M, N) would be hundreds of MB, use `exact_block` for the pairs you need).
 
+Each object also gets a region query ("a red shape", "a large circle": HMRN's multi-query retrieval) in
+``Split.queries``, and region features come from `xmr_core.data.regions`. The ``multi`` variant (96×96,
+4×4 grid, 5–10 objects) serves multi-query retrieval.
+
 Generation is deterministic from `ScenesConfig.seed` (bit-identical arrays and captions) and cached under
 ``cache_dir()/scenes/<config hash>/`` with atomic writes; `load_scenes` returns a `Corpus`.
 """
@@ -72,6 +76,8 @@ class ScenesConfig:
     region_steps: int = 300  # training steps of the frozen region encoder
 
     def __post_init__(self) -> None:
+        if self.variant not in ("single", "multi"):
+            raise ValueError(f"unknown scenes variant {self.variant!r}; choose 'single' or 'multi'")
         if not 1 <= self.min_objects <= self.max_objects <= self.grid**2:
             raise ValueError(f"need 1 <= min_objects <= max_objects <= grid² ({self.grid**2}); got {self}")
         if self.max_objects > len(g.NUMBERS) - 1:
@@ -235,7 +241,9 @@ def _background(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
     return grey + tint + tex[..., None] + noise
 
 
-def render(cfg: ScenesConfig, lay: Layout, rng: np.random.Generator, progress: bool = False):
+def render(
+    cfg: ScenesConfig, lay: Layout, rng: np.random.Generator, progress: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw every image. Returns images (N, S, S, 3) uint8 and object boxes (N, K, 4) float32
     (x0, y0, x1, y1 in pixels, x1/y1 exclusive; zeros for padding)."""
     n, k = lay.shape.shape
