@@ -55,8 +55,8 @@ from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import embed_split, evaluate_model, evaluate_scores, score_matrix
 from xmr_core.methods.pcme import PCME, encoder_configs, load_chapter_data, pcme_config, pcme_train_config
-from xmr_core.methods.pvse import PVSE, PVSEConfig
-from xmr_core.methods.vse import VSE, vse0_config, vse_pp_config
+from xmr_core.methods.pvse import PVSE, pvse_config
+from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.results import paper_values, write_table
 from xmr_core.train import fit
 
@@ -96,10 +96,9 @@ sizes
 
 # %%
 enc = encoder_configs(PROFILE)
-hnm = vse_pp_config().hinge
 specs = [("VSE0", SEED, lambda: VSE(vse0_config(**enc), data.word_vectors))]
 for k in (1, 2, 4):
-    specs.append((f"PVSE K={k}", SEED, lambda k=k: PVSE(PVSEConfig(n_embeds=k, hinge=hnm, **enc), data.word_vectors)))
+    specs.append((f"PVSE K={k}", SEED, lambda k=k: PVSE(pvse_config(n_embeds=k, hard_negatives=True, **enc), data.word_vectors)))
 for seed in seeds:
     specs.append(("PCME mu only", seed, lambda: PCME(pcme_config(PROFILE, mu_only=True), data.word_vectors)))
     specs.append(("PCME", seed, lambda: PCME(pcme_config(PROFILE), data.word_vectors)))
