@@ -227,3 +227,17 @@ def test_class_subset_keeps_images_captions_and_exact_relevance_aligned() -> Non
     np.testing.assert_array_equal(sub.exact, exact[np.ix_([0, 1, 4, 5], [0, 2])])  # rows c0 c1 c4 c5, cols a c
     with pytest.raises(ValueError, match="empty"):
         class_subset(split, [7], "none")
+
+
+def test_projected_gaussians_match_a_sampled_projection() -> None:
+    rng = np.random.default_rng(0)
+    mu, logvar = rng.standard_normal((3, 6)), rng.standard_normal((3, 6))
+    centre, basis = viz.pca_basis(rng.standard_normal((50, 6)))
+    np.testing.assert_allclose(basis @ basis.T, np.eye(2), atol=1e-10)
+    pmu, plv = viz.project_gaussians(mu, logvar, centre, basis)
+    # Monte-Carlo reference: project 200k samples of each Gaussian and take their mean and variance.
+    for n in range(3):
+        z = mu[n] + np.exp(0.5 * logvar[n]) * rng.standard_normal((200_000, 6))
+        proj = (z - centre) @ basis.T
+        np.testing.assert_allclose(proj.mean(0), pmu[n], atol=0.02)
+        np.testing.assert_allclose(proj.var(0), np.exp(plv[n]), rtol=0.02)

@@ -8,6 +8,7 @@ chapters save through `xmr_core.results.write_figure`. Gaussians follow the libr
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -25,6 +26,25 @@ def chi2_radius(level: float) -> float:
     if not 0.0 < level < 1.0:
         raise ValueError(f"confidence level must be in (0, 1), got {level}")
     return math.sqrt(-2.0 * math.log1p(-level))
+
+
+def pca_basis(points: np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Centre (D,) and the top-k principal directions (k, D) of points (N, D)."""
+    points = np.asarray(points, dtype=np.float64)
+    centre = points.mean(0)
+    _, _, vt = np.linalg.svd(points - centre, full_matrices=False)
+    return centre, vt[:k]
+
+
+def project_gaussians(
+    mu: np.ndarray, logvar: np.ndarray, centre: np.ndarray, basis: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Project diagonal Gaussians (N, D) onto orthonormal directions `basis` (k, D): the exact marginal
+    means (N, k) and per-direction log-variances (N, k), var_k = sum_d basis_kd^2 sigma_d^2 (the covariance
+    between the k directions is dropped, so the drawn ellipses are axis-aligned)."""
+    mu, logvar = np.asarray(mu, dtype=np.float64), np.asarray(logvar, dtype=np.float64)
+    var = (np.asarray(basis) ** 2) @ np.exp(logvar).T  # (k, N)
+    return (mu - centre) @ np.asarray(basis).T, np.log(var.T)
 
 
 def confidence_ellipses(
@@ -128,11 +148,12 @@ def retrieval_gallery(
             "expected Q queries, (Q, K, H, W, 3) images and (Q, K) relevance"
         )
     n_q, k = relevant.shape
-    fig, axes = plt.subplots(n_q, k + 1, figsize=(1.5 * (k + 1) + 1.5, 1.6 * n_q), squeeze=False)
+    fig, axes = plt.subplots(n_q, k + 1, figsize=(1.5 * k + 3.5, 1.6 * n_q), squeeze=False,
+                             gridspec_kw={"width_ratios": [2.5] + [1] * k})
     for q in range(n_q):
         text_ax = axes[q, 0]
         text_ax.axis("off")
-        wrapped = "\n".join(queries[q][i : i + width] for i in range(0, len(queries[q]), width))
+        wrapped = "\n".join(textwrap.wrap(queries[q], width))
         text_ax.text(0.0, 0.5, wrapped, fontsize=7, va="center", ha="left", transform=text_ax.transAxes)
         for j in range(k):
             ax = axes[q, j + 1]

@@ -19,8 +19,7 @@
 # handful. This notebook draws the paper's Figures 5–8 on scenes, adds σ by caption specificity and a
 # retrieval gallery, and collects every claim checked by the chapter into `results/pcme/claims.md`.
 #
-# The full-size PCME is the seed-`SEED` model trained by `train.py` (loaded from the run cache); only the 2-D
-# model of Figure 5 is trained here.
+# The PCME is the seed-`SEED` model trained by `train.py` (loaded from the run cache): nothing is trained here.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -30,7 +29,7 @@ SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = "results"
 PROGRESS = True
-FIG5_CLASSES = 6  # classes of the 2-D toy model (the paper: 9 CUB classes)
+FIG5_CLASSES = 6  # classes drawn in Figure 5 (the paper: 9 CUB classes)
 
 # %%
 import dataclasses
@@ -55,7 +54,7 @@ from xmr_core.methods.pcme import (
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import Claim, results_root, write_claims, write_figure, write_table
 from xmr_core.train import fit
-from xmr_core.viz import confidence_ellipses, retrieval_gallery
+from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -103,36 +102,40 @@ test = data.test
 img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 
 # %% [markdown]
-# ## Figure 5 — a 2-D PCME
+# ## Figure 5 — the embedding space
 #
-# D = 2, trained on `FIG5_CLASSES` seen classes (the paper: 9 CUB classes). Ellipses are 50% confidence
-# regions; the red one is the 99% region of the most generic caption, every word unknown (the paper's
-# "this bird has <unk> ... <unk>").
+# The paper trains a separate 2-D PCME on 9 CUB classes. A 2-D PCME degenerates here: LayerNorm followed by
+# L2 projection maps every 2-D mean to one of two points. So we draw the full model instead, projected onto
+# the two principal directions of the means of `FIG5_CLASSES` classes: each Gaussian's projection has exact
+# means and per-axis variances (the covariance between the two axes is dropped). Ellipses are 50% regions;
+# the red one is the 99% region of the most generic caption, every word unknown (the paper's "this bird
+# has <unk> ... <unk>").
 
 # %%
-classes = [int(c) for c in np.unique(data.train.image_class)[:FIG5_CLASSES]]
-toy_train = class_subset(data.train, classes, "train-fig5")
-toy_val = class_subset(data.val, classes, "val-fig5")
-toy_test = class_subset(data.test, classes, "test-fig5")
-toy = train(pcme_config(PROFILE, embed_dim=2), toy_train, toy_val)
-(t_img_mu, t_img_lv), (t_cap_mu, t_cap_lv) = embed(toy, toy_test)
-length = int(np.median([len(c.split()) for c in toy_test.captions]))
-generic = with_captions(image_subset(toy_test, np.array([0]), "generic"), ["zzunk " * length] * 5, "generic")
-g_mu, g_lv = embed_captions(toy, generic)
-names = toy_test.class_names or [str(c) for c in range(int(toy_test.image_class.max()) + 1)]
+classes = [int(c) for c in np.unique(test.image_class)[:FIG5_CLASSES]]
+pick_img = np.flatnonzero(np.isin(test.image_class, classes))
+pick_cap = np.flatnonzero(np.isin(test.image_class[test.caption_image], classes))
+centre, basis = pca_basis(np.concatenate([img_mu[pick_img].numpy(), cap_mu[pick_cap].numpy()]))
+length = int(np.median([len(c.split()) for c in test.captions]))
+generic = image_subset(test, np.array([0]), "generic")
+generic = with_captions(generic, ["zzunk " * length] * generic.n_captions, "generic")
+g_mu, g_lv = embed_captions(pcme, generic)
+g2 = project_gaussians(g_mu[:1].numpy(), g_lv[:1].numpy(), centre, basis)
+names = test.class_names or [str(c) for c in range(int(test.image_class.max()) + 1)]
 palette = {c: f"C{k}" for k, c in enumerate(classes)}
 fig5, axes = plt.subplots(1, 2, figsize=(11, 5))
 for ax, (mu, lv, cls, title) in zip(axes, [
-        (t_img_mu, t_img_lv, toy_test.image_class, "images"),
-        (t_cap_mu, t_cap_lv, toy_test.image_class[toy_test.caption_image], "captions")]):
-    confidence_ellipses(ax, mu.numpy(), lv.numpy(), colors=[palette[c] for c in cls], level=0.5, linewidth=0.6)
-    confidence_ellipses(ax, g_mu[:1].numpy(), g_lv[:1].numpy(), colors="red", level=0.99, linewidth=2, fill_alpha=0.0)
-    ax.set_title(f"{title} (50% regions); red: generic caption (99%)")
-    ax.set_aspect("equal")
+        (img_mu[pick_img], img_lv[pick_img], test.image_class[pick_img], "images"),
+        (cap_mu[pick_cap], cap_lv[pick_cap], test.image_class[test.caption_image[pick_cap]], "captions")]):
+    m2, l2 = project_gaussians(mu.numpy(), lv.numpy(), centre, basis)
+    confidence_ellipses(ax, m2, l2, colors=[palette[int(c)] for c in cls], level=0.5, linewidth=0.6)
+    confidence_ellipses(ax, *g2, colors="red", level=0.99, linewidth=2, fill_alpha=0.0)
+    ax.set_title(f"{title} (50% regions, PCA of the means); red: generic caption (99%)", fontsize=9)
 for c in classes:
     axes[0].plot([], [], color=palette[c], label=names[c])
 axes[0].legend(fontsize=7, loc="best")
-write_figure(fig5, "pcme/fig5", run=run, caption="Figure 5 analogue: 2-D PCME on a few scenes classes.")
+generic_sigma = float(uncertainty(g_lv[:1])[0])
+write_figure(fig5, "pcme/fig5", run=run, caption="Figure 5 analogue: PCME Gaussians of a few scenes classes, PCA-projected.")
 
 # %% [markdown]
 # ## Figure 6 — R@1 against uncertainty
@@ -205,7 +208,7 @@ fig7_df
 #
 # For pairs of test images (A, B): *mix* = left half of A, right half of B (CutMix); *erase* = A with its
 # centre quarter greyed. The paper finds mixing covers the intersection of A and B, erasing an inclusion
-# (a wider distribution around A). Drawn with the 2-D model; measured with the full model over many pairs.
+# (a wider distribution around A). Drawn for one pair (PCA-projected); measured over many pairs.
 
 # %%
 n_pairs = min(200, test.n_images // 2)
@@ -237,26 +240,27 @@ fig8_df = pd.DataFrame([
     {"quantity": "p(erase(A), any caption)", "value": p_erase_any},
     {"quantity": "share of images whose sigma grows when erased", "value": share_wider},
 ])
-toy_pair = image_subset(toy_test, np.array([0, 1]), "pair")
-ta, tb = toy_pair.images[0:1], toy_pair.images[1:2]
-tmix = ta.copy()
-tmix[:, :, tmix.shape[2] // 2:] = tb[:, :, tb.shape[2] // 2:]
-terase = ta.copy()
-tq = ta.shape[1] // 4
-terase[:, tq:3 * tq, tq:3 * tq] = 128
-one = image_subset(toy_pair, np.array([0]), "one")
+pair = image_subset(test, np.array([0, 1]), "pair")
+one = image_subset(test, np.array([0]), "one")
+pa, pb = pair.images[0:1], pair.images[1:2]
+pmix = pa.copy()
+pmix[:, :, pmix.shape[2] // 2:] = pb[:, :, pb.shape[2] // 2:]
+perase = pa.copy()
+perase[:, q:3 * q, q:3 * q] = 128
+drawn = {name: embed_images(pcme, with_images(one, img, name)) for name, img in
+         (("A", pa), ("B", pb), ("mix", pmix), ("erase", perase))}
+centre8, basis8 = pca_basis(img_mu.numpy())
 fig8, ax = plt.subplots(1, 2, figsize=(10, 4.5))
-for a, (label, arr, colour) in zip(ax, [("mix", tmix, "C2"), ("erase", terase, "C3")]):
-    for name, img, col in (("A", ta, "C0"), ("B", tb, "C1"), (label, arr, colour)):
+for a, (label, colour) in zip(ax, [("mix", "C2"), ("erase", "C3")]):
+    for name, col in (("A", "C0"), ("B", "C1"), (label, colour)):
         if label == "erase" and name == "B":
             continue
-        mu, lv = embed_images(toy, with_images(one, img, name))
-        confidence_ellipses(a, mu.numpy(), lv.numpy(), colors=col, level=0.5, linewidth=1.5)
+        m2, l2 = project_gaussians(drawn[name][0].numpy(), drawn[name][1].numpy(), centre8, basis8)
+        confidence_ellipses(a, m2, l2, colors=col, level=0.5, linewidth=1.5)
         a.plot([], [], color=col, label=name)
-    a.set_aspect("equal")
     a.legend()
-    a.set_title(f"{label} (2-D model, 50% regions)")
-write_figure(fig8, "pcme/fig8", run=run, caption="Figure 8 analogue: mixing and erasing two scenes images (2-D model).")
+    a.set_title(f"{label} (50% regions, PCA of the image means)", fontsize=9)
+write_figure(fig8, "pcme/fig8", run=run, caption="Figure 8 analogue: mixing and erasing two scenes images (PCA-projected).")
 write_table(fig8_df, "pcme/fig8_measures", run=run, float_digits=3, caption=(
     f"Set algebra measured with the full PCME over {n_pairs} test image pairs: mean match probability of the "
     "mixed / erased image with the captions of A, of B, and of all test captions; share of images whose σ grows."))
@@ -322,7 +326,8 @@ claims += [
                and fig7_df["caption sigma"].iloc[-1] > fig7_df["caption sigma"].iloc[0])),
     Claim("Generic captions get the widest distributions.", "Sec. 4.4, Figure 5",
           "mean sigma by level: " + ", ".join(f"{r.level} {r.sigma:.4f} ({r.positives:.0f} positives)"
-                                              for r in by_level.itertuples()) + f"; Spearman(sigma, positives) = {rho:.2f}",
+                                              for r in by_level.itertuples()) + f"; Spearman(sigma, positives) = {rho:.2f}"
+          + f"; all-unknown caption {generic_sigma:.4f} vs largest test caption {cap_sigma.max():.4f}",
           bool(by_level.loc[by_level["sigma"].idxmax(), "level"] == "vague")),
     Claim("Mixing two images covers the intersection: the mix matches the captions of both.", "Sec. 4.4, Figure 8",
           f"p(mix, A's captions) {p_mix_A:.3f}, p(mix, B's captions) {p_mix_B:.3f}, p(mix, any caption) {p_mix_any:.3f}",
