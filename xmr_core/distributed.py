@@ -44,16 +44,16 @@ class DistEnv:
 def current_env() -> DistEnv:
     """The process group's view when one is initialised, else a single process."""
     if dist.is_available() and dist.is_initialized():
-        return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+        return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     return DistEnv()
 
 
 def init_distributed(device: str = "auto") -> tuple[DistEnv, torch.device]:
     """Join the torchrun process group (env://) when WORLD_SIZE > 1; return the env and this rank's device."""
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return DistEnv(), select_device(device)
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch_device = select_device(device)
     if torch_device.type == "cuda":
         torch_device = torch.device("cuda", local_rank)

@@ -16,12 +16,11 @@ Batches follow the contract of `xmr_core.data.datasets`: "images" (B, 3, H, W) o
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-Embeddings = Union[Tensor, tuple[Tensor, ...]]
+Embeddings = Tensor | tuple[Tensor, ...]
 
 
 class RetrievalModel(nn.Module):

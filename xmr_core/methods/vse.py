@@ -30,7 +30,8 @@ std of the val score matrix, 0 when collapsed):
   0.17-0.20), collapsed in the first epoch at w = 1 (loss 55.9, std 0.005, rSum 41.5);
 - single hardest with the lr ×0.1 after the switch: decays instead (std 0.049 -> 0.041, rSum 22.8 -> 22.5,
   below the summed epoch's 28.3);
-- this recipe: rSum 27.9 / 43.2 / 75.8 / 103.7 (epoch 4, first epoch at w = 1, std 0.136) RECIPE_MORE.
+- this recipe: rSum 27.9 / 43.2 / 75.8 / 103.7 (epoch 4, first epoch at w = 1, std 0.136) / 127.0 (epoch 5, std 0.156):
+  no collapse, still rising.
 On the smoke set (300 images, B = 32, the collapse guard in tests/test_baselines.py), final std / rSum:
 single hardest 0.02 / 68, ramp to the single hardest 0.023 / 61, top-5 0.04 / 119, top-8 (this recipe)
 0.061 / 123, top-10 0.10 / 117, a fixed 0.1·sum + 0.9·max mix 0.12 / 107.
