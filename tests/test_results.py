@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 from pathlib import Path
 
@@ -20,16 +21,17 @@ def run(tmp_path: Path) -> RunConfig:
 
 
 def test_table_files_and_provenance(run: RunConfig) -> None:
-    df = pd.DataFrame({"method": ["a", "b"], "R@1": [12.345, 67.8]})
+    df = pd.DataFrame({"method": ["a", "b"], "R@1": [12.345, 67.8], "count": [3.0, 40.0]})
     csv = results.write_table(df, "demo/table1", run=run, caption="paper vs ours")
     base = csv.with_suffix("")
     assert pd.read_csv(csv).equals(df)
     md = base.with_suffix(".md").read_text()
     assert "paper vs ours" in md and "12.3" in md and "67.8" in md
+    assert re.search(r"\|\s+40 \|", md) and "40.0" not in md and "3.0" not in md
     meta = json.loads(base.with_suffix(".json").read_text())
     assert (meta["profile"], meta["dataset"], meta["seed"], meta["kind"]) == ("smoke", "scenes", 7, "table")
     assert meta["device"] == "cpu" and meta["wall_s"] >= 0 and meta["xmr_version"]
-    assert "git_commit" in meta and meta["columns"] == ["method", "R@1"]
+    assert "git_commit" in meta and meta["columns"] == ["method", "R@1", "count"]
     index = (Path(run.results_dir) / "README.md").read_text()
     assert "demo/table1.md" in index
 
@@ -38,12 +40,13 @@ def test_failed_write_leaves_old_files_intact(run: RunConfig, monkeypatch) -> No
     csv = results.write_table(pd.DataFrame({"x": [1]}), "demo/t", run=run)
     before = {p.name: p.read_bytes() for p in csv.parent.iterdir()}
 
-    class Unrenderable(pd.DataFrame):  # fails while rendering, before anything is staged
-        def to_markdown(self, *a, **k):
-            raise RuntimeError("render failed")
+    def unrenderable(*a, **k):  # fails while rendering, before anything is staged
+        raise RuntimeError("render failed")
 
-    with pytest.raises(RuntimeError, match="render failed"):
-        results.write_table(Unrenderable({"x": [2]}), "demo/t", run=run)
+    with monkeypatch.context() as patch:
+        patch.setattr(pd.DataFrame, "to_markdown", unrenderable)
+        with pytest.raises(RuntimeError, match="render failed"):
+            results.write_table(pd.DataFrame({"x": [2]}), "demo/t", run=run)
     assert {p.name: p.read_bytes() for p in csv.parent.iterdir()} == before
 
     real_replace, calls = os.replace, {"n": 0}

@@ -143,7 +143,12 @@ def write_table(
         raise ValueError(f"table {key!r} is empty: refusing to write an empty result")
     base = results_root(run) / key
     csv = df.to_csv(index=False).encode("utf-8")
-    table = df.to_markdown(index=False, floatfmt=f".{float_digits}f")
+    shown = df.copy()
+    for col in shown.columns:  # whole-number float columns (counts) print as integers
+        values = shown[col]
+        if pd.api.types.is_float_dtype(values) and values.notna().all() and (values % 1 == 0).all():
+            shown[col] = values.astype("int64")
+    table = shown.to_markdown(index=False, floatfmt=f".{float_digits}f")
     header = f"# {key}\n\n" + (f"{caption}\n\n" if caption else "")
     stamp = f"\n\n_profile `{run.profile}`, dataset `{run.dataset}`, seed {run.seed}; provenance in `{base.name}.json`._\n"
     meta = provenance(run, key, "table", caption=caption, columns=list(map(str, df.columns)), n_rows=len(df))
