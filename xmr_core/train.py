@@ -206,10 +206,8 @@ def build_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamp":
-        try:
-            from adamp import AdamP
-        except ImportError:
-            raise ImportError("optimizer='adamp' needs the adamp package: pip install adamp") from None
+        from adamp import AdamP
+
         return AdamP(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose adam, adamw or adamp")
 
