@@ -72,6 +72,15 @@ def test_cub_export_uses_pcme_split_when_classes_are_disjoint(tmp_path: Path) ->
     assert content_diff(mixed["test"], read_export(tmp_path / "mixed")["test"]) == []
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_round_trip_of_a_single_split_under_a_class_split(tmp_path: Path, fmt: str) -> None:
+    corpus = synthetic_corpus()  # only the test split, but the corpus's class split names seen classes too
+    only = Corpus(corpus.name, {"test": corpus["test"]}, {**corpus.meta, "class_split": {"seen": [0, 1, 2], "unseen": [3]}})
+    only["test"].image_class[0] = 0  # a seen class in the test split: class files cannot reproduce it
+    export_corpus(only, tmp_path / "out", fmt, progress=False)
+    assert content_diff(only["test"], read_export(tmp_path / "out")["test"]) == []
+
+
 def test_export_refuses_what_a_format_cannot_hold(tmp_path: Path) -> None:
     corpus = synthetic_corpus()
     corpus["val"].regions = None

@@ -193,11 +193,14 @@ def write_cub(
         raise ValueError(f"{splits[0].source}: class names cannot be written as directory names")
     class_dirs = [f"{i + 1:03d}.{n}" for i, n in enumerate(names)]
     by_split = {s.name: s for s in splits}
-    seen_classes = {int(c) for s in splits if s.name != "test" for c in np.unique(s.image_class)}
-    test_classes = {int(c) for c in np.unique(by_split["test"].image_class)} if "test" in by_split else set()
-    image_lists = bool(seen_classes & test_classes)
+    used_seen = {int(c) for s in splits if s.name != "test" for c in np.unique(s.image_class)}
+    used_test = {int(c) for c in np.unique(by_split["test"].image_class)} if "test" in by_split else set()
+    seen_classes, test_classes = used_seen, used_test
     if class_split is not None:
         seen_classes, test_classes = set(class_split["trainval"]), set(class_split["test"])
+    # The class files reproduce the splits only when each split's classes sit on its side of a disjoint
+    # class split; otherwise every split is listed image by image.
+    image_lists = bool(seen_classes & test_classes) or not (used_seen <= seen_classes and used_test <= test_classes)
     for d in class_dirs:
         (root / "images" / d).mkdir(parents=True, exist_ok=True)
     listing, lists = [], {}
