@@ -21,17 +21,17 @@ def run(tmp_path: Path) -> RunConfig:
 
 
 def test_table_files_and_provenance(run: RunConfig) -> None:
-    df = pd.DataFrame({"method": ["a", "b"], "R@1": [12.345, 67.8], "count": [3.0, 40.0]})
+    df = pd.DataFrame({"method": ["a", "b"], "R@1": [12.345, 67.8], "count": [3.0, 40.0], "k": [1, 2]})
     csv = results.write_table(df, "demo/table1", run=run, caption="paper vs ours")
     base = csv.with_suffix("")
     assert pd.read_csv(csv).equals(df)
     md = base.with_suffix(".md").read_text()
     assert "paper vs ours" in md and "12.3" in md and "67.8" in md
-    assert re.search(r"\|\s+40 \|", md) and "40.0" not in md and "3.0" not in md
+    assert re.search(r"\|\s+40 \|\s+2 \|", md) and "40.0" not in md and "3.0" not in md and "2.0" not in md
     meta = json.loads(base.with_suffix(".json").read_text())
     assert (meta["profile"], meta["dataset"], meta["seed"], meta["kind"]) == ("smoke", "scenes", 7, "table")
     assert meta["device"] == "cpu" and meta["wall_s"] >= 0 and meta["xmr_version"]
-    assert "git_commit" in meta and meta["columns"] == ["method", "R@1", "count"]
+    assert "git_commit" in meta and meta["columns"] == ["method", "R@1", "count", "k"]
     index = (Path(run.results_dir) / "README.md").read_text()
     assert "demo/table1.md" in index
 

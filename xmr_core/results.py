@@ -144,10 +144,12 @@ def write_table(
     base = results_root(run) / key
     csv = df.to_csv(index=False).encode("utf-8")
     shown = df.copy()
-    for col in shown.columns:  # whole-number float columns (counts) print as integers
+    for col in shown.columns:  # whole-number columns (counts) print as integers; object dtype keeps them so
         values = shown[col]
         if pd.api.types.is_float_dtype(values) and values.notna().all() and (values % 1 == 0).all():
-            shown[col] = values.astype("int64")
+            values = values.astype("int64")
+        if pd.api.types.is_numeric_dtype(values):
+            shown[col] = values.astype(object)
     table = shown.to_markdown(index=False, floatfmt=f".{float_digits}f")
     header = f"# {key}\n\n" + (f"{caption}\n\n" if caption else "")
     stamp = f"\n\n_profile `{run.profile}`, dataset `{run.dataset}`, seed {run.seed}; provenance in `{base.name}.json`._\n"
