@@ -61,3 +61,17 @@ def test_validation_names_the_record() -> None:
         s.validate()
     with pytest.raises(ValueError, match="has no 'class' relevance"):
         Split("x", "memory", ["a"], ["c"], ["a cap"], np.zeros(1, np.int64)).relevance("class")
+
+
+def test_class_subset_keeps_images_captions_and_exact_relevance_aligned() -> None:
+    # 4 images of classes 0,1,0,2; 2 captions each; exact[c, i] = caption c holds in image i.
+    exact = np.array([[1, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 1],
+                      [1, 0, 1, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 0, 1]], dtype=bool)
+    split = Split("test", "mem", ["a", "b", "c", "d"], [f"c{i}" for i in range(8)], [f"cap {i}" for i in range(8)],
+                  np.repeat(np.arange(4), 2), image_class=np.array([0, 1, 0, 2]), exact=exact).validate()
+    sub = split.class_subset([0], "class0")
+    assert sub.image_ids == ["a", "c"] and sub.caption_ids == ["c0", "c1", "c4", "c5"]
+    np.testing.assert_array_equal(sub.caption_image, [0, 0, 1, 1])
+    np.testing.assert_array_equal(sub.exact, exact[np.ix_([0, 1, 4, 5], [0, 2])])  # rows c0 c1 c4 c5, cols a c
+    with pytest.raises(ValueError, match="empty"):
+        split.class_subset([7], "none")

@@ -212,23 +212,6 @@ def test_a_few_steps_separate_positives_from_negatives() -> None:
     assert gap() > start_gap + 0.1
 
 
-def test_class_subset_keeps_images_captions_and_exact_relevance_aligned() -> None:
-    from xmr_core.data.corpus import Split
-    from xmr_core.methods.pcme import class_subset
-
-    # 4 images of classes 0,1,0,2; 2 captions each; exact[c, i] = caption c holds in image i.
-    exact = np.array([[1, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 1],
-                      [1, 0, 1, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 0, 1]], dtype=bool)
-    split = Split("test", "mem", ["a", "b", "c", "d"], [f"c{i}" for i in range(8)], [f"cap {i}" for i in range(8)],
-                  np.repeat(np.arange(4), 2), image_class=np.array([0, 1, 0, 2]), exact=exact).validate()
-    sub = class_subset(split, [0], "class0")
-    assert sub.image_ids == ["a", "c"] and sub.caption_ids == ["c0", "c1", "c4", "c5"]
-    np.testing.assert_array_equal(sub.caption_image, [0, 0, 1, 1])
-    np.testing.assert_array_equal(sub.exact, exact[np.ix_([0, 1, 4, 5], [0, 2])])  # rows c0 c1 c4 c5, cols a c
-    with pytest.raises(ValueError, match="empty"):
-        class_subset(split, [7], "none")
-
-
 def test_projected_gaussians_match_a_sampled_projection() -> None:
     rng = np.random.default_rng(0)
     mu, logvar = rng.standard_normal((3, 6)), rng.standard_normal((3, 6))

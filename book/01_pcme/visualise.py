@@ -44,8 +44,6 @@ from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import embed_split, score_matrix
 from xmr_core.methods.pcme import (
     PCME,
-    class_subset,
-    image_subset,
     load_chapter_data,
     pcme_config,
     pcme_train_config,
@@ -117,7 +115,7 @@ pick_img = np.flatnonzero(np.isin(test.image_class, classes))
 pick_cap = np.flatnonzero(np.isin(test.image_class[test.caption_image], classes))
 centre, basis = pca_basis(np.concatenate([img_mu[pick_img].numpy(), cap_mu[pick_cap].numpy()]))
 length = int(np.median([len(c.split()) for c in test.captions]))
-generic = image_subset(test, np.array([0]), "generic")
+generic = test.subset(np.array([0]), "generic")
 generic = with_captions(generic, ["zzunk " * length] * generic.n_captions, "generic")
 g_mu, g_lv = embed_captions(pcme, generic)
 g2 = project_gaussians(g_mu[:1].numpy(), g_lv[:1].numpy(), centre, basis)
@@ -219,7 +217,7 @@ mix[:, :, mix.shape[2] // 2:] = B[:, :, B.shape[2] // 2:]
 erase = A.copy()
 q = A.shape[1] // 4
 erase[:, q:3 * q, q:3 * q] = 128
-sub = image_subset(test, a_idx, "A")
+sub = test.subset(a_idx, "A")
 emb = {name: embed_images(pcme, with_images(sub, arr, name)) for name, arr in
        (("A", A), ("B", B), ("mix", mix), ("erase", erase))}
 p = {name: score_matrix(pcme, e, (cap_mu, cap_lv)).cpu() for name, e in emb.items()}
@@ -240,8 +238,8 @@ fig8_df = pd.DataFrame([
     {"quantity": "p(erase(A), any caption)", "value": p_erase_any},
     {"quantity": "share of images whose sigma grows when erased", "value": share_wider},
 ])
-pair = image_subset(test, np.array([0, 1]), "pair")
-one = image_subset(test, np.array([0]), "one")
+pair = test.subset(np.array([0, 1]), "pair")
+one = test.subset(np.array([0]), "one")
 pa, pb = pair.images[0:1], pair.images[1:2]
 pmix = pa.copy()
 pmix[:, :, pmix.shape[2] // 2:] = pb[:, :, pb.shape[2] // 2:]

@@ -64,7 +64,7 @@ class Split:
             out.append("exact")
         return out
 
-    def validate(self) -> "Split":
+    def validate(self) -> Split:
         """Check every array against N and M; raise `DataFormatError` naming the source and field."""
         n, m = self.n_images, self.n_captions
 
@@ -113,6 +113,41 @@ class Split:
         if self.queries is not None and len(self.queries) != n:
             fail(f"{len(self.queries)} query lists for {n} images")
         return self
+
+    def subset(self, images: np.ndarray | list[int], name: str) -> Split:
+        """The given images (indices, in order) with their captions; every per-image and per-caption field
+        is subset, `exact` in both axes, and per-item lists in `meta` are dropped."""
+        keep_img = np.asarray(images, dtype=np.int64)
+        if len(keep_img) == 0:
+            raise ValueError(f"{self.source}: split {self.name!r}: empty image subset {name!r}")
+        new_index = np.full(self.n_images, -1, dtype=np.int64)
+        new_index[keep_img] = np.arange(len(keep_img))
+        keep_cap = np.flatnonzero(new_index[self.caption_image] >= 0)
+
+        def pick(values, index: np.ndarray):
+            if values is None:
+                return None
+            return values[index] if isinstance(values, np.ndarray) else [values[i] for i in index]
+
+        per_item = (self.n_images, self.n_captions)
+        return Split(
+            name=name, source=self.source,
+            image_ids=pick(self.image_ids, keep_img), caption_ids=pick(self.caption_ids, keep_cap),
+            captions=pick(self.captions, keep_cap), caption_image=new_index[self.caption_image[keep_cap]],
+            images=pick(self.images, keep_img), image_paths=pick(self.image_paths, keep_img),
+            regions=pick(self.regions, keep_img), region_boxes=pick(self.region_boxes, keep_img),
+            image_class=pick(self.image_class, keep_img), class_names=self.class_names,
+            image_labels=pick(self.image_labels, keep_img),
+            exact=None if self.exact is None else self.exact[np.ix_(keep_cap, keep_img)],
+            caption_level=pick(self.caption_level, keep_cap), queries=pick(self.queries, keep_img),
+            meta={k: v for k, v in self.meta.items() if not (isinstance(v, list | np.ndarray) and len(v) in per_item)},
+        ).validate()
+
+    def class_subset(self, classes: list[int] | set[int], name: str) -> Split:
+        """The images whose class is in `classes`, with their captions (a zero-shot class split)."""
+        if self.image_class is None:
+            raise ValueError(f"{self.source}: split {self.name!r} has no classes, so it has no class split")
+        return self.subset(np.flatnonzero(np.isin(self.image_class, list(classes))), name)
 
     def relevance(self, view: View = "instance", direction: Direction = "t2i", zeta: int = 0) -> np.ndarray:
         """Boolean relevance, (M, N) for t2i (caption queries) or (N, M) for i2t (image queries).

@@ -265,43 +265,6 @@ def pcme_config(profile: str, **overrides: object) -> PCMEConfig:
 
 
 # ------------------------------------------------------------------------------ CUB-style zero-shot protocol
-def image_subset(split: Split, images: np.ndarray, name: str) -> Split:
-    """The given images of `split` (indices, in order) with their captions; every per-image and per-caption
-    field is subset, `exact` in both axes."""
-    keep_img = np.asarray(images, dtype=np.int64)
-    if len(keep_img) == 0:
-        raise ValueError(f"{split.source}: split {split.name!r}: empty image subset {name!r}")
-    new_index = np.full(split.n_images, -1, dtype=np.int64)
-    new_index[keep_img] = np.arange(len(keep_img))
-    keep_cap = np.flatnonzero(new_index[split.caption_image] >= 0)
-
-    def pick(values: object, index: np.ndarray) -> object:
-        if values is None:
-            return None
-        return values[index] if isinstance(values, np.ndarray) else [values[i] for i in index]  # type: ignore[index]
-
-    return Split(
-        name=name, source=split.source,
-        image_ids=pick(split.image_ids, keep_img), caption_ids=pick(split.caption_ids, keep_cap),
-        captions=pick(split.captions, keep_cap), caption_image=new_index[split.caption_image[keep_cap]],
-        images=pick(split.images, keep_img), image_paths=pick(split.image_paths, keep_img),
-        regions=pick(split.regions, keep_img), region_boxes=pick(split.region_boxes, keep_img),
-        image_class=pick(split.image_class, keep_img), class_names=split.class_names,
-        image_labels=pick(split.image_labels, keep_img),
-        exact=None if split.exact is None else split.exact[np.ix_(keep_cap, keep_img)],
-        caption_level=pick(split.caption_level, keep_cap), queries=pick(split.queries, keep_img),
-        meta={k: v for k, v in split.meta.items() if not (isinstance(v, list | np.ndarray)
-                                                          and len(v) in (split.n_images, split.n_captions))},
-    ).validate()
-
-
-def class_subset(split: Split, classes: list[int] | set[int], name: str) -> Split:
-    """The images of `split` whose class is in `classes`, with their captions (Sec. 4.1.2: CUB's class split)."""
-    if split.image_class is None:
-        raise ValueError(f"{split.source}: split {split.name!r} has no classes, so it has no class split")
-    return image_subset(split, np.flatnonzero(np.isin(split.image_class, list(classes))), name)
-
-
 @dataclass
 class ChapterData:
     """The splits and word vectors every PCME-chapter notebook uses (and MSRM / DVSE can reuse).
@@ -325,9 +288,9 @@ def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> Cha
     split_classes = corpus.meta.get("class_split", {})
     if "seen" in split_classes:  # scenes: every split holds every class; the zero-shot split is applied here
         seen, unseen = split_classes["seen"], split_classes["unseen"]
-        train = class_subset(corpus["train"], seen, "train-seen")
-        val = class_subset(corpus["val"], seen, "val-seen")
-        test_unseen = class_subset(corpus["test"], unseen, "test-unseen")
+        train = corpus["train"].class_subset(seen, "train-seen")
+        val = corpus["val"].class_subset(seen, "val-seen")
+        test_unseen = corpus["test"].class_subset(unseen, "test-unseen")
     else:  # CUB: train/val are the trainval classes, test the unseen classes
         train, val, test_unseen = corpus["train"], corpus["val"], corpus["test"]
     vocab = Vocabulary.build(train.captions)
