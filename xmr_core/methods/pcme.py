@@ -49,6 +49,7 @@ from xmr_core.similarity import (
     GaussianMethod,
     cosine,
     gaussian_scores,
+    match_logits,
     sample_distances,
     sample_gaussian,
 )
@@ -177,7 +178,7 @@ class PCME(RetrievalModel):
 
     def match_logits(self, img_samples: Tensor, cap_samples: Tensor) -> Tensor:
         """Eq. (3) logits -a ||v^j - t^j'|| + b for every image x caption x sample pair: (n, m, J, J')."""
-        return -self.scale * sample_distances(img_samples, cap_samples) + self.shift
+        return match_logits(sample_distances(img_samples, cap_samples), self.scale, self.shift)
 
     def loss(self, img_emb: Tensor | Gaussian, cap_emb: Tensor | Gaussian,
              batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:

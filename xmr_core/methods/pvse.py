@@ -106,8 +106,7 @@ class PVSE(RetrievalModel):
              batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         (v, v_res), (t, t_res) = img_emb, cap_emb
         b, k, d = v.shape
-        # MIL score with gradients (max_pair_cosine scores at test time): best of the K×K cosines, (B, B)
-        scores = (v.reshape(b * k, d) @ t.reshape(b * k, d).T).view(b, k, b, k).amax(dim=(1, 3))
+        scores = max_pair_cosine(v, t)  # MIL score: best of the K×K cosines, (B, B), differentiable
         mil = self.config.hinge.loss(scores, batch, self.epoch)
         loss, parts = mil, {"mil": mil.item(), "max_weight": self.config.hinge.max_weight(self.epoch)}
         if k > 1 and self.config.div_weight > 0:
