@@ -162,6 +162,31 @@ def test_loss_is_symmetric_in_images_and_captions() -> None:
     torch.testing.assert_close(model.match_logits(v, t), model.match_logits(t, v).permute(1, 0, 3, 2))
 
 
+def test_loss_is_summed_as_in_pcme_code_against_a_brute_force_reference() -> None:
+    # PCME's code: i2t + t2i NLL summed over all B^2 pairs, + vib_beta * KL summed over items + lambda * uniformity.
+    # A per-pair mean would shrink every gradient by 2 B^2 (to Adam-epsilon size on the trunks).
+    model = tiny_model(tiny_config(kl_weight=0.5, uniformity_weight=0.0))
+    batch = tiny_batch()
+    mu_i, lv_i = model.encode_images(batch)
+    mu_c, lv_c = model.encode_captions(batch)
+    torch.manual_seed(3)
+    loss, logs = model.loss((mu_i, lv_i), (mu_c, lv_c), batch)
+    torch.manual_seed(3)  # the same reparametrised draws, taken in the same order as the model does
+    v = model.samples((mu_i, lv_i), model.config.n_samples).double()
+    t = model.samples((mu_c, lv_c), model.config.n_samples).double()
+    a, b = model.scale.item(), model.shift.item()
+    nll = 0.0
+    for i in range(6):
+        for c in range(6):
+            d = np.linalg.norm(v[i].detach().numpy()[:, None] - t[c].detach().numpy()[None], axis=-1)  # (J, J)
+            p = np.mean(1.0 / (1.0 + np.exp(a * d - b)))  # Eq. (2)-(3)
+            nll += -np.log(p) if i == c else -np.log(1.0 - p)  # Eq. (1)
+    kl = sum(0.5 * float((m.detach().double() ** 2 + lv.detach().double().exp() - 1 - lv.detach().double()).sum())
+             for m, lv in ((mu_i, lv_i), (mu_c, lv_c)))
+    assert logs["nll"] == pytest.approx(2 * nll, rel=1e-4)
+    assert loss.item() == pytest.approx(2 * nll + 0.5 * kl, rel=1e-4)
+
+
 def test_duplicate_images_in_a_batch_are_positives() -> None:
     # Two pairs share image 0: with the pair swapped between them the loss must not change (both are matches).
     model = tiny_model(pcme_mu_only_config(**{k: getattr(tiny_config(), k) for k in ("embed_dim", "image", "text")}))
