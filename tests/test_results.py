@@ -86,14 +86,19 @@ def test_figure_text_claims_and_index(run: RunConfig) -> None:
     plt.close(fig)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     claims = [
-        results.Claim("A beats B", "Table 2", "A 51.0 vs B 49.0", True),
-        results.Claim("C rises with K", "Fig. 3", "falls: 3.0, 2.0", False),
-        results.Claim("D | E", "Sec. 4", "not run under smoke", None),
+        results.Claim("A beats B", "Table 2", "A 51.0 vs B 49.0", results.verdict(True)),
+        results.Claim("C rises with K", "Fig. 3", "falls: 3.0, 2.0", results.verdict(False)),
+        results.Claim("D | E", "Sec. 4", "not run under smoke", results.verdict(None)),
+        results.Claim("F beats G", "Table 3", "+0.1 with seed std 0.5", results.difference_verdict(0.1, 0.5)),
     ]
     path = results.write_claims(claims, "demo", run=run)
     text = path.read_text()
-    assert "**held**" in text and "**did not hold**" in text and "**not tested**" in text
-    assert "D \\| E" in text and "1 of 3 claims held" in text
+    for v in ("held", "did not hold", "not tested", "within noise"):
+        assert f"**{v}**" in text
+    assert "D \\| E" in text
+    assert "Of 4 claims" in text and "1 held, 1 did not hold, 1 within noise, 1 not tested" in text
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        results.Claim("H", "Sec. 1", "-", "yes")  # type: ignore[arg-type]
     index = (Path(run.results_dir) / "README.md").read_text()
     assert "demo/fig1.png" in index and "demo/claims.md" in index
 
@@ -105,3 +110,17 @@ def test_bad_keys_and_empty_tables(run: RunConfig) -> None:
         results.write_table(pd.DataFrame({"x": []}), "demo/e", run=run)
     with pytest.raises(FileNotFoundError, match="no paper values"):
         results.paper_values("no_such_chapter")
+
+
+@pytest.mark.parametrize(("diff", "spread", "expected"), [
+    (2.0, 1.0, "held"), (-2.0, 1.0, "did not hold"), (0.5, 1.0, "within noise"), (-0.5, 1.0, "within noise"),
+    (1.0, 1.0, "within noise"), (0.1, 0.0, "held"), (0.0, 0.0, "within noise"),
+])
+def test_difference_verdict(diff: float, spread: float, expected: str) -> None:
+    assert results.difference_verdict(diff, spread) == expected
+
+
+def test_difference_verdict_rejects_negative_or_nan_spread() -> None:
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="spread"):
+            results.difference_verdict(1.0, bad)

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -189,28 +189,48 @@ def write_text(text: str, key: str, *, run: RunConfig, caption: str = "") -> Pat
     return path
 
 
+Verdict = Literal["held", "did not hold", "within noise", "not tested"]
+VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "within noise", "not tested")
+
+
+def verdict(held: bool | None) -> Verdict:
+    """The verdict of a yes/no check; None = not tested on this run."""
+    return "not tested" if held is None else ("held" if held else "did not hold")
+
+
+def difference_verdict(diff: float, spread: float) -> Verdict:
+    """The verdict of a claim "X is above Y" whose evidence is `diff` = X - Y with seed spread `spread` (>= 0):
+    held when diff > spread, did not hold when diff < -spread, otherwise within noise."""
+    if not spread >= 0:
+        raise ValueError(f"difference_verdict: spread must be >= 0, got {spread}")
+    return "held" if diff > spread else ("did not hold" if diff < -spread else "within noise")
+
+
 @dataclass
 class Claim:
-    """One claim of a paper and whether this run's evidence supports it."""
+    """One claim of a paper and what this run's evidence says of it."""
 
     claim: str  # what the paper says, in one sentence
     source: str  # where the paper says it (section / table / figure)
     evidence: str  # the numbers from this run, rendered from computed values
-    held: bool | None  # None = not tested on this run (say why in evidence)
+    verdict: Verdict  # "not tested": say why in evidence; "within noise": the deciding difference is within the seed spread
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"Claim {self.claim!r}: verdict must be one of {VERDICTS}, got {self.verdict!r}")
 
 
 def write_claims(claims: list[Claim], chapter: str, *, run: RunConfig, preamble: str = "") -> Path:
     """Render `<results>/<chapter>/claims.md` from checked claims."""
-    verdict = {True: "held", False: "did not hold", None: "not tested"}
     lines = [f"# Claims of the paper tested by the `{chapter}` chapter", ""]
     if preamble:
         lines += [preamble, ""]
     lines += ["| # | claim | source | evidence (this run) | verdict |", "|---|---|---|---|---|"]
     for i, c in enumerate(claims, 1):
-        cells = [str(i), c.claim, c.source, c.evidence, f"**{verdict[c.held]}**"]
+        cells = [str(i), c.claim, c.source, c.evidence, f"**{c.verdict}**"]
         lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
-    held = sum(c.held is True for c in claims)
-    lines += ["", f"{held} of {len(claims)} claims held on this run (profile `{run.profile}`, dataset `{run.dataset}`)."]
+    counts = ", ".join(f"{sum(c.verdict == v for c in claims)} {v}" for v in VERDICTS)
+    lines += ["", f"Of {len(claims)} claims on this run (profile `{run.profile}`, dataset `{run.dataset}`): {counts}."]
     return write_text("\n".join(lines) + "\n", f"{chapter}/claims.md", run=run)
 
 

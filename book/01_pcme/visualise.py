@@ -50,7 +50,7 @@ from xmr_core.methods.pcme import (
     uncertainty,
 )
 from xmr_core.metrics import ranking_stats
-from xmr_core.results import Claim, results_root, write_claims, write_figure, write_table
+from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
 from xmr_core.train import fit
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
@@ -309,32 +309,32 @@ for part in ("claims_train", "claims_ablate"):
     path = root / f"{part}.csv"
     if path.is_file():
         for _, r in pd.read_csv(path).iterrows():
-            held = None if pd.isna(r["held"]) else str(r["held"]) == "True"  # empty = not tested on this run
-            claims.append(Claim(r["claim"], r["source"], r["evidence"], held))
+            claims.append(Claim(r["claim"], r["source"], r["evidence"], r["verdict"]))
     else:
-        claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run that notebook first", None))
+        claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run that notebook first",
+                            verdict(None)))
 claims += [
     Claim("Uncertainty falls as R@1 rises (higher sigma, lower R@1).", "Sec. 4.4, Figure 6",
           f"correlation of sigma bin and R@1: i2t {corr_i2t:.2f}, t2i {corr_t2i:.2f}",
-          bool(corr_i2t < 0 and corr_t2i < 0)),
+          verdict(corr_i2t < 0 and corr_t2i < 0)),
     Claim("Sigma rises with the share of erased pixels and of erased words.", "Sec. 4.4, Figure 7",
           "image sigma " + " → ".join(f"{v:.4f}" for v in fig7_df["image sigma"]) + "; caption sigma "
           + " → ".join(f"{v:.4f}" for v in fig7_df["caption sigma"]),
-          bool(fig7_df["image sigma"].iloc[-1] > fig7_df["image sigma"].iloc[0]
-               and fig7_df["caption sigma"].iloc[-1] > fig7_df["caption sigma"].iloc[0])),
+          verdict(bool(fig7_df["image sigma"].iloc[-1] > fig7_df["image sigma"].iloc[0]
+                       and fig7_df["caption sigma"].iloc[-1] > fig7_df["caption sigma"].iloc[0]))),
     Claim("Generic captions get the widest distributions.", "Sec. 4.4, Figure 5",
           "mean sigma by level: " + ", ".join(f"{r.level} {r.sigma:.4f} ({r.positives:.0f} positives)"
                                               for r in by_level.itertuples()) + f"; Spearman(sigma, positives) = {rho:.2f}"
           + f"; all-unknown caption {generic_sigma:.4f} vs largest test caption {cap_sigma.max():.4f}",
-          bool(by_level.loc[by_level["sigma"].idxmax(), "level"] == "vague")),
+          verdict(bool(by_level.loc[by_level["sigma"].idxmax(), "level"] == "vague"))),
     Claim("Mixing two images covers the intersection: the mix matches the captions of both.", "Sec. 4.4, Figure 8",
           f"p(mix, A's captions) {p_mix_A:.3f}, p(mix, B's captions) {p_mix_B:.3f}, p(mix, any caption) {p_mix_any:.3f}",
-          bool(p_mix_A > p_mix_any and p_mix_B > p_mix_any)),
+          verdict(bool(p_mix_A > p_mix_any and p_mix_B > p_mix_any))),
     Claim("Erasing part of an image gives a wider distribution that still includes the original (inclusion).",
           "Sec. 4.4, Figure 8",
           f"sigma grows for {100 * share_wider:.0f}% of images; p(erase(A), A's captions) {p_erase_A:.3f} "
           f"vs any caption {p_erase_any:.3f}",
-          bool(share_wider > 0.5 and p_erase_A > p_erase_any)),
+          verdict(bool(share_wider > 0.5 and p_erase_A > p_erase_any))),
 ]
 preamble = (f"Run: profile `{PROFILE}`, dataset `{DATASET}`" + (" (the synthetic scenes benchmark: the paper's claims "
             "are about orderings and signs, which carry across data sets; its absolute numbers do not)" if DATASET == "scenes" else "")
