@@ -150,6 +150,8 @@ ablations = [
     ("no local attention", dataclasses.replace(base, local_attention=False), {}),
     ("one phase (no frozen warm-up)", base, {"frozen_epochs": 0}),
 ]
+if base.uniformity_weight != 10.0:  # smoke / cpu raise it for trunks trained from scratch (docs/training.md)
+    ablations.append(("uniformity weight 10 (PCME's CUB value)", dataclasses.replace(base, uniformity_weight=10.0), {}))
 ab_rows = []
 for name, cfg, overrides in ablations:
     model, result = train(cfg, SEED, **overrides)

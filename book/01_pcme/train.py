@@ -48,7 +48,9 @@ N_SEEDS = 3  # seeds of PCME and PCME mu-only (cpu / paper); smoke uses 1
 import dataclasses
 import time
 
+import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 import torch
 
 from xmr_core.config import RunConfig
@@ -57,7 +59,7 @@ from xmr_core.evaluate import embed_split, evaluate_model, evaluate_scores, scor
 from xmr_core.methods.pcme import PCME, encoder_configs, load_chapter_data, pcme_config, pcme_train_config
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.results import difference_verdict, paper_values, verdict, write_table
+from xmr_core.results import difference_verdict, paper_values, verdict, write_figure, write_table
 from xmr_core.train import fit
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,
@@ -93,6 +95,12 @@ sizes
 # BiGRU over words) and the training schedule of PCME (Sec. 4.1: a warm-up epoch with the trunks frozen,
 # then end-to-end; Cutout-style erasing 0.2, caption word dropping 0.1; AdamP when installed). PVSE uses
 # hardest-negative mining with the library's from-scratch recipe (`xmr_core.methods.vse`).
+#
+# PCME's loss is reduced as in its code: the pair NLL is summed over all B² pairs (a mean shrinks the
+# gradients to the size of Adam's epsilon, and the model does not learn). On scenes the trunks start from
+# random weights, which put every image at nearly one point. The uniformity loss is what spreads them, so
+# its weight is 100 here instead of CUB's 10. `docs/training.md` gives the measurements, and `ablate.py`
+# trains the CUB value beside it.
 
 # %%
 enc = encoder_configs(PROFILE)
@@ -108,7 +116,7 @@ for seed in seeds:
 # finished run is loaded, never retrained, and the ablation and visualisation notebooks reuse them.
 
 # %%
-trained, fit_rows = {}, []
+trained, histories, fit_rows = {}, {}, []
 for name, seed, build in specs:
     torch.manual_seed(seed)
     model = build()
@@ -116,12 +124,32 @@ for name, seed, build in specs:
     result = fit(model, data.train, data.val, pcme_train_config(PROFILE, seed=seed, device=DEVICE, progress=PROGRESS),
                  vocab=data.vocab)
     trained[(name, seed)] = model
+    histories[(name, seed)] = result
     fit_rows.append({"model": name, "seed": seed, "cached": result.cached, "best epoch": result.best_epoch,
                      "train s": round(result.train_seconds, 1), "images/s": round(result.pairs_per_second, 1),
                      "wall s": round(time.perf_counter() - t0, 1), "run": result.run_dir.name})
     print(fit_rows[-1])
 fits = pd.DataFrame(fit_rows)
 fits
+
+# %% [markdown]
+# Validation rSum after every epoch (the curves come from each run's history, cached runs included): how
+# fast each loss learns from scratch on the same encoders and schedule.
+
+# %%
+curves = pd.DataFrame([{"model": name, "seed": seed, "epoch": h["epoch"], "val rSum": h["val/rsum"]}
+                       for (name, seed), result in histories.items() for h in result.history])
+fig, ax = plt.subplots(figsize=(8.5, 4))
+sns.lineplot(data=curves, x="epoch", y="val rSum", hue="model", hue_order=list(dict.fromkeys(n for n, _, _ in specs)),
+             errorbar="sd", marker="o", ax=ax)
+ax.set_title(f"Validation rSum per epoch ({DATASET}, profile {PROFILE}; band = std over seeds)")
+ax.axvline(train_cfg.frozen_epochs + 0.5, color="grey", ls=":", lw=1)
+ax.text(train_cfg.frozen_epochs + 0.55, ax.get_ylim()[0], " trunks unfrozen", color="grey", va="bottom", fontsize=8)
+ax.legend(title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+write_figure(fig, "pcme/learning_curves", run=run, caption=(
+    f"Validation rSum (instance relevance, seen-class validation split) after each epoch, {DATASET}, profile "
+    f"{PROFILE}; PCME and mu-only: mean and std over seeds {seeds}."))
+plt.show()
 
 # %% [markdown]
 # ## Evaluation

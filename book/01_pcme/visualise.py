@@ -105,12 +105,14 @@ img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 # The paper trains a separate 2-D PCME on 9 CUB classes. A 2-D PCME degenerates here: LayerNorm followed by
 # L2 projection maps every 2-D mean to one of two points. So we draw the full model instead, projected onto
 # the two principal directions of the means of `FIG5_CLASSES` classes: each Gaussian's projection has exact
-# means and per-axis variances (the covariance between the two axes is dropped). Ellipses are 50% regions;
-# the red one is the 99% region of the most generic caption, every word unknown (the paper's "this bird
-# has <unk> ... <unk>").
+# means and per-axis variances (the covariance between the two axes is dropped). The classes are spread over
+# the class list (different shapes and colours; the legend names them, ellipse colours are just labels).
+# Ellipses are 50% regions; the thick black one is the 99% region of the most generic caption, every word
+# unknown (the paper's "this bird has <unk> ... <unk>")
 
 # %%
-classes = [int(c) for c in np.unique(test.image_class)[:FIG5_CLASSES]]
+all_classes = np.unique(test.image_class)
+classes = [int(c) for c in all_classes[np.linspace(0, len(all_classes) - 1, FIG5_CLASSES).round().astype(int)]]
 pick_img = np.flatnonzero(np.isin(test.image_class, classes))
 pick_cap = np.flatnonzero(np.isin(test.image_class[test.caption_image], classes))
 centre, basis = pca_basis(np.concatenate([img_mu[pick_img].numpy(), cap_mu[pick_cap].numpy()]))
@@ -127,11 +129,11 @@ for ax, (mu, lv, cls, title) in zip(axes, [
         (cap_mu[pick_cap], cap_lv[pick_cap], test.image_class[test.caption_image[pick_cap]], "captions")]):
     m2, l2 = project_gaussians(mu.numpy(), lv.numpy(), centre, basis)
     confidence_ellipses(ax, m2, l2, colors=[palette[int(c)] for c in cls], level=0.5, linewidth=0.6)
-    confidence_ellipses(ax, *g2, colors="red", level=0.99, linewidth=2, fill_alpha=0.0)
-    ax.set_title(f"{title} (50% regions, PCA of the means); red: generic caption (99%)", fontsize=9)
+    confidence_ellipses(ax, *g2, colors="black", level=0.99, linewidth=2.5, fill_alpha=0.0)
+    ax.set_title(f"{title} (50% regions, PCA of the means); black: generic caption (99%)", fontsize=9)
 for c in classes:
     axes[0].plot([], [], color=palette[c], label=names[c])
-axes[0].legend(fontsize=7, loc="best")
+axes[0].legend(fontsize=7, loc="best", title="class", title_fontsize=7)
 generic_sigma = float(uncertainty(g_lv[:1])[0])
 write_figure(fig5, "pcme/fig5", run=run, caption="Figure 5 analogue: PCME Gaussians of a few scenes classes, PCA-projected.")
 
