@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import os
 from pathlib import Path
 
@@ -124,3 +125,21 @@ def test_difference_verdict_rejects_negative_or_nan_spread() -> None:
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="spread"):
             results.difference_verdict(1.0, bad)
+
+
+def test_git_commit_is_dirty_for_changed_sources_but_not_for_changed_results(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "t.csv").write_text("a\n1\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert results.git_commit(tmp_path) == head
+    (tmp_path / "results" / "t.csv").write_text("a\n2\n")  # a run rewrote its own output
+    assert results.git_commit(tmp_path) == head
+    (tmp_path / "code.py").write_text("x = 2\n")  # a source changed
+    assert results.git_commit(tmp_path) == head + "+dirty"

@@ -47,12 +47,14 @@ def results_root(run: RunConfig) -> Path:
 
 
 def git_commit(root: Path | None = None) -> str | None:
-    """HEAD's hash with `+dirty` when tracked files differ from it; None outside a git checkout."""
+    """HEAD's hash with `+dirty` when tracked files outside `results/` differ from it; None outside a git
+    checkout. `results/` is left out because it is this run's output: a run rewriting it is not dirty."""
     root = root or project_root()
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+            cwd=root, capture_output=True, text=True,
         )
     except (OSError, subprocess.CalledProcessError):
         return None
