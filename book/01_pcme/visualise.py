@@ -250,7 +250,15 @@ perase[:, q:3 * q, q:3 * q] = 128
 drawn = {name: embed_images(pcme, with_images(one, img, name)) for name, img in
          (("A", pa), ("B", pb), ("mix", pmix), ("erase", perase))}
 centre8, basis8 = pca_basis(img_mu.numpy())
-fig8, ax = plt.subplots(1, 2, figsize=(10, 4.5))
+fig8 = plt.figure(figsize=(10, 7))
+grid = fig8.add_gridspec(2, 4, height_ratios=[1, 2.2])
+for k, (name, img, col) in enumerate((("A", pa, "C0"), ("B", pb, "C1"), ("mix", pmix, "C2"), ("erase(A)", perase, "C3"))):
+    thumb = fig8.add_subplot(grid[0, k])
+    thumb.imshow(img[0])
+    thumb.set_title(name, color=col, fontsize=10)
+    thumb.set_xticks([])
+    thumb.set_yticks([])
+ax = [fig8.add_subplot(grid[1, :2]), fig8.add_subplot(grid[1, 2:])]
 for a, (label, colour) in zip(ax, [("mix", "C2"), ("erase", "C3")]):
     for name, col in (("A", "C0"), ("B", "C1"), (label, colour)):
         if label == "erase" and name == "B":
@@ -259,6 +267,7 @@ for a, (label, colour) in zip(ax, [("mix", "C2"), ("erase", "C3")]):
         confidence_ellipses(a, m2, l2, colors=col, level=0.5, linewidth=1.5)
         a.plot([], [], color=col, label=name)
     a.legend()
+    a.locator_params(nbins=5)
     a.set_title(f"{label} (50% regions, PCA of the image means)", fontsize=9)
 write_figure(fig8, "pcme/fig8", run=run, caption="Figure 8 analogue: mixing and erasing two scenes images (PCA-projected).")
 write_table(fig8_df, "pcme/fig8_measures", run=run, float_digits=3, caption=(
