@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book
+from xmr_core import book, results
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = list(book.chapters(ROOT / "book"))
@@ -34,3 +34,9 @@ def test_chapter_runs_under_smoke(chapter: str) -> None:
     summary = book.run_book([chapter], profile="smoke", force=True, root=ROOT, echo=lines.append)
     assert summary.ok, "\n".join(lines)
     assert summary.count("passed") == len(book.chapters(ROOT / "book")[chapter])
+    # the chapter's claims page gives every claim one of the four verdicts
+    for claims in (ROOT / book.SMOKE_RESULTS_DIR).glob("*/claims.md"):
+        rows = [line for line in claims.read_text().splitlines() if line.startswith("| ") and not line.startswith("| #")]
+        assert rows, f"{claims}: no claims"
+        for line in rows:
+            assert any(f"**{v}**" in line for v in results.VERDICTS), f"{claims}: no verdict in {line}"
