@@ -205,7 +205,7 @@ class PCME(RetrievalModel):
             logs["sigma_img"] = uncertainty(img_emb[1]).mean().item()
             logs["sigma_cap"] = uncertainty(cap_emb[1]).mean().item()
         with torch.no_grad():
-            p = torch.sigmoid(self.match_logits(v, t)).mean(dim=(2, 3))  # Eq. (2), (B, B)
+            p = torch.sigmoid(match_logits(distances, self.scale, self.shift)).mean(dim=(2, 3))  # Eq. (2), (B, B)
             logs["p_pos"] = p[matched].mean().item()
             logs["p_neg"] = p[~matched].mean().item() if bool((~matched).any()) else float("nan")
         return total, logs
