@@ -49,7 +49,7 @@ def test_small_cnn_global_feature_keeps_position() -> None:
     moved = torch.roll(grid, shifts=(3, 3), dims=(2, 3))
     assert torch.equal(grid.mean((2, 3)), moved.mean((2, 3)))
     with torch.no_grad():
-        assert not torch.allclose(cnn.mlp(grid), cnn.mlp(moved), atol=1e-4)
+        assert not torch.allclose(cnn.head(grid_to_sequence(grid)), cnn.head(grid_to_sequence(moved)), atol=1e-4)
 
 
 def test_grid_to_sequence_is_row_major() -> None:

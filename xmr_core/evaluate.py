@@ -121,7 +121,8 @@ def embed_split(
 
         if vocab is None:
             raise ValueError("embed_split needs the vocabulary to tokenise captions (or pass loaders=...)")
-        loaders = (image_loader(split, batch_size), caption_loader(split, vocab, batch_size))
+        visual = getattr(model, "visual", "auto")
+        loaders = (image_loader(split, batch_size, visual=visual), caption_loader(split, vocab, batch_size))
     dev = _model_device(model, device)
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):

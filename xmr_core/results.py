@@ -137,9 +137,11 @@ def _check_key(key: str) -> str:
 
 
 def write_table(
-    df: pd.DataFrame, key: str, *, run: RunConfig, caption: str = "", float_digits: int = 1
+    df: pd.DataFrame, key: str, *, run: RunConfig, caption: str = "", float_digits: int = 1,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write `<results>/<key>.csv`, `.md` (with `caption` above the table) and `.json` provenance."""
+    """Write `<results>/<key>.csv`, `.md` (with `caption` above the table) and `.json` provenance (plus
+    `extra`, e.g. the Bayes ceiling's own values)."""
     _check_key(key)
     if df.empty:
         raise ValueError(f"table {key!r} is empty: refusing to write an empty result")
@@ -155,7 +157,8 @@ def write_table(
     table = shown.to_markdown(index=False, floatfmt=f".{float_digits}f")
     header = f"# {key}\n\n" + (f"{caption}\n\n" if caption else "")
     stamp = f"\n\n_profile `{run.profile}`, dataset `{run.dataset}`, seed {run.seed}; provenance in `{base.name}.json`._\n"
-    meta = provenance(run, key, "table", caption=caption, columns=list(map(str, df.columns)), n_rows=len(df))
+    meta = provenance(run, key, "table", caption=caption, columns=list(map(str, df.columns)), n_rows=len(df),
+                      **(extra or {}))
     _commit_files(
         {
             base.with_suffix(".csv"): csv,
@@ -206,6 +209,20 @@ def difference_verdict(diff: float, spread: float) -> Verdict:
     if not spread >= 0:
         raise ValueError(f"difference_verdict: spread must be >= 0, got {spread}")
     return "held" if diff > spread else ("did not hold" if diff < -spread else "within noise")
+
+
+def require_converged(verdict_: Verdict, evidence: str, models: list[str],
+                      converged: dict[str, bool]) -> tuple[Verdict, str]:
+    """A claim comparing `models` is judged only when every run of every one of them converged (stopped by
+    patience, `FitResult.converged`); otherwise it is "not tested" and the evidence says which were not.
+    converged: model -> whether all of its runs converged. Returns (verdict, evidence)."""
+    missing = [m for m in models if m not in converged]
+    if missing:
+        raise KeyError(f"require_converged: no runs of {missing} (have {sorted(converged)})")
+    unconverged = [m for m in models if not converged[m]]
+    if not unconverged:
+        return verdict_, evidence
+    return "not tested", f"{evidence}; not tested: {', '.join(unconverged)} not converged (stopped at the epoch limit)"
 
 
 @dataclass

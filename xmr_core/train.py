@@ -38,7 +38,7 @@ from torch.utils.data import BatchSampler
 from tqdm import tqdm
 
 from xmr_core.config import cache_dir, seed_everything, select_device
-from xmr_core.data.corpus import Split
+from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.datasets import Augmentation, pair_loader
 from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
 from xmr_core.data.text import Vocabulary
@@ -69,6 +69,7 @@ class TrainConfig:
     random_erasing_prob: float = 0.0
     word_dropout: float = 0.0
     select: str = "rsum"  # validation metric that picks the best checkpoint (higher = better)
+    patience: int = 0  # stop after this many epochs without a better `select` (0 = train all `epochs`)
     val_views: tuple[str, ...] | None = ("instance",)  # relevance views validated each epoch (None = all)
     eval_batch_size: int = 256
     seed: int = 0
@@ -81,6 +82,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig needs epochs >= 1 and batch_size >= 2, got {self.epochs}, {self.batch_size}")
         if not 0 <= self.frozen_epochs < self.epochs or (self.frozen_epochs and self.epochs - self.frozen_epochs < 1):
             raise ValueError(f"frozen_epochs must be in [0, epochs), got {self.frozen_epochs} of {self.epochs}")
+        if self.patience < 0:
+            raise ValueError(f"patience must be >= 0, got {self.patience}")
 
 
 # fields that do not change what a run computes: left out of the run key
@@ -99,6 +102,13 @@ class FitResult:
     train_seconds: float
     pairs_per_second: float
     cached: bool = False
+    stopped: str = "max_epochs"  # "patience": validation stopped improving; "max_epochs": ran out of epochs
+
+    @property
+    def converged(self) -> bool:
+        """True when training stopped because `select` had not improved for `patience` epochs (so the best
+        epoch is not the last one); a run that used up its epochs may still have been improving."""
+        return self.stopped == "patience"
 
 
 class CheckpointError(RuntimeError):
@@ -106,28 +116,6 @@ class CheckpointError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------------------------- run key
-
-
-def split_fingerprint(split: Split) -> str:
-    """sha256 of a split's content: captions, caption→image map, image ids and pixels / paths / regions.
-
-    Arrays over 64 MB are fingerprinted by shape, dtype and 256 evenly spaced items (COCO-sized regions).
-    """
-    h = hashlib.sha256()
-    for text in (split.name, "\n".join(split.image_ids), "\n".join(split.captions)):
-        h.update(text.encode("utf-8"))
-        h.update(b"\0")
-    h.update(np.ascontiguousarray(split.caption_image, dtype=np.int64).tobytes())
-    if split.image_paths is not None:
-        h.update("\n".join(split.image_paths).encode("utf-8"))
-    for arr in (split.images, split.regions):
-        if arr is None:
-            continue
-        h.update(f"{arr.shape}{arr.dtype}".encode())
-        if arr.nbytes > 64 * 2**20:
-            arr = arr[np.linspace(0, len(arr) - 1, 256).astype(np.int64)]
-        h.update(np.ascontiguousarray(arr).tobytes())
-    return h.hexdigest()
 
 
 def run_key(model: RetrievalModel, train_split: Split, val_split: Split, cfg: TrainConfig) -> str:
@@ -271,7 +259,7 @@ def _result_from(run_dir: Path, result: dict[str, Any], cached: bool) -> FitResu
     return FitResult(run_dir=run_dir, best_epoch=result["best_epoch"], best_score=result["best_score"],
                      best_metrics=result["best_metrics"], history=result["history"],
                      train_seconds=result["train_seconds"], pairs_per_second=result["pairs_per_second"],
-                     cached=cached)
+                     cached=cached, stopped=result.get("stopped", "max_epochs"))
 
 
 # ---------------------------------------------------------------------------------------------------- fit
@@ -340,10 +328,11 @@ def fit(
         base = AllCaptionsSampler(train_split.n_captions, seed=cfg.seed)
     sampler = ShardedSampler(base, env)
     loader = pair_loader(train_split, vocab, cfg.batch_size, batch_sampler=BatchSampler(sampler, cfg.batch_size, False),
-                         augment=augment, seed=cfg.seed, num_workers=cfg.num_workers)
+                         augment=augment, seed=cfg.seed, num_workers=cfg.num_workers, visual=model.visual)
     validate = validate or (lambda m, s: _validate(m, s, vocab, cfg, device))
 
     net: nn.Module = model
+    stopped = "max_epochs"
     for epoch in range(start_epoch, cfg.epochs):
         frozen = epoch < cfg.frozen_epochs
         if epoch in (start_epoch, cfg.frozen_epochs):  # DDP registers the trainable parameters when it wraps
@@ -408,8 +397,13 @@ def fit(
         barrier(env)
         if on_epoch_end is not None:
             on_epoch_end(epoch, row)
+        no_progress = env.is_main and cfg.patience > 0 and epoch + 1 - best_epoch >= cfg.patience
+        if all_reduce_sum(int(no_progress), env, device) > 0:  # only the main rank validates: it decides
+            stopped = "patience"
+            break
 
     result = {"key": key, "run": config_record, "best_epoch": best_epoch, "best_score": best_score,
+              "stopped": stopped,
               "best_metrics": best_metrics, "history": history, "train_seconds": train_seconds,
               "pairs_per_second": pairs_seen / max(train_seconds, 1e-9)}
     if env.is_main:

@@ -42,13 +42,9 @@ import torch
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import embed_split, score_matrix
-from xmr_core.methods.pcme import (
-    PCME,
-    load_chapter_data,
-    pcme_config,
-    pcme_train_config,
-    uncertainty,
-)
+from xmr_core.chapters.pcme import train_config, tune_methods, tuned_model
+from xmr_core.encoders.trunk import grid_features
+from xmr_core.methods.pcme import PCME, chapter_trunk, encoder_configs, load_chapter_data, uncertainty
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
 from xmr_core.train import fit
@@ -60,15 +56,19 @@ print(run.describe())
 
 # %%
 corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=SEED)
-data = load_chapter_data(corpus)
+trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
+data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
 device = run.torch_device
+enc = encoder_configs(PROFILE, trunk)
+tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
+                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 
 
 def train(cfg, split_train, split_val, seed: int = SEED) -> PCME:
     torch.manual_seed(seed)
     model = PCME(cfg, data.word_vectors)
-    fit(model, split_train, split_val, pcme_train_config(PROFILE, seed=seed, device=DEVICE, progress=PROGRESS),
-        vocab=data.vocab)
+    fit(model, split_train, split_val,
+        train_config(PROFILE, tuned["PCME"].lr, seed, device=DEVICE, progress=PROGRESS), vocab=data.vocab)
     return model.to(device).eval()
 
 
@@ -87,14 +87,17 @@ def embed_captions(model: PCME, split) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def with_images(split, images: np.ndarray, name: str):
-    return dataclasses.replace(split, images=images, name=name)
+    """The split with other pixels, and the frozen trunk's grid features of those pixels."""
+    new = dataclasses.replace(split, images=images, name=name, grid=None)
+    new.grid = grid_features(trunk, new)
+    return new
 
 
 def with_captions(split, captions: list[str], name: str):
     return dataclasses.replace(split, captions=captions, name=name)
 
 
-pcme = train(pcme_config(PROFILE), data.train, data.val)
+pcme = train(tuned_model("PCME", tuned, enc, data.word_vectors).config, data.train, data.val)
 test = data.test
 (img_mu, img_lv), (cap_mu, cap_lv) = embed(pcme, test)
 img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()

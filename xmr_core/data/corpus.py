@@ -7,6 +7,7 @@ supports (pixels or paths, region features, classes, concept labels, exact relev
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -36,6 +37,7 @@ class Split:
     images: np.ndarray | None = None  # (N, H, W, 3) uint8 pixels held in memory
     image_paths: list[str] | None = None  # N image files on disk
     regions: np.ndarray | None = None  # (N, R, D) float32 precomputed region features
+    grid: np.ndarray | None = None  # (N, L, C) float32 grid features of a frozen trunk (`encoders.trunk`)
     region_boxes: np.ndarray | None = None  # (N, R, 4) float32 boxes (x0, y0, x1, y1), pixels
     image_class: np.ndarray | None = None  # (N,) int64 class index (CUB-style class relevance)
     class_names: list[str] | None = None  # names of the class indices
@@ -94,6 +96,12 @@ class Split:
             from xmr_core.data.formats.common import check_finite  # chunked: memory-mapped arrays stay cheap
 
             check_finite(self.regions, f"{self.source}: split {self.name!r}: regions", self.image_ids)
+        if self.grid is not None:
+            if self.grid.ndim != 3 or self.grid.shape[0] != n:
+                fail(f"grid features have shape {self.grid.shape}, expected ({n}, L, C)")
+            from xmr_core.data.formats.common import check_finite
+
+            check_finite(self.grid, f"{self.source}: split {self.name!r}: grid features", self.image_ids)
         if self.image_class is not None and np.asarray(self.image_class).shape != (n,):
             fail(f"image_class has shape {np.asarray(self.image_class).shape}, expected ({n},)")
         if self.image_labels is not None:
@@ -136,6 +144,7 @@ class Split:
             captions=pick(self.captions, keep_cap), caption_image=new_index[self.caption_image[keep_cap]],
             images=pick(self.images, keep_img), image_paths=pick(self.image_paths, keep_img),
             regions=pick(self.regions, keep_img), region_boxes=pick(self.region_boxes, keep_img),
+            grid=pick(self.grid, keep_img),
             image_class=pick(self.image_class, keep_img), class_names=self.class_names,
             image_labels=pick(self.image_labels, keep_img),
             exact=None if self.exact is None else self.exact[np.ix_(keep_cap, keep_img)],
@@ -188,3 +197,23 @@ class Corpus:
         if split not in self.splits:
             raise KeyError(f"corpus {self.name!r} has no split {split!r} (has {sorted(self.splits)})")
         return self.splits[split]
+
+
+def split_fingerprint(split: Split) -> str:
+    """sha256 of a split's content: captions, caption→image map, image ids and pixels / paths / regions /
+    grid features. Arrays over 64 MB are fingerprinted by shape, dtype and 256 evenly spaced items."""
+    h = hashlib.sha256()
+    for text in (split.name, "\n".join(split.image_ids), "\n".join(split.captions)):
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    h.update(np.ascontiguousarray(split.caption_image, dtype=np.int64).tobytes())
+    if split.image_paths is not None:
+        h.update("\n".join(split.image_paths).encode("utf-8"))
+    for arr in (split.images, split.regions, split.grid):
+        if arr is None:
+            continue
+        h.update(f"{arr.shape}{arr.dtype}".encode())
+        if arr.nbytes > 64 * 2**20:
+            arr = arr[np.linspace(0, len(arr) - 1, 256).astype(np.int64)]
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()

@@ -2,7 +2,8 @@
 
 Batch dict (the contract every encoder, method and the training loop reads):
     images        float32 (B, 3, H, W), normalised            | or
-    regions       float32 (B, R, D) and region_mask bool (B, R)  (precomputed region features)
+    regions       float32 (B, R, D) and region_mask bool (B, R)  (precomputed region features) | or
+    grid          float32 (B, L, C)  (precomputed grid features of a frozen trunk, `encoders.trunk`)
     tokens        int64 (B, L), padded with 0 (`<pad>`);  lengths int64 (B,)
     image_index   int64 (B,): index of the image in its split
     caption_index int64 (B,): index of the caption in its split
@@ -13,11 +14,14 @@ Multi-query items (one image with its T region queries) carry instead of tokens/
 Region features: a region whose feature row is entirely zero is padding (`region_mask` False); an image
 whose regions are all zero is an error. Augmentations (training only) follow PCME: random erasing of a
 rectangle of the normalised image (set to 0) and caption word dropout (each token replaced by `<unk>` with
-probability p, then floor(L·p) random tokens deleted).
+probability p, then floor(L·p) random tokens deleted). On frozen grid features there are no pixels to
+erase: random erasing then zeroes a random rectangle of grid cells (`erase_cells`), the same Cutout idea
+one level up (a 4×4 scenes grid cell sees a 16×16 pixel patch).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,7 +34,7 @@ from xmr_core.data.corpus import DataFormatError, Split
 from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
 from xmr_core.data.text import PAD_INDEX, UNK_INDEX, Vocabulary
 
-Visual = Literal["auto", "pixels", "regions"]
+Visual = Literal["auto", "pixels", "regions", "grid"]
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -61,18 +65,36 @@ class Augmentation:
             raise ValueError(f"word_dropout must be in [0, 1), got {self.word_dropout}")
 
 
-def resolve_visual(split: Split, visual: Visual = "auto") -> Literal["pixels", "regions"]:
+def resolve_visual(split: Split, visual: Visual = "auto") -> Literal["pixels", "regions", "grid"]:
     """`auto` = pixels (in memory or files) when the split has them, else region features."""
     has_pixels = split.images is not None or split.image_paths is not None
     if visual == "auto":
         visual = "pixels" if has_pixels else "regions"
+    if visual not in ("pixels", "regions", "grid"):
+        raise ValueError(f"visual must be 'auto', 'pixels', 'regions' or 'grid', got {visual!r}")
     if visual == "pixels" and not has_pixels:
         raise ValueError(f"{split.source}: split {split.name!r} has neither images nor image paths")
     if visual == "regions" and split.regions is None:
         raise ValueError(f"{split.source}: split {split.name!r} has no region features")
-    if visual not in ("pixels", "regions"):
-        raise ValueError(f"visual must be 'auto', 'pixels' or 'regions', got {visual!r}")
+    if visual == "grid" and split.grid is None:
+        raise ValueError(f"{split.source}: split {split.name!r} has no grid features "
+                         "(xmr_core.encoders.trunk.attach_grid_features)")
     return visual
+
+
+def erase_cells(grid: torch.Tensor, p: float) -> torch.Tensor:
+    """With probability p, zero a random rectangle of cells (1 cell up to half the side each way) of a
+    square grid (L, C), L = side²; a copy, the input is not changed."""
+    side = math.isqrt(grid.shape[0])
+    if side * side != grid.shape[0]:
+        raise ValueError(f"erase_cells needs a square grid, got {grid.shape[0]} cells")
+    if p <= 0.0 or float(torch.rand(())) >= p:
+        return grid
+    h, w = (int(torch.randint(1, max(2, side // 2 + 1), ())) for _ in range(2))
+    top, left = int(torch.randint(0, side - h + 1, ())), int(torch.randint(0, side - w + 1, ()))
+    out = grid.clone().view(side, side, -1)
+    out[top:top + h, left:left + w] = 0
+    return out.view(grid.shape)
 
 
 def encode_caption(vocab: Vocabulary, text: str, where: str) -> torch.Tensor:
@@ -108,7 +130,8 @@ def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
 
 
 class VisualReader:
-    """Reads image i of a split as `{"images": (3, H, W)}` or `{"regions": (R, D), "region_mask": (R,)}`."""
+    """Reads image i of a split as `{"images": (3, H, W)}`, `{"regions": (R, D), "region_mask": (R,)}` or
+    `{"grid": (L, C)}`."""
 
     def __init__(
         self,
@@ -125,6 +148,7 @@ class VisualReader:
         self.mean = torch.tensor(cfg.mean, dtype=torch.float32).view(3, 1, 1)
         self.std = torch.tensor(cfg.std, dtype=torch.float32).view(3, 1, 1)
         erase = augment.random_erasing_prob if train else 0.0
+        self.erase_prob = erase
         self.erase = transforms.RandomErasing(p=erase, value=0) if erase > 0 else None
         self.flip = train and augment.horizontal_flip
         if self.visual == "pixels" and split.images is None:
@@ -154,6 +178,9 @@ class VisualReader:
             raise DataFormatError(f"{path}: image {split.image_ids[i]!r} cannot be read ({err})") from None
 
     def __call__(self, i: int) -> dict[str, torch.Tensor]:
+        if self.visual == "grid":
+            return {"grid": erase_cells(torch.from_numpy(np.array(self.split.grid[i], dtype=np.float32)),
+                                        self.erase_prob)}
         if self.visual == "regions":  # read per item: real region arrays are memory-mapped, tens of GB
             regions = torch.from_numpy(np.array(self.split.regions[i], dtype=np.float32))  # (R, D)
             mask = regions.abs().sum(dim=1) > 0  # (R,)

@@ -3,8 +3,10 @@
 Each image gets R region boxes: one per object (its box, plus a margin) and background boxes (seeded
 random boxes that overlap no object much) up to a fixed R, in a seeded random order per image (as a
 detector's order, it carries no correspondence to the region queries). Crops are resized to
-`crop_size`² with RoIAlign and encoded by a small CNN trained once, on train-split crops only, to predict
-each region's shape, colour and size ("background" for background crops), then frozen.
+`crop_size`² with RoIAlign and encoded by a small CNN pretrained once, on crops of the *pretraining set*
+(`scenes.generate_pretraining_set`, disjoint from train / val / test, as the image trunk:
+`xmr_core.encoders.trunk`), to predict each region's shape, colour and size ("background" for background
+crops), by the same loop as the trunk (`encoders.attributes.fit_attribute_classifier`), then frozen.
 
 Feature of a region = the CNN's penultimate activations (`feature_dim`, post-ReLU, like BUTD's pooled
 features) followed by its normalised box (x0/W, y0/H, x1/W, y1/H), so an encoder can recover where a
@@ -17,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +27,13 @@ import numpy as np
 import torch
 from torch import nn
 from torchvision.ops import roi_align
-from tqdm import tqdm
 
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import DataFormatError, Split
+from xmr_core.encoders.attributes import AttributeTraining, attribute_accuracy, fit_attribute_classifier
 from xmr_core.io import atomic_write, atomic_write_text
 
-REGION_VERSION = 1  # bump when the features change for the same config
+REGION_VERSION = 2  # bump when the features change for the same config
 BOX_DIMS = 4
 
 
@@ -42,7 +45,8 @@ class RegionConfig:
     crop_size: int = 16
     feature_dim: int = 64
     margin: float = 2.0  # pixels added around an object's box
-    steps: int = 300  # training steps of the encoder (random batches of train-split crops)
+    steps: int = 300  # training steps of the encoder (random batches of pretraining-set crops)
+    pretrain_images: int = 4000  # pretraining-set images whose regions it is trained on
     batch_size: int = 128
     lr: float = 3e-3
     seed: int = 0
@@ -154,45 +158,10 @@ def region_targets(layout, slot: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def train_encoder(
-    x: torch.Tensor, y: torch.Tensor, cfg: RegionConfig, progress: bool = False
-) -> RegionEncoder:
-    """Fit the encoder on crops x (B, 3, c, c) with targets y (B, 3); seeded; returns it frozen (eval)."""
-    gen = torch.Generator().manual_seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    model = RegionEncoder(cfg.crop_size, cfg.feature_dim)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    loss_fn = nn.CrossEntropyLoss()
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps)
-    model.train()
-    for _ in tqdm(range(cfg.steps), desc="region encoder", disable=not progress, leave=False):
-        b = torch.randint(len(x), (cfg.batch_size,), generator=gen)
-        loss = sum(loss_fn(lg, y[b, j]) for j, lg in enumerate(model.logits(x[b])))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
-
-
 @torch.no_grad()
 def encode(model: RegionEncoder, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
     """(B, feature_dim) features of crops x (B, 3, c, c)."""
     return torch.cat([model(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
-
-
-@torch.no_grad()
-def attribute_accuracy(model: RegionEncoder, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    """Accuracy (%) of each attribute head on crops x with targets y (B, 3)."""
-    f = encode(model, x)
-    preds = [h(f) for h in model.heads]
-    return {
-        name: 100 * float((p.argmax(1) == y[:, j]).float().mean())
-        for j, (name, p) in enumerate(zip(("shape", "colour", "size"), preds))
-    }
 
 
 def region_features(model: RegionEncoder, x: torch.Tensor, boxes: np.ndarray, image_size: int) -> np.ndarray:
@@ -203,12 +172,14 @@ def region_features(model: RegionEncoder, x: torch.Tensor, boxes: np.ndarray, im
 
 
 def add_regions(
-    splits: dict[str, Split], root: Path, cfg: RegionConfig, seed: int, progress: bool = True
+    splits: dict[str, Split], root: Path, cfg: RegionConfig, seed: int, pretraining_set: Callable[[int], dict],
+    progress: bool = True,
 ) -> dict:
-    """Fill `regions` (N, R, D) and `region_boxes` (N, R, 4) of every split, in place; train the encoder
-    on the train split if `root` (a cache directory) does not hold it yet. Returns the regions' meta
-    (held-out attribute accuracy, times), also cached. `meta["region_object"]` (N, R) gives the object
-    slot each region shows (-1 = background)."""
+    """Fill `regions` (N, R, D) and `region_boxes` (N, R, 4) of every split, in place; pretrain the encoder
+    on `pretraining_set(cfg.pretrain_images)` (a dict with "layout", "images", "object_boxes") if `root` (a
+    cache directory) does not hold it yet. Returns the regions' meta (held-out attribute accuracy on the
+    val split, times), also cached. `meta["region_object"]` (N, R) gives the object slot each region shows
+    (-1 = background)."""
     done = root / "regions_meta.json"
     names = list(splits)
     if done.is_file():
@@ -224,7 +195,7 @@ def add_regions(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a small CNN: one thread is several times faster on a shared CPU
     try:
-        meta = _build_regions(splits, root, cfg, seed, progress)
+        meta = _build_regions(splits, root, cfg, seed, pretraining_set, progress)
     finally:
         torch.set_num_threads(threads)
     atomic_write_text(done, json.dumps(meta, indent=1))  # written last: marks the cache complete
@@ -232,23 +203,30 @@ def add_regions(
 
 
 def _build_regions(
-    splits: dict[str, Split], root: Path, cfg: RegionConfig, seed: int, progress: bool
+    splits: dict[str, Split], root: Path, cfg: RegionConfig, seed: int, pretraining_set: Callable[[int], dict],
+    progress: bool,
 ) -> dict:
     names = list(splits)
     t0, c0 = time.perf_counter(), time.process_time()
     size = int(splits["train"].images.shape[1])
-    data = {}
-    for i, name in enumerate(names):
-        s = splits[name]
-        rng = np.random.default_rng(np.random.SeedSequence([seed, cfg.seed, i, 11]))
-        lay = s.meta["layout"]
-        boxes, slot = region_boxes(s.meta["object_boxes"], lay.n_objects, size, cfg, rng)
-        data[name] = (boxes, slot, crops(s.images, boxes, cfg.crop_size), region_targets(lay, slot))
+
+    def regions_of(layout, images: np.ndarray, object_boxes: np.ndarray, stream: int):
+        rng = np.random.default_rng(np.random.SeedSequence([seed, cfg.seed, stream, 11]))
+        boxes, slot = region_boxes(object_boxes, layout.n_objects, size, cfg, rng)
+        return boxes, slot, crops(images, boxes, cfg.crop_size), region_targets(layout, slot)
+
+    data = {name: regions_of(splits[name].meta["layout"], splits[name].images, splits[name].meta["object_boxes"], i)
+            for i, name in enumerate(names)}
+    pre = pretraining_set(cfg.pretrain_images)
+    _, _, pre_x, pre_y = regions_of(pre["layout"], pre["images"], pre["object_boxes"], len(names))
     t1 = time.perf_counter()
-    model = train_encoder(data["train"][2], data["train"][3], cfg, progress)
+    torch.manual_seed(cfg.seed)
+    model = RegionEncoder(cfg.crop_size, cfg.feature_dim)
+    training = AttributeTraining(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed)
+    fit_attribute_classifier(model, pre_x, pre_y, training, "region encoder", progress)
     t2 = time.perf_counter()
     held_out = "val" if "val" in data else "train"
-    acc = attribute_accuracy(model, data[held_out][2], data[held_out][3])
+    acc = attribute_accuracy(model, data[held_out][2], data[held_out][3], ("shape", "colour", "size"))
     for name in names:
         boxes, slot, x, _ = data[name]
         s = splits[name]
@@ -264,6 +242,7 @@ def _build_regions(
     meta = {
         "config": dataclasses.asdict(cfg),
         "dim": cfg.dim,
+        "trained_on": f"{cfg.pretrain_images} pretraining-set images ({len(pre_x)} crops)",
         f"{held_out}_accuracy": acc,
         "crop_seconds": round(t1 - t0, 2),
         "train_seconds": round(t2 - t1, 2),

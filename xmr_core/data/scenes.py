@@ -412,6 +412,19 @@ def generate_split(cfg: ScenesConfig, split: str, progress: bool = False) -> dic
     }
 
 
+PRETRAIN_STREAM = 7  # seed-stream index of the pretraining set (train / val / test use 0, 1, 2)
+
+
+def generate_pretraining_set(cfg: ScenesConfig, n: int, progress: bool = False) -> dict:
+    """The pretraining set (the ImageNet analogue): n more images of the same distribution from their own
+    seed stream, so disjoint from train / val / test by construction; no captions. Layout and pixels
+    (N, S, S, 3) uint8 and object_boxes (N, K, 4), for pretraining the frozen trunk and region encoder."""
+    rng = lambda stage: np.random.default_rng(np.random.SeedSequence([cfg.seed, PRETRAIN_STREAM, stage]))
+    lay = make_layout(cfg, n, rng(0))
+    images, boxes = render(cfg, lay, rng(1), progress)
+    return {"layout": lay, "images": images, "object_boxes": boxes}
+
+
 def _save_split(root: Path, split: str, data: dict, exact: np.ndarray | None) -> None:
     def npy(name: str, arr: np.ndarray) -> None:
         atomic_write(root / f"{split}_{name}.npy", lambda fh: np.save(fh, arr, allow_pickle=False))
@@ -539,7 +552,9 @@ def load_scenes(
         atomic_write_text(done, json.dumps(meta, indent=1))  # written last: marks the cache complete
     if regions:
         rcfg = default_region_config(cfg) if regions is True else regions
-        meta["regions"] = add_regions(splits, root / f"regions-{rcfg.key()}", rcfg, cfg.seed, progress)
+        pretraining_set = lambda n: generate_pretraining_set(cfg, n)
+        meta["regions"] = add_regions(splits, root / f"regions-{rcfg.key()}", rcfg, cfg.seed, pretraining_set,
+                                      progress)
     split_classes = class_split(cfg.seed)
     names = class_names()
     return Corpus(

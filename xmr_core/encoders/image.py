@@ -7,6 +7,10 @@
   are loaded only from a file the user already has (never downloaded here).
 - `RegionProjector`: precomputed region features (B, R, D_in) + mask (BUTD-style input), projected per
   region; global feature = masked mean of the projected regions.
+- `GridHead`: precomputed grid features (B, L, C) of a frozen pretrained trunk (`xmr_core.encoders.trunk`,
+  the default on scenes): local = the grid cells as they are, global = the same MLP (or GAP + linear) that
+  `SmallCNN` (or `ResNetEncoder`) puts on its own grid. So "frozen trunk" (kind "grid") and "fine-tune the
+  trunk" (kind "cnn" initialised from the same trunk) train the same head.
 
 `local` is a sequence of local features (B, L, C) (a grid is flattened row-major to L = h·w), `mask` a
 bool (B, L) with True on real entries, `global_` the (B, D) global feature.
@@ -36,31 +40,60 @@ def grid_to_sequence(grid: Tensor) -> Tensor:
     return grid.flatten(2).transpose(1, 2)
 
 
+def conv_trunk(widths: tuple[int, ...]) -> nn.Sequential:
+    """The scenes trunk: conv-BN-ReLU-maxpool blocks, (B, 3, H, W) -> grid (B, widths[-1], H/2^n, W/2^n)."""
+    blocks: list[nn.Module] = []
+    c_in = 3
+    for c_out in widths:
+        blocks += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+        blocks.append(nn.MaxPool2d(2))
+        c_in = c_out
+    return nn.Sequential(*blocks)
+
+
+def grid_side(image_size: int, widths: tuple[int, ...]) -> int:
+    """Side of the trunk's output grid for a square image."""
+    side = image_size // 2 ** len(widths)
+    if side < 1:
+        raise ValueError(f"image_size {image_size} is too small for {len(widths)} pooling blocks")
+    return side
+
+
+class GridHead(nn.Module):
+    """Grid features (B, L, C) -> global (B, embed_dim): `flatten` = MLP over all L·C values (keeps where
+    things are; the scenes trunk) or `mean` = linear(GAP) (ResNet, PCME's h_V global branch)."""
+
+    def __init__(self, channels: int, cells: int, embed_dim: int, hidden: int = 512,
+                 pool: Literal["flatten", "mean"] = "flatten") -> None:
+        super().__init__()
+        if pool not in ("flatten", "mean"):
+            raise ValueError(f"unknown grid pooling {pool!r}; choose 'flatten' or 'mean'")
+        self.pool = pool
+        if pool == "flatten":
+            self.mlp = nn.Sequential(nn.Flatten(), nn.Linear(channels * cells, hidden), nn.ReLU(inplace=True),
+                                     nn.Linear(hidden, embed_dim))
+        else:
+            self.mlp = nn.Linear(channels, embed_dim)
+
+    def forward(self, local: Tensor) -> Tensor:
+        return self.mlp(local if self.pool == "flatten" else local.mean(1))
+
+
 class SmallCNN(nn.Module):
-    """Conv-BN-ReLU-maxpool blocks; forward (B, 3, H, W) -> (grid (B, C, h, w), global (B, embed_dim))."""
+    """`conv_trunk` + `GridHead`; forward (B, 3, H, W) -> (grid (B, C, h, w), global (B, embed_dim))."""
 
     def __init__(
         self, embed_dim: int, widths: tuple[int, ...] = (16, 32, 64, 128), hidden: int = 512, image_size: int = 64
     ) -> None:
         super().__init__()
-        blocks: list[nn.Module] = []
-        c_in = 3
-        for c_out in widths:
-            blocks += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
-            blocks.append(nn.MaxPool2d(2))
-            c_in = c_out
-        self.features = nn.Sequential(*blocks)
-        side = image_size // 2 ** len(widths)
-        if side < 1:
-            raise ValueError(f"image_size {image_size} is too small for {len(widths)} pooling blocks")
-        self.out_channels = c_in
-        self.grid_side = side
-        self.mlp = nn.Sequential(nn.Flatten(), nn.Linear(c_in * side * side, hidden), nn.ReLU(inplace=True),
-                                 nn.Linear(hidden, embed_dim))
+        self.features = conv_trunk(widths)
+        self.grid_side = grid_side(image_size, widths)
+        self.out_channels = widths[-1]
+        self.head = GridHead(self.out_channels, self.grid_side**2, embed_dim, hidden)
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
         grid = self.features(images)
-        return grid, self.mlp(grid)
+        return grid, self.head(grid_to_sequence(grid))
 
 
 ResNetArch = Literal["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
@@ -129,17 +162,30 @@ class RegionProjector(nn.Module):
         return local, (local * weights).sum(1) / count
 
 
+VISUAL_INPUT = {"cnn": "pixels", "resnet": "pixels", "regions": "regions", "grid": "grid"}
+
+
 @dataclass
 class ImageEncoderConfig:
-    """Which image encoder; `kind` "cnn" (scenes pixels), "resnet" (pixels), "regions" (precomputed)."""
+    """Which image encoder: `kind` "grid" (precomputed features of a frozen trunk), "cnn" (scenes pixels),
+    "resnet" (pixels) or "regions" (precomputed region features).
 
-    kind: Literal["cnn", "resnet", "regions"] = "cnn"
+    trunk: key of the pretrained scenes trunk (`xmr_core.encoders.trunk`): kind "cnn" starts from its weights
+    (fine-tuning), kind "grid" records which trunk made the features (so a run's key changes with it).
+    grid_dim / grid_cells / grid_pool: the grid features' channels C, cells L and global pooling.
+    """
+
+    kind: Literal["grid", "cnn", "resnet", "regions"] = "cnn"
     widths: tuple[int, ...] = (16, 32, 64, 128)
     hidden: int = 512
     image_size: int = 64
     arch: ResNetArch = "resnet152"
     pretrained: bool | str = False
     region_dim: int = 0
+    trunk: str = ""
+    grid_dim: int = 0
+    grid_cells: int = 0
+    grid_pool: Literal["flatten", "mean"] = "flatten"
 
 
 class ImageEncoder(nn.Module):
@@ -150,6 +196,17 @@ class ImageEncoder(nn.Module):
         self.config = config
         if config.kind == "cnn":
             self.net: nn.Module = SmallCNN(embed_dim, tuple(config.widths), config.hidden, config.image_size)
+            if config.trunk:
+                from xmr_core.encoders.trunk import (
+                    load_trunk_state,  # the trunk cache imports the scenes generator
+                )
+
+                self.net.features.load_state_dict(load_trunk_state(config.trunk))
+        elif config.kind == "grid":
+            if config.grid_dim <= 0 or config.grid_cells <= 0:
+                raise ValueError("ImageEncoderConfig(kind='grid') needs grid_dim > 0 and grid_cells > 0")
+            self.net = GridHead(config.grid_dim, config.grid_cells, embed_dim, config.hidden, config.grid_pool)
+            self.net.out_channels = config.grid_dim
         elif config.kind == "resnet":
             self.net = ResNetEncoder(embed_dim, config.arch, config.pretrained)
         elif config.kind == "regions":
@@ -159,6 +216,7 @@ class ImageEncoder(nn.Module):
         else:
             raise ValueError(f"unknown image encoder kind {config.kind!r}")
         self.local_dim: int = self.net.out_channels
+        self.visual: str = VISUAL_INPUT[config.kind]  # the batch input it reads (`datasets.Visual`)
 
     def backbone_parameters(self) -> list[nn.Parameter]:
         """Parameters frozen in PCME's first phase: the pretrained trunk (none for the projector)."""
@@ -169,6 +227,12 @@ class ImageEncoder(nn.Module):
         return []
 
     def forward(self, batch: dict[str, Tensor]) -> Features:
+        if self.config.kind == "grid":
+            if "grid" not in batch:
+                raise KeyError("image encoder of kind 'grid' needs batch['grid'] (B, L, C) grid features")
+            local = batch["grid"]
+            mask = torch.ones(local.shape[:2], dtype=torch.bool, device=local.device)
+            return Features(local, mask, self.net(local))
         if self.config.kind == "regions":
             if "regions" not in batch:
                 raise KeyError("image encoder of kind 'regions' needs batch['regions'] and batch['region_mask']")

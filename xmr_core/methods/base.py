@@ -45,6 +45,13 @@ class RetrievalModel(nn.Module):
     def score(self, img_emb: Embeddings, cap_emb: Embeddings) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement score")
 
+    @property
+    def visual(self) -> str:
+        """The visual input the model reads (`datasets.Visual`: "pixels", "regions", "grid"): its image
+        encoder's; `fit` and `evaluate.embed_split` load that input."""
+        encoder = getattr(self, "image_encoder", None)
+        return getattr(encoder, "visual", "auto")
+
     def backbone_parameters(self) -> list[nn.Parameter]:
         """Parameters frozen during the warm-up phase (default: none)."""
         return []

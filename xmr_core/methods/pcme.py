@@ -42,10 +42,18 @@ from torch import Tensor, nn
 
 from xmr_core.config import check_profile
 from xmr_core.data.corpus import Corpus, Split
+from xmr_core.data.scenes import ScenesConfig
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.heads import GaussianHead, HeadOutput, LocalAttentionHead
 from xmr_core.encoders.image import Features, ImageEncoder, ImageEncoderConfig
 from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
+from xmr_core.encoders.trunk import (
+    PretrainedTrunk,
+    attach_grid_features,
+    imagenet_trunk,
+    pretrained_trunk,
+    trunk_config,
+)
 from xmr_core.losses import kl_to_standard_normal, soft_contrastive_loss, uniformity_loss
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.similarity import (
@@ -232,52 +240,54 @@ class PCME(RetrievalModel):
 
 
 # ------------------------------------------------------------------------------ recipes per profile
-def pcme_train_config(profile: str, seed: int = 0, **overrides: object) -> TrainConfig:
-    """Sec. 4.1 / C.2: AdamP (when installed, else Adam), cosine schedule, two phases (heads only, then
-    end-to-end at 0.1 x lr), gradient clipping 2, Cutout-like erasing 0.2 and caption word dropping 0.1.
+def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **overrides: object) -> TrainConfig:
+    """Sec. 4.1 / C.2: AdamP (when installed, else Adam), cosine schedule, gradient clipping 2, Cutout-like
+    erasing 0.2 and caption word dropping 0.1; training stops when validation rSum has not improved for
+    `patience` epochs (the best epoch is then not the last), at most `epochs`.
 
-    paper: CUB's 10 + 50 epochs at lr 1e-4, batch 128 (PCME's CUB sampler ignores it: one pair per class).
-    cpu: 1 + 5 epochs at lr 5e-4, batch 128 (scenes, minutes on 2 cores); smoke: 1 + 1 epochs, batch 32.
-    On scenes the trunks are trained from scratch, so phase 2 keeps the full lr (PCME lowers it 10x for
-    its ImageNet-pretrained ResNet).
+    Default (every profile): the image trunk is frozen (its grid features are precomputed), so there is one
+    phase and erasing zeroes grid cells (`datasets.erase_cells`). finetune=True: PCME's two phases on pixels,
+    the trunk (and word vectors) frozen for the warm-up epochs, then end to end at 0.1 x lr.
+    paper: CUB's 10 + 50 epochs at lr 1e-4, batch 128. cpu: up to 40 epochs at lr 5e-4, batch 128,
+    patience 4. smoke: 2 epochs, batch 32.
     """
     optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
-    sizes = {"smoke": (2, 1, 32, 5e-4), "cpu": (6, 1, 128, 5e-4), "paper": (60, 10, 128, 1e-4)}[check_profile(profile)]
-    epochs, frozen, batch, lr = sizes
-    base = {"epochs": epochs, "frozen_epochs": frozen, "batch_size": batch, "lr": lr, "optimizer": optimizer,
-            "scheduler": "cosine", "finetune_lr_mult": 0.1 if profile == "paper" else 1.0, "grad_clip": 2.0,
-            "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed}
+    sizes = {"smoke": (2, 1, 32, 5e-4, 0), "cpu": (40, 1, 128, 5e-4, 4), "paper": (60, 10, 128, 1e-4, 10)}
+    epochs, frozen, batch, lr, patience = sizes[check_profile(profile)]
+    base = {"epochs": epochs, "frozen_epochs": frozen if finetune else 0, "batch_size": batch, "lr": lr,
+            "optimizer": optimizer, "scheduler": "cosine", "finetune_lr_mult": 0.1, "grad_clip": 2.0,
+            "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience}
     return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
-def encoder_configs(profile: str) -> dict[str, object]:
-    """Encoder sizes shared by every model of the chapter (PCME, its variants and the baselines)."""
-    if check_profile(profile) == "paper":  # CUB: ResNet-50, D = 512, GloVe-300 + BiGRU 512
-        return {"embed_dim": 512, "image": ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True),
-                "text": TextEncoderConfig(hidden=512)}
-    if profile == "smoke":
-        return {"embed_dim": 64, "image": ImageEncoderConfig(widths=(8, 16, 32, 64), hidden=128),
-                "text": TextEncoderConfig(hidden=32)}
-    return {"embed_dim": 256, "image": ImageEncoderConfig(), "text": TextEncoderConfig(hidden=128)}
+def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False) -> dict[str, object]:
+    """Encoder sizes shared by every model of the chapter (PCME, its variants and the baselines).
+
+    Default: the frozen pretrained trunk's grid features (`ImageEncoder` kind "grid"). `finetune=True`: the
+    same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
+    """
+    if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512
+        image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True) if finetune else \
+            ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
+                               trunk=trunk.key)
+        return {"embed_dim": 512, "image": image, "text": TextEncoderConfig(hidden=512)}
+    widths = tuple(trunk.meta["config"]["widths"])
+    sizes = {"smoke": (64, 128, 32), "cpu": (256, 512, 128)}[profile]
+    embed_dim, hidden, text_hidden = sizes
+    if finetune:
+        image = ImageEncoderConfig(kind="cnn", widths=widths, hidden=hidden, trunk=trunk.key)
+    else:
+        image = ImageEncoderConfig(kind="grid", widths=widths, hidden=hidden, grid_dim=trunk.channels,
+                                   grid_cells=trunk.cells, trunk=trunk.key)
+    return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}
 
 
-# The uniformity weight for trunks trained from scratch (profiles smoke and cpu). Randomly initialised trunks
-# put every image (and every caption) at nearly the same point: at initialisation the mean distance between two
-# validation images is 0.24 and every image-caption distance is 1.45 +- 0.02, where s(-a d + b) = 1/128 is the
-# pair loss's optimum for embeddings that cannot tell pairs apart. The uniformity loss is the term that spreads
-# them. Validation rSum after the cpu recipe (6 epochs, seed 0): mu-only 85 at PCME's CUB weight 10 and 107 at
-# 100; PCME 69 at 100 (at 1000 the sampled sigmas grow without bound and the match probability goes to 0).
-SCRATCH_UNIFORMITY_WEIGHT = 100.0
-
-
-def pcme_config(profile: str, **overrides: object) -> PCMEConfig:
-    """PCME for a profile; `mu_only=True` gives the deterministic variant. paper: PCME's CUB weights;
-    smoke / cpu: uniformity weight `SCRATCH_UNIFORMITY_WEIGHT` (trunks trained from scratch)."""
+def pcme_config(encoders: dict[str, object], **overrides: object) -> PCMEConfig:
+    """PCME on the chapter's encoders (`encoder_configs`), PCME's CUB weights (KL 1e-3, uniformity 10);
+    `mu_only=True` gives the deterministic variant."""
     if overrides.get("mu_only"):
         overrides.setdefault("test_similarity", "mean_cosine")
-    if check_profile(profile) != "paper":
-        overrides.setdefault("uniformity_weight", SCRATCH_UNIFORMITY_WEIGHT)
-    return PCMEConfig(**{**encoder_configs(profile), **overrides})  # type: ignore[arg-type]
+    return PCMEConfig(**{**encoders, **overrides})  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------ CUB-style zero-shot protocol
@@ -298,9 +308,22 @@ class ChapterData:
     coverage: float  # share of the vocabulary found in the word vectors
 
 
-def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> ChapterData:
-    """Class-split the corpus (scenes: `meta["class_split"]`; CUB's reader already splits by class) and
-    build the vocabulary from the training captions only."""
+def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True) -> PretrainedTrunk:
+    """The frozen image trunk of a chapter: the scenes trunk pretrained on the corpus's pretraining set
+    (cached), or, for the paper profile, torchvision's ImageNet ResNet-50 (PCME's CUB trunk)."""
+    if check_profile(profile) == "paper":
+        return imagenet_trunk("resnet50")
+    scenes = ScenesConfig(**corpus.meta["config"])
+    return pretrained_trunk(scenes, trunk_config(profile), progress)
+
+
+def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d", trunk: PretrainedTrunk | None = None,
+                      progress: bool = True) -> ChapterData:
+    """Class-split the corpus (scenes: `meta["class_split"]`; CUB's reader already splits by class), build the
+    vocabulary from the training captions only, and, with a `trunk`, attach its frozen grid features to
+    every split (`Split.grid`, cached)."""
+    if trunk is not None:
+        attach_grid_features(corpus.splits.values(), trunk, progress)
     split_classes = corpus.meta.get("class_split", {})
     if "seen" in split_classes:  # scenes: every split holds every class; the zero-shot split is applied here
         seen, unseen = split_classes["seen"], split_classes["unseen"]

@@ -1,0 +1,259 @@
+"""The pretrained image trunk, the ImageNet analogue of the scenes benchmark, and its frozen grid features.
+
+The papers start from ImageNet-pretrained ResNets (PCME, PVSE, DVSE) or frozen detector features (HREM,
+HMRN). On scenes the trunk (`image.conv_trunk`, the `SmallCNN` blocks) is pretrained once per scenes
+configuration on the *pretraining set* (`scenes.generate_pretraining_set`: images from their own seed
+stream, disjoint from train / val / test), supervised by the exactly known objects: for every fine grid
+cell, the shape, colour and size of its object, or "empty" (a head over the flattened grid, dropped after
+pretraining). The region encoder (`xmr_core.data.regions`) is pretrained by the same loop
+(`encoders.attributes.fit_attribute_classifier`) on crops of the same set.
+
+The trunk is cached under `cache_dir()/trunks/<key>/` (`trunk.pt`, read with `weights_only=True`, and
+`meta.json` with the held-out accuracy per attribute), the key hashing this config and everything of the
+scenes config that changes the images. `attach_grid_features` runs it once over every split and caches
+the grid features (N, L, C), so training a head and a text encoder costs no CNN pass (`ImageEncoder` kind
+"grid"). The `paper` profile goes through the same path with a torchvision ResNet and ImageNet weights
+(`imagenet_trunk`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from xmr_core.config import cache_dir
+from xmr_core.data import scene_grammar as g
+from xmr_core.data.corpus import DataFormatError, Split, split_fingerprint
+from xmr_core.data.scenes import GENERATOR_VERSION, Layout, ScenesConfig, generate_pretraining_set
+from xmr_core.encoders.attributes import AttributeTraining, attribute_accuracy, fit_attribute_classifier
+from xmr_core.encoders.image import ResNetEncoder, conv_trunk, grid_side, grid_to_sequence
+from xmr_core.io import atomic_write, atomic_write_text
+
+TRUNK_VERSION = 1  # bump when pretraining changes for the same config
+ATTRIBUTES: tuple[str, ...] = ("shape", "colour", "size")
+N_CLASSES: tuple[int, ...] = (len(g.SHAPES) + 1, len(g.COLOURS) + 1, len(g.SIZES) + 1)  # + "empty"
+
+
+@dataclass(frozen=True)
+class TrunkConfig:
+    """The scenes trunk and its pretraining (defaults: the cpu profile; at most a few minutes on 2 cores)."""
+
+    widths: tuple[int, ...] = (16, 32, 64, 128)
+    n_images: int = 8000  # pretraining set, of which `held_out` are kept for the accuracy table
+    held_out: int = 2000
+    hidden: int = 512  # the pretraining head's hidden layer
+    # 600 steps of 128: about 3 minutes on 2 cores, held-out shape accuracy on object cells > 99% (cpu)
+    training: AttributeTraining = field(default_factory=lambda: AttributeTraining(steps=600, batch_size=128,
+                                                                                   lr=3e-3))
+
+    def key(self, scenes: ScenesConfig) -> str:
+        """Hash of this config and the scenes rendering it is trained on (not the split sizes)."""
+        images = {k: getattr(scenes, k) for k in ("seed", "image_size", "grid", "min_objects", "max_objects",
+                                                   "variant")}
+        blob = json.dumps({"version": TRUNK_VERSION, "generator": GENERATOR_VERSION, "scenes": images,
+                           **dataclasses.asdict(self)}, sort_keys=True)
+        return "scenes-" + hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def trunk_config(profile: str) -> TrunkConfig:
+    """smoke: a tiny trunk in seconds (CI); cpu: the book's trunk."""
+    if profile == "smoke":
+        return TrunkConfig(widths=(8, 16, 32, 64), n_images=1200, held_out=200, hidden=128,
+                           training=AttributeTraining(steps=60, batch_size=64, lr=3e-3))
+    return TrunkConfig()
+
+
+def cell_targets(layout: Layout, grid: int) -> Tensor:
+    """(N, grid², 3) int64: shape, colour and size of the object in each fine cell (row-major), or the
+    extra last class ("empty") of each attribute."""
+    n = len(layout.n_objects)
+    out = np.empty((n, grid * grid, len(ATTRIBUTES)), np.int64)
+    for t, n_cls in enumerate(N_CLASSES):
+        out[..., t] = n_cls - 1
+    valid = layout.valid
+    rows, slots = np.nonzero(valid)
+    cells = layout.row[rows, slots].astype(np.int64) * grid + layout.col[rows, slots]
+    for t, attr in enumerate((layout.shape, layout.colour, layout.size)):
+        out[rows, cells, t] = attr[rows, slots]
+    return torch.from_numpy(out)
+
+
+class TrunkPretrainer(nn.Module):
+    """The trunk plus its pretraining head: images (B, 3, S, S) -> per-cell logits, one (B, cells, C_t) per
+    attribute. Only `trunk` is kept."""
+
+    def __init__(self, cfg: TrunkConfig, image_size: int, cells: int) -> None:
+        super().__init__()
+        self.trunk = conv_trunk(cfg.widths)
+        self.cells = cells
+        side = grid_side(image_size, cfg.widths)
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(cfg.widths[-1] * side * side, cfg.hidden),
+                                  nn.ReLU(inplace=True), nn.Linear(cfg.hidden, cells * sum(N_CLASSES)))
+
+    def logits(self, images: Tensor) -> list[Tensor]:
+        out = self.head(grid_to_sequence(self.trunk(images))).view(len(images), self.cells, sum(N_CLASSES))
+        return list(out.split(N_CLASSES, dim=-1))
+
+
+def normalise(images: np.ndarray) -> Tensor:
+    """uint8 (N, S, S, 3) -> float32 (N, 3, S, S) with the ImageNet mean and std (as `datasets.VisualReader`)."""
+    from xmr_core.data.datasets import IMAGENET_MEAN, IMAGENET_STD
+
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255.0)
+    return (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+
+
+@dataclass
+class PretrainedTrunk:
+    """A frozen trunk (images (B, 3, H, W) -> grid (B, C, h, w)), its cache key and what its pretraining
+    measured (`meta`: held-out accuracy per attribute, seconds)."""
+
+    net: nn.Module
+    key: str
+    meta: dict
+
+    @property
+    def channels(self) -> int:
+        return int(self.meta["channels"])
+
+    @property
+    def cells(self) -> int:
+        return int(self.meta["cells"])
+
+
+def trunk_dir(key: str) -> Path:
+    return cache_dir() / "trunks" / key
+
+
+def load_trunk_state(key: str) -> dict[str, Tensor]:
+    """The cached trunk's state dict (`weights_only=True`); a missing or unreadable file is named."""
+    path = trunk_dir(key) / "trunk.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: pretrained trunk {key!r} not in the cache; build it with "
+                                f"xmr_core.encoders.trunk.pretrained_trunk")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise RuntimeError(f"{path}: not a readable trunk state dict ({type(err).__name__}: {err})") from None
+
+
+def pretrained_trunk(scenes: ScenesConfig, cfg: TrunkConfig | None = None, progress: bool = True) -> PretrainedTrunk:
+    """The scenes trunk for this scenes config: loaded from the cache, or pretrained once and cached."""
+    cfg = cfg or TrunkConfig()
+    key = cfg.key(scenes)
+    root = trunk_dir(key)
+    net = conv_trunk(cfg.widths)
+    done = root / "meta.json"
+    if done.is_file():
+        net.load_state_dict(load_trunk_state(key))
+        meta = json.loads(done.read_text(encoding="utf-8"))
+    else:
+        state, meta = _pretrain(scenes, cfg, progress)
+        meta = json.loads(json.dumps(meta))  # the same types as when read back from the cache
+        net.load_state_dict(state)
+        atomic_write(root / "trunk.pt", lambda fh: torch.save(net.state_dict(), fh))
+        atomic_write_text(done, json.dumps(meta, indent=1))  # written last: marks the cache complete
+    net.eval()
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return PretrainedTrunk(net, key, meta)
+
+
+def _pretrain(scenes: ScenesConfig, cfg: TrunkConfig, progress: bool) -> tuple[dict[str, Tensor], dict]:
+    """Generate the pretraining set, fit trunk + head (seeded), measure held-out accuracy: (trunk state, meta)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    data = generate_pretraining_set(scenes, cfg.n_images, progress)
+    x, y = normalise(data["images"]), cell_targets(data["layout"], scenes.grid)
+    n_fit = cfg.n_images - cfg.held_out
+    torch.manual_seed(cfg.training.seed)
+    model = TrunkPretrainer(cfg, scenes.image_size, scenes.grid**2)
+    t1 = time.perf_counter()
+    losses = fit_attribute_classifier(model, x[:n_fit], y[:n_fit], cfg.training, "pretrain trunk", progress)
+    t2 = time.perf_counter()
+    held_x, held_y = x[n_fit:], y[n_fit:]
+    occupied = held_y[..., 0] < N_CLASSES[0] - 1  # (n, cells): cells with an object
+    every_cell = attribute_accuracy(model, held_x, held_y, ATTRIBUTES)
+    objects = _object_accuracy(model, held_x, held_y, occupied)
+    side = grid_side(scenes.image_size, cfg.widths)
+    return model.trunk.state_dict(), {
+        "key": cfg.key(scenes), "config": dataclasses.asdict(cfg), "channels": cfg.widths[-1], "cells": side * side,
+        "held_out_images": cfg.held_out, "accuracy_every_cell": every_cell, "accuracy_objects": objects,
+        "final_loss": float(np.mean(losses[-50:])), "generate_seconds": round(t1 - t0, 2),
+        "train_seconds": round(t2 - t1, 2), "total_seconds": round(time.perf_counter() - t0, 2),
+        "total_cpu_seconds": round(time.process_time() - c0, 2),
+    }
+
+
+@torch.no_grad()
+def _object_accuracy(model: TrunkPretrainer, x: Tensor, y: Tensor, occupied: Tensor) -> dict[str, float]:
+    """Accuracy (%) per attribute over the cells that hold an object (empty cells are the easy majority),
+    and of "is this cell empty" over every cell."""
+    logits = [torch.cat(parts) for parts in zip(*(model.logits(x[s:s + 1024]) for s in range(0, len(x), 1024)))]
+    out = {name: 100.0 * float((lg.argmax(-1) == y[..., t])[occupied].float().mean())
+           for t, (name, lg) in enumerate(zip(ATTRIBUTES, logits))}
+    out["empty"] = 100.0 * float(((logits[0].argmax(-1) == N_CLASSES[0] - 1) == ~occupied).float().mean())
+    return out
+
+
+def imagenet_trunk(arch: str = "resnet152", pretrained: bool | str = True) -> PretrainedTrunk:
+    """The paper profile's trunk: a torchvision ResNet cut before GAP with ImageNet weights (never downloaded:
+    `image.load_pretrained_state` names the missing file)."""
+    resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=pretrained)  # type: ignore[arg-type]
+    net = resnet.backbone.eval()
+    for p in net.parameters():
+        p.requires_grad_(False)
+    source = pretrained if isinstance(pretrained, str) else "torchvision-IMAGENET1K_V1"
+    return PretrainedTrunk(net, f"{arch}-{hashlib.sha1(str(source).encode()).hexdigest()[:8]}",
+                           {"channels": resnet.out_channels, "cells": 49, "source": str(source)})
+
+
+# ------------------------------------------------------------------------------------ frozen grid features
+
+
+@torch.no_grad()
+def grid_features(trunk: PretrainedTrunk, split: Split, batch_size: int = 256, progress: bool = False,
+                  device: str | torch.device = "cpu") -> np.ndarray:
+    """(N, L, C) float32 grid features of every image of the split, in split order (pixels through the same
+    reader as training: `datasets.image_loader`)."""
+    from xmr_core.data.datasets import image_loader
+
+    net = trunk.net.to(device)
+    out = []
+    for batch in tqdm(image_loader(split, batch_size, visual="pixels"), desc=f"grid features {split.name}",
+                      disable=not progress, leave=False):
+        out.append(grid_to_sequence(net(batch["images"].to(device))).cpu().numpy())
+    features = np.concatenate(out).astype(np.float32)
+    if features.shape[1:] != (trunk.cells, trunk.channels):
+        raise DataFormatError(f"{split.source}: trunk {trunk.key} gave grid features of shape "
+                              f"{features.shape[1:]}, expected ({trunk.cells}, {trunk.channels})")
+    return features
+
+
+def attach_grid_features(splits: Iterable[Split], trunk: PretrainedTrunk, progress: bool = True,
+                         device: str | torch.device = "cpu") -> dict[str, float]:
+    """Fill `split.grid` (N, L, C) of every split with the trunk's features: computed once per split content
+    and cached in `cache_dir()/trunks/<key>/features/`. Returns the seconds spent per split (0 when cached)."""
+    seconds = {}
+    for split in splits:
+        split.grid = None  # the fingerprint names the split's content without any features
+        path = trunk_dir(trunk.key) / "features" / f"{split.name}-{split_fingerprint(split)[:16]}.npy"
+        t0 = time.perf_counter()
+        if path.is_file():
+            features = np.load(path)
+        else:
+            features = grid_features(trunk, split, progress=progress, device=device)
+            atomic_write(path, lambda fh, a=features: np.save(fh, a, allow_pickle=False))
+        split.grid = features
+        split.validate()
+        seconds[split.name] = round(time.perf_counter() - t0, 2)
+    return seconds
