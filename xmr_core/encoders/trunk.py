@@ -35,8 +35,8 @@ from xmr_core.config import cache_dir
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import DataFormatError, Split, split_fingerprint
 from xmr_core.data.scenes import GENERATOR_VERSION, Layout, ScenesConfig, generate_pretraining_set
-from xmr_core.encoders.attributes import AttributeTraining, attribute_accuracy, fit_attribute_classifier
-from xmr_core.encoders.image import ResNetEncoder, conv_trunk, grid_side, grid_to_sequence
+from xmr_core.encoders.attributes import AttributeTraining, fit_attribute_classifier
+from xmr_core.encoders.image import GridHead, ResNetEncoder, conv_trunk, grid_side, grid_to_sequence
 from xmr_core.io import atomic_write, atomic_write_text
 
 TRUNK_VERSION = 1  # bump when pretraining changes for the same config
@@ -97,8 +97,7 @@ class TrunkPretrainer(nn.Module):
         self.trunk = conv_trunk(cfg.widths)
         self.cells = cells
         side = grid_side(image_size, cfg.widths)
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(cfg.widths[-1] * side * side, cfg.hidden),
-                                  nn.ReLU(inplace=True), nn.Linear(cfg.hidden, cells * sum(N_CLASSES)))
+        self.head = GridHead(cfg.widths[-1], side * side, cells * sum(N_CLASSES), cfg.hidden)
 
     def logits(self, images: Tensor) -> list[Tensor]:
         out = self.head(grid_to_sequence(self.trunk(images))).view(len(images), self.cells, sum(N_CLASSES))
@@ -181,9 +180,7 @@ def _pretrain(scenes: ScenesConfig, cfg: TrunkConfig, progress: bool) -> tuple[d
     losses = fit_attribute_classifier(model, x[:n_fit], y[:n_fit], cfg.training, "pretrain trunk", progress)
     t2 = time.perf_counter()
     held_x, held_y = x[n_fit:], y[n_fit:]
-    occupied = held_y[..., 0] < N_CLASSES[0] - 1  # (n, cells): cells with an object
-    every_cell = attribute_accuracy(model, held_x, held_y, ATTRIBUTES)
-    objects = _object_accuracy(model, held_x, held_y, occupied)
+    every_cell, objects = _held_out_accuracy(model, held_x, held_y)
     side = grid_side(scenes.image_size, cfg.widths)
     return model.trunk.state_dict(), {
         "key": cfg.key(scenes), "config": dataclasses.asdict(cfg), "channels": cfg.widths[-1], "cells": side * side,
@@ -195,14 +192,16 @@ def _pretrain(scenes: ScenesConfig, cfg: TrunkConfig, progress: bool) -> tuple[d
 
 
 @torch.no_grad()
-def _object_accuracy(model: TrunkPretrainer, x: Tensor, y: Tensor, occupied: Tensor) -> dict[str, float]:
-    """Accuracy (%) per attribute over the cells that hold an object (empty cells are the easy majority),
-    and of "is this cell empty" over every cell."""
+def _held_out_accuracy(model: TrunkPretrainer, x: Tensor, y: Tensor) -> tuple[dict[str, float], dict[str, float]]:
+    """Accuracy (%) per attribute over every cell, and over the cells that hold an object (empty cells are
+    the easy majority) with that of "is this cell empty" over every cell; one pass over x."""
     logits = [torch.cat(parts) for parts in zip(*(model.logits(x[s:s + 1024]) for s in range(0, len(x), 1024)))]
-    out = {name: 100.0 * float((lg.argmax(-1) == y[..., t])[occupied].float().mean())
-           for t, (name, lg) in enumerate(zip(ATTRIBUTES, logits))}
-    out["empty"] = 100.0 * float(((logits[0].argmax(-1) == N_CLASSES[0] - 1) == ~occupied).float().mean())
-    return out
+    correct = [lg.argmax(-1) == y[..., t] for t, lg in enumerate(logits)]
+    occupied = y[..., 0] < N_CLASSES[0] - 1  # (n, cells)
+    every_cell = {name: 100.0 * float(c.float().mean()) for name, c in zip(ATTRIBUTES, correct)}
+    objects = {name: 100.0 * float(c[occupied].float().mean()) for name, c in zip(ATTRIBUTES, correct)}
+    objects["empty"] = 100.0 * float(((logits[0].argmax(-1) == N_CLASSES[0] - 1) == ~occupied).float().mean())
+    return every_cell, objects
 
 
 def imagenet_trunk(arch: str = "resnet152", pretrained: bool | str = True) -> PretrainedTrunk:
