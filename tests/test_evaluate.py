@@ -236,3 +236,29 @@ def test_evaluate_model_with_the_real_loaders():
     # i2t: 10 captions, 2 positives -> best rank 9; t2i: 5 images, 1 positive -> rank 5
     got = E.evaluate_model(PixelModel(), split, vocab, batch_size=3, views=["instance"])
     assert got["instance/i2t/meanR"] == 9.0 and got["instance/t2i/meanR"] == 5.0
+
+
+class MethodModel(FakeModel):
+    """FakeModel whose score takes a similarity: "dot" (the default) or "negated"."""
+
+    def score(self, img, cap, method=None):
+        s = img[0] @ cap[0].T
+        return -s if method == "negated" else s
+
+
+def test_score_matrix_passes_score_kwargs():
+    model = MethodModel(4)
+    img, cap = (torch.eye(4), torch.zeros(4, 4)), (torch.eye(4)[[0, 1, 1]], torch.zeros(3, 4))
+    assert torch.equal(E.score_matrix(model, img, cap, chunk_size=3, method="negated"), -(img[0] @ cap[0].T))
+
+
+def test_evaluate_similarities_one_embedding_each_method():
+    # every caption points at its own image: "dot" ranks every positive first (R@1 = 100); "negated" scores
+    # a caption's own image -1 and the 5 others 0, so the image ranks last: t2i best rank 6, R@1 = 0.
+    split = make_split(n_img=6, per=2, levels=False)
+    model = MethodModel(6)
+    got = E.evaluate_similarities(model, split, None, ["dot", "negated"], views=["instance"],
+                                  loaders=fake_loaders(split, 4, split.caption_image))
+    assert set(got) == {"dot", "negated"}
+    assert got["dot"]["instance/t2i/R@1"] == 100.0 and got["dot"]["instance/i2t/R@1"] == 100.0
+    assert got["negated"]["instance/t2i/R@1"] == 0.0 and got["negated"]["instance/t2i/meanR"] == 6.0

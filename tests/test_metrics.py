@@ -354,3 +354,19 @@ def test_cuda_matches_cpu():
     assert M.pmrp(torch.from_numpy(scores[:, :50]).cuda(), labels, labels) == pytest.approx(
         M.pmrp(scores[:, :50], labels, labels)
     )
+
+
+def test_recall_by_bins_equal_count_bins_by_value():
+    # 5 queries into 2 bins (array_split: 3 + 2), sorted by value (stable: ties keep query order)
+    values = np.array([0.5, 0.1, 0.9, 0.1, 0.7], dtype=np.float32)
+    ranks = torch.tensor([1, 3, 1, 1, 2])
+    got = M.recall_by_bins(values, ranks, bins=2, value_name="sigma")
+    # order: q1 (0.1), q3 (0.1), q0 (0.5) | q4 (0.7), q2 (0.9)
+    assert got["bin"].tolist() == [1, 2]
+    assert got["sigma"].tolist() == pytest.approx([(0.1 + 0.1 + 0.5) / 3, (0.7 + 0.9) / 2])
+    assert got["R@1"].tolist() == pytest.approx([100 * 2 / 3, 50.0])  # ranks (3, 1, 1) and (2, 1)
+    assert M.recall_by_bins(values, ranks, bins=1, k=2)["R@2"].tolist() == pytest.approx([80.0])
+    with pytest.raises(ValueError):
+        M.recall_by_bins(values, ranks, bins=6)
+    with pytest.raises(ValueError):
+        M.recall_by_bins(values[:4], ranks, bins=2)

@@ -4,6 +4,7 @@
     score_matrix(model, img_emb, cap_emb)     -> scores_i2t (N, M), filled by chunks of image rows
     evaluate_scores(split, scores_i2t, ...)   -> {"instance/i2t/R@1": ..., "exact/t2i/mAP@R": ..., "rsum": ...}
     evaluate_model(model, split, vocab, ...)  -> the three above in a row
+    evaluate_similarities(model, split, vocab, methods) -> {method: evaluate_scores under that similarity}
     results_frame(results)                    -> tidy DataFrame: view, direction, level, metric, value
 
 Model contract: `model.encode_images(batch) -> emb`, `model.encode_captions(batch) -> emb` and
@@ -148,13 +149,15 @@ def score_matrix(
     *,
     chunk_size: int = SCORE_CHUNK,
     progress: bool = False,
+    **score_kwargs: Any,
 ) -> Tensor:
-    """Scores `(N, M)` from `model.score(img_emb[i:j], cap_emb)`, `chunk_size` image rows at a time."""
+    """Scores `(N, M)` from `model.score(img_emb[i:j], cap_emb, **score_kwargs)`, `chunk_size` image rows at
+    a time (`score_kwargs`: e.g. PCME's `method`, a test-time similarity other than the model's default)."""
     n, m = _n_rows(img_emb), _n_rows(cap_emb)
     blocks = []
     for start in tqdm(range(0, n, chunk_size), desc="score", disable=not progress):
         rows = slice(start, min(start + chunk_size, n))
-        block = model.score(_rows(img_emb, rows), cap_emb)
+        block = model.score(_rows(img_emb, rows), cap_emb, **score_kwargs)
         if tuple(block.shape) != (rows.stop - rows.start, m):
             raise ValueError(
                 f"model.score gave shape {tuple(block.shape)} for {rows.stop - rows.start} images "
@@ -328,3 +331,22 @@ def results_frame(results: Mapping[str, float]) -> pd.DataFrame:
         direction, _, level = direction.partition("@")
         rows.append((view, direction, level or "all", metric, float(value)))
     return pd.DataFrame(rows, columns=["view", "direction", "level", "metric", "value"])
+
+
+def evaluate_similarities(
+    model: Any,
+    split: Split,
+    vocab: Any,
+    methods: Sequence[str],
+    *,
+    views: Sequence[str] | None = None,
+    device: str | torch.device | None = None,
+    protocol: Protocol = "full",
+    loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None,
+) -> dict[str, dict[str, float]]:
+    """Embed `split` once (`embed_split`), then `evaluate_scores` for each test-time similarity in
+    `methods`, scored with `model.score(..., method=m)` (the model and its config are left as they are).
+    Returns {method: {metric key: value}}."""
+    img, cap = embed_split(model, split, vocab, device=device, loaders=loaders)
+    return {m: evaluate_scores(split, score_matrix(model, img, cap, method=m), views=views, protocol=protocol)
+            for m in methods}

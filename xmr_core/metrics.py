@@ -15,6 +15,7 @@ API (scores are `(Q, G)`: queries × gallery, higher = more similar; torch tenso
     rank_summary(best_rank (Q,))                    -> {"R@1", ..., "medR", "meanR"} from 1-based ranks
     multi_round(scores (T, Q, G), targets (Q,))     -> {"round1/R@1", ..., "mean/R@1", "mean/meanR", ...}
     scores_from_rankings(rankings (Q, G), n_gallery) -> scores whose order is the given full rankings
+    recall_by_bins(values (Q,), best_rank (Q,), bins) -> R@K per equal-count bin of queries sorted by value
 
 Relevance is a bool `(Q, G)` matrix (what `Split.relevance()` returns) or a `LabelRelevance` (concept
 label vectors within L1 distance ζ, PCME's plausible match), built chunk by chunk and never materialised.
@@ -530,3 +531,23 @@ def scores_from_rankings(rankings: ArrayLike, n_gallery: int) -> Tensor:
     scores = torch.empty(r.shape, dtype=torch.float64)
     scores.scatter_(1, r, torch.arange(n_gallery, 0, -1, dtype=torch.float64).expand_as(r).contiguous())
     return scores
+
+
+def recall_by_bins(values: ArrayLike, best_rank: ArrayLike, bins: int = 10, k: int = 1,
+                   value_name: str = "value") -> dict[str, np.ndarray]:
+    """R@k of the queries binned by a per-query value (e.g. PCME's uncertainty, Figure 6).
+
+    Queries are sorted by `values` (Q,) (stable sort) and split into `bins` equal-count bins
+    (`np.array_split`: the first Q % bins bins have one query more). `best_rank` (Q,): 1-based best ranks
+    (`RankingStats.best_rank`). Returns {"bin": 1..bins, value_name: the bin's mean value,
+    f"R@{k}": % of the bin's queries with best rank <= k}, each (bins,).
+    """
+    vals = np.asarray(values.cpu() if isinstance(values, Tensor) else values)
+    ranks = np.asarray(best_rank.cpu() if isinstance(best_rank, Tensor) else best_rank)
+    if vals.shape != ranks.shape or vals.ndim != 1:
+        raise ValueError(f"recall_by_bins: values {vals.shape} and best_rank {ranks.shape} must be the same (Q,)")
+    if not 1 <= bins <= len(vals):
+        raise ValueError(f"recall_by_bins: bins must be in [1, {len(vals)}], got {bins}")
+    chunks = np.array_split(np.argsort(vals, kind="stable"), bins)
+    return {"bin": np.arange(1, bins + 1), value_name: np.array([float(vals[c].mean()) for c in chunks]),
+            f"R@{k}": np.array([100.0 * float((ranks[c] <= k).mean()) for c in chunks])}
