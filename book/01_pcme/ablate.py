@@ -38,15 +38,13 @@ N_SEEDS = 3  # must match train.py, whose PCME / mu-only runs are reused
 import dataclasses
 
 import pandas as pd
-import torch
 
-from xmr_core.chapters.pcme import train_config, tune_methods, tuned_model
+from xmr_core.chapters.pcme import ablation_row, table1_frame, table1_rows, train_tuned, tune_methods, tuned_model
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.evaluate import embed_split, evaluate_scores, score_matrix
-from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, chapter_trunk, encoder_configs, load_chapter_data
-from xmr_core.results import difference_verdict, paper_values, verdict, write_table
-from xmr_core.train import fit
+from xmr_core.evaluate import evaluate_similarities
+from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES, chapter_trunk, encoder_configs, load_chapter_data
+from xmr_core.results import difference_verdict, verdict, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -65,30 +63,6 @@ tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data
 print({name: (t.lr, t.weight_name, t.weight) for name, t in tuned.items()})
 
 
-def train(method: str, cfg, seed: int = SEED, **train_overrides) -> tuple[PCME, object]:
-    """Train (or load from the run cache) one PCME model at `method`'s tuned learning rate."""
-    torch.manual_seed(seed)
-    model = PCME(cfg, data.word_vectors)
-    result = fit(model, data.train, data.val,
-                 train_config(PROFILE, tuned[method].lr, seed, device=DEVICE, progress=PROGRESS, **train_overrides),
-                 vocab=data.vocab)
-    return model.to(device).eval(), result
-
-
-def scores_of(model: PCME, split, methods: list[str] | None = None, views: list[str] | None = None) -> dict[str, dict]:
-    """Embed `split` once, then every metric for each test-time similarity in `methods` (default: the model's)."""
-    img, cap = embed_split(model, split, data.vocab, device=device)
-    out = {}
-    for method in methods or [model.config.test_similarity]:
-        saved = model.config
-        model.config = dataclasses.replace(saved, test_similarity=method)
-        try:
-            out[method] = evaluate_scores(split, score_matrix(model, img, cap), views=views)
-        finally:
-            model.config = saved
-    return out
-
-
 # %% [markdown]
 # ## Table 1 — test-time similarities
 #
@@ -98,34 +72,15 @@ def scores_of(model: PCME, split, methods: list[str] | None = None, views: list[
 # %%
 rows = []
 for seed in seeds:
-    mu_model, _ = train("PCME mu only", tuned_model("PCME mu only", tuned, enc, data.word_vectors).config, seed)
-    m = scores_of(mu_model, data.test_unseen, views=["class"])["mean_cosine"]
-    rows.append({"variant": "mu only", "similarity": "Mean only", "seed": seed,
-                 "i2t R-P": m["class/i2t/R-P"], "t2i R-P": m["class/t2i/R-P"]})
-    pcme_model, _ = train("PCME", tuned_model("PCME", tuned, enc, data.word_vectors).config, seed)
-    per_method = scores_of(pcme_model, data.test_unseen, list(TEST_TIME_SIMILARITIES), views=["class"])
-    for method, (label, _, _) in TEST_TIME_SIMILARITIES.items():
-        m = per_method[method]
-        rows.append({"variant": "PCME", "similarity": label, "seed": seed,
-                     "i2t R-P": m["class/i2t/R-P"], "t2i R-P": m["class/t2i/R-P"]})
+    mu_model, _ = train_tuned("PCME mu only", tuned_model("PCME mu only", tuned, enc, data.word_vectors).config,
+                              data, tuned, run, seed)
+    rows += table1_rows("mu only", seed, evaluate_similarities(mu_model, data.test_unseen, data.vocab, ["mean_cosine"],
+                                                               views=["class"], device=device))
+    pcme_model, _ = train_tuned("PCME", tuned_model("PCME", tuned, enc, data.word_vectors).config, data, tuned, run, seed)
+    rows += table1_rows("PCME", seed, evaluate_similarities(pcme_model, data.test_unseen, data.vocab,
+                                                            list(TEST_TIME_SIMILARITIES), views=["class"], device=device))
 t1_runs = pd.DataFrame(rows)
-agg = t1_runs.groupby(["variant", "similarity"], sort=False)[["i2t R-P", "t2i R-P"]].agg(["mean", "std"])
-agg.columns = [f"{a} {b}" for a, b in agg.columns]
-agg = agg.reset_index()
-space = {label: (sampling, cost) for label, sampling, cost in TEST_TIME_SIMILARITIES.values()}
-paper = paper_values("pcme")
-paper = paper[paper["table"] == "table1"]
-table1 = pd.DataFrame({
-    "variant": agg["variant"], "similarity": agg["similarity"],
-    "sampling": [space[s][0] for s in agg["similarity"]],
-    "space": [space[s][1] for s in agg["similarity"]],
-    "i2t R-P (paper, CUB)": [float(paper[(paper["row"] == f"{v} / {s}") & (paper["key"] == "class/i2t/R-P")]["value"].iloc[0])
-                             for v, s in zip(agg["variant"], agg["similarity"])],
-    f"i2t R-P ({DATASET})": agg["i2t R-P mean"], "i2t std": agg["i2t R-P std"],
-    "t2i R-P (paper, CUB)": [float(paper[(paper["row"] == f"{v} / {s}") & (paper["key"] == "class/t2i/R-P")]["value"].iloc[0])
-                             for v, s in zip(agg["variant"], agg["similarity"])],
-    f"t2i R-P ({DATASET})": agg["t2i R-P mean"], "t2i std": agg["t2i R-P std"],
-})
+table1 = table1_frame(t1_runs, DATASET)
 write_table(table1, "pcme/table1", run=run, float_digits=2, caption=(
     f"PCME Table 1 analogue: test-time similarities, R-Precision (class relevance, unseen classes). Paper: CUB "
     f"Captions (Table 1 of Chun et al. 2021). Ours: {DATASET}"
@@ -155,16 +110,8 @@ ablations = [
 ]
 ab_rows = []
 for name, cfg, overrides in ablations:
-    model, result = train("PCME", cfg, SEED, **overrides)
-    unseen = scores_of(model, data.test_unseen, views=["class"])["match_prob"]
-    full = scores_of(model, data.test, views=["instance", "plausible"])["match_prob"]
-    ab_rows.append({"ablation": name, "cached": result.cached,
-                    "i2t R-P": unseen["class/i2t/R-P"], "t2i R-P": unseen["class/t2i/R-P"],
-                    "i2t R@1": unseen["class/i2t/R@1"], "t2i R@1": unseen["class/t2i/R@1"],
-                    "i2t PMRP": full["plausible/i2t/PMRP"], "t2i PMRP": full["plausible/t2i/PMRP"],
-                    "rSum": full["rsum"], "a": model.scale.item(), "b": model.shift.item(),
-                    "best epoch": result.best_epoch, "converged": result.converged,
-                    "train s": round(result.train_seconds, 1)})
+    model, result = train_tuned("PCME", cfg, data, tuned, run, SEED, **overrides)
+    ab_rows.append(ablation_row(name, model, result, data, device))
 table_ab = pd.DataFrame(ab_rows)
 write_table(table_ab, "pcme/ablations", run=run, caption=(
     f"PCME ablations on {DATASET} (profile {PROFILE}, seed {SEED}): one change at a time from the default. "

@@ -47,7 +47,6 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
-import dataclasses
 import time
 
 import matplotlib.pyplot as plt
@@ -56,12 +55,13 @@ import seaborn as sns
 import torch
 
 from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
-from xmr_core.chapters.pcme import COMPARED, LEARNING_RATES, train_config, tune_methods, tuned_model
+from xmr_core.chapters.pcme import (COMPARED, LEARNING_RATES, TABLE2_COLUMNS, TABLE3_COLUMNS, fit_row, model_label,
+                                    table3_ceiling_row, tables_row, train_config, tune_methods, tuned_model)
+from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.evaluate import embed_split, evaluate_model, evaluate_scores, score_matrix
 from xmr_core.methods.pcme import chapter_trunk, encoder_configs, load_chapter_data, pcme_train_config
-from xmr_core.results import difference_verdict, paper_values, require_converged, verdict, write_figure, write_table
+from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
 from xmr_core.train import fit
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,
@@ -127,7 +127,6 @@ tuning
 # %%
 specs = [(name, k, seed) for seed in seeds for name, k in
          [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1), ("PCME", 1)]]
-label_of = lambda name, k: f"PVSE K={k}" if name == "PVSE" else name
 
 # %% [markdown]
 # Training runs are cached by their full configuration (method, training, data fingerprint, seed): a
@@ -142,14 +141,9 @@ for name, k, seed in specs:
     t0 = time.perf_counter()
     result = fit(model, data.train, data.val,
                  train_config(PROFILE, tuned[name].lr, seed, device=DEVICE, progress=PROGRESS), vocab=data.vocab)
-    trained[(label_of(name, k), seed)] = model
-    histories[(label_of(name, k), seed)] = result
-    fit_rows.append({"model": label_of(name, k), "seed": seed, "lr": tuned[name].lr,
-                     tuned[name].weight_name: tuned[name].weight, "cached": result.cached,
-                     "best epoch": result.best_epoch, "epochs run": len(result.history),
-                     "converged": result.converged, "train s": round(result.train_seconds, 1),
-                     "images/s": round(result.pairs_per_second, 1), "wall s": round(time.perf_counter() - t0, 1),
-                     "run": result.run_dir.name})
+    trained[(model_label(name, k), seed)] = model
+    histories[(model_label(name, k), seed)] = result
+    fit_rows.append(fit_row(model_label(name, k), seed, tuned[name], result, time.perf_counter() - t0))
     print(fit_rows[-1])
 fits = pd.DataFrame(fit_rows)
 fits
@@ -162,7 +156,7 @@ fits
 curves = pd.DataFrame([{"model": name, "seed": seed, "epoch": h["epoch"], "val rSum": h["val/rsum"]}
                        for (name, seed), result in histories.items() for h in result.history])
 fig, ax = plt.subplots(figsize=(8.5, 4))
-sns.lineplot(data=curves, x="epoch", y="val rSum", hue="model", hue_order=list(dict.fromkeys(label_of(n, k) for n, k, _ in specs)),
+sns.lineplot(data=curves, x="epoch", y="val rSum", hue="model", hue_order=list(dict.fromkeys(model_label(n, k) for n, k, _ in specs)),
              errorbar="sd", marker="o", ax=ax)
 val_ceiling = bayes_ceiling(data.val)["rsum"]
 ax.axhline(val_ceiling, color="black", ls="--", lw=1)
@@ -182,26 +176,8 @@ plt.show()
 
 # %%
 device = run.torch_device
-eval_rows = []
-for (name, seed), model in trained.items():
-    model.to(device).eval()
-    unseen = evaluate_model(model, data.test_unseen, data.vocab, device=device, views=["class"])
-    img, cap = embed_split(model, data.test, data.vocab, device=device)
-    scores = score_matrix(model, img, cap)
-    # Table 3 needs no per-level breakdown (a small fold may lack a level): the split without caption levels
-    whole = dataclasses.replace(data.test, caption_level=None)
-    protocols = {proto: evaluate_scores(whole, scores, views=["instance", "plausible"], protocol=protocol)
-                 for proto, protocol in (("1K", "coco1k"), ("5K", "full"))}
-    row = {"model": name, "seed": seed, "converged": histories[(name, seed)].converged,
-           "rsum 5K": protocols["5K"]["rsum"]}
-    for direction in ("i2t", "t2i"):
-        row[f"T2 {direction} R-P"] = unseen[f"class/{direction}/R-P"]
-        row[f"T2 {direction} R@1"] = unseen[f"class/{direction}/R@1"]
-        for proto, values in protocols.items():
-            row[f"T3 {proto} {direction} PMRP"] = values[f"plausible/{direction}/PMRP"]
-            row[f"T3 {proto} {direction} R@1"] = values[f"instance/{direction}/R@1"]
-    eval_rows.append(row)
-per_run = pd.DataFrame(eval_rows)
+per_run = pd.DataFrame([{"model": name, "seed": seed, "converged": histories[(name, seed)].converged,
+                         **tables_row(model, data, device)} for (name, seed), model in trained.items()])
 per_run
 
 # %% [markdown]
@@ -213,41 +189,8 @@ per_run
 # %%
 ORDER = ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME"]
 
-
-def summarise(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """Mean and std over seeds per model, in the paper's row order."""
-    g = df.groupby("model")[cols]
-    mean, std, n = g.mean(), g.std(ddof=1), g.size()
-    out = mean.reindex(ORDER)
-    for c in cols:
-        out[c + " std"] = std[c].reindex(ORDER)
-    out["seeds"] = n.reindex(ORDER)
-    return out.reset_index()
-
-
-def with_paper(ours: pd.DataFrame, table: str, mapping: dict[str, str], dataset_label: str) -> pd.DataFrame:
-    """Put the paper's value (its table and row) beside each of our columns."""
-    paper = paper_values("pcme")
-    paper = paper[paper["table"] == table]
-    rows = []
-    for _, r in ours.iterrows():
-        out = {"model": r["model"], "seeds": int(r["seeds"])}
-        for col, key in mapping.items():
-            proto, metric_key = key.split("|") if "|" in key else ("test", key)
-            hit = paper[(paper["method"] == r["model"]) & (paper["key"] == metric_key) & (paper["protocol"] == proto)]
-            out[f"{col} (paper)"] = float(hit["value"].iloc[0]) if len(hit) else float("nan")
-            std = r.get(col + " std")
-            out[f"{col} ({dataset_label})"] = r[col]
-            if r["seeds"] > 1:
-                out[f"{col} std"] = std
-        rows.append(out)
-    return pd.DataFrame(rows)
-
-
-t2_cols = {"T2 i2t R-P": "class/i2t/R-P", "T2 i2t R@1": "class/i2t/R@1",
-           "T2 t2i R-P": "class/t2i/R-P", "T2 t2i R@1": "class/t2i/R@1"}
-label = DATASET if DATASET != "scenes" else "scenes"
-table2 = with_paper(summarise(per_run, list(t2_cols)), "table2", t2_cols, label)
+label = DATASET
+table2 = with_paper(seed_summary(per_run, list(TABLE2_COLUMNS), ORDER), "pcme", "table2", TABLE2_COLUMNS, label)
 write_table(table2, "pcme/table2", run=run, caption=(
     f"PCME Table 2 analogue. Paper: CUB Captions test split (50 unseen classes), class relevance. Ours: "
     f"{DATASET} ({'the synthetic scenes benchmark: NOT CUB; compare orderings, not values' if DATASET == 'scenes' else DATASET}), "
@@ -261,22 +204,13 @@ table2
 # PMRP (plausible match: concept-label vectors within ζ, averaged over ζ = 0, 1, 2) and instance R@1.
 
 # %%
-t3_cols = {}
-for proto in ("1K", "5K"):
-    for direction in ("i2t", "t2i"):
-        t3_cols[f"T3 {proto} {direction} PMRP"] = f"{proto}|plausible/{direction}/PMRP"
-        t3_cols[f"T3 {proto} {direction} R@1"] = f"{proto}|instance/{direction}/R@1"
-table3 = with_paper(summarise(per_run, list(t3_cols)), "table3", t3_cols, label)
+table3 = with_paper(seed_summary(per_run, list(TABLE3_COLUMNS), ORDER), "pcme", "table3", TABLE3_COLUMNS, label)
 has_ceiling = data.test.exact is not None  # the real data sets have no exact relevance, so no ceiling
 if has_ceiling:
     ceiling = {"1K": fold_ceiling(data.test), "5K": bayes_ceiling(data.test)}
     per_run["% of ceiling 5K"] = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in per_run["rsum 5K"]]
-    table3["5K rSum % of ceiling"] = summarise(per_run, ["% of ceiling 5K"])["% of ceiling 5K"].to_numpy()
-    ceiling_row = {"model": "Bayes ceiling", "seeds": 0, "5K rSum % of ceiling": 100.0}
-    for proto in ("1K", "5K"):
-        for direction in ("i2t", "t2i"):
-            ceiling_row[f"T3 {proto} {direction} R@1 ({label})"] = ceiling[proto][f"{direction}/R@1"]
-    table3 = pd.concat([pd.DataFrame([ceiling_row]), table3], ignore_index=True)
+    table3["5K rSum % of ceiling"] = seed_summary(per_run, ["% of ceiling 5K"], ORDER)["% of ceiling 5K"].to_numpy()
+    table3 = pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table3], ignore_index=True)
 write_table(table3, "pcme/table3", run=run, caption=(
     f"PCME Table 3 analogue. Paper: MS-COCO 1K (5 folds of 1,000 images) and 5K test images. Ours: "
     f"{DATASET}{' (synthetic, NOT COCO: compare orderings, not values)' if DATASET == 'scenes' else ''}; "
@@ -327,37 +261,16 @@ fits
 # PVSE and VSE0 are single runs.
 
 # %%
-def avg(df: pd.DataFrame, model: str, cols: list[str]) -> pd.Series:
-    """Per-seed mean of the given columns (e.g. i2t and t2i) for one model."""
-    return df[df["model"] == model][cols].mean(axis=1)
-
-
-def compare(a: str, b: str, cols: list[str]) -> tuple[float, float, str]:
-    """Difference of the seed means of models a and b, the larger seed std, and the verdict on "a > b"."""
-    x, y = avg(per_run, a, cols), avg(per_run, b, cols)
-    diff, spread = float(x.mean() - y.mean()), float(max(x.std(ddof=1) if len(x) > 1 else 0.0,
-                                                          y.std(ddof=1) if len(y) > 1 else 0.0))
-    return diff, spread, (difference_verdict(diff, spread) if min(len(x), len(y)) > 1 else verdict(None))
-
-
 rp_cols, pmrp_cols = ["T2 i2t R-P", "T2 t2i R-P"], ["T3 5K i2t PMRP", "T3 5K t2i PMRP"]
 r1_cols = ["T2 i2t R@1", "T2 t2i R@1"]
-d_rp, s_rp, h_rp = compare("PCME", "PCME mu only", rp_cols)
-d_pm, s_pm, h_pm = compare("PCME", "PCME mu only", pmrp_cols)
-pvse = {k: (float(avg(per_run, f"PVSE K={k}", r1_cols).mean()), float(avg(per_run, f"PVSE K={k}", rp_cols).mean()))
-        for k in (1, 2, 4)}
-vse0_rp = float(avg(per_run, "VSE0", rp_cols).mean())
-means_rp = {m: float(avg(per_run, m, rp_cols).mean()) for m in ORDER}
-means_pm = {m: float(avg(per_run, m, pmrp_cols).mean()) for m in ORDER}
-
-
-def best_margin(means: dict[str, float], cols: list[str]) -> tuple[float, float]:
-    """PCME's mean minus the best other model's, and the larger seed std of the two."""
-    best = max((m for m in means if m != "PCME"), key=means.get)
-    return compare("PCME", best, cols)[:2]
-
-
-m_rp, m_pm = best_margin(means_rp, rp_cols), best_margin(means_pm, pmrp_cols)
+d_rp, s_rp, h_rp = compare_models(per_run, "PCME", "PCME mu only", rp_cols)
+d_pm, s_pm, h_pm = compare_models(per_run, "PCME", "PCME mu only", pmrp_cols)
+means_r1, means_rp = model_means(per_run, ORDER, r1_cols), model_means(per_run, ORDER, rp_cols)
+means_pm = model_means(per_run, ORDER, pmrp_cols)
+pvse = {k: (means_r1[f"PVSE K={k}"], means_rp[f"PVSE K={k}"]) for k in (1, 2, 4)}
+vse0_rp = means_rp["VSE0"]
+m_rp = best_other_margin(per_run, "PCME", means_rp, rp_cols)[:2]
+m_pm = best_other_margin(per_run, "PCME", means_pm, pmrp_cols)[:2]
 claims = [
     {"claim": "PCME improves on its deterministic version (mu only) in R-Precision (CUB-style, class relevance).",
      "source": "Sec. 4.2, Table 2",

@@ -41,13 +41,12 @@ import torch
 
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.evaluate import embed_split, score_matrix
-from xmr_core.chapters.pcme import train_config, tune_methods, tuned_model
-from xmr_core.encoders.trunk import grid_features
-from xmr_core.methods.pcme import PCME, chapter_trunk, encoder_configs, load_chapter_data, uncertainty
-from xmr_core.metrics import ranking_stats
+from xmr_core.evaluate import score_matrix
+from xmr_core.chapters.pcme import embed_gaussians, own_caption_score, train_tuned, tune_methods, tuned_model
+from xmr_core.methods.pcme import chapter_trunk, encoder_configs, load_chapter_data, uncertainty
+from xmr_core.metrics import ranking_stats, recall_by_bins
+from xmr_core.perturb import erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
-from xmr_core.train import fit
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,
@@ -64,42 +63,9 @@ tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 
 
-def train(cfg, split_train, split_val, seed: int = SEED) -> PCME:
-    torch.manual_seed(seed)
-    model = PCME(cfg, data.word_vectors)
-    fit(model, split_train, split_val,
-        train_config(PROFILE, tuned["PCME"].lr, seed, device=DEVICE, progress=PROGRESS), vocab=data.vocab)
-    return model.to(device).eval()
-
-
-def embed(model: PCME, split) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """((image mu, logvar), (caption mu, logvar)) of a split, on the CPU."""
-    img, cap = embed_split(model, split, data.vocab, device=device)
-    return tuple(t.cpu() for t in img), tuple(t.cpu() for t in cap)
-
-
-def embed_images(model: PCME, split) -> tuple[torch.Tensor, torch.Tensor]:
-    return embed(model, split)[0]
-
-
-def embed_captions(model: PCME, split) -> tuple[torch.Tensor, torch.Tensor]:
-    return embed(model, split)[1]
-
-
-def with_images(split, images: np.ndarray, name: str):
-    """The split with other pixels, and the frozen trunk's grid features of those pixels."""
-    new = dataclasses.replace(split, images=images, name=name, grid=None)
-    new.grid = grid_features(trunk, new)
-    return new
-
-
-def with_captions(split, captions: list[str], name: str):
-    return dataclasses.replace(split, captions=captions, name=name)
-
-
-pcme = train(tuned_model("PCME", tuned, enc, data.word_vectors).config, data.train, data.val)
+pcme, _ = train_tuned("PCME", tuned_model("PCME", tuned, enc, data.word_vectors).config, data, tuned, run)
 test = data.test
-(img_mu, img_lv), (cap_mu, cap_lv) = embed(pcme, test)
+(img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(pcme, test, data.vocab, device)
 img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 
 # %% [markdown]
@@ -122,7 +88,7 @@ centre, basis = pca_basis(np.concatenate([img_mu[pick_img].numpy(), cap_mu[pick_
 length = int(np.median([len(c.split()) for c in test.captions]))
 generic = test.subset(np.array([0]), "generic")
 generic = with_captions(generic, ["zzunk " * length] * generic.n_captions, "generic")
-g_mu, g_lv = embed_captions(pcme, generic)
+g_mu, g_lv = embed_gaussians(pcme, generic, data.vocab, device)[1]
 g2 = project_gaussians(g_mu[:1].numpy(), g_lv[:1].numpy(), centre, basis)
 names = test.class_names or [str(c) for c in range(int(test.image_class.max()) + 1)]
 palette = {c: f"C{k}" for k, c in enumerate(classes)}
@@ -150,15 +116,8 @@ scores = score_matrix(pcme, (img_mu, img_lv), (cap_mu, cap_lv)).cpu()
 i2t = ranking_stats(scores, {"instance": test.relevance("instance", "i2t")})["instance"]
 t2i = ranking_stats(scores.T, {"instance": test.relevance("instance", "t2i")})["instance"]
 
-
-def binned_r1(sigma: np.ndarray, best_rank: torch.Tensor, bins: int = 10) -> pd.DataFrame:
-    order = np.argsort(sigma, kind="stable")
-    chunks = np.array_split(order, bins)
-    return pd.DataFrame({"bin": range(1, bins + 1), "sigma": [float(sigma[c].mean()) for c in chunks],
-                         "R@1": [100.0 * float((best_rank[c] <= 1).double().mean()) for c in chunks]})
-
-
-fig6_i2t, fig6_t2i = binned_r1(img_sigma, i2t.best_rank), binned_r1(cap_sigma, t2i.best_rank)
+fig6_i2t = pd.DataFrame(recall_by_bins(img_sigma, i2t.best_rank, bins=10, value_name="sigma"))
+fig6_t2i = pd.DataFrame(recall_by_bins(cap_sigma, t2i.best_rank, bins=10, value_name="sigma"))
 fig6, ax = plt.subplots(1, 2, figsize=(10, 3.5))
 for a, df, title in ((ax[0], fig6_i2t, "image-to-text"), (ax[1], fig6_t2i, "text-to-image")):
     a.bar(df["bin"], df["R@1"])
@@ -180,19 +139,10 @@ ratios = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
 rng = np.random.default_rng(SEED)
 fig7_rows = []
 for r in ratios:
-    imgs = test.images.copy()
-    side = int(round(np.sqrt(r) * imgs.shape[1]))
-    if side:
-        lo = (imgs.shape[1] - side) // 2
-        imgs[:, lo:lo + side, lo:lo + side] = 128
-    _, lv = embed_images(pcme, with_images(test, imgs, f"erase{r}"))
-    caps = []
-    for c in test.captions:
-        words = c.split()
-        k = int(round(r * len(words)))
-        drop = set(rng.choice(len(words), size=k, replace=False).tolist()) if k else set()
-        caps.append(" ".join("zzunk" if i in drop else w for i, w in enumerate(words)))
-    _, clv = embed_captions(pcme, with_captions(test, caps, f"drop{r}"))
+    _, lv = embed_gaussians(pcme, with_images(test, erase_centre(test.images, r), f"erase{r}", trunk), data.vocab,
+                            device)[0]
+    _, clv = embed_gaussians(pcme, with_captions(test, erase_words(test.captions, r, rng), f"drop{r}"), data.vocab,
+                             device)[1]
     fig7_rows.append({"ratio": r, "image sigma": float(uncertainty(lv).mean()), "caption sigma": float(uncertainty(clv).mean())})
 fig7_df = pd.DataFrame(fig7_rows)
 fig7, ax = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -217,23 +167,18 @@ fig7_df
 n_pairs = min(200, test.n_images // 2)
 a_idx, b_idx = np.arange(n_pairs), np.arange(n_pairs, 2 * n_pairs)
 A, B = test.images[a_idx], test.images[b_idx]
-mix = A.copy()
-mix[:, :, mix.shape[2] // 2:] = B[:, :, B.shape[2] // 2:]
-erase = A.copy()
-q = A.shape[1] // 4
-erase[:, q:3 * q, q:3 * q] = 128
+mix, erase = mix_halves(A, B), erase_centre(A, 0.25)  # the centre quarter of the pixels
 sub = test.subset(a_idx, "A")
-emb = {name: embed_images(pcme, with_images(sub, arr, name)) for name, arr in
+emb = {name: embed_gaussians(pcme, with_images(sub, arr, name, trunk), data.vocab, device)[0] for name, arr in
        (("A", A), ("B", B), ("mix", mix), ("erase", erase))}
 p = {name: score_matrix(pcme, e, (cap_mu, cap_lv)).cpu() for name, e in emb.items()}
-caps_of = [np.flatnonzero(test.caption_image == i) for i in range(test.n_images)]
-p_mix_A = float(np.mean([p["mix"][k, caps_of[a]].mean() for k, a in enumerate(a_idx)]))
-p_mix_B = float(np.mean([p["mix"][k, caps_of[b]].mean() for k, b in enumerate(b_idx)]))
+p_mix_A = own_caption_score(p["mix"], a_idx, test.caption_image)
+p_mix_B = own_caption_score(p["mix"], b_idx, test.caption_image)
 p_mix_any = float(p["mix"].mean())
 sigma_A = uncertainty(emb["A"][1]).numpy()
 sigma_erase = uncertainty(emb["erase"][1]).numpy()
 share_wider = float((sigma_erase > sigma_A).mean())
-p_erase_A = float(np.mean([p["erase"][k, caps_of[a]].mean() for k, a in enumerate(a_idx)]))
+p_erase_A = own_caption_score(p["erase"], a_idx, test.caption_image)
 p_erase_any = float(p["erase"].mean())
 fig8_df = pd.DataFrame([
     {"quantity": "p(mix, captions of A)", "value": p_mix_A},
@@ -246,11 +191,8 @@ fig8_df = pd.DataFrame([
 pair = test.subset(np.array([0, 1]), "pair")
 one = test.subset(np.array([0]), "one")
 pa, pb = pair.images[0:1], pair.images[1:2]
-pmix = pa.copy()
-pmix[:, :, pmix.shape[2] // 2:] = pb[:, :, pb.shape[2] // 2:]
-perase = pa.copy()
-perase[:, q:3 * q, q:3 * q] = 128
-drawn = {name: embed_images(pcme, with_images(one, img, name)) for name, img in
+pmix, perase = mix_halves(pa, pb), erase_centre(pa, 0.25)
+drawn = {name: embed_gaussians(pcme, with_images(one, img, name, trunk), data.vocab, device)[0] for name, img in
          (("A", pa), ("B", pb), ("mix", pmix), ("erase", perase))}
 centre8, basis8 = pca_basis(img_mu.numpy())
 fig8 = plt.figure(figsize=(10, 7))
