@@ -318,6 +318,17 @@ def test_an_improvement_resets_the_count(tmp_path) -> None:
     assert result.stopped == "patience" and result.converged
 
 
+def test_min_delta_counts_only_improvements_larger_than_it(tmp_path) -> None:
+    # min_delta 1, patience 2: epoch 1 (10) and 2 (20) count; 20.5 and 20.8 beat 20 by less than 1, so epochs 3
+    # and 4 bring nothing and the run stops after epoch 4; the best checkpoint is still the highest score (20.8)
+    model, result, calls, states = _run([10.0, 20.0, 20.5, 20.8, 30.0, 30.0, 30.0, 30.0, 30.0, 30.0],
+                                        tmp_path / "run", min_delta=1.0)
+    assert len(result.history) == 4 and len(calls) == 4
+    assert result.best_epoch == 4 and result.best_score == 20.8
+    assert result.stopped == "patience" and result.converged
+    assert all(torch.equal(v, states[3][k]) for k, v in model.state_dict().items())
+
+
 def test_patience_zero_trains_every_epoch(tmp_path) -> None:
     _, result, calls, _ = _run(RISE_THEN_FLAT, tmp_path / "run", patience=0)
     assert len(result.history) == 10 and len(calls) == 10
@@ -333,6 +344,8 @@ def test_still_improving_at_the_last_epoch_is_not_converged(tmp_path) -> None:
     assert result.stopped == "max_epochs" and not result.converged
 
 
-def test_negative_patience_is_refused() -> None:
+def test_negative_patience_or_min_delta_is_refused() -> None:
     with pytest.raises(ValueError, match="patience"):
         _stopping_cfg(patience=-1)
+    with pytest.raises(ValueError, match="min_delta"):
+        _stopping_cfg(min_delta=-0.5)

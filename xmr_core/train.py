@@ -6,7 +6,9 @@
   lr multiplied by `finetune_lr_mult`; the schedule restarts for each phase (PCME's pretrain/finetune).
 - Gradient clipping, AMP (fp16 autocast + GradScaler) on CUDA only, a NaN/inf loss stops the run.
 - Validation every epoch through `xmr_core.evaluate.evaluate_model`; the best checkpoint by `select`
-  (validation rSum) is kept; metrics go to `metrics.csv` (rewritten atomically each epoch).
+  (validation rSum) is kept; metrics go to `metrics.csv` (rewritten atomically each epoch). Early stopping:
+  the run ends once `select` has not beaten its last counted improvement by more than `min_delta` for
+  `patience` epochs (a converged run); the best checkpoint is still the highest score.
 - Checkpoints (model, optimiser, scheduler, AMP scaler, epoch, RNG states, config, best score, history) are
   written atomically (`xmr_core.io`) and read with `torch.load(..., weights_only=True)`; `resume=True`
   continues an interrupted run and ends where the uninterrupted run would have.
@@ -70,6 +72,7 @@ class TrainConfig:
     word_dropout: float = 0.0
     select: str = "rsum"  # validation metric that picks the best checkpoint (higher = better)
     patience: int = 0  # stop after this many epochs without a better `select` (0 = train all `epochs`)
+    min_delta: float = 0.0  # an epoch counts as better only when it beats the last counted best by more than this
     val_views: tuple[str, ...] | None = ("instance",)  # relevance views validated each epoch (None = all)
     eval_batch_size: int = 256
     seed: int = 0
@@ -82,8 +85,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig needs epochs >= 1 and batch_size >= 2, got {self.epochs}, {self.batch_size}")
         if not 0 <= self.frozen_epochs < self.epochs or (self.frozen_epochs and self.epochs - self.frozen_epochs < 1):
             raise ValueError(f"frozen_epochs must be in [0, epochs), got {self.frozen_epochs} of {self.epochs}")
-        if self.patience < 0:
-            raise ValueError(f"patience must be >= 0, got {self.patience}")
+        if self.patience < 0 or self.min_delta < 0:
+            raise ValueError(f"patience and min_delta must be >= 0, got {self.patience}, {self.min_delta}")
 
 
 # fields that do not change what a run computes: left out of the run key
@@ -106,8 +109,9 @@ class FitResult:
 
     @property
     def converged(self) -> bool:
-        """True when training stopped because `select` had not improved for `patience` epochs (so the best
-        epoch is not the last one); a run that used up its epochs may still have been improving."""
+        """True when training stopped because `select` had not improved by more than `min_delta` for `patience`
+        epochs (checked after every epoch, the last included); a run that used up its epochs while still
+        improving is not converged."""
         return self.stopped == "patience"
 
 
@@ -306,8 +310,10 @@ def fit(
 
     start_epoch, history = 0, []
     best_score, best_epoch, best_metrics, train_seconds, pairs_seen = -math.inf, -1, {}, 0.0, 0
+    improved_score, improved_epoch = -math.inf, 0  # the last epoch that beat its predecessor by > min_delta
     if resume and (run_dir / "last.pt").is_file():
-        ckpt = load_checkpoint(run_dir / "last.pt", ("model", "optimizer", "scheduler", "epoch", "rng", "run"))
+        ckpt = load_checkpoint(run_dir / "last.pt", ("model", "optimizer", "scheduler", "epoch", "rng", "run",
+                                                     "improved_score", "improved_epoch"))
         if ckpt["run"]["key"] != key:
             raise CheckpointError(f"{run_dir / 'last.pt'}: belongs to another run (method/config/data/seed differ)")
         model.load_state_dict(ckpt["model"])
@@ -317,6 +323,7 @@ def fit(
         _set_rng_state(ckpt["rng"])
         start_epoch, history = ckpt["epoch"], list(ckpt["history"])
         best_score, best_epoch, best_metrics = ckpt["best_score"], ckpt["best_epoch"], dict(ckpt["best_metrics"])
+        improved_score, improved_epoch = ckpt["improved_score"], ckpt["improved_epoch"]
         train_seconds, pairs_seen = ckpt["train_seconds"], ckpt["pairs_seen"]
     else:
         seed_everything(cfg.seed)
@@ -383,6 +390,8 @@ def fit(
             row.update({f"val/{k}": float(v) for k, v in metrics.items()})
             history.append(row)
             _write_history(run_dir / "metrics.csv", history)
+            if metrics[cfg.select] > improved_score + cfg.min_delta:
+                improved_score, improved_epoch = float(metrics[cfg.select]), epoch + 1
             if metrics[cfg.select] > best_score:
                 best_score, best_epoch = float(metrics[cfg.select]), epoch + 1
                 best_metrics = {k: float(v) for k, v in metrics.items()}
@@ -392,12 +401,13 @@ def fit(
                 "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "epoch": epoch + 1,
                 "rng": _rng_state(), "run": config_record, "history": history, "best_score": best_score,
-                "best_epoch": best_epoch, "best_metrics": best_metrics, "train_seconds": train_seconds,
+                "best_epoch": best_epoch, "best_metrics": best_metrics, "improved_score": improved_score,
+                "improved_epoch": improved_epoch, "train_seconds": train_seconds,
                 "pairs_seen": pairs_seen})
         barrier(env)
         if on_epoch_end is not None:
             on_epoch_end(epoch, row)
-        no_progress = env.is_main and cfg.patience > 0 and epoch + 1 - best_epoch >= cfg.patience
+        no_progress = env.is_main and cfg.patience > 0 and epoch + 1 - improved_epoch >= cfg.patience
         if all_reduce_sum(int(no_progress), env, device) > 0:  # only the main rank validates: it decides
             stopped = "patience"
             break
