@@ -31,7 +31,7 @@ from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.train import TrainConfig
 from xmr_core.tuning import TuningResult, tune
 
-LEARNING_RATES = {"smoke": (5e-4,), "cpu": (2e-4, 5e-4, 1e-3), "paper": (1e-4,)}
+LEARNING_RATES = {"smoke": (5e-4,), "cpu": (5e-4, 1e-3, 2e-3), "paper": (1e-4,)}
 
 
 @dataclass(frozen=True)
