@@ -163,9 +163,17 @@ def test_sampled_scores_match_brute_force_loops() -> None:
     ref_l2 = brute_sampled(zq, zg, lambda d: -d)
     torch.testing.assert_close(S.match_probability_from_samples(zq, zg, a, b, chunk_size=2), ref_p)
     torch.testing.assert_close(S.average_l2_from_samples(zq, zg, chunk_size=5), ref_l2)
-    # The Gaussian-level entry points draw the query samples, then the gallery samples, from `generator`.
+    # The Gaussian-level entry points draw the query side's J noise vectors, then the gallery side's, from
+    # `generator`, shared by every item of a side (common random numbers): z = mu + sigma * eps_j.
+    gen = torch.Generator().manual_seed(0)
+    eps_q, eps_g = torch.randn((1, 3, 5), generator=gen), torch.randn((1, 3, 5), generator=gen)
+    zq = q[0][:, None] + torch.exp(0.5 * q[1])[:, None] * eps_q
+    zg = g[0][:, None] + torch.exp(0.5 * g[1])[:, None] * eps_g
     p = S.match_probability(q, g, a, b, n_samples=3, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(p, ref_p)
+    torch.testing.assert_close(p, brute_sampled(zq, zg, lambda d: torch.sigmoid(-a * d + b)))
+    # so scoring a slice of the queries gives the same rows as scoring all of them
+    rows = S.match_probability((q[0][1:3], q[1][1:3]), g, a, b, n_samples=3, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(rows, p[1:3])
 
 
 def test_match_probability_in_unit_interval_and_converges() -> None:

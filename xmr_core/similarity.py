@@ -162,19 +162,24 @@ def max_pair_cosine(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, pr
 
 
 def sample_gaussian(
-    mu: Tensor, logvar: Tensor, n_samples: int, generator: torch.Generator | None = None
+    mu: Tensor, logvar: Tensor, n_samples: int, generator: torch.Generator | None = None, *,
+    shared_noise: bool = False,
 ) -> Tensor:
     """Reparametrised samples `z = mu + exp(logvar / 2) * eps`: `(N, D)` -> `(N, J, D)`, J = `n_samples`.
 
     PCME Eq. (4). Differentiable in mu and logvar. `generator` may live on another device than `mu`
     (the noise is then drawn there and moved), so a CPU generator gives the same samples on any device.
+    `shared_noise`: every item uses the same J noise vectors (common random numbers), so an item's samples
+    do not depend on which other items are sampled with it (test-time scores then do not depend on chunking).
     """
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     _check_gaussian((mu, logvar), "sample_gaussian")
-    shape = (mu.shape[0], n_samples, mu.shape[1])
+    shape = (1 if shared_noise else mu.shape[0], n_samples, mu.shape[1])
     noise_device = generator.device if generator is not None else mu.device
     eps = torch.randn(shape, generator=generator, device=noise_device, dtype=mu.dtype).to(mu.device)
+    if shared_noise:
+        eps = eps.expand(mu.shape[0], -1, -1).clone()
     std = torch.exp(0.5 * logvar).unsqueeze(1)
     if torch.is_grad_enabled() and (mu.requires_grad or logvar.requires_grad):
         return torch.addcmul(mu.unsqueeze(1), std, eps)
@@ -366,8 +371,11 @@ def csd(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, progress: 
 
 
 def _both_samples(q: Gaussian, g: Gaussian, n_samples: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Test-time samples of both sides with common random numbers (`sample_gaussian(shared_noise=True)`): the
+    query side's J noise vectors, then the gallery side's, so a pair's score is the same in any chunk."""
     _check_gaussians(q, g)
-    return sample_gaussian(*q, n_samples, generator), sample_gaussian(*g, n_samples, generator)
+    return (sample_gaussian(*q, n_samples, generator, shared_noise=True),
+            sample_gaussian(*g, n_samples, generator, shared_noise=True))
 
 
 @torch.no_grad()
@@ -399,8 +407,9 @@ def match_probability(
 ) -> Tensor:
     """PCME's test-time score: Monte-Carlo match probability over J x J samples (Eq. 2, 3) -> `(N, M)`.
 
-    Each embedding is sampled once (J = `n_samples`) and the samples are reused for every pair.
-    Space: O(J^2 N).
+    Each embedding is sampled once (J = `n_samples`, the same J noise vectors for every item of a side:
+    common random numbers, an unbiased estimate for every pair whatever the chunking) and the samples are
+    reused for every pair. Space: O(J^2 N).
     """
     zq, zg = _both_samples(q, g, n_samples, generator)
     return match_probability_from_samples(zq, zg, a, b, chunk_size=chunk_size, progress=progress)

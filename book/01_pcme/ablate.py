@@ -39,11 +39,20 @@ import dataclasses
 
 import pandas as pd
 
-from xmr_core.chapters.pcme import ablation_row, table1_frame, table1_rows, train_tuned, tune_methods, tuned_model
+from xmr_core.chapters.pcme import (
+    ablation_row,
+    table1_frame,
+    table1_rows,
+    train_tuned,
+    tune_methods,
+    tuned_model,
+)
+from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
+from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import evaluate_similarities
-from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES, chapter_trunk, encoder_configs, load_chapter_data
+from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES
 from xmr_core.results import difference_verdict, verdict, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,

@@ -55,12 +55,24 @@ import seaborn as sns
 import torch
 
 from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
-from xmr_core.chapters.pcme import (COMPARED, LEARNING_RATES, TABLE2_COLUMNS, TABLE3_COLUMNS, fit_row, model_label,
-                                    table3_ceiling_row, tables_row, train_config, tune_methods, tuned_model)
+from xmr_core.chapters.pcme import (
+    COMPARED,
+    LEARNING_RATES,
+    TABLE2_COLUMNS,
+    TABLE3_COLUMNS,
+    fit_row,
+    model_label,
+    table3_ceiling_row,
+    tables_row,
+    train_config,
+    tune_methods,
+    tuned_model,
+)
+from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
+from xmr_core.chapters.recipes import encoder_configs, pcme_train_config
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.methods.pcme import chapter_trunk, encoder_configs, load_chapter_data, pcme_train_config
 from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
 from xmr_core.train import fit
 

@@ -39,11 +39,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from xmr_core.chapters.pcme import embed_gaussians, own_caption_score, train_tuned, tune_methods, tuned_model
+from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
+from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import score_matrix
-from xmr_core.chapters.pcme import embed_gaussians, own_caption_score, train_tuned, tune_methods, tuned_model
-from xmr_core.methods.pcme import chapter_trunk, encoder_configs, load_chapter_data, uncertainty
+from xmr_core.methods.pcme import uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
