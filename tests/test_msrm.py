@@ -201,6 +201,22 @@ def test_loss_is_finite_and_every_trainable_parameter_gets_a_gradient(overrides)
         assert "alpha" not in dict(model.named_parameters())
 
 
+def test_table4_ablations_build_and_train() -> None:
+    batch = tiny_batch()
+    no_h = tiny_model(tiny_config(hypergraph=False))  # "w/o L_h": gamma L_d alone, no HGNN, lambda or alpha
+    assert not any(n.startswith(("hgnn", "lam", "alpha")) for n, _ in no_h.named_parameters())
+    loss, logs = no_h.loss(no_h.encode_images(batch), no_h.encode_captions(batch), batch)
+    assert "L_h" not in logs and loss.item() == pytest.approx(0.8 * logs["L_d"], rel=1e-6)
+    mu_only = tiny_model(tiny_config(mu_only=True))  # "mu only": unit covariance, no variance module
+    assert not any("var" in n for n, _ in mu_only.named_parameters())
+    img, cap = mu_only.encode_images(batch), mu_only.encode_captions(batch)
+    loss, _ = mu_only.loss(img, cap, batch)
+    loss.backward()
+    assert all(p.grad is not None for p in mu_only.parameters() if p.requires_grad)
+    # its score is minus the squared Euclidean distance of the means, in both directions
+    torch.testing.assert_close(mu_only.score(img, cap, "t2i"), -torch.cdist(img, cap).square(), rtol=1e-4, atol=1e-4)
+
+
 def test_loss_is_eq12_of_the_four_direction_terms() -> None:
     # Brute-force float64 reference of Eq. (4)-(8), (10)-(12) on the model's own embeddings and HGNN.
     model, batch = tiny_model(), tiny_batch(b=5)
