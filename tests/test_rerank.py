@@ -169,3 +169,18 @@ def test_rerankers_keep_the_tail_below_the_top_k() -> None:
         assert torch.equal(out.topk(k, dim=1).indices.sort(1).values, top.sort(1).values)
         # every row is a permutation of the ranks 0 .. m-1
         assert torch.equal((-out).sort(1).values, torch.arange(20.0).expand(6, 20))
+
+
+def test_rerankers_on_a_subset_of_rows_equal_those_rows_of_the_full_call() -> None:
+    a = torch.rand(10, 13, generator=torch.Generator().manual_seed(8))
+    for fn in (S.reciprocal_rerank, S.multivariate_rerank):
+        torch.testing.assert_close(fn(a, k=4, rows=slice(3, 8), chunk_size=2), fn(a, k=4)[3:8])
+
+
+def test_rerank_benchmark_runs_and_ends_with_key_values(capsys: pytest.CaptureFixture[str]) -> None:
+    from xmr_core.bench.rerank import main
+
+    main(["--images", "20", "--captions", "60", "--chunk-size", "7", "--fraction", "0.5"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    values = dict(item.split("=") for item in last.split())
+    assert {"fr_s", "fr_extra_gb", "rr_s_est", "mr_s_est"} <= values.keys() and values["images"] == "20"

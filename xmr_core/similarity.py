@@ -520,6 +520,14 @@ def fast_rerank_pair(
     return fast_rerank(scores, gamma, **common), fast_rerank(scores.T, lam, **common)
 
 
+def _query_slices(n: int, rows: slice | None, chunk_size: int) -> tuple[int, list[slice]]:
+    """The query rows to re-rank (`rows`, default all) in chunks: (first row, [chunk slices])."""
+    start, stop, step = (rows or slice(0, n)).indices(n)
+    if step != 1 or stop <= start:
+        raise ValueError(f"rows must be a non-empty contiguous slice of the {n} queries, got {rows}")
+    return start, [slice(start + s.start, start + s.stop) for s in _slices(stop - start, chunk_size)]
+
+
 def _reverse_ranks(scores: Tensor, top: Tensor, rs: slice) -> Tensor:
     """For query rows `rs` and their candidates `top (rows, k)`: the 0-based rank of each query in its
     candidate's reverse retrieval (the candidate's column, all queries), = how many queries score higher."""
@@ -541,7 +549,8 @@ def _ranks_to_scores(n_gallery: int, top: Tensor, order: Tensor, scores_rows: Te
 
 
 @torch.no_grad()
-def reciprocal_rerank(scores: Tensor, k: int = 15, *, chunk_size: int = 64, progress: bool = False) -> Tensor:
+def reciprocal_rerank(scores: Tensor, k: int = 15, *, rows: slice | None = None, chunk_size: int = 64,
+                      progress: bool = False) -> Tensor:
     """RR of Table IV: the cross-modal re-ranking of MTFN-RR (Wang et al., ACM MM 2019, DVSE ref. [44]).
 
     DVSE Sec. II-C: RR rests on "the fundamental assumption of reverse retrieval" and searches "for the
@@ -552,18 +561,20 @@ def reciprocal_rerank(scores: Tensor, k: int = 15, *, chunk_size: int = 64, prog
     captions of the query's own image, which uses the test annotations; we do not); ties in the reverse rank
     keep the original order (stable sort). MTFN-RR's script uses k = 15 (i2t) and 20 (t2i).
 
-    scores `(n_query, n_gallery)` -> `(n_query, n_gallery)` = minus the new 0-based rank (higher = better).
+    scores `(n_query, n_gallery)` -> `(n_query, n_gallery)` = minus the new 0-based rank (higher = better);
+    with `rows` only those queries' rows (their reverse ranks still read every query's scores).
     Time O(n_query k n_query); memory one `(n_query, chunk_size, k)` block.
     """
     _check_matrix(scores, "scores")
     n, m = scores.shape
     k = min(k, m)
-    out = torch.empty(n, m, dtype=scores.dtype, device=scores.device)
-    for rs in tqdm(list(_slices(n, chunk_size)), desc="RR", disable=not progress):
+    first, chunks = _query_slices(n, rows, chunk_size)
+    out = torch.empty(chunks[-1].stop - first, m, dtype=scores.dtype, device=scores.device)
+    for rs in tqdm(chunks, desc="RR", disable=not progress):
         top = scores[rs].topk(k, dim=1).indices  # (rows, k), best first
         reverse = _reverse_ranks(scores, top, rs)
         order = reverse.argsort(dim=1, stable=True)
-        out[rs] = _ranks_to_scores(m, top, order, scores[rs])
+        out[rs.start - first : rs.stop - first] = _ranks_to_scores(m, top, order, scores[rs])
     return out
 
 
@@ -574,6 +585,7 @@ def multivariate_rerank(
     *,
     weights: tuple[float, float] = (0.3, 1.1),
     decay: float = 0.05,
+    rows: slice | None = None,
     chunk_size: int = 64,
     progress: bool = False,
 ) -> Tensor:
@@ -588,18 +600,20 @@ def multivariate_rerank(
     rest keep their order below them (GaLR gives them 0). `weights = (w1, w2)`: GaLR's script values
     (0.3, 1.1) with k = 30 (its function defaults are (1.0, 0.7)). Ties keep the original order.
 
-    scores `(n_query, n_gallery)` -> `(n_query, n_gallery)` = minus the new 0-based rank (higher = better).
+    scores `(n_query, n_gallery)` -> `(n_query, n_gallery)` = minus the new 0-based rank (higher = better);
+    with `rows` only those queries' rows.
     """
     _check_matrix(scores, "scores")
     n, m = scores.shape
     k = min(max(10, k), m)
+    first, chunks = _query_slices(n, rows, chunk_size)
     w1, w2 = float(weights[0]), float(weights[1])
     column_sums = torch.zeros(m, dtype=scores.dtype, device=scores.device)
     for rs in _slices(n, DEFAULT_CHUNK):
         column_sums += scores[rs].sum(0)
     positions = torch.arange(k, device=scores.device, dtype=scores.dtype)
-    out = torch.empty(n, m, dtype=scores.dtype, device=scores.device)
-    for rs in tqdm(list(_slices(n, chunk_size)), desc="MR", disable=not progress):
+    out = torch.empty(chunks[-1].stop - first, m, dtype=scores.dtype, device=scores.device)
+    for rs in tqdm(chunks, desc="MR", disable=not progress):
         top_scores, top = scores[rs].topk(k, dim=1)  # (rows, k), best first: r = 0 .. k-1
         p1 = top_scores / column_sums[top]
         p2 = torch.exp(-decay * (positions + 1)).expand_as(p1)
@@ -608,5 +622,5 @@ def multivariate_rerank(
         p3 = torch.exp(-decay * (r_prime + 1))
         combined = w1 * p1 + p2 + w2 * p3
         order = combined.argsort(dim=1, descending=True, stable=True)
-        out[rs] = _ranks_to_scores(m, top, order, scores[rs])
+        out[rs.start - first : rs.stop - first] = _ranks_to_scores(m, top, order, scores[rs])
     return out
