@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 
 from xmr_core.config import RunConfig, check_profile, seed_everything, select_device

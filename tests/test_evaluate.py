@@ -299,12 +299,12 @@ def test_direction_scores_per_direction_chunked_and_reranked():
     # a re-ranker sees (queries, gallery): image rows for i2t, caption rows (the transpose) for t2i
     seen = []
 
-    def rerank(s):
-        seen.append(tuple(s.shape))
+    def rerank(s, direction):
+        seen.append((direction, *s.shape))
         return s - s.mean(dim=1, keepdim=True)
 
     r_i2t, r_t2i = E.direction_scores(DirectionalModel(3), img, cap, rerank=rerank)
-    assert seen == [(7, 9), (9, 7)]
+    assert seen == [("i2t", 7, 9), ("t2i", 9, 7)]
     torch.testing.assert_close(r_i2t, dot - dot.mean(1, keepdim=True))
     torch.testing.assert_close(r_t2i, t2i - t2i.mean(0, keepdim=True))
     # a model that is not directional is scored once, the same in both directions

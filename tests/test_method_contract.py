@@ -100,7 +100,7 @@ def test_the_training_score_agrees_with_the_test_score(name, overrides) -> None:
     with torch.no_grad():
         img, cap = model.encode_images(img_batch), model.encode_captions(cap_batch)
         train_scores = model.batch_scores(img, cap)
-    test_scores = score_matrix(model, img, cap)
+        test_scores = model.score(img, cap)  # the default test-time score (a directional method: both ways)
     assert train_scores.shape == test_scores.shape
     if name == "pcme" and not overrides.get("mu_only"):
         # both estimate Eq. (2)'s match probability by sampling (J = 7 and J = n_samples_test)

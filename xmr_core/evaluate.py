@@ -16,7 +16,8 @@ directions), where `emb` is a tensor `(n, ...)` or a tuple of tensors (e.g. a Ga
 sliced along dim 0. Batches are the dicts of `xmr_core.data.datasets` (`image_loader` / `caption_loader`, in
 split order). Scores of both directions keep the (N images, M captions) layout: image→text ranks each row of
 `scores_i2t`, text→image each column of `scores_t2i`. A re-ranker (`rerank`, e.g. DVSE's Fast Re-ranking)
-maps a (queries, gallery) matrix to one of the same shape and is applied to each direction's queries.
+maps a (queries, gallery) matrix and its direction to a matrix of the same shape, applied to each
+direction's queries (e.g. `similarity.FastReranker`).
 
 Keys (metric values in percent, ranks 1-based; definitions and the tie rule in `xmr_core.metrics`):
 - `{view}/{direction}/{metric}` for each view of `split.views()` (instance, class, exact) and direction
@@ -49,7 +50,7 @@ Embedding = Tensor | tuple[Tensor, ...]
 PROTOCOLS: tuple[str, ...] = ("full", "coco1k", "coco5k")
 DIRECTIONS: tuple[str, ...] = ("i2t", "t2i")
 SCORE_CHUNK = 256  # image rows scored per `model.score` call
-Reranker = Callable[[Tensor], Tensor]  # (queries, gallery) scores -> re-ranked scores of the same shape
+Reranker = Callable[[Tensor, str], Tensor]  # ((queries, gallery) scores, direction) -> the same shape
 
 
 # ------------------------------------------------------------------------------------------- embeddings
@@ -208,13 +209,13 @@ def direction_scores(
 ) -> tuple[Tensor, Tensor]:
     """(scores_i2t, scores_t2i), both `(N, M)`: scored once when the model is not `directional`, else once
     per direction; `rerank` (queries, gallery) -> same shape is applied to the image queries of i2t and to
-    the caption queries of t2i."""
+    the caption queries of t2i, with the direction (`rerank(scores, "i2t")`, `rerank(scores, "t2i")`)."""
     i2t = score_matrix(model, img_emb, cap_emb, direction="i2t", progress=progress, **score_kwargs)
     t2i = i2t
     if getattr(model, "directional", False):
         t2i = score_matrix(model, img_emb, cap_emb, direction="t2i", progress=progress, **score_kwargs)
     if rerank is not None:
-        i2t, t2i = rerank(i2t), rerank(t2i.T).T
+        i2t, t2i = rerank(i2t, "i2t"), rerank(t2i.T, "t2i").T
     return i2t, t2i
 
 

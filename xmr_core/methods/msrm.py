@@ -76,7 +76,7 @@ Choices the paper leaves open, each stated once:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -85,12 +85,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xmr_core.data.corpus import Split
 from xmr_core.encoders.heads import HeadOutput
-from xmr_core.encoders.image import ImageEncoder, ImageEncoderConfig
-from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
-from xmr_core.methods.base import RetrievalModel, in_batch_positives
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.methods.base import in_batch_positives
 from xmr_core.methods.pcme import PCMEConfig, build_head, uncertainty
+from xmr_core.methods.registry import register_method
+from xmr_core.methods.two_tower import TwoTower
 from xmr_core.similarity import Gaussian
 
 Direction = Literal["i2t", "t2i", "both"]
@@ -271,17 +272,17 @@ def log_cosine_probability(mu_q: Tensor, u_c: Tensor, lam: Tensor | float) -> Te
 
 
 # ------------------------------------------------------------------------------ the model
-class MSRM(RetrievalModel):
-    """MSRM. Embeddings: a Gaussian `(mu, logvar)`, both (n, D) (mu-only variant: mu (n, D))."""
+@register_method(MSRMConfig)
+class MSRM(TwoTower):
+    """MSRM. Embeddings: a Gaussian `(mu, logvar)`, both (n, D) (mu-only variant: mu (n, D)). The towers are
+    E_v's and E_t's trunks (Eq. 1-2). Directional: the query's covariance shapes the scores."""
 
     name = "msrm"
+    directional = True
 
     def __init__(self, config: MSRMConfig, word_vectors: np.ndarray) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config, word_vectors)
         heads = config.head_config()
-        self.image_encoder = ImageEncoder(config.image, config.embed_dim)  # E_v's trunk (Eq. 1-2)
-        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)  # E_t's trunk
         self.image_head = build_head(self.image_encoder.local_dim, heads)  # (mu_v, sigma_v), Eq. (1)-(3)
         self.text_head = build_head(self.text_encoder.local_dim, heads)  # (mu_t, sigma_t)
         self.tau = nn.Parameter(torch.tensor(float(config.init_tau)))  # Eq. (5)
@@ -305,10 +306,6 @@ class MSRM(RetrievalModel):
 
     def encode_captions(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
         return self._embed(self.text_head, self.text_encoder(batch))
-
-    def backbone_parameters(self) -> list[nn.Parameter]:
-        """The trunks (frozen in PCME's warm-up phase, which MSRM shares)."""
-        return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()
 
     @staticmethod
     def gaussian(emb: Tensor | Gaussian) -> Gaussian:
@@ -389,25 +386,13 @@ class MSRM(RetrievalModel):
 
     def score_direction(self, img_emb: Tensor | Gaussian, cap_emb: Tensor | Gaussian, direction: Direction,
                         *, chunk_size: int = DEFAULT_CHUNK) -> Tensor:
-        """`score` for one retrieval direction ("i2t" or "t2i"), (n_img, n_cap)."""
+        """`score` for one retrieval direction ("i2t" or "t2i"), (n_img, n_cap): what `evaluate` ranks by."""
+        if direction not in ("i2t", "t2i"):
+            raise ValueError(f"MSRM.score_direction: direction must be 'i2t' or 't2i', got {direction!r}")
         return self.score(img_emb, cap_emb, direction, chunk_size=chunk_size)
 
-
-# ------------------------------------------------------------------------------ evaluation per direction
-def evaluate_directions(model: MSRM, split: Split, vocab: Any, *, views: Sequence[str] | None = None,
-                        protocol: str = "full", device: str | torch.device | None = None) -> dict[str, float]:
-    """Every metric of `evaluate.evaluate_scores`, each direction scored with its own query's covariance: i2t
-    keys from `score(..., "i2t")`, t2i keys from `score(..., "t2i")`; rsum recomputed from those. Usable as
-    `fit(..., validate=lambda m, s: evaluate_directions(m, s, vocab))`."""
-    from xmr_core import metrics
-    from xmr_core.evaluate import embed_split, evaluate_scores, score_matrix
-
-    img, cap = embed_split(model, split, vocab, device=device)
-    out: dict[str, float] = {}
-    for direction in ("i2t", "t2i"):
-        results = evaluate_scores(split, score_matrix(model, img, cap, direction=direction), views=views,
-                                  protocol=protocol)  # type: ignore[arg-type]
-        out.update({k: v for k, v in results.items() if k.count("/") == 2
-                    and k.split("/")[1].partition("@")[0] == direction})
-    out["rsum"] = float(sum(out[f"instance/{d}/R@{k}"] for d in ("i2t", "t2i") for k in metrics.RSUM_KS))
-    return out
+    def batch_scores(self, img_emb: Tensor | Gaussian, cap_emb: Tensor | Gaussian) -> Tensor:
+        """The training-time twin of `score` ("both"): -(d_m^2(image query) + d_m^2(caption query)^T) / 2 on a
+        batch, (B, B), differentiable."""
+        img, cap = self.gaussian(img_emb), self.gaussian(cap_emb)
+        return -0.5 * (mahalanobis(img, cap[0]) + mahalanobis(cap, img[0]).T)

@@ -50,7 +50,7 @@ from torch import Tensor
 
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
-from xmr_core.losses import contrastive_hinge
+from xmr_core.losses import contrastive_hinge, hinge_per_query
 from xmr_core.methods.base import in_batch_positives
 from xmr_core.methods.registry import register_method
 from xmr_core.methods.two_tower import TwoTower
@@ -95,6 +95,15 @@ class HingeSchedule:
             return contrastive_hinge(scores, margin=self.margin, negatives="sum", positive_mask=mask)
         return contrastive_hinge(scores, margin=self.margin, negatives=self.negatives, topk=self.k(len(scores)),
                                  max_weight=weight, positive_mask=mask)
+
+    def per_query(self, scores: Tensor, batch: dict[str, Tensor], epoch: float) -> tuple[Tensor, Tensor]:
+        """The hinge of `loss` per query: (i2t (B,), t2i (B,)); their sums are `loss`."""
+        weight = self.max_weight(epoch)
+        mask = in_batch_positives(batch) if self.mask_positives else None
+        if weight == 0.0:
+            return hinge_per_query(scores, margin=self.margin, negatives="sum", positive_mask=mask)
+        return hinge_per_query(scores, margin=self.margin, negatives=self.negatives, topk=self.k(len(scores)),
+                               max_weight=weight, positive_mask=mask)
 
     def k(self, batch_size: int) -> int:
         """How many hardest negatives "topk" sums for a batch of `batch_size` pairs."""
