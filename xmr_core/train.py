@@ -109,9 +109,8 @@ class FitResult:
 
     @property
     def converged(self) -> bool:
-        """True when the best epoch is not the last: training stopped because `select` had not improved by more
-        than `min_delta` for `patience` epochs (checked after every epoch, the last included), or the whole
-        schedule ran (with a cosine the last epoch's lr is < 1% of the peak) and its last epoch was no better
+        """True when training stopped because `select` had not improved by more than `min_delta` for `patience`
+        epochs (checked after every epoch, the last included: a plateau), or when the whole schedule ran (with a cosine the last epoch's lr is < 1% of the peak) and its last epoch was no better
         than an earlier one. A run whose last epoch was its best may still have been improving: not converged."""
         return self.stopped == "patience" or 0 < self.best_epoch < len(self.history)
 
