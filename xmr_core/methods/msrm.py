@@ -34,7 +34,7 @@ and the captions' means, t2i the caption's Gaussian and the images' means. `MSRM
 returns `(n_img, n_cap)` for either ("i2t", "t2i"), or "both", the mean of the two, which is the default
 (`MSRMConfig.test_direction`) so that a single matrix (e.g. `fit`'s validation through `evaluate_model`)
 scores both directions alike. The paper's protocol takes i2t metrics from the "i2t" matrix and t2i metrics
-from the "t2i" matrix: `evaluate_directions` here does so, and the evaluation platform calls
+from the "t2i" matrix: `evaluate.direction_scores` here does so, and the evaluation platform calls
 `score(..., direction=...)` per direction (`evaluate.score_matrix(model, img, cap, direction="t2i")` passes
 the keyword through).
 
