@@ -31,12 +31,10 @@ objective that shapes the means. For one query the softmax of Eq. (5) is monoton
 
 The score depends on the direction, because the query's covariance is used: i2t takes the image's Gaussian
 and the captions' means, t2i the caption's Gaussian and the images' means. `MSRM.score(img, cap, direction)`
-returns `(n_img, n_cap)` for either ("i2t", "t2i"), or "both", the mean of the two, which is the default
-(`MSRMConfig.test_direction`) so that a single matrix (e.g. `fit`'s validation through `evaluate_model`)
-scores both directions alike. The paper's protocol takes i2t metrics from the "i2t" matrix and t2i metrics
-from the "t2i" matrix: `evaluate.direction_scores` here does so, and the evaluation platform calls
-`score(..., direction=...)` per direction (`evaluate.score_matrix(model, img, cap, direction="t2i")` passes
-the keyword through).
+returns `(n_img, n_cap)` for either ("i2t", "t2i"), or "both", the mean of the two (the default,
+`MSRMConfig.test_direction`). MSRM is `directional`: `xmr_core.evaluate` (validation in `fit` included) takes
+i2t metrics from `score_direction(..., "i2t")` and t2i metrics from `score_direction(..., "t2i")`
+(`evaluate.direction_scores`), the paper's protocol.
 
 Choices the paper leaves open, each stated once:
 - Variance: Eq. (2) gives sigma = ReLU(...) (a variance that can be 0, and Eq. 4 divides by it); PCME's heads
