@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 
 from xmr_core.config import RunConfig, check_profile, seed_everything, select_device
@@ -57,3 +57,19 @@ def test_torch_ranges_admit_the_local_builds() -> None:
 
     spec = {re.split(r"[<>=!~ ]", d)[0]: SpecifierSet(d[len(re.split(r"[<>=!~ ]", d)[0]):]) for d in deps}
     assert "2.14.1" in spec["torch"] and "0.29.1" in spec["torchvision"]
+
+
+def test_the_data_seed_is_not_the_training_seed() -> None:
+    run = RunConfig.from_params(PROFILE="smoke", DATA_SEED=3, SEED=1)
+    assert (run.data_seed, run.seed, run.extra) == (3, 1, {})
+    assert "data_seed" in run.describe()
+
+
+@pytest.mark.parametrize("notebook", sorted(Path("book").glob("*/*.py")), ids=str)
+def test_every_chapter_generates_its_data_from_DATA_SEED(notebook: Path) -> None:
+    """`-p SEED 1` retrains on the same benchmark: corpora are loaded with DATA_SEED, never SEED."""
+    text = notebook.read_text()
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    calls = re.findall(r"load_corpus\([^)]*\)", code)
+    assert "DATA_SEED = " in text and calls
+    assert all("seed=DATA_SEED" in call for call in calls), calls

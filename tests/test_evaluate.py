@@ -262,3 +262,51 @@ def test_evaluate_similarities_one_embedding_each_method():
     assert set(got) == {"dot", "negated"}
     assert got["dot"]["instance/t2i/R@1"] == 100.0 and got["dot"]["instance/i2t/R@1"] == 100.0
     assert got["negated"]["instance/t2i/R@1"] == 0.0 and got["negated"]["instance/t2i/meanR"] == 6.0
+
+
+def test_each_direction_is_ranked_by_its_own_scores():
+    split = make_split()
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(10, 50, generator=gen), torch.randn(10, 50, generator=gen)
+    both = E.evaluate_scores(split, a, scores_t2i=b)
+    only_a, only_b = E.evaluate_scores(split, a), E.evaluate_scores(split, b)
+    assert {k: v for k, v in both.items() if "/i2t" in k} == {k: v for k, v in only_a.items() if "/i2t" in k}
+    assert {k: v for k, v in both.items() if "/t2i" in k} == {k: v for k, v in only_b.items() if "/t2i" in k}
+    with pytest.raises(ValueError, match="scores_t2i have shape"):
+        E.evaluate_scores(split, a, scores_t2i=b.T)
+
+
+class DirectionalModel(FakeModel):
+    """Scores x.y for image queries and 2 x.y - |x|^2 (a query-dependent offset) for caption queries."""
+
+    directional = True
+
+    def score_direction(self, img, cap, direction):
+        s = img[0] @ cap[0].T
+        return s if direction == "i2t" else 2 * s - (img[0] ** 2).sum(1, keepdim=True)
+
+
+def test_direction_scores_per_direction_chunked_and_reranked():
+    gen = torch.Generator().manual_seed(4)
+    img = (torch.randn(7, 3, generator=gen), torch.zeros(7, 3))
+    cap = (torch.randn(9, 3, generator=gen), torch.zeros(9, 3))
+    dot = img[0] @ cap[0].T
+    i2t, t2i = E.direction_scores(DirectionalModel(3), img, cap)
+    torch.testing.assert_close(i2t, dot)
+    torch.testing.assert_close(t2i, 2 * dot - (img[0] ** 2).sum(1, keepdim=True))
+    blocks = E.score_matrix(DirectionalModel(3), img, cap, direction="t2i", chunk_size=2, caption_chunk=4)
+    torch.testing.assert_close(blocks, t2i)
+    # a re-ranker sees (queries, gallery): image rows for i2t, caption rows (the transpose) for t2i
+    seen = []
+
+    def rerank(s, direction):
+        seen.append((direction, *s.shape))
+        return s - s.mean(dim=1, keepdim=True)
+
+    r_i2t, r_t2i = E.direction_scores(DirectionalModel(3), img, cap, rerank=rerank)
+    assert seen == [("i2t", 7, 9), ("t2i", 9, 7)]
+    torch.testing.assert_close(r_i2t, dot - dot.mean(1, keepdim=True))
+    torch.testing.assert_close(r_t2i, t2i - t2i.mean(0, keepdim=True))
+    # a model that is not directional is scored once, the same in both directions
+    same_i2t, same_t2i = E.direction_scores(FakeModel(3), img, cap)
+    assert same_t2i is same_i2t

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
-import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt

@@ -332,10 +332,11 @@ def test_min_delta_counts_only_improvements_larger_than_it(tmp_path) -> None:
 def test_patience_zero_trains_every_epoch(tmp_path) -> None:
     _, result, calls, _ = _run(RISE_THEN_FLAT, tmp_path / "run", patience=0)
     assert len(result.history) == 10 and len(calls) == 10
-    assert result.best_epoch == 3 and result.stopped == "max_epochs" and result.converged is False
+    # every epoch ran, and the best (3) is not the last (10): converged by the schedule, not by patience
+    assert result.best_epoch == 3 and result.stopped == "max_epochs" and result.converged is True
     again = fit(_model(), TRAIN, VAL, _stopping_cfg(patience=0), tmp_path / "run", vocab=VOCAB,
                 validate=_scripted(RISE_THEN_FLAT)[0])
-    assert again.cached and again.stopped == "max_epochs" and again.converged is False
+    assert again.cached and again.stopped == "max_epochs" and again.converged is True
 
 
 def test_still_improving_at_the_last_epoch_is_not_converged(tmp_path) -> None:
@@ -349,3 +350,13 @@ def test_negative_patience_or_min_delta_is_refused() -> None:
         _stopping_cfg(patience=-1)
     with pytest.raises(ValueError, match="min_delta"):
         _stopping_cfg(min_delta=-0.5)
+
+
+def test_the_last_epoch_best_by_a_hair_is_not_converged(tmp_path) -> None:
+    # min_delta 1 keeps patience from firing (20.5 and 20.8 are not counted), but epoch 4 is still the best:
+    # the schedule ended while the score was rising, so the run is not converged
+    _, result, _, _ = _run([10.0, 20.0, 20.5, 20.8], tmp_path / "run", epochs=4, patience=3, min_delta=1.0)
+    assert result.stopped == "max_epochs" and result.best_epoch == 4 and not result.converged
+    # the same scores with the last epoch below the best: converged at the end of the schedule
+    _, flat, _, _ = _run([10.0, 20.0, 20.8, 20.5], tmp_path / "run2", epochs=4, patience=3, min_delta=1.0)
+    assert flat.stopped == "max_epochs" and flat.best_epoch == 3 and flat.converged

@@ -1,4 +1,5 @@
-"""`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`."""
+"""`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`,
+`xmr book build [--profile P]` (the HTML book from the executed notebooks)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject a notebook parameter (VALUE parsed as a Python literal when possible)",
     )
     run.add_argument("--force", action="store_true", help="rerun notebooks whose inputs are unchanged")
+    build = book.add_parser(
+        "build", help="the HTML book (Jupyter Book) from the executed notebooks, into book/_build/<profile>/html"
+    )
+    build.add_argument("--profile", choices=PROFILES, default="cpu", help="whose executed notebooks (default cpu)")
+    build.add_argument("--verbose", action="store_true", help="show Sphinx's messages")
     return parser
 
 
@@ -30,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "list":
         book.list_book()
+        return 0
+    if args.action == "build":
+        from xmr_core import book_html
+
+        book_html.build_html(args.profile, quiet=not args.verbose)
         return 0
     params = {name: book.parse_value(value) for name, value in args.parameter}
     summary = book.run_book(args.chapters, profile=args.profile, params=params, force=args.force)

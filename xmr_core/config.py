@@ -67,7 +67,8 @@ class RunConfig:
     profile: Profile = "cpu"
     dataset: str = "scenes"
     data_root: str = ""
-    seed: int = 0
+    seed: int = 0  # the training seed (model initialisation, batches, augmentation)
+    data_seed: int = 0  # the benchmark's generation seed (scenes and its class split); fixed across training seeds
     device: str = "auto"
     results_dir: str = "results"
     progress: bool = True

@@ -1,16 +1,23 @@
 """Split -> embeddings -> score matrix -> every metric under every relevance view, as one flat dict.
 
     embed_split(model, split, vocab)          -> (image embeddings, caption embeddings)
-    score_matrix(model, img_emb, cap_emb)     -> scores_i2t (N, M), filled by chunks of image rows
+    score_matrix(model, img_emb, cap_emb)     -> scores (N, M) of one direction, filled by blocks of image
+                                                 rows (and, with `caption_chunk`, caption columns)
+    direction_scores(model, img_emb, cap_emb) -> (scores_i2t, scores_t2i), both (N, M), re-ranked if asked
     evaluate_scores(split, scores_i2t, ...)   -> {"instance/i2t/R@1": ..., "exact/t2i/mAP@R": ..., "rsum": ...}
-    evaluate_model(model, split, vocab, ...)  -> the three above in a row
+    evaluate_model(model, split, vocab, ...)  -> embed, score both directions (+ re-ranking), evaluate
     evaluate_similarities(model, split, vocab, methods) -> {method: evaluate_scores under that similarity}
     results_frame(results)                    -> tidy DataFrame: view, direction, level, metric, value
 
-Model contract: `model.encode_images(batch) -> emb`, `model.encode_captions(batch) -> emb` and
-`model.score(img_emb, cap_emb) -> Tensor (n_img, n_cap)` (higher = more similar), where `emb` is a tensor
-`(n, ...)` or a tuple of tensors (e.g. a Gaussian `(mu, logvar)`), all sliced along dim 0. Batches are the
-dicts of `xmr_core.data.datasets` (`image_loader` / `caption_loader`, in split order).
+Model contract (`xmr_core.methods.base`): `model.encode_images(batch) -> emb`, `model.encode_captions(batch)
+-> emb` and `model.score_direction(img_emb, cap_emb, direction, **options) -> Tensor (n_img, n_cap)` (higher
+= more similar; a model without it is scored by `model.score(img_emb, cap_emb, **options)` in both
+directions), where `emb` is a tensor `(n, ...)` or a tuple of tensors (e.g. a Gaussian `(mu, logvar)`), all
+sliced along dim 0. Batches are the dicts of `xmr_core.data.datasets` (`image_loader` / `caption_loader`, in
+split order). Scores of both directions keep the (N images, M captions) layout: image→text ranks each row of
+`scores_i2t`, text→image each column of `scores_t2i`. A re-ranker (`rerank`, e.g. DVSE's Fast Re-ranking)
+maps a (queries, gallery) matrix and its direction to a matrix of the same shape, applied to each
+direction's queries (e.g. `similarity.FastReranker`).
 
 Keys (metric values in percent, ranks 1-based; definitions and the tie rule in `xmr_core.metrics`):
 - `{view}/{direction}/{metric}` for each view of `split.views()` (instance, class, exact) and direction
@@ -26,7 +33,7 @@ Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 te
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -43,6 +50,7 @@ Embedding = Tensor | tuple[Tensor, ...]
 PROTOCOLS: tuple[str, ...] = ("full", "coco1k", "coco5k")
 DIRECTIONS: tuple[str, ...] = ("i2t", "t2i")
 SCORE_CHUNK = 256  # image rows scored per `model.score` call
+Reranker = Callable[[Tensor, str], Tensor]  # ((queries, gallery) scores, direction) -> the same shape
 
 
 # ------------------------------------------------------------------------------------------- embeddings
@@ -141,30 +149,74 @@ def embed_split(
     return img, cap
 
 
+def _score_fn(model: Any, direction: str) -> Callable[..., Tensor]:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if hasattr(model, "score_direction"):
+        return lambda img, cap, **options: model.score_direction(img, cap, direction, **options)
+    return model.score
+
+
 @torch.no_grad()
 def score_matrix(
     model: Any,
     img_emb: Embedding,
     cap_emb: Embedding,
     *,
+    direction: str = "i2t",
     chunk_size: int = SCORE_CHUNK,
+    caption_chunk: int | None = None,
     progress: bool = False,
     **score_kwargs: Any,
 ) -> Tensor:
-    """Scores `(N, M)` from `model.score(img_emb[i:j], cap_emb, **score_kwargs)`, `chunk_size` image rows at
-    a time (`score_kwargs`: e.g. PCME's `method`, a test-time similarity other than the model's default)."""
+    """Scores `(N, M)` of `direction` from `model.score_direction(img_emb[i:j], cap_emb[k:l], direction,
+    **score_kwargs)`, in blocks of `chunk_size` image rows × `caption_chunk` caption columns (None: all
+    captions at once, e.g. for a cross-attention scorer that needs both axes bounded) (`score_kwargs`: e.g.
+    PCME's `method`, a test-time similarity other than the model's default)."""
     n, m = _n_rows(img_emb), _n_rows(cap_emb)
-    blocks = []
+    score = _score_fn(model, direction)
+    col_step = m if caption_chunk is None else caption_chunk
+    if chunk_size < 1 or col_step < 1:
+        raise ValueError(f"score_matrix: chunk sizes must be >= 1, got {chunk_size} and {caption_chunk}")
+    out = None
     for start in tqdm(range(0, n, chunk_size), desc="score", disable=not progress):
         rows = slice(start, min(start + chunk_size, n))
-        block = model.score(_rows(img_emb, rows), cap_emb, **score_kwargs)
-        if tuple(block.shape) != (rows.stop - rows.start, m):
-            raise ValueError(
-                f"model.score gave shape {tuple(block.shape)} for {rows.stop - rows.start} images "
-                f"× {m} captions"
-            )
-        blocks.append(block)
-    return torch.cat(blocks)
+        for col in range(0, m, col_step):
+            cols = slice(col, min(col + col_step, m))
+            block = score(_rows(img_emb, rows), _rows(cap_emb, cols) if caption_chunk else cap_emb,
+                          **score_kwargs)
+            shape = (rows.stop - rows.start, cols.stop - cols.start)
+            if tuple(block.shape) != shape:
+                raise ValueError(f"model.score gave shape {tuple(block.shape)} for {shape[0]} images × {shape[1]} "
+                                 "captions")
+            if out is None:
+                out = torch.empty((n, m), dtype=block.dtype, device=block.device)
+            out[rows, cols] = block
+    if out is None:
+        raise ValueError(f"score_matrix: nothing to score ({n} images × {m} captions)")
+    return out
+
+
+@torch.no_grad()
+def direction_scores(
+    model: Any,
+    img_emb: Embedding,
+    cap_emb: Embedding,
+    *,
+    rerank: Reranker | None = None,
+    progress: bool = False,
+    **score_kwargs: Any,
+) -> tuple[Tensor, Tensor]:
+    """(scores_i2t, scores_t2i), both `(N, M)`: scored once when the model is not `directional`, else once
+    per direction; `rerank` (queries, gallery) -> same shape is applied to the image queries of i2t and to
+    the caption queries of t2i, with the direction (`rerank(scores, "i2t")`, `rerank(scores, "t2i")`)."""
+    i2t = score_matrix(model, img_emb, cap_emb, direction="i2t", progress=progress, **score_kwargs)
+    t2i = i2t
+    if getattr(model, "directional", False):
+        t2i = score_matrix(model, img_emb, cap_emb, direction="t2i", progress=progress, **score_kwargs)
+    if rerank is not None:
+        i2t, t2i = rerank(i2t, "i2t"), rerank(t2i.T, "t2i").T
+    return i2t, t2i
 
 
 # ----------------------------------------------------------------------------------------- evaluation
@@ -190,6 +242,7 @@ def _relevances(
 def _evaluate_block(
     split: Split,
     scores_i2t: Tensor,
+    scores_t2i: Tensor,
     t2i: Mapping[str, np.ndarray | None],
     images: slice,
     captions: slice,
@@ -204,7 +257,7 @@ def _evaluate_block(
     levels = None if split.caption_level is None else np.asarray(split.caption_level)[captions]
     out: dict[str, float] = {}
     for direction in DIRECTIONS:
-        scores = scores_i2t if direction == "i2t" else scores_i2t.T
+        scores = scores_i2t if direction == "i2t" else scores_t2i.T
         named = {name: rel for view in views for name, rel in rels[view][direction].items()}
         stats = metrics.ranking_stats(
             scores, named, precision_ks=precision_ks, chunk_rows=chunk_rows, progress=progress
@@ -241,18 +294,22 @@ def evaluate_scores(
     precision_ks: Sequence[int] = (),
     chunk_rows: int | None = None,
     progress: bool = False,
+    scores_t2i: Tensor | np.ndarray | None = None,
 ) -> dict[str, float]:
     """Every metric under every view (default: `split.views()`), both directions, as one flat dict.
 
-    `scores_i2t`: `(N, M)` image→caption scores of the split, higher = more similar. R@1/5/10 are always
+    `scores_i2t`: `(N, M)` image→caption scores of the split, higher = more similar; `scores_t2i`: the
+    `(N, M)` scores text→image queries are ranked by (default: the same matrix). R@1/5/10 are always
     included (rSum needs them). See the module docstring for the keys and the protocols.
     """
     s = torch.as_tensor(scores_i2t)
-    if tuple(s.shape) != (split.n_images, split.n_captions):
-        raise ValueError(
-            f"{split.source}: split {split.name!r}: scores have shape {tuple(s.shape)}, expected "
-            f"({split.n_images}, {split.n_captions}) images × captions"
-        )
+    s_t2i = s if scores_t2i is None else torch.as_tensor(scores_t2i)
+    for name, mat in (("scores", s), ("scores_t2i", s_t2i)):
+        if tuple(mat.shape) != (split.n_images, split.n_captions):
+            raise ValueError(
+                f"{split.source}: split {split.name!r}: {name} have shape {tuple(mat.shape)}, expected "
+                f"({split.n_images}, {split.n_captions}) images × captions"
+            )
     views = list(split.views() if views is None else views)
     missing = [v for v in views if v not in split.views()]
     if missing:
@@ -275,6 +332,7 @@ def evaluate_scores(
                 _evaluate_block(
                     split,
                     s[images, captions],
+                    s_t2i[images, captions],
                     t2i,
                     images,
                     captions,
@@ -305,14 +363,17 @@ def evaluate_model(
     precision_ks: Sequence[int] = (),
     progress: bool = False,
     loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None,
+    rerank: Reranker | None = None,
+    **score_kwargs: Any,
 ) -> dict[str, float]:
-    """`embed_split` -> `score_matrix` -> `evaluate_scores`."""
+    """`embed_split` -> `direction_scores` (with `rerank`, `score_kwargs`) -> `evaluate_scores`."""
     img, cap = embed_split(
         model, split, vocab, batch_size=batch_size, device=device, progress=progress, loaders=loaders
     )
-    scores = score_matrix(model, img, cap, progress=progress)
+    i2t, t2i = direction_scores(model, img, cap, rerank=rerank, progress=progress, **score_kwargs)
     return evaluate_scores(
-        split, scores, views, protocol, ks, zetas=zetas, precision_ks=precision_ks, progress=progress
+        split, i2t, views, protocol, ks, zetas=zetas, precision_ks=precision_ks, progress=progress,
+        scores_t2i=t2i,
     )
 
 
@@ -348,5 +409,8 @@ def evaluate_similarities(
     `methods`, scored with `model.score(..., method=m)` (the model and its config are left as they are).
     Returns {method: {metric key: value}}."""
     img, cap = embed_split(model, split, vocab, device=device, loaders=loaders)
-    return {m: evaluate_scores(split, score_matrix(model, img, cap, method=m), views=views, protocol=protocol)
-            for m in methods}
+    out = {}
+    for m in methods:
+        i2t, t2i = direction_scores(model, img, cap, method=m)
+        out[m] = evaluate_scores(split, i2t, views=views, protocol=protocol, scores_t2i=t2i)
+    return out

@@ -45,25 +45,16 @@ def _reduce(values: Tensor, reduction: Reduction) -> Tensor:
     raise ValueError(f"unknown reduction {reduction!r}; choose 'sum' or 'mean'")
 
 
-def contrastive_hinge(
+def hinge_per_query(
     scores: Tensor,
     margin: float = 0.2,
     negatives: Literal["sum", "max", "topk"] = "sum",
     topk: int = 1,
     max_weight: float = 1.0,
     positive_mask: Tensor | None = None,
-    reduction: Reduction = "sum",
-) -> Tensor:
-    """Bidirectional triplet hinge loss of VSE0 (sum over negatives) and VSE++ (hardest negative).
-
-    Faghri et al. (VSE++, BMVC 2018) Eq. (2) sum and Eq. (4) max-violation:
-    `l(i, c) = H_c' [margin - s(i, c) + s(i, c')]_+ + H_i' [margin - s(i, c) + s(i', c)]_+`, where H is a sum
-    over negatives (`"sum"`), their max (`"max"`), or the sum of the `topk` largest violations (`"topk"`).
-    With `"max"` / `"topk"`, `max_weight` w mixes `(1 - w) * sum + w * hard` (w = 1: pure VSE++), so a
-    schedule can move gradually from VSE0 to VSE++. Pairs on the diagonal and in `positive_mask` are not
-    negatives. scores `(B, B)` -> scalar, summed over the B queries of each direction (as VSE++'s code) or
-    averaged (`reduction="mean"`, i.e. divided by B).
-    """
+) -> tuple[Tensor, Tensor]:
+    """The per-query terms of `contrastive_hinge`: (i2t `(B,)` for each image row, t2i `(B,)` for each caption
+    column), so a method can weight queries one by one (DVSE's variance-aware weights, Eq. 11)."""
     not_negative = _check_scores(scores, positive_mask)
     if negatives not in ("sum", "max", "topk"):
         raise ValueError(f"contrastive_hinge: unknown negatives {negatives!r}; choose 'sum', 'max' or 'topk'")
@@ -86,7 +77,30 @@ def contrastive_hinge(
         hard = cost.amax(dim) if negatives == "max" else cost.topk(topk, dim=dim).values.sum(dim)
         return (1.0 - max_weight) * summed + max_weight * hard
 
-    return _reduce(per_query(cost_i2t, 1), reduction) + _reduce(per_query(cost_t2i, 0), reduction)
+    return per_query(cost_i2t, 1), per_query(cost_t2i, 0)
+
+
+def contrastive_hinge(
+    scores: Tensor,
+    margin: float = 0.2,
+    negatives: Literal["sum", "max", "topk"] = "sum",
+    topk: int = 1,
+    max_weight: float = 1.0,
+    positive_mask: Tensor | None = None,
+    reduction: Reduction = "sum",
+) -> Tensor:
+    """Bidirectional triplet hinge loss of VSE0 (sum over negatives) and VSE++ (hardest negative).
+
+    Faghri et al. (VSE++, BMVC 2018) Eq. (2) sum and Eq. (4) max-violation:
+    `l(i, c) = H_c' [margin - s(i, c) + s(i, c')]_+ + H_i' [margin - s(i, c) + s(i', c)]_+`, where H is a sum
+    over negatives (`"sum"`), their max (`"max"`), or the sum of the `topk` largest violations (`"topk"`).
+    With `"max"` / `"topk"`, `max_weight` w mixes `(1 - w) * sum + w * hard` (w = 1: pure VSE++), so a
+    schedule can move gradually from VSE0 to VSE++. Pairs on the diagonal and in `positive_mask` are not
+    negatives. scores `(B, B)` -> scalar, summed over the B queries of each direction (as VSE++'s code) or
+    averaged (`reduction="mean"`, i.e. divided by B). The per-query terms: `hinge_per_query`.
+    """
+    i2t, t2i = hinge_per_query(scores, margin, negatives, topk, max_weight, positive_mask)
+    return _reduce(i2t, reduction) + _reduce(t2i, reduction)
 
 
 def soft_contrastive_nll(logits: Tensor, matched: Tensor) -> Tensor:

@@ -213,8 +213,8 @@ def difference_verdict(diff: float, spread: float) -> Verdict:
 
 def require_converged(verdict_: Verdict, evidence: str, models: list[str],
                       converged: dict[str, bool]) -> tuple[Verdict, str]:
-    """A claim comparing `models` is judged only when every run of every one of them converged (stopped by
-    patience, `FitResult.converged`); otherwise it is "not tested" and the evidence says which were not.
+    """A claim comparing `models` is judged only when every run of every one of them converged (stopped on a
+    plateau, or its best epoch is not its last: `FitResult.converged`); otherwise it is "not tested" and the evidence says which were not.
     converged: model -> whether all of its runs converged. Returns (verdict, evidence)."""
     missing = [m for m in models if m not in converged]
     if missing:
@@ -222,7 +222,7 @@ def require_converged(verdict_: Verdict, evidence: str, models: list[str],
     unconverged = [m for m in models if not converged[m]]
     if not unconverged:
         return verdict_, evidence
-    return "not tested", f"{evidence}; not tested: {', '.join(unconverged)} not converged (stopped at the epoch limit)"
+    return "not tested", f"{evidence}; not tested: {', '.join(unconverged)} not converged (still improving when its schedule ended)"
 
 
 @dataclass

@@ -4,7 +4,7 @@ Every scorer returns an `(N, M)` matrix, higher = more similar, with the first a
 (rows) and the second as the gallery (columns). Scorers work on CPU and CUDA (the output lives on the
 inputs' device) and fill the matrix block by block, `chunk_size` items a side, so a COCO 5K-sized gallery
 (5,000 x 25,000, D=1024, J=7) is scored without ever building an `(N, M, J, J, D)` tensor. DVSE's Fast
-Re-ranking of a score matrix is at the end.
+Re-ranking (FR) of a score matrix and the two re-rankers it is compared with (RR, MR) are at the end.
 
 Gaussian embeddings are `(mu, logvar)` pairs, both `(N, D)`, with `logvar = log sigma^2` per dimension
 (diagonal covariance). This is the only parametrisation in the library.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -162,19 +163,24 @@ def max_pair_cosine(a: Tensor, b: Tensor, *, chunk_size: int = DEFAULT_CHUNK, pr
 
 
 def sample_gaussian(
-    mu: Tensor, logvar: Tensor, n_samples: int, generator: torch.Generator | None = None
+    mu: Tensor, logvar: Tensor, n_samples: int, generator: torch.Generator | None = None, *,
+    shared_noise: bool = False,
 ) -> Tensor:
     """Reparametrised samples `z = mu + exp(logvar / 2) * eps`: `(N, D)` -> `(N, J, D)`, J = `n_samples`.
 
     PCME Eq. (4). Differentiable in mu and logvar. `generator` may live on another device than `mu`
     (the noise is then drawn there and moved), so a CPU generator gives the same samples on any device.
+    `shared_noise`: every item uses the same J noise vectors (common random numbers), so an item's samples
+    do not depend on which other items are sampled with it (test-time scores then do not depend on chunking).
     """
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     _check_gaussian((mu, logvar), "sample_gaussian")
-    shape = (mu.shape[0], n_samples, mu.shape[1])
+    shape = (1 if shared_noise else mu.shape[0], n_samples, mu.shape[1])
     noise_device = generator.device if generator is not None else mu.device
     eps = torch.randn(shape, generator=generator, device=noise_device, dtype=mu.dtype).to(mu.device)
+    if shared_noise:
+        eps = eps.expand(mu.shape[0], -1, -1).clone()
     std = torch.exp(0.5 * logvar).unsqueeze(1)
     if torch.is_grad_enabled() and (mu.requires_grad or logvar.requires_grad):
         return torch.addcmul(mu.unsqueeze(1), std, eps)
@@ -366,8 +372,11 @@ def csd(q: Gaussian, g: Gaussian, *, chunk_size: int = DEFAULT_CHUNK, progress: 
 
 
 def _both_samples(q: Gaussian, g: Gaussian, n_samples: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Test-time samples of both sides with common random numbers (`sample_gaussian(shared_noise=True)`): the
+    query side's J noise vectors, then the gallery side's, so a pair's score is the same in any chunk."""
     _check_gaussians(q, g)
-    return sample_gaussian(*q, n_samples, generator), sample_gaussian(*g, n_samples, generator)
+    return (sample_gaussian(*q, n_samples, generator, shared_noise=True),
+            sample_gaussian(*g, n_samples, generator, shared_noise=True))
 
 
 @torch.no_grad()
@@ -399,8 +408,9 @@ def match_probability(
 ) -> Tensor:
     """PCME's test-time score: Monte-Carlo match probability over J x J samples (Eq. 2, 3) -> `(N, M)`.
 
-    Each embedding is sampled once (J = `n_samples`) and the samples are reused for every pair.
-    Space: O(J^2 N).
+    Each embedding is sampled once (J = `n_samples`, the same J noise vectors for every item of a side:
+    common random numbers, an unbiased estimate for every pair whatever the chunking) and the samples are
+    reused for every pair. Space: O(J^2 N).
     """
     zq, zg = _both_samples(q, g, n_samples, generator)
     return match_probability_from_samples(zq, zg, a, b, chunk_size=chunk_size, progress=progress)
@@ -440,21 +450,202 @@ def gaussian_scores(
 
 
 # --------------------------------------------------------------------------------------------------- re-ranking
+#
+# Re-rankers of a finished score matrix (DVSE, Wei et al., Sec. III-D and Table IV). Every one takes a
+# `(n_query, n_gallery)` matrix, higher = more similar, with the QUERIES AS ROWS, and returns an
+# `(n_query, n_gallery)` matrix to rank along its rows. Either direction is the same call: for images x
+# captions `A`, image->text re-ranks `A` and text->image re-ranks `A.T` (a view; nothing is copied).
+
+
+def _check_scales(scales: tuple[float, float], name: str) -> tuple[float, float]:
+    if len(scales) != 2 or not all(math.isfinite(float(x)) and float(x) > 0 for x in scales):
+        raise ValueError(f"{name}: expected two positive finite scales, got {scales!r}")
+    return float(scales[0]), float(scales[1])
 
 
 @torch.no_grad()
 def fast_rerank(
-    scores: Tensor, gamma: tuple[float, float], lam: tuple[float, float]
-) -> tuple[Tensor, Tensor]:
-    """DVSE's Fast Re-ranking (FR, Wei et al. Eq. 14, 15): each score is normalised by the scores of its
-    column (image->text) or row (text->image), so a caption that another image claims more strongly drops.
+    scores: Tensor,
+    scales: tuple[float, float],
+    *,
+    log: bool = True,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> Tensor:
+    """DVSE's Fast Re-ranking (FR) of one retrieval direction, Eq. (13)-(15), queries as rows.
 
-    scores `(N_images, N_captions)` -> `(i2t (N_images, N_captions), t2i (N_captions, N_images))`, in log form
-    (a monotone map of the paper's ratio, so rankings are the same and large scales do not overflow):
-    `i2t_ij = gamma2 A_ij - log sum_l exp(gamma1 A_lj)` (softmax0) and
-    `t2i_ji = lam2 A_ij - log sum_l exp(lam1 A_il)` (softmax1). `gamma = (gamma1, gamma2)`, `lam = (lam1, lam2)`.
+    Eq. (14): `Ã_qg = (Σ_l exp(γ1 A_lg) / exp(γ2 A_qg))^-1 = exp(γ2 A_qg) / Σ_l exp(γ1 A_lg)`: each score is
+    normalised over its COLUMN, i.e. over every query's score for the same gallery item ("when we compare
+    the similarity of two elements in a row, we normalize the column in which the element is located",
+    Fig. 5), so a gallery item that another query claims more strongly drops. With images x captions `A`,
+    `fast_rerank(A, (γ1, γ2))` is Eq. (15)'s `A_{i-t} = softmax0(A, γ1, γ2)` and
+    `fast_rerank(A.T, (λ1, λ2))` is `A_{t-i} = softmax1(A, λ1, λ2)` transposed (`fast_rerank_pair`).
+
+    scores `(n_query, n_gallery)` -> `(n_query, n_gallery)`. `log=True` (default) returns `log Ã =
+    γ2 A_qg − logsumexp_l(γ1 A_lg)`: the same ranking as the paper's ratio, and finite at any scale; `log=False`
+    returns the ratio `Ã` itself, which underflows to tied zeros once `γ·(A_max − A)` passes ~100 in float32.
+    Memory: the input, the output and one `(chunk_size, chunk_size)` block of temporaries (plus two
+    `n_gallery` vectors): the column log-sum-exp is accumulated block by block (column maximum, then the sum
+    of shifted exponentials), then the output is written block by block in place. Time O(n_query n_gallery).
     """
     _check_matrix(scores, "scores")
-    i2t = gamma[1] * scores - torch.logsumexp(gamma[0] * scores, dim=0, keepdim=True)  # Eq. (14), (15) softmax0
-    t2i = lam[1] * scores - torch.logsumexp(lam[0] * scores, dim=1, keepdim=True)  # Eq. (15) softmax1
-    return i2t, t2i.T
+    g1, g2 = _check_scales(scales, "fast_rerank")
+    n, m = scores.shape
+    rows = list(_slices(n, chunk_size))
+    cols = list(_slices(m, chunk_size))
+    col_max = torch.full((m,), float("-inf"), dtype=scores.dtype, device=scores.device)
+    for rs in rows:  # column maxima of A (γ1 > 0: the maximum of γ1 A is γ1 max A)
+        for cs in cols:
+            torch.maximum(col_max[cs], scores[rs, cs].amax(0), out=col_max[cs])
+    col_sum = torch.zeros(m, dtype=scores.dtype, device=scores.device)
+    for rs in tqdm(rows, desc="FR column sums", disable=not progress):
+        for cs in cols:
+            block = scores[rs, cs] - col_max[cs]  # the one block-sized temporary
+            col_sum[cs] += block.mul_(g1).exp_().sum(0)
+    lse = col_sum.log_().add_(col_max.mul_(g1))  # logsumexp_l(γ1 A_lg), (m,), in place of the two vectors
+    out = torch.empty(n, m, dtype=scores.dtype, device=scores.device)
+    for rs in tqdm(rows, desc="FR", disable=not progress):
+        for cs in cols:
+            target = out[rs, cs]
+            torch.mul(scores[rs, cs], g2, out=target)
+            target.sub_(lse[cs])
+            if not log:
+                target.exp_()
+    return out
+
+
+def fast_rerank_pair(
+    scores: Tensor,
+    gamma: tuple[float, float],
+    lam: tuple[float, float],
+    *,
+    log: bool = True,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Eq. (15): images x captions `A` -> (`A_{i-t}` (N_img, N_cap) = softmax0(A, γ1, γ2), to rank along rows;
+    `A_{t-i}` (N_cap, N_img) = softmax1(A, λ1, λ2) transposed, to rank along rows). `gamma = (γ1, γ2)`,
+    `lam = (λ1, λ2)`; the paper's values: COCO / Flickr30K γ1 = γ2 = 25, λ1 = λ2 = 20; CUB (9, 8) and (8, 17)."""
+    common = {"log": log, "chunk_size": chunk_size, "progress": progress}
+    return fast_rerank(scores, gamma, **common), fast_rerank(scores.T, lam, **common)
+
+
+@dataclass(frozen=True)
+class FastReranker:
+    """Fast Re-ranking as `evaluate`'s re-ranker: `(scores (queries, gallery), direction) -> scores`, with
+    (γ1, γ2) for image queries ("i2t", softmax0 of Eq. 15) and (λ1, λ2) for caption queries ("t2i")."""
+
+    gamma: tuple[float, float]
+    lam: tuple[float, float]
+    chunk_size: int = DEFAULT_CHUNK
+
+    def __call__(self, scores: Tensor, direction: str) -> Tensor:
+        if direction not in ("i2t", "t2i"):
+            raise ValueError(f"FastReranker: direction must be 'i2t' or 't2i', got {direction!r}")
+        return fast_rerank(scores, self.gamma if direction == "i2t" else self.lam, chunk_size=self.chunk_size)
+
+
+def _query_slices(n: int, rows: slice | None, chunk_size: int) -> tuple[int, list[slice]]:
+    """The query rows to re-rank (`rows`, default all) in chunks: (first row, [chunk slices])."""
+    start, stop, step = (rows or slice(0, n)).indices(n)
+    if step != 1 or stop <= start:
+        raise ValueError(f"rows must be a non-empty contiguous slice of the {n} queries, got {rows}")
+    return start, [slice(start + s.start, start + s.stop) for s in _slices(stop - start, chunk_size)]
+
+
+def _reverse_ranks(scores: Tensor, top: Tensor, rs: slice) -> Tensor:
+    """For query rows `rs` and their candidates `top (rows, k)`: the 0-based rank of each query in its
+    candidate's reverse retrieval (the candidate's column, all queries), = how many queries score higher."""
+    rows = torch.arange(rs.start, rs.stop, device=scores.device)
+    own = scores[rows.unsqueeze(1), top]  # (rows, k)
+    columns = scores[:, top.reshape(-1)].view(scores.shape[0], *top.shape)  # (n_query, rows, k)
+    return (columns > own.unsqueeze(0)).sum(0)
+
+
+def _ranks_to_scores(n_gallery: int, top: Tensor, order: Tensor, scores_rows: Tensor) -> Tensor:
+    """Rows of a re-ranked matrix as minus the new rank: the top-k candidates in `order` get -0 .. -(k-1),
+    the rest keep their original order below them (-k, -k-1, ...)."""
+    k = top.shape[1]
+    rank = scores_rows.argsort(dim=1, descending=True, stable=True).argsort(dim=1, stable=True)  # original ranks
+    out = -rank.to(scores_rows.dtype)
+    new_top = top.gather(1, order)
+    positions = torch.arange(k, device=top.device, dtype=scores_rows.dtype).expand_as(top)
+    return out.scatter_(1, new_top, -positions)
+
+
+@torch.no_grad()
+def reciprocal_rerank(scores: Tensor, k: int = 15, *, rows: slice | None = None, chunk_size: int = 64,
+                      progress: bool = False) -> Tensor:
+    """RR of Table IV: the cross-modal re-ranking of MTFN-RR (Wang et al., ACM MM 2019, DVSE ref. [44]).
+
+    DVSE Sec. II-C: RR rests on "the fundamental assumption of reverse retrieval" and searches "for the
+    nearest neighbors of k reciprocally". As in MTFN-RR's public `rerank.py` (`i2t_rerank`): for each query,
+    its top-k gallery items are re-sorted by the rank the query gets when each of them is used as a query in
+    the reverse direction (its column of `scores`); the items below the top k keep their order.
+    Open choices: the same rule in both directions (MTFN-RR's `t2i_rerank` takes the best rank of the five
+    captions of the query's own image, which uses the test annotations; we do not); ties in the reverse rank
+    keep the original order (stable sort). MTFN-RR's script uses k = 15 (i2t) and 20 (t2i).
+
+    scores `(n_query, n_gallery)` -> `(n_query, n_gallery)` = minus the new 0-based rank (higher = better);
+    with `rows` only those queries' rows (their reverse ranks still read every query's scores).
+    Time O(n_query k n_query); memory one `(n_query, chunk_size, k)` block.
+    """
+    _check_matrix(scores, "scores")
+    n, m = scores.shape
+    k = min(k, m)
+    first, chunks = _query_slices(n, rows, chunk_size)
+    out = torch.empty(chunks[-1].stop - first, m, dtype=scores.dtype, device=scores.device)
+    for rs in tqdm(chunks, desc="RR", disable=not progress):
+        top = scores[rs].topk(k, dim=1).indices  # (rows, k), best first
+        reverse = _reverse_ranks(scores, top, rs)
+        order = reverse.argsort(dim=1, stable=True)
+        out[rs.start - first : rs.stop - first] = _ranks_to_scores(m, top, order, scores[rs])
+    return out
+
+
+@torch.no_grad()
+def multivariate_rerank(
+    scores: Tensor,
+    k: int = 30,
+    *,
+    weights: tuple[float, float] = (0.3, 1.1),
+    decay: float = 0.05,
+    rows: slice | None = None,
+    chunk_size: int = 64,
+    progress: bool = False,
+) -> Tensor:
+    """MR of Table IV: the multivariate re-ranking of GaLR (Yuan et al., TGRS 2022, DVSE ref. [45]).
+
+    DVSE Sec. II-C: MR "further explore[s] the similarity matrix, and optimize[s] the retrieval results using
+    multiple ranking factors". As in GaLR's public `postprocessing/rerank.py` (`i2t_rerank_optim`), each of a
+    query's top-k candidates (k at least 10) gets the new score `w1 p1 + p2 + w2 p3` from three factors:
+    p1 = A_qg / Σ_l A_lg (the score over its column's sum, "saliency"), p2 = exp(−decay (r + 1)) with r its
+    original 0-based rank, p3 = exp(−decay (r' + 1)) with r' its position once the top k are sorted by the
+    query's rank in each candidate's reverse retrieval (RR's key). The top k are re-sorted by that score; the
+    rest keep their order below them (GaLR gives them 0). `weights = (w1, w2)`: GaLR's script values
+    (0.3, 1.1) with k = 30 (its function defaults are (1.0, 0.7)). Ties keep the original order.
+
+    scores `(n_query, n_gallery)` -> `(n_query, n_gallery)` = minus the new 0-based rank (higher = better);
+    with `rows` only those queries' rows.
+    """
+    _check_matrix(scores, "scores")
+    n, m = scores.shape
+    k = min(max(10, k), m)
+    first, chunks = _query_slices(n, rows, chunk_size)
+    w1, w2 = float(weights[0]), float(weights[1])
+    column_sums = torch.zeros(m, dtype=scores.dtype, device=scores.device)
+    for rs in _slices(n, DEFAULT_CHUNK):
+        column_sums += scores[rs].sum(0)
+    positions = torch.arange(k, device=scores.device, dtype=scores.dtype)
+    out = torch.empty(chunks[-1].stop - first, m, dtype=scores.dtype, device=scores.device)
+    for rs in tqdm(chunks, desc="MR", disable=not progress):
+        top_scores, top = scores[rs].topk(k, dim=1)  # (rows, k), best first: r = 0 .. k-1
+        p1 = top_scores / column_sums[top]
+        p2 = torch.exp(-decay * (positions + 1)).expand_as(p1)
+        reverse_order = _reverse_ranks(scores, top, rs).argsort(dim=1, stable=True)  # RR's order
+        r_prime = reverse_order.argsort(dim=1, stable=True).to(scores.dtype)  # each candidate's place in it
+        p3 = torch.exp(-decay * (r_prime + 1))
+        combined = w1 * p1 + p2 + w2 * p3
+        order = combined.argsort(dim=1, descending=True, stable=True)
+        out[rs.start - first : rs.stop - first] = _ranks_to_scores(m, top, order, scores[rs])
+    return out

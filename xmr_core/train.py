@@ -110,9 +110,10 @@ class FitResult:
     @property
     def converged(self) -> bool:
         """True when training stopped because `select` had not improved by more than `min_delta` for `patience`
-        epochs (checked after every epoch, the last included); a run that used up its epochs while still
-        improving is not converged."""
-        return self.stopped == "patience"
+        epochs (checked after every epoch, the last included: a plateau), or when the whole schedule ran (with
+        a cosine the last epoch's lr is < 1% of the peak) and its last epoch was no better than an earlier one.
+        A run whose last epoch was its best, by more than `min_delta`, may still have been improving."""
+        return self.stopped == "patience" or 0 < self.best_epoch < len(self.history)
 
 
 class CheckpointError(RuntimeError):

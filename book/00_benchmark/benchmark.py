@@ -41,7 +41,7 @@
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
-SEED = 0
+DATA_SEED = 0  # generates the benchmark (every chapter passes the same DATA_SEED)
 RESULTS_DIR = "results"
 PROGRESS = True
 N_GALLERY = 8  # images shown with their captions
@@ -75,10 +75,10 @@ from xmr_core.results import write_figure, write_table
 from xmr_core.viz import retrieval_gallery
 
 run = RunConfig.from_params(
-    PROFILE=PROFILE, DATASET="scenes", SEED=SEED, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS
+    PROFILE=PROFILE, DATASET="scenes", DATA_SEED=DATA_SEED, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS
 )
-single = scenes_config(PROFILE, seed=SEED)
-multi = scenes_config(PROFILE, variant="multi", seed=SEED)
+single = scenes_config(PROFILE, seed=DATA_SEED)
+multi = scenes_config(PROFILE, variant="multi", seed=DATA_SEED)
 print(run.describe())
 print(f"scenes (single)  = {single}")
 print(f"regions (single) = {default_region_config(single)}")
@@ -113,7 +113,7 @@ sizes = pd.DataFrame([
     for name, s in corpus.splits.items()
 ])  # fmt: skip
 write_table(sizes, "benchmark/sizes", run=run, caption=(
-    f"Scenes splits ({PROFILE} profile, seed {SEED}). Generated in {corpus.meta['generation_seconds']} s "
+    f"Scenes splits ({PROFILE} profile, seed {DATA_SEED}). Generated in {corpus.meta['generation_seconds']} s "
     f"plus {corpus.meta['regions']['total_seconds']} s for region features (wall time, on a shared CPU); "
     f"{disk_mb:.0f} MiB cached. "
     "Exact relevance of the train split is computed on demand (`exact_block`), not stored."))  # fmt: skip
@@ -256,7 +256,7 @@ other.round(1)
 # (red).
 
 # %%
-rng = np.random.default_rng(SEED)
+rng = np.random.default_rng(DATA_SEED)
 queries, rows, flags = [], [], []
 for lv in grammar.LEVELS:
     c = int(rng.choice(np.flatnonzero(levels == lv)))
@@ -390,7 +390,7 @@ for fmt in FORMATS:
     # Drill-down (Visual Genome) is the multi-query format: the multi variant goes there, as in HMRN's chapter
     variant, generated = ("multi", mcorpus) if fmt == "drilldown" else ("single", corpus)
     t0 = time.perf_counter()
-    back = load_corpus("scenes", profile=PROFILE, format=fmt, variant=variant, seed=SEED, progress=False)
+    back = load_corpus("scenes", profile=PROFILE, format=fmt, variant=variant, seed=DATA_SEED, progress=False)
     out = Path(back.meta["export_dir"])
     files = [p for p in out.rglob("*") if p.is_file()]
     rows.append({
@@ -414,7 +414,7 @@ formats
 
 # %%
 print(json.dumps({
-    "profile": PROFILE, "seed": SEED, "generation_seconds": corpus.meta["generation_seconds"],
+    "profile": PROFILE, "seed": DATA_SEED, "generation_seconds": corpus.meta["generation_seconds"],
     "region_seconds": corpus.meta["regions"]["total_seconds"], "cache_MiB": round(disk_mb, 1),
     "glove_coverage_%": round(100 * vectors.coverage, 1),
     "exact t2i positives by level": exact_t2i.set_index("level")["positives mean"].round(1).to_dict(),

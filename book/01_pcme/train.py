@@ -40,6 +40,7 @@
 PROFILE = "cpu"
 DATASET = "scenes"
 DATA_ROOT = ""
+DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = "results"
@@ -55,16 +56,28 @@ import seaborn as sns
 import torch
 
 from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
-from xmr_core.chapters.pcme import (COMPARED, LEARNING_RATES, TABLE2_COLUMNS, TABLE3_COLUMNS, fit_row, model_label,
-                                    table3_ceiling_row, tables_row, train_config, tune_methods, tuned_model)
+from xmr_core.chapters.pcme import (
+    COMPARED,
+    LEARNING_RATES,
+    TABLE2_COLUMNS,
+    TABLE3_COLUMNS,
+    fit_row,
+    model_label,
+    table3_ceiling_row,
+    tables_row,
+    train_config,
+    tune_methods,
+    tuned_model,
+)
+from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
+from xmr_core.chapters.recipes import encoder_configs, pcme_train_config
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.methods.pcme import chapter_trunk, encoder_configs, load_chapter_data, pcme_train_config
 from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
 from xmr_core.train import fit
 
-run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,
+run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
 seeds = [SEED + k for k in range(1 if PROFILE == "smoke" else N_SEEDS)]
 train_cfg = pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRESS)
@@ -84,7 +97,7 @@ print("weights tuned: " + "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for
 # cached, and every model trains its heads and its text encoder on them.
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=SEED)
+corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
 trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
 data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
 print(f"trunk {trunk.key}: grid {trunk.cells} cells x {trunk.channels} channels; "

@@ -25,6 +25,7 @@
 PROFILE = "cpu"
 DATASET = "scenes"
 DATA_ROOT = ""
+DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = "results"
@@ -39,22 +40,24 @@ import numpy as np
 import pandas as pd
 import torch
 
+from xmr_core.chapters.pcme import embed_gaussians, own_caption_score, train_tuned, tune_methods, tuned_model
+from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
+from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import score_matrix
-from xmr_core.chapters.pcme import embed_gaussians, own_caption_score, train_tuned, tune_methods, tuned_model
-from xmr_core.methods.pcme import chapter_trunk, encoder_configs, load_chapter_data, uncertainty
+from xmr_core.methods.pcme import uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
-run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, SEED=SEED, DEVICE=DEVICE,
+run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
 print(run.describe())
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=SEED)
+corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
 trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
 data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
 device = run.torch_device

@@ -21,14 +21,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
 
+from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.recipes import pcme_train_config
+from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
+from xmr_core.evaluate import (
+    Reranker,
+    direction_scores,
+    embed_split,
+    evaluate_model,
+    evaluate_scores,
+    evaluate_similarities,
+)
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.methods.pcme import PCME, pcme_config, pcme_train_config
+from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme_config
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.train import TrainConfig
+from xmr_core.results import paper_values
+from xmr_core.train import FitResult, TrainConfig, fit
 from xmr_core.tuning import TuningResult, tune
 
 LEARNING_RATES = {"smoke": (5e-4,), "cpu": (5e-4, 1e-3, 2e-3), "paper": (1e-4,)}
@@ -102,21 +117,6 @@ def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vecto
 # (Appended below the chapter's recipes; the notebooks call these instead of defining functions.)
 # ==================================================================================================
 
-import pandas as pd
-import torch
-from torch import Tensor
-
-from xmr_core.config import RunConfig
-from xmr_core.evaluate import (
-    embed_split,
-    evaluate_model,
-    evaluate_scores,
-    evaluate_similarities,
-    score_matrix,
-)
-from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES, ChapterData, PCMEConfig
-from xmr_core.results import paper_values
-from xmr_core.train import FitResult, fit
 
 # Our Table 2 / Table 3 columns -> the paper's keys ("<protocol>|<key>"; `summary.with_paper`).
 TABLE2_COLUMNS: dict[str, str] = {f"T2 {d} {m}": f"class/{d}/{m}" for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
@@ -154,17 +154,19 @@ def fit_row(label: str, seed: int, tuning: TuningResult, result: FitResult, wall
             "wall s": round(wall_s, 1), "run": result.run_dir.name}
 
 
-def tables_row(model: RetrievalModel, data: ChapterData, device: torch.device | str) -> dict[str, float]:
-    """Every Table 2 / Table 3 value of one trained model with its own test-time similarity: T2 = class
-    R-P and R@1 on the unseen classes; T3 = PMRP and instance R@1 on the whole test split under the 1K
-    (five folds) and 5K (all) protocols; plus `rsum 5K` (instance rSum, 5K)."""
+def tables_row(model: RetrievalModel, data: ChapterData, device: torch.device | str,
+               rerank: Reranker | None = None) -> dict[str, float]:
+    """Every Table 2 / Table 3 value of one trained model with its own test-time similarity (per direction,
+    optionally re-ranked): T2 = class R-P and R@1 on the unseen classes; T3 = PMRP and instance R@1 on the
+    whole test split under the 1K (five folds) and 5K (all) protocols; plus `rsum 5K` (instance rSum, 5K)."""
     model.to(device).eval()
-    unseen = evaluate_model(model, data.test_unseen, data.vocab, device=device, views=["class"])
+    unseen = evaluate_model(model, data.test_unseen, data.vocab, device=device, views=["class"], rerank=rerank)
     img, cap = embed_split(model, data.test, data.vocab, device=device)
-    scores = score_matrix(model, img, cap)
+    i2t, t2i = direction_scores(model, img, cap, rerank=rerank)
     # Table 3 needs no per-level breakdown (a small fold may lack a level): the split without caption levels
     whole = dataclasses.replace(data.test, caption_level=None)
-    protocols = {proto: evaluate_scores(whole, scores, views=["instance", "plausible"], protocol=protocol)
+    protocols = {proto: evaluate_scores(whole, i2t, views=["instance", "plausible"], protocol=protocol,
+                                        scores_t2i=t2i)
                  for proto, protocol in TABLE3_PROTOCOLS.items()}
     row = {"rsum 5K": protocols["5K"]["rsum"]}
     for direction in ("i2t", "t2i"):

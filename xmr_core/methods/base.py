@@ -6,7 +6,12 @@ A method is an `nn.Module` with a dataclass `config` and
   tensors, all sliced along dim 0 (e.g. a Gaussian `(mu, logvar)`, both (n, D), logvar = log σ²);
 - `loss(img_emb, cap_emb, batch) -> (loss Tensor, {name: float})` on a training batch whose i-th image and
   i-th caption are a positive pair;
-- `score(img_emb, cap_emb) -> (n_img, n_cap)`: higher = more similar;
+- `score(img_emb, cap_emb, **options) -> (n_img, n_cap)`: higher = more similar (options: e.g. PCME's
+  test-time similarity `method`); `score_direction(img_emb, cap_emb, direction, **options)`: the scores a
+  query of `direction` ("i2t": images query captions, "t2i": captions query images) is ranked by, still
+  `(n_img, n_cap)`; the same as `score` unless the method is `directional` (e.g. MSRM's Gaussian query);
+- `batch_scores(img_emb, cap_emb) -> (B, B)`: the differentiable similarity the loss trains on a batch, the
+  training-time twin of `score` (the contract test checks that they agree);
 - `backbone_parameters()`: what PCME's first phase freezes; `set_epoch(t)`: training progress in epochs
   (fractional), for losses with a schedule. `forward(batch)` encodes both sides (what DDP wraps).
 
@@ -16,11 +21,13 @@ Batches follow the contract of `xmr_core.data.datasets`: "images" (B, 3, H, W) o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor, nn
 
 Embeddings = Tensor | tuple[Tensor, ...]
+Direction = Literal["i2t", "t2i"]
+DIRECTIONS: tuple[Direction, ...] = ("i2t", "t2i")
 
 
 class RetrievalModel(nn.Module):
@@ -28,6 +35,7 @@ class RetrievalModel(nn.Module):
 
     name: str = "model"
     config: Any
+    directional: bool = False  # True when the scores depend on which side is the query (`score_direction`)
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,6 +52,16 @@ class RetrievalModel(nn.Module):
 
     def score(self, img_emb: Embeddings, cap_emb: Embeddings) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement score")
+
+    def score_direction(self, img_emb: Embeddings, cap_emb: Embeddings, direction: Direction,
+                        **options: Any) -> Tensor:
+        """(n_img, n_cap) scores by which queries of `direction` rank the other side; default: `score`."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        return self.score(img_emb, cap_emb, **options)
+
+    def batch_scores(self, img_emb: Embeddings, cap_emb: Embeddings) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not implement batch_scores")
 
     @property
     def visual(self) -> str:

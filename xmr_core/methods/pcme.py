@@ -31,7 +31,6 @@ weights, and on the scenes benchmark the model then did not learn (validation rS
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,22 +39,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xmr_core.config import check_profile
-from xmr_core.data.corpus import Corpus, Split
-from xmr_core.data.scenes import ScenesConfig
-from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.heads import GaussianHead, HeadOutput, LocalAttentionHead
-from xmr_core.encoders.image import Features, ImageEncoder, ImageEncoderConfig
-from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
-from xmr_core.encoders.trunk import (
-    PretrainedTrunk,
-    attach_grid_features,
-    imagenet_trunk,
-    pretrained_trunk,
-    trunk_config,
-)
+from xmr_core.encoders.image import Features, ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.losses import kl_to_standard_normal, soft_contrastive_loss, uniformity_loss
-from xmr_core.methods.base import RetrievalModel, in_batch_positives
+from xmr_core.methods.base import in_batch_positives
+from xmr_core.methods.registry import register_method
+from xmr_core.methods.two_tower import TwoTower
 from xmr_core.similarity import (
     Gaussian,
     GaussianMethod,
@@ -65,7 +55,6 @@ from xmr_core.similarity import (
     sample_distances,
     sample_gaussian,
 )
-from xmr_core.train import TrainConfig
 
 TestSimilarity = Literal["mean_cosine", "elk", "js", "wasserstein", "avg_l2", "match_prob"]
 
@@ -150,16 +139,15 @@ def uncertainty(logvar: Tensor) -> Tensor:
     return torch.exp(0.5 * logvar.mean(dim=-1))
 
 
-class PCME(RetrievalModel):
-    """PCME (and its mu-only variant). Embeddings: a Gaussian `(mu, logvar)`, both (n, D); mu-only: mu (n, D)."""
+@register_method(PCMEConfig)
+class PCME(TwoTower):
+    """PCME (and its mu-only variant). Embeddings: a Gaussian `(mu, logvar)`, both (n, D); mu-only: mu (n, D).
+    The towers: g_V and g_T (each with the global linear of its h)."""
 
     name = "pcme"
 
     def __init__(self, config: PCMEConfig, word_vectors: np.ndarray) -> None:
-        super().__init__()
-        self.config = config
-        self.image_encoder = ImageEncoder(config.image, config.embed_dim)  # g_V (+ the global linear of h_V)
-        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)  # g_T (+ that of h_T)
+        super().__init__(config, word_vectors)
         self.image_head = build_head(self.image_encoder.local_dim, config)  # h_V = (h_V^mu, h_V^sigma)
         self.text_head = build_head(self.text_encoder.local_dim, config)  # h_T = (h_T^mu, h_T^sigma)
         self.scale = nn.Parameter(torch.tensor(float(config.init_scale)))  # a of Eq. (3)
@@ -176,10 +164,6 @@ class PCME(RetrievalModel):
     def encode_captions(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
         return self._embed(self.text_head, self.text_encoder(batch))
 
-    def backbone_parameters(self) -> list[nn.Parameter]:
-        """Frozen in the warm-up phase (Sec. 4.1): the trunks g_V and g_T, as in PCME's code."""
-        return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()
-
     def samples(self, emb: Tensor | Gaussian, n_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """J reparametrised samples per item, (n, J, D); the mu-only variant is its own single sample."""
         if isinstance(emb, Tensor):
@@ -189,6 +173,13 @@ class PCME(RetrievalModel):
     def match_logits(self, img_samples: Tensor, cap_samples: Tensor) -> Tensor:
         """Eq. (3) logits -a ||v^j - t^j'|| + b for every image x caption x sample pair: (n, m, J, J')."""
         return match_logits(sample_distances(img_samples, cap_samples), self.scale, self.shift)
+
+    def batch_scores(self, img_emb: Tensor | Gaussian, cap_emb: Tensor | Gaussian) -> Tensor:
+        """Eq. (2): the Monte-Carlo match probability of every image x caption pair of a batch from J fresh
+        samples each (mu-only: s(-a ||mu_v - mu_t|| + b)), (B, B), differentiable."""
+        v = self.samples(img_emb, self.config.n_samples)
+        t = self.samples(cap_emb, self.config.n_samples)
+        return torch.sigmoid(self.match_logits(v, t)).mean(dim=(2, 3))
 
     def loss(self, img_emb: Tensor | Gaussian, cap_emb: Tensor | Gaussian,
              batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
@@ -239,102 +230,10 @@ class PCME(RetrievalModel):
                                n_samples=self.config.n_samples_test, generator=generator)
 
 
-# ------------------------------------------------------------------------------ recipes per profile
-def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **overrides: object) -> TrainConfig:
-    """Sec. 4.1 / C.2: AdamP (when installed, else Adam), cosine schedule, gradient clipping 2, Cutout-like
-    erasing 0.2 and caption word dropping 0.1; training stops when validation rSum has not improved for
-    more than `min_delta` for `patience` epochs (the best epoch is then not the last), at most `epochs`.
-
-    Default (every profile): the image trunk is frozen (its grid features are precomputed), so there is one
-    phase and erasing zeroes grid cells (`datasets.erase_cells`). finetune=True: PCME's two phases on pixels,
-    the trunk (and word vectors) frozen for the warm-up epochs, then end to end at 0.1 x lr.
-    paper: CUB's 10 + 50 epochs at lr 1e-4, batch 128, patience 10. cpu: a 20-epoch cosine at lr 1e-3,
-    batch 128, stopping once validation rSum has not risen by more than 1 point (of ~450) for 3 epochs (the
-    measurements behind it: docs/training.md). smoke: 2 epochs, batch 32.
-    """
-    optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
-    sizes = {"smoke": (2, 1, 32, 5e-4, 0, 0.0), "cpu": (20, 1, 128, 1e-3, 3, 1.0),
-             "paper": (60, 10, 128, 1e-4, 10, 0.0)}
-    epochs, frozen, batch, lr, patience, min_delta = sizes[check_profile(profile)]
-    base = {"epochs": epochs, "frozen_epochs": frozen if finetune else 0, "batch_size": batch, "lr": lr,
-            "optimizer": optimizer, "scheduler": "cosine", "finetune_lr_mult": 0.1, "grad_clip": 2.0,
-            "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience,
-            "min_delta": min_delta}
-    return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
-
-
-def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False) -> dict[str, object]:
-    """Encoder sizes shared by every model of the chapter (PCME, its variants and the baselines).
-
-    Default: the frozen pretrained trunk's grid features (`ImageEncoder` kind "grid"). `finetune=True`: the
-    same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
-    """
-    if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512
-        image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True) if finetune else \
-            ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
-                               trunk=trunk.key)
-        return {"embed_dim": 512, "image": image, "text": TextEncoderConfig(hidden=512)}
-    widths = tuple(trunk.meta["config"]["widths"])
-    sizes = {"smoke": (64, 128, 32), "cpu": (256, 512, 128)}[profile]
-    embed_dim, hidden, text_hidden = sizes
-    if finetune:
-        image = ImageEncoderConfig(kind="cnn", widths=widths, hidden=hidden, trunk=trunk.key)
-    else:
-        image = ImageEncoderConfig(kind="grid", widths=widths, hidden=hidden, grid_dim=trunk.channels,
-                                   grid_cells=trunk.cells, trunk=trunk.key)
-    return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}
-
-
+# ------------------------------------------------------------------------------ configs on shared encoders
 def pcme_config(encoders: dict[str, object], **overrides: object) -> PCMEConfig:
     """PCME on the chapter's encoders (`encoder_configs`), PCME's CUB weights (KL 1e-3, uniformity 10);
     `mu_only=True` gives the deterministic variant."""
     if overrides.get("mu_only"):
         overrides.setdefault("test_similarity", "mean_cosine")
     return PCMEConfig(**{**encoders, **overrides})  # type: ignore[arg-type]
-
-
-# ------------------------------------------------------------------------------ CUB-style zero-shot protocol
-@dataclass
-class ChapterData:
-    """The splits and word vectors every PCME-chapter notebook uses (and MSRM / DVSE can reuse).
-
-    train / val: the seen classes (CUB's trainval classes); test_unseen: the unseen classes of the test
-    split (Table 2's zero-shot protocol); test: the whole test split (Table 3's COCO-style protocol).
-    """
-
-    train: Split
-    val: Split
-    test_unseen: Split
-    test: Split
-    vocab: Vocabulary
-    word_vectors: np.ndarray  # (V, d) float32
-    coverage: float  # share of the vocabulary found in the word vectors
-
-
-def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True) -> PretrainedTrunk:
-    """The frozen image trunk of a chapter: the scenes trunk pretrained on the corpus's pretraining set
-    (cached), or, for the paper profile, torchvision's ImageNet ResNet-50 (PCME's CUB trunk)."""
-    if check_profile(profile) == "paper":
-        return imagenet_trunk("resnet50")
-    scenes = ScenesConfig(**corpus.meta["config"])
-    return pretrained_trunk(scenes, trunk_config(profile), progress)
-
-
-def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d", trunk: PretrainedTrunk | None = None,
-                      progress: bool = True) -> ChapterData:
-    """Class-split the corpus (scenes: `meta["class_split"]`; CUB's reader already splits by class), build the
-    vocabulary from the training captions only, and, with a `trunk`, attach its frozen grid features to
-    every split (`Split.grid`, cached)."""
-    if trunk is not None:
-        attach_grid_features(corpus.splits.values(), trunk, progress)
-    split_classes = corpus.meta.get("class_split", {})
-    if "seen" in split_classes:  # scenes: every split holds every class; the zero-shot split is applied here
-        seen, unseen = split_classes["seen"], split_classes["unseen"]
-        train = corpus["train"].class_subset(seen, "train-seen")
-        val = corpus["val"].class_subset(seen, "val-seen")
-        test_unseen = corpus["test"].class_subset(unseen, "test-unseen")
-    else:  # CUB: train/val are the trainval classes, test the unseen classes
-        train, val, test_unseen = corpus["train"], corpus["val"], corpus["test"]
-    vocab = Vocabulary.build(train.captions)
-    vectors = load_word_vectors(vocab, word_vectors, train_captions=train.captions)
-    return ChapterData(train, val, test_unseen, corpus["test"], vocab, vectors.matrix, vectors.coverage)

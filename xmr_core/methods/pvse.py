@@ -29,9 +29,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xmr_core.encoders.heads import SubEmbeddingHead
-from xmr_core.encoders.image import ImageEncoder, ImageEncoderConfig
-from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
-from xmr_core.methods.base import RetrievalModel
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.methods.registry import register_method
+from xmr_core.methods.two_tower import TwoTower
 from xmr_core.methods.vse import HingeSchedule, scratch_hard_negatives
 from xmr_core.similarity import max_pair_cosine
 
@@ -76,16 +77,14 @@ def mmd_loss(x: Tensor, y: Tensor, gamma: float = 0.5) -> Tensor:
     return kernel(x, x).mean() - 2 * kernel(x, y).mean() + kernel(y, y).mean()
 
 
-class PVSE(RetrievalModel):
+@register_method(PVSEConfig)
+class PVSE(TwoTower):
     """emb = (embeddings (n, K, D) L2-normalised, residuals (n, K, D)); score = max over the K×K pairs."""
 
     name = "pvse"
 
     def __init__(self, config: PVSEConfig, word_vectors: np.ndarray) -> None:
-        super().__init__()
-        self.config = config
-        self.image_encoder = ImageEncoder(config.image, config.embed_dim)
-        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)
+        super().__init__(config, word_vectors)
         self.image_head = SubEmbeddingHead(self.image_encoder.local_dim, config.embed_dim, config.n_embeds,
                                            dropout=config.dropout)
         self.text_head = SubEmbeddingHead(self.text_encoder.local_dim, config.embed_dim, config.n_embeds,
@@ -102,11 +101,15 @@ class PVSE(RetrievalModel):
     def score(self, img_emb: tuple[Tensor, Tensor], cap_emb: tuple[Tensor, Tensor]) -> Tensor:
         return max_pair_cosine(img_emb[0], cap_emb[0])
 
+    def batch_scores(self, img_emb: tuple[Tensor, Tensor], cap_emb: tuple[Tensor, Tensor]) -> Tensor:
+        """MIL score: the best of the K×K cosines, (B, B), differentiable."""
+        return max_pair_cosine(img_emb[0], cap_emb[0])
+
     def loss(self, img_emb: tuple[Tensor, Tensor], cap_emb: tuple[Tensor, Tensor],
              batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         (v, v_res), (t, t_res) = img_emb, cap_emb
         b, k, d = v.shape
-        scores = max_pair_cosine(v, t)  # MIL score: best of the K×K cosines, (B, B), differentiable
+        scores = self.batch_scores(img_emb, cap_emb)
         mil = self.config.hinge.loss(scores, batch, self.epoch)
         loss, parts = mil, {"mil": mil.item(), "max_weight": self.config.hinge.max_weight(self.epoch)}
         if k > 1 and self.config.div_weight > 0:
@@ -119,6 +122,3 @@ class PVSE(RetrievalModel):
             parts["mmd"] = mmd.item()
         parts["sim_std"] = scores.std().item()
         return loss, parts
-
-    def backbone_parameters(self) -> list:
-        return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()

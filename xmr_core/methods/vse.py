@@ -48,10 +48,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from xmr_core.encoders.image import ImageEncoder, ImageEncoderConfig
-from xmr_core.encoders.text import BiGRUTextEncoder, TextEncoderConfig
-from xmr_core.losses import contrastive_hinge
-from xmr_core.methods.base import RetrievalModel, in_batch_positives
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.losses import contrastive_hinge, hinge_per_query
+from xmr_core.methods.base import in_batch_positives
+from xmr_core.methods.registry import register_method
+from xmr_core.methods.two_tower import TwoTower
 from xmr_core.similarity import cosine
 
 
@@ -94,6 +96,15 @@ class HingeSchedule:
         return contrastive_hinge(scores, margin=self.margin, negatives=self.negatives, topk=self.k(len(scores)),
                                  max_weight=weight, positive_mask=mask)
 
+    def per_query(self, scores: Tensor, batch: dict[str, Tensor], epoch: float) -> tuple[Tensor, Tensor]:
+        """The hinge of `loss` per query: (i2t (B,), t2i (B,)); their sums are `loss`."""
+        weight = self.max_weight(epoch)
+        mask = in_batch_positives(batch) if self.mask_positives else None
+        if weight == 0.0:
+            return hinge_per_query(scores, margin=self.margin, negatives="sum", positive_mask=mask)
+        return hinge_per_query(scores, margin=self.margin, negatives=self.negatives, topk=self.k(len(scores)),
+                               max_weight=weight, positive_mask=mask)
+
     def k(self, batch_size: int) -> int:
         """How many hardest negatives "topk" sums for a batch of `batch_size` pairs."""
         if self.topk_fraction > 0:
@@ -135,16 +146,14 @@ def vse_pp_config(**overrides: object) -> VSEConfig:
     return VSEConfig(hinge=scratch_hard_negatives(), **overrides)  # type: ignore[arg-type]
 
 
-class VSE(RetrievalModel):
+@register_method(VSEConfig)
+class VSE(TwoTower):
     """Image global feature and caption sentence feature, each L2-normalised: emb (n, D)."""
 
     name = "vse"
 
     def __init__(self, config: VSEConfig, word_vectors: np.ndarray) -> None:
-        super().__init__()
-        self.config = config
-        self.image_encoder = ImageEncoder(config.image, config.embed_dim)
-        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)
+        super().__init__(config, word_vectors)
 
     def encode_images(self, batch: dict[str, Tensor]) -> Tensor:
         return F.normalize(self.image_encoder(batch).global_, dim=-1)
@@ -155,15 +164,15 @@ class VSE(RetrievalModel):
     def score(self, img_emb: Tensor, cap_emb: Tensor) -> Tensor:
         return cosine(img_emb, cap_emb)
 
+    def batch_scores(self, img_emb: Tensor, cap_emb: Tensor) -> Tensor:
+        """(B, B) cosines of the unit embeddings, with gradients (`score` is the chunked test-time twin)."""
+        return img_emb @ cap_emb.T
+
     def loss(self, img_emb: Tensor, cap_emb: Tensor, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        # (B, B) cosines of the unit embeddings, with gradients (the similarity module scores at test time)
-        scores = img_emb @ cap_emb.T
+        scores = self.batch_scores(img_emb, cap_emb)
         loss = self.config.hinge.loss(scores, batch, self.epoch)
         off = ~torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
         return loss, {"hinge": loss.item(), "max_weight": self.config.hinge.max_weight(self.epoch),
                       "pos_sim": scores.diagonal().mean().item(), "neg_sim": scores[off].mean().item(),
                       "sim_std": scores.std().item()}
-
-    def backbone_parameters(self) -> list:
-        return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()
 

@@ -1,0 +1,200 @@
+"""`xmr book build`: the HTML book, opened in headless Chromium.
+
+A tiny project is made in tmp: chapter `01_demo` with executed notebooks `train` and `ablate` (a title, a
+Markdown table, a PNG figure output of one known colour), chapter `02_later` never executed, and a
+results folder with one table, one figure (another known colour) and the chapter's claims. The book is
+built with the CLI, then Chromium dumps the DOM of the train page and the results page and screenshots
+them: the test finds the title, the table's cells and the figure (its exact colour, over about its area,
+in the screenshot's pixels). Skipped, with the reason, only when no Chromium can be found.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from PIL import Image
+
+from xmr_core import book_html
+
+ROOT = Path(__file__).resolve().parents[1]
+NB_COLOUR = (13, 200, 77)  # the notebook figure's colour, a colour no theme uses
+RESULT_COLOUR = (201, 17, 160)  # the results figure's colour
+FIG_W, FIG_H = 160, 100
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+pytestmark = pytest.mark.browser
+
+
+def _png(colour: tuple[int, int, int]) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (FIG_W, FIG_H), colour).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _executed(title: str, rows: list[tuple[str, str]], figure: bytes | None) -> nbformat.NotebookNode:
+    table = "\n".join(["| model | R@1 |", "|---|---|", *(f"| {m} | {v} |" for m, v in rows)])
+    cells = [
+        nbformat.v4.new_markdown_cell(f"# {title}\n\nA demo chapter notebook.\n\n{table}\n"),
+        nbformat.v4.new_code_cell("PROFILE = 'cpu'", metadata={"tags": ["parameters"]}),
+    ]
+    if figure is not None:
+        cell = nbformat.v4.new_code_cell("plot()", execution_count=2)
+        cell.outputs = [
+            nbformat.v4.new_output(
+                "display_data",
+                data={"image/png": base64.b64encode(figure).decode(), "text/plain": "<Figure 160x100>"},
+            )
+        ]
+        cells.append(cell)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def _meta(key: str, kind: str, wall: float, caption: str) -> str:
+    return json.dumps(
+        {"key": key, "kind": kind, "profile": "cpu", "dataset": "scenes", "seed": 7, "device": "cpu",
+         "wall_s": wall, "git_commit": COMMIT, "notebook": "book/01_demo/train.py",
+         "created_utc": "2026-01-02T03:04:05+00:00", "caption": caption}
+    )
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bookhtml")
+    (root / "pyproject.toml").write_text("[project]\nname='demo'\n")
+    (root / "xmr_core").mkdir()
+    for chapter, names in {"01_demo": ["train", "ablate"], "02_later": ["train"]}.items():
+        (root / "book" / chapter).mkdir(parents=True)
+        for name in names:
+            (root / "book" / chapter / f"{name}.py").write_text('# %% tags=["parameters"]\nPROFILE = "cpu"\n')
+    executed = root / "book" / "_build" / "cpu" / "01_demo"
+    executed.mkdir(parents=True)
+    nbformat.write(_executed("Demo training", [("VSE0", "41.5"), ("PCME", "47.25")], _png(NB_COLOUR)),
+                   executed / "train.ipynb")
+    nbformat.write(_executed("Demo ablation", [("K=1", "12.5")], None), executed / "ablate.ipynb")
+    res = root / "results" / "demo"
+    res.mkdir(parents=True)
+    (res / "scores.md").write_text(
+        "# demo/scores\n\nScores of the demo.\n\n| method | R-P |\n|:--|--:|\n| alpha | 31.75 |\n| beta | 29.125 |\n"
+    )
+    (res / "scores.csv").write_text("method,R-P\nalpha,31.75\nbeta,29.125\n")
+    (res / "scores.json").write_text(_meta("demo/scores", "table", 12.34, "Scores of the demo."))
+    (res / "curve.png").write_bytes(_png(RESULT_COLOUR))
+    (res / "curve.json").write_text(_meta("demo/curve", "figure", 56.78, "A demo curve."))
+    (res / "claims.md").write_text("# Claims of the demo chapter\n\n| # | claim | verdict |\n|---|---|---|\n"
+                                   "| 1 | Demo holds. | **held** |\n")
+    return root
+
+
+def _cli(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "xmr_core.cli", "book", *args], check=False, cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def built(project: Path) -> Path:
+    done = _cli(project, "build", "--profile", "cpu")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "left out: 02_later/train" in done.stdout
+    return project / "book" / "_build" / "cpu" / "html"
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        if path := shutil.which(name):
+            return path
+    pytest.skip("no Chromium found (install the Debian package: apt-get install -y chromium)")
+
+
+def _browse(page: Path, shot: Path, height: int) -> str:
+    """Chromium's DOM of `page` after its scripts ran, and a screenshot of it (1280 wide)."""
+    flags = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--hide-scrollbars", "--force-device-scale-factor=1", "--no-first-run"]
+    url = page.as_uri()
+    dom = subprocess.run([*flags, "--dump-dom", url], check=False, capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0 and "<html" in dom.stdout, dom.stderr[-2000:]
+    subprocess.run([*flags, f"--screenshot={shot}", f"--window-size=1280,{height}", url],
+                   check=False, capture_output=True, text=True, timeout=120)
+    assert shot.is_file(), f"Chromium wrote no screenshot of {page}"
+    return dom.stdout
+
+
+def _pixels(shot: Path, colour: tuple[int, int, int]) -> int:
+    img = Image.open(shot).convert("RGB")
+    return sum(count for count, rgb in img.getcolors(img.width * img.height) if rgb == colour)
+
+
+def _cells(dom: str) -> list[str]:
+    return [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", dom, re.DOTALL)]
+
+
+def test_pages_in_book_order_with_claims_and_results(built: Path) -> None:
+    for page in ("01_demo/train.html", "01_demo/ablate.html", "01_demo/claims.html", "results.html"):
+        assert (built / page).is_file(), page
+    assert not (built / "02_later").exists()  # never executed: left out
+    intro = (built / "intro.html").read_text()
+    # the runner's order (train, then ablate), not the alphabetical one
+    assert intro.index("01_demo/train.html") < intro.index("01_demo/ablate.html") < intro.index("results.html")
+    assert "02_later/train" in intro  # named as not executed yet
+
+
+def test_no_asset_from_another_host(built: Path) -> None:
+    assert book_html.external_assets(built) == []
+    for page in built.rglob("*.html"):
+        text = page.read_text()
+        assert not re.search(r"""(?:src|href)=["'](?:https?:)?//""", text), page
+        assert "unpkg.com" not in text and "cdn.jsdelivr" not in text, page
+
+
+def test_train_page_renders_title_table_and_figure(built: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "train.png"
+    dom = _browse(built / "01_demo" / "train.html", shot, 1600)
+    assert re.search(r"<h1[^>]*>\s*Demo training", dom)
+    assert "<title>Demo training" in dom
+    cells = _cells(dom)
+    assert ["VSE0", "41.5", "PCME", "47.25"] == [c for c in cells if c in {"VSE0", "41.5", "PCME", "47.25"}]
+    src = re.findall(r'<img[^>]+src="([^"]+\.png)"', dom)
+    assert src and (built / "01_demo" / src[0]).resolve().is_file()
+    # the figure is on screen: its colour covers about its 160 x 100 pixels, and the page is not blank
+    assert _pixels(shot, NB_COLOUR) >= 0.9 * FIG_W * FIG_H
+    assert len(Image.open(shot).convert("RGB").getcolors(1 << 24)) > 50
+
+
+def test_results_page_lists_provenance_table_and_figure(built: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "results.png"
+    dom = _browse(built / "results.html", shot, 3000)
+    assert re.search(r"<h1[^>]*>\s*Results", dom)
+    text = re.sub(r"<[^>]+>", " ", dom)
+    for expected in ("demo/scores", "demo/curve", COMMIT[:12], "12.34", "56.78", "scenes", "A demo curve."):
+        assert expected in text, expected
+    assert COMMIT not in text  # the short commit only
+    cells = _cells(dom)
+    assert {"alpha", "31.75", "beta", "29.125"} <= set(cells)
+    assert (built / "_images" / "curve.png").is_file() and 'src="_images/curve.png"' in dom
+    assert any(p.name == "scores.csv" for p in (built / "_downloads").rglob("*.csv"))
+    assert _pixels(shot, RESULT_COLOUR) >= 0.9 * FIG_W * FIG_H
+
+
+def test_claims_page(built: Path) -> None:
+    page = (built / "01_demo" / "claims.html").read_text()
+    assert "Claims of the demo chapter" in page and "Demo holds." in page
+
+
+def test_missing_executed_notebooks_is_one_clear_line(project: Path) -> None:
+    done = _cli(project, "build", "--profile", "smoke")
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (f"xmr book build: no executed notebooks in {project / 'book' / '_build' / 'smoke'}; "
+                    "run `xmr book run --profile smoke` first")

@@ -1,0 +1,323 @@
+"""`xmr book build`: an offline HTML book (Jupyter Book 1.x, Sphinx) from the already executed notebooks.
+
+Nothing is executed again. The pages are, in book order (the runner's chapter and notebook order), every
+executed notebook under `book/_build/<profile>/<chapter>/`, each chapter's `claims.md`, and a results
+page that lists every table and figure of the profile's results folder (`results/`, or
+`book/_build/smoke/results` for `smoke`) with its provenance, read from the `.json` beside it.
+
+The sources are staged in `book/_build/<profile>/_html_src/` and the HTML written to
+`book/_build/<profile>/html/` (open `index.html`). The theme's network features (launch buttons,
+repository links, Thebe, comments, MathJax) are turned off, so a built page loads no asset from
+another host; `external_assets` lists any that would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xmr_core.book import SMOKE_RESULTS_DIR, Notebook, chapters
+from xmr_core.config import check_profile
+from xmr_core.results import project_root
+
+SOURCE_DIR = "_html_src"
+HTML_DIR = "html"
+TITLE = "xmr: a replication book for image-text retrieval"
+
+# the theme options that would make a page reach another host (links out, or scripts loaded at view time)
+_CONFIG = {
+    "title": TITLE,
+    "author": "the xmr authors",
+    "copyright": "",
+    "only_build_toc_files": True,
+    "execute": {"execute_notebooks": "off"},
+    "parse": {"myst_enable_extensions": ["colon_fence", "deflist", "substitution", "tasklist"]},
+    "html": {
+        "use_repository_button": False,
+        "use_issues_button": False,
+        "use_edit_page_button": False,
+        "use_multitoc_numbering": False,
+        "comments": {"hypothesis": False, "utterances": False},
+        "extra_footer": "",
+        "home_page_in_navbar": True,
+    },
+    "launch_buttons": {
+        "notebook_interface": "classic",
+        "binderhub_url": "",
+        "jupyterhub_url": "",
+        "colab_url": "",
+        "deepnote_url": "",
+        "thebe": False,
+    },
+    "repository": {"url": "", "path_to_book": "", "branch": ""},
+    "sphinx": {
+        "config": {
+            # jupyter-book's default extensions less sphinx_thebe (its pages name a script on a CDN),
+            # sphinx_comments (hypothes.is, utterances) and intersphinx (fetches inventories)
+            "extensions": [
+                "sphinx_togglebutton",
+                "sphinx_copybutton",
+                "myst_nb",
+                "jupyter_book",
+                "sphinx_external_toc",
+                "sphinx_design",
+                "sphinx_book_theme",
+            ],
+            "html_show_copyright": False,
+            "html_show_sphinx": False,
+            "html_theme_options": {
+                "use_download_button": True,
+                "use_fullscreen_button": False,
+                "launch_buttons": {},
+                "icon_links": [],
+                "show_toc_level": 2,
+            },
+            "nb_render_markdown_format": "commonmark",
+            "suppress_warnings": ["myst.header", "mystnb.unknown_mime_type", "misc.highlighting_failure"],
+        },
+    },
+}
+
+
+@dataclass
+class BuildSummary:
+    html: Path  # book/_build/<profile>/html
+    pages: list[str]  # document names in book order, e.g. "01_pcme/train"
+    missing: list[str]  # notebooks of the book with no executed notebook (e.g. "01_pcme/ablate")
+    results: int  # tables and figures listed on the results page
+    seconds: float
+
+
+def results_dir(profile: str, root: Path) -> Path:
+    return root / (SMOKE_RESULTS_DIR if profile == "smoke" else "results")
+
+
+def _chapter_results(chapter: str) -> str:
+    """`01_pcme` -> `pcme`: the results folder a chapter writes to."""
+    return chapter.split("_", 1)[1] if "_" in chapter else chapter
+
+
+def _load_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return meta if isinstance(meta, dict) and meta.get("kind") in {"table", "figure"} else None
+
+
+def result_items(results: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every table (`.md`) and figure (`.png`) under `results` that has its provenance `.json`, sorted."""
+    items = []
+    for meta_path in sorted(results.glob("*/**/*.json")):
+        meta = _load_meta(meta_path)
+        if meta is None:
+            continue
+        target = meta_path.with_suffix(".png" if meta["kind"] == "figure" else ".md")
+        if target.is_file():
+            items.append((target, meta))
+    return items
+
+
+def _provenance(meta: dict[str, Any]) -> str:
+    fields = [
+        ("profile", meta.get("profile")),
+        ("dataset", meta.get("dataset")),
+        ("seed", meta.get("seed")),
+        ("device", meta.get("device")),
+        ("commit", (meta.get("git_commit") or "-")[:12]),
+        ("wall time", f"{meta['wall_s']} s" if meta.get("wall_s") is not None else None),
+        ("written (UTC)", meta.get("created_utc")),
+        ("notebook", meta.get("notebook")),
+    ]
+    return " · ".join(f"{name} `{value}`" for name, value in fields if value not in (None, ""))
+
+
+def _escape_html(line: str) -> str:
+    """`<` and `>` outside code spans as Markdown escapes, so `images/<img>` is text, not an HTML tag."""
+    parts = line.split("`")
+    return "`".join(p if i % 2 else p.replace("<", "\\<").replace(">", "\\>") for i, p in enumerate(parts))
+
+
+def _table_body(md: str) -> str:
+    """A result's `.md` without its `# key` title line; its other headings are made plain bold lines."""
+    lines = md.splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return "\n".join(
+        f"**{_escape_html(m.group(1))}**" if (m := re.match(r"^#+\s+(.*)", line)) else _escape_html(line)
+        for line in lines
+    )
+
+
+def results_page(results: Path, staged: Path, profile: str) -> tuple[str, int]:
+    """The results page (MyST markdown): every table and figure with its provenance, by chapter."""
+    items = result_items(results)
+    out = [
+        "# Results",
+        "",
+        (
+            f"Every table and figure in the results folder of profile `{profile}`, with the provenance written"
+            " beside it (the `.json` of the same name). Numbers on the `scenes` data set come from the embedded"
+            " synthetic benchmark: compare trends and orderings with the papers, not absolute values."
+        ),
+        "",
+        "| result | kind | profile | dataset | seed | wall s | commit | written (UTC) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for target, meta in items:
+        key = target.relative_to(results).with_suffix("").as_posix()
+        anchor = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+        out.append(
+            f"| [{key}](#{anchor}) | {meta['kind']} | {meta.get('profile')} | {meta.get('dataset')} | "
+            f"{meta.get('seed')} | {meta.get('wall_s')} | {(meta.get('git_commit') or '-')[:12]} | "
+            f"{meta.get('created_utc')} |"
+        )
+    if not items:
+        out += ["", f"*No table or figure under `{results}` yet.*"]
+    current = None
+    for target, meta in items:
+        rel = target.relative_to(results)
+        key = rel.with_suffix("").as_posix()
+        folder = rel.parts[0]
+        if folder != current:
+            out += ["", f"## {folder}", ""]
+            current = folder
+        copy = staged / "results" / rel
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(target, copy)
+        anchor = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+        out += [f"({anchor})=", f"### {key}", "", _provenance(meta), ""]
+        if meta["kind"] == "figure":
+            caption = (meta.get("caption") or key).replace("\n", " ")
+            out += [f"![{caption}](results/{rel.as_posix()})", "", caption, ""]
+        else:
+            out += [_table_body(target.read_text(encoding="utf-8")), ""]
+            csv = target.with_suffix(".csv")
+            if csv.is_file():
+                shutil.copy2(csv, copy.with_suffix(".csv"))
+                out += [f"{{download}}`{rel.with_suffix('.csv').as_posix()} <results/{rel.with_suffix('.csv').as_posix()}>`", ""]
+    return "\n".join(out) + "\n", len(items)
+
+
+def _write_yaml(path: Path, data: Any) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def stage(profile: str, root: Path, staged: Path) -> tuple[list[str], list[str], int]:
+    """Write the book's sources into `staged`: config, table of contents, pages. Returns (pages, missing,
+    number of results)."""
+    executed = root / "book" / "_build" / profile
+    found: dict[str, list[Notebook]] = chapters(root / "book")
+    present = {ch: [nb for nb in nbs if (executed / ch / f"{nb.name}.ipynb").is_file()] for ch, nbs in found.items()}
+    missing = [nb.label for nbs in found.values() for nb in nbs if nb not in present[nb.chapter]]
+    if not any(present.values()):
+        raise SystemExit(
+            f"xmr book build: no executed notebooks in {executed}; run `xmr book run --profile {profile}` first"
+        )
+    if staged.exists():
+        shutil.rmtree(staged)
+    staged.mkdir(parents=True)
+    results = results_dir(profile, root)
+    pages: list[str] = []
+    parts = []
+    for chapter, notebooks in present.items():
+        entries = []
+        for nb in notebooks:
+            (staged / chapter).mkdir(exist_ok=True)
+            shutil.copy2(executed / chapter / f"{nb.name}.ipynb", staged / chapter / f"{nb.name}.ipynb")
+            entries.append({"file": f"{chapter}/{nb.name}"})
+        claims = results / _chapter_results(chapter) / "claims.md"
+        if claims.is_file():
+            (staged / chapter).mkdir(exist_ok=True)
+            shutil.copy2(claims, staged / chapter / "claims.md")
+            entries.append({"file": f"{chapter}/claims"})
+        if entries:
+            parts.append({"caption": chapter, "chapters": entries})
+            pages += [e["file"] for e in entries]
+    text, n_results = results_page(results, staged, profile)
+    (staged / "results.md").write_text(text, encoding="utf-8")
+    parts.append({"caption": "Results", "chapters": [{"file": "results"}]})
+    pages.append("results")
+    intro = [
+        f"# {TITLE}",
+        "",
+        (
+            f"The executed notebooks of profile `{profile}` (from `book/_build/{profile}/`), each chapter's"
+            " claims, and every table and figure with its provenance. Built by `xmr book build`"
+            f" on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; nothing was re-executed."
+        ),
+        "",
+        "| chapter | pages |",
+        "|---|---|",
+    ]
+    for part in parts:
+        links = ", ".join(f"[{Path(e['file']).name}]({e['file']})" for e in part["chapters"])
+        intro.append(f"| {part['caption']} | {links} |")
+    if missing:
+        intro += ["", f"Not executed yet under `{profile}` (run `xmr book run --profile {profile}`): "
+                  + ", ".join(f"`{m}`" for m in missing) + "."]
+    (staged / "intro.md").write_text("\n".join(intro) + "\n", encoding="utf-8")
+    _write_yaml(staged / "_toc.yml", {"format": "jb-book", "root": "intro", "parts": parts})
+    _write_yaml(staged / "_config.yml", _CONFIG)
+    return pages, missing, n_results
+
+
+_EXTERNAL = re.compile(
+    r"""<(?:script|link|img|iframe|source)\b[^>]*?\b(?:src|href)=["'](?:https?:)?//[^"']+""", re.IGNORECASE
+)
+
+
+def external_assets(html: Path) -> list[str]:
+    """Tags of the built pages that would load something from another host (should be none)."""
+    hits = []
+    for page in sorted(html.rglob("*.html")):
+        for match in _EXTERNAL.finditer(page.read_text(encoding="utf-8", errors="replace")):
+            hits.append(f"{page.relative_to(html)}: {match.group(0)[:160]}")
+    return hits
+
+
+def build_html(
+    profile: str = "cpu", root: Path | None = None, echo: Callable[[str], None] = print, quiet: bool = True
+) -> BuildSummary:
+    """Stage the executed notebooks, claims and results of `profile`, and build the HTML book."""
+    from jupyter_book.sphinx import build_sphinx
+
+    root = root or project_root()
+    check_profile(profile)
+    start = time.time()
+    base = root / "book" / "_build" / profile
+    staged, html = base / SOURCE_DIR, base / HTML_DIR
+    pages, missing, n_results = stage(profile, root, staged)
+    if missing:
+        echo(f"xmr book build: not executed yet, left out: {', '.join(missing)}")
+    if html.exists():
+        shutil.rmtree(html)
+    echo(f"xmr book build: {len(pages)} page(s), {n_results} result(s), profile {profile} -> {html}")
+    status = build_sphinx(
+        staged,
+        html,
+        noconfig=True,
+        path_config=str(staged / "_config.yml"),
+        confoverrides={"external_toc_path": (staged / "_toc.yml").as_posix(), "latex_individualpages": False},
+        doctreedir=str(base / ".doctrees"),
+        freshenv=True,
+        force_all=True,
+        quiet=quiet,
+        really_quiet=quiet,
+    )
+    if status:
+        raise SystemExit(f"xmr book build: Sphinx failed ({status}); see the messages above")
+    leaks = external_assets(html)
+    if leaks:
+        echo("xmr book build: warning, pages load assets from other hosts:\n  " + "\n  ".join(leaks[:10]))
+    summary = BuildSummary(html, pages, missing, n_results, time.time() - start)
+    echo(f"xmr book build: done in {summary.seconds:.1f} s; open {html / 'index.html'}")
+    return summary

@@ -1,0 +1,68 @@
+"""The CUB-style zero-shot data protocol of the PCME chapter, which MSRM and DVSE reuse: the seen-class
+train / validation splits, the unseen-class test split (Table 2), the whole test split (Table 3), the
+vocabulary of the training captions and the frozen trunk's grid features on every split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xmr_core.config import check_profile
+from xmr_core.data.corpus import Corpus, Split
+from xmr_core.data.scenes import ScenesConfig
+from xmr_core.data.text import Vocabulary, load_word_vectors
+from xmr_core.encoders.trunk import (
+    PretrainedTrunk,
+    attach_grid_features,
+    imagenet_trunk,
+    pretrained_trunk,
+    trunk_config,
+)
+
+
+@dataclass
+class ChapterData:
+    """The splits and word vectors every PCME-chapter notebook uses (and MSRM / DVSE can reuse).
+
+    train / val: the seen classes (CUB's trainval classes); test_unseen: the unseen classes of the test
+    split (Table 2's zero-shot protocol); test: the whole test split (Table 3's COCO-style protocol).
+    """
+
+    train: Split
+    val: Split
+    test_unseen: Split
+    test: Split
+    vocab: Vocabulary
+    word_vectors: np.ndarray  # (V, d) float32
+    coverage: float  # share of the vocabulary found in the word vectors
+
+
+def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True) -> PretrainedTrunk:
+    """The frozen image trunk of a chapter: the scenes trunk pretrained on the corpus's pretraining set
+    (cached), or, for the paper profile, torchvision's ImageNet ResNet-50 (PCME's CUB trunk)."""
+    if check_profile(profile) == "paper":
+        return imagenet_trunk("resnet50")
+    scenes = ScenesConfig(**corpus.meta["config"])
+    return pretrained_trunk(scenes, trunk_config(profile), progress)
+
+
+def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d", trunk: PretrainedTrunk | None = None,
+                      progress: bool = True) -> ChapterData:
+    """Class-split the corpus (scenes: `meta["class_split"]`; CUB's reader already splits by class), build the
+    vocabulary from the training captions only, and, with a `trunk`, attach its frozen grid features to
+    every split (`Split.grid`, cached)."""
+    if trunk is not None:
+        attach_grid_features(corpus.splits.values(), trunk, progress)
+    split_classes = corpus.meta.get("class_split", {})
+    if "seen" in split_classes:  # scenes: every split holds every class; the zero-shot split is applied here
+        seen, unseen = split_classes["seen"], split_classes["unseen"]
+        train = corpus["train"].class_subset(seen, "train-seen")
+        val = corpus["val"].class_subset(seen, "val-seen")
+        test_unseen = corpus["test"].class_subset(unseen, "test-unseen")
+    else:  # CUB: train/val are the trainval classes, test the unseen classes
+        train, val, test_unseen = corpus["train"], corpus["val"], corpus["test"]
+    vocab = Vocabulary.build(train.captions)
+    vectors = load_word_vectors(vocab, word_vectors, train_captions=train.captions)
+    return ChapterData(train, val, test_unseen, corpus["test"], vocab, vectors.matrix, vectors.coverage)

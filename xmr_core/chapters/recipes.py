@@ -1,0 +1,59 @@
+"""The recipes every chapter shares: the encoders on the frozen pretrained trunk (`encoder_configs`) and
+the training recipe of each profile (`pcme_train_config`: PCME's Sec. 4.1 recipe, which every model of the
+PCME chapter, and the later chapters' baselines, are trained with).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from xmr_core.config import check_profile
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.encoders.trunk import PretrainedTrunk
+from xmr_core.train import TrainConfig
+
+
+def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **overrides: object) -> TrainConfig:
+    """Sec. 4.1 / C.2: AdamP (when installed, else Adam), cosine schedule, gradient clipping 2, Cutout-like
+    erasing 0.2 and caption word dropping 0.1; training stops when validation rSum has not improved for
+    more than `min_delta` for `patience` epochs (the best epoch is then not the last), at most `epochs`.
+
+    Default (every profile): the image trunk is frozen (its grid features are precomputed), so there is one
+    phase and erasing zeroes grid cells (`datasets.erase_cells`). finetune=True: PCME's two phases on pixels,
+    the trunk (and word vectors) frozen for the warm-up epochs, then end to end at 0.1 x lr.
+    paper: CUB's 10 + 50 epochs at lr 1e-4, batch 128, patience 10. cpu: a 20-epoch cosine at lr 1e-3,
+    batch 128, stopping once validation rSum has not risen by more than 1 point (of ~450) for 3 epochs (the
+    measurements behind it: docs/training.md). smoke: 2 epochs, batch 32.
+    """
+    optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
+    sizes = {"smoke": (2, 1, 32, 5e-4, 0, 0.0), "cpu": (20, 1, 128, 1e-3, 3, 1.0),
+             "paper": (60, 10, 128, 1e-4, 10, 0.0)}
+    epochs, frozen, batch, lr, patience, min_delta = sizes[check_profile(profile)]
+    base = {"epochs": epochs, "frozen_epochs": frozen if finetune else 0, "batch_size": batch, "lr": lr,
+            "optimizer": optimizer, "scheduler": "cosine", "finetune_lr_mult": 0.1, "grad_clip": 2.0,
+            "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience,
+            "min_delta": min_delta}
+    return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False) -> dict[str, object]:
+    """Encoder sizes shared by every model of the chapter (PCME, its variants and the baselines).
+
+    Default: the frozen pretrained trunk's grid features (`ImageEncoder` kind "grid"). `finetune=True`: the
+    same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
+    """
+    if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512
+        image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True) if finetune else \
+            ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
+                               trunk=trunk.key)
+        return {"embed_dim": 512, "image": image, "text": TextEncoderConfig(hidden=512)}
+    widths = tuple(trunk.meta["config"]["widths"])
+    sizes = {"smoke": (64, 128, 32), "cpu": (256, 512, 128)}[profile]
+    embed_dim, hidden, text_hidden = sizes
+    if finetune:
+        image = ImageEncoderConfig(kind="cnn", widths=widths, hidden=hidden, trunk=trunk.key)
+    else:
+        image = ImageEncoderConfig(kind="grid", widths=widths, hidden=hidden, grid_dim=trunk.channels,
+                                   grid_cells=trunk.cells, trunk=trunk.key)
+    return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}

@@ -1,0 +1,31 @@
+"""The two-tower base every embedding method of the book builds on: an image encoder g_V and a text encoder
+g_T over the shared encoder configs, each method adding its own heads, loss and score.
+
+`config` needs `image` (`ImageEncoderConfig`), `text` (`TextEncoderConfig`) and `embed_dim`. The encoders'
+attribute names (`image_encoder`, `text_encoder`) are part of every checkpoint's keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from xmr_core.encoders.image import ImageEncoder
+from xmr_core.encoders.text import BiGRUTextEncoder
+from xmr_core.methods.base import RetrievalModel
+
+
+class TwoTower(RetrievalModel):
+    """`image_encoder(batch) -> Features` and `text_encoder(batch) -> Features`; the pretrained parts of
+    both are the backbone that PCME's warm-up phase freezes."""
+
+    def __init__(self, config: Any, word_vectors: np.ndarray) -> None:
+        super().__init__()
+        self.config = config
+        self.image_encoder = ImageEncoder(config.image, config.embed_dim)
+        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()
