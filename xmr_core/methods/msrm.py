@@ -76,14 +76,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xmr_core.encoders.heads import HeadOutput
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.base import in_batch_positives
@@ -294,16 +293,8 @@ class MSRM(TwoTower):
             self.hgnn_cap = HGNN(*sizes)  # Eq. (10) on caption vertices, image hyperedges (v2t)
             self.hgnn_img = self.hgnn_cap if config.share_hgnn else HGNN(*sizes)  # image vertices (t2v)
 
-    # Eq. (3): G_v = N(mu_v, diag(sigma_v)), G_t likewise.
-    def _embed(self, head: nn.Module, features: Any) -> Tensor | Gaussian:
-        out = head(features)
-        return out.emb if isinstance(out, HeadOutput) else out
-
-    def encode_images(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
-        return self._embed(self.image_head, self.image_encoder(batch))
-
-    def encode_captions(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
-        return self._embed(self.text_head, self.text_encoder(batch))
+    # Eq. (3): G_v = N(mu_v, diag(sigma_v)), G_t likewise: `TwoTower.encode_images` / `encode_captions`
+    # through `image_head` / `text_head`.
 
     @staticmethod
     def gaussian(emb: Tensor | Gaussian) -> Gaussian:

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xmr_core.encoders.heads import GaussianHead, HeadOutput, LocalAttentionHead
+from xmr_core.encoders.heads import GaussianHead, LocalAttentionHead
 from xmr_core.encoders.image import Features, ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.losses import kl_to_standard_normal, soft_contrastive_loss, uniformity_loss
@@ -153,16 +153,8 @@ class PCME(TwoTower):
         self.scale = nn.Parameter(torch.tensor(float(config.init_scale)))  # a of Eq. (3)
         self.shift = nn.Parameter(torch.tensor(float(config.init_shift)))  # b of Eq. (3)
 
-    # Eq. (4): p(v|i) = N(h_V^mu(z_v), diag(h_V^sigma(z_v))), p(t|c) likewise.
-    def _embed(self, head: nn.Module, features: Features) -> Tensor | Gaussian:
-        out = head(features)
-        return out.emb if isinstance(out, HeadOutput) else out
-
-    def encode_images(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
-        return self._embed(self.image_head, self.image_encoder(batch))
-
-    def encode_captions(self, batch: dict[str, Tensor]) -> Tensor | Gaussian:
-        return self._embed(self.text_head, self.text_encoder(batch))
+    # Eq. (4): p(v|i) = N(h_V^mu(z_v), diag(h_V^sigma(z_v))), p(t|c) likewise: `TwoTower.encode_images` /
+    # `encode_captions` through `image_head` / `text_head`.
 
     def samples(self, emb: Tensor | Gaussian, n_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """J reparametrised samples per item, (n, J, D); the mu-only variant is its own single sample."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from torch import nn
+from torch import Tensor, nn
 
+from xmr_core.encoders.heads import HeadOutput
 from xmr_core.encoders.image import ImageEncoder
 from xmr_core.encoders.text import BiGRUTextEncoder
 from xmr_core.methods.base import RetrievalModel
@@ -26,6 +27,19 @@ class TwoTower(RetrievalModel):
         self.config = config
         self.image_encoder = ImageEncoder(config.image, config.embed_dim)
         self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)
+
+    def encode_images(self, batch: dict[str, Tensor]) -> Any:
+        """`image_head(image_encoder(batch))`: a head's embedding (a tensor or a tuple such as a Gaussian);
+        methods whose heads return more (PVSE, DVSE) or that have none (VSE) override this."""
+        return self._head_embedding(self.image_head(self.image_encoder(batch)))
+
+    def encode_captions(self, batch: dict[str, Tensor]) -> Any:
+        """`text_head(text_encoder(batch))`, as `encode_images`."""
+        return self._head_embedding(self.text_head(self.text_encoder(batch)))
+
+    @staticmethod
+    def _head_embedding(out: Any) -> Any:
+        return out.emb if isinstance(out, HeadOutput) else out
 
     def backbone_parameters(self) -> list[nn.Parameter]:
         return self.image_encoder.backbone_parameters() + self.text_encoder.backbone_parameters()
