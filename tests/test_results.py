@@ -37,6 +37,16 @@ def test_table_files_and_provenance(run: RunConfig) -> None:
     assert "demo/table1.md" in index
 
 
+def test_small_values_are_not_rounded_to_zero_in_markdown(run: RunConfig) -> None:
+    # a learning rate of 5e-4 or a KL weight of 1e-5 at one decimal would read 0.0: such a column prints in
+    # general format instead; the csv keeps the exact values either way
+    df = pd.DataFrame({"lr": [5e-4, 2e-3], "KL weight": [1e-5, 0.0], "R@1": [12.34, 56.78]})
+    md = results.write_table(df, "demo/small", run=run).with_suffix(".md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("|")][2:]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert cells == [["0.0005", "1e-05", "12.3"], ["0.002", "0", "56.8"]]
+
+
 def test_failed_write_leaves_old_files_intact(run: RunConfig, monkeypatch) -> None:
     csv = results.write_table(pd.DataFrame({"x": [1]}), "demo/t", run=run)
     before = {p.name: p.read_bytes() for p in csv.parent.iterdir()}

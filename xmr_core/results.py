@@ -148,13 +148,16 @@ def write_table(
     base = results_root(run) / key
     csv = df.to_csv(index=False).encode("utf-8")
     shown = df.copy()
+    formats = []  # per column: fixed at `float_digits`, or general where that would show 1e-05 as 0.0
     for col in shown.columns:  # whole-number columns (counts) print as integers; object dtype keeps them so
         values = shown[col]
         if pd.api.types.is_float_dtype(values) and values.notna().all() and (values % 1 == 0).all():
             values = values.astype("int64")
+        small = pd.api.types.is_float_dtype(values) and ((values != 0) & (values.abs() < 10.0 ** -float_digits)).any()
+        formats.append("g" if small else f".{float_digits}f")
         if pd.api.types.is_numeric_dtype(values):
             shown[col] = values.astype(object)
-    table = shown.to_markdown(index=False, floatfmt=f".{float_digits}f")
+    table = shown.to_markdown(index=False, floatfmt=formats)
     header = f"# {key}\n\n" + (f"{caption}\n\n" if caption else "")
     stamp = f"\n\n_profile `{run.profile}`, dataset `{run.dataset}`, seed {run.seed}; provenance in `{base.name}.json`._\n"
     meta = provenance(run, key, "table", caption=caption, columns=list(map(str, df.columns)), n_rows=len(df),
