@@ -73,3 +73,12 @@ def test_every_chapter_generates_its_data_from_DATA_SEED(notebook: Path) -> None
     calls = re.findall(r"load_corpus\([^)]*\)", code)
     assert "DATA_SEED = " in text and calls
     assert all("seed=DATA_SEED" in call for call in calls), calls
+
+
+def test_run_seeds_count_from_the_training_seed_and_smoke_keeps_one():
+    from xmr_core.config import RunConfig
+
+    assert RunConfig.from_params(PROFILE="cpu", SEED=4).seeds(3) == [4, 5, 6]
+    assert RunConfig.from_params(PROFILE="smoke", SEED=4).seeds(3) == [4]
+    with pytest.raises(ValueError, match="n_seeds must be >= 1"):
+        RunConfig.from_params(PROFILE="cpu").seeds(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from fixtures.msrm import D, tiny_config
 
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -24,13 +25,7 @@ from xmr_core.methods.msrm import (
     soft_incidence,
 )
 
-VOCAB, WORD_DIM, D = 20, 8, 16
-
-
-def tiny_config(**overrides) -> MSRMConfig:
-    small = {"embed_dim": D, "image": ImageEncoderConfig(widths=(4, 8), hidden=16, image_size=16),
-             "text": TextEncoderConfig(hidden=8)}
-    return msrm_config(small, **overrides)
+VOCAB, WORD_DIM = 20, 8
 
 
 def tiny_model(cfg: MSRMConfig | None = None) -> MSRM:

@@ -95,6 +95,13 @@ class RunConfig:
         """Seconds since this config was made (the notebook's start)."""
         return time.time() - self.started
 
+    def seeds(self, n_seeds: int) -> list[int]:
+        """The training seeds a chapter trains each compared model with: `n_seeds` consecutive seeds from
+        `seed` (smoke: the first only)."""
+        if n_seeds < 1:
+            raise ValueError(f"n_seeds must be >= 1, got {n_seeds}")
+        return [self.seed + k for k in range(1 if self.profile == "smoke" else n_seeds)]
+
     def describe(self) -> str:
         """One line per effective value, for the executed notebook."""
         rows = dataclasses.asdict(self)

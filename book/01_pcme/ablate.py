@@ -58,7 +58,7 @@ from xmr_core.results import difference_verdict, verdict, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
-seeds = [SEED + k for k in range(1 if PROFILE == "smoke" else N_SEEDS)]
+seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"seeds of the reused PCME / mu-only runs = {seeds}")
 

@@ -79,7 +79,7 @@ from xmr_core.train import fit
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
-seeds = [SEED + k for k in range(1 if PROFILE == "smoke" else N_SEEDS)]
+seeds = run.seeds(N_SEEDS)
 train_cfg = pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRESS)
 print(run.describe())
 print(f"seeds for PCME / mu-only = {seeds}")

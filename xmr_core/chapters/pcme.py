@@ -92,11 +92,13 @@ def train_config(profile: str, lr: float, seed: int = 0, **overrides: object) ->
 
 
 def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
-                 seed: int = 0, **train_overrides: object) -> dict[str, TuningResult]:
-    """Tune every compared method with the same budget (cached runs: free the second time)."""
+                 seed: int = 0, *, compared: dict[str, Compared] | None = None,
+                 **train_overrides: object) -> dict[str, TuningResult]:
+    """Tune every compared method (`compared`, default this chapter's; a later chapter passes these plus its
+    own) with the same budget (cached runs: free the second time)."""
     lrs = LEARNING_RATES[profile]
     out = {}
-    for name, spec in COMPARED.items():
+    for name, spec in (COMPARED if compared is None else compared).items():
         weights = spec.weights if profile != "smoke" else (spec.default,)
         out[name] = tune(name, lambda w, spec=spec: spec.build(enc, word_vectors, w, 1),
                          lambda lr: train_config(profile, lr, seed, **train_overrides), train, val, vocab,
