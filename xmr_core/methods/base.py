@@ -13,7 +13,12 @@ A method is an `nn.Module` with a dataclass `config` and
 - `batch_scores(img_emb, cap_emb) -> (B, B)`: the differentiable similarity the loss trains on a batch, the
   training-time twin of `score` (the contract test checks that they agree);
 - `backbone_parameters()`: what PCME's first phase freezes; `set_epoch(t)`: training progress in epochs
-  (fractional), for losses with a schedule. `forward(batch)` encodes both sides (what DDP wraps).
+  (fractional), for losses with a schedule. `forward(batch)` encodes both sides (what DDP wraps): what `loss`
+  receives, by default `(encode_images(batch), encode_captions(batch))`; a method whose loss needs more than
+  the test-time embeddings (HREM's fragments) returns more here.
+- `train_batch_sampler(split, batch_size, seed)`: the method's own training batches (a sampler of caption
+  index lists), or None for `fit`'s; `on_epoch_start(epoch, split, device)`: called by `fit` before each
+  training epoch (HREM re-clusters the training images for its neighbour batches).
 
 Batches follow the contract of `xmr_core.data.datasets`: "images" (B, 3, H, W) or "regions" (B, R, D) +
 "region_mask", "tokens" (B, L), "lengths" (B,), "image_index" (B,), "caption_index" (B,).
@@ -23,7 +28,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import torch
 from torch import Tensor, nn
+from torch.utils.data import Sampler
+
+from xmr_core.data.corpus import Split
 
 Embeddings = Tensor | tuple[Tensor, ...]
 Direction = Literal["i2t", "t2i"]
@@ -78,7 +87,15 @@ class RetrievalModel(nn.Module):
         """Training progress in epochs (fractional); `fit` calls it before every step."""
         self.epoch = float(epoch)
 
-    def forward(self, batch: dict[str, Tensor]) -> tuple[Embeddings, Embeddings]:
+    def train_batch_sampler(self, split: Split, batch_size: int, seed: int) -> Sampler[list[int]] | None:
+        """Training batches of caption indices chosen by the method, a sampler with `set_epoch(e)` (default:
+        None, `fit`'s own sampler by `TrainConfig.epoch_mode`)."""
+        return None
+
+    def on_epoch_start(self, epoch: int, split: Split, device: torch.device) -> None:
+        """Called by `fit` before training epoch `epoch` (0-based) on the training split (default: nothing)."""
+
+    def forward(self, batch: dict[str, Tensor]) -> tuple[Any, Any]:
         return self.encode_images(batch), self.encode_captions(batch)
 
 

@@ -1,8 +1,10 @@
 """The two-tower base every embedding method of the book builds on: an image encoder g_V and a text encoder
 g_T over the shared encoder configs, each method adding its own heads, loss and score.
 
-`config` needs `image` (`ImageEncoderConfig`), `text` (`TextEncoderConfig`) and `embed_dim`. The encoders'
-attribute names (`image_encoder`, `text_encoder`) are part of every checkpoint's keys.
+`config` needs `image` (`ImageEncoderConfig`), `text` (`TextEncoderConfig` for the BiGRU over word vectors, or
+`BertEncoderConfig` for a BERT-style encoder, which then takes the vocabulary's words, `np.array(vocab.words)`,
+in place of the word vectors) and `embed_dim`. The encoders' attribute names (`image_encoder`, `text_encoder`)
+are part of every checkpoint's keys.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from torch import Tensor, nn
 
 from xmr_core.encoders.heads import HeadOutput
 from xmr_core.encoders.image import ImageEncoder
-from xmr_core.encoders.text import BiGRUTextEncoder
+from xmr_core.encoders.text import build_text_encoder
 from xmr_core.methods.base import RetrievalModel
 
 
@@ -26,7 +28,7 @@ class TwoTower(RetrievalModel):
         super().__init__()
         self.config = config
         self.image_encoder = ImageEncoder(config.image, config.embed_dim)
-        self.text_encoder = BiGRUTextEncoder(word_vectors, config.embed_dim, config.text)
+        self.text_encoder = build_text_encoder(word_vectors, config.embed_dim, config.text)
 
     def encode_images(self, batch: dict[str, Tensor]) -> Any:
         """`image_head(image_encoder(batch))`: a head's embedding (a tensor or a tuple such as a Gaussian);
