@@ -4,6 +4,7 @@
     score_matrix(model, img_emb, cap_emb)     -> scores (N, M) of one direction, filled by blocks of image
                                                  rows (and, with `caption_chunk`, caption columns)
     direction_scores(model, img_emb, cap_emb) -> (scores_i2t, scores_t2i), both (N, M), re-ranked if asked
+    rerank_directions(scores_i2t, scores_t2i, rerank) -> the same scores re-ranked (image and caption queries)
     evaluate_scores(split, scores_i2t, ...)   -> {"instance/i2t/R@1": ..., "exact/t2i/mAP@R": ..., "rsum": ...}
     evaluate_model(model, split, vocab, ...)  -> embed, score both directions (+ re-ranking), evaluate
     evaluate_similarities(model, split, vocab, methods) -> {method: evaluate_scores under that similarity}
@@ -214,9 +215,13 @@ def direction_scores(
     t2i = i2t
     if getattr(model, "directional", False):
         t2i = score_matrix(model, img_emb, cap_emb, direction="t2i", progress=progress, **score_kwargs)
-    if rerank is not None:
-        i2t, t2i = rerank(i2t, "i2t"), rerank(t2i.T, "t2i").T
-    return i2t, t2i
+    return (i2t, t2i) if rerank is None else rerank_directions(i2t, t2i, rerank)
+
+
+def rerank_directions(scores_i2t: Tensor, scores_t2i: Tensor, rerank: Reranker) -> tuple[Tensor, Tensor]:
+    """Re-rank finished scores (`direction_scores`' layout, both (N, M)): the image queries of `scores_i2t`
+    (its rows) and the caption queries of `scores_t2i` (its columns) -> the same layout."""
+    return rerank(scores_i2t, "i2t"), rerank(scores_t2i.T, "t2i").T
 
 
 # ----------------------------------------------------------------------------------------- evaluation

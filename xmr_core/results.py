@@ -17,6 +17,7 @@ import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -212,6 +213,18 @@ def difference_verdict(diff: float, spread: float) -> Verdict:
     if not spread >= 0:
         raise ValueError(f"difference_verdict: spread must be >= 0, got {spread}")
     return "held" if diff > spread else ("did not hold" if diff < -spread else "within noise")
+
+
+def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict of "X holds for every model" from the verdict per model: one counterexample refutes it
+    ("did not hold"); else a model not tested leaves it "not tested"; else any within noise makes it "within
+    noise"; else "held"."""
+    if not verdicts:
+        return verdict(None)
+    for outcome in ("did not hold", "not tested", "within noise"):
+        if outcome in verdicts:
+            return outcome  # type: ignore[return-value]
+    return "held"
 
 
 def require_converged(verdict_: Verdict, evidence: str, models: list[str],

@@ -1,4 +1,4 @@
-"""Figures shared by the chapters: Gaussian confidence ellipses, annotated heatmaps, image galleries.
+"""Figures shared by the chapters: Gaussian confidence ellipses, annotated heatmaps, image and caption galleries.
 
 Every function draws on a matplotlib `Axes` (or returns a new `Figure`) and never saves anything:
 chapters save through `xmr_core.results.write_figure`. Gaussians follow the library convention, a pair
@@ -92,23 +92,43 @@ def heatmap(
     fmt: str = "{:.1f}",
     cmap: str = "viridis",
     colorbar: bool = True,
+    colour_by_column: bool = False,
+    vmin: float | None = None,
+    vmax: float | None = None,
 ) -> None:
-    """An annotated (rows x cols) heatmap; NaN cells are left blank."""
+    """An annotated (rows x cols) heatmap; NaN cells are left blank. colour_by_column: colour each column from
+    its own minimum to its maximum (for columns of different metrics; the annotations stay the values).
+    vmin / vmax: a fixed colour range (default: the colours' range), so that several heatmaps share one scale."""
     values = np.asarray(values, dtype=float)
     if values.shape != (len(row_labels), len(col_labels)):
         raise ValueError(f"values of shape {values.shape} for {len(row_labels)} x {len(col_labels)} labels")
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto")
+    colours = column_scaled(values) if colour_by_column else values
+    image = ax.imshow(np.ma.masked_invalid(colours), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
     ax.set_xticks(range(len(col_labels)), labels=list(col_labels), rotation=30, ha="right")
     ax.set_yticks(range(len(row_labels)), labels=list(row_labels))
-    finite = values[np.isfinite(values)]
-    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    finite = colours[np.isfinite(colours)]
+    lo = vmin if vmin is not None else (finite.min() if finite.size else 0.0)
+    hi = vmax if vmax is not None else (finite.max() if finite.size else 0.0)
+    middle = (lo + hi) / 2
     for r in range(values.shape[0]):
         for c in range(values.shape[1]):
             if np.isfinite(values[r, c]):
-                colour = "black" if values[r, c] > middle else "white"
+                colour = "black" if colours[r, c] > middle else "white"
                 ax.text(c, r, fmt.format(values[r, c]), ha="center", va="center", color=colour, fontsize=8)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+
+
+def column_scaled(values: np.ndarray) -> np.ndarray:
+    """(R, C) values -> each column mapped linearly onto [0, 1] from its finite minimum to its maximum (a constant
+    column -> 0.5); NaN stays NaN."""
+    values = np.asarray(values, dtype=float)
+    lo, hi = np.nanmin(values, axis=0, initial=np.inf, where=np.isfinite(values)), \
+        np.nanmax(values, axis=0, initial=-np.inf, where=np.isfinite(values))
+    span = hi - lo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scaled = np.where(span > 0, (values - lo) / np.where(span > 0, span, 1.0), 0.5)
+    return np.where(np.isfinite(values), scaled, np.nan)
 
 
 def image_grid(images: np.ndarray, titles: Sequence[str] | None = None, ncols: int = 8) -> Figure:
@@ -165,5 +185,42 @@ def retrieval_gallery(
             ax.add_patch(Rectangle((-0.5, -0.5), w, h, fill=False, edgecolor=colour, linewidth=4))
             if scores is not None:
                 ax.set_title(f"{scores[q, j]:.3g}", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def caption_gallery(
+    images: np.ndarray,
+    ranked_captions: Sequence[Sequence[str]],
+    relevant: np.ndarray,
+    marked: np.ndarray | None = None,
+    titles: Sequence[str] | None = None,
+    width: int = 60,
+) -> Figure:
+    """Image-to-text results: one row per query image, its top-K captions beside it, green when `relevant`,
+    red otherwise, "(True)" after the captions `marked` (e.g. the dataset's ground truth).
+
+    images: (Q, H, W, 3) uint8; ranked_captions: Q lists of K captions, best first; relevant, marked: (Q, K) bool.
+    """
+    images, relevant = np.asarray(images), np.asarray(relevant, dtype=bool)
+    n_q = len(images)
+    k = relevant.shape[1] if relevant.ndim == 2 else -1
+    marked = np.zeros_like(relevant) if marked is None else np.asarray(marked, dtype=bool)
+    if (images.ndim != 4 or relevant.shape != (n_q, k) or marked.shape != relevant.shape
+            or [len(c) for c in ranked_captions] != [k] * n_q):
+        raise ValueError(f"images {images.shape}, {len(ranked_captions)} caption lists, relevance {relevant.shape}, "
+                         f"marks {marked.shape}: expected (Q, H, W, 3), Q lists of K, (Q, K) and (Q, K)")
+    fig, axes = plt.subplots(n_q, 2, figsize=(9, 1.9 * n_q), squeeze=False, gridspec_kw={"width_ratios": [1, 4]})
+    for q in range(n_q):
+        axes[q, 0].imshow(images[q])
+        axes[q, 0].axis("off")
+        if titles is not None:
+            axes[q, 0].set_title(titles[q], fontsize=8)
+        text_ax = axes[q, 1]
+        text_ax.axis("off")
+        for j, caption in enumerate(ranked_captions[q]):
+            line = textwrap.shorten(f"{j + 1}. {caption}", width) + (" (True)" if marked[q, j] else "")
+            text_ax.text(0.0, 1.0 - (j + 0.5) / k, line, fontsize=8, va="center", transform=text_ax.transAxes,
+                         color="tab:green" if relevant[q, j] else "tab:red")
     fig.tight_layout()
     return fig

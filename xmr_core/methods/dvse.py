@@ -203,11 +203,17 @@ class DVSE(TwoTower):
         self.text_head = LocalAttentionHead(self.text_encoder.local_dim, config.embed_dim, dropout=config.dropout)
         self.dynamic_mask = DynamicMask(self.image_encoder.local_dim, k)  # 2. Eq. (3), fixed w²
 
+    def attend(self, features: Features) -> tuple[Tensor, Tensor]:
+        """The sub-embeddings before the mask, v̂^k = s(w¹ att^k(z_v) z_v) (B, K, D), and the attention weights
+        att^k over the R local features (B, R, K)."""
+        head = self.image_head
+        pooled, attn = head.attention(features.local, features.mask)  # att^k(z_v) z_v: (B, K, C)
+        return head.dropout(torch.sigmoid(head.fc(pooled))), attn
+
     def encode_images(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         features = self.image_encoder(batch)
         head = self.image_head
-        pooled, _ = head.attention(features.local, features.mask)  # att^k(z_v) z_v: (B, K, C)
-        residual = head.dropout(torch.sigmoid(head.fc(pooled)))  # v̂^k = s(w¹ ...): (B, K, D)
+        residual, _ = self.attend(features)  # v̂^k: (B, K, D)
         if self.config.dynamic_mask:
             mask = self.dynamic_mask(features)  # (B, K)
         else:

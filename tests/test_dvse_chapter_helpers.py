@@ -1,0 +1,400 @@
+"""The DVSE chapter's helpers (xmr_core.chapters.dvse), its paper values and its figure helpers: every expected
+value is worked by hand or by a brute-force loop written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from xmr_core.chapters.dvse import (
+    ABLATION_GRIDS,
+    COMPARED,
+    FR_COCO,
+    FR_CUB,
+    ORDER,
+    PAPER_ONLY,
+    TABLE1_COLUMNS,
+    TABLE2_COLUMNS,
+    TABLE3_COLUMNS,
+    TABLE6_COLUMNS,
+    ModelScores,
+    NeighbourReranker,
+    attention_heat,
+    ceiling_row,
+    class_row,
+    correlation_matrices,
+    fr_gains,
+    fr_grid,
+    grid_boxes,
+    instance_row,
+    mean_abs_offdiagonal,
+    metric_row,
+    paper_table,
+    peak,
+    region_encoders,
+    rerank_rows,
+    retrieval_lists,
+    specific_captions,
+    sub_embeddings,
+    table4_frame,
+    training_runs,
+)
+from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
+from xmr_core.chapters.protocols import ChapterData
+from xmr_core.data.corpus import Split
+from xmr_core.data.datasets import ImageDataset, collate
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.evaluate import rerank_directions
+from xmr_core.methods.dvse import DVSE, dvse_config
+from xmr_core.results import paper_values
+from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
+from xmr_core.viz import caption_gallery
+
+N, PER = 10, 2  # images, captions per image: five 1K-style folds of 2 images and 4 captions
+
+
+def _split(seed: int = 0) -> Split:
+    rng = np.random.default_rng(seed)
+    m = N * PER
+    exact = rng.random((m, N)) < 0.3
+    exact[np.arange(m), np.repeat(np.arange(N), PER)] = True
+    return Split("t", "mem", [f"i{i}" for i in range(N)], [f"c{j}" for j in range(m)],
+                 [f"caption {j}" for j in range(m)], np.repeat(np.arange(N), PER),
+                 images=rng.integers(0, 255, (N, 8, 8, 3), dtype=np.uint8),
+                 image_class=np.array([0, 0, 1, 1, 1, 2, 2, 0, 1, 2]), exact=exact,
+                 image_labels=(rng.random((N, 4)) < 0.5).astype(np.uint8),
+                 caption_level=["full", "vague"] * N).validate()
+
+
+def _scores(seed: int) -> torch.Tensor:
+    return torch.rand(N, N * PER, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# ------------------------------------------------------------------- brute-force references (loops, float64)
+def _best_ranks(scores: np.ndarray, relevant: np.ndarray) -> list[int]:
+    """1-based rank of each query row's best positive (no ties in random scores)."""
+    return [1 + int(np.sum(row > row[rel].max())) for row, rel in zip(scores, relevant)]
+
+
+def _recalls(i2t: np.ndarray, t2i: np.ndarray, cap_img: np.ndarray) -> dict[str, float]:
+    rel_i2t = cap_img[None, :] == np.arange(i2t.shape[0])[:, None]
+    ranks = {"i2t": _best_ranks(i2t, rel_i2t), "t2i": _best_ranks(t2i.T, rel_i2t.T)}
+    out = {f"{d} R@{k}": 100 * float(np.mean([r <= k for r in ranks[d]])) for d in ranks for k in (1, 5, 10)}
+    out["rSum"] = sum(out.values())
+    return out
+
+
+def _r_precision(scores: np.ndarray, relevant: np.ndarray) -> float:
+    vals = []
+    for row, rel in zip(scores, relevant):
+        r = int(rel.sum())
+        vals.append(rel[np.argsort(-row)[:r]].mean())
+    return 100 * float(np.mean(vals))
+
+
+def _fr(a: np.ndarray, s1: float, s2: float) -> np.ndarray:
+    """Eq. (14) in log form by brute force: s2 A_qg - log Σ_l exp(s1 A_lg), queries as rows."""
+    return s2 * a - np.log(np.exp(s1 * a).sum(0, keepdims=True))
+
+
+# ---------------------------------------------------------------------------------------- models, values
+def test_compared_reuses_the_pcme_chapter_and_adds_dvse_with_its_margin():
+    for name, spec in PCME_COMPARED.items():
+        assert COMPARED[name] is spec  # the same builders: the same run keys, so cached runs are loaded
+    dvse = COMPARED["DVSE"]
+    assert dvse.weight_name == "margin" and dvse.default == 0.2 and dvse.weights == (0.1, 0.2, 0.4)
+    small = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=8, image_size=16),
+             "text": TextEncoderConfig(hidden=4)}
+    model = dvse.build(small, np.zeros((5, 3), np.float32), 0.4, 1)
+    assert model.config.n_embeds == 6 and model.config.hinge.margin == 0.4  # K = 6 whatever PVSE's k argument
+
+
+def test_paper_values_typed_from_the_tables():
+    paper = paper_values("dvse")
+    assert not paper.duplicated(["table", "method", "protocol", "key"]).any()
+    # rows per table: methods x values minus the '-' cells (Table I ResNet block: 7 x 14 minus P2RM's 10)
+    counts = paper.groupby("table").size().to_dict()
+    assert counts == {"table1_resnet": 88, "table1_butd": 155, "table1_bert": 56, "table2_resnet": 42,
+                      "table2_butd": 79, "table2_bert": 28, "table3": 32, "table4": 16, "table5": 7, "table6": 49}
+    value = lambda t, m, k, p="test": float(paper.query("table == @t and method == @m and key == @k and protocol == @p")
+                                           ["value"].iloc[0])
+    assert value("table1_resnet", "DVSE + FR", "rsum", "5K") == 399.8  # Table I, typed by hand
+    assert value("table1_resnet", "PVSE K=2", "instance/i2t/R@1", "1K") == 69.2
+    assert value("table3", "DVSE", "class/i2t/R-P") == 26.2 and value("table3", "DVSE", "class/i2t/R@1") == 47.4
+    assert value("table4", "DVSE + MR", "test time s", "5K") == 447.2
+    assert value("table5", "combination 3", "rsum") == 500.6
+    assert value("table6", "K=12", "class/t2i/R-P") == 26.8
+    # the paper's own cross-references: Table VI K = 6 (COCO 5K) is Table I's BUTD DVSE, Table V's combination 1
+    # is Table II's BUTD DVSE, Table III's DVSE is Table VI's CUB K = 8
+    for key in ("instance/i2t/R@1", "instance/t2i/R@1", "rsum"):
+        assert value("table6", "K=6", key, "5K") == value("table1_butd", "DVSE", key, "5K")
+    assert value("table5", "combination 1", "rsum") == value("table2_butd", "DVSE", "rsum")
+    for key in TABLE3_COLUMNS.values():
+        assert value("table3", "DVSE", key) == value("table6", "K=8", key)
+    # rSum is the sum of the six R@K wherever all seven are printed (rounding: 0.25)
+    for _, g in paper[paper["table"].str.match("table[12]_")].groupby(["table", "method", "protocol"]):
+        v = dict(zip(g["key"], g["value"]))
+        if len(v) == 7:
+            assert sum(x for k, x in v.items() if k != "rsum") == pytest.approx(v["rsum"], abs=0.25)
+
+
+def test_every_row_we_label_has_its_paper_rows():
+    paper = paper_values("dvse")
+    for table, methods in PAPER_ONLY.items():
+        assert set(methods) <= set(paper[paper["table"] == table]["method"])
+    for table in ("table1_resnet", "table3"):
+        assert {"PCME", "DVSE", "DVSE + FR"} <= set(paper[paper["table"] == table]["method"]) & set(ORDER)
+    keys = {(p, k) for p, k in zip(paper["protocol"], paper["key"])}
+    for col, key in {**TABLE1_COLUMNS, **TABLE6_COLUMNS}.items():
+        proto, k = key.split("|") if "|" in key else ("test", key)
+        assert (proto, k) in keys, col
+    assert set(TABLE2_COLUMNS) == {c for c in TABLE1_COLUMNS if c.startswith("all ")}
+
+
+def test_region_encoders_swap_only_the_image_encoder():
+    enc = {"embed_dim": 8, "image": ImageEncoderConfig(kind="grid"), "text": TextEncoderConfig(hidden=4)}
+    out = region_encoders(enc, 68)
+    assert out["image"].kind == "regions" and out["image"].region_dim == 68
+    assert out["text"] is enc["text"] and out["embed_dim"] == 8 and enc["image"].kind == "grid"
+    with pytest.raises(ValueError, match="region_dim"):
+        region_encoders(enc, 0)
+
+
+# ------------------------------------------------------------------------------------------- metric rows
+def test_instance_row_matches_brute_force_on_folds_and_whole_split():
+    split, i2t, t2i = _split(), _scores(1), _scores(2)
+    row = instance_row(split, i2t, t2i)
+    cap_img = np.asarray(split.caption_image)
+    whole = _recalls(i2t.numpy(), t2i.numpy(), cap_img)
+    folds = [_recalls(i2t.numpy()[2 * f:2 * f + 2, 4 * f:4 * f + 4], t2i.numpy()[2 * f:2 * f + 2, 4 * f:4 * f + 4],
+                      cap_img[4 * f:4 * f + 4] - 2 * f) for f in range(5)]
+    for key, value in whole.items():
+        assert row[f"all {key}"] == pytest.approx(value)
+        assert row[f"1K {key}"] == pytest.approx(np.mean([f[key] for f in folds]))
+
+
+def test_class_row_matches_brute_force_r_precision_and_r1():
+    split, i2t, t2i = _split(), _scores(3), _scores(4)
+    row = class_row(split, i2t, t2i)
+    cls, cap_img = split.image_class, np.asarray(split.caption_image)
+    rel = cls[:, None] == cls[cap_img][None, :]  # (N, M)
+    assert row["CUB i2t R-P"] == pytest.approx(_r_precision(i2t.numpy(), rel))
+    assert row["CUB t2i R-P"] == pytest.approx(_r_precision(t2i.numpy().T, rel.T))
+    assert row["CUB i2t R@1"] == pytest.approx(100 * np.mean(rel[np.arange(N), i2t.numpy().argmax(1)]))
+    assert row["CUB t2i R@1"] == pytest.approx(100 * np.mean(rel.T[np.arange(N * PER), t2i.numpy().argmax(0)]))
+
+
+def test_metric_row_with_fr_uses_the_coco_scales_on_the_whole_split_and_the_cub_scales_on_unseen():
+    split = _split()
+    scores = ModelScores((_scores(5), _scores(6)), (_scores(7), _scores(8)), 1.0)
+    data = ChapterData(split, split, split, split, None, np.zeros((1, 1), np.float32), 1.0)  # type: ignore[arg-type]
+    row = metric_row(scores, data, fr=True)
+    (g1, g2), (l1, l2) = FR_COCO.gamma, FR_COCO.lam
+    whole_i2t, whole_t2i = _fr(scores.whole[0].numpy(), g1, g2), _fr(scores.whole[1].numpy().T, l1, l2).T
+    assert row["all rSum"] == pytest.approx(_recalls(whole_i2t, whole_t2i, np.asarray(split.caption_image))["rSum"])
+    (c1, c2), (d1, d2) = FR_CUB.gamma, FR_CUB.lam
+    rel = split.image_class[:, None] == split.image_class[np.asarray(split.caption_image)][None, :]
+    assert row["CUB i2t R-P"] == pytest.approx(_r_precision(_fr(scores.unseen[0].numpy(), c1, c2), rel))
+    assert row["CUB t2i R-P"] == pytest.approx(_r_precision(_fr(scores.unseen[1].numpy().T, d1, d2), rel.T))
+    plain = metric_row(scores, data)
+    assert plain["all rSum"] == pytest.approx(_recalls(*(s.numpy() for s in scores.whole),
+                                                       np.asarray(split.caption_image))["rSum"])
+
+
+def test_rerank_directions_reranks_image_rows_and_caption_columns():
+    i2t, t2i = _scores(9), _scores(10)
+    a, b = rerank_directions(i2t, t2i, FR_COCO)
+    assert np.allclose(a.numpy(), _fr(i2t.numpy(), *FR_COCO.gamma))
+    assert np.allclose(b.numpy(), _fr(t2i.numpy().T, *FR_COCO.lam).T)
+
+
+# ---------------------------------------------------------------------------------------------- Table 4
+def test_neighbour_reranker_uses_the_k_of_each_direction():
+    scores = _scores(11)
+    rr = NeighbourReranker(reciprocal_rerank, (3, 7))
+    assert torch.equal(rr(scores, "i2t"), reciprocal_rerank(scores, k=3))
+    assert torch.equal(rr(scores.T, "t2i"), reciprocal_rerank(scores.T, k=7))
+    assert not torch.equal(rr(scores, "i2t"), reciprocal_rerank(scores, k=7))
+    with pytest.raises(ValueError, match="direction"):
+        rr(scores, "both")
+
+
+def test_rerank_rows_score_each_reranker_on_the_same_matrices_and_add_its_time():
+    split = _split()
+    scores = ModelScores((_scores(12), _scores(13)), (_scores(12), _scores(13)), 2.5)
+    mr = NeighbourReranker(multivariate_rerank, (10, 10))
+    rows = rerank_rows(scores, split, {"FR": FR_COCO, "MR": mr})
+    assert [r["model"] for r in rows] == ["DVSE", "DVSE + FR", "DVSE + MR"]
+    assert rows[0]["re-rank s"] == 0.0 and rows[0]["test s"] == 2.5
+    for r in rows[1:]:
+        assert r["re-rank s"] > 0 and r["test s"] == pytest.approx(2.5 + r["re-rank s"])
+    cap_img = np.asarray(split.caption_image)
+    fr = _recalls(_fr(scores.whole[0].numpy(), *FR_COCO.gamma), _fr(scores.whole[1].numpy().T, *FR_COCO.lam).T, cap_img)
+    assert rows[1]["all rSum"] == pytest.approx(fr["rSum"])
+    mr_i2t, mr_t2i = mr(scores.whole[0], "i2t"), mr(scores.whole[1].T, "t2i").T
+    assert rows[2]["all rSum"] == pytest.approx(_recalls(mr_i2t.numpy(), mr_t2i.numpy(), cap_img)["rSum"])
+
+
+def test_table4_frame_puts_both_paper_datasets_beside_ours():
+    runs = pd.DataFrame([{"model": m, "seed": s, "re-rank s": t, "test s": 1 + t, "all rSum": r}
+                         for s in (0, 1) for m, t, r in (("DVSE", 0.0, 100 + s), ("DVSE + RR", 0.5, 110 + s),
+                                                         ("DVSE + MR", 0.9, 108 + s), ("DVSE + FR", 0.1, 120 + s))])
+    out = table4_frame(runs, "scenes").set_index("model")
+    assert list(out.index) == ["DVSE", "DVSE + RR", "DVSE + MR", "DVSE + FR"]
+    assert out.loc["DVSE + FR", "rSum (scenes)"] == 120.5 and out.loc["DVSE + MR", "test s (scenes)"] == 1.9
+    assert out.loc["DVSE + MR", "test s (paper, Flickr30K)"] == 15.0 and out.loc["DVSE + MR", "test s (paper, COCO 5K)"] == 447.2
+    assert out.loc["DVSE + FR", "rSum (paper, Flickr30K)"] == 524.5 and out.loc["DVSE", "rSum (paper, COCO 5K)"] == 429.3
+    assert out.loc["DVSE", "rSum std"] == pytest.approx(np.std([100, 101], ddof=1))
+
+
+# ------------------------------------------------------------------------------------------ table layout
+def test_paper_table_adds_paper_only_rows_with_the_papers_values():
+    per_run = pd.DataFrame([{"model": "DVSE", "seed": s, "CUB i2t R-P": 10.0 + s, "CUB i2t R@1": 20.0,
+                             "CUB t2i R-P": 30.0, "CUB t2i R@1": 40.0} for s in (0, 1)])
+    out = paper_table(per_run, ["DVSE"], "table3", TABLE3_COLUMNS, "scenes", ("P2RM",)).set_index("model")
+    assert list(out.index) == ["DVSE", "P2RM (paper only)"]
+    assert out.loc["DVSE", "CUB i2t R-P (scenes)"] == 10.5 and out.loc["DVSE", "CUB i2t R-P (paper)"] == 26.2
+    assert out.loc["P2RM (paper only)", "seeds"] == 0 and np.isnan(out.loc["P2RM (paper only)", "CUB i2t R-P (scenes)"])
+    assert out.loc["P2RM (paper only)", "CUB t2i R-P (paper)"] == 27.9  # Table III, row P2RM
+
+
+def test_ceiling_row_reads_each_protocols_ceiling():
+    ceiling = {"1K": {"i2t/R@1": 90.0, "t2i/R@5": 70.0, "rsum": 500.0}, "all": {"i2t/R@1": 80.0, "rsum": 450.0}}
+    cols = {"1K i2t R@1": "", "1K t2i R@5": "", "1K rSum": "", "all i2t R@1": "", "all rSum": ""}
+    row = ceiling_row(ceiling, cols, "scenes")
+    assert row == {"model": "Bayes ceiling", "seeds": 0, "1K i2t R@1 (scenes)": 90.0, "1K t2i R@5 (scenes)": 70.0,
+                   "1K rSum (scenes)": 500.0, "all i2t R@1 (scenes)": 80.0, "all rSum (scenes)": 450.0}
+
+
+# ----------------------------------------------------------------------------------------------- claims
+def test_fr_gains_compares_each_model_with_its_fr_rows():
+    rows = [("A", 0, 10.0), ("A", 1, 12.0), ("A + FR", 0, 20.0), ("A + FR", 1, 21.0),  # +9.5, stds 1.41 / 0.71
+            ("B", 0, 10.0), ("B + FR", 0, 30.0)]  # one seed: not tested
+    per_run = pd.DataFrame([{"model": m, "seed": s, "x": v} for m, s, v in rows])
+    out = fr_gains(per_run, ["A", "B"], ["x"], {"A": True, "B": True}).set_index("model")
+    assert out.loc["A", "diff"] == pytest.approx(9.5) and out.loc["A", "spread"] == pytest.approx(np.sqrt(2))
+    assert out.loc["A", "verdict"] == "held" and out.loc["A", "seeds"] == 2
+    assert out.loc["B", "verdict"] == "not tested" and out.loc["B", "diff"] == pytest.approx(20.0)
+    assert out.loc["B", "not tested"] == "one seed" and out.loc["A", "not tested"] == ""
+    unconverged = fr_gains(per_run, ["A"], ["x"], {"A": False}).iloc[0]
+    assert unconverged["verdict"] == "not tested" and unconverged["not tested"] == "not converged"
+
+
+def test_peak_inside_the_grid_against_the_spread():
+    # interior best 12 beats the better end 10 by 2: held with spread 1, within noise with spread 3
+    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 1.0) == (2, 2.0, "held")
+    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 3.0)[2] == "within noise"
+    assert peak({1: 15.0, 2: 12.0, 4: 11.0}, 1.0) == (1, -3.0, "did not hold")  # an end is best
+    assert peak({1: 8.0, 2: 12.0}, 1.0)[2] == "not tested"  # no interior
+    assert peak({1: 8.0, 2: 12.0, 3: 9.0}, float("nan"))[2] == "not tested"  # no seed spread
+
+
+# --------------------------------------------------------------------------------------------- Figure 7
+def test_fr_grid_is_r1_after_fr_at_each_pair():
+    split, i2t, t2i = _split(), _scores(14), _scores(15)
+    out = fr_grid(ModelScores((i2t, t2i), (i2t, t2i), 0.0), split, (2.0, 30.0))
+    assert len(out) == 2 * 2 * 2 and set(out["direction"]) == {"i2t", "t2i"}
+    cap_img = np.asarray(split.caption_image)
+    for (d, s1, s2), r1 in out.set_index(["direction", "s1", "s2"])["R@1"].items():
+        a = _fr(i2t.numpy(), s1, s2) if d == "i2t" else i2t.numpy()
+        b = _fr(t2i.numpy().T, s1, s2).T if d == "t2i" else t2i.numpy()
+        assert r1 == pytest.approx(_recalls(a, b, cap_img)[f"{d} R@1"])
+
+
+# -------------------------------------------------------------------------------------- Figures 6 and 10
+def test_correlation_matrices_are_pearson_and_a_constant_vector_correlates_zero():
+    x = torch.randn(3, 4, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    corr = correlation_matrices(x)
+    for i in range(3):
+        assert np.allclose(corr[i].numpy(), np.corrcoef(x[i].numpy()))
+    const = torch.tensor([[[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]]])
+    assert correlation_matrices(const)[0, 0, 1].item() == 0.0
+
+
+def test_mean_abs_offdiagonal_by_hand():
+    corr = torch.tensor([[[1.0, -0.5, 0.2], [-0.5, 1.0, 0.3], [0.2, 0.3, 1.0]]])
+    assert mean_abs_offdiagonal(corr) == pytest.approx((0.5 + 0.2 + 0.3) * 2 / 6)
+    assert np.isnan(mean_abs_offdiagonal(torch.ones(2, 1, 1)))
+
+
+def test_grid_boxes_row_major_by_hand():
+    assert grid_boxes(4, 8).tolist() == [[0, 0, 4, 4], [4, 0, 8, 4], [0, 4, 4, 8], [4, 4, 8, 8]]
+    with pytest.raises(ValueError, match="square"):
+        grid_boxes(6, 8)
+
+
+def test_attention_heat_sums_the_weights_of_the_covering_boxes():
+    boxes = np.array([[0, 0, 2, 4], [1, 1, 4, 3]])  # x0, y0, x1, y1 on a 4 x 4 image
+    weights = np.array([[0.25, 1.0], [0.75, 0.0]])  # (R = 2, K = 2)
+    heat = attention_heat(weights, boxes, 4)
+    expect0 = np.zeros((4, 4))
+    expect0[0:4, 0:2] += 0.25  # rows y, columns x
+    expect0[1:3, 1:4] += 0.75
+    assert np.allclose(heat[0], expect0)
+    assert np.allclose(heat[1], np.pad(np.ones((4, 2)), ((0, 0), (0, 2))))
+    with pytest.raises(ValueError, match="expected"):
+        attention_heat(weights, boxes[:1], 4)
+
+
+def test_sub_embeddings_returns_the_unmasked_residuals_attention_and_mask():
+    rng = np.random.default_rng(0)
+    split = Split("t", "mem", ["a", "b", "c"], ["x", "y", "z"], ["x", "y", "z"], np.arange(3),
+                  images=rng.integers(0, 255, (3, 16, 16, 3), dtype=np.uint8))
+    small = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=8, image_size=16),
+             "text": TextEncoderConfig(hidden=4)}
+    torch.manual_seed(0)
+    model = DVSE(dvse_config(n_embeds=3, **small), rng.standard_normal((5, 3)).astype(np.float32))
+    residual, attn, mask = sub_embeddings(model, split, "cpu")
+    assert residual.shape == (3, 3, 8) and attn.shape == (3, 16, 3) and mask.shape == (3, 3)
+    assert torch.allclose(attn.sum(1), torch.ones(3, 3))  # softmax over the 4 x 4 cells
+    _, gated, mask2 = model.encode_images(collate([ImageDataset(split, "pixels")[i] for i in range(3)]))
+    assert torch.equal(mask, mask2)
+    assert torch.allclose(residual * mask.unsqueeze(-1), gated, atol=1e-6)  # gated = F_mask(v̂)
+    picked = sub_embeddings(model, split, "cpu", [2, 0])
+    assert torch.allclose(picked[0], residual[[2, 0]], atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- Figures 11 and 12
+def test_retrieval_lists_mark_exact_relevance_both_ways():
+    split = _split()
+    i2t, t2i = _scores(16), _scores(17)
+    out = retrieval_lists(i2t, t2i, split, [3], [5], k_captions=3, k_images=2)
+    i2t_rows, t2i_rows = out[out["direction"] == "i2t"], out[out["direction"] == "t2i"]
+    assert i2t_rows["result"].tolist() == np.argsort(-i2t[3].numpy())[:3].tolist()
+    assert t2i_rows["result"].tolist() == np.argsort(-t2i[:, 5].numpy())[:2].tolist()
+    assert i2t_rows["exact"].tolist() == [bool(split.exact[c, 3]) for c in i2t_rows["result"]]
+    assert t2i_rows["exact"].tolist() == [bool(split.exact[5, i]) for i in t2i_rows["result"]]
+
+
+def test_specific_captions_draws_only_the_given_levels():
+    split = _split()
+    picks = specific_captions(split, 4, np.random.default_rng(0), levels=("full",))
+    assert picks == sorted(picks) and len(set(picks)) == 4
+    assert all(split.caption_level[c] == "full" for c in picks)
+    with pytest.raises(ValueError, match="asked for 11"):
+        specific_captions(split, 11, np.random.default_rng(0), levels=("full",))
+
+
+def test_caption_gallery_checks_its_shapes():
+    images = np.zeros((2, 4, 4, 3), np.uint8)
+    fig = caption_gallery(images, [["a", "b"], ["c", "d"]], np.array([[True, False], [False, False]]),
+                          np.array([[True, False], [False, True]]), ["q0", "q1"])
+    assert len(fig.axes) == 4
+    with pytest.raises(ValueError, match="expected"):
+        caption_gallery(images, [["a", "b"], ["c"]], np.ones((2, 2), bool))
+
+
+# ------------------------------------------------------------------------------------------ run counts
+def test_training_runs_counts_the_grids():
+    cpu = training_runs("cpu", 3)
+    own = cpu[~cpu["shared with PCME chapter"]]
+    # train: DVSE tuning 3 lrs + 2 margins, 2 more seeds, 1 region run; ablate: Table V 6 combinations x 3 seeds,
+    # w/o SE x 3 seeds, K = 2, 4, 8, 12, beta 0.2, 0.6, 0.8, eta 0.2, 0.4, 0.8
+    assert own.groupby("notebook")["runs"].sum().to_dict() == {"train": 8, "ablate": 18 + 3 + 4 + 3 + 3, "visualise": 0}
+    assert cpu[cpu["shared with PCME chapter"]]["runs"].sum() == 4 * 5 + 6 * 3 - 4
+    smoke = training_runs("smoke")
+    assert smoke[~smoke["shared with PCME chapter"]]["runs"].sum() == 1 + 0 + 1 + 1 + 1  # tune, region, combo 5, w/o SE
+    assert ABLATION_GRIDS["smoke"]["combination"] == (1, 5)  # 5 switches every component off: every loss path

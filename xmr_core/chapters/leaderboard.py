@@ -1,0 +1,219 @@
+"""The book's leaderboard (`book/06_leaderboard/`): every trained model of the book on one scenes test split,
+every relevance view, with and without Fast Re-ranking, the Bayes ceiling on top, and the claims that should
+hold across methods.
+
+Models. Each chapter's compared models, trained as that chapter trains them (zero-shot protocol: seen classes,
+the chapter's tuned setting, the same seeds), so every run is the chapter's own run loaded from the cache.
+They are scored on the whole test split (the COCO-style protocol of Tables 3), which holds every relevance
+view: instance (R@K, rSum, % of the Bayes ceiling), exact (the captions whose logical form holds in the image:
+R-Precision), plausible (PMRP over zeta) and class (R-Precision).
+
+Fast Re-ranking (DVSE, Eq. 13-15) is applied to every model's own per-direction scores. Its temperatures are
+tuned per model and seed on the validation split, as any hyperparameter: the i2t ranking depends only on
+(gamma1, gamma2) and the t2i ranking only on (lambda1, lambda2), so each is chosen from `FR_GRID` (tied pairs,
+gamma1 = gamma2) by the validation R@1 + R@5 + R@10 of its own direction. The test split is never used to
+choose them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
+from xmr_core.chapters import dvse as dvse_chapter
+from xmr_core.chapters import msrm as msrm_chapter
+from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.summary import compare_models
+from xmr_core.config import RunConfig
+from xmr_core.data.corpus import Split
+from xmr_core.data.text import Vocabulary
+from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
+from xmr_core.methods.base import RetrievalModel
+from xmr_core.metrics import RSUM_KS
+from xmr_core.results import Verdict, require_converged, universal_verdict
+from xmr_core.similarity import FastReranker
+from xmr_core.train import FitResult
+from xmr_core.tuning import TuningResult
+
+# Every compared model of the book's chapters, in book order: (chapter, method, K). A new chapter adds its rows.
+BOOK_MODELS: list[tuple[str, str, int]] = [
+    ("pcme", "VSE0", 1), ("pcme", "PVSE", 1), ("pcme", "PVSE", 2), ("pcme", "PVSE", 4),
+    ("pcme", "PCME mu only", 1), ("pcme", "PCME", 1), ("msrm", "MSRM", 1), ("dvse", "DVSE", 1),
+]
+# The families the cross-method claims compare (model labels).
+PROBABILISTIC: tuple[str, ...] = ("PCME", "MSRM")
+DETERMINISTIC: tuple[str, ...] = ("VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "DVSE")
+# A relation-modelling model -> the model it extends without the relations (same encoders and scoring).
+RELATIONAL: dict[str, str] = {"MSRM": "PCME"}
+# Tied Fast Re-ranking temperatures tried on the validation split (gamma1 = gamma2 for i2t, lambda1 = lambda2 for
+# t2i); a wide log grid because the models' score scales differ (cosines, match probabilities, -d^2).
+FR_GRID: tuple[float, ...] = (1.0, 3.0, 10.0, 30.0, 100.0)
+
+# Leaderboard columns: (view, column) -> the `evaluate_scores` key.
+METRICS: dict[str, str] = {
+    **{f"{d} R@{k}": f"instance/{d}/R@{k}" for d in ("i2t", "t2i") for k in RSUM_KS},
+    "rSum": "rsum",
+    **{f"{d} exact R-P": f"exact/{d}/R-P" for d in ("i2t", "t2i")},
+    **{f"{d} PMRP": f"plausible/{d}/PMRP" for d in ("i2t", "t2i")},
+    **{f"{d} class R-P": f"class/{d}/R-P" for d in ("i2t", "t2i")},
+}
+VIEWS: tuple[str, ...] = ("instance", "exact", "plausible", "class")
+
+
+def tune_book(run: RunConfig, enc: dict, data: ChapterData) -> dict[str, TuningResult]:
+    """Every method's tuned setting, from each chapter's own tuning (`msrm.tune_methods` holds the PCME
+    chapter's methods and MSRM, `dvse.tune_methods` adds DVSE): cached runs, loaded; trained if missing."""
+    args = (run.profile, enc, data.word_vectors, data.train, data.val, data.vocab, run.seed)
+    opts = {"device": run.device, "progress": run.progress}
+    return {**msrm_chapter.tune_methods(*args, **opts), "DVSE": dvse_chapter.tune_methods(*args, **opts)["DVSE"]}
+
+
+def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
+                     enc: dict, run: RunConfig, seed: int) -> tuple[RetrievalModel, FitResult]:
+    """One model of `BOOK_MODELS` trained as its chapter trains it (zero-shot protocol, tuned setting), i.e. the
+    chapter's own run loaded from the cache."""
+    if chapter == "dvse":
+        return dvse_chapter.train_model(name, k, data, tuned, enc, run, seed)
+    return msrm_chapter.train_model(name, k, data, tuned, enc, run.profile, seed, run.device, run.progress)
+
+
+def _direction_rsum(values: dict[str, float], direction: str) -> float:
+    return sum(values[f"instance/{direction}/R@{k}"] for k in RSUM_KS)
+
+
+@torch.no_grad()
+def tune_fast_rerank(model: RetrievalModel, val: Split, vocab: Vocabulary, device: torch.device | str,
+                     grid: Sequence[float] = FR_GRID) -> tuple[FastReranker, pd.DataFrame]:
+    """Fast Re-ranking's temperatures for one trained model, chosen on `val`: per tied value t of `grid`, the
+    instance R@1+5+10 of i2t under gamma = (t, t) and of t2i under lambda = (t, t) (each direction depends only on
+    its own pair). Returns the re-ranker with the best pair of each direction and the (len(grid), 3) search
+    frame (value, i2t, t2i)."""
+    if not grid:
+        raise ValueError("tune_fast_rerank: empty temperature grid")
+    img, cap = embed_split(model.to(device).eval(), val, vocab, device=device)
+    i2t, t2i = direction_scores(model, img, cap)
+    rows = []
+    for t in grid:
+        rerank = FastReranker((t, t), (t, t))
+        values = evaluate_scores(val, rerank(i2t, "i2t"), views=["instance"],
+                                 scores_t2i=rerank(t2i.T, "t2i").T)
+        rows.append({"value": t, "i2t": _direction_rsum(values, "i2t"), "t2i": _direction_rsum(values, "t2i")})
+    search = pd.DataFrame(rows)
+    best = {d: float(search.loc[search[d].idxmax(), "value"]) for d in ("i2t", "t2i")}
+    return FastReranker((best["i2t"],) * 2, (best["t2i"],) * 2), search
+
+
+@torch.no_grad()
+def leaderboard_rows(label: str, seed: int, model: RetrievalModel, data: ChapterData, device: torch.device | str,
+                     converged: bool, grid: Sequence[float] = FR_GRID) -> list[dict[str, object]]:
+    """Two rows for one trained model and seed: its own scores and the same scores after Fast Re-ranking (tuned
+    on the validation split, `tune_fast_rerank`), each with every `METRICS` column on the whole test split and
+    its instance rSum as % of the Bayes ceiling."""
+    reranker, _ = tune_fast_rerank(model, data.val, data.vocab, device, grid)
+    img, cap = embed_split(model.to(device).eval(), data.test, data.vocab, device=device)
+    i2t, t2i = direction_scores(model, img, cap)
+    ceiling = bayes_ceiling(data.test)["rsum"]
+    rows = []
+    for fr, (s_i2t, s_t2i) in ((False, (i2t, t2i)), (True, (reranker(i2t, "i2t"), reranker(t2i.T, "t2i").T))):
+        values = evaluate_scores(data.test, s_i2t, views=list(VIEWS), scores_t2i=s_t2i)
+        row: dict[str, object] = {"model": f"{label} + FR" if fr else label, "base model": label, "FR": fr,
+                                  "seed": seed, "converged": converged}
+        row.update({col: values[key] for col, key in METRICS.items()})
+        row["% of ceiling"] = percent_of_ceiling(values["rsum"], ceiling)
+        row["FR gamma"] = reranker.gamma[0] if fr else float("nan")
+        row["FR lambda"] = reranker.lam[0] if fr else float("nan")
+        rows.append(row)
+    return rows
+
+
+def ceiling_row(test: Split) -> dict[str, object]:
+    """The leaderboard's top row: the Bayes ceiling's instance R@K and rSum (100% of itself); the other views
+    have no ceiling computed (NaN)."""
+    ceiling = bayes_ceiling(test)
+    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
+    row.update({col: ceiling[key.removeprefix("instance/")] if key.startswith("instance/") else float("nan")
+                for col, key in METRICS.items()})
+    row["rSum"] = ceiling["rsum"]
+    row["% of ceiling"] = 100.0
+    return row
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    """One model-against-model check of a cross-method claim (`summary.compare_models`: a - b over seeds on the
+    compared columns), "not tested" unless both models converged."""
+
+    a: str
+    b: str
+    diff: float
+    spread: float
+    verdict: Verdict
+
+    def evidence(self) -> str:
+        return f"{self.a} - {self.b} = {self.diff:+.2f} (spread {self.spread:.2f}): {self.verdict}"
+
+
+def _check(per_run: pd.DataFrame, a: str, b: str, cols: Sequence[str], converged: dict[str, bool]) -> PairCheck:
+    diff, spread, outcome = compare_models(per_run, a, b, cols)
+    outcome, _ = require_converged(outcome, "", [a, b], converged)
+    return PairCheck(a, b, diff, spread, outcome)
+
+
+def cross_method_claims(per_run: pd.DataFrame) -> list[dict[str, str]]:
+    """The three claims that should generalise across the book's methods, judged over seeds on `per_run` (the
+    `leaderboard_rows` of every model and seed): a difference holds when it exceeds the larger seed std of the
+    two models; a claim over several models is judged by `universal_verdict`; unconverged models are "not
+    tested"."""
+    converged = per_run.groupby("model")["converged"].all().to_dict()
+    present = set(per_run["model"])
+    plain = per_run[~per_run["FR"].astype(bool)]
+    pmrp = ["i2t PMRP", "t2i PMRP"]
+    claims = []
+
+    deterministic = [m for m in DETERMINISTIC if m in present]
+    checks: list[PairCheck] = []
+    if deterministic:
+        means = {m: float(plain[plain["model"] == m][pmrp].mean(axis=1).mean()) for m in deterministic}
+        best = max(deterministic, key=means.__getitem__)
+        checks = [_check(plain, p, best, pmrp, converged) for p in PROBABILISTIC if p in present]
+    claims.append({
+        "claim": "Probabilistic embeddings help plausible-match metrics: every probabilistic model beats the best "
+                 "deterministic one in PMRP (mean of i2t and t2i).",
+        "source": "PCME Sec. 5, MSRM Sec. 4.3",
+        "evidence": "; ".join(c.evidence() for c in checks) or "no probabilistic and deterministic models to compare",
+        "verdict": universal_verdict([c.verdict for c in checks])})
+
+    checks = [_check(plain, m, base, ["rSum"], converged) for m, base in RELATIONAL.items()
+              if m in present and base in present]
+    claims.append({
+        "claim": "Relations help instance metrics: every relation-modelling model beats the model it extends in "
+                 "instance rSum.",
+        "source": "MSRM Sec. 3.3, HREM Sec. 4",
+        "evidence": "; ".join(c.evidence() for c in checks) + " (HREM is not built yet)" if checks else
+        "no relation-modelling model and its base trained",
+        "verdict": universal_verdict([c.verdict for c in checks])})
+
+    bases = list(dict.fromkeys(plain["model"]))
+    checks = [_check(per_run, f"{m} + FR", m, ["rSum"], converged) for m in bases if f"{m} + FR" in present]
+    claims.append({
+        "claim": "Fast Re-ranking improves any model (instance rSum, temperatures tuned on validation).",
+        "source": "DVSE Sec. IV-D, Table IV",
+        "evidence": "; ".join(c.evidence() for c in checks) or "no re-ranked model",
+        "verdict": universal_verdict([c.verdict for c in checks])})
+    return claims
+
+
+def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
+    """The leaderboard table: the Bayes ceiling row, then per model (book order, each followed by its + FR row)
+    the mean over seeds of every column, with the number of seeds."""
+    cols = [*METRICS, "% of ceiling"]
+    grouped = per_run.groupby("model", sort=False)
+    table = grouped[cols].mean()
+    table.insert(0, "seeds", grouped.size())
+    table = table.reset_index()
+    return pd.concat([pd.DataFrame([ceiling_row(test)]), table], ignore_index=True)[["model", "seeds", *cols]]
+
