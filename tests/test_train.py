@@ -91,8 +91,8 @@ def test_resume_after_interruption_equals_uninterrupted_run(tmp_path) -> None:
     with pytest.raises(Stop):
         fit(part, TRAIN, VAL, cfg, tmp_path / "part", vocab=VOCAB, validate=_val_r1, on_epoch_end=stop_after_first)
     assert load_checkpoint(tmp_path / "part" / "last.pt")["epoch"] == 1
+    resumed = _model()  # the same run: the same model before training (a different one is refused, below)
     torch.manual_seed(123)  # the resumed run must not depend on the RNG state of the new process
-    resumed = _model(seed=7)  # nor on the initial weights: they come from the checkpoint
     r_res = fit(resumed, TRAIN, VAL, cfg, tmp_path / "part", resume=True, vocab=VOCAB, validate=_val_r1)
     assert _same_history(r_full.history, r_res.history)
     assert r_full.best_epoch == r_res.best_epoch
@@ -122,18 +122,32 @@ def test_finished_run_is_loaded_not_retrained(tmp_path, monkeypatch) -> None:
     r1 = fit(first, TRAIN, VAL, CFG, vocab=VOCAB, validate=_val_r1)
     assert r1.run_dir.parent == tmp_path / "cache" / "runs" and not r1.cached
     epochs_run: list[int] = []
-    again = _model(seed=5)
+    again = _model()  # the same model before training: the same run
     r2 = fit(again, TRAIN, VAL, CFG, vocab=VOCAB, validate=_val_r1, on_epoch_end=lambda e, r: epochs_run.append(e))
     assert r2.cached and epochs_run == [] and r2.run_dir == r1.run_dir
     assert r2.best_metrics == r1.best_metrics
     assert all(torch.equal(x, y) for x, y in zip(first.state_dict().values(), again.state_dict().values()))
-    # the key changes with the method config, the train config, the seed and the data
+    # the key changes with the method config, the initial state, the train config, the seed and the data
     base = run_key(_model(), TRAIN, VAL, CFG)
+    assert run_key(_model(seed=5), TRAIN, VAL, CFG) != base  # other initial weights
+    other_vectors = VECTORS.copy()
+    other_vectors[3, 0] += 1.0  # one word vector changed (its source changed): the config is the same
+    torch.manual_seed(0)
+    changed = VSE(_model().config, other_vectors)
+    assert changed.config == _model().config and run_key(changed, TRAIN, VAL, CFG) != base
     assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "seed": 3})) != base
     assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "lr": 1e-3})) != base
     assert run_key(_model(embed_dim=6), TRAIN, VAL, CFG) != base
     assert run_key(_model(), _split("train", 24, 9), VAL, CFG) != base
     assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "progress": True})) == base
+
+
+def test_resume_with_another_initial_model_is_refused(tmp_path) -> None:
+    cfg = TrainConfig(**{**CFG.__dict__, "epochs": 1})
+    fit(_model(), TRAIN, VAL, cfg, tmp_path / "part", vocab=VOCAB, validate=_val_r1)
+    (tmp_path / "part" / "result.json").unlink()  # as if the run had been interrupted after its epoch
+    with pytest.raises(CheckpointError, match="belongs to another run"):
+        fit(_model(seed=5), TRAIN, VAL, cfg, tmp_path / "part", resume=True, vocab=VOCAB, validate=_val_r1)
 
 
 def test_out_dir_of_another_run_is_refused(tmp_path) -> None:
@@ -184,6 +198,42 @@ def test_non_finite_loss_stops_the_run(tmp_path) -> None:
     model.loss = bad_loss  # type: ignore[method-assign]
     with pytest.raises(FloatingPointError, match="epoch 1 step 1"):
         fit(model, TRAIN, VAL, CFG, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+
+
+def _diverging_at_epoch_2(model: VSE) -> VSE:
+    """`model` whose loss turns NaN once the first epoch's 3 steps (24 pairs, batch 8) are done."""
+    calls, loss = [0], model.loss
+
+    def loss_then_nan(img, cap, batch):
+        calls[0] += 1
+        value, parts = loss(img, cap, batch)
+        return (value * float("nan"), parts) if calls[0] > 3 else (value, parts)
+
+    model.loss = loss_then_nan  # type: ignore[method-assign]
+    return model
+
+
+def test_non_finite_loss_can_end_the_run_as_diverged(tmp_path) -> None:
+    cfg = TrainConfig(**{**CFG.__dict__, "epochs": 3, "on_nonfinite": "stop"})
+    model = _diverging_at_epoch_2(_model())
+    result = fit(model, TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+    assert result.stopped == "diverged" and not result.converged
+    assert "epoch 2 step 1" in result.stop_message and len(result.history) == 1 and result.best_epoch == 1
+    best = load_checkpoint(tmp_path / "run" / "best.pt")["model"]
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in best.items())  # the weights before the NaN
+    again = fit(_model(), TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+    assert again.cached and again.stopped == "diverged" and again.stop_message == result.stop_message
+    with pytest.raises(FloatingPointError, match="epoch 2 step 1"):  # the default policy: a diverged run raises
+        fit(_model(), TRAIN, VAL, TrainConfig(**{**cfg.__dict__, "on_nonfinite": "raise"}), tmp_path / "run",
+            vocab=VOCAB, validate=_val_r1)
+
+
+def test_non_finite_loss_in_the_first_epoch_raises_even_when_asked_to_stop(tmp_path) -> None:
+    cfg = TrainConfig(**{**CFG.__dict__, "on_nonfinite": "stop"})
+    model = _model()
+    model.loss = lambda img, cap, batch: (img.sum() * float("nan"), {})  # type: ignore[method-assign]
+    with pytest.raises(FloatingPointError, match="epoch 1 step 1"):  # no epoch finished: nothing to keep
+        fit(model, TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
 
 
 def test_adamp_optimizer_trains(tmp_path) -> None:

@@ -230,7 +230,8 @@ def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
 def require_converged(verdict_: Verdict, evidence: str, models: list[str],
                       converged: dict[str, bool]) -> tuple[Verdict, str]:
     """A claim comparing `models` is judged only when every run of every one of them converged (stopped on a
-    plateau, or its best epoch is not its last: `FitResult.converged`); otherwise it is "not tested" and the evidence says which were not.
+    plateau, or its best epoch is not its last, and it did not diverge: `FitResult.converged`); otherwise it is
+    "not tested" and the evidence says which were not.
     converged: model -> whether all of its runs converged. Returns (verdict, evidence)."""
     missing = [m for m in models if m not in converged]
     if missing:
@@ -238,7 +239,7 @@ def require_converged(verdict_: Verdict, evidence: str, models: list[str],
     unconverged = [m for m in models if not converged[m]]
     if not unconverged:
         return verdict_, evidence
-    return "not tested", f"{evidence}; not tested: {', '.join(unconverged)} not converged (still improving when its schedule ended)"
+    return "not tested", f"{evidence}; not tested: {', '.join(unconverged)} not converged (a run still improving when its schedule ended, or diverged)"
 
 
 @dataclass

@@ -6,7 +6,10 @@
 - Optimiser (Adam, AdamW, AdamP) and a per-epoch lr schedule (cosine, step, constant) from `TrainConfig`.
 - PCME's two phases: `frozen_epochs` with `model.backbone_parameters()` frozen, then end-to-end with the
   lr multiplied by `finetune_lr_mult`; the schedule restarts for each phase (PCME's pretrain/finetune).
-- Gradient clipping, AMP (fp16 autocast + GradScaler) on CUDA only, a NaN/inf loss stops the run.
+- Gradient clipping, AMP (fp16 autocast + GradScaler) on CUDA only. A NaN/inf loss raises `FloatingPointError`
+  naming the epoch, step and loss terms; with `on_nonfinite="stop"` (one process) a run that has finished at
+  least one epoch ends there instead, as a result with `stopped == "diverged"` (never `converged`), the
+  message in `FitResult.stop_message` and the best checkpoint before the divergence loaded.
 - Validation every epoch through `xmr_core.evaluate.evaluate_model`; the best checkpoint by `select`
   (validation rSum) is kept; metrics go to `metrics.csv` (rewritten atomically each epoch). Early stopping:
   the run ends once `select` has not beaten its last counted improvement by more than `min_delta` for
@@ -15,7 +18,8 @@
   written atomically (`xmr_core.io`) and read with `torch.load(..., weights_only=True)`; `resume=True`
   continues an interrupted run and ends where the uninterrupted run would have.
 - Run cache: without `out_dir`, the run lives in `cache_dir()/runs/<method>-<key>/`, the key hashing the
-  method config, the train config, the data (content fingerprints of both splits) and the seed; a finished
+  method config, the model's initial state (word vectors, initial weights), the train config, the data
+  (content fingerprints of both splits) and the seed; a finished
   run there is loaded, never retrained.
 - DDP through `torchrun` (`xmr_core.distributed`); deterministic on CPU for a seed.
 """
@@ -81,6 +85,7 @@ class TrainConfig:
     device: str = "auto"
     num_workers: int = 0
     progress: bool = True
+    on_nonfinite: Literal["raise", "stop"] = "raise"  # a NaN/inf loss: raise, or end the run (an ablation's outcome)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 2:
@@ -92,7 +97,7 @@ class TrainConfig:
 
 
 # fields that do not change what a run computes: left out of the run key
-_NOT_IN_KEY = ("device", "num_workers", "progress", "eval_batch_size")
+_NOT_IN_KEY = ("device", "num_workers", "progress", "eval_batch_size", "on_nonfinite")
 
 
 @dataclass
@@ -107,14 +112,19 @@ class FitResult:
     train_seconds: float
     pairs_per_second: float
     cached: bool = False
-    stopped: str = "max_epochs"  # "patience": validation stopped improving; "max_epochs": ran out of epochs
+    stopped: str = "max_epochs"  # "patience": validation stopped improving; "max_epochs": ran out of epochs;
+    # "diverged": a NaN/inf loss ended the run (`on_nonfinite="stop"`)
+    stop_message: str = ""  # why a diverged run ended: the loss, epoch, step and terms
 
     @property
     def converged(self) -> bool:
         """True when training stopped because `select` had not improved by more than `min_delta` for `patience`
         epochs (checked after every epoch, the last included: a plateau), or when the whole schedule ran (with
         a cosine the last epoch's lr is < 1% of the peak) and its last epoch was no better than an earlier one.
-        A run whose last epoch was its best, by more than `min_delta`, may still have been improving."""
+        A run whose last epoch was its best, by more than `min_delta`, may still have been improving; a diverged
+        run never converged."""
+        if self.stopped == "diverged":
+            return False
         return self.stopped == "patience" or 0 < self.best_epoch < len(self.history)
 
 
@@ -125,10 +135,25 @@ class CheckpointError(RuntimeError):
 # ----------------------------------------------------------------------------------------------- run key
 
 
+def state_fingerprint(model: nn.Module) -> str:
+    """SHA-256 of every parameter and buffer of `model` (name, dtype, shape, values) as it is now: given the
+    model before training, it covers what the config does not name, such as the word vectors a text encoder
+    was built from and the initial weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
 def run_key(model: RetrievalModel, train_split: Split, val_split: Split, cfg: TrainConfig) -> str:
-    """Hash of (method name + config, train config incl. seed, data fingerprints): names a run directory."""
+    """Hash of (method name + config, the model's initial state (`state_fingerprint`: word vectors, initial
+    weights), train config incl. seed, data fingerprints): names a run directory. Call it on the model before
+    training, as `fit` does."""
     train = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_KEY}
     blob = json.dumps({"method": model.name, "config": dataclasses.asdict(model.config), "train": train,
+                       "initial_state": state_fingerprint(model),
                        "train_data": split_fingerprint(train_split), "val_data": split_fingerprint(val_split)},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -266,7 +291,8 @@ def _result_from(run_dir: Path, result: dict[str, Any], cached: bool) -> FitResu
     return FitResult(run_dir=run_dir, best_epoch=result["best_epoch"], best_score=result["best_score"],
                      best_metrics=result["best_metrics"], history=result["history"],
                      train_seconds=result["train_seconds"], pairs_per_second=result["pairs_per_second"],
-                     cached=cached, stopped=result.get("stopped", "max_epochs"))
+                     cached=cached, stopped=result.get("stopped", "max_epochs"),
+                     stop_message=result.get("stop_message", ""))
 
 
 # ---------------------------------------------------------------------------------------------------- fit
@@ -299,6 +325,8 @@ def fit(
     run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, train_split, val_split, cfg)
     done = _finished(run_dir, key)
     if done is not None:
+        if done.get("stopped") == "diverged" and cfg.on_nonfinite == "raise":
+            raise FloatingPointError(f"{done.get('stop_message')} (the finished run in {run_dir})")
         model.load_state_dict(load_checkpoint(run_dir / "best.pt")["model"])
         return _result_from(run_dir, done, cached=True)
 
@@ -350,7 +378,7 @@ def fit(
     validate = validate or (lambda m, s: _validate(m, s, vocab, cfg, device))
 
     net: nn.Module = model
-    stopped = "max_epochs"
+    stopped, stop_message = "max_epochs", ""
     for epoch in range(start_epoch, cfg.epochs):
         frozen = epoch < cfg.frozen_epochs
         if epoch in (start_epoch, cfg.frozen_epochs):  # DDP registers the trainable parameters when it wraps
@@ -370,8 +398,11 @@ def fit(
                 img_emb, cap_emb = net(batch)
                 loss, parts = model.loss(img_emb, cap_emb, batch)
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"{model.name}: loss {loss.item()} at epoch {epoch + 1} step {step + 1} "
-                                         f"(terms: {parts})")
+                message = f"{model.name}: loss {loss.item()} at epoch {epoch + 1} step {step + 1} (terms: {parts})"
+                if cfg.on_nonfinite == "raise" or env.distributed or best_epoch < 1:
+                    raise FloatingPointError(message)
+                stop_message = message
+                break
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             if cfg.grad_clip > 0:
@@ -384,6 +415,10 @@ def fit(
             n_steps += 1
             n_pairs += len(batch["image_index"])
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        if stop_message:  # the loss diverged: the epoch is not finished, the best checkpoint stands
+            stopped = "diverged"
+            tqdm.write(f"stopped: {stop_message}")
+            break
         epoch_seconds = time.perf_counter() - t0
         lr = optimizer.param_groups[0]["lr"]
         scheduler.step()
@@ -425,7 +460,7 @@ def fit(
             break
 
     result = {"key": key, "run": config_record, "best_epoch": best_epoch, "best_score": best_score,
-              "stopped": stopped,
+              "stopped": stopped, "stop_message": stop_message,
               "best_metrics": best_metrics, "history": history, "train_seconds": train_seconds,
               "pairs_per_second": pairs_seen / max(train_seconds, 1e-9)}
     if env.is_main:
