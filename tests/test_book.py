@@ -96,11 +96,17 @@ def test_cli_exit_status_and_listing(project: Path, monkeypatch, capsys) -> None
     assert cli.main(["book", "run", "--profile", "smoke", "-p", "OUT", out, "-p", "FAIL", "True"]) == 1
     assert "0 passed, 2 failed" in capsys.readouterr().out
     assert cli.main(["book", "run", "demo", "--profile", "smoke", "-p", "OUT", out]) == 0
+    one = book.resolve_chapters(["demo/ablate"], project / "book")
+    assert [nb.label for nb in one] == ["01_demo/ablate"]
+    assert [nb.label for nb in book.resolve_chapters(["01_demo/train", "demo"], project / "book")] == [
+        "01_demo/train", "01_demo/ablate"]
 
 
 def test_unknown_chapter_and_missing_parameters_cell(project: Path) -> None:
     with pytest.raises(SystemExit, match="no chapter 'nope'"):
         book.resolve_chapters(["nope"], project / "book")
+    with pytest.raises(SystemExit, match="has no notebook 'nope'"):
+        book.resolve_chapters(["demo/nope"], project / "book")
     (project / "book" / "01_demo" / "train.py").write_text("# %%\nx = 1\n")
     summary, _ = run(project, profile="smoke")
     assert summary.outcomes[0].status == "failed" and "parameters" in summary.outcomes[0].error

@@ -95,17 +95,23 @@ def _order(stem: str) -> int:
 
 
 def resolve_chapters(names: Iterable[str], book: Path | None = None) -> list[Notebook]:
-    """Notebooks of the named chapters (`01_pcme` or `pcme`; empty = every chapter), in book order."""
+    """Notebooks of the named chapters (`01_pcme` or `pcme`), or single notebooks (`01_pcme/train` or
+    `pcme/train`); empty = every chapter. Chapters in the order named, notebooks in book order, each once."""
     found = chapters(book)
     names = list(names)
     if not names:
         return [nb for nbs in found.values() for nb in nbs]
     picked: list[Notebook] = []
     for name in names:
-        match = [c for c in found if c == name or c.split("_", 1)[1] == name]
+        chapter, _, notebook = name.partition("/")
+        match = [c for c in found if c == chapter or c.split("_", 1)[1] == chapter]
         if not match:
-            raise SystemExit(f"xmr book: no chapter {name!r}; chapters are: {', '.join(found) or '(none)'}")
-        picked += found[match[0]]
+            raise SystemExit(f"xmr book: no chapter {chapter!r}; chapters are: {', '.join(found) or '(none)'}")
+        notebooks = [nb for nb in found[match[0]] if not notebook or nb.name == notebook]
+        if not notebooks:
+            raise SystemExit(f"xmr book: chapter {match[0]} has no notebook {notebook!r}; it has: "
+                             f"{', '.join(nb.name for nb in found[match[0]])}")
+        picked += [nb for nb in notebooks if nb not in picked]
     return picked
 
 

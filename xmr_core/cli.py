@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     book = sub.add_parser("book", help="list or run the book's chapters").add_subparsers(dest="action", required=True)
     book.add_parser("list", help="chapters, their notebooks and the results each writes")
     run = book.add_parser("run", help="execute chapters with papermill (all chapters when none is named)")
-    run.add_argument("chapters", nargs="*", help="chapter folders or names, e.g. 01_pcme or pcme")
+    run.add_argument("chapters", nargs="*", help="chapter folders or names (01_pcme or pcme), or notebooks (01_pcme/train)")
     run.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
     run.add_argument(
         "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
