@@ -69,11 +69,10 @@ from xmr_core.chapters.pcme import (
     tune_methods,
     tuned_model,
 )
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs, pcme_train_config
+from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
 from xmr_core.train import fit
 
@@ -97,9 +96,7 @@ print("weights tuned: " + "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for
 # cached, and every model trains its heads and its text encoder on them.
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 print(f"trunk {trunk.key}: grid {trunk.cells} cells x {trunk.channels} channels; "
       f"held-out accuracy on object cells: {trunk.meta.get('accuracy_objects', 'n/a (ImageNet weights)')}")
 sizes = pd.DataFrame(
@@ -127,7 +124,6 @@ sizes
 # weight or margin at the best learning rate (`xmr_core.chapters.pcme`), judged by validation rSum.
 
 # %%
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)
 tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)

@@ -59,12 +59,10 @@ from xmr_core.chapters.msrm import (
     tuned_model,
 )
 from xmr_core.chapters.pcme import model_label
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import compare_models, seed_summary, with_paper
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
-from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
+from xmr_core.results import require_converged, verdict, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -74,11 +72,8 @@ print(run.describe())
 print(f"seeds = {seeds}; grids = {grids}")
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 # the ablations' protocol: all classes (the paper's), or zero-shot where the data set has no all-classes split
