@@ -53,7 +53,6 @@ import time
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
-import torch
 
 from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters.pcme import (
@@ -65,16 +64,14 @@ from xmr_core.chapters.pcme import (
     model_label,
     table3_ceiling_row,
     tables_row,
-    train_config,
+    train_model,
     tune_methods,
-    tuned_model,
 )
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
-from xmr_core.train import fit
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -145,11 +142,8 @@ specs = [(name, k, seed) for seed in seeds for name, k in
 # %%
 trained, histories, fit_rows = {}, {}, []
 for name, k, seed in specs:
-    torch.manual_seed(seed)
-    model = tuned_model(name, tuned, enc, data.word_vectors, k)
     t0 = time.perf_counter()
-    result = fit(model, data.train, data.val,
-                 train_config(PROFILE, tuned[name].lr, seed, device=DEVICE, progress=PROGRESS), vocab=data.vocab)
+    model, result = train_model(name, k, data, tuned, enc, run, seed)
     trained[(model_label(name, k), seed)] = model
     histories[(model_label(name, k), seed)] = result
     fit_rows.append(fit_row(model_label(name, k), seed, tuned[name], result, time.perf_counter() - t0))

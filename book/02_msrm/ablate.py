@@ -95,7 +95,7 @@ variants = [("MSRM", base), ("mu only", dataclasses.replace(base, mu_only=True))
 t4_rows = []
 for seed in seeds:
     for name, cfg in variants:
-        model, result = train_model("MSRM", 1, abl_data, tuned, enc, PROFILE, seed, DEVICE, PROGRESS, config=cfg,
+        model, result = train_model("MSRM", 1, abl_data, tuned, enc, run, seed, config=cfg,
                                     on_nonfinite="stop")
         t4_rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
                         "stopped": result.stopped, "stop message": result.stop_message,
@@ -127,7 +127,7 @@ sweeps += [("last sigmoid", 0.0, dataclasses.replace(base, final_activation=Fals
 sw_rows = []
 for param, value, cfg, overrides in sweeps:
     for seed in (seeds if param == "alpha" and value == 0.0 else [SEED]):
-        model, result = train_model("MSRM", 1, abl_data, tuned, enc, PROFILE, seed, DEVICE, PROGRESS, config=cfg,
+        model, result = train_model("MSRM", 1, abl_data, tuned, enc, run, seed, config=cfg,
                                     on_nonfinite="stop", **overrides)
         sw_rows.append({"parameter": param, "value": value, "seed": seed, "converged": result.converged,
                         "stopped": result.stopped, "cached": result.cached,
@@ -166,7 +166,7 @@ table5
 f7_rows = []
 for seed in seeds:
     for name, k in SPECS:
-        model, result = train_model(name, k, data, tuned, enc, PROFILE, seed, DEVICE, PROGRESS)
+        model, result = train_model(name, k, data, tuned, enc, run, seed)
         f7_rows.append({"model": model_label(name, k), "seed": seed, **pmrp_by_zeta(model, data.test, data.vocab, device)})
 f7 = pd.DataFrame(f7_rows)
 fig7_df = pd.DataFrame([{"model": m, "zeta": z, "R-P": float(f7[f7["model"] == m][[f"i2t zeta{z}", f"t2i zeta{z}"]]

@@ -135,7 +135,7 @@ for protocol, name, k, seed in chapter_runs(PROFILE, seeds):
     if pdata is None:
         continue
     t0 = time.perf_counter()
-    model, result = train_model(name, k, pdata, tuned, enc, PROFILE, seed, DEVICE, PROGRESS)
+    model, result = train_model(name, k, pdata, tuned, enc, run, seed)
     label = model_label(name, k)
     fit_rows.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, time.perf_counter() - t0)})
     scores = tables_row(model, data, device) if protocol == "zero-shot" else \

@@ -58,7 +58,7 @@ device = run.torch_device
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 test = data.test
-models = {name: train_model(name, 1, data, tuned, enc, PROFILE, SEED, DEVICE, PROGRESS)[0] for name in ("MSRM", "PCME")}
+models = {name: train_model(name, 1, data, tuned, enc, run, SEED)[0] for name in ("MSRM", "PCME")}
 scores = {}
 for name, model in models.items():
     img, cap = embed_split(model.to(device), test, data.vocab, device=device)
