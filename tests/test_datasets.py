@@ -21,7 +21,6 @@ from xmr_core.data.datasets import (
 from xmr_core.data.samplers import (
     AllCaptionsSampler,
     ClassBalancedBatchSampler,
-    NeighbourBatchSampler,
     OneCaptionPerImageSampler,
     caption_classes,
 )
@@ -261,26 +260,3 @@ def test_class_balanced_batches(split):
         assert sorted(split.image_class[b["image_index"].numpy()].tolist()) == [0, 1]
 
 
-def test_neighbour_batches_partition_and_group():
-    # 12 items in 3 cliques of 4 ({0,5,7,9}, {1,2,3,4}, {6,8,10,11}); each item lists the other 3
-    cliques = [[0, 5, 7, 9], [1, 2, 3, 4], [6, 8, 10, 11]]
-    neighbours = np.full((12, 3), -1)
-    for c in cliques:
-        for i in c:
-            neighbours[i] = [j for j in c if j != i]
-    sampler = NeighbourBatchSampler(12, 4, neighbours, seed=0)
-    batches = list(sampler)
-    # a batch starts at any member and adds its 3 neighbours: exactly one clique per batch
-    assert sorted(sorted(b) for b in batches) == cliques
-    by_callable = list(NeighbourBatchSampler(12, 4, lambda i: neighbours[i][neighbours[i] >= 0], seed=0))
-    assert by_callable == batches
-    # batch size 5 does not divide the cliques: still a partition, sizes 5, 5, 2
-    odd = NeighbourBatchSampler(12, 5, neighbours, seed=3)
-    batches = list(odd)
-    assert [len(b) for b in batches] == [5, 5, 2] and len(odd) == 3
-    assert sorted(j for b in batches for j in b) == list(range(12))
-    assert [len(b) for b in NeighbourBatchSampler(12, 5, neighbours, drop_last=True)] == [5, 5]
-    with pytest.raises(ValueError, match="expected \\(12, k\\)"):
-        NeighbourBatchSampler(12, 4, neighbours[:5])
-    with pytest.raises(ValueError, match="outside"):
-        list(NeighbourBatchSampler(12, 4, lambda i: [12]))

@@ -48,10 +48,9 @@ from xmr_core.chapters.pcme import (
     tune_methods,
     tuned_model,
 )
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
+from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import evaluate_similarities
 from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES
 from xmr_core.results import difference_verdict, verdict, write_table
@@ -63,11 +62,8 @@ print(run.describe())
 print(f"seeds of the reused PCME / mu-only runs = {seeds}")
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 print({name: (t.lr, t.weight_name, t.weight) for name, t in tuned.items()})

@@ -53,7 +53,6 @@ import time
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
-import torch
 
 from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters.pcme import (
@@ -65,17 +64,14 @@ from xmr_core.chapters.pcme import (
     model_label,
     table3_ceiling_row,
     tables_row,
-    train_config,
+    train_model,
     tune_methods,
-    tuned_model,
 )
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs, pcme_train_config
+from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
-from xmr_core.train import fit
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -97,9 +93,7 @@ print("weights tuned: " + "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for
 # cached, and every model trains its heads and its text encoder on them.
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 print(f"trunk {trunk.key}: grid {trunk.cells} cells x {trunk.channels} channels; "
       f"held-out accuracy on object cells: {trunk.meta.get('accuracy_objects', 'n/a (ImageNet weights)')}")
 sizes = pd.DataFrame(
@@ -127,7 +121,6 @@ sizes
 # weight or margin at the best learning rate (`xmr_core.chapters.pcme`), judged by validation rSum.
 
 # %%
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)
 tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
@@ -149,11 +142,8 @@ specs = [(name, k, seed) for seed in seeds for name, k in
 # %%
 trained, histories, fit_rows = {}, {}, []
 for name, k, seed in specs:
-    torch.manual_seed(seed)
-    model = tuned_model(name, tuned, enc, data.word_vectors, k)
     t0 = time.perf_counter()
-    result = fit(model, data.train, data.val,
-                 train_config(PROFILE, tuned[name].lr, seed, device=DEVICE, progress=PROGRESS), vocab=data.vocab)
+    model, result = train_model(name, k, data, tuned, enc, run, seed)
     trained[(model_label(name, k), seed)] = model
     histories[(model_label(name, k), seed)] = result
     fit_rows.append(fit_row(model_label(name, k), seed, tuned[name], result, time.perf_counter() - t0))

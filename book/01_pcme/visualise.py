@@ -41,10 +41,8 @@ import pandas as pd
 import torch
 
 from xmr_core.chapters.pcme import embed_gaussians, own_caption_score, train_tuned, tune_methods, tuned_model
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import score_matrix
 from xmr_core.methods.pcme import uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
@@ -57,11 +55,8 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
 print(run.describe())
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 

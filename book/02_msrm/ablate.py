@@ -59,12 +59,10 @@ from xmr_core.chapters.msrm import (
     tuned_model,
 )
 from xmr_core.chapters.pcme import model_label
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import compare_models, seed_summary, with_paper
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
-from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
+from xmr_core.results import require_converged, verdict, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -74,11 +72,8 @@ print(run.describe())
 print(f"seeds = {seeds}; grids = {grids}")
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 # the ablations' protocol: all classes (the paper's), or zero-shot where the data set has no all-classes split
@@ -100,7 +95,7 @@ variants = [("MSRM", base), ("mu only", dataclasses.replace(base, mu_only=True))
 t4_rows = []
 for seed in seeds:
     for name, cfg in variants:
-        model, result = train_model("MSRM", 1, abl_data, tuned, enc, PROFILE, seed, DEVICE, PROGRESS, config=cfg,
+        model, result = train_model("MSRM", 1, abl_data, tuned, enc, run, seed, config=cfg,
                                     on_nonfinite="stop")
         t4_rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
                         "stopped": result.stopped, "stop message": result.stop_message,
@@ -132,7 +127,7 @@ sweeps += [("last sigmoid", 0.0, dataclasses.replace(base, final_activation=Fals
 sw_rows = []
 for param, value, cfg, overrides in sweeps:
     for seed in (seeds if param == "alpha" and value == 0.0 else [SEED]):
-        model, result = train_model("MSRM", 1, abl_data, tuned, enc, PROFILE, seed, DEVICE, PROGRESS, config=cfg,
+        model, result = train_model("MSRM", 1, abl_data, tuned, enc, run, seed, config=cfg,
                                     on_nonfinite="stop", **overrides)
         sw_rows.append({"parameter": param, "value": value, "seed": seed, "converged": result.converged,
                         "stopped": result.stopped, "cached": result.cached,
@@ -171,7 +166,7 @@ table5
 f7_rows = []
 for seed in seeds:
     for name, k in SPECS:
-        model, result = train_model(name, k, data, tuned, enc, PROFILE, seed, DEVICE, PROGRESS)
+        model, result = train_model(name, k, data, tuned, enc, run, seed)
         f7_rows.append({"model": model_label(name, k), "seed": seed, **pmrp_by_zeta(model, data.test, data.vocab, device)})
 f7 = pd.DataFrame(f7_rows)
 fig7_df = pd.DataFrame([{"model": m, "zeta": z, "R-P": float(f7[f7["model"] == m][[f"i2t zeta{z}", f"t2i zeta{z}"]]

@@ -71,12 +71,11 @@ from xmr_core.chapters.msrm import (
     tune_methods,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, fit_row, model_label, table3_ceiling_row, tables_row
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs, pcme_train_config
+from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
-from xmr_core.results import difference_verdict, require_converged, verdict, write_table
+from xmr_core.results import require_converged, verdict, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -92,9 +91,7 @@ training_runs(PROFILE, N_SEEDS)
 # ## Data and the pretrained trunk (the PCME chapter's)
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 all_classes = all_classes_data(corpus) if has_all_classes(corpus) else None
 print(f"trunk {trunk.key}; zero-shot vocabulary {len(data.vocab)} words ({100 * data.coverage:.1f}% in GloVe)"
       + (f"; all-classes vocabulary {len(all_classes.vocab)} words" if all_classes else
@@ -114,7 +111,6 @@ pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in
 # are the PCME chapter's, loaded from the cache.
 
 # %%
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)
 tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
@@ -139,7 +135,7 @@ for protocol, name, k, seed in chapter_runs(PROFILE, seeds):
     if pdata is None:
         continue
     t0 = time.perf_counter()
-    model, result = train_model(name, k, pdata, tuned, enc, PROFILE, seed, DEVICE, PROGRESS)
+    model, result = train_model(name, k, pdata, tuned, enc, run, seed)
     label = model_label(name, k)
     fit_rows.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, time.perf_counter() - t0)})
     scores = tables_row(model, data, device) if protocol == "zero-shot" else \

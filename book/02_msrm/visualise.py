@@ -42,10 +42,8 @@ import numpy as np
 import pandas as pd
 
 from xmr_core.chapters.msrm import batch_incidence, top_k_lists, train_model, tune_methods
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.evaluate import direction_scores, embed_split
 from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
 from xmr_core.viz import heatmap
@@ -55,15 +53,12 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
 print(run.describe())
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 test = data.test
-models = {name: train_model(name, 1, data, tuned, enc, PROFILE, SEED, DEVICE, PROGRESS)[0] for name in ("MSRM", "PCME")}
+models = {name: train_model(name, 1, data, tuned, enc, run, SEED)[0] for name in ("MSRM", "PCME")}
 scores = {}
 for name, model in models.items():
     img, cap = embed_split(model.to(device), test, data.vocab, device=device)

@@ -64,11 +64,9 @@ from xmr_core.chapters.dvse import (
     tune_methods,
     tuned_model,
 )
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.methods.dvse import TABLE_V, dvse_ablation_config
 from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
 from xmr_core.viz import heatmap
@@ -82,11 +80,8 @@ print(f"seeds = {seeds}; grids = {grids}")
 training_runs(PROFILE, N_SEEDS).query("notebook == 'ablate'")
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 base = tuned_model("DVSE", tuned, enc, data.word_vectors).config

@@ -91,11 +91,10 @@ from xmr_core.chapters.dvse import (
     tuned_model,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, fit_row, model_label
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs, pcme_train_config
+from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.results import require_converged, universal_verdict, verdict, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -113,9 +112,7 @@ training_runs(PROFILE, N_SEEDS)
 # ## Data and the pretrained trunk (the PCME chapter's)
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
+corpus, trunk, data, enc = chapter_setup(run)
 has_regions = data.test.regions is not None
 print(f"trunk {trunk.key}: grid {trunk.cells} cells x {trunk.channels} channels; vocabulary {len(data.vocab)} words "
       f"({100 * data.coverage:.1f}% in GloVe); region features: "
@@ -135,7 +132,6 @@ pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in
 # PCME chapter's, loaded from the cache.
 
 # %%
-enc = encoder_configs(PROFILE, trunk)
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)
 tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)

@@ -56,10 +56,8 @@ from xmr_core.chapters.leaderboard import (
     tune_book,
 )
 from xmr_core.chapters.pcme import model_label
-from xmr_core.chapters.protocols import chapter_trunk, load_chapter_data
-from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.results import Claim, write_claims, write_figure, write_table
 from xmr_core.viz import heatmap
 
@@ -74,10 +72,7 @@ pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 # ## Data, the pretrained trunk and each method's tuned setting (the chapters' own, from the cache)
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
-trunk = chapter_trunk(PROFILE, corpus, progress=PROGRESS)
-data = load_chapter_data(corpus, trunk=trunk, progress=PROGRESS)
-enc = encoder_configs(PROFILE, trunk)
+corpus, trunk, data, enc = chapter_setup(run)
 tuned = tune_book(run, enc, data)
 print(f"test split: {data.test.n_images} images, {data.test.n_captions} captions, views {data.test.views()}")
 

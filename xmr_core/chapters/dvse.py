@@ -43,7 +43,7 @@ from torch import Tensor
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.msrm import top_k_lists
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_config
+from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import compare_models, seed_summary, with_paper
 from xmr_core.config import RunConfig
@@ -64,7 +64,7 @@ from xmr_core.methods.dvse import DVSE, DVSEConfig, dvse_config
 from xmr_core.metrics import RSUM_KS, retrieval_metrics
 from xmr_core.results import Verdict, difference_verdict, verdict
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
-from xmr_core.train import FitResult, fit
+from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 
 DVSE_K = 6  # the paper's K for COCO and Flickr30K (CUB: 8)
@@ -150,13 +150,10 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
     """Train (or load from the run cache) one compared model at its tuned setting on `data`'s seen classes.
     config: a DVSE config to train instead (ablations, region features), at DVSE's tuned learning rate.
     Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
-    torch.manual_seed(seed)
-    model = DVSE(config, data.word_vectors) if config is not None else \
-        tuned_model(name, tuned, enc, data.word_vectors, k)
-    result = fit(model, data.train, data.val,
-                 train_config(run.profile, tuned[name].lr, seed, device=run.device, progress=run.progress,
-                              **train_overrides), vocab=data.vocab)
-    return model.to(run.torch_device).eval(), result
+    if config is None:
+        return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run,
+                           seed, **train_overrides)
+    return train_built(lambda: DVSE(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
 
 
 def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:

@@ -78,7 +78,7 @@ def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: 
     chapter's own run loaded from the cache."""
     if chapter == "dvse":
         return dvse_chapter.train_model(name, k, data, tuned, enc, run, seed)
-    return msrm_chapter.train_model(name, k, data, tuned, enc, run.profile, seed, run.device, run.progress)
+    return msrm_chapter.train_model(name, k, data, tuned, enc, run, seed)
 
 
 def _direction_rsum(values: dict[str, float], direction: str) -> float:

@@ -33,15 +33,16 @@ from torch import Tensor
 
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_config
+from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, train_config
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, msrm_config, soft_incidence
-from xmr_core.train import FitResult, fit
+from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 
 
@@ -126,19 +127,16 @@ def all_classes_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> Chap
     return ChapterData(train, val, test, test, vocab, vectors.matrix, vectors.coverage)
 
 
-def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, profile: str,
-                seed: int, device: str = "auto", progress: bool = False, config: MSRMConfig | None = None,
-                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one compared model at its tuned setting on `data`'s train split.
-    config: an MSRM config to use instead of the tuned one (the ablations). Returns the model (best weights,
-    eval mode) and the fit."""
-    torch.manual_seed(seed)
-    model = MSRM(config, data.word_vectors) if config is not None else \
-        tuned_model(name, tuned, enc, data.word_vectors, k)
-    result = fit(model, data.train, data.val,
-                 train_config(profile, tuned[name].lr, seed, device=device, progress=progress, **train_overrides),
-                 vocab=data.vocab)
-    return model.eval(), result
+def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
+                seed: int, config: MSRMConfig | None = None, **train_overrides: object
+                ) -> tuple[RetrievalModel, FitResult]:
+    """Train (or load from the run cache) one compared model at its tuned setting on `data`'s train split
+    (`pcme.train_built`). config: an MSRM config to use instead of the tuned one (the ablations), at MSRM's
+    tuned learning rate. Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
+    if config is None:
+        return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run,
+                           seed, **train_overrides)
+    return train_built(lambda: MSRM(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
 
 
 def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,

@@ -134,18 +134,34 @@ def model_label(name: str, k: int = 1) -> str:
     return f"PVSE K={k}" if name == "PVSE" else name
 
 
-def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str, TuningResult], run: RunConfig,
-                seed: int | None = None, **train_overrides: object) -> tuple[PCME, FitResult]:
-    """Train (or load from the run cache) one PCME of config `cfg` on the seen classes at `method`'s tuned
-    learning rate with the chapter's recipe (`train_config`; `train_overrides` e.g. finetune=True).
-    seed: default `run.seed`. Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
-    seed = run.seed if seed is None else seed
+def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
+                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """Seed with `seed`, build the model, and train it (or load it from the run cache) on `data`'s train and
+    validation splits with the chapter's recipe at learning rate `lr` (`train_config`; `train_overrides` e.g.
+    finetune=True, on_nonfinite="stop"). Every chapter trains through here, so the same model, recipe and seed
+    give the same run key (the tuning run at the chosen setting is the seed's run). Returns the model (best
+    weights, eval mode, on `run.torch_device`) and the fit."""
     torch.manual_seed(seed)
-    model = PCME(cfg, data.word_vectors)
+    model = build()
     result = fit(model, data.train, data.val,
-                 train_config(run.profile, tuned[method].lr, seed, device=run.device, progress=run.progress,
-                              **train_overrides), vocab=data.vocab)
+                 train_config(run.profile, lr, seed, device=run.device, progress=run.progress, **train_overrides),
+                 vocab=data.vocab)
     return model.to(run.torch_device).eval(), result
+
+
+def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
+                seed: int, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """One compared model (PVSE: with K embeddings) at its tuned weight and learning rate (`train_built`)."""
+    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run, seed,
+                       **train_overrides)
+
+
+def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str, TuningResult], run: RunConfig,
+                seed: int | None = None, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """One PCME of config `cfg` (an ablation) at `method`'s tuned learning rate (`train_built`); seed: default
+    `run.seed`."""
+    return train_built(lambda: PCME(cfg, data.word_vectors), tuned[method].lr, data, run,
+                       run.seed if seed is None else seed, **train_overrides)
 
 
 def fit_row(label: str, seed: int, tuning: TuningResult, result: FitResult, wall_s: float) -> dict[str, object]:

@@ -1,16 +1,22 @@
 """The CUB-style zero-shot data protocol of the PCME chapter, which MSRM and DVSE reuse: the seen-class
 train / validation splits, the unseen-class test split (Table 2), the whole test split (Table 3), the
 vocabulary of the training captions and the frozen trunk's grid features on every split.
+
+`chapter_setup(run)` is every notebook's data preamble in one call: the corpus, the frozen trunk, the
+chapter data and the encoder sizes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from xmr_core.config import check_profile
+from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
+from xmr_core.data.load import load_corpus
 from xmr_core.data.scenes import ScenesConfig
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.trunk import (
@@ -66,3 +72,21 @@ def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d", trunk:
     vocab = Vocabulary.build(train.captions)
     vectors = load_word_vectors(vocab, word_vectors, train_captions=train.captions)
     return ChapterData(train, val, test_unseen, corpus["test"], vocab, vectors.matrix, vectors.coverage)
+
+
+class ChapterSetup(NamedTuple):
+    """What every chapter notebook starts from (`corpus, trunk, data, enc = chapter_setup(run)`)."""
+
+    corpus: Corpus
+    trunk: PretrainedTrunk
+    data: ChapterData
+    enc: dict[str, object]  # `encoder_configs(profile, trunk)`: the sizes every compared model shares
+
+
+def chapter_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> ChapterSetup:
+    """Load `run`'s data set (generated from `run.data_seed`), its frozen trunk (cached), the chapter data
+    (`load_chapter_data`, grid features attached) and the encoder configs of `run.profile`."""
+    corpus = load_corpus(run.dataset, run.data_root, run.profile, progress=run.progress, seed=run.data_seed)
+    trunk = chapter_trunk(run.profile, corpus, progress=run.progress)
+    data = load_chapter_data(corpus, word_vectors, trunk=trunk, progress=run.progress)
+    return ChapterSetup(corpus, trunk, data, encoder_configs(run.profile, trunk))

@@ -7,21 +7,18 @@ The epoch counter starts at 0 and advances each time the sampler is iterated; `s
 - `OneCaptionPerImageSampler`: each image once per epoch, with a random one of its captions.
 - `AllCaptionsSampler`: every caption once per epoch, shuffled.
 - `ClassBalancedBatchSampler`: PCME's CUB sampler, one item of every class in each batch.
-- `NeighbourBatchSampler`: batches that keep items with their given neighbours.
 - `ClusterBatchSampler`: HREM's neighbour batch sampling, P clusters × K images per batch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
 from torch.utils.data import Sampler
 
 from xmr_core.data.corpus import Split
-
-Neighbours = np.ndarray | Callable[[int], Sequence[int]]
 
 
 class _EpochRng:
@@ -134,71 +131,6 @@ class ClassBalancedBatchSampler(_EpochRng, Sampler[list[int]]):
                 batch.append(int(queues[c][pos[c]]))
                 pos[c] += 1
             yield [batch[j] for j in rng.permutation(len(batch))]
-
-
-class NeighbourBatchSampler(_EpochRng, Sampler[list[int]]):
-    """Batches built from a neighbour structure, so related items meet in a batch (HREM hook).
-
-    neighbours: (n_items, k) int array of each item's neighbours (entries -1 = none), or a callable
-    item -> neighbour indices, called while the epoch's batches are built (so it may read a model's
-    current embeddings). Each epoch partitions the items: seeds are visited in random order; a batch
-    takes the next unused seed, then its unused neighbours in the given order, then the next unused
-    seed, until it holds `batch_size` items. Every item is in exactly one batch per epoch; the last
-    batch may be short unless `drop_last`.
-    """
-
-    def __init__(
-        self, n_items: int, batch_size: int, neighbours: Neighbours, seed: int = 0, drop_last: bool = False
-    ) -> None:
-        super().__init__(seed)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not callable(neighbours):
-            neighbours = np.asarray(neighbours)
-            if neighbours.ndim != 2 or len(neighbours) != n_items:
-                raise ValueError(f"neighbours has shape {neighbours.shape}, expected ({n_items}, k)")
-            if neighbours.size and (neighbours.min() < -1 or neighbours.max() >= n_items):
-                raise ValueError(
-                    f"neighbour indices must be in [-1, {n_items}); got {neighbours.min()}.."
-                    f"{neighbours.max()}"
-                )
-        self.n_items, self.batch_size, self.neighbours, self.drop_last = (
-            n_items,
-            batch_size,
-            neighbours,
-            drop_last,
-        )
-
-    def __len__(self) -> int:
-        full, rest = divmod(self.n_items, self.batch_size)
-        return full + (1 if rest and not self.drop_last else 0)
-
-    def _of(self, item: int) -> Sequence[int]:
-        if callable(self.neighbours):
-            out = [int(j) for j in self.neighbours(item)]
-            if any(not 0 <= j < self.n_items for j in out):
-                raise ValueError(
-                    f"the neighbour callable returned an index outside [0, {self.n_items}) "
-                    f"for item {item}: {out}"
-                )
-            return out
-        return [int(j) for j in self.neighbours[item] if j >= 0]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        used = np.zeros(self.n_items, dtype=bool)
-        batch: list[int] = []
-        for seed_item in self._next_rng().permutation(self.n_items).tolist():
-            if used[seed_item]:
-                continue
-            for j in [seed_item, *self._of(seed_item)]:
-                if not used[j]:
-                    used[j] = True
-                    batch.append(j)
-                    if len(batch) == self.batch_size:
-                        yield batch
-                        batch = []
-        if batch and not self.drop_last:
-            yield batch
 
 
 class ClusterBatchSampler(_EpochRng, Sampler[list[int]]):
