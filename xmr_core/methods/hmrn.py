@@ -31,7 +31,8 @@ Choices the paper leaves open, each stated once ("the code": LZH-053/HMRN, read 
     their local features) and the query embeddings t_j are L2-normalised once, as in the code and in SGRAF [31]
     which the VR module follows, so the cosines of Eq. (3)-(8) are dot products and Eq. (14) compares vectors
     of one scale; padded regions and absent queries are zero vectors and are masked out of every softmax and
-    mean. With a BiGRU whose hidden size differs from D, a linear layer maps h_M to D (the paper: hidden =
+    mean. t_j = h_M as printed (and as the code): the backward half of h_M has read only the last word, one
+    step from the zero initial state, so the backward GRU's recurrent weights W_hh never get a gradient. With a BiGRU whose hidden size differs from D, a linear layer maps h_M to D (the paper: hidden =
     D = 256, no layer). With the BERT-style text encoder (`BertEncoderConfig`, Table 10's pretrained backbone)
     t_j is its pooled, projected sentence vector.
  2. The λ of each softmax. The I-T model uses λ1 in Eq. (4), the T-I model λ2 in Eq. (7), and both use λ2 in
