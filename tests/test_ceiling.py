@@ -205,8 +205,8 @@ def test_multi_round_ceiling_against_every_tie_breaking_order():
             orders = list(itertools.permutations(positives))  # the perfect scorer's equally likely orders
             rank = [order.index(q) + 1 for order in orders]
             ranks.append(sum(rank) / len(rank))
-            for k in hits:
-                hits[k].append(sum(x <= k for x in rank) / len(rank))
+            for k, per_set in hits.items():
+                per_set.append(sum(x <= k for x in rank) / len(rank))
         for k, h in hits.items():
             assert got[f"round{r}/R@{k}"] == pytest.approx(100 * np.mean(h), abs=1e-9)
         assert got[f"round{r}/meanR"] == pytest.approx(np.mean(ranks), abs=1e-9)
