@@ -497,7 +497,8 @@ def multi_query_scores(
 ) -> Tensor:
     """Scores `(rounds, Q, G)`: after round r, query set q (image q's first r region queries; Q = G = the
     split's images) against every image, scored in blocks of `chunk_size` images × `query_chunk` sets (see the
-    module docstring for single-query models and `short`)."""
+    module docstring for single-query models and `short`). The result is held whole: rounds · N² scores
+    (Drill-down's 10 rounds on 9,896 test images: 3.9 GB in float32)."""
     from xmr_core.data.datasets import image_loader, query_loader
 
     counts = _check_rounds(model, split, rounds, short)

@@ -33,7 +33,9 @@ Choices the paper leaves open, each stated once ("the code": LZH-053/HMRN, read 
     of one scale; padded regions and absent queries are zero vectors and are masked out of every softmax and
     mean. t_j = h_M as printed (and as the code): the backward half of h_M has read only the last word, one
     step from the zero initial state, so the backward GRU's recurrent weights W_hh never get a gradient. With a BiGRU whose hidden size differs from D, a linear layer maps h_M to D (the paper: hidden =
-    D = 256, no layer). With the BERT-style text encoder (`BertEncoderConfig`, Table 10's pretrained backbone)
+    D = 256, no layer). The word embeddings start from the given word vectors (GloVe, the book's strong start)
+    and are fine-tuned (`TextEncoderConfig.finetune_embeddings`); the paper learns them, the code from random
+    ones. With the BERT-style text encoder (`BertEncoderConfig`, Table 10's pretrained backbone)
     t_j is its pooled, projected sentence vector.
  2. The λ of each softmax. The I-T model uses λ1 in Eq. (4), the T-I model λ2 in Eq. (7), and both use λ2 in
     Eq. (12) as printed. Eq. (12)'s normalisation is the L2 norm of [s(t_j, v_i)]_+ over the set's queries,
@@ -90,7 +92,7 @@ QueryEmbedding = tuple[Tensor, Tensor]  # t (n, T, D) unit (0 where absent), que
 
 @dataclass
 class HMRNConfig:
-    """HMRN hyperparameters; defaults: the paper's (Sec. 4.2, 4.5)."""
+    """HMRN hyperparameters; defaults: the paper's (Sec. 4.2, 4.5), except `reasoning_activation` (choice 4)."""
 
     embed_dim: int = 256  # D
     image: ImageEncoderConfig = field(default_factory=lambda: ImageEncoderConfig(kind="regions", region_dim=2048))
