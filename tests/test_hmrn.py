@@ -31,7 +31,7 @@ from xmr_core.methods.hmrn import (
     local_text_image,
     project_regions,
 )
-from xmr_core.methods.registry import create_method
+from xmr_core.methods.registry import create_method, list_methods
 from xmr_core.train import TrainConfig, fit
 
 D = 8
@@ -325,6 +325,17 @@ def test_single_query_baseline_averages_the_rounds_so_far():
             for r in range(1, 4):
                 used = alone[:r]
                 torch.testing.assert_close(got[r - 1, q], sum(used) / len(used))
+
+
+@pytest.mark.parametrize("name", [n for n in list_methods() if n != "hmrn"])
+def test_every_single_query_method_is_a_multi_query_baseline(name):
+    # embeddings of any layout (tuples, sub-embeddings) go through, in blocks or whole alike
+    torch.manual_seed(0)
+    model = create_method(name, VECTORS, **ENCODERS, **({"heads": 2} if name == "hrem" else {})).eval()
+    whole = multi_query_scores(model, VAL, VOCAB, 3, short="hold", chunk_size=100, query_chunk=100)
+    assert whole.shape == (3, VAL.n_images, VAL.n_images) and torch.isfinite(whole).all()
+    torch.testing.assert_close(multi_query_scores(model, VAL, VOCAB, 3, short="hold", chunk_size=2, query_chunk=3),
+                               whole, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- training
