@@ -17,7 +17,7 @@ from xmr_core.data.datasets import caption_loader, image_loader, query_loader
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
-from xmr_core.evaluate import evaluate_multi_query, multi_query_scores
+from xmr_core.evaluate import evaluate_multi_query, gallery_ranks, multi_query_scores
 from xmr_core.methods.hmrn import (
     HMRN,
     HMRNConfig,
@@ -325,6 +325,29 @@ def test_single_query_baseline_averages_the_rounds_so_far():
             for r in range(1, 4):
                 used = alone[:r]
                 torch.testing.assert_close(got[r - 1, q], sum(used) / len(used))
+
+
+def test_gallery_ranks_by_hand():
+    # one query's scores of 4 images: 0.5, 0.9, 0.5, 0.1 -> ranks 3, 1, 3, 4 (a tie takes the lower place)
+    scores = torch.tensor([[0.5, 1.0], [0.9, 2.0], [0.5, 3.0], [0.1, 4.0]])
+    torch.testing.assert_close(gallery_ranks(scores), torch.tensor([[3.0, 4.0], [1.0, 3.0], [3.0, 2.0], [4.0, 1.0]]))
+
+
+def test_rank_fusion_averages_the_ranks_so_far():
+    # Drill-down's R-RankFusion: round r ranks the images by the mean of the first r queries' ranks of them
+    vse = create_method("vse", VECTORS, **ENCODERS).eval()
+    scores = multi_query_scores(vse, VAL, VOCAB, 2, short="hold")  # round 2 = mean score of queries 1, 2
+    fused = multi_query_scores(vse, VAL, VOCAB, 2, short="hold", fusion="ranks")
+    alone_1 = scores[0]  # (Q, G): each set's first query alone
+    alone_2 = 2 * scores[1] - scores[0]  # its second query alone (for the sets that have one)
+    for q, queries in enumerate(VAL.queries):
+        rank_1 = gallery_ranks(alone_1[q][:, None])[:, 0]
+        torch.testing.assert_close(fused[0, q], -rank_1)
+        if len(queries) > 1:
+            rank_2 = gallery_ranks(alone_2[q][:, None])[:, 0]
+            torch.testing.assert_close(fused[1, q], -(rank_1 + rank_2) / 2)
+    with pytest.raises(ValueError, match="fusion must be"):
+        multi_query_scores(_model(), VAL, VOCAB, 1, fusion="ranks")
 
 
 @pytest.mark.parametrize("name", [n for n in list_methods() if n != "hmrn"])

@@ -11,6 +11,7 @@
     results_frame(results)                    -> tidy DataFrame: view, direction, level, metric, value
     multi_query_scores(model, split, vocab, rounds) -> scores (T, Q, G) of each image's first r region
                                                  queries (r = 1..T) against every image
+    gallery_ranks(scores (G, n))              -> each column's pessimistic 1-based ranks of the rows
     evaluate_multi_query(model, split, vocab, rounds) -> `metrics.multi_round` of those, plus "rsum"
 
 Model contract (`xmr_core.methods.base`): `model.encode_images(batch) -> emb`, `model.encode_captions(batch)
@@ -36,7 +37,9 @@ positive image q, the gallery every image of the split. Round r scores the set o
 stored order. A multi-query model (`task == "multi_query"`) scores the sets themselves (`encode_queries`,
 `query_prefix`, `score`); any other model is a single-query baseline, the paper's "*" rows: each query is
 encoded as a caption and scored text→image alone, and round r's score is the mean of the scores of the
-first r queries. A set with fewer than `rounds` queries is an error (`short="error"`) or keeps its whole
+first r queries (`fusion="scores"`, the paper's re-implemented ITR rows), or minus the mean of their ranks
+of the image (`fusion="ranks"`, Drill-down's R-RankFusion; a query's rank of an image is pessimistic, 1 +
+the images scoring at least as high). A set with fewer than `rounds` queries is an error (`short="error"`) or keeps its whole
 set in the later rounds (`short="hold"`); no query is ever dropped.
 
 Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 test split), `coco1k`
@@ -65,6 +68,7 @@ DIRECTIONS: tuple[str, ...] = ("i2t", "t2i")
 SCORE_CHUNK = 256  # image rows scored per `model.score` call
 QUERY_CHUNK = 64  # multi-query scoring: images × query sets per `model.score` call, each way
 Short = Literal["error", "hold"]
+Fusion = Literal["scores", "ranks"]
 Reranker = Callable[[Tensor, str], Tensor]  # ((queries, gallery) scores, direction) -> the same shape
 
 
@@ -481,6 +485,14 @@ def _single_query_sets(model: Any) -> Callable[[Mapping[str, Any]], Embedding]:
     return encode
 
 
+def gallery_ranks(scores: Tensor) -> Tensor:
+    """(G, n) scores -> (G, n): in each column, the pessimistic 1-based rank of every row (the rows scoring at
+    least as high, itself included), as a float of the scores' dtype."""
+    columns = scores.T.contiguous()
+    below = torch.searchsorted(columns.sort(1).values, columns, side="left")  # rows scoring lower
+    return (scores.shape[0] - below).T.to(scores.dtype)
+
+
 @torch.no_grad()
 def multi_query_scores(
     model: Any,
@@ -489,6 +501,7 @@ def multi_query_scores(
     rounds: int,
     *,
     short: Short = "error",
+    fusion: Fusion = "scores",
     batch_size: int = 128,
     chunk_size: int = QUERY_CHUNK,
     query_chunk: int = QUERY_CHUNK,
@@ -497,13 +510,15 @@ def multi_query_scores(
 ) -> Tensor:
     """Scores `(rounds, Q, G)`: after round r, query set q (image q's first r region queries; Q = G = the
     split's images) against every image, scored in blocks of `chunk_size` images × `query_chunk` sets (see the
-    module docstring for single-query models and `short`). The result is held whole: rounds · N² scores
+    module docstring for single-query models, `fusion` and `short`). The result is held whole: rounds · N² scores
     (Drill-down's 10 rounds on 9,896 test images: 3.9 GB in float32)."""
     from xmr_core.data.datasets import image_loader, query_loader
 
     counts = _check_rounds(model, split, rounds, short)
     n, dev = split.n_images, _model_device(model, device)
     multi = getattr(model, "task", "pairs") == "multi_query"
+    if fusion not in ("scores", "ranks") or (multi and fusion != "scores"):
+        raise ValueError(f"fusion must be 'scores' or, for a single-query model, 'ranks'; got {fusion!r}")
     blocks = {"direction": "t2i", "chunk_size": chunk_size, "caption_chunk": query_chunk, "progress": progress}
     with _evaluating(model):
         img = _encode_all(model.encode_images, image_loader(split, batch_size, visual=model.visual), "image_index",
@@ -518,6 +533,8 @@ def multi_query_scores(
         held = torch.as_tensor(np.minimum(counts, rounds))  # (Q,) queries of each set in the last round
         mask = torch.arange(rounds)[None, :] < held[:, None]  # (Q, rounds)
         alone = score_matrix(model, img, _map(sets, lambda e: e[mask.to(e.device)]), **blocks)  # (G, n_queries)
+        if fusion == "ranks":
+            alone = -gallery_ranks(alone)
         padded = alone.new_zeros(n, *mask.shape)
         padded[:, mask.to(alone.device)] = alone
         running = padded.cumsum(-1)  # (G, Q, rounds): the sums of the first r scores
@@ -536,6 +553,7 @@ def evaluate_multi_query(
     *,
     ks: Sequence[int] = metrics.RSUM_KS,
     short: Short = "error",
+    fusion: Fusion = "scores",
     batch_size: int = 128,
     chunk_size: int = QUERY_CHUNK,
     query_chunk: int = QUERY_CHUNK,
@@ -544,7 +562,7 @@ def evaluate_multi_query(
 ) -> dict[str, float]:
     """`multi_query_scores` -> `metrics.multi_round` (keys `round{r}/R@K`, `round{r}/medR`, `round{r}/meanR`,
     `mean/...`, R@1/5/10 always included) plus "rsum": mean R@1 + R@5 + R@10 over the rounds (Avg. R@Sum)."""
-    scores = multi_query_scores(model, split, vocab, rounds, short=short, batch_size=batch_size,
+    scores = multi_query_scores(model, split, vocab, rounds, short=short, fusion=fusion, batch_size=batch_size,
                                 chunk_size=chunk_size, query_chunk=query_chunk, device=device, progress=progress)
     all_ks = tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
     out = metrics.multi_round(scores, np.arange(split.n_images), all_ks)
