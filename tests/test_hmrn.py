@@ -255,7 +255,11 @@ def test_query_encoder_is_eq2_at_the_last_word():
     # hidden == D: t_j = h_M = (forward state + backward state at the last word) / 2, unit; reference: the GRU run
     # on each query alone, without packing or padding
     model = _model(text=TextEncoderConfig(hidden=D))
-    batch = next(iter(query_loader(VAL, VOCAB, 6, visual=None)))
+    lengths = torch.tensor([[4, 2, 3], [1, 0, 0]])  # queries of 4, 2, 3 and 1 words; padding past them
+    tokens = torch.randint(2, len(VOCAB), (2, 3, 4), generator=torch.Generator().manual_seed(0))
+    tokens[torch.arange(4)[None, None, :] >= lengths[..., None]] = 0
+    batch = {"query_tokens": tokens, "query_lengths": lengths, "query_mask": lengths > 0,
+             "image_index": torch.arange(2)}
     with torch.no_grad():
         t, mask = model.encode_queries(batch)
         enc = model.text_encoder
