@@ -416,6 +416,9 @@ def test_one_fit_epoch_on_a_multi_query_split(tmp_path):
     assert "val/round3/R@1" not in row  # validated on rounds 1..max_queries
     assert row["val/rsum"] == pytest.approx(sum(row[f"val/mean/R@{k}"] for k in (1, 5, 10)))
     assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    again = _model(max_queries=2)  # deterministic on CPU: the same batches, query draws and weights
+    fit(again, TRAIN, VAL, cfg, tmp_path / "again", vocab=VOCAB)
+    assert all(torch.equal(v, again.state_dict()[k]) for k, v in model.state_dict().items())
     with pytest.raises(ValueError, match="epoch_mode must be 'one_per_image'"):
         fit(_model(), TRAIN, VAL, dataclasses.replace(cfg, epoch_mode="all_captions"), tmp_path / "other", vocab=VOCAB)
 
