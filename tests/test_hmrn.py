@@ -177,10 +177,12 @@ def reference_levels(model: HMRN, img, queries) -> tuple[np.ndarray, np.ndarray,
             ts = [t[q, n] for n in range(t.shape[1]) if query_mask[q, n]]
             s = [[max(0.0, float(r @ x)) for x in ts] for r in regions]  # [region][query]
             if cfg.local == "I-T":
-                local = np.mean([sum(a * x for a, x in zip(_softmax([cfg.lambda1 * x for x in row]), row)) for row in s])
+                local = np.mean([sum(a * x for a, x in zip(_softmax([cfg.lambda1 * x for x in row]), row))
+                                 for row in s])
             else:
                 cols = [[s[k][j] for k in range(len(regions))] for j in range(len(ts))]
-                local = np.mean([sum(a * x for a, x in zip(_softmax([cfg.lambda2 * x for x in col]), col)) for col in cols])
+                local = np.mean([sum(a * x for a, x in zip(_softmax([cfg.lambda2 * x for x in col]), col))
+                                 for col in cols])
             t_glo = _pool_ref(ts, model.query_pool)
             norms = [math.sqrt(sum(x * x for x in row)) + 1e-8 for row in s]
             v_p = []
@@ -325,7 +327,8 @@ def test_single_query_baseline_averages_the_rounds_so_far():
             alone = []
             for text in queries:
                 tokens = torch.tensor([VOCAB.encode(text)])
-                alone.append(vse.score(img, vse.encode_captions({"tokens": tokens, "lengths": torch.tensor([tokens.shape[1]])}))[:, 0])
+                caption = vse.encode_captions({"tokens": tokens, "lengths": torch.tensor([tokens.shape[1]])})
+                alone.append(vse.score(img, caption)[:, 0])
             for r in range(1, 4):
                 used = alone[:r]
                 torch.testing.assert_close(got[r - 1, q], sum(used) / len(used))
@@ -386,7 +389,8 @@ def test_loss_is_eq21_of_eq20_per_level():
     loss, logs = model.loss(img, queries, batch)
     levels = model.levels(img, queries)
     tau, total = model.config.tau, 0.0
-    for name, s, w in (("local", levels.local, 0.4), ("global", levels.global_, 0.2), ("reasoning", levels.reasoning, 0.4)):
+    weighted = (("local", levels.local, 0.4), ("global", levels.global_, 0.2), ("reasoning", levels.reasoning, 0.4))
+    for name, s, w in weighted:
         s = s.detach().numpy()  # Eq. (20): -(1/n) Σ_g [log softmax over the sets + log softmax over the images]
         row = sum(-(tau * s[g, g] - np.log(np.exp(tau * s[g]).sum())) for g in range(3)) / 3
         col = sum(-(tau * s[g, g] - np.log(np.exp(tau * s[:, g]).sum())) for g in range(3)) / 3

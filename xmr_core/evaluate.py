@@ -36,11 +36,11 @@ Multi-query retrieval (Drill-down / HMRN; `Split.queries`): query set q is image
 positive image q, the gallery every image of the split. Round r scores the set of its first r queries in
 stored order. A multi-query model (`task == "multi_query"`) scores the sets themselves (`encode_queries`,
 `query_prefix`, `score`); any other model is a single-query baseline, the paper's "*" rows: each query is
-encoded as a caption and scored text→image alone, and round r's score is the mean of the scores of the
-first r queries (`fusion="scores"`, the paper's re-implemented ITR rows), or minus the mean of their ranks
-of the image (`fusion="ranks"`, Drill-down's R-RankFusion; a query's rank of an image is pessimistic, 1 +
-the images scoring at least as high). A set with fewer than `rounds` queries is an error (`short="error"`) or keeps its whole
-set in the later rounds (`short="hold"`); no query is ever dropped.
+encoded as a caption and scored text→image alone, and round r's score is the mean of the scores of the first r
+queries (`fusion="scores"`, the paper's re-implemented ITR rows), or minus the mean of their ranks of the
+image (`fusion="ranks"`, Drill-down's R-RankFusion; a query's rank of an image is pessimistic: the images
+scoring at least as high, itself included). A set with fewer than `rounds` queries is an error (`short="error"`) or keeps its
+whole set in the later rounds (`short="hold"`); no query is ever dropped.
 
 Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 test split), `coco1k`
 (every metric on each of five folds of 1,000 images / 5,000 captions in stored order, then averaged).
@@ -527,8 +527,8 @@ def multi_query_scores(
         sets = _encode_all(model.encode_queries if multi else _single_query_sets(model), queries, "image_index", n,
                            "query sets", dev, progress)
         if multi:
-            per_round = [score_matrix(model, img, model.query_prefix(sets, r), **blocks).T for r in range(1, rounds + 1)]
-            return torch.stack(per_round)
+            return torch.stack([score_matrix(model, img, model.query_prefix(sets, r), **blocks).T
+                                for r in range(1, rounds + 1)])
         # single-query baseline: every query scored alone, then the mean over each set's first r queries
         held = torch.as_tensor(np.minimum(counts, rounds))  # (Q,) queries of each set in the last round
         mask = torch.arange(rounds)[None, :] < held[:, None]  # (Q, rounds)

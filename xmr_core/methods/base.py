@@ -17,8 +17,9 @@ A method is an `nn.Module` with a dataclass `config` and
   receives, by default `(encode_images(batch), encode_captions(batch))` (`encode_queries` on a query batch);
   a method whose loss needs more than the test-time embeddings (HREM's fragments) returns more here.
 - `train_batch_sampler(split, batch_size, seed)`: the method's own training batches (a sampler of caption
-  index lists; of image index lists for a multi-query model), or None for `fit`'s; `on_epoch_start(epoch, split, device)`: called by `fit` before each
-  training epoch (HREM re-clusters the training images for its neighbour batches).
+  index lists; of image index lists for a multi-query model), or None for `fit`'s;
+  `on_epoch_start(epoch, split, device)`: called by `fit` before each training epoch (HREM re-clusters the
+  training images for its neighbour batches).
 
 Multi-query retrieval (`task = "multi_query"`, HMRN): an item is an image with its set of region queries, and
 the text side is the set. Such a model also has `encode_queries(batch) -> emb` on `datasets.query_loader`

@@ -28,15 +28,16 @@ scored block by block (`xmr_core.evaluate.multi_query_scores`). Read top to bott
 Choices the paper leaves open, each stated once ("the code": LZH-053/HMRN, read for
 `shared/notes/official-code.md`, Sec. 5; where it differs from the paper the paper is the default):
  1. Embeddings. The region embeddings v_i (Eq. 1; other visual inputs, grid or pixels, get a linear layer from
-    their local features) and the query embeddings t_j are L2-normalised once, as in the code and in SGRAF [31]
-    which the VR module follows, so the cosines of Eq. (3)-(8) are dot products and Eq. (14) compares vectors
-    of one scale; padded regions and absent queries are zero vectors and are masked out of every softmax and
-    mean. t_j = h_M as printed (and as the code): the backward half of h_M has read only the last word, one
-    step from the zero initial state, so the backward GRU's recurrent weights W_hh never get a gradient. With a BiGRU whose hidden size differs from D, a linear layer maps h_M to D (the paper: hidden =
+    their local features) and the query embeddings t_j are L2-normalised once, as in the code and in SGRAF
+    [31] which the VR module follows, so the cosines of Eq. (3)-(8) are dot products and Eq. (14) compares
+    vectors of one scale; padded regions and absent queries are zero vectors and are masked out of every
+    softmax and mean. t_j = h_M as printed (and as the code): the backward half of h_M has read only the last
+    word, one step from the zero initial state, so the backward GRU's recurrent weights W_hh never get a
+    gradient. With a BiGRU whose hidden size differs from D, a linear layer maps h_M to D (the paper: hidden =
     D = 256, no layer). The word embeddings start from the given word vectors (GloVe, the book's strong start)
     and are fine-tuned (`TextEncoderConfig.finetune_embeddings`); the paper learns them, the code from random
-    ones. With the BERT-style text encoder (`BertEncoderConfig`, Table 10's pretrained backbone)
-    t_j is its pooled, projected sentence vector.
+    ones. With the BERT-style text encoder (`BertEncoderConfig`, Table 10's pretrained backbone) t_j is its
+    pooled, projected sentence vector.
  2. The λ of each softmax. The I-T model uses λ1 in Eq. (4), the T-I model λ2 in Eq. (7), and both use λ2 in
     Eq. (12) as printed. Eq. (12)'s normalisation is the L2 norm of [s(t_j, v_i)]_+ over the set's queries,
     with 1e-8 added against a region that matches no query (then its weights are uniform).
@@ -126,7 +127,8 @@ class HMRNConfig:
 
     def level_weights(self) -> dict[str, float]:
         """Eq. (18)-(19), (21): {"local": α, "global": 1 - α - β, "reasoning": β}."""
-        return {"local": self.alpha, "global": max(0.0, round(1.0 - self.alpha - self.beta, 12)), "reasoning": self.beta}
+        rest = max(0.0, round(1.0 - self.alpha - self.beta, 12))
+        return {"local": self.alpha, "global": rest, "reasoning": self.beta}
 
 
 def hmrn_config(encoders: Mapping[str, object], **overrides: object) -> HMRNConfig:
@@ -272,7 +274,8 @@ class HMRN(RetrievalModel):
         d = config.embed_dim
         # Sec. 3.1 (choice 1)
         self.image_encoder = ImageEncoder(config.image, d)
-        self.image_fc = nn.Identity() if config.image.kind == "regions" else nn.Linear(self.image_encoder.local_dim, d)
+        regions = config.image.kind == "regions"
+        self.image_fc = nn.Identity() if regions else nn.Linear(self.image_encoder.local_dim, d)
         if isinstance(config.text, TextEncoderConfig):
             self.text_encoder: nn.Module = QueryEncoder(word_vectors, d, config.text)
         else:
@@ -378,8 +381,8 @@ class HMRN(RetrievalModel):
         total, logs = levels.local.new_zeros(()), {}
         for name, weight in self.config.level_weights().items():
             if weight > 0:
-                term = 2.0 * info_nce(getattr(levels, "global_" if name == "global" else name), scale=self.config.tau,
-                                      positive_mask=same_image)  # Eq. (20): both directions summed
+                scores = getattr(levels, "global_" if name == "global" else name)
+                term = 2.0 * info_nce(scores, scale=self.config.tau, positive_mask=same_image)  # Eq. (20): summed
                 total = total + weight * term
                 logs[f"nce_{name}"] = term.item()
         return total, logs
