@@ -8,7 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from xmr_core.ceiling import bayes_ceiling, ceiling_i2t, ceiling_t2i, fold_ceiling, percent_of_ceiling
+from xmr_core.ceiling import (
+    bayes_ceiling,
+    ceiling_i2t,
+    ceiling_t2i,
+    fold_ceiling,
+    multi_round_ceiling,
+    percent_of_ceiling,
+)
 from xmr_core.data.corpus import Split
 
 
@@ -151,3 +158,67 @@ def test_fold_ceiling_one_fold_is_the_whole_split_and_smaller_galleries_do_not_l
     folds = fold_ceiling(split, n_folds=4)
     for k in (1, 5, 10):
         assert folds[f"t2i/R@{k}"] >= whole[f"t2i/R@{k}"] - 1e-9
+
+
+# ------------------------------------------------------------------------------------- multi-round
+
+
+def _holds(sets: list[list[set[int]]], n: int) -> list[np.ndarray]:
+    return [np.array([[g in q for g in range(n)] for q in qs]) for qs in sets]
+
+
+# query set q is written for image q; each query lists the images it holds in
+QUERY_SETS = [
+    [{0, 1, 2}, {0, 1, 3}],  # set 0: round 1 -> {0, 1, 2} (n = 3), round 2 -> {0, 1} (n = 2)
+    [{1}, {0, 1}],  # set 1: n = 1, 1
+    [{0, 1, 2, 3}, {2, 3}],  # set 2: n = 4, 2
+    [{2, 3}],  # set 3: one query; held in round 2: n = 2, 2
+]
+
+
+def test_multi_round_ceiling_hand_worked():
+    # the target's rank is uniform on 1..n: R@K = min(1, K / n), expected rank (n + 1) / 2
+    # round 1, n = (3, 1, 4, 2): R@1 = (1/3 + 1 + 1/4 + 1/2) / 4 = 25/48, R@2 = (2/3 + 1 + 1/2 + 1) / 4 = 38/48,
+    #                            meanR = (2 + 1 + 2.5 + 1.5) / 4 = 1.75
+    # round 2, n = (2, 1, 2, 2): R@1 = (1/2 + 1 + 1/2 + 1/2) / 4 = 5/8, R@2 = 1, meanR = (1.5 + 1 + 1.5 + 1.5) / 4
+    got = multi_round_ceiling(_holds(QUERY_SETS, 4), rounds=2, ks=(1, 2), short="hold")
+    expected = {"round1/R@1": 2500 / 48, "round1/R@2": 3800 / 48, "round1/meanR": 1.75,
+                "round2/R@1": 62.5, "round2/R@2": 100.0, "round2/meanR": 1.375,
+                "mean/R@1": (2500 / 48 + 62.5) / 2, "mean/R@2": (3800 / 48 + 100) / 2, "mean/meanR": (1.75 + 1.375) / 2}
+    assert got.keys() == expected.keys()  # no rsum without K = 1, 5, 10
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, abs=1e-12), key
+
+
+def test_multi_round_ceiling_against_every_tie_breaking_order():
+    rng = np.random.default_rng(3)
+    n, rounds = 6, 3
+    holds = [rng.random((int(rng.integers(1, 4)), n)) < 0.6 for _ in range(n)]
+    for q, h in enumerate(holds):
+        h[:, q] = True
+    got = multi_round_ceiling(holds, rounds, ks=(1, 2, 5, 10), short="hold")
+    for r in range(1, rounds + 1):
+        hits = {k: [] for k in (1, 2, 5, 10)}
+        ranks = []
+        for q, h in enumerate(holds):
+            positives = [g for g in range(n) if all(h[t, g] for t in range(min(r, len(h))))]
+            orders = list(itertools.permutations(positives))  # the perfect scorer's equally likely orders
+            rank = [order.index(q) + 1 for order in orders]
+            ranks.append(sum(rank) / len(rank))
+            for k, per_set in hits.items():
+                per_set.append(sum(x <= k for x in rank) / len(rank))
+        for k, h in hits.items():
+            assert got[f"round{r}/R@{k}"] == pytest.approx(100 * np.mean(h), abs=1e-9)
+        assert got[f"round{r}/meanR"] == pytest.approx(np.mean(ranks), abs=1e-9)
+    assert got["rsum"] == pytest.approx(sum(got[f"mean/R@{k}"] for k in (1, 5, 10)))
+
+
+def test_multi_round_ceiling_errors_name_the_set():
+    holds = _holds(QUERY_SETS, 4)
+    with pytest.raises(ValueError, match="query set 3 has 1 queries, fewer than 2 rounds"):
+        multi_round_ceiling(holds, rounds=2)
+    holds[1][1, 1] = False
+    with pytest.raises(ValueError, match="query set 1: query 1 does not hold in its own image 1"):
+        multi_round_ceiling(holds, rounds=1)
+    with pytest.raises(ValueError, match=r"query set 0: holds must be \(T_q >= 1, 4\)"):
+        multi_round_ceiling([np.ones((2, 3), bool)] + holds[1:], rounds=1)

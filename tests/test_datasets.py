@@ -212,6 +212,19 @@ def test_multi_query_order_fixed_at_test_and_shuffled_in_training(split, vocab):
         MultiQueryDataset(split, vocab)
 
 
+def test_multi_query_max_queries_takes_the_first_at_test_and_draws_every_query_in_training(split, vocab):
+    first_two = MultiQueryDataset(split, vocab, visual=None, max_queries=2)[2]
+    assert set(first_two) == {"queries", "image_index"}  # visual=None: no image is read
+    assert [" ".join(vocab.decode(q.tolist())) for q in first_two["queries"]] == QUERIES[2][:2]
+    train = MultiQueryDataset(split, vocab, visual="regions", train=True, max_queries=2)
+    drawn = [tuple(" ".join(vocab.decode(q.tolist())) for q in train[2]["queries"]) for _ in range(60)]
+    assert all(len(d) == 2 and len(set(d)) == 2 for d in drawn)  # 2 distinct queries of the 3 each time
+    assert {q for d in drawn for q in d} == set(QUERIES[2])  # each of the 3 is drawn (P(miss) = 3 (1/3)^60)
+    assert len(train[1]["queries"]) == 1  # a shorter set keeps what it has
+    with pytest.raises(ValueError, match="max_queries must be >= 1"):
+        MultiQueryDataset(split, vocab, max_queries=0)
+
+
 def test_one_caption_per_image_sampler(split):
     sampler = OneCaptionPerImageSampler(split.caption_image, split.n_images, seed=5)
     chosen_all = set()

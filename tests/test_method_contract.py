@@ -27,7 +27,8 @@ IMAGE_KINDS = {
 }
 # the variants of a method whose scoring differs (each gets the whole contract)
 VARIANTS: dict[str, list[dict]] = {"pvse": [{"n_embeds": 1}, {"n_embeds": 3}],
-                                   "pcme": [{}, {"mu_only": True, "test_similarity": "mean_cosine"}]}
+                                   "pcme": [{}, {"mu_only": True, "test_similarity": "mean_cosine"}],
+                                   "hmrn": [{"local": "I-T"}, {"local": "T-I"}]}
 CASES = [(name, overrides) for name in list_methods() for overrides in VARIANTS.get(name, [{}])]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in o.items()) or 'default'}" for name, o in CASES]
 

@@ -12,8 +12,16 @@ import re
 import numpy as np
 import pytest
 
+from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.data import scene_grammar as g
-from xmr_core.data.scenes import ScenesConfig, exact_block, load_scenes, query_round_statistics, scenes_config
+from xmr_core.data.scenes import (
+    ScenesConfig,
+    exact_block,
+    load_scenes,
+    query_holds,
+    query_round_statistics,
+    scenes_config,
+)
 
 NUM = {
     w: i
@@ -310,6 +318,12 @@ def test_multi_variant(cache):
         assert rounds.loc[r, "images"] == len(imgs)
         assert rounds.loc[r, "positives mean"] == pytest.approx(np.mean(pos))
         assert rounds.loc[r, "R@1 ceiling"] == pytest.approx(100 * np.mean(1 / np.array(pos)))
+    # the per-query relevance behind them feeds the multi-round ceiling (every image has >= 3 queries)
+    holds = query_holds(s)
+    assert [h.shape for h in holds] == [(len(q), s.n_images) for q in s.queries]
+    ceiling = multi_round_ceiling(holds, rounds=3)
+    for r in (1, 3):
+        assert ceiling[f"round{r}/R@1"] == pytest.approx(rounds.loc[r, "R@1 ceiling"])
 
 
 def test_statistics_hand_worked():

@@ -19,17 +19,30 @@ the scorer's random tie-breaking, computed exactly (no sampling), in percent, wi
   Ceiling i2t R@K = 100 · mean over images.
 - rsum: i2t plus t2i R@1 + R@5 + R@10, present only when `ks` holds 1, 5 and 10.
 
+Multi-query retrieval (HMRN, `multi_round_ceiling`): query set q is image q's region queries, in stored order,
+and each query's exact relevance says which images it holds in. After round r the perfect scorer knows the
+images in which all of the first r queries hold, P_q(r) (image q among them), and cannot tell them apart: it
+ranks them first in uniformly random order. The target's rank is then uniform on {1, ..., n} with
+n = |P_q(r)|, so its expected R@K is P(rank <= K) = min(1, K / n) and its expected rank
+Σ_{k=1..n} k / n = (n + 1) / 2. Per round: R@K = 100 · mean_q min(1, K / n_q(r)) and
+meanR = mean_q (n_q(r) + 1) / 2 (a model's tie is counted pessimistically by `metrics.multi_round`; the
+ceiling's tie-breaking is random, its best case among tied scorers). A set with fewer than r queries is an
+error or keeps its whole set (`short`), as in `evaluate.multi_query_scores`.
+
 API:
     bayes_ceiling(split, ks=(1, 5, 10))             -> {"i2t/R@1", ..., "t2i/R@10", "rsum"}
     ceiling_t2i(exact (M, N), ks)                   -> {"R@1", ...}
     ceiling_i2t(exact (M, N), caption_image (M,), ks) -> {"R@1", ...}
     percent_of_ceiling(value, ceiling)              -> 100 · value / ceiling
     fold_ceiling(split, n_folds=5, ks)              -> bayes_ceiling averaged over the COCO 1K folds
+    multi_round_ceiling(query_holds, rounds, ks)    -> {"round1/R@1", ..., "round1/meanR", ..., "mean/R@1", ...,
+                                                        "rsum"}; query_holds[q]: (T_q, N) bool per query set
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -124,3 +137,35 @@ def fold_ceiling(split: Split, n_folds: int = 5, ks: Sequence[int] = RSUM_KS) ->
     per_fold = [bayes_ceiling(split.subset(np.arange(images.start, images.stop), f"{split.name}-fold{f}"), ks)
                 for f, (images, _) in enumerate(folds)]
     return average_folds(per_fold)
+
+
+def multi_round_ceiling(query_holds: Sequence[np.ndarray], rounds: int, ks: Sequence[int] = RSUM_KS,
+                        short: Literal["error", "hold"] = "error") -> dict[str, float]:
+    """The multi-round Bayes ceiling (module docstring), in percent: `query_holds[q]` (T_q, N) bool says in which of
+    the N images each query of set q (written for image q) holds. Keys as `metrics.multi_round` without medR:
+    `round{r}/R@K`, `round{r}/meanR`, `mean/...`, and "rsum" (mean R@1 + R@5 + R@10) when `ks` holds 1, 5, 10."""
+    _check_ks(ks)
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if short not in ("error", "hold"):
+        raise ValueError(f"short must be 'error' or 'hold', got {short!r}")
+    n_sets = len(query_holds)
+    n_pos = np.empty((n_sets, rounds), dtype=np.int64)  # |P_q(r)|
+    for q, holds in enumerate(query_holds):
+        holds = np.asarray(holds, dtype=bool)
+        if holds.ndim != 2 or holds.shape[1] != n_sets or len(holds) == 0:
+            raise ValueError(f"query set {q}: holds must be (T_q >= 1, {n_sets}) images, got shape {holds.shape}")
+        if not holds[:, q].all():
+            raise ValueError(f"query set {q}: query {int(np.flatnonzero(~holds[:, q])[0])} does not hold in its own "
+                             f"image {q}")
+        if short == "error" and len(holds) < rounds:
+            raise ValueError(f"query set {q} has {len(holds)} queries, fewer than {rounds} rounds")
+        all_so_far = np.logical_and.accumulate(holds[:rounds], axis=0).sum(1)  # (min(T_q, rounds),)
+        n_pos[q] = np.concatenate([all_so_far, np.full(rounds - len(all_so_far), all_so_far[-1])])
+    per_round = [{**{f"R@{k}": 100.0 * float(np.minimum(1.0, k / n_pos[:, r]).mean()) for k in ks},
+                  "meanR": float(((n_pos[:, r] + 1) / 2).mean())} for r in range(rounds)]
+    out = {f"round{r + 1}/{key}": v for r, row in enumerate(per_round) for key, v in row.items()}
+    out.update({f"mean/{key}": v for key, v in average_folds(per_round).items()})
+    if set(RSUM_KS) <= set(ks):
+        out["rsum"] = sum(out[f"mean/R@{k}"] for k in RSUM_KS)
+    return out

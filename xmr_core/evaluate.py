@@ -9,6 +9,10 @@
     evaluate_model(model, split, vocab, ...)  -> embed, score both directions (+ re-ranking), evaluate
     evaluate_similarities(model, split, vocab, methods) -> {method: evaluate_scores under that similarity}
     results_frame(results)                    -> tidy DataFrame: view, direction, level, metric, value
+    multi_query_scores(model, split, vocab, rounds) -> scores (T, Q, G) of each image's first r region
+                                                 queries (r = 1..T) against every image
+    gallery_ranks(scores (G, n))              -> each column's pessimistic 1-based ranks of the rows
+    evaluate_multi_query(model, split, vocab, rounds) -> `metrics.multi_round` of those, plus "rsum"
 
 Model contract (`xmr_core.methods.base`): `model.encode_images(batch) -> emb`, `model.encode_captions(batch)
 -> emb` and `model.score_direction(img_emb, cap_emb, direction, **options) -> Tensor (n_img, n_cap)` (higher
@@ -28,13 +32,24 @@ Keys (metric values in percent, ranks 1-based; definitions and the tie rule in `
 - `rsum`: instance-view i2t + t2i R@1 + R@5 + R@10;
 - when `split.caption_level` is set, text→image per caption level for the non-plausible views:
   `{view}/t2i@{level}/{metric}` (queries = the captions of that level, gallery = all images).
+Multi-query retrieval (Drill-down / HMRN; `Split.queries`): query set q is image q's region queries, its only
+positive image q, the gallery every image of the split. Round r scores the set of its first r queries in
+stored order. A multi-query model (`task == "multi_query"`) scores the sets themselves (`encode_queries`,
+`query_prefix`, `score`); any other model is a single-query baseline, the paper's "*" rows: each query is
+encoded as a caption and scored text→image alone, and round r's score is the mean of the scores of the first r
+queries (`fusion="scores"`, the paper's re-implemented ITR rows), or minus the mean of their ranks of the
+image (`fusion="ranks"`, Drill-down's R-RankFusion; a query's rank of an image is pessimistic: the images
+scoring at least as high, itself included). A set with fewer than `rounds` queries is an error (`short="error"`) or keeps its
+whole set in the later rounds (`short="hold"`); no query is ever dropped.
+
 Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 test split), `coco1k`
 (every metric on each of five folds of 1,000 images / 5,000 captions in stored order, then averaged).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -51,6 +66,9 @@ Embedding = Tensor | tuple[Tensor, ...]
 PROTOCOLS: tuple[str, ...] = ("full", "coco1k", "coco5k")
 DIRECTIONS: tuple[str, ...] = ("i2t", "t2i")
 SCORE_CHUNK = 256  # image rows scored per `model.score` call
+QUERY_CHUNK = 64  # multi-query scoring: images × query sets per `model.score` call, each way
+Short = Literal["error", "hold"]
+Fusion = Literal["scores", "ranks"]
 Reranker = Callable[[Tensor, str], Tensor]  # ((queries, gallery) scores, direction) -> the same shape
 
 
@@ -134,20 +152,27 @@ def embed_split(
         visual = getattr(model, "visual", "auto")
         loaders = (image_loader(split, batch_size, visual=visual), caption_loader(split, vocab, batch_size))
     dev = _model_device(model, device)
-    was_training = getattr(model, "training", False)
-    if hasattr(model, "eval"):
-        model.eval()
-    try:
+    with _evaluating(model):
         img = _encode_all(
             model.encode_images, loaders[0], "image_index", split.n_images, "images", dev, progress
         )
         cap = _encode_all(
             model.encode_captions, loaders[1], "caption_index", split.n_captions, "captions", dev, progress
         )
+    return img, cap
+
+
+@contextlib.contextmanager
+def _evaluating(model: Any) -> Iterator[None]:
+    """The model in eval mode inside the block, its mode restored after."""
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        yield
     finally:
         if was_training:
             model.train()
-    return img, cap
 
 
 def _score_fn(model: Any, direction: str) -> Callable[..., Tensor]:
@@ -418,4 +443,128 @@ def evaluate_similarities(
     for m in methods:
         i2t, t2i = direction_scores(model, img, cap, method=m)
         out[m] = evaluate_scores(split, i2t, views=views, protocol=protocol, scores_t2i=t2i)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- multi-query
+
+
+def _check_rounds(model: Any, split: Split, rounds: int, short: Short) -> np.ndarray:
+    """(N,) int64 region queries per image, after checking `rounds` against the split and the model."""
+    if split.queries is None:
+        raise ValueError(f"{split.source}: split {split.name!r} has no region queries")
+    if short not in ("error", "hold"):
+        raise ValueError(f"short must be 'error' or 'hold', got {short!r}")
+    limit = getattr(model, "max_queries", None)
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if limit is not None and rounds > limit:
+        raise ValueError(f"{rounds} rounds: {getattr(model, 'name', 'the model')} scores sets of at most "
+                         f"max_queries={limit} queries")
+    counts = np.array([len(q) for q in split.queries], dtype=np.int64)
+    if short == "error" and (counts < rounds).any():
+        i = int(np.flatnonzero(counts < rounds)[0])
+        raise ValueError(f"{split.source}: image {split.image_ids[i]!r} has {counts[i]} region queries, fewer than "
+                         f"{rounds} rounds (short='hold' scores its whole set in the later rounds)")
+    return counts
+
+
+def _map(emb: Embedding, fn: Callable[[Tensor], Tensor]) -> Embedding:
+    return tuple(fn(e) for e in emb) if isinstance(emb, tuple) else fn(emb)
+
+
+def _single_query_sets(model: Any) -> Callable[[Mapping[str, Any]], Embedding]:
+    """Encoder of a `query_loader` batch for a single-query model: each real query as a caption
+    (`encode_captions`), laid out as sets (B, T, ...) with zeros where a set has no query."""
+
+    def encode(batch: Mapping[str, Any]) -> Embedding:
+        mask = batch["query_mask"]
+        emb = model.encode_captions({"tokens": batch["query_tokens"][mask], "lengths": batch["query_lengths"][mask]})
+        return _map(emb, lambda e: e.new_zeros(mask.shape + e.shape[1:]).index_put_((mask,), e))
+
+    return encode
+
+
+def gallery_ranks(scores: Tensor) -> Tensor:
+    """(G, n) scores -> (G, n): in each column, the pessimistic 1-based rank of every row (the rows scoring at
+    least as high, itself included), as a float of the scores' dtype."""
+    columns = scores.T.contiguous()
+    below = torch.searchsorted(columns.sort(1).values, columns, side="left")  # rows scoring lower
+    return (scores.shape[0] - below).T.to(scores.dtype)
+
+
+@torch.no_grad()
+def multi_query_scores(
+    model: Any,
+    split: Split,
+    vocab: Any,
+    rounds: int,
+    *,
+    short: Short = "error",
+    fusion: Fusion = "scores",
+    batch_size: int = 128,
+    chunk_size: int = QUERY_CHUNK,
+    query_chunk: int = QUERY_CHUNK,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> Tensor:
+    """Scores `(rounds, Q, G)`: after round r, query set q (image q's first r region queries; Q = G = the
+    split's images) against every image, scored in blocks of `chunk_size` images × `query_chunk` sets (see the
+    module docstring for single-query models, `fusion` and `short`). The result is held whole: rounds · N² scores
+    (Drill-down's 10 rounds on 9,896 test images: 3.9 GB in float32)."""
+    from xmr_core.data.datasets import image_loader, query_loader
+
+    counts = _check_rounds(model, split, rounds, short)
+    n, dev = split.n_images, _model_device(model, device)
+    multi = getattr(model, "task", "pairs") == "multi_query"
+    if fusion not in ("scores", "ranks") or (multi and fusion != "scores"):
+        raise ValueError(f"fusion must be 'scores' or, for a single-query model, 'ranks'; got {fusion!r}")
+    blocks = {"direction": "t2i", "chunk_size": chunk_size, "caption_chunk": query_chunk, "progress": progress}
+    with _evaluating(model):
+        img = _encode_all(model.encode_images, image_loader(split, batch_size, visual=model.visual), "image_index",
+                          n, "images", dev, progress)
+        queries = query_loader(split, vocab, batch_size, visual=None, max_queries=rounds)
+        sets = _encode_all(model.encode_queries if multi else _single_query_sets(model), queries, "image_index", n,
+                           "query sets", dev, progress)
+        if multi:
+            return torch.stack([score_matrix(model, img, model.query_prefix(sets, r), **blocks).T
+                                for r in range(1, rounds + 1)])
+        # single-query baseline: every query scored alone, then the mean over each set's first r queries
+        held = torch.as_tensor(np.minimum(counts, rounds))  # (Q,) queries of each set in the last round
+        mask = torch.arange(rounds)[None, :] < held[:, None]  # (Q, rounds)
+        alone = score_matrix(model, img, _map(sets, lambda e: e[mask.to(e.device)]), **blocks)  # (G, n_queries)
+        if fusion == "ranks":
+            alone = -gallery_ranks(alone)
+        padded = alone.new_zeros(n, *mask.shape)
+        padded[:, mask.to(alone.device)] = alone
+        running = padded.cumsum(-1)  # (G, Q, rounds): the sums of the first r scores
+        per_round = []
+        for r in range(1, rounds + 1):
+            n_r = held.clamp(max=r).to(alone.device)  # (Q,) queries scored after round r
+            per_round.append((running[:, torch.arange(n, device=alone.device), n_r - 1] / n_r).T)
+        return torch.stack(per_round)
+
+
+def evaluate_multi_query(
+    model: Any,
+    split: Split,
+    vocab: Any,
+    rounds: int,
+    *,
+    ks: Sequence[int] = metrics.RSUM_KS,
+    short: Short = "error",
+    fusion: Fusion = "scores",
+    batch_size: int = 128,
+    chunk_size: int = QUERY_CHUNK,
+    query_chunk: int = QUERY_CHUNK,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> dict[str, float]:
+    """`multi_query_scores` -> `metrics.multi_round` (keys `round{r}/R@K`, `round{r}/medR`, `round{r}/meanR`,
+    `mean/...`, R@1/5/10 always included) plus "rsum": mean R@1 + R@5 + R@10 over the rounds (Avg. R@Sum)."""
+    scores = multi_query_scores(model, split, vocab, rounds, short=short, fusion=fusion, batch_size=batch_size,
+                                chunk_size=chunk_size, query_chunk=query_chunk, device=device, progress=progress)
+    all_ks = tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
+    out = metrics.multi_round(scores, np.arange(split.n_images), all_ks)
+    out["rsum"] = sum(out[f"mean/R@{k}"] for k in metrics.RSUM_KS)
     return out

@@ -2,7 +2,11 @@
 
 - Epochs over image–caption pairs (`xmr_core.data.datasets.pair_loader`), a plain tqdm bar; a method may choose
   its own batches (`model.train_batch_sampler`, HREM's neighbour batches) and is told when an epoch starts
-  (`model.on_epoch_start`).
+  (`model.on_epoch_start`). A multi-query model (`model.task == "multi_query"`, HMRN) trains on (image, query
+  set) items instead (`datasets.query_loader`: every image once an epoch with at most `model.max_queries` of
+  its region queries, drawn at random) and is validated by `evaluate.evaluate_multi_query` on rounds
+  1..min(max_queries, the longest set), a shorter set keeping its whole set in the later rounds; its "rsum"
+  is the mean R@1 + R@5 + R@10 over those rounds.
 - Optimiser (Adam, AdamW, AdamP) and a per-epoch lr schedule (cosine, step, constant) from `TrainConfig`.
 - PCME's two phases: `frozen_epochs` with `model.backbone_parameters()` frozen, then end-to-end with the
   lr multiplied by `finetune_lr_mult`; the schedule restarts for each phase (PCME's pretrain/finetune).
@@ -47,7 +51,7 @@ from tqdm import tqdm
 
 from xmr_core.config import cache_dir, seed_everything, select_device
 from xmr_core.data.corpus import Split, split_fingerprint
-from xmr_core.data.datasets import Augmentation, pair_loader
+from xmr_core.data.datasets import Augmentation, pair_loader, query_loader
 from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
 from xmr_core.data.text import Vocabulary
 from xmr_core.distributed import DistEnv, ShardedSampler, all_reduce_sum, barrier, current_env, wrap_model
@@ -266,8 +270,13 @@ def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
 
 def _validate(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: TrainConfig,
               device: torch.device) -> dict[str, float]:
-    from xmr_core.evaluate import evaluate_model
+    from xmr_core.evaluate import evaluate_model, evaluate_multi_query
 
+    if model.task == "multi_query":
+        longest = max((len(q) for q in split.queries or []), default=1)
+        rounds = min(longest, model.max_queries or longest)
+        return evaluate_multi_query(model, split, vocab, rounds, short="hold", batch_size=cfg.eval_batch_size,
+                                    device=device)
     views = None if cfg.val_views is None else list(cfg.val_views)
     return evaluate_model(model, split, vocab=vocab, batch_size=cfg.eval_batch_size, device=device,
                           views=views, progress=False)
@@ -360,6 +369,10 @@ def fit(
         seed_everything(cfg.seed)
 
     augment = Augmentation(random_erasing_prob=cfg.random_erasing_prob, word_dropout=cfg.word_dropout)
+    multi_query = model.task == "multi_query"
+    if multi_query and cfg.epoch_mode != "one_per_image":
+        raise ValueError(f"{model.name} trains on (image, query set) items, each image once an epoch: epoch_mode "
+                         f"must be 'one_per_image', got {cfg.epoch_mode!r}")
     batches = model.train_batch_sampler(train_split, cfg.batch_size, cfg.seed)
     if batches is not None:  # the method chooses its batches (HREM's neighbour batches)
         if env.distributed or cfg.epoch_mode != "one_per_image":
@@ -367,14 +380,21 @@ def fit(
                              f"epoch_mode 'one_per_image' (got {env.world_size} processes, {cfg.epoch_mode!r})")
         sampler: Any = batches
     else:
-        if cfg.epoch_mode == "one_per_image":
+        if multi_query:  # every image once (items are images)
+            base: Any = AllCaptionsSampler(train_split.n_images, seed=cfg.seed)
+        elif cfg.epoch_mode == "one_per_image":
             base = OneCaptionPerImageSampler(train_split.caption_image, train_split.n_images, seed=cfg.seed)
         else:
             base = AllCaptionsSampler(train_split.n_captions, seed=cfg.seed)
         sampler = ShardedSampler(base, env)
         batches = BatchSampler(sampler, cfg.batch_size, False)
-    loader = pair_loader(train_split, vocab, cfg.batch_size, batch_sampler=batches, augment=augment, seed=cfg.seed,
-                         num_workers=cfg.num_workers, visual=model.visual)
+    if multi_query:
+        loader = query_loader(train_split, vocab, cfg.batch_size, train=True, visual=model.visual, augment=augment,
+                              max_queries=model.max_queries, batch_sampler=batches, seed=cfg.seed,
+                              num_workers=cfg.num_workers)
+    else:
+        loader = pair_loader(train_split, vocab, cfg.batch_size, batch_sampler=batches, augment=augment,
+                             seed=cfg.seed, num_workers=cfg.num_workers, visual=model.visual)
     validate = validate or (lambda m, s: _validate(m, s, vocab, cfg, device))
 
     net: nn.Module = model

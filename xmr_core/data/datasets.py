@@ -260,22 +260,32 @@ class CaptionDataset(Dataset):
 
 
 class MultiQueryDataset(Dataset):
-    """Item i: image i with its region queries, shuffled when `train`, in stored order otherwise."""
+    """Item i: image i with its region queries: in stored order, or shuffled when `train`.
+
+    `max_queries` N: each item carries at most N queries, the first N in stored order (an N-round
+    evaluation reads no query past round N), or when `train` a random N of them in random order (HMRN's
+    "queries and their orders are randomly sampled during training"; every query is drawn in some epoch).
+    `visual` None: the queries alone (no image is read).
+    """
 
     def __init__(
         self,
         split: Split,
         vocab: Vocabulary,
-        visual: Visual = "auto",
+        visual: Visual | None = "auto",
         train: bool = False,
         augment: Augmentation | None = None,
         image_config: ImageConfig | None = None,
+        max_queries: int | None = None,
     ) -> None:
         if split.queries is None:
             raise ValueError(f"{split.source}: split {split.name!r} has no region queries")
+        if max_queries is not None and max_queries < 1:
+            raise ValueError(f"max_queries must be >= 1, got {max_queries}")
         self.split = split
         self.train = train
-        self.reader = VisualReader(split, visual, train, augment, image_config)
+        self.max_queries = max_queries
+        self.reader = None if visual is None else VisualReader(split, visual, train, augment, image_config)
         self.queries: list[list[torch.Tensor]] = []
         for iid, qs in zip(split.image_ids, split.queries):
             if not qs:
@@ -294,7 +304,8 @@ class MultiQueryDataset(Dataset):
         qs = self.queries[i]
         if self.train:
             qs = [qs[t] for t in torch.randperm(len(qs)).tolist()]
-        return {**self.reader(i), "queries": qs, "image_index": i}
+        visual = {} if self.reader is None else self.reader(i)
+        return {**visual, "queries": qs[: self.max_queries], "image_index": i}
 
 
 def _pad(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -365,18 +376,23 @@ def query_loader(
     batch_size: int,
     *,
     train: bool = False,
-    visual: Visual = "auto",
+    visual: Visual | None = "auto",
     augment: Augmentation | None = None,
     image_config: ImageConfig | None = None,
+    max_queries: int | None = None,
+    batch_sampler: Sampler[list[int]] | None = None,
     seed: int = 0,
     num_workers: int = 0,
 ) -> DataLoader:
-    """Images with their region queries (multi-query retrieval).
+    """Images with their region queries (multi-query retrieval); `max_queries`, `visual`: `MultiQueryDataset`.
 
     train=False: every image in split order, queries in stored order. train=True: images shuffled from
-    `seed`, each image's queries shuffled, augmentations applied.
+    `seed` (or batched by `batch_sampler`, lists of image indices), each image's queries shuffled,
+    augmentations applied.
     """
-    dataset = MultiQueryDataset(split, vocab, visual, train, augment, image_config)
+    dataset = MultiQueryDataset(split, vocab, visual, train, augment, image_config, max_queries)
+    if batch_sampler is not None:
+        return _loader(dataset, num_workers, seed, batch_sampler=batch_sampler)
     return _loader(dataset, num_workers, seed, batch_size=batch_size, shuffle=train)
 
 

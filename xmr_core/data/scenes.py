@@ -633,21 +633,27 @@ def scenes_statistics(corpus: Corpus, split: str = "test") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def query_holds(split: Split) -> list[np.ndarray]:
+    """Exact relevance of the region queries of a scenes split: one (T_i, N) bool per image i, True where its
+    query t holds in image g (the input of `xmr_core.ceiling.multi_round_ceiling`)."""
+    scenes = split.meta["layout"].scene_arrays()
+    lfs = split.meta["query_logical_forms"]
+    holds = exact_matrix([lf for q in lfs for lf in q], scenes)  # (total queries, N)
+    return np.split(holds, np.cumsum([len(q) for q in lfs])[:-1])
+
+
 def query_round_statistics(split: Split, max_rounds: int = 10) -> pd.DataFrame:
     """Multi-query retrieval (HMRN) on a scenes split: after r rounds an image's positives are the images
     where all of its first r region queries hold. A row per round r over the images with at least r
     queries: positives per image, share whose only positive is the image itself, and the R@1 ceiling of a
     perfect exact model that breaks ties at random (mean 1 / positives), in percent."""
-    scenes = split.meta["layout"].scene_arrays()
-    lfs = split.meta["query_logical_forms"]
-    flat = [lf for q in lfs for lf in q]
-    holds = exact_matrix(flat, scenes)  # (total queries, N)
-    rows, start = [], np.cumsum([0] + [len(q) for q in lfs])
+    holds = query_holds(split)
+    rows = []
     for r in range(1, max_rounds + 1):
-        imgs = [i for i in range(split.n_images) if len(lfs[i]) >= r]
+        imgs = [i for i in range(split.n_images) if len(holds[i]) >= r]
         if not imgs:
             break
-        pos = np.array([holds[start[i] : start[i] + r].all(0).sum() for i in imgs])
+        pos = np.array([holds[i][:r].all(0).sum() for i in imgs])
         rows.append({
             "round": r,
             "images": len(imgs),

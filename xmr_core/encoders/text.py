@@ -91,7 +91,9 @@ class BiGRUTextEncoder(nn.Module):
         """Parameters frozen in PCME's first phase: the word embeddings (the pretrained part)."""
         return list(self.embed.parameters())
 
-    def forward(self, batch: dict[str, Tensor]) -> Features:
+    def states(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """The BiGRU's outputs: per word (B, L, 2·hidden) (forward ‖ backward, 0 on padding), the mask (B, L)
+        and the last layer's final states (B, 2·hidden) (last forward ‖ first backward)."""
         tokens, lengths = _check_tokens(batch, self.embed.num_embeddings)
         words = self.embed(tokens)
         packed = pack_padded_sequence(words, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -100,6 +102,10 @@ class BiGRUTextEncoder(nn.Module):
         # h_n: (num_layers·2, B, hidden); the last layer's forward and backward final states
         sentence = torch.cat([h_n[-2], h_n[-1]], dim=-1)
         mask = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths.to(tokens.device)[:, None]
+        return local, mask, sentence
+
+    def forward(self, batch: dict[str, Tensor]) -> Features:
+        local, mask, sentence = self.states(batch)
         return Features(local, mask, self.fc(sentence))
 
 

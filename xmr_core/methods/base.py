@@ -14,11 +14,20 @@ A method is an `nn.Module` with a dataclass `config` and
   training-time twin of `score` (the contract test checks that they agree);
 - `backbone_parameters()`: what PCME's first phase freezes; `set_epoch(t)`: training progress in epochs
   (fractional), for losses with a schedule. `forward(batch)` encodes both sides (what DDP wraps): what `loss`
-  receives, by default `(encode_images(batch), encode_captions(batch))`; a method whose loss needs more than
-  the test-time embeddings (HREM's fragments) returns more here.
+  receives, by default `(encode_images(batch), encode_captions(batch))` (`encode_queries` on a query batch);
+  a method whose loss needs more than the test-time embeddings (HREM's fragments) returns more here.
 - `train_batch_sampler(split, batch_size, seed)`: the method's own training batches (a sampler of caption
-  index lists), or None for `fit`'s; `on_epoch_start(epoch, split, device)`: called by `fit` before each
-  training epoch (HREM re-clusters the training images for its neighbour batches).
+  index lists; of image index lists for a multi-query model), or None for `fit`'s;
+  `on_epoch_start(epoch, split, device)`: called by `fit` before each training epoch (HREM re-clusters the
+  training images for its neighbour batches).
+
+Multi-query retrieval (`task = "multi_query"`, HMRN): an item is an image with its set of region queries, and
+the text side is the set. Such a model also has `encode_queries(batch) -> emb` on `datasets.query_loader`
+batches ("query_tokens" (B, T, L), "query_lengths", "query_mask" (B, T)), whose embeddings keep the rounds on
+dim 1 so that `query_prefix(emb, r)` gives the sets of their first r queries, and `score(img_emb, query_emb)
+-> (n_img, n_sets)`; `encode_captions` makes each caption a set of one query. `max_queries` is the most queries
+a set may hold (None: no limit). `fit` trains such a model on (image, query set) batches, one item per image
+an epoch, and validates it with `evaluate.evaluate_multi_query`.
 
 Batches follow the contract of `xmr_core.data.datasets`: "images" (B, 3, H, W) or "regions" (B, R, D) +
 "region_mask", "tokens" (B, L), "lengths" (B,), "image_index" (B,), "caption_index" (B,).
@@ -37,6 +46,7 @@ from xmr_core.data.corpus import Split
 Embeddings = Tensor | tuple[Tensor, ...]
 Direction = Literal["i2t", "t2i"]
 DIRECTIONS: tuple[Direction, ...] = ("i2t", "t2i")
+Task = Literal["pairs", "multi_query"]
 
 
 class RetrievalModel(nn.Module):
@@ -45,6 +55,7 @@ class RetrievalModel(nn.Module):
     name: str = "model"
     config: Any
     directional: bool = False  # True when the scores depend on which side is the query (`score_direction`)
+    task: Task = "pairs"  # "multi_query": the text side is a set of region queries (module docstring)
 
     def __init__(self) -> None:
         super().__init__()
@@ -58,6 +69,21 @@ class RetrievalModel(nn.Module):
 
     def loss(self, img_emb: Embeddings, cap_emb: Embeddings, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError(f"{type(self).__name__} does not implement loss")
+
+    def encode_queries(self, batch: dict[str, Tensor]) -> Embeddings:
+        """Multi-query models: the query sets of a `query_loader` batch, rounds on dim 1."""
+        raise NotImplementedError(f"{type(self).__name__} does not encode query sets (task {self.task!r})")
+
+    def query_prefix(self, query_emb: Embeddings, rounds: int) -> Embeddings:
+        """The sets of their first `rounds` queries: every tensor of `query_emb` cut to `[:, :rounds]`."""
+        if isinstance(query_emb, tuple):
+            return tuple(e[:, :rounds] for e in query_emb)
+        return query_emb[:, :rounds]
+
+    @property
+    def max_queries(self) -> int | None:
+        """The most queries a set may hold (multi-query models); None: no limit."""
+        return None
 
     def score(self, img_emb: Embeddings, cap_emb: Embeddings) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement score")
@@ -96,7 +122,9 @@ class RetrievalModel(nn.Module):
         """Called by `fit` before training epoch `epoch` (0-based) on the training split (default: nothing)."""
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Any, Any]:
-        return self.encode_images(batch), self.encode_captions(batch)
+        """(image embeddings, caption embeddings), or the query sets' for a `query_loader` batch."""
+        text = self.encode_queries(batch) if "query_tokens" in batch else self.encode_captions(batch)
+        return self.encode_images(batch), text
 
 
 def in_batch_positives(batch: dict[str, Tensor], duplicates: bool = True) -> Tensor:
