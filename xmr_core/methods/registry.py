@@ -17,7 +17,7 @@ import numpy as np
 
 from xmr_core.methods.base import RetrievalModel
 
-METHOD_MODULES: tuple[str, ...] = ("vse", "pvse", "pcme", "msrm", "dvse", "hrem")  # xmr_core.methods.<module>, imported on demand
+METHOD_MODULES: tuple[str, ...] = ("vse", "pvse", "pcme", "msrm", "dvse", "hrem", "gpo", "scan")  # xmr_core.methods.<module>, imported on demand
 
 
 @dataclass(frozen=True)
