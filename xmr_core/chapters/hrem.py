@@ -48,7 +48,7 @@ from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import instance_row, paper_table
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_config
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import with_paper
+from xmr_core.chapters.summary import compare_models, with_paper
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
@@ -62,6 +62,7 @@ from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig, hrem_confi
 from xmr_core.methods.scan import SCAN, scan_config
 from xmr_core.methods.vse import VSE, vse_pp_config
 from xmr_core.metrics import RSUM_KS, ranking_stats
+from xmr_core.results import Verdict, difference_verdict, require_converged, verdict
 from xmr_core.train import FitResult, fit
 from xmr_core.tuning import TuningResult
 
@@ -230,7 +231,7 @@ def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
 
 # ------------------------------------------------------------------------------------------ scores and rows
 @dataclasses.dataclass(frozen=True)
-class TestScores:
+class SplitScores:
     """One model's test scores in `direction_scores`' layout (i2t, t2i), each (N images, M captions), on the
     CPU, and the seconds that embedding and scoring the split took."""
 
@@ -239,8 +240,8 @@ class TestScores:
     seconds: float
 
 
-def test_scores(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
-                **score_options: object) -> TestScores:
+def score_split(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
+                **score_options: object) -> SplitScores:
     """Embed and score the whole split with the model's own test-time score, timed (Figure 5's retrieval time:
     both sides encoded, every image x caption scored)."""
     model.to(device).eval()
@@ -248,15 +249,15 @@ def test_scores(model: RetrievalModel, split: Split, vocab: Vocabulary, device: 
     img, cap = embed_split(model, split, vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap, **score_options)
     seconds = time.perf_counter() - t0
-    return TestScores(i2t.cpu(), t2i.cpu(), seconds)
+    return SplitScores(i2t.cpu(), t2i.cpu(), seconds)
 
 
-def ensemble(a: TestScores, b: TestScores) -> TestScores:
+def ensemble(a: SplitScores, b: SplitScores) -> SplitScores:
     """The paper's ensemble ("*"): the average of two models' similarity matrices; its time is both models'."""
-    return TestScores((a.i2t + b.i2t) / 2, (a.t2i + b.t2i) / 2, a.seconds + b.seconds)
+    return SplitScores((a.i2t + b.i2t) / 2, (a.t2i + b.t2i) / 2, a.seconds + b.seconds)
 
 
-def metric_row(split: Split, scores: TestScores) -> dict[str, float]:
+def metric_row(split: Split, scores: SplitScores) -> dict[str, float]:
     """Instance R@1/5/10 both ways and rSum, five folds ("1K ...") and the whole split ("all ...")."""
     return instance_row(split, scores.i2t, scores.t2i)
 
@@ -265,14 +266,14 @@ def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterDa
                     enc: dict, run: RunConfig, bert: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Train (or load) every model of `models` with every seed, score each once on the test split
     (`metric_row`), and add each seed's ensemble of the standalone and fusion models when both are in `models`.
-    Returns (per-run rows: model, seed, converged, metrics; fit rows, `pcme.fit_row`; {(model, seed): TestScores})."""
+    Returns (per-run rows: model, seed, converged, metrics; fit rows, `pcme.fit_row`; {(model, seed): SplitScores})."""
     per_run, fits, scores = [], [], {}
     for seed in seeds:
         for name in models:
             t0 = time.perf_counter()
             model, result = train_model(name, data, tuned, enc, run, seed, bert=bert)
             fits.append(pcme_chapter.fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
-            scores[name, seed] = test_scores(model, data.test, data.vocab, run.torch_device)
+            scores[name, seed] = score_split(model, data.test, data.vocab, run.torch_device)
             per_run.append({"model": name, "seed": seed, "converged": result.converged,
                             **metric_row(data.test, scores[name, seed])})
         if {"HREM standalone", "HREM fusion"} <= set(models):
@@ -357,7 +358,7 @@ def top_percent(values: Tensor, percent: float) -> np.ndarray:
     return mask
 
 
-def special_recall(split: Split, scores: TestScores, masks: Mapping[str, np.ndarray]) -> dict[str, float]:
+def special_recall(split: Split, scores: SplitScores, masks: Mapping[str, np.ndarray]) -> dict[str, float]:
     """R@1 of the queries each mask selects ({"i2t": (N,) bool, "t2i": (M,) bool}), instance relevance, on the
     whole split: {"i2t R@1": ..., "t2i R@1": ...}."""
     out = {}
@@ -367,7 +368,7 @@ def special_recall(split: Split, scores: TestScores, masks: Mapping[str, np.ndar
     return out
 
 
-def table4_rows(split: Split, selector: tuple[Tensor, Tensor], scored: Mapping[str, TestScores], seed: int,
+def table4_rows(split: Split, selector: tuple[Tensor, Tensor], scored: Mapping[str, SplitScores], seed: int,
                 percents: Sequence[int] = TABLE4_PERCENTS) -> list[dict[str, object]]:
     """Table 4 rows of one seed: for each kind and percent, the queries selected on the `selector` model's
     embeddings (image, caption) and the R@1 of every model of `scored` on them."""
@@ -449,3 +450,26 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
         ("visualise", "A, S and attention of one batch (no training)", 0, 1),
     ]
     return pd.DataFrame(rows, columns=["notebook", "part", "runs", "seeds"])
+
+
+# ---------------------------------------------------------------------------------------------- claims
+def row_comparison(per_run: pd.DataFrame, a: str, b: str, cols: Sequence[str], converged: Mapping[str, bool],
+                   unit: str) -> tuple[Verdict, str]:
+    """The claim "`a` is above `b`" on the mean of `cols` (`compare_models`, then `require_converged`); "not
+    tested" when either model was not trained in this profile. Returns (verdict, evidence)."""
+    if a not in converged or b not in converged:
+        missing = [m for m in (a, b) if m not in converged]
+        return verdict(None), f"{', '.join(missing)} not trained in this profile"
+    c = compare_models(per_run, a, b, cols)
+    return require_converged(c.verdict, f"{a} - {b} = {c.diff:+.2f} {unit} (largest seed std {c.spread:.2f})",
+                             [a, b], dict(converged))
+
+
+def sweep_gain(values: Mapping[float, float], default: float, other: float, spread: float) -> tuple[float, Verdict]:
+    """Figure 6's "the default beats `other`" on a one-seed sweep {value: metric} whose default has the seed
+    spread `spread`: (diff = values[default] − values[other], `difference_verdict`); not tested without both
+    values or without a finite spread (one seed)."""
+    if default not in values or other not in values or not np.isfinite(spread):
+        return float("nan"), verdict(None)
+    diff = values[default] - values[other]
+    return diff, difference_verdict(diff, spread)
