@@ -32,6 +32,7 @@ from xmr_core.chapters.hrem import (
     hrem_data,
     hrem_encoders,
     hrem_table,
+    longest_caption,
     loss_curves,
     mean_negative_similarity,
     not_run_table,
@@ -82,6 +83,12 @@ def test_hrem_data_needs_region_features_and_builds_the_vocabulary_from_training
     corpus.splits["val"] = dataclasses.replace(corpus["val"], regions=None, region_boxes=None)
     with pytest.raises(ValueError, match=r"\['val'\] have no region features"):
         hrem_data(corpus, word_vectors="word2vec")
+
+
+def test_longest_caption_counts_the_word_tokens_of_every_split() -> None:
+    data = hrem_data(synthetic_corpus(0), word_vectors="word2vec")
+    lengths = [len(c.split()) for split in (data.train, data.val, data.test) for c in split.captions]
+    assert longest_caption(data) == max(lengths)  # the synthetic captions are plain words
 
 
 def test_encoders_read_regions_and_refuse_a_bad_region_dim() -> None:

@@ -344,8 +344,9 @@ ratio = speed[SCAN_MODEL] / speed["HREM fusion"]
 claims.append({"claim": "HREM retrieves more than 10 times faster than a score-based method.",
                "source": "Sec. 4.3, Figure 5",
                "evidence": f"SCAN t2i / HREM fusion time to embed and score the test split: {ratio.mean():.1f}x "
-                           f"(min {ratio.min():.1f}x over seeds {seeds}; {test.n_images} x {test.n_captions} on {device})",
-               "verdict": verdict(bool(ratio.min() > 10))})
+                           f"(min {ratio.min():.1f}x over seeds {seeds}; {test.n_images} x {test.n_captions} on {device})"
+                           + ("" if len(seeds) > 1 else "; one timing: not tested"),
+               "verdict": verdict(bool(ratio.min() > 10) if len(seeds) > 1 else None)})
 v, e = row_comparison(t5, "HREM fusion", SCAN_MODEL, ["all rSum"], conv5, "rSum")
 claims.append({"claim": "HREM is as accurate as or more accurate than score-based matching.", "source": "Sec. 3.5, "
                "Figure 5", "evidence": e + "; SCAN t2i at VSE++'s tuned setting, not tuned itself", "verdict": v})

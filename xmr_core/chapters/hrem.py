@@ -204,13 +204,20 @@ def ablation_config(enc: dict, profile: str, tuned: dict[str, TuningResult], **c
 
 
 # ---------------------------------------------------------------------------------------------- training
-def build_model(name: str, tuned: dict[str, TuningResult], enc: dict, wv: np.ndarray, profile: str,
-                config: HREMConfig | None = None) -> RetrievalModel:
-    """A fresh model: a compared one at its tuned margin, SCAN at VSE++'s, or an HREM of `config`."""
+def longest_caption(data: ChapterData) -> int:
+    """The most word tokens of any caption of the train, validation and test splits (SCAN pads to it)."""
+    return max(len(data.vocab.encode(c)) for split in (data.train, data.val, data.test) for c in split.captions)
+
+
+def build_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, profile: str,
+                bert: bool = False, config: HREMConfig | None = None) -> RetrievalModel:
+    """A fresh model: a compared one at its tuned margin, SCAN at VSE++'s (its captions padded to the longest of
+    the data), or an HREM of `config`."""
+    wv = word_table(data, bert)
     if config is not None:
         return HREM(config, wv)
     if name == SCAN_MODEL:
-        return SCAN(_with_margin(scan_config(enc), tuned["VSE++"].weight), wv)
+        return SCAN(_with_margin(scan_config(enc, max_words=longest_caption(data)), tuned["VSE++"].weight), wv)
     return compared(profile)[name].build(enc, wv, tuned[name].weight, 1)
 
 
@@ -221,7 +228,7 @@ def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
     VSE++'s; an HREM `config`, the ablations: HREM fusion's). Returns the model (best weights, eval mode, on
     `run.torch_device`) and the fit."""
     torch.manual_seed(seed)
-    model = build_model(name, tuned, enc, word_table(data, bert), run.profile, config)
+    model = build_model(name, data, tuned, enc, run.profile, bert, config)
     lr_of = "HREM fusion" if config is not None else ("VSE++" if name == SCAN_MODEL else name)
     result = fit(model, data.train, data.val,
                  train_config(run.profile, tuned[lr_of].lr, seed, device=run.device, progress=run.progress,
@@ -247,9 +254,8 @@ def score_split(model: RetrievalModel, split: Split, vocab: Vocabulary, device: 
     model.to(device).eval()
     t0 = time.perf_counter()
     img, cap = embed_split(model, split, vocab, device=device)
-    i2t, t2i = direction_scores(model, img, cap, **score_options)
-    seconds = time.perf_counter() - t0
-    return SplitScores(i2t.cpu(), t2i.cpu(), seconds)
+    i2t, t2i = (s.cpu() for s in direction_scores(model, img, cap, **score_options))  # on the CPU: waits for a GPU
+    return SplitScores(i2t, t2i, time.perf_counter() - t0)
 
 
 def ensemble(a: SplitScores, b: SplitScores) -> SplitScores:
