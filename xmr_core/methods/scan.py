@@ -77,6 +77,13 @@ def t2i_attention_scores(regions: Tensor, region_mask: Tensor, words: Tensor, wo
     return (relevance * w).sum(-1) / w.sum(-1)  # mean over the real words, Eq. (4)
 
 
+def _trimmed(cap_emb: Fragments) -> Fragments:
+    """The captions' words cut to the longest caption among them: the padding beyond it changes no score."""
+    words, mask = cap_emb
+    width = max(1, int(mask.sum(1).max()))
+    return words[:, :width], mask[:, :width]
+
+
 @register_method(SCANConfig)
 class SCAN(TwoTower):
     """Embeddings are the unit fragments and their masks: images ((n, n_r, d), (n, n_r)), captions
@@ -104,13 +111,13 @@ class SCAN(TwoTower):
 
     def score(self, img_emb: Fragments, cap_emb: Fragments) -> Tensor:
         """(n_img, n_cap) t2i attention scores, `pair_chunk` pairs at a time."""
-        (regions, r_mask), (words, w_mask) = img_emb, cap_emb
+        (regions, r_mask), (words, w_mask) = img_emb, _trimmed(cap_emb)
         step = max(1, self.config.pair_chunk // max(1, len(words)))
         return torch.cat([t2i_attention_scores(regions[i:i + step], r_mask[i:i + step], words, w_mask,
                                                self.config.lambda_softmax) for i in range(0, len(regions), step)])
 
     def batch_scores(self, img_emb: Fragments, cap_emb: Fragments) -> Tensor:
-        (regions, r_mask), (words, w_mask) = img_emb, cap_emb
+        (regions, r_mask), (words, w_mask) = img_emb, _trimmed(cap_emb)
         return t2i_attention_scores(regions, r_mask, words, w_mask, self.config.lambda_softmax)
 
     def loss(self, img_emb: Fragments, cap_emb: Fragments, batch: dict[str, Tensor]
