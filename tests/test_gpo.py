@@ -14,13 +14,13 @@ from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.gpo import GPO, GPOConfig, GPOModel, positional_encoding, sorted_features
 
 
-def test_positional_encoding_matches_the_transformer_formula_from_index_one() -> None:
+def test_positional_encoding_matches_the_transformer_formula_from_index_zero() -> None:
     pe = positional_encoding(3, 4)
-    for k in range(1, 4):
+    for k in range(3):
         for j in range(2):
             w = 10000.0 ** (-2 * j / 4)
-            assert pe[k - 1, 2 * j].item() == pytest.approx(math.sin(k * w), abs=1e-6)
-            assert pe[k - 1, 2 * j + 1].item() == pytest.approx(math.cos(k * w), abs=1e-6)
+            assert pe[k, 2 * j].item() == pytest.approx(math.sin(k * w), abs=1e-6)
+            assert pe[k, 2 * j + 1].item() == pytest.approx(math.cos(k * w), abs=1e-6)
 
 
 def test_each_dimension_is_sorted_over_the_real_features_and_padding_goes_last_as_zero() -> None:

@@ -7,7 +7,7 @@ HREM's tables compare with ("GPO").
 2. GPO, Sec. 3.2 (their Eq. 3-5): for each dimension i, sort the N values φ_k^i in descending order,
    max_k(φ^i) = the k-th largest; the pooled feature is v^i = Σ_k θ_k · max_k(φ^i), with one weight θ_k per
    rank k shared by every dimension. The weights are generated for each sample from its number of features N:
-   the positional encoding p_k (sine / cosine, `d_pe` dimensions) of each index k = 1..N goes through a
+   the positional encoding p_k (sine / cosine, `d_pe` dimensions) of each of the N indices goes through a
    bidirectional GRU (`d_hidden`); the two directions' outputs are averaged, a linear layer maps each to a
    score, and θ = softmax over the N real indices of score / `temperature` (their Eq. 5, temperature 0.1).
    Max pooling (θ = one-hot on k = 1), average pooling (θ = 1/N) and K-max pooling are special cases.
@@ -17,10 +17,12 @@ HREM's tables compare with ("GPO").
    hardest: `paper_hard_negatives`).
 
 Choices the paper leaves open, stated once (VSE∞'s public code, `woodfrog/vse_infty`, where it has one):
- 1. The positional encoding is the Transformer's: p_k[2j] = sin(k / 10000^(2j/d_pe)), p_k[2j+1] = cos(...),
-    k = 1..N (the code counts from 1 too); d_pe = d_hidden = 32 (the code).
+ 1. The positional encoding is the Transformer's: p_k[2j] = sin(k / 10000^(2j/d_pe)), p_k[2j+1] = cos(...), over
+    the indices k = 0..N-1 as the code numbers them; d_pe = d_hidden = 32 (the code).
  2. Padded features are excluded from the sort (they sort last) and from the softmax (their weight is 0).
- 3. The region side has no residual MLP on top of the FC layer (the code adds a 2-layer MLP for BUTD input).
+ 3. The region side has no residual MLP on top of the FC layer (the code adds a 2-layer MLP for BUTD input); the
+    word side is a linear layer from the BiGRU's 2·hidden outputs to d (the code averages the two directions of a
+    GRU of width d).
 """
 
 from __future__ import annotations
@@ -66,9 +68,9 @@ def gpo_config(encoders: dict, **overrides: object) -> GPOConfig:
 
 
 def positional_encoding(n: int, dim: int) -> Tensor:
-    """The sine / cosine encoding of indices k = 1..n: (n, dim), p_k[2j] = sin(k w_j), p_k[2j+1] = cos(k w_j),
+    """The sine / cosine encoding of indices k = 0..n-1: (n, dim), p_k[2j] = sin(k w_j), p_k[2j+1] = cos(k w_j),
     w_j = 10000^(-2j/dim) (open choice 1)."""
-    k = torch.arange(1, n + 1, dtype=torch.float32)[:, None]
+    k = torch.arange(n, dtype=torch.float32)[:, None]
     w = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float32) / dim)[None, :]
     pe = torch.empty(n, dim)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(k * w), torch.cos(k * w)
