@@ -61,7 +61,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from xmr_core.chapters.dvse import peak
 from xmr_core.chapters.hrem import (
+    DATA_FORMAT,
     FIG6_DEFAULTS,
     FIG6_GRIDS,
     MODELS,
@@ -78,14 +80,13 @@ from xmr_core.chapters.hrem import (
     loss_curves,
     metric_row,
     row_comparison,
+    score_split,
     sweep_gain,
     table4_rows,
-    score_split,
     train_model,
     training_runs,
     tune_methods,
 )
-from xmr_core.chapters.dvse import peak
 from xmr_core.chapters.summary import compare_models
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
@@ -100,7 +101,7 @@ print(f"Table 3 rows: {TABLE3_ROWS[PROFILE]}; Figure 6 grids: {FIG6_GRIDS[PROFIL
 training_runs(PROFILE, N_SEEDS)
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
+corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, progress=PROGRESS, seed=DATA_SEED)
 data = hrem_data(corpus)
 test = data.test
 enc = hrem_encoders(PROFILE, test.regions.shape[2])
@@ -275,10 +276,11 @@ for a, b, text, source in [
     ("HREM", "w/o fragment level", "Fragment-level relation modelling improves the embeddings.", "Sec. 4.3, Table 3a"),
     ("w/o fragment level", "w/o instance level", "The instance-level relation matters more than the fragment-level one.",
      "Sec. 4.3, Table 3a"),
-    ("w/o intra-modal", "w/o inter-modal", "Within the instance level, the inter-modal relation matters more than the "
-     "intra-modal one.", "Sec. 4.3, Table 3a"),
-    ("w/o textual fragment", "w/o visual fragment", "Fragment-level relations of the words are nearly redundant, those "
-     "of the regions are not (removing the textual one costs less).", "Sec. 4.3, Table 3a"),
+    ("w/o intra-modal", "w/o inter-modal", ("Within the instance level, the inter-modal relation matters more than "
+                                            "the intra-modal one."), "Sec. 4.3, Table 3a"),
+    ("w/o textual fragment", "w/o visual fragment", ("Fragment-level relations of the words are nearly redundant, "
+                                                     "those of the regions are not (removing the textual one costs "
+                                                     "less)."), "Sec. 4.3, Table 3a"),
     ("HREM", "w/o visual fragment", "Modelling the relations among regions is meaningful.", "Sec. 4.3, Table 3a"),
     ("HREM", "w/o connection A", "The connection matrix A is significant.", "Sec. 4.3, Table 3b"),
     ("HREM", "w/o relevance S", "The relevance matrix S is significant.", "Sec. 4.3, Table 3b"),

@@ -62,6 +62,7 @@ from xmr_core.ceiling import bayes_ceiling, fold_ceiling
 from xmr_core.chapters.hrem import (
     BERT_ORDER,
     BERT_PROFILES,
+    DATA_FORMAT,
     ENSEMBLE,
     MODELS,
     ORDER,
@@ -96,7 +97,7 @@ training_runs(PROFILE, N_SEEDS)
 # ## Data: region features and GloVe words
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
+corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, progress=PROGRESS, seed=DATA_SEED)
 data = hrem_data(corpus)
 test = data.test
 enc = hrem_encoders(PROFILE, test.regions.shape[2])

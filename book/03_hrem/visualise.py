@@ -48,6 +48,7 @@ import pandas as pd
 
 from xmr_core.chapters.dvse import attention_heat
 from xmr_core.chapters.hrem import (
+    DATA_FORMAT,
     batch_graph,
     hrem_data,
     hrem_encoders,
@@ -65,7 +66,7 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
 print(run.describe())
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, progress=PROGRESS, seed=DATA_SEED)
+corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, progress=PROGRESS, seed=DATA_SEED)
 data = hrem_data(corpus)
 test = data.test
 enc = hrem_encoders(PROFILE, test.regions.shape[2])

@@ -21,7 +21,9 @@ fusion models' test similarity matrices (same seed), no training. SCAN (t2i cros
 (the same hinge), without a tuning of its own.
 
 Protocol (COCO / Flickr30K style, instance relevance): train on the training split, tune and stop on the
-validation split, test on the test split, every class in every split (`hrem_data`). Table 1 (the 5K analogue)
+validation split, test on the test split, every class in every split (`hrem_data`). The data are read in SCAN's
+precomp format (`DATA_FORMAT`, region features), as HREM's code reads them; on scenes the export in that format
+carries the benchmark's region features. Table 1 (the 5K analogue)
 is the whole test split; Table 2's "1K" is the mean over five folds of it (the COCO 1K protocol), and its
 Flickr30K analogue is the whole test split again, which on scenes has Flickr30K's test size (1,000 images,
 5,000 captions): no second, Flickr-sized data set is generated, so those are Table 1's numbers in Table 2's
@@ -73,6 +75,7 @@ SCAN_MODEL = "SCAN t2i"  # Figure 5's score-based matcher
 BERT_PROFILES = ("paper",)  # Region + BERT rows are trained in these profiles only (module docstring)
 MARGINS = (0.1, 0.2, 0.4)
 NEIGHBOUR_FROM = {"smoke": 1, "cpu": 5, "paper": 15}  # first epoch (0-based) with neighbour batches
+DATA_FORMAT = "precomp"  # SCAN's precomputed BUTD regions, what HREM's code reads (scenes: its region features)
 
 # The paper's rows of each table that this book does not build (shown with the paper's values only).
 PAPER_ONLY: dict[str, tuple[str, ...]] = {
