@@ -23,11 +23,10 @@ fusion models' test similarity matrices (same seed), no training. SCAN (t2i cros
 Protocol (COCO / Flickr30K style, instance relevance): train on the training split, tune and stop on the
 validation split, test on the test split, every class in every split (`hrem_data`). The data are read in SCAN's
 precomp format (`DATA_FORMAT`, region features), as HREM's code reads them; on scenes the export in that format
-carries the benchmark's region features. Table 1 (the 5K analogue)
-is the whole test split; Table 2's "1K" is the mean over five folds of it (the COCO 1K protocol), and its
-Flickr30K analogue is the whole test split again, which on scenes has Flickr30K's test size (1,000 images,
-5,000 captions): no second, Flickr-sized data set is generated, so those are Table 1's numbers in Table 2's
-layout.
+carries the benchmark's region features. Table 1 (the 5K analogue) is the whole test split; Table 2's "1K" is
+the mean over five folds of it (the COCO 1K protocol), and its Flickr30K analogue is the whole test split again,
+which on scenes has Flickr30K's test size (1,000 images, 5,000 captions): no second, Flickr-sized data set is
+generated, so those are Table 1's numbers in Table 2's layout.
 
 Neighbour batches (Sec. 3.4, "at the later training") start at epoch `NEIGHBOUR_FROM[profile]`: half-way
 through the cpu schedule's early-stopped runs, the code's epoch 15 of 30 on the paper profile.
