@@ -1,0 +1,483 @@
+"""The HREM chapter: its compared models, their tuning budget, its data protocol, its tables' columns, its
+ablation grids and the helpers its notebooks call (`book/03_hrem/`).
+
+HREM (Fu et al., CVPR 2023) has public code (CrossmodalGroup/HREM); `xmr_core.methods.hrem` follows the paper
+and lists in its docstring every choice the paper leaves open and where the code differs.
+
+Input: region features (the BUTD analogue, `ImageEncoderConfig(kind="regions")`) and the BiGRU over GloVe
+(`hrem_encoders`), the paper's "Region + BiGRU" block, for every model. "Region + BERT" (the packaged MiniLM
+through `BertEncoderConfig`) is built in the `paper` profile only (`BERT_PROFILES`): fine-tuning MiniLM costs
+about 15 minutes an epoch on the 2-core CPU the `cpu` profile is sized for, so the cpu and smoke tables carry
+the paper's BERT rows with ours marked "not run on <profile>".
+
+Compared models, each with the same tuning budget (`xmr_core.tuning.tune` through `pcme.tune_methods`): three
+learning rates at the default margin, then three margins α (0.1, 0.2, 0.4; the papers' 0.2 in the middle) at
+the best learning rate. The margin is every model's tuned weight: all four train a triplet / hinge loss with
+margin α (Eq. 13). VSE++ (hardest negatives, the library's from-scratch recipe), GPO (VSE∞,
+`xmr_core.methods.gpo`), HREM standalone and HREM fusion (the paper's defaults: β 0.8, τ 0.5, λ 1.5, K 10,
+L 1, distance-weighted negatives). "HREM ensemble" is the paper's "Full*": the average of the standalone and
+fusion models' test similarity matrices (same seed), no training. SCAN (t2i cross attention,
+`xmr_core.methods.scan`), Figure 5's score-based matcher, is trained at VSE++'s tuned learning rate and margin
+(the same hinge), without a tuning of its own.
+
+Protocol (COCO / Flickr30K style, instance relevance): train on the training split, tune and stop on the
+validation split, test on the test split, every class in every split (`hrem_data`). The data are read in SCAN's
+precomp format (`DATA_FORMAT`, region features), as HREM's code reads them; on scenes the export in that format
+carries the benchmark's region features. Table 1 (the 5K analogue) is the whole test split; Table 2's "1K" is
+the mean over five folds of it (the COCO 1K protocol), and its Flickr30K analogue is the whole test split again,
+which on scenes has Flickr30K's test size (1,000 images, 5,000 captions): no second, Flickr-sized data set is
+generated, so those are Table 1's numbers in Table 2's layout.
+
+Neighbour batches (Sec. 3.4, "at the later training") start at epoch `NEIGHBOUR_FROM[profile]`: half-way
+through the cpu schedule's early-stopped runs, the code's epoch 15 of 30 on the paper profile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from xmr_core.chapters import pcme as pcme_chapter
+from xmr_core.chapters.dvse import instance_row, paper_table
+from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_config
+from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.summary import compare_models, with_paper
+from xmr_core.config import RunConfig, check_profile
+from xmr_core.data.corpus import Corpus, Split
+from xmr_core.data.datasets import PairDataset, collate
+from xmr_core.data.text import Vocabulary, load_word_vectors
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
+from xmr_core.evaluate import DIRECTIONS, direction_scores, embed_split
+from xmr_core.methods.base import RetrievalModel
+from xmr_core.methods.gpo import GPOModel, gpo_config
+from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig, hrem_config
+from xmr_core.methods.scan import SCAN, scan_config
+from xmr_core.methods.vse import VSE, vse_pp_config
+from xmr_core.metrics import RSUM_KS, ranking_stats
+from xmr_core.results import Verdict, difference_verdict, require_converged, verdict
+from xmr_core.train import FitResult, fit
+from xmr_core.tuning import TuningResult
+
+MODELS = ["VSE++", "GPO", "HREM standalone", "HREM fusion"]  # trained, tuned, every seed
+ENSEMBLE = "HREM ensemble"  # the paper's "HREM (Full)*": standalone + fusion similarities averaged
+ORDER = MODELS + [ENSEMBLE]
+SCAN_MODEL = "SCAN t2i"  # Figure 5's score-based matcher
+BERT_PROFILES = ("paper",)  # Region + BERT rows are trained in these profiles only (module docstring)
+MARGINS = (0.1, 0.2, 0.4)
+NEIGHBOUR_FROM = {"smoke": 1, "cpu": 5, "paper": 15}  # first epoch (0-based) with neighbour batches
+DATA_FORMAT = "precomp"  # SCAN's precomputed BUTD regions, what HREM's code reads (scenes: its region features)
+
+# The paper's rows of each table that this book does not build (shown with the paper's values only).
+PAPER_ONLY: dict[str, tuple[str, ...]] = {
+    "table1_bigru": ("IMRAM", "UARD", "NAAF", "CGMN", "MV"),
+    "table1_bert": ("SSAMT", "DIME", "DCPA", "DSRAN", "VSRN++"),
+    "table2_bigru": ("VSRN*", "CVSE", "MV"),
+    "table2_bert": ("CAMERA*", "DSRAN*", "VSRN++"),
+}
+BERT_ORDER = ["GPO", "HREM standalone", "HREM fusion", ENSEMBLE]  # the paper's Region + BERT rows we would build
+
+# Our columns ("all" = the whole test split, "1K" = five folds of it) -> the paper's keys ("<protocol>|<key>").
+_RK = [f"{d} R@{k}" for d in DIRECTIONS for k in RSUM_KS]
+TABLE1_COLUMNS: dict[str, str] = {**{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in _RK},
+                                  "all rSum": "5K|rsum"}
+TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"F30K|instance/{c.replace(' ', '/')}" for c in _RK},
+                                  "all rSum": "F30K|rsum",
+                                  **{f"1K {c}": f"1K|instance/{c.replace(' ', '/')}" for c in _RK},
+                                  "1K rSum": "1K|rsum"}
+TABLE3_COLUMNS: dict[str, str] = {f"all {d} R@{k}": f"instance/{d}/R@{k}" for d in DIRECTIONS for k in (1, 5)}
+FLICKR_PREFIX = "F30K-size"  # Table 2 shows the whole-split columns under this name
+
+# Table 3: each relation level (3a) and component (3b) removed from HREM fusion (`HREMConfig` fields, the
+# method's docstring item 15).
+TABLE3A: dict[str, dict[str, object]] = {
+    "w/o fragment level": {"visual_fragment": False, "textual_fragment": False},
+    "w/o visual fragment": {"visual_fragment": False},
+    "w/o textual fragment": {"textual_fragment": False},
+    "w/o instance level": {"intra": False, "inter": False},
+    "w/o inter-modal": {"inter": False},
+    "w/o intra-modal": {"intra": False},
+}
+TABLE3B: dict[str, dict[str, object]] = {
+    "w/o connection A": {"connection": False},
+    "w/o relevance S": {"relevance": False},
+    "w/o L_cross": {"cross_loss": False},
+    "w/o L_reg": {"reg_weight": 0.0},
+    "w/o neighbour sampling": {"neighbour_sampling": False},
+}
+# Table 3 rows per profile (cpu / paper: all; smoke: one of each table, every code path).
+TABLE3_ROWS: dict[str, tuple[str, ...]] = {"smoke": ("w/o instance level", "w/o connection A"),
+                                           "cpu": tuple(TABLE3A) + tuple(TABLE3B),
+                                           "paper": tuple(TABLE3A) + tuple(TABLE3B)}
+# Figure 6 sweeps (one seed each; the default, train.py's HREM fusion, has every seed).
+FIG6_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
+    "smoke": {"lam": (0.0, 1.5), "topk": (10,), "tau": (0.5,)},
+    "cpu": {"lam": (0.0, 0.5, 1.5, 3.0), "topk": (2, 5, 10, 15), "tau": (0.1, 0.3, 0.5, 0.9)},
+    "paper": {"lam": (0.0, 0.5, 1.0, 1.5, 2.0, 2.5), "topk": (2, 5, 10, 15, 20), "tau": (0.1, 0.3, 0.5, 0.7, 0.9)},
+}
+FIG6_DEFAULTS = {"lam": 1.5, "topk": 10, "tau": 0.5}
+TABLE4_PERCENTS = (5, 10, 20)
+SpecialKind = Literal["hard", "infrequent"]
+
+
+# ---------------------------------------------------------------------------------------------- data
+def hrem_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> ChapterData:
+    """The COCO-style protocol: train / val / test as the corpus splits them (every class in each), the
+    vocabulary of the training captions and its word vectors; the splits must carry region features."""
+    train, val, test = corpus["train"], corpus["val"], corpus["test"]
+    missing = [s.name for s in (train, val, test) if s.regions is None]
+    if missing:
+        raise ValueError(f"{corpus.meta.get('name', 'this corpus')}: splits {missing} have no region features; HREM "
+                         "reads regions (scenes: generated with them; real data: the precomp *_ims.npy)")
+    vocab = Vocabulary.build(train.captions)
+    vectors = load_word_vectors(vocab, word_vectors, train_captions=train.captions)
+    return ChapterData(train, val, test, test, vocab, vectors.matrix, vectors.coverage)
+
+
+def hrem_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str, object]:
+    """Encoders of every model of the chapter: regions (region_dim D) projected to the embedding size, and the
+    BiGRU over word vectors (or the packaged MiniLM with `bert`, fine-tuned). Sizes: smoke 64 (BiGRU 32), cpu
+    256 (128), paper 1024 (1024, the papers' d)."""
+    if region_dim <= 0:
+        raise ValueError(f"hrem_encoders: region_dim must be > 0, got {region_dim}")
+    embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[check_profile(profile)]
+    text = BertEncoderConfig() if bert else TextEncoderConfig(hidden=hidden)
+    return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
+
+
+def word_table(data: ChapterData, bert: bool) -> np.ndarray:
+    """What the text encoder reads: the word vectors (BiGRU) or the vocabulary's words (BERT)."""
+    return np.array(data.vocab.words) if bert else data.word_vectors
+
+
+# ---------------------------------------------------------------------------------------- compared models
+def _with_margin(cfg: Any, margin: float) -> Any:
+    """`cfg` (any config with a `hinge`) with the hinge margin α set."""
+    return dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin))
+
+
+def _vse_pp(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
+    return VSE(_with_margin(vse_pp_config(**enc), margin), wv)
+
+
+def _gpo(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
+    return GPOModel(_with_margin(gpo_config(enc), margin), wv)
+
+
+def hrem_defaults(enc: dict, profile: str, mechanism: str = "fusion", **overrides: object) -> HREMConfig:
+    """HREM at the paper's defaults on the chapter's encoders, neighbour batches from `NEIGHBOUR_FROM`."""
+    return hrem_config(enc, mechanism=mechanism, neighbour_from_epoch=NEIGHBOUR_FROM[check_profile(profile)],
+                       **overrides)
+
+
+def _hrem(mechanism: str, profile: str) -> Callable[[dict, np.ndarray, float, int], RetrievalModel]:
+    def build(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
+        return HREM(_with_margin(hrem_defaults(enc, profile, mechanism), margin), wv)
+    return build
+
+
+def compared(profile: str) -> dict[str, Compared]:
+    """The four trained models of Tables 1-2, each tuned on its margin (the same grid for all)."""
+    builders = {"VSE++": _vse_pp, "GPO": _gpo, "HREM standalone": _hrem("standalone", profile),
+                "HREM fusion": _hrem("fusion", profile)}
+    return {name: Compared(name, "margin", MARGINS, 0.2, build) for name, build in builders.items()}
+
+
+def tune_methods(profile: str, enc: dict, data: ChapterData, seed: int = 0, bert: bool = False,
+                 **train_overrides: object) -> dict[str, TuningResult]:
+    """Tune every compared model with the same budget on the validation split (cached runs: free the second
+    time, so `ablate.py` and `visualise.py` call this to read `train.py`'s choices)."""
+    return pcme_chapter.tune_methods(profile, enc, word_table(data, bert), data.train, data.val, data.vocab, seed,
+                                     compared=compared(profile), **train_overrides)
+
+
+def ablation_config(enc: dict, profile: str, tuned: dict[str, TuningResult], **changes: object) -> HREMConfig:
+    """HREM fusion at its tuned margin with `changes` (Table 3 rows, Figure 6 values); no changes: the very
+    config of `train.py`'s HREM fusion, so its runs are loaded from the cache."""
+    return _with_margin(hrem_defaults(enc, profile, "fusion", **changes), tuned["HREM fusion"].weight)
+
+
+# ---------------------------------------------------------------------------------------------- training
+def longest_caption(data: ChapterData) -> int:
+    """The most word tokens of any caption of the train, validation and test splits (SCAN pads to it)."""
+    return max(len(data.vocab.encode(c)) for split in (data.train, data.val, data.test) for c in split.captions)
+
+
+def build_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, profile: str,
+                bert: bool = False, config: HREMConfig | None = None) -> RetrievalModel:
+    """A fresh model: a compared one at its tuned margin, SCAN at VSE++'s (its captions padded to the longest of
+    the data), or an HREM of `config`."""
+    wv = word_table(data, bert)
+    if config is not None:
+        return HREM(config, wv)
+    if name == SCAN_MODEL:
+        return SCAN(_with_margin(scan_config(enc, max_words=longest_caption(data)), tuned["VSE++"].weight), wv)
+    return compared(profile)[name].build(enc, wv, tuned[name].weight, 1)
+
+
+def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig, seed: int,
+                bert: bool = False, config: HREMConfig | None = None, **train_overrides: object
+                ) -> tuple[RetrievalModel, FitResult]:
+    """Train (or load from the run cache) one model on the training split at its tuned learning rate (SCAN:
+    VSE++'s; an HREM `config`, the ablations: HREM fusion's). Returns the model (best weights, eval mode, on
+    `run.torch_device`) and the fit."""
+    torch.manual_seed(seed)
+    model = build_model(name, data, tuned, enc, run.profile, bert, config)
+    lr_of = "HREM fusion" if config is not None else ("VSE++" if name == SCAN_MODEL else name)
+    result = fit(model, data.train, data.val,
+                 train_config(run.profile, tuned[lr_of].lr, seed, device=run.device, progress=run.progress,
+                              **train_overrides), vocab=data.vocab)
+    return model.to(run.torch_device).eval(), result
+
+
+# ------------------------------------------------------------------------------------------ scores and rows
+@dataclasses.dataclass(frozen=True)
+class SplitScores:
+    """One model's test scores in `direction_scores`' layout (i2t, t2i), each (N images, M captions), on the
+    CPU, and the seconds that embedding and scoring the split took."""
+
+    i2t: Tensor
+    t2i: Tensor
+    seconds: float
+
+
+def score_split(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
+                **score_options: object) -> SplitScores:
+    """Embed and score the whole split with the model's own test-time score, timed (Figure 5's retrieval time:
+    both sides encoded, every image x caption scored)."""
+    model.to(device).eval()
+    t0 = time.perf_counter()
+    img, cap = embed_split(model, split, vocab, device=device)
+    i2t, t2i = (s.cpu() for s in direction_scores(model, img, cap, **score_options))  # on the CPU: waits for a GPU
+    return SplitScores(i2t, t2i, time.perf_counter() - t0)
+
+
+def ensemble(a: SplitScores, b: SplitScores) -> SplitScores:
+    """The paper's ensemble ("*"): the average of two models' similarity matrices; its time is both models'."""
+    return SplitScores((a.i2t + b.i2t) / 2, (a.t2i + b.t2i) / 2, a.seconds + b.seconds)
+
+
+def metric_row(split: Split, scores: SplitScores) -> dict[str, float]:
+    """Instance R@1/5/10 both ways and rSum, five folds ("1K ...") and the whole split ("all ...")."""
+    return instance_row(split, scores.i2t, scores.t2i)
+
+
+def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
+                    enc: dict, run: RunConfig, bert: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Train (or load) every model of `models` with every seed, score each once on the test split
+    (`metric_row`), and add each seed's ensemble of the standalone and fusion models when both are in `models`.
+    Returns (per-run rows: model, seed, converged, metrics; fit rows, `pcme.fit_row`; {(model, seed): SplitScores})."""
+    per_run, fits, scores = [], [], {}
+    for seed in seeds:
+        for name in models:
+            t0 = time.perf_counter()
+            model, result = train_model(name, data, tuned, enc, run, seed, bert=bert)
+            fits.append(pcme_chapter.fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
+            scores[name, seed] = score_split(model, data.test, data.vocab, run.torch_device)
+            per_run.append({"model": name, "seed": seed, "converged": result.converged,
+                            **metric_row(data.test, scores[name, seed])})
+        if {"HREM standalone", "HREM fusion"} <= set(models):
+            pair = [r["converged"] for r in per_run if r["seed"] == seed and r["model"].startswith("HREM")]
+            scores[ENSEMBLE, seed] = ensemble(scores["HREM standalone", seed], scores["HREM fusion", seed])
+            per_run.append({"model": ENSEMBLE, "seed": seed, "converged": all(pair),
+                            **metric_row(data.test, scores[ENSEMBLE, seed])})
+    return pd.DataFrame(per_run), pd.DataFrame(fits), scores
+
+
+# ------------------------------------------------------------------------------------------- table layout
+def hrem_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping: Mapping[str, str], label: str,
+               ceiling: Mapping[str, Mapping[str, float]] | None = None) -> pd.DataFrame:
+    """One of the paper's instance tables (`dvse.paper_table` with the HREM paper values and its paper-only
+    rows), with the Bayes ceiling row on top and each model's rSum as % of the ceiling (per protocol, the mean
+    over seeds of each run's share) when `ceiling` ({"1K": ..., "all": ...}) is given."""
+    out = paper_table(per_run, order, table, mapping, label, PAPER_ONLY.get(table, ()), chapter="hrem")
+    if ceiling is None:
+        return out
+    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
+    for col in mapping:
+        proto, rest = col.split(" ", 1)
+        row[f"{col} ({label})"] = ceiling[proto]["rsum" if rest == "rSum" else rest.replace(" ", "/")]
+    protos = sorted({col.split(" ", 1)[0] for col in mapping})
+    for proto in protos:
+        share = per_run.assign(s=100.0 * per_run[f"{proto} rSum"] / ceiling[proto]["rsum"]).groupby("model")["s"].mean()
+        out[f"{proto} rSum % of ceiling"] = [share.get(m, float("nan")) for m in out["model"]]
+        row[f"{proto} rSum % of ceiling"] = 100.0
+    return pd.concat([pd.DataFrame([row]), out], ignore_index=True)[out.columns]
+
+
+def flickr_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 2's layout: the whole-split ("all") columns renamed to the Flickr30K analogue's name."""
+    return table.rename(columns={c: FLICKR_PREFIX + c[3:] for c in table.columns if c.startswith("all ")})
+
+
+def not_run_table(table: str, order: Sequence[str], mapping: Mapping[str, str], label: str, why: str) -> pd.DataFrame:
+    """A table of models not trained in this profile: the paper's values, ours marked `why` (e.g. "not run on
+    cpu"), then the paper-only rows."""
+    blank = pd.DataFrame([{"model": m, "seeds": 0, **{c: float("nan") for c in mapping}} for m in order])
+    out = with_paper(blank, "hrem", table, mapping, label)
+    for c in mapping:
+        out[f"{c} ({label})"] = why
+    return pd.concat([out, paper_table(blank.iloc[:0], [], table, mapping, label, PAPER_ONLY.get(table, ()),
+                                       chapter="hrem")], ignore_index=True)
+
+
+# --------------------------------------------------------------------------------- Table 4: special samples
+def mean_negative_similarity(img_emb: Tensor, cap_emb: Tensor, caption_image: np.ndarray, kind: SpecialKind,
+                             direction: str) -> Tensor:
+    """Table 4's selection value of every query: the mean cosine between the query and the samples it is not
+    matched to (unit embeddings img (N, d), cap (M, d); `caption_image` (M,)). "hard" (semantic ambiguity):
+    against the other modality's negatives, the items the query could be confused with; "infrequent" (semantic
+    scarcity): against its own modality's other samples (captions: those of other images), the many samples of
+    similar themes a rare sample resembles (the paper, Fig. 1c). i2t: (N,) per image; t2i: (M,) per caption."""
+    if kind not in ("hard", "infrequent") or direction not in DIRECTIONS:
+        raise ValueError(f"mean_negative_similarity: kind must be 'hard' or 'infrequent' and direction 'i2t' or "
+                         f"'t2i', got {kind!r}, {direction!r}")
+    img, cap = F.normalize(img_emb.float(), dim=-1), F.normalize(cap_emb.float(), dim=-1)
+    owner = torch.as_tensor(np.asarray(caption_image), dtype=torch.long)
+    if kind == "hard":
+        sims = img @ cap.T if direction == "i2t" else cap @ img.T  # (Q, G)
+        own = (owner[None, :] == torch.arange(len(img))[:, None]) if direction == "i2t" else \
+            (torch.arange(len(img))[None, :] == owner[:, None])
+    elif direction == "i2t":
+        sims, own = img @ img.T, torch.eye(len(img), dtype=torch.bool)
+    else:
+        sims, own = cap @ cap.T, owner[:, None] == owner[None, :]
+    keep = (~own).to(sims.dtype)
+    return (sims * keep).sum(1) / keep.sum(1)
+
+
+def top_percent(values: Tensor, percent: float) -> np.ndarray:
+    """(Q,) bool: the round(percent / 100 · Q) queries (at least one) of highest value, i.e. percentile rank
+    above 100 − percent (ties broken by index)."""
+    if not 0 < percent <= 100:
+        raise ValueError(f"top_percent: percent must be in (0, 100], got {percent}")
+    n = max(1, round(percent / 100 * len(values)))
+    order = np.argsort(-np.asarray(values, dtype=np.float64), kind="stable")
+    mask = np.zeros(len(values), dtype=bool)
+    mask[order[:n]] = True
+    return mask
+
+
+def special_recall(split: Split, scores: SplitScores, masks: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """R@1 of the queries each mask selects ({"i2t": (N,) bool, "t2i": (M,) bool}), instance relevance, on the
+    whole split: {"i2t R@1": ..., "t2i R@1": ...}."""
+    out = {}
+    for d, q_scores in (("i2t", scores.i2t), ("t2i", scores.t2i.T)):
+        stats = ranking_stats(q_scores, {"instance": split.relevance("instance", d)})["instance"]
+        out[f"{d} R@1"] = stats.summary(ks=(1,), mask=masks[d])["R@1"]
+    return out
+
+
+def table4_rows(split: Split, selector: tuple[Tensor, Tensor], scored: Mapping[str, SplitScores], seed: int,
+                percents: Sequence[int] = TABLE4_PERCENTS) -> list[dict[str, object]]:
+    """Table 4 rows of one seed: for each kind and percent, the queries selected on the `selector` model's
+    embeddings (image, caption) and the R@1 of every model of `scored` on them."""
+    rows = []
+    for kind in ("hard", "infrequent"):
+        values = {d: mean_negative_similarity(*selector, split.caption_image, kind, d) for d in DIRECTIONS}
+        for p in percents:
+            masks = {d: top_percent(values[d], p) for d in DIRECTIONS}
+            for model, scores in scored.items():
+                rows.append({"samples": kind, "percent": p, "model": model, "seed": seed,
+                             **special_recall(split, scores, masks)})
+    return rows
+
+
+# ----------------------------------------------------------------------------------- Figure 7: loss curves
+def loss_curves(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
+    """Figure 7 from a fit's history: per epoch the triplet loss of the initial embeddings L(v, u) and of the
+    enhanced ones L(v̄, ū) (the training means `HREM.loss` logs as `triplet_initial`, `triplet_enhanced`; NaN
+    while the instance-level module is off)."""
+    frame = pd.DataFrame(list(history))
+    if "train/triplet_initial" not in frame:
+        raise ValueError("loss_curves: the history has no train/triplet_initial (not an HREM run)")
+    enhanced = frame["train/triplet_enhanced"] if "train/triplet_enhanced" in frame else float("nan")
+    return pd.DataFrame({"epoch": frame["epoch"], "initial": frame["train/triplet_initial"], "enhanced": enhanced})
+
+
+# ------------------------------------------------------------------------------- visualise: one batch's graph
+@torch.no_grad()
+def batch_graph(model: HREM, split: Split, vocab: Vocabulary, captions: Sequence[int], device: torch.device | str
+                ) -> tuple[AssociationGraph, np.ndarray]:
+    """The association graph (A, S of Eq. 4-10) of one batch of (image, caption) pairs (caption indices of
+    `split`, each with its own image) in eval mode, and the first interaction layer's attention weights of
+    Eq. (12) over the 2N nodes, averaged over the heads (fusion: (2N, 2N); standalone: NaN)."""
+    model = model.to(device).eval()
+    batch = collate([PairDataset(split, vocab, visual=model.visual)[int(c)] for c in captions])
+    img, cap = model({k: v.to(device) for k, v in batch.items()})
+    graph = model.association_graph(img, cap)
+    layer = model.relation_layers[0]
+    if model.config.mechanism != "fusion":
+        return graph, np.full(graph.connect.shape, np.nan)
+    x = torch.cat([img.emb, cap.emb]).unsqueeze(0)
+    attention = layer.attention.attention.weights(x, x, graph.connect.unsqueeze(0), graph.relevance.unsqueeze(0),
+                                                  model.config.lam)
+    return graph, attention[0].mean(0).cpu().numpy()
+
+
+@torch.no_grad()
+def region_word_matching(model: HREM, split: Split, vocab: Vocabulary, caption: int,
+                         device: torch.device | str) -> np.ndarray:
+    """Eq. (7)'s I→T terms of one caption against its own image: each region's best cosine over the caption's
+    words, max_n r_mᵀ c_n of the initial fragments, (n_r,) (NaN on padded regions); what p averages."""
+    model = model.to(device).eval()
+    batch = collate([PairDataset(split, vocab, visual=model.visual)[int(caption)]])
+    img, cap = model({k: v.to(device) for k, v in batch.items()})
+    regions, words = F.normalize(img.fragments[0], dim=-1), F.normalize(cap.fragments[0], dim=-1)
+    sims = (regions @ words.T).masked_fill(~cap.mask[0][None, :], float("-inf")).amax(1)
+    return sims.masked_fill(~img.mask[0], float("nan")).cpu().numpy()
+
+
+# ------------------------------------------------------------------------------------------ run counts
+def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
+    """How many training runs the chapter needs from a cold cache, per notebook and part, with the seeds each
+    gets (smoke: one seed, one setting per method)."""
+    check_profile(profile)
+    seeds = 1 if profile == "smoke" else n_seeds
+    lrs = len(LEARNING_RATES[profile])
+    tune_runs = lrs + (0 if profile == "smoke" else len(MARGINS) - 1)
+    bert = profile in BERT_PROFILES
+    sweeps = sum(v != FIG6_DEFAULTS[p] for p, grid in FIG6_GRIDS[profile].items() for v in grid)
+    rows = [
+        ("train", "tuning, 4 models (lr, then margin)", 4 * tune_runs, 1),
+        ("train", "seeds, 4 models (the first reuses its tuning run)", 4 * (seeds - 1), seeds),
+        ("train", "Region + BERT: GPO, HREM standalone and fusion at the BiGRU-tuned settings",
+         3 * seeds if bert else 0, seeds),
+        ("ablate", "Table 3: each relation level / component removed", len(TABLE3_ROWS[profile]) * seeds, seeds),
+        ("ablate", "Figure 6: lambda, K, tau sweeps (non-default values)", sweeps, 1),
+        ("ablate", "Figure 5: SCAN t2i (VSE++'s tuned setting)", seeds, seeds),
+        ("ablate", "Figure 7, Table 4 (no training: train.py's and Table 3's runs)", 0, seeds),
+        ("visualise", "A, S and attention of one batch (no training)", 0, 1),
+    ]
+    return pd.DataFrame(rows, columns=["notebook", "part", "runs", "seeds"])
+
+
+# ---------------------------------------------------------------------------------------------- claims
+def row_comparison(per_run: pd.DataFrame, a: str, b: str, cols: Sequence[str], converged: Mapping[str, bool],
+                   unit: str) -> tuple[Verdict, str]:
+    """The claim "`a` is above `b`" on the mean of `cols` (`compare_models`, then `require_converged`); "not
+    tested" when either model was not trained in this profile. Returns (verdict, evidence)."""
+    if a not in converged or b not in converged:
+        missing = [m for m in (a, b) if m not in converged]
+        return verdict(None), f"{', '.join(missing)} not trained in this profile"
+    c = compare_models(per_run, a, b, cols)
+    return require_converged(c.verdict, f"{a} - {b} = {c.diff:+.2f} {unit} (largest seed std {c.spread:.2f})",
+                             [a, b], dict(converged))
+
+
+def sweep_gain(values: Mapping[float, float], default: float, other: float, spread: float) -> tuple[float, Verdict]:
+    """Figure 6's "the default beats `other`" on a one-seed sweep {value: metric} whose default has the seed
+    spread `spread`: (diff = values[default] − values[other], `difference_verdict`); not tested without both
+    values or without a finite spread (one seed)."""
+    if default not in values or other not in values or not np.isfinite(spread):
+        return float("nan"), verdict(None)
+    diff = values[default] - values[other]
+    return diff, difference_verdict(diff, spread)
