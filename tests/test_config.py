@@ -71,8 +71,29 @@ def test_every_chapter_generates_its_data_from_DATA_SEED(notebook: Path) -> None
     text = notebook.read_text()
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     calls = re.findall(r"load_corpus\([^)]*\)", code)
-    assert "DATA_SEED = " in text and calls
+    setups = re.findall(r"chapter_setup\(run\)", code)  # loads with run.data_seed (tested below)
+    assert "DATA_SEED = " in text and (calls or setups)
     assert all("seed=DATA_SEED" in call for call in calls), calls
+    assert not setups or "DATA_SEED=DATA_SEED" in code  # the run that chapter_setup reads holds DATA_SEED
+
+
+def test_chapter_setup_loads_the_corpus_of_the_data_seed(monkeypatch) -> None:
+    from xmr_core.chapters import protocols
+    from xmr_core.config import RunConfig
+
+    seen = {}
+
+    class Loaded(Exception):
+        pass
+
+    def fake_load_corpus(dataset, data_root, profile, **kwargs):
+        seen.update(dataset=dataset, profile=profile, seed=kwargs["seed"])
+        raise Loaded
+
+    monkeypatch.setattr(protocols, "load_corpus", fake_load_corpus)
+    with pytest.raises(Loaded):
+        protocols.chapter_setup(RunConfig.from_params(PROFILE="smoke", SEED=5, DATA_SEED=2, PROGRESS=False))
+    assert seen == {"dataset": "scenes", "profile": "smoke", "seed": 2}
 
 
 def test_run_seeds_count_from_the_training_seed_and_smoke_keeps_one():

@@ -47,7 +47,7 @@ from torch import Tensor
 
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import instance_row, paper_table
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_config
+from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import compare_models, with_paper
 from xmr_core.config import RunConfig, check_profile
@@ -64,7 +64,7 @@ from xmr_core.methods.scan import SCAN, scan_config
 from xmr_core.methods.vse import VSE, vse_pp_config
 from xmr_core.metrics import RSUM_KS, ranking_stats
 from xmr_core.results import Verdict, difference_verdict, require_converged, verdict
-from xmr_core.train import FitResult, fit
+from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 
 MODELS = ["VSE++", "GPO", "HREM standalone", "HREM fusion"]  # trained, tuned, every seed
@@ -229,13 +229,9 @@ def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
     """Train (or load from the run cache) one model on the training split at its tuned learning rate (SCAN:
     VSE++'s; an HREM `config`, the ablations: HREM fusion's). Returns the model (best weights, eval mode, on
     `run.torch_device`) and the fit."""
-    torch.manual_seed(seed)
-    model = build_model(name, data, tuned, enc, run.profile, bert, config)
     lr_of = "HREM fusion" if config is not None else ("VSE++" if name == SCAN_MODEL else name)
-    result = fit(model, data.train, data.val,
-                 train_config(run.profile, tuned[lr_of].lr, seed, device=run.device, progress=run.progress,
-                              **train_overrides), vocab=data.vocab)
-    return model.to(run.torch_device).eval(), result
+    return train_built(lambda: build_model(name, data, tuned, enc, run.profile, bert, config), tuned[lr_of].lr,
+                       data, run, seed, **train_overrides)
 
 
 # ------------------------------------------------------------------------------------------ scores and rows
