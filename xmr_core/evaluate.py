@@ -13,6 +13,7 @@
                                                  queries (r = 1..T) against every image
     gallery_ranks(scores (G, n))              -> each column's pessimistic 1-based ranks of the rows
     evaluate_multi_query(model, split, vocab, rounds) -> `metrics.multi_round` of those, plus "rsum"
+    multi_round_metrics(scores)  -> the same from scores already computed (e.g. an ensemble's sum)
 
 Model contract (`xmr_core.methods.base`): `model.encode_images(batch) -> emb`, `model.encode_captions(batch)
 -> emb` and `model.score_direction(img_emb, cap_emb, direction, **options) -> Tensor (n_img, n_cap)` (higher
@@ -564,7 +565,13 @@ def evaluate_multi_query(
     `mean/...`, R@1/5/10 always included) plus "rsum": mean R@1 + R@5 + R@10 over the rounds (Avg. R@Sum)."""
     scores = multi_query_scores(model, split, vocab, rounds, short=short, fusion=fusion, batch_size=batch_size,
                                 chunk_size=chunk_size, query_chunk=query_chunk, device=device, progress=progress)
+    return multi_round_metrics(scores, ks)
+
+
+def multi_round_metrics(scores: Tensor, ks: Sequence[int] = metrics.RSUM_KS) -> dict[str, float]:
+    """`metrics.multi_round` of `multi_query_scores`' (T, Q, G) scores, set q's target being image q (R@1/5/10
+    always included), plus "rsum": mean R@1 + R@5 + R@10 over the rounds (Avg. R@Sum)."""
     all_ks = tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
-    out = metrics.multi_round(scores, np.arange(split.n_images), all_ks)
+    out = metrics.multi_round(scores, np.arange(scores.shape[1]), all_ks)
     out["rsum"] = sum(out[f"mean/R@{k}"] for k in metrics.RSUM_KS)
     return out

@@ -178,10 +178,15 @@ def local_image_text(pos: Tensor, region_mask: Tensor, query_mask: Tensor, lam: 
     return masked_mean(per_region, region_mask[:, None, :], -1)  # Eq. (5)
 
 
+def text_image_weights(pos: Tensor, region_mask: Tensor, lam: float) -> Tensor:
+    """Eq. (7): α_ji, each query's softmax of λ2 [s]_+ over the real regions. pos (I, Q, K, N) -> (I, Q, K, N)."""
+    return (lam * pos).masked_fill(~region_mask[:, None, :, None], float("-inf")).softmax(2)
+
+
 def local_text_image(pos: Tensor, region_mask: Tensor, query_mask: Tensor, lam: float) -> Tensor:
     """Eq. (6)-(8): each query's attended similarity over the regions (softmax of λ2 [s]_+ over the real
     regions), averaged over the set's queries. pos (I, Q, K, N) -> S_T-I (I, Q)."""
-    alpha = (lam * pos).masked_fill(~region_mask[:, None, :, None], float("-inf")).softmax(2)  # Eq. (7)
+    alpha = text_image_weights(pos, region_mask, lam)  # Eq. (7)
     per_query = (alpha * pos).sum(2)  # Eq. (6), (I, Q, N)
     return masked_mean(per_query, query_mask[None, :, :], -1)  # Eq. (8)
 
@@ -327,19 +332,25 @@ class HMRN(RetrievalModel):
         return t, mask
 
     # Sec. 3.2-3.3: every image x query set of two blocks
-    def reasoning(self, pos: Tensor, img: ImageEmbedding, queries: QueryEmbedding, t_glo: Tensor) -> Tensor:
-        """Sec. 3.3: S_R (I, Q) from pos (I, Q, K, N) = [s]_+, the images' and the sets' embeddings, t_glo (Q, D)."""
+    def correlation_nodes(self, pos: Tensor, img: ImageEmbedding, queries: QueryEmbedding,
+                          t_glo: Tensor) -> tuple[Tensor, Tensor]:
+        """Sec. 3.3.1: the intra-correlation vectors C (I, Q, N + 1, D) of Eq. (14), the global node last, and the
+        node mask (1, Q, N + 1), from pos (I, Q, K, N) = [s]_+, the images' and the sets' embeddings, t_glo (Q, D)."""
         v, region_mask, v_glo = img
         t, query_mask = queries
-        n_img, n_sets, n_q = len(v), len(t), t.shape[1]
+        n_img, n_sets = len(v), len(t)
         v_p = project_regions(pos, v, region_mask, self.config.lambda2)  # (I, Q, N, D)
         visual = torch.cat([v_p, v_glo[:, None, None, :].expand(-1, n_sets, 1, -1)], 2)  # V (I, Q, N + 1, D)
         textual = torch.cat([t, t_glo[:, None, :]], 1)[None].expand(n_img, -1, -1, -1)  # T (I, Q, N + 1, D)
-        c = self.intra(visual, textual)  # Eq. (14)
         nodes = torch.cat([query_mask, query_mask.new_ones(n_sets, 1)], 1)[None]  # (1, Q, N + 1)
+        return self.intra(visual, textual), nodes  # Eq. (14)
+
+    def reasoning(self, pos: Tensor, img: ImageEmbedding, queries: QueryEmbedding, t_glo: Tensor) -> Tensor:
+        """Sec. 3.3: S_R (I, Q) from pos (I, Q, K, N) = [s]_+, the images' and the sets' embeddings, t_glo (Q, D)."""
+        c, nodes = self.correlation_nodes(pos, img, queries, t_glo)
         for step in self.inter:  # Eq. (15)-(16), L steps
             c = step(c, nodes)
-        out = self.reasoning_fc(c[:, :, n_q]).squeeze(-1)  # the global node c*_glo
+        out = self.reasoning_fc(c[:, :, -1]).squeeze(-1)  # the global node c*_glo
         return F.relu(out) if self.config.reasoning_activation == "relu" else torch.sigmoid(out)
 
     def levels(self, img: ImageEmbedding, queries: QueryEmbedding) -> Levels:
