@@ -181,10 +181,13 @@ if bert:
     enc_bert = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2], bert=True)
     runs10 = pd.concat([runs10, ensemble_runs({"MiniLM (packaged)": {}}, run.seeds(N_SEEDS), data, tuned, enc_bert,
                                               run, bert=True)], ignore_index=True)
-table10 = hmrn_table(runs10, "table10", TABLE5_COLUMNS, label, order=["Bi-GRU", "MiniLM (packaged)"],
+table10 = hmrn_table(runs10, "table10", TABLE5_COLUMNS, label, order=["Bi-GRU", "MiniLM (packaged)"][: 1 + bert],
                      paper_only=("CLIP (ViT/B-16)",))
-table10["note"] = ["train.py's ensemble", "the ensemble, MiniLM fine-tuned" if bert else minilm_why,
-                   "paper: frozen CLIP text features"]
+if not bert:
+    table10 = pd.concat([table10, pd.DataFrame([{"model": "MiniLM (packaged)", "seeds": 0}])], ignore_index=True)
+table10["note"] = table10["model"].map({"Bi-GRU": "train.py's ensemble", "CLIP (ViT/B-16) (paper only)": "paper: frozen "
+                                        "CLIP text features", "MiniLM (packaged)": "the ensemble, MiniLM fine-tuned"
+                                        if bert else minilm_why})
 write_table(table10, "hmrn/table10", run=run, caption="HMRN Table 10 analogue: the ensemble's text backbone. " + note)
 table10
 
