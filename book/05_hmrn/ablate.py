@@ -63,48 +63,46 @@ from xmr_core.chapters.hmrn import (
     ICR_STEPS,
     IT,
     LAMBDA_FIELD,
-    MODELS,
     TABLE5_COLUMNS,
     TABLE6,
-    TABLE6_CLAIMS,
     TABLE6_FULL,
     TABLE6_ROWS,
     TABLE7,
-    TABLE7_CLAIMS,
     TABLE7_FULL,
     TABLE7_ROWS,
     TI,
     VARIANT,
+    ablate_claims,
+    ablation_rows,
     bubble_figure,
-    config_default,
-    default_margin,
     ensemble_grid,
     ensemble_runs,
     hmrn_data,
     hmrn_encoders,
     hmrn_table,
-    pair_claims,
+    icr_order,
+    icr_rows,
+    minilm_runs,
     renamed,
     seed_spread,
-    sweep_claims,
     sweep_figure,
     sweep_runs,
     sweep_settings,
+    sweeps,
+    table10,
     tune_models,
     variant_runs,
 )
-from xmr_core.chapters.summary import compare_models
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import results_root, verdict, write_figure, write_table
+from xmr_core.results import results_root, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
 ablation_seeds = run.seeds(ABLATION_SEEDS[PROFILE])
-bert = PROFILE in BERT_PROFILES
 print(run.describe())
 print(f"Table 6 rows: {TABLE6_ROWS[PROFILE]}; Table 7 rows: {TABLE7_ROWS[PROFILE]}; seeds {ablation_seeds}; "
-      f"ICR steps {ICR_STEPS[PROFILE]}; MiniLM rows trained: {bert}")
+      f"ICR steps {ICR_STEPS[PROFILE]}; MiniLM rows trained in the profiles {BERT_PROFILES}")
 
 # %%
 corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VARIANT, progress=PROGRESS,
@@ -113,10 +111,8 @@ data = hmrn_data(corpus, PROFILE)
 enc = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2])
 tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
 per_seed_path = results_root(run) / "hmrn" / "per_seed.csv"
-if not per_seed_path.is_file():
-    raise FileNotFoundError(f"{per_seed_path}: run book/05_hmrn/train.py first (its per-seed table)")
-full = pd.read_csv(per_seed_path)
-spread = {m: seed_spread(full, m) for m in (*MODELS, ENSEMBLE)}
+full = pd.read_csv(per_seed_path)  # run train.py first: its per-seed table
+spread = {IT: seed_spread(full, IT), TI: seed_spread(full, TI), ENSEMBLE: seed_spread(full, ENSEMBLE)}
 label = DATASET
 note = (f"Ours: {DATASET} (NOT Visual Genome; compare orderings), {data.multi.test.n_images} test images, profile "
         f"{PROFILE}; paper: Visual Genome test. Averages over the rounds; rsum = Avg. R@Sum, mean/meanR = Avg. MR.")
@@ -126,7 +122,7 @@ print(f"seed std of Avg. R@Sum in train.py: {spread}")
 # ## Table 6 — the hierarchy: each level alone and combined
 
 # %%
-rows6 = {r: TABLE6[r] for r in TABLE6_ROWS[PROFILE]}
+rows6 = ablation_rows(TABLE6, TABLE6_ROWS[PROFILE])
 runs6, _ = variant_runs(rows6, ablation_seeds, data, tuned, enc, run)
 runs6 = pd.concat([runs6, renamed(full, TABLE6_FULL)], ignore_index=True)
 table6 = hmrn_table(runs6, "table6", TABLE5_COLUMNS, label, order=[*rows6, *TABLE6_FULL], paper_only=())
@@ -138,7 +134,7 @@ table6
 # ## Table 7 — intra-correlation by subtraction (Eq. 14) or concatenation
 
 # %%
-rows7 = {r: TABLE7[r] for r in TABLE7_ROWS[PROFILE]}
+rows7 = ablation_rows(TABLE7, TABLE7_ROWS[PROFILE])
 runs7, _ = variant_runs(rows7, ablation_seeds, data, tuned, enc, run)
 runs7 = pd.concat([runs7, renamed(full, TABLE7_FULL)], ignore_index=True)
 table7 = hmrn_table(runs7, "table7", TABLE5_COLUMNS, label, order=[*rows7, *TABLE7_FULL], paper_only=())
@@ -150,11 +146,9 @@ table7
 # ## Table 8 — inter-correlation reasoning steps (the ensemble)
 
 # %%
-rows8 = {f"ICR step {s}": {"icr_steps": s} for s in ICR_STEPS[PROFILE] if s != ICR_DEFAULT}
-runs8 = pd.concat([ensemble_runs(rows8, [SEED], data, tuned, enc, run),
+runs8 = pd.concat([ensemble_runs(icr_rows(PROFILE), [SEED], data, tuned, enc, run),
                    renamed(full[full["seed"] == SEED], {f"ICR step {ICR_DEFAULT}": ENSEMBLE})], ignore_index=True)
-order8 = [f"ICR step {s}" for s in sorted(ICR_STEPS[PROFILE])]
-table8 = hmrn_table(runs8, "table8", TABLE5_COLUMNS, label, order=order8, paper_only=())
+table8 = hmrn_table(runs8, "table8", TABLE5_COLUMNS, label, order=icr_order(PROFILE), paper_only=())
 write_table(table8, "hmrn/table8", run=run, caption=f"HMRN Table 8 analogue: the ensemble with L reasoning steps in both "
             f"models, seed {SEED} (L = {ICR_DEFAULT}: train.py's). " + note)
 table8
@@ -176,33 +170,21 @@ table9
 
 # %%
 minilm_why = f"not run on {PROFILE} (MiniLM: paper profile only, ~15 min an epoch on the 2-core CPU)"
-runs10 = renamed(full, {"Bi-GRU": ENSEMBLE})
-if bert:
-    enc_bert = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2], bert=True)
-    runs10 = pd.concat([runs10, ensemble_runs({"MiniLM (packaged)": {}}, run.seeds(N_SEEDS), data, tuned, enc_bert,
-                                              run, bert=True)], ignore_index=True)
-table10 = hmrn_table(runs10, "table10", TABLE5_COLUMNS, label, order=["Bi-GRU", "MiniLM (packaged)"][: 1 + bert],
-                     paper_only=("CLIP (ViT/B-16)",))
-if not bert:
-    table10 = pd.concat([table10, pd.DataFrame([{"model": "MiniLM (packaged)", "seeds": 0}])], ignore_index=True)
-table10["note"] = table10["model"].map({"Bi-GRU": "train.py's ensemble", "CLIP (ViT/B-16) (paper only)": "paper: frozen "
-                                        "CLIP text features", "MiniLM (packaged)": "the ensemble, MiniLM fine-tuned"
-                                        if bert else minilm_why})
-write_table(table10, "hmrn/table10", run=run, caption="HMRN Table 10 analogue: the ensemble's text backbone. " + note)
-table10
+minilm = minilm_runs(PROFILE, run.seeds(N_SEEDS), data, tuned, run)
+t10 = table10(full, minilm, label, minilm_why)
+write_table(t10, "hmrn/table10", run=run, caption="HMRN Table 10 analogue: the ensemble's text backbone. " + note)
+t10
 
 # %% [markdown]
 # ## Figures 5 and 6 — λ and τ (one seed each)
 
 # %%
-lam = {m: sweep_runs(m, sweep_settings(PROFILE, m, "lambda", tuned), SEED, data, tuned, enc, run) for m in MODELS}
-tau = {m: sweep_runs(m, sweep_settings(PROFILE, m, "tau", tuned), SEED, data, tuned, enc, run) for m in MODELS}
-lam_frame = pd.concat([lam[m][0] for m in MODELS], ignore_index=True)
-tau_frame = pd.concat([tau[m][0] for m in MODELS], ignore_index=True)
+lam_frame, lam = sweeps("lambda", PROFILE, SEED, data, tuned, enc, run)
+tau_frame, tau = sweeps("tau", PROFILE, SEED, data, tuned, enc, run)
 fig5 = sweep_figure(lam_frame, LAMBDA_FIELD, f"Figure 5 analogue: the cross-attention temperature ({label}, seed {SEED})")
 write_figure(fig5, "hmrn/figure5", run=run, caption="Avg. R@K and Avg. MR against lambda1 (HMRN I-T) and lambda2 "
              "(HMRN T-I), one seed.")
-fig6 = sweep_figure(tau_frame, {m: "tau" for m in MODELS}, f"Figure 6 analogue: the InfoNCE scale tau ({label})")
+fig6 = sweep_figure(tau_frame, {IT: "tau", TI: "tau"}, f"Figure 6 analogue: the InfoNCE scale tau ({label})")
 write_figure(fig6, "hmrn/figure6", run=run, caption="Avg. R@K and Avg. MR against tau, one seed.")
 write_table(pd.concat([lam_frame, tau_frame], ignore_index=True), "hmrn/sweeps_lambda_tau", run=run,
             caption="Figures 5-6: every setting's averages. " + note)
@@ -214,8 +196,8 @@ plt.show()
 # Every pair of an I-T and a T-I setting of one sweep, summed (Eq. 17): no training beyond Figures 5–6.
 
 # %%
-grid_lam = ensemble_grid(lam[IT][1], lam[TI][1])
-grid_tau = ensemble_grid(tau[IT][1], tau[TI][1])
+grid_lam = ensemble_grid(lam[IT], lam[TI])
+grid_tau = ensemble_grid(tau[IT], tau[TI])
 fig7, axes = plt.subplots(1, 2, figsize=(9, 3.6))
 bubble_figure(grid_lam, "I-T", "T-I", "(a) lambda1 (I-T) x lambda2 (T-I)", ax=axes[0])
 bubble_figure(grid_tau, "I-T", "T-I", "(b) tau (I-T) x tau (T-I)", ax=axes[1])
@@ -244,29 +226,7 @@ plt.show()
 # model swept. With one seed in train.py (smoke) such claims are "not tested".
 
 # %%
-claims = pair_claims(runs6, TABLE6_CLAIMS, spread, "Sec. 4.4.1, Table 6")
-claims += pair_claims(runs7, TABLE7_CLAIMS, spread, "Sec. 4.4.2, Table 7")
-icr = dict(zip(runs8["model"], runs8["rsum"]))
-icr_diff, icr_verdict = default_margin(icr, f"ICR step {ICR_DEFAULT}", spread[ENSEMBLE])
-claims.append({"claim": f"{ICR_DEFAULT} reasoning steps are best (the ensemble).", "source": "Sec. 4.4.2, Table 8",
-               "evidence": f"L = {ICR_DEFAULT} - best other L = {icr_diff:+.2f} Avg. R@Sum (seed spread "
-               f"{spread[ENSEMBLE]:.2f})", "verdict": icr_verdict})
-claims.append({"claim": "Training I-T and T-I separately beats training them jointly.", "source": "Sec. 4.4.3, Table 9",
-               "evidence": "not built: the paper does not define the jointly trained model", "verdict": verdict(None)})
-claims.append({"claim": "The BiGRU beats a pretrained text backbone (CLIP; here MiniLM) slightly.",
-               "source": "Sec. 4.4.4, Table 10", "evidence": (
-                   f"Bi-GRU - MiniLM = {compare_models(runs10, 'Bi-GRU', 'MiniLM (packaged)', ['rsum']).diff:+.2f} "
-                   "Avg. R@Sum" if bert else minilm_why),
-               "verdict": compare_models(runs10, "Bi-GRU", "MiniLM (packaged)", ["rsum"]).verdict if bert
-               else verdict(None)})
-claims += sweep_claims({m: lam[m][0] for m in MODELS}, {m: tau[m][0] for m in MODELS}, spread)
-ab = {(a, b): v for a, b, v in zip(ab_frame["alpha"], ab_frame["beta"], ab_frame["rsum"])}
-ab_default = (config_default("alpha"), config_default("beta"))
-ab_diff, ab_verdict = default_margin(ab, ab_default, spread[IT])
-claims.append({"claim": "alpha = beta = 0.4 is the best weighting of the levels (HMRN I-T).", "source": "Sec. 4.5.3, "
-               "Fig. 8", "evidence": f"{ab_default} - best other = {ab_diff:+.2f} Avg. R@Sum (seed spread {spread[IT]:.2f})",
-               "verdict": ab_verdict})
-claims_table = pd.DataFrame(claims)
+claims_table = ablate_claims(runs6, runs7, runs8, full, minilm, lam_frame, tau_frame, ab_frame, spread, minilm_why)
 write_table(claims_table, "hmrn/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")
 claims_table

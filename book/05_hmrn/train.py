@@ -63,42 +63,35 @@ N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 # %%
 import pandas as pd
 
-from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
-    EVAL_IMAGES,
     ENSEMBLE,
+    EVAL_IMAGES,
     IT,
-    MODELS,
-    ORDER,
-    RANK_FUSION,
     ROUND_MEAN,
-    SINGLE,
-    TABLE_METRICS,
     TI,
     VARIANT,
-    ceiling_frame,
     complexity_row,
+    dataset_note,
     hmrn_data,
     hmrn_encoders,
-    late_rounds,
     not_built_table,
-    round_gain,
-    round_table,
+    round_ceiling,
     rounds_of,
-    table5,
+    split_sizes,
     table11,
-    train_single,
     train_and_score,
+    train_claims,
+    train_single,
     train_variant,
     training_runs,
     tune_models,
+    write_tables,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, train_config
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import require_converged, universal_verdict, verdict, write_table
+from xmr_core.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -121,10 +114,7 @@ rounds = rounds_of(test)
 enc = hmrn_encoders(PROFILE, test.regions.shape[2])
 print(f"regions: {test.regions.shape[1]} per image x {test.regions.shape[2]} dims; vocabulary {len(data.multi.vocab)} "
       f"words ({100 * data.multi.coverage:.1f}% in GloVe); rounds: {rounds}; encoders: {enc}")
-pd.DataFrame([(name, s.n_images, sum(map(len, s.queries)), min(map(len, s.queries)), max(map(len, s.queries)))
-              for name, s in [("train", data.multi.train), ("val (per-epoch validation)", data.multi.val),
-                              ("test gallery (the tables)", test)]],
-             columns=["split", "images", "region queries", "fewest a set", "most a set"])
+split_sizes(data)
 
 # %% [markdown]
 # ## Tuning: the same budget for every trained model
@@ -164,41 +154,31 @@ fits
 
 # %%
 label = DATASET
-not_vg = " (the synthetic scenes benchmark: NOT Visual Genome; compare orderings, not values)" if DATASET == "scenes" \
-    else ""
-ceiling = multi_round_ceiling(data.holds, rounds, short="hold") if data.holds is not None else None
-caption = (f"Ours: {DATASET}{not_vg}, the first {test.n_images} test images as gallery and query sets, rounds 1..{rounds} "
-           f"(a set of fewer queries keeps its whole set), region features (R = {test.regions.shape[1]}) + GloVe/BiGRU, "
-           f"D = {enc['embed_dim']}, profile {PROFILE}, mean over seeds (std where > 1). Paper: Visual Genome test "
-           "(9,896 images), Drill-down's splits. VSE0* = VSE0 trained on the region queries, scores averaged over the "
-           "rounds; R-RankFusion = the same VSE0, ranks averaged. '(paper only)': not built here."
-           + (" 'Bayes ceiling': the best any scorer can reach after each round (exact relevance)." if ceiling else ""))
-round_tables = {t: round_table(per_run, t, label, rounds, ceiling) for t in TABLE_METRICS}
-for t, metric in TABLE_METRICS.items():
-    write_table(round_tables[t], f"hmrn/{t}", run=run, caption=f"HMRN Table {t[5:]} analogue: {metric} per round. "
-                + caption)
+ceiling = round_ceiling(data, rounds)
+caption = (f"Ours: {DATASET}{dataset_note(DATASET)}, the first {test.n_images} test images as gallery and query sets, "
+           f"rounds 1..{rounds} (a set of fewer queries keeps its whole set), region features (R = "
+           f"{test.regions.shape[1]}) + GloVe/BiGRU, D = {enc['embed_dim']}, profile {PROFILE}, mean over seeds (std "
+           "where > 1). Paper: Visual Genome test (9,896 images), Drill-down's splits. VSE0* = VSE0 trained on the "
+           "region queries, scores averaged over the rounds; R-RankFusion = the same VSE0, ranks averaged. '(paper "
+           "only)': not built here. 'Bayes ceiling' (scenes): the best any scorer can reach after each round.")
+tables = write_tables(per_run, label, rounds, ceiling, run, caption)
 write_table(not_built_table(), "hmrn/not_built", run=run, caption="The paper's compared methods not built here.")
 not_built_table()
 
 # %%
-round_tables["table1"]
+tables["table1"]
 
 # %%
-round_tables["table4"]
+tables["table4"]
 
 # %% [markdown]
 # ## Table 5 — the averages over the rounds, and each model's share of the ceiling
+#
+# Avg. R@K and Avg. MR are the means over the rounds; "R@Sum % of ceiling" is each model's Avg. R@Sum over the
+# ceiling's (`ceiling.csv` has the share per round).
 
 # %%
-t5 = table5(per_run, label, ceiling)
-write_table(t5, "hmrn/table5", run=run, caption=(
-    "HMRN Table 5 analogue: Avg. R@1/5/10, Avg. R@Sum (rsum) and Avg. MR over the rounds; 'R@Sum % of ceiling' = "
-    "each model's Avg. R@Sum over the ceiling's (mean over seeds). " + caption))
-if ceiling:
-    write_table(ceiling_frame(per_run, ceiling, rounds), "hmrn/ceiling", run=run, extra={"ceiling": ceiling},
-                caption=(f"Each model's R@1/5/10 after each round as a share of the multi-round Bayes ceiling "
-                         f"({DATASET} test gallery, profile {PROFILE})."))
-t5
+tables["table5"]
 
 # %% [markdown]
 # ## Table 11 — parameters and FLOPs
@@ -237,54 +217,7 @@ write_table(per_run, "hmrn/per_seed", run=run, caption=(
 # rounds of R@1 + R@5 + R@10.
 
 # %%
-means = model_means(per_run, ORDER, ["rsum"])
-best = best_other_margin(per_run, ENSEMBLE, means, ["rsum"])
-it_ti = {c: compare_models(per_run, IT, TI, [c]) for c in ("rsum", "mean/R@1")}
-ens = {m: compare_models(per_run, ENSEMBLE, m, ["rsum"]) for m in MODELS}
-gain, gain_spread, gain_verdict = round_gain(per_run, ENSEMBLE, rounds)
-late = late_rounds(rounds)
-multi_single = compare_models(per_run, TI, RANK_FUSION, late)
-vs_star = {m: compare_models(per_run, m, ROUND_MEAN, ["rsum"]) for m in MODELS}
-last = [f"round{r}/R@1" for r in range(max(1, rounds - 1), rounds + 1)]
-late_ens = compare_models(per_run, IT, ENSEMBLE, last)
-claims = [
-    {"claim": "HMRN (the ensemble) surpasses every compared method (Avg. R@Sum).", "source": "Sec. 4.3.1, Tables 1-5",
-     "evidence": f"ensemble - best other = {best.diff:+.2f} (largest seed std {best.spread:.2f})", "verdict": best.verdict,
-     "models": ORDER},
-    {"claim": "HMRN I-T is above HMRN T-I on the averaged metrics (Avg. R@Sum and Avg. R@1).", "source": "Sec. 4.3.2, "
-     "Table 5", "evidence": "; ".join(f"I-T - T-I = {c.diff:+.2f} {k} (spread {c.spread:.2f})" for k, c in it_ti.items()),
-     "verdict": universal_verdict([c.verdict for c in it_ti.values()]), "models": list(MODELS)},
-    *[{"claim": f"The ensemble surpasses {m} on Avg. R@Sum.", "source": "Sec. 4.3.2, Table 5",
-       "evidence": f"ensemble - {m} = {c.diff:+.2f} (spread {c.spread:.2f})", "verdict": c.verdict,
-       "models": [ENSEMBLE, m]} for m, c in ens.items()],
-    {"claim": "Retrieval improves as queries are added (the ensemble's R@1, last round against the first).",
-     "source": "Sec. 4.3.1, Table 1", "evidence": f"round {rounds} - round 1 = {gain:+.2f} R@1 (seed std "
-     f"{gain_spread:.2f})", "verdict": gain_verdict, "models": [ENSEMBLE]},
-    {"claim": "Multi-vector methods (here HMRN T-I, the weaker HMRN) surpass single-vector ones (here R-RankFusion) "
-     "from the third round on.", "source": "Sec. 4.3.3, Tables 1-4",
-     "evidence": f"HMRN T-I - R-RankFusion = {multi_single.diff:+.2f} mean R@1 of rounds 3..{rounds} (spread "
-     f"{multi_single.spread:.2f})", "verdict": multi_single.verdict, "models": [TI, RANK_FUSION]},
-    {"claim": "HMRN outperforms the traditional single-query methods averaged over the rounds (the '*' rows; here "
-     "VSE0*).", "source": "Sec. 4.3.4, Tables 1-5",
-     "evidence": "; ".join(f"{m} - VSE0* = {c.diff:+.2f} Avg. R@Sum (spread {c.spread:.2f})" for m, c in vs_star.items()),
-     "verdict": universal_verdict([c.verdict for c in vs_star.values()]), "models": [*MODELS, ROUND_MEAN]},
-    {"claim": "In the last rounds the weaker T-I branch drags the ensemble below HMRN I-T.",
-     "source": "Sec. 4.3.2, Tables 1-4", "evidence": f"I-T - ensemble = {late_ens.diff:+.2f} mean R@1 of the last two "
-     f"rounds (spread {late_ens.spread:.2f})", "verdict": late_ens.verdict, "models": [IT, ENSEMBLE]},
-]
-converged = per_run.groupby("model")["converged"].all().to_dict()
-for claim in claims:
-    claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], claim.pop("models"),
-                                                            converged)
-claims.append({"claim": "HMRN beats Drill-down, R-RE and R-HRE (e.g. +23.4 R@1 over Drill-down in the last round).",
-               "source": "Abstract, Sec. 4.3.1", "evidence": "those methods are not built here (table not_built)",
-               "verdict": verdict(None)})
-claims.append({"claim": "HMRN is lighter than the re-implemented ITR methods (4.7 M parameters, 0.5 GFLOPs).",
-               "source": "Sec. 4.6, Table 11", "evidence": "those methods are not built; table11 gives our HMRN's "
-               f"{t11.loc[t11['model'] == ENSEMBLE, 'params (M)'].iloc[0]:.2f} M parameters and "
-               f"{t11.loc[t11['model'] == ENSEMBLE, 'MFLOPs per session'].iloc[0]:.1f} MFLOPs a session at "
-               f"D = {enc['embed_dim']}", "verdict": verdict(None)})
-claims_table = pd.DataFrame(claims)
+claims_table = train_claims(per_run, rounds, t11, enc["embed_dim"])
 write_table(claims_table, "hmrn/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
 claims_table

@@ -46,23 +46,25 @@ import pandas as pd
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
     IT,
+    OFFICIAL_CODE_NOTE,
     TI,
     VARIANT,
     attention_figure,
+    chapter_claims,
     correlation_graph,
     ensemble_scores,
+    graph_figure,
     hmrn_data,
     hmrn_encoders,
     query_attention,
-    round_gallery,
     score_rounds,
     train_variant,
     tune_models,
+    write_galleries,
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import Claim, results_root, write_claims, write_figure, write_table
-from xmr_core.viz import heatmap, retrieval_gallery
+from xmr_core.results import write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -87,17 +89,10 @@ print(f"query sets drawn: {picked.tolist()}")
 # ## 1. Retrieval round by round (HMRN ensemble)
 
 # %%
-ranks = {}
-for q in picked:
-    texts, images, hits, ranks[int(q)] = round_gallery(scores.scores, test, int(q), TOP_K)
-    fig = retrieval_gallery(texts, images, hits, width=60)
-    write_figure(fig, f"hmrn/gallery_{int(q)}", run=run, caption=f"Test query set {int(q)} ({DATASET}): the top "
-                 f"{TOP_K} images after each round (green: the target) and the target's rank.")
-plt.show()
-rank_table = pd.DataFrame(ranks, index=pd.RangeIndex(1, scores.scores.shape[0] + 1, name="round"))
-rank_table.columns = [f"set {q}" for q in rank_table.columns]
+rank_table = write_galleries(scores.scores, test, picked.tolist(), TOP_K, run)
 write_table(rank_table.reset_index(), "hmrn/gallery_ranks", run=run, caption="The target's rank after each round for "
             "the drawn query sets (HMRN ensemble, pessimistic ranks).")
+plt.show()
 rank_table
 
 # %% [markdown]
@@ -117,12 +112,7 @@ plt.show()
 
 # %%
 graphs = correlation_graph(it_model, test, vocab, image)
-nodes = [f"q{j + 1}" for j in range(len(queries))] + ["global"]
-fig, axes = plt.subplots(1, len(graphs), figsize=(4.2 * len(graphs), 3.8), squeeze=False)
-for step, (ax, graph) in enumerate(zip(axes[0], graphs), 1):
-    heatmap(ax, graph, nodes, nodes, fmt="{:.2f}", vmin=0.0, vmax=1.0, colorbar=step == len(graphs))
-    ax.set_title(f"step {step}: A[q, k] (q: source, k: updated node)", fontsize=8)
-fig.tight_layout()
+fig = graph_figure(graphs, len(queries))
 write_figure(fig, "hmrn/correlation_graph", run=run, caption=f"Eq. (15)'s affinity among the region-query pairs of test "
              f"image {image} and its own queries ({', '.join(queries)}), per reasoning step (HMRN I-T).")
 plt.show()
@@ -131,23 +121,10 @@ plt.show()
 # ## The claims of the chapter
 
 # %%
-claims = []
-for part in ("claims_train", "claims_ablate"):
-    path = results_root(run) / "hmrn" / f"{part}.csv"
-    if path.is_file():
-        claims += [Claim(r["claim"], r["source"], r["evidence"], r["verdict"]) for _, r in pd.read_csv(path).iterrows()]
-    else:
-        claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
-                            "not tested"))
+claims = chapter_claims(run)
 preamble = (
     "Each claim of the paper's experiments (Sec. 4) with what this run says of it. A difference holds only when it "
     "exceeds the seed spread; claims on models that did not converge, or with one seed, are not tested. Scenes numbers "
-    "are not Visual Genome numbers: the claims are orderings and trends.\n\n"
-    "**What the official code (LZH-053/HMRN) does differently, and this book does not.** (1) Round weighting at test "
-    "time only: its test scoring multiplies the reasoning similarity by w_t = (1 + ... + t) / 55 in round t, while "
-    "training and validation use no such weight; here every round is scored with the similarity that was trained "
-    "(Eq. 18-19). (2) Queries dropped silently: its test evaluation sets npts = number of query sets - 96, so the "
-    "last 96 query sets are never scored while the gallery keeps every image; here every query set is scored, and "
-    "a set longer than the model's limit is an error naming its image, never truncated.")
+    "are not Visual Genome numbers: the claims are orderings and trends.\n\n" + OFFICIAL_CODE_NOTE)
 write_claims(claims, "hmrn", run=run, preamble=preamble)
 pd.DataFrame([c.__dict__ for c in claims])

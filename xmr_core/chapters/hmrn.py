@@ -50,11 +50,12 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
+from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, paper_table
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import compare_models, seed_means
+from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_means
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import image_loader, query_loader
@@ -65,9 +66,21 @@ from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
 from xmr_core.evaluate import multi_query_scores, multi_round_metrics
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config, text_image_weights
-from xmr_core.results import Verdict, difference_verdict, paper_values, verdict
+from xmr_core.results import (
+    Claim,
+    Verdict,
+    difference_verdict,
+    paper_values,
+    require_converged,
+    results_root,
+    universal_verdict,
+    verdict,
+    write_figure,
+    write_table,
+)
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
+from xmr_core.viz import heatmap, retrieval_gallery
 
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
 VARIANT = "multi"  # the scenes variant with 5-10 objects (region queries) an image
@@ -741,3 +754,230 @@ def sweep_claims(lam: Mapping[str, pd.DataFrame], tau: Mapping[str, pd.DataFrame
                     "verdict": difference_verdict(diff, spread[m]) if np.isfinite(spread[m]) and len(taus) > 1
                     else verdict(None)})
     return out
+
+
+# ------------------------------------------------------------------------------------ notebook plumbing
+def dataset_note(dataset: str) -> str:
+    """The captions' warning that scenes numbers are not Visual Genome numbers ("" for real data)."""
+    return " (the synthetic scenes benchmark: NOT Visual Genome; compare orderings, not values)" \
+        if dataset == "scenes" else ""
+
+
+def split_sizes(data: HMRNData) -> pd.DataFrame:
+    """Images, region queries and the shortest and longest set of each split the chapter uses."""
+    splits = [("train", data.multi.train), ("val (per-epoch validation)", data.multi.val),
+              ("test gallery (the tables)", data.multi.test)]
+    return pd.DataFrame([(name, s.n_images, sum(map(len, s.queries)), min(map(len, s.queries)),
+                          max(map(len, s.queries))) for name, s in splits],
+                        columns=["split", "images", "region queries", "fewest a set", "most a set"])
+
+
+def round_ceiling(data: HMRNData, rounds: int) -> dict[str, float] | None:
+    """The multi-round Bayes ceiling of the test gallery (short sets held), None without exact relevance."""
+    return None if data.holds is None else multi_round_ceiling(data.holds, rounds, short="hold")
+
+
+def write_tables(per_run: pd.DataFrame, label: str, rounds: int, ceiling: Mapping[str, float] | None,
+                 run: RunConfig, caption: str) -> dict[str, pd.DataFrame]:
+    """Tables 1-5 (`round_table`, `table5`) and, with a ceiling, `ceiling.csv`, written under `hmrn/`; `caption`
+    follows each table's own line. Returns {"table1": ..., "table5": ...}."""
+    tables = {t: round_table(per_run, t, label, rounds, ceiling) for t in TABLE_METRICS}
+    tables["table5"] = table5(per_run, label, ceiling)
+    for t, frame in tables.items():
+        what = f"{TABLE_METRICS[t]} per round" if t in TABLE_METRICS else (
+            "Avg. R@1/5/10, Avg. R@Sum (rsum) and Avg. MR over the rounds; 'R@Sum % of ceiling' = each model's Avg. "
+            "R@Sum over the ceiling's (mean over seeds)")
+        write_table(frame, f"hmrn/{t}", run=run, caption=f"HMRN Table {t[5:]} analogue: {what}. {caption}")
+    if ceiling is not None:
+        write_table(ceiling_frame(per_run, ceiling, rounds), "hmrn/ceiling", run=run, extra={"ceiling": dict(ceiling)},
+                    caption=f"Each model's R@1/5/10 after each round as a share of the multi-round Bayes ceiling "
+                            f"(profile {run.profile}).")
+    return tables
+
+
+def train_claims(per_run: pd.DataFrame, rounds: int, complexity: pd.DataFrame, embed_dim: int) -> pd.DataFrame:
+    """The claims of Sec. 4.3 and 4.6 checked on train.py's runs (`summary.compare_models`; a claim on a model
+    that did not converge is "not tested", `results.require_converged`)."""
+    means = model_means(per_run, ORDER, ["rsum"])
+    best = best_other_margin(per_run, ENSEMBLE, means, ["rsum"])
+    it_ti = {c: compare_models(per_run, IT, TI, [c]) for c in ("rsum", "mean/R@1")}
+    ens = {m: compare_models(per_run, ENSEMBLE, m, ["rsum"]) for m in MODELS}
+    gain, gain_spread, gain_verdict = round_gain(per_run, ENSEMBLE, rounds)
+    multi_single = compare_models(per_run, TI, RANK_FUSION, late_rounds(rounds))
+    vs_star = {m: compare_models(per_run, m, ROUND_MEAN, ["rsum"]) for m in MODELS}
+    late_ens = compare_models(per_run, IT, ENSEMBLE, late_rounds(rounds, max(1, rounds - 1)))
+    claims = [
+        {"claim": "HMRN (the ensemble) surpasses every compared method (Avg. R@Sum).",
+         "source": "Sec. 4.3.1, Tables 1-5", "evidence": f"ensemble - best other = {best.diff:+.2f} (largest seed std "
+         f"{best.spread:.2f})", "verdict": best.verdict, "models": ORDER},
+        {"claim": "HMRN I-T is above HMRN T-I on the averaged metrics (Avg. R@Sum and Avg. R@1).",
+         "source": "Sec. 4.3.2, Table 5", "evidence": "; ".join(f"I-T - T-I = {c.diff:+.2f} {k} (spread {c.spread:.2f})"
+                                                               for k, c in it_ti.items()),
+         "verdict": universal_verdict([c.verdict for c in it_ti.values()]), "models": list(MODELS)},
+        *[{"claim": f"The ensemble surpasses {m} on Avg. R@Sum.", "source": "Sec. 4.3.2, Table 5",
+           "evidence": f"ensemble - {m} = {c.diff:+.2f} (spread {c.spread:.2f})", "verdict": c.verdict,
+           "models": [ENSEMBLE, m]} for m, c in ens.items()],
+        {"claim": "Retrieval improves as queries are added (the ensemble's R@1, last round against the first).",
+         "source": "Sec. 4.3.1, Table 1", "evidence": f"round {rounds} - round 1 = {gain:+.2f} R@1 (seed std "
+         f"{gain_spread:.2f})", "verdict": gain_verdict, "models": [ENSEMBLE]},
+        {"claim": "Multi-vector methods (here HMRN T-I, the weaker HMRN) surpass single-vector ones (here "
+         "R-RankFusion) from the third round on.", "source": "Sec. 4.3.3, Tables 1-4",
+         "evidence": f"HMRN T-I - R-RankFusion = {multi_single.diff:+.2f} mean R@1 of rounds 3..{rounds} (spread "
+         f"{multi_single.spread:.2f})", "verdict": multi_single.verdict, "models": [TI, RANK_FUSION]},
+        {"claim": "HMRN outperforms traditional single-query methods averaged over the rounds (the '*' rows; here "
+         "VSE0*).", "source": "Sec. 4.3.4, Tables 1-5",
+         "evidence": "; ".join(f"{m} - VSE0* = {c.diff:+.2f} Avg. R@Sum (spread {c.spread:.2f})"
+                               for m, c in vs_star.items()),
+         "verdict": universal_verdict([c.verdict for c in vs_star.values()]), "models": [*MODELS, ROUND_MEAN]},
+        {"claim": "In the last rounds the weaker T-I branch drags the ensemble below HMRN I-T.",
+         "source": "Sec. 4.3.2, Tables 1-4", "evidence": f"I-T - ensemble = {late_ens.diff:+.2f} mean R@1 of the last "
+         f"two rounds (spread {late_ens.spread:.2f})", "verdict": late_ens.verdict, "models": [IT, ENSEMBLE]},
+    ]
+    converged = per_run.groupby("model")["converged"].all().to_dict()
+    for claim in claims:
+        claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
+                                                                claim.pop("models"), converged)
+    ours = complexity.set_index("model")
+    claims += [
+        {"claim": "HMRN beats Drill-down, R-RE and R-HRE (e.g. +23.4 R@1 over Drill-down in the last round).",
+         "source": "Abstract, Sec. 4.3.1", "evidence": "those methods are not built here (table not_built)",
+         "verdict": verdict(None)},
+        {"claim": "HMRN is lighter than the re-implemented ITR methods (4.7 M parameters, 0.5 GFLOPs).",
+         "source": "Sec. 4.6, Table 11", "evidence": f"those methods are not built; our HMRN ensemble has "
+         f"{ours.loc[ENSEMBLE, 'params (M)']:.2f} M parameters and {ours.loc[ENSEMBLE, 'MFLOPs per session']:.1f} "
+         f"MFLOPs a session at D = {embed_dim}", "verdict": verdict(None)},
+    ]
+    return pd.DataFrame(claims)
+
+
+def ablation_rows(table: Mapping[str, tuple[str, dict[str, object]]], rows: Sequence[str]
+                  ) -> dict[str, tuple[str, dict[str, object]]]:
+    """The rows of an ablation table (`TABLE6`, `TABLE7`) a profile trains, in the profile's order."""
+    return {r: table[r] for r in rows}
+
+
+def icr_rows(profile: str) -> dict[str, dict[str, object]]:
+    """Table 8's trained rows: {"ICR step L": {"icr_steps": L}} for the profile's L other than the default."""
+    return {f"ICR step {s}": {"icr_steps": s} for s in ICR_STEPS[check_profile(profile)] if s != ICR_DEFAULT}
+
+
+def icr_order(profile: str) -> list[str]:
+    """Table 8's rows in order of L (the default's row is train.py's ensemble)."""
+    return [f"ICR step {s}" for s in sorted(ICR_STEPS[check_profile(profile)])]
+
+
+def sweeps(kind: str, profile: str, seed: int, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
+           run: RunConfig) -> tuple[pd.DataFrame, dict[str, dict[tuple[float, ...], RoundScores]]]:
+    """One figure's sweep ("lambda" or "tau", `sweep_settings`) of both models, one seed: (the rows of both, `sweep_runs`;
+    {model: {setting: RoundScores}})."""
+    runs = {m: sweep_runs(m, sweep_settings(profile, m, kind, tuned), seed, data, tuned, enc, run) for m in MODELS}
+    return pd.concat([frame for frame, _ in runs.values()], ignore_index=True), {m: s for m, (_, s) in runs.items()}
+
+
+MINILM = "MiniLM (packaged)"
+
+
+def minilm_runs(profile: str, seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult],
+                run: RunConfig) -> pd.DataFrame | None:
+    """Table 10's MiniLM row: the ensemble of HMRN I-T and T-I on the packaged MiniLM (fine-tuned) at the BiGRU-tuned
+    settings, every seed; None outside `BERT_PROFILES` (module docstring of the notebook: its CPU cost)."""
+    if check_profile(profile) not in BERT_PROFILES:
+        return None
+    enc = hmrn_encoders(profile, data.multi.test.regions.shape[2], bert=True)
+    return ensemble_runs({MINILM: {}}, seeds, data, tuned, enc, run, bert=True)
+
+
+def table10(full: pd.DataFrame, minilm: pd.DataFrame | None, label: str, why: str) -> pd.DataFrame:
+    """Table 10: train.py's ensemble ("Bi-GRU"), the MiniLM ensemble (or a row saying `why` it was not run) and the
+    paper's CLIP row, with a note on each."""
+    runs = renamed(full, {"Bi-GRU": ENSEMBLE})
+    runs = runs if minilm is None else pd.concat([runs, minilm], ignore_index=True)
+    order = ["Bi-GRU"] + ([] if minilm is None else [MINILM])
+    out = hmrn_table(runs, "table10", TABLE5_COLUMNS, label, order=order, paper_only=("CLIP (ViT/B-16)",))
+    if minilm is None:
+        out = pd.concat([out, pd.DataFrame([{"model": MINILM, "seeds": 0}])], ignore_index=True)
+    notes = {"Bi-GRU": "train.py's ensemble", "CLIP (ViT/B-16) (paper only)": "paper: frozen CLIP text features",
+             MINILM: why if minilm is None else "the ensemble, MiniLM fine-tuned"}
+    return out.assign(note=out["model"].map(notes))
+
+
+def ablate_claims(runs6: pd.DataFrame, runs7: pd.DataFrame, runs8: pd.DataFrame, full: pd.DataFrame,
+                  minilm: pd.DataFrame | None, lam: pd.DataFrame, tau: pd.DataFrame, alpha_beta: pd.DataFrame,
+                  spread: Mapping[str, float], minilm_why: str) -> pd.DataFrame:
+    """The claims of Sec. 4.4-4.5 checked on ablate.py's runs (`full`: train.py's per-seed rows; `minilm`:
+    `minilm_runs`): Tables 6-7 (`pair_claims`), Table 8 and Figure 8 (`default_margin` against train.py's seed
+    spread), Tables 9-10, Figures 5-6 (`sweep_claims`)."""
+    claims = pair_claims(runs6, TABLE6_CLAIMS, spread, "Sec. 4.4.1, Table 6")
+    claims += pair_claims(runs7, TABLE7_CLAIMS, spread, "Sec. 4.4.2, Table 7")
+    icr_diff, icr_verdict = default_margin(dict(zip(runs8["model"], runs8["rsum"])), f"ICR step {ICR_DEFAULT}",
+                                           spread[ENSEMBLE])
+    claims.append({"claim": f"{ICR_DEFAULT} reasoning steps are best (the ensemble).", "source": "Sec. 4.4.2, Table 8",
+                   "evidence": f"L = {ICR_DEFAULT} - best other L = {icr_diff:+.2f} Avg. R@Sum (seed spread "
+                   f"{spread[ENSEMBLE]:.2f})", "verdict": icr_verdict})
+    claims.append({"claim": "Training I-T and T-I separately beats training them jointly.",
+                   "source": "Sec. 4.4.3, Table 9", "evidence": "not built: the paper does not define the jointly "
+                   "trained model", "verdict": verdict(None)})
+    if minilm is None:
+        claims.append({"claim": "The BiGRU beats a pretrained text backbone (CLIP; here MiniLM) slightly.",
+                       "source": "Sec. 4.4.4, Table 10", "evidence": minilm_why, "verdict": verdict(None)})
+    else:
+        c = compare_models(pd.concat([renamed(full, {"Bi-GRU": ENSEMBLE}), minilm]), "Bi-GRU", MINILM, ["rsum"])
+        claims.append({"claim": "The BiGRU beats a pretrained text backbone (CLIP; here MiniLM) slightly.",
+                       "source": "Sec. 4.4.4, Table 10", "evidence": f"Bi-GRU - MiniLM = {c.diff:+.2f} Avg. R@Sum "
+                       f"(spread {c.spread:.2f})", "verdict": c.verdict})
+    claims += sweep_claims({m: lam[lam["model"] == m] for m in MODELS}, {m: tau[tau["model"] == m] for m in MODELS},
+                           spread)
+    default = (config_default("alpha"), config_default("beta"))
+    ab = {(a, b): v for a, b, v in zip(alpha_beta["alpha"], alpha_beta["beta"], alpha_beta["rsum"])}
+    ab_diff, ab_verdict = default_margin(ab, default, spread[IT])
+    claims.append({"claim": "alpha = beta = 0.4 is the best weighting of the levels (HMRN I-T).",
+                   "source": "Sec. 4.5.3, Fig. 8", "evidence": f"{default} - best other = {ab_diff:+.2f} Avg. R@Sum "
+                   f"(seed spread {spread[IT]:.2f})", "verdict": ab_verdict})
+    return pd.DataFrame(claims)
+
+
+def write_galleries(scores: Tensor, split: Split, sets: Sequence[int], k: int, run: RunConfig) -> pd.DataFrame:
+    """The per-round gallery of each query set of `sets` (`round_gallery` through `viz.retrieval_gallery`), written
+    as `hmrn/gallery_<set>`; returns the target's rank after each round (rows: rounds, columns: "set <q>")."""
+    ranks = {}
+    for q in sets:
+        texts, images, hits, ranks[f"set {q}"] = round_gallery(scores, split, int(q), k)
+        write_figure(retrieval_gallery(texts, images, hits, width=60), f"hmrn/gallery_{q}", run=run,
+                     caption=f"Test query set {q}: the top {k} images after each round (green: the target) and the "
+                     "target's rank.")
+    return pd.DataFrame(ranks, index=pd.RangeIndex(1, scores.shape[0] + 1, name="round"))
+
+
+def graph_figure(graphs: Sequence[np.ndarray], n_queries: int) -> Figure:
+    """The inter-correlation graph per reasoning step (`correlation_graph`) as annotated heatmaps, one shared colour
+    scale from 0 to 1."""
+    nodes = [f"q{j + 1}" for j in range(n_queries)] + ["global"]
+    fig, axes = plt.subplots(1, len(graphs), figsize=(4.2 * len(graphs), 3.8), squeeze=False)
+    for step, (ax, graph) in enumerate(zip(axes[0], graphs), 1):
+        heatmap(ax, graph, nodes, nodes, fmt="{:.2f}", vmin=0.0, vmax=1.0, colorbar=step == len(graphs))
+        ax.set_title(f"step {step}: A[q, k] (q: source, k: updated node)", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+OFFICIAL_CODE_NOTE = (
+    "**What the official code (LZH-053/HMRN) does differently, and this book does not.** (1) Round weighting at test "
+    "time only: its test scoring multiplies the reasoning similarity by w_t = (1 + ... + t) / 55 in round t, while "
+    "training and validation use no such weight; here every round is scored with the similarity that was trained "
+    "(Eq. 18-19). (2) Queries dropped silently: its test evaluation sets npts = number of query sets - 96, so the "
+    "last 96 query sets are never scored while the gallery keeps every image; here every query set is scored, and a "
+    "set longer than the model's limit is an error naming its image, never truncated.")
+
+
+def chapter_claims(run: RunConfig) -> list[Claim]:
+    """The claims train.py and ablate.py wrote (`hmrn/claims_train.csv`, `claims_ablate.csv`); a notebook not run yet
+    gives one "not tested" line saying so."""
+    claims = []
+    for part in ("claims_train", "claims_ablate"):
+        path = results_root(run) / "hmrn" / f"{part}.csv"
+        if path.is_file():
+            claims += [Claim(r["claim"], r["source"], r["evidence"], r["verdict"]) for _, r in pd.read_csv(path).iterrows()]
+        else:
+            claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
+                                "not tested"))
+    return claims
