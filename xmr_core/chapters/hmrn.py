@@ -672,12 +672,12 @@ def late_rounds(rounds: int, first: int = 3) -> list[str]:
 
 def interior_best(values: Mapping[float, float], spread: float) -> tuple[float, Verdict]:
     """Figure 5's "rises, then falls" on a one-seed sweep {value: Avg. R@Sum}: (the best value, verdict: held when
-    the best is neither end and beats both ends by more than `spread`, did not hold when an end is the best by more
-    than `spread`, else within noise; not tested without three values or a finite spread)."""
-    if len(values) < 3 or not np.isfinite(spread):
-        return float("nan"), verdict(None)
+    the best inner value beats both ends by more than `spread`, did not hold when an end beats every inner value by
+    more than `spread`, else within noise; not tested without three values or a finite spread)."""
     keys = sorted(values)
-    best = max(keys, key=values.__getitem__)
+    best = max(keys, key=values.__getitem__) if keys else float("nan")
+    if len(values) < 3 or not np.isfinite(spread):
+        return best, verdict(None)
     ends = max(values[keys[0]], values[keys[-1]])
     inner = max(values[k] for k in keys[1:-1])
     return best, difference_verdict(inner - ends, spread)
@@ -687,10 +687,10 @@ def default_margin(values: Mapping[object, float], default: object, spread: floa
     """"The default setting is the best": (its Avg. R@Sum minus the best other setting's, `difference_verdict`);
     not tested without another setting or a finite spread."""
     others = [v for k, v in values.items() if k != default]
-    if default not in values or not others or not np.isfinite(spread):
+    if default not in values or not others:
         return float("nan"), verdict(None)
     diff = values[default] - max(others)
-    return diff, difference_verdict(diff, spread)
+    return diff, difference_verdict(diff, spread) if np.isfinite(spread) else verdict(None)
 
 
 def seed_spread(per_run: pd.DataFrame, model: str, col: str = "rsum") -> float:
