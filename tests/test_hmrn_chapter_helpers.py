@@ -75,6 +75,12 @@ def test_encoders_per_profile():
 
 
 # ---------------------------------------------------------------------------------------------- configs
+def test_the_cpu_recipe_trains_every_model_at_batch_32():
+    assert chapter.hmrn_train_config("cpu", 1e-3).batch_size == 32
+    assert chapter.hmrn_train_config("paper", 1e-3).batch_size == 128  # the shared paper recipe, unchanged
+    assert chapter.hmrn_train_config("cpu", 1e-3, batch_size=8).batch_size == 8
+
+
 def test_tuned_config_is_the_local_direction_at_the_tuned_tau_with_changes():
     cfg = chapter.tuned_config(chapter.TI, ENC, _tuned(80.0), icr_steps=1)
     assert (cfg.local, cfg.tau, cfg.icr_steps, cfg.lambda2) == ("T-I", 80.0, 1, 15.0)

@@ -13,11 +13,15 @@ gallery image. Scenes images hold 5 to 10 queries, so a set shorter than r keeps
 rounds (`short="hold"`, the same rule the per-epoch validation uses), and nothing is dropped. `ROUNDS` = 10, the
 paper's N.
 
-Evaluation cost: HMRN scores every (image, query set) pair by cross attention, nothing is embedded once per
-side, so a gallery of G images costs G² pair scorings a round. Measured by the method's author: a 64 × 64 block
-of images × 10-query sets takes 0.2 s at D = 64 and 1.7 s at D = 256 on this CPU. The cpu profile therefore
-uses D = 64 (`hmrn_encoders`) and scores the first `EVAL_IMAGES["cpu"]` images of the validation split (every
-epoch) and of the test split (the tables): 200 and 500 of 1,000. smoke and paper use the whole splits.
+Cost: HMRN scores every (image, query set) pair by cross attention, nothing is embedded once per side, so a
+gallery of G images costs G² pair scorings a round, and a training batch of B sets B² (the InfoNCE of Eq. 20 over
+the batch). Measured by the method's author: a 64 × 64 block of images × 10-query sets takes 0.2 s at D = 64 and
+1.7 s at D = 256 on this CPU; measured here (niced, one thread, beside another job): 0.12 s for that block at
+D = 64 and 2.4 s for one training step at batch 128 (forward and backward of the three levels). The cpu profile
+therefore uses D = 64 (`hmrn_encoders`), batch 32 (`TRAIN_OVERRIDES`, for every trained model of the chapter: 16×
+fewer pairs a step, 4× fewer a epoch) and the first images of each split (`SUBSETS["cpu"]`): 2,000 of 5,000
+training images, 128 of 1,000 validation images scored every epoch, 500 of 1,000 test images for the tables.
+smoke and paper use the whole splits and the recipe's batch.
 
 Compared models, each with the same tuning budget on the validation split (`xmr_core.tuning.tune` through
 `pcme.tune_methods`): three learning rates at the default weight, then three values of the weight at the best
@@ -53,7 +57,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, paper_table
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
+from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, train_config
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_means
 from xmr_core.config import RunConfig, check_profile
@@ -78,7 +82,7 @@ from xmr_core.results import (
     write_figure,
     write_table,
 )
-from xmr_core.train import FitResult
+from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import TuningResult
 from xmr_core.viz import heatmap, retrieval_gallery
 
@@ -95,8 +99,9 @@ RANK_FUSION = "R-RankFusion"  # Drill-down's rank fusion of the same single-quer
 ORDER = [RANK_FUSION, ROUND_MEAN, TI, IT, ENSEMBLE]  # the paper's row order (single-, then multi-vector)
 TAUS = (20.0, 40.0, 80.0)  # HMRN's tuned weight: the InfoNCE scale τ (Eq. 20)
 BERT_PROFILES = ("paper",)  # Table 10's MiniLM rows are trained in these profiles only
-EVAL_IMAGES: dict[str, tuple[int | None, int | None]] = {"smoke": (None, None), "cpu": (200, 500),
-                                                         "paper": (None, None)}  # (val, test) first images
+SUBSETS: dict[str, tuple[int | None, int | None, int | None]] = {  # (train, val, test) first images; None: all
+    "smoke": (None, None, None), "cpu": (2000, 128, 500), "paper": (None, None, None)}
+TRAIN_OVERRIDES: dict[str, dict[str, object]] = {"smoke": {}, "cpu": {"batch_size": 32}, "paper": {}}
 
 NOT_BUILT: dict[str, str] = {
     "R-RE": "Drill-down's recurrent encoder of the concatenated queries: the library has no multi-round "
@@ -138,7 +143,7 @@ TABLE7_ROWS: dict[str, tuple[str, ...]] = {"smoke": ("T-I, Concat",), "cpu": tup
 # Seeds of each Table 6-7 row: cpu trains one (the chapter's cold run stays within reach on 2 cores) and judges its
 # claims against the seed spread of train.py's full models, as the one-seed figure sweeps are; paper: every seed.
 ABLATION_SEEDS = {"smoke": 1, "cpu": 1, "paper": 3}
-ICR_STEPS: dict[str, tuple[int, ...]] = {"smoke": (1, 3), "cpu": (1, 3, 4), "paper": (1, 2, 3, 4)}
+ICR_STEPS: dict[str, tuple[int, ...]] = {"smoke": (1, 3), "cpu": (1, 3), "paper": (1, 2, 3, 4)}
 ICR_DEFAULT = 3
 # Figures 5-8 (one seed each; the tuned setting, train.py's, is always among them). λ is λ1 for HMRN I-T and λ2
 # for HMRN T-I; τ's grid holds the tuning grid, whose runs at the tuned learning rate are loaded from the cache.
@@ -151,7 +156,7 @@ LAMBDA_GRID: dict[str, dict[str, tuple[float, ...]]] = {
 TAU_GRID: dict[str, tuple[float, ...]] = {"smoke": (20.0, 40.0), "cpu": TAUS, "paper": (10.0,) + TAUS}
 ALPHA_BETA_GRID: dict[str, tuple[tuple[float, float], ...]] = {  # Figure 8, HMRN I-T
     "smoke": ((0.4, 0.4), (0.6, 0.2)),
-    "cpu": ((0.2, 0.4), (0.4, 0.2), (0.4, 0.4), (0.6, 0.2)),
+    "cpu": ((0.2, 0.4), (0.4, 0.4), (0.6, 0.2)),
     "paper": tuple((a, b) for a in (0.2, 0.3, 0.4, 0.5, 0.6) for b in (0.2, 0.3, 0.4) if a + b <= 1.0),
 }
 
@@ -197,15 +202,15 @@ def gallery_holds(split: Split, n: int | None) -> list[np.ndarray] | None:
 
 
 def hmrn_data(corpus: Corpus, profile: str, word_vectors: str = "glove-6b-50d") -> HMRNData:
-    """Train on the training split, validate on the first `EVAL_IMAGES[profile][0]` validation images and test on
-    the first `[1]` test images; the vocabulary and word vectors of the training queries."""
+    """Train on the first `SUBSETS[profile][0]` training images, validate on the first `[1]` validation images and
+    test on the first `[2]` test images; the vocabulary and word vectors of the training queries."""
     train, val, test = corpus["train"], corpus["val"], corpus["test"]
     missing = [s.name for s in (train, val, test) if s.regions is None or s.queries is None]
     if missing:
         raise ValueError(f"{corpus.meta.get('name', 'this corpus')}: splits {missing} lack region features or region "
                          "queries; HMRN reads both (scenes: variant 'multi'; real data: Drill-down's VG layout)")
-    n_val, n_test = EVAL_IMAGES[check_profile(profile)]
-    val, gallery = first_images(val, n_val), first_images(test, n_test)
+    n_train, n_val, n_test = SUBSETS[check_profile(profile)]
+    train, val, gallery = first_images(train, n_train), first_images(val, n_val), first_images(test, n_test)
     queries = [q for qs in train.queries for q in qs]
     vocab = Vocabulary.build(queries)
     vectors = load_word_vectors(vocab, word_vectors, train_captions=queries)
@@ -251,12 +256,18 @@ def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_
                 ) -> dict[str, TuningResult]:
     """Tune HMRN I-T, T-I (on the multi-query splits) and VSE0 (on the queries as captions) with the same budget
     (cached runs: free the second time, so `ablate.py` and `visualise.py` call this to read `train.py`'s choices)."""
+    overrides = {**TRAIN_OVERRIDES[check_profile(profile)], **train_overrides}
     tuned = pcme_chapter.tune_methods(profile, enc, data.multi.word_vectors, data.multi.train, data.multi.val,
-                                      data.multi.vocab, seed, compared=compared(), **train_overrides)
+                                      data.multi.vocab, seed, compared=compared(), **overrides)
     single = {SINGLE: pcme_chapter.COMPARED[SINGLE]}
     return {**tuned, **pcme_chapter.tune_methods(profile, enc, data.single.word_vectors, data.single.train,
                                                  data.single.val, data.single.vocab, seed, compared=single,
-                                                 **train_overrides)}
+                                                 **overrides)}
+
+
+def hmrn_train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
+    """The chapter's recipe: `pcme.train_config` with the profile's `TRAIN_OVERRIDES` (cpu: batch 32)."""
+    return train_config(profile, lr, seed, **{**TRAIN_OVERRIDES[check_profile(profile)], **overrides})
 
 
 def tuned_config(name: str, enc: dict, tuned: Mapping[str, TuningResult], **changes: object) -> HMRNConfig:
@@ -270,14 +281,15 @@ def train_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], 
     learning rate (`pcme.train_built`). Returns the model (best weights, eval mode) and the fit."""
     cfg = tuned_config(name, enc, tuned, **changes)
     wv = word_table(data.multi, bert)
-    return train_built(lambda: HMRN(cfg, wv), tuned[name].lr, data.multi, run, seed)  # type: ignore[return-value]
+    return train_built(lambda: HMRN(cfg, wv), tuned[name].lr, data.multi, run, seed,  # type: ignore[return-value]
+                       **TRAIN_OVERRIDES[run.profile])
 
 
 def train_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
                  seed: int) -> tuple[RetrievalModel, FitResult]:
     """VSE0 on the region queries as captions at its tuned margin and learning rate."""
     build = lambda: pcme_chapter.COMPARED[SINGLE].build(enc, data.single.word_vectors, tuned[SINGLE].weight, 1)
-    return train_built(build, tuned[SINGLE].lr, data.single, run, seed)
+    return train_built(build, tuned[SINGLE].lr, data.single, run, seed, **TRAIN_OVERRIDES[run.profile])
 
 
 # ------------------------------------------------------------------------------------------ scores and rows
