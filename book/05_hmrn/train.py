@@ -89,6 +89,7 @@ from xmr_core.chapters.hmrn import (
     train_variant,
     training_runs,
     tune_models,
+    tuned_config,
     write_tables,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES
@@ -130,6 +131,7 @@ split_sizes(data)
 
 # %%
 tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
+print(f"{IT}: {tuned_config(IT, enc, tuned)}\n{TI}: {tuned_config(TI, enc, tuned)}")
 tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
 write_table(tuning, "hmrn/tuning", run=run, caption=(
     f"Tuning runs of every trained model on the validation split ({DATASET}, variant {VARIANT}, profile {PROFILE}): "
