@@ -201,9 +201,10 @@ def test_round_gallery_by_hand():
                            [[0.9, 0.1, 0.5], [0.0, 1.0, 0.0], [0.3, 0.2, 0.4]]])
     texts, images, hits, ranks = chapter.round_gallery(scores, split, 2, k=2)
     assert ranks == [3, 1]  # set 2 (target image 2): 0.1 is last, then 0.4 is first
-    assert hits.tolist() == [[False, False], [True, False]]
-    assert np.array_equal(images[1, 0], split.images[2]) and np.array_equal(images[0, 0], split.images[0])
-    assert texts[0].startswith("round 1: + 'object 0 of image 2'") and texts[1].endswith("target rank 1")
+    assert hits.tolist() == [[True, False], [False, False], [True, False]]  # row 0: the target alone
+    assert np.array_equal(images[0, 0], split.images[2]) and not images[0, 1].any()
+    assert np.array_equal(images[2, 0], split.images[2]) and np.array_equal(images[1, 0], split.images[0])
+    assert texts[1].startswith("round 1: + 'object 0 of image 2'") and texts[2].endswith("target rank 1")
 
 
 def test_query_attention_sums_to_one_and_heats_the_boxes():

@@ -564,12 +564,15 @@ def bubble_figure(frame: pd.DataFrame, x: str, y: str, title: str, ax: plt.Axes 
 # ------------------------------------------------------------------------------------------------ visualise
 def round_gallery(scores: Tensor, split: Split, query_set: int, k: int = 5
                   ) -> tuple[list[str], np.ndarray, np.ndarray, list[int]]:
-    """The per-round retrieval of one query set (image `query_set`'s queries) from scores (T, Q, G): per round
-    the text (the query added and the target's rank), the top-k images (T, k, H, W, 3), whether each is the
-    target (T, k), and the target's rank after each round (pessimistic, as `metrics.multi_round`)."""
+    """The per-round retrieval of one query set (image `query_set`'s queries) from scores (T, Q, G): a first row
+    with the target image alone (the rest blank), then per round the text (the query added and the target's rank)
+    and the top-k images; returns (texts (T + 1), images (T + 1, k, H, W, 3), whether each is the target
+    (T + 1, k), the target's rank after each round (T,), pessimistic as `metrics.multi_round`)."""
     if split.images is None:
         raise ValueError(f"{split.source}: split {split.name!r} holds no pixels to draw")
-    texts, images, hits, ranks = [], [], [], []
+    target = np.zeros((k, *split.images.shape[1:]), dtype=split.images.dtype)
+    target[0] = split.images[query_set]
+    texts, images, hits, ranks = [f"target: test image {query_set}"], [target], [np.arange(k) == 0], []
     queries = split.queries[query_set]
     for r in range(scores.shape[0]):
         row = scores[r, query_set]
