@@ -317,3 +317,21 @@ def test_paper_values_cover_tables_1_to_11():
     assert len(one) == 10 and one[one["key"] == "round10/R@1"]["value"].item() == 93.5  # Table 1's last round
     assert paper[(paper["table"] == "table4") & (paper["method"] == "Drill-down") &
                  (paper["key"] == "round1/meanR")]["value"].item() == 321.8
+
+
+def test_hmrn_data_builds_the_vocabulary_from_training_queries_and_keeps_every_query(monkeypatch):
+    from fixtures.corpora import synthetic_corpus
+
+    corpus = synthetic_corpus(0, {"train": 6, "val": 4, "test": 5})
+    monkeypatch.setitem(chapter.SUBSETS, "cpu", (5, 3, 4))
+    data = chapter.hmrn_data(corpus, "cpu", word_vectors="word2vec")
+    assert (data.multi.train.n_images, data.multi.val.n_images, data.multi.test.n_images) == (5, 3, 4)
+    assert set(data.multi.vocab.words) >= {"object", "of", "image", "4"}  # training image 4's queries
+    assert "5" not in data.multi.vocab.words  # image 5 is past the cpu subset (and the queries hold no "5")
+    # the baseline's captions are the same splits' queries: one caption per query, none dropped
+    assert data.single.train.n_captions == sum(len(q) for q in data.multi.train.queries)
+    assert data.single.vocab is data.multi.vocab and data.holds is None
+    no_regions = synthetic_corpus(0)
+    no_regions["val"].regions = None
+    with pytest.raises(ValueError, match=r"\['val'\] lack region features"):
+        chapter.hmrn_data(no_regions, "cpu", word_vectors="word2vec")
