@@ -36,8 +36,8 @@
 # - **Figures 5–8**: λ (λ1 for I-T, λ2 for T-I), τ, their ensembles (Figure 7) and α, β of HMRN I-T, one seed each
 #   (train.py's setting is among them, loaded from the cache).
 #
-# Table 6 and 7 rows get `ABLATION_SEEDS[profile]` seeds (cpu: one, to keep the cold run small); claims on
-# one-seed rows are judged against the seed spread of train.py's full models.
+# Table 6 and 7 rows are compared by claims: `ABLATION_SEEDS[profile]` seeds each (3; smoke: one), and a claim's
+# spread is the larger of the rows' own seed spread and train.py's seed spread of the claim's model.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
