@@ -365,7 +365,6 @@ fr_cub = [compare_models(per_run, "DVSE + FR", "DVSE", [c]) for c in TABLE3_COLU
 t4_time = {n: compare_models(t4, f"DVSE + {n}", "DVSE + FR", ["re-rank s"]) for n in ("RR", "MR")}
 t4_rsum = {n: compare_models(t4, "DVSE + FR", f"DVSE + {n}", ["all rSum"]) for n in ("RR", "MR")}
 t4_nn = {n: compare_models(t4, f"DVSE + {n}", "DVSE", ["all rSum"]) for n in ("RR", "MR")}
-tested_gains = gains[gains["not tested"] == ""]
 claims = [
     {"claim": "DVSE outperforms its baseline PVSE (rSum).", "source": "Sec. IV-B-1, Tables I-II",
      "evidence": f"DVSE - PVSE K=2 = {vs_pvse.diff:+.2f} rSum (mean of 1K and all; largest seed std {vs_pvse.spread:.2f})",
@@ -385,7 +384,7 @@ claims = [
      "evidence": "FR - none (rSum): " + "; ".join(
          f"{r['model']} {r['diff']:+.2f} (spread {r['spread']:.2f}, {r['seeds']} seed(s): {r['verdict']}"
          + (f", {r['not tested']})" if r["not tested"] else ")") for r in gains.to_dict("records")),
-     "verdict": universal_verdict(list(tested_gains["verdict"])), "models": list(tested_gains["model"])},
+     "verdict": universal_verdict(list(gains["verdict"])), "models": list(gains["model"])},
     {"claim": "PVSE: as K grows, R@1 rises while R-P falls (CUB).", "source": "Sec. IV-B-2, Table III",
      "evidence": "; ".join(f"K={k}: R@1 {r1m[f'PVSE K={k}']:.1f}, R-P {rpm[f'PVSE K={k}']:.1f}" for k in (1, 2, 4)),
      "verdict": verdict(r1m["PVSE K=4"] > r1m["PVSE K=1"] and rpm["PVSE K=4"] < rpm["PVSE K=1"]),
