@@ -193,8 +193,9 @@ def cross_method_claims(per_run: pd.DataFrame) -> list[dict[str, str]]:
         "claim": "Relations help instance metrics: every relation-modelling model beats the model it extends in "
                  "instance rSum.",
         "source": "MSRM Sec. 3.3, HREM Sec. 4",
-        "evidence": "; ".join(c.evidence() for c in checks) + " (HREM is not in the leaderboard yet: its chapter trains on region features under its own protocol)" if checks else
-        "no relation-modelling model and its base trained",
+        "evidence": "; ".join(c.evidence() for c in checks) + " (HREM is not in the leaderboard yet: its chapter "
+                    "trains on region features under its own protocol)" if checks else
+                    "no relation-modelling model and its base trained",
         "verdict": universal_verdict([c.verdict for c in checks])})
 
     bases = list(dict.fromkeys(plain["model"]))
