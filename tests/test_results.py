@@ -153,3 +153,17 @@ def test_git_commit_is_dirty_for_changed_sources_but_not_for_changed_results(tmp
     assert results.git_commit(tmp_path) == head
     (tmp_path / "code.py").write_text("x = 2\n")  # a source changed
     assert results.git_commit(tmp_path) == head + "+dirty"
+
+
+def test_notebook_claims_reads_both_notebooks_and_names_a_missing_one(tmp_path):
+    from xmr_core.config import RunConfig
+    from xmr_core.results import notebook_claims
+
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path), PROGRESS=False)
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "claims_train.csv").write_text(
+        "claim,source,evidence,verdict\nA beats B.,Table 1,A - B = +1.0,held\nC beats D.,Table 2,n/a,not tested\n")
+    claims = notebook_claims(run, "demo")
+    assert [(c.claim, c.verdict) for c in claims[:2]] == [("A beats B.", "held"), ("C beats D.", "not tested")]
+    assert len(claims) == 3 and claims[2].verdict == "not tested"
+    assert "claims_ablate.csv not found: run it first" in claims[2].evidence

@@ -256,6 +256,21 @@ class Claim:
             raise ValueError(f"Claim {self.claim!r}: verdict must be one of {VERDICTS}, got {self.verdict!r}")
 
 
+def notebook_claims(run: RunConfig, chapter: str) -> list[Claim]:
+    """The claims a chapter's train.py and ablate.py wrote (`<results>/<chapter>/claims_train.csv`,
+    `claims_ablate.csv`), for its claims page; a notebook not run yet gives one "not tested" line saying so."""
+    claims = []
+    for part in ("claims_train", "claims_ablate"):
+        path = results_root(run) / chapter / f"{part}.csv"
+        if path.is_file():
+            claims += [Claim(r["claim"], r["source"], r["evidence"], r["verdict"])
+                       for _, r in pd.read_csv(path).iterrows()]
+        else:
+            claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
+                                "not tested"))
+    return claims
+
+
 def write_claims(claims: list[Claim], chapter: str, *, run: RunConfig, preamble: str = "") -> Path:
     """Render `<results>/<chapter>/claims.md` from checked claims."""
     lines = [f"# Claims of the paper tested by the `{chapter}` chapter", ""]

@@ -47,7 +47,14 @@ from xmr_core.evaluate import score_matrix
 from xmr_core.methods.pcme import uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import erase_centre, erase_words, mix_halves, with_captions, with_images
-from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
+from xmr_core.results import (
+    Claim,
+    notebook_claims,
+    verdict,
+    write_claims,
+    write_figure,
+    write_table,
+)
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
@@ -257,16 +264,7 @@ write_figure(gallery, "pcme/gallery", run=run, caption="Text-to-image top-5 (mat
 # `ablate.py` are read from the tables they wrote.
 
 # %%
-root = results_root(run) / "pcme"
-claims = []
-for part in ("claims_train", "claims_ablate"):
-    path = root / f"{part}.csv"
-    if path.is_file():
-        for _, r in pd.read_csv(path).iterrows():
-            claims.append(Claim(r["claim"], r["source"], r["evidence"], r["verdict"]))
-    else:
-        claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run that notebook first",
-                            verdict(None)))
+claims = notebook_claims(run, "pcme")
 claims += [
     Claim("Uncertainty falls as R@1 rises (higher sigma, lower R@1).", "Sec. 4.4, Figure 6",
           f"correlation of sigma bin and R@1: i2t {corr_i2t:.2f}, t2i {corr_t2i:.2f}",

@@ -45,7 +45,14 @@ from xmr_core.chapters.msrm import batch_incidence, top_k_lists, train_model, tu
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import direction_scores, embed_split
-from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
+from xmr_core.results import (
+    Claim,
+    notebook_claims,
+    verdict,
+    write_claims,
+    write_figure,
+    write_table,
+)
 from xmr_core.viz import heatmap
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -140,16 +147,7 @@ incidence_stats
 # ## The claims of the chapter
 
 # %%
-root = results_root(run) / "msrm"
-claims = []
-for part in ("claims_train", "claims_ablate"):
-    path = root / f"{part}.csv"
-    if path.is_file():
-        for _, r in pd.read_csv(path).iterrows():
-            claims.append(Claim(r["claim"], r["source"], r["evidence"], r["verdict"]))
-    else:
-        claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
-                            verdict(None)))
+claims = notebook_claims(run, "msrm")
 zz = zeta_summary.set_index(["model", "direction"])
 claims.append(Claim(
     "Compared with PCME, MSRM's top-6 lists hold more ground truths and more plausible (small-zeta) matches.",

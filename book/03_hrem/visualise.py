@@ -58,7 +58,14 @@ from xmr_core.chapters.hrem import (
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import Claim, results_root, verdict, write_claims, write_figure, write_table
+from xmr_core.results import (
+    Claim,
+    notebook_claims,
+    verdict,
+    write_claims,
+    write_figure,
+    write_table,
+)
 from xmr_core.viz import heatmap, image_grid
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -157,14 +164,7 @@ plt.show()
 # ## The claims of the chapter
 
 # %%
-claims = []
-for part in ("claims_train", "claims_ablate"):
-    path = results_root(run) / "hrem" / f"{part}.csv"
-    if path.is_file():
-        claims += [Claim(r["claim"], r["source"], r["evidence"], r["verdict"]) for _, r in pd.read_csv(path).iterrows()]
-    else:
-        claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
-                            verdict(None)))
+claims = notebook_claims(run, "hrem")
 claims.append(Claim("Fragment-level matching identifies the inter-modal connections (Fig. 3, Eq. 5-7).",
                     "Sec. 3.3.1, Figure 3", f"one batch of {BATCH} pairs (graph.png, graph_stats): illustrative, not a "
                     "test", verdict(None)))

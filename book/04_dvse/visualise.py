@@ -74,8 +74,8 @@ from xmr_core.evaluate import embed_split, evaluate_scores
 from xmr_core.methods.dvse import dvse_ablation_config
 from xmr_core.results import (
     Claim,
+    notebook_claims,
     require_converged,
-    results_root,
     verdict,
     write_claims,
     write_figure,
@@ -242,14 +242,7 @@ fig6_claims = [("4", "2", ("Without L_ort and DM (SE only) the sub-embeddings ar
                 "Sec. IV-C, Figure 6(a)(b)"),
                ("1", "2", ("The full DVSE's sub-embeddings are more correlated than with L_ort alone (it learns "
                            "relations, not only a decomposition)."), "Sec. IV-C, Figure 6(c)(d)")]
-claims = []
-for part in ("claims_train", "claims_ablate"):
-    path = results_root(run) / "dvse" / f"{part}.csv"
-    if path.is_file():
-        claims += [Claim(r["claim"], r["source"], r["evidence"], r["verdict"]) for _, r in pd.read_csv(path).iterrows()]
-    else:
-        claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
-                            verdict(None)))
+claims = notebook_claims(run, "dvse")
 for a, b, text, source in fig6_claims:
     ma, mb = f"combination {a}", f"combination {b}"
     if ma in conv6 and mb in conv6:

@@ -50,7 +50,6 @@ from xmr_core.chapters.hmrn import (
     TI,
     VARIANT,
     attention_figure,
-    chapter_claims,
     correlation_graph,
     ensemble_scores,
     graph_figure,
@@ -64,7 +63,7 @@ from xmr_core.chapters.hmrn import (
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import write_claims, write_figure, write_table
+from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -121,7 +120,7 @@ plt.show()
 # ## The claims of the chapter
 
 # %%
-claims = chapter_claims(run)
+claims = notebook_claims(run, "hmrn")
 preamble = (
     "Each claim of the paper's experiments (Sec. 4) with what this run says of it. A difference holds only when it "
     "exceeds the seed spread; claims on models that did not converge, or with one seed, are not tested. Scenes numbers "

@@ -71,12 +71,10 @@ from xmr_core.evaluate import multi_query_scores, multi_round_metrics
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config, text_image_weights
 from xmr_core.results import (
-    Claim,
     Verdict,
     difference_verdict,
     paper_values,
     require_converged,
-    results_root,
     universal_verdict,
     verdict,
     write_figure,
@@ -983,16 +981,3 @@ OFFICIAL_CODE_NOTE = (
     "last 96 query sets are never scored while the gallery keeps every image; here every query set is scored, and a "
     "set longer than the model's limit is an error naming its image, never truncated.")
 
-
-def chapter_claims(run: RunConfig) -> list[Claim]:
-    """The claims train.py and ablate.py wrote (`hmrn/claims_train.csv`, `claims_ablate.csv`); a notebook not run yet
-    gives one "not tested" line saying so."""
-    claims = []
-    for part in ("claims_train", "claims_ablate"):
-        path = results_root(run) / "hmrn" / f"{part}.csv"
-        if path.is_file():
-            claims += [Claim(r["claim"], r["source"], r["evidence"], r["verdict"]) for _, r in pd.read_csv(path).iterrows()]
-        else:
-            claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
-                                "not tested"))
-    return claims
