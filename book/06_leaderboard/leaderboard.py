@@ -49,6 +49,7 @@ from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
     METRICS,
+    ceiling_frame,
     cross_method_claims,
     leaderboard_rows,
     model_summary,
@@ -74,6 +75,10 @@ pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
 tuned = tune_book(run, enc, data)
+write_table(pd.concat([t.frame() for t in tuned.values()], ignore_index=True), "leaderboard/tuning", run=run,
+            caption=("Each method's tuning runs on the validation split, its chapter's (loaded from the run cache): "
+                     "learning rates at the default weight, then the weight at the best learning rate; 'chosen' = "
+                     "the setting every seed is trained with. FR temperatures are tuned per model in per_seed."))
 print(f"test split: {data.test.n_images} images, {data.test.n_captions} captions, views {data.test.views()}")
 
 # %% [markdown]
@@ -89,6 +94,9 @@ for chapter, name, k in BOOK_MODELS:
         print(f"{chapter}: {model_label(name, k)} seed {seed} ({'cached' if result.cached else 'trained'}) "
               f"scored in {time.perf_counter() - t0:.1f} s")
 per_run = pd.DataFrame(rows)
+write_table(ceiling_frame(per_run, data.test), "leaderboard/ceiling", run=run, caption=(
+    f"Each model's instance rSum on the whole {DATASET} test split as a share of the Bayes ceiling, per seed, "
+    f"with and without Fast Re-ranking (profile {PROFILE})."))
 write_table(per_run, "leaderboard/per_seed", run=run, caption=(
     f"Every model and seed of the book on the whole {DATASET} test split, with and without Fast Re-ranking "
     "(FR gamma / lambda: the tied temperatures chosen on the validation split); profile " + PROFILE + "."))
