@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -163,62 +164,90 @@ def test_fold_ceiling_one_fold_is_the_whole_split_and_smaller_galleries_do_not_l
 # ------------------------------------------------------------------------------------- multi-round
 
 
-def _holds(sets: list[list[set[int]]], n: int) -> list[np.ndarray]:
-    return [np.array([[g in q for g in range(n)] for q in qs]) for qs in sets]
-
-
-# query set q is written for image q; each query lists the images it holds in
-QUERY_SETS = [
-    [{0, 1, 2}, {0, 1, 3}],  # set 0: round 1 -> {0, 1, 2} (n = 3), round 2 -> {0, 1} (n = 2)
-    [{1}, {0, 1}],  # set 1: n = 1, 1
-    [{0, 1, 2, 3}, {2, 3}],  # set 2: n = 4, 2
-    [{2, 3}],  # set 3: one query; held in round 2: n = 2, 2
-]
+# two attributes (shape, colour); -1 = a query leaves it open; objects padded to K = 3 slots
+CIRCLE, SQUARE, RED, BLUE, ANY = 0, 1, 0, 1, -1
+OBJECTS = np.array([[[CIRCLE, RED], [SQUARE, RED], [0, 0]],  # image 0: 2 objects
+                    [[CIRCLE, RED], [CIRCLE, BLUE], [SQUARE, BLUE]],  # image 1: 3 objects
+                    [[CIRCLE, RED], [0, 0], [0, 0]]])  # image 2: 1 object
+VALID = np.array([[1, 1, 0], [1, 1, 1], [1, 0, 0]], bool)
+QUERIES = [np.array([[CIRCLE, ANY], [ANY, RED]]),  # set 0, for image 0: "a circle", "a red shape"
+           np.array([[ANY, BLUE], [SQUARE, ANY]]),  # set 1: "a blue shape", "a square"
+           np.array([[ANY, RED]])]  # set 2: one query, held in round 2
 
 
 def test_multi_round_ceiling_hand_worked():
-    # the target's rank is uniform on 1..n: R@K = min(1, K / n), expected rank (n + 1) / 2
-    # round 1, n = (3, 1, 4, 2): R@1 = (1/3 + 1 + 1/4 + 1/2) / 4 = 25/48, R@2 = (2/3 + 1 + 1/2 + 1) / 4 = 38/48,
-    #                            meanR = (2 + 1 + 2.5 + 1.5) / 4 = 1.75
-    # round 2, n = (2, 1, 2, 2): R@1 = (1/2 + 1 + 1/2 + 1/2) / 4 = 5/8, R@2 = 1, meanR = (1.5 + 1 + 1.5 + 1.5) / 4
-    got = multi_round_ceiling(_holds(QUERY_SETS, 4), rounds=2, ks=(1, 2), short="hold")
-    expected = {"round1/R@1": 2500 / 48, "round1/R@2": 3800 / 48, "round1/meanR": 1.75,
-                "round2/R@1": 62.5, "round2/R@2": 100.0, "round2/meanR": 1.375,
-                "mean/R@1": (2500 / 48 + 62.5) / 2, "mean/R@2": (3800 / 48 + 100) / 2, "mean/meanR": (1.75 + 1.375) / 2}
+    # P(x_1..m | g) ∝ #injective matchings of the queries to g's objects · (k_g - m)! / k_g!
+    # set 0, round 1 ("a circle"): image 0 1/2, image 1 2/3, image 2 1/1 -> target third: R@1 0, R@2 0, rank 3
+    #        round 2 (+ "a red shape", another object): image 0 1 matching · 0!/2! = 1/2; image 1: circle = the
+    #        blue circle, red = the red circle: 1 · 1!/3! = 1/6; image 2: one object, 0 -> target first
+    # set 1, round 1 ("a blue shape"): only image 1 (2/3) -> first; round 2: still only image 1 -> first
+    # set 2, round 1 ("a red shape"): image 0 2/2, image 2 1/1 tie, image 1 1/3 -> R@1 1/2, R@2 1, rank 1.5
+    #        round 2 (held, the set is complete: exactly one object): only image 2 -> first
+    got = multi_round_ceiling(QUERIES, OBJECTS, VALID, rounds=2, ks=(1, 2), short="hold")
+    expected = {"round1/R@1": 100 * 1.5 / 3, "round1/R@2": 100 * 2 / 3, "round1/meanR": 5.5 / 3,
+                "round2/R@1": 100.0, "round2/R@2": 100.0, "round2/meanR": 1.0,
+                "mean/R@1": 75.0, "mean/R@2": (200 / 3 + 100) / 2, "mean/meanR": (5.5 / 3 + 1) / 2}
     assert got.keys() == expected.keys()  # no rsum without K = 1, 5, 10
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, abs=1e-12), key
 
 
-def test_multi_round_ceiling_against_every_tie_breaking_order():
-    rng = np.random.default_rng(3)
-    n, rounds = 6, 3
-    holds = [rng.random((int(rng.integers(1, 4)), n)) < 0.6 for _ in range(n)]
-    for q, h in enumerate(holds):
-        h[:, q] = True
-    got = multi_round_ceiling(holds, rounds, ks=(1, 2, 5, 10), short="hold")
+def _brute_force_likelihood(x: np.ndarray, objects: list[tuple[int, ...]], m: int, complete: bool) -> Fraction:
+    """P(the first m queries | image) up to the factor shared by all images, by summing over every order of the
+    image's objects; `complete`: the image must have exactly m objects."""
+    if len(objects) < m or (complete and len(objects) != m):
+        return Fraction(0)
+    fit = lambda q, o: all(a == ANY or a == b for a, b in zip(q, o))
+    orders = list(itertools.permutations(objects))
+    return Fraction(sum(all(fit(x[t], order[t]) for t in range(m)) for order in orders), len(orders))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_multi_round_ceiling_against_brute_force(seed: int):
+    """Sets drawn as the scenes generator draws them (one query per object, objects in random order, one or two
+    attributes named); likelihoods by enumerating object orders (exact fractions), the expected rank over every
+    gallery order consistent with them (uniform among ties)."""
+    rng = np.random.default_rng(seed)
+    n, k_max, rounds = 6, 3, 4
+    n_obj = rng.integers(1, k_max + 1, size=n)
+    objects = rng.integers(0, 2, size=(n, k_max, 2))
+    valid = np.arange(k_max)[None, :] < n_obj[:, None]
+    queries = []
+    for g in range(n):
+        x = objects[g, rng.permutation(int(n_obj[g]))].copy()
+        for q in x:
+            if rng.random() < 0.5:
+                q[rng.integers(2)] = ANY
+        queries.append(x)
+    ks = (1, 2, 5)
+    got = multi_round_ceiling(queries, objects, valid, rounds, ks=ks, short="hold")
     for r in range(1, rounds + 1):
-        hits = {k: [] for k in (1, 2, 5, 10)}
-        ranks = []
-        for q, h in enumerate(holds):
-            positives = [g for g in range(n) if all(h[t, g] for t in range(min(r, len(h))))]
-            orders = list(itertools.permutations(positives))  # the perfect scorer's equally likely orders
-            rank = [order.index(q) + 1 for order in orders]
-            ranks.append(sum(rank) / len(rank))
-            for k, per_set in hits.items():
-                per_set.append(sum(x <= k for x in rank) / len(rank))
-        for k, h in hits.items():
-            assert got[f"round{r}/R@{k}"] == pytest.approx(100 * np.mean(h), abs=1e-9)
-        assert got[f"round{r}/meanR"] == pytest.approx(np.mean(ranks), abs=1e-9)
-    assert got["rsum"] == pytest.approx(sum(got[f"mean/R@{k}"] for k in (1, 5, 10)))
+        hits, ranks = {k: [] for k in ks}, []
+        for q, x in enumerate(queries):
+            m = min(r, len(x))
+            lik = [_brute_force_likelihood(x, [tuple(o) for o in objects[g, :n_obj[g]]], m, r > len(x))
+                   for g in range(n)]
+            orders = [o for o in itertools.permutations(range(n))
+                      if all(lik[a] >= lik[b] for a, b in itertools.pairwise(o))]  # the Bayes scorer's equally likely orders
+            rank = [o.index(q) + 1 for o in orders]
+            ranks.append(np.mean(rank))
+            for k in ks:
+                hits[k].append(np.mean([x <= k for x in rank]))
+        for k in ks:
+            assert got[f"round{r}/R@{k}"] == pytest.approx(100 * np.mean(hits[k]), abs=1e-9), (r, k)
+        assert got[f"round{r}/meanR"] == pytest.approx(np.mean(ranks), abs=1e-9), r
 
 
 def test_multi_round_ceiling_errors_name_the_set():
-    holds = _holds(QUERY_SETS, 4)
-    with pytest.raises(ValueError, match="query set 3 has 1 queries, fewer than 2 rounds"):
-        multi_round_ceiling(holds, rounds=2)
-    holds[1][1, 1] = False
-    with pytest.raises(ValueError, match="query set 1: query 1 does not hold in its own image 1"):
-        multi_round_ceiling(holds, rounds=1)
-    with pytest.raises(ValueError, match=r"query set 0: holds must be \(T_q >= 1, 4\)"):
-        multi_round_ceiling([np.ones((2, 3), bool)] + holds[1:], rounds=1)
+    with pytest.raises(ValueError, match="query set 2 has 1 queries, fewer than 2 rounds"):
+        multi_round_ceiling(QUERIES, OBJECTS, VALID, rounds=2)
+    bad = [QUERIES[0], np.array([[SQUARE, RED], [ANY, BLUE]]), QUERIES[2]]  # image 1 has no red square
+    with pytest.raises(ValueError, match="query set 1: its queries do not describe distinct objects of its own image"):
+        multi_round_ceiling(bad, OBJECTS, VALID, rounds=1)
+    twice = [QUERIES[0], QUERIES[1], np.array([[ANY, RED], [CIRCLE, ANY]])]  # image 2 has one object, two queries
+    with pytest.raises(ValueError, match="query set 2: its queries do not describe distinct objects"):
+        multi_round_ceiling(twice, OBJECTS, VALID, rounds=2)
+    with pytest.raises(ValueError, match=r"query set 0: queries must be \(T_q >= 1, 2\)"):
+        multi_round_ceiling([np.ones((2, 3), int)] + QUERIES[1:], OBJECTS, VALID, rounds=1)
+    with pytest.raises(ValueError, match=r"objects must be \(3, K, A\)"):
+        multi_round_ceiling(QUERIES, OBJECTS[:2], VALID[:2], rounds=1)

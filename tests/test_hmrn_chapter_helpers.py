@@ -59,8 +59,8 @@ def test_first_images_keeps_the_first_n_or_the_whole_split():
     assert two.image_ids == SPLIT.image_ids[:2] and two.queries == SPLIT.queries[:2]
 
 
-def test_gallery_holds_is_none_without_logical_forms():
-    assert chapter.gallery_holds(SPLIT, None) is None
+def test_gallery_queries_is_none_without_logical_forms():
+    assert chapter.gallery_queries(SPLIT, None) is None
 
 
 def test_rounds_of_is_the_longest_set_up_to_ten():
@@ -330,7 +330,7 @@ def test_hmrn_data_builds_the_vocabulary_from_training_queries_and_keeps_every_q
     assert "5" not in data.multi.vocab.words  # image 5 is past the cpu subset (and the queries hold no "5")
     # the baseline's captions are the same splits' queries: one caption per query, none dropped
     assert data.single.train.n_captions == sum(len(q) for q in data.multi.train.queries)
-    assert data.single.vocab is data.multi.vocab and data.holds is None
+    assert data.single.vocab is data.multi.vocab and data.queries is None
     no_regions = synthetic_corpus(0)
     no_regions["val"].regions = None
     with pytest.raises(ValueError, match=r"\['val'\] lack region features"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from xmr_core.data.scenes import (
     ScenesConfig,
     exact_block,
     load_scenes,
-    query_holds,
+    query_attributes,
     query_round_statistics,
     scenes_config,
 )
@@ -318,12 +319,26 @@ def test_multi_variant(cache):
         assert rounds.loc[r, "images"] == len(imgs)
         assert rounds.loc[r, "positives mean"] == pytest.approx(np.mean(pos))
         assert rounds.loc[r, "R@1 ceiling"] == pytest.approx(100 * np.mean(1 / np.array(pos)))
-    # the per-query relevance behind them feeds the multi-round ceiling (every image has >= 3 queries)
-    holds = query_holds(s)
-    assert [h.shape for h in holds] == [(len(q), s.n_images) for q in s.queries]
-    ceiling = multi_round_ceiling(holds, rounds=3)
-    for r in (1, 3):
-        assert ceiling[f"round{r}/R@1"] == pytest.approx(rounds.loc[r, "R@1 ceiling"])
+    # the ceiling's input: every query's attribute values fit exactly the objects its text fits
+    queries, objects, valid = query_attributes(s)
+    assert [len(x) for x in queries] == [len(q) for q in s.queries] and valid.sum(1).tolist() == \
+        [len(o) for o in objs]
+    for i in range(0, s.n_images, 4):
+        for t, text in enumerate(s.queries[i]):
+            for j in range(s.n_images):
+                by_text = [fits(o, parse_np(text)) for o in objs[j]]
+                by_values = [all(a == g.ANY or a == b for a, b in zip(queries[i][t], objects[j, o]))
+                             for o in range(valid[j].sum())]
+                assert by_text == by_values, (i, t, j)
+    # round 1 of the Bayes ceiling from the texts: likelihood = objects the first query fits / objects
+    ceiling = multi_round_ceiling(queries, objects, valid, rounds=3)
+    r1 = []
+    for i in range(s.n_images):
+        lik = [Fraction(sum(fits(o, parse_np(s.queries[i][0])) for o in objs[j]), len(objs[j]))
+               for j in range(s.n_images)]
+        above, tied = sum(v > lik[i] for v in lik), sum(v == lik[i] for v in lik)
+        r1.append(min(1, max(0, (1 - above) / tied)))
+    assert ceiling["round1/R@1"] == pytest.approx(100 * np.mean(r1))
 
 
 def test_statistics_hand_worked():

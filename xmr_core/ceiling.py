@@ -19,15 +19,24 @@ the scorer's random tie-breaking, computed exactly (no sampling), in percent, wi
   Ceiling i2t R@K = 100 · mean over images.
 - rsum: i2t plus t2i R@1 + R@5 + R@10, present only when `ks` holds 1, 5 and 10.
 
-Multi-query retrieval (HMRN, `multi_round_ceiling`): query set q is image q's region queries, in stored order,
-and each query's exact relevance says which images it holds in. After round r the perfect scorer knows the
-images in which all of the first r queries hold, P_q(r) (image q among them), and cannot tell them apart: it
-ranks them first in uniformly random order. The target's rank is then uniform on {1, ..., n} with
-n = |P_q(r)|, so its expected R@K is P(rank <= K) = min(1, K / n) and its expected rank
-Σ_{k=1..n} k / n = (n + 1) / 2. Per round: R@K = 100 · mean_q min(1, K / n_q(r)) and
-meanR = mean_q (n_q(r) + 1) / 2 (a model's tie is counted pessimistically by `metrics.multi_round`; the
-ceiling's tie-breaking is random, its best case among tied scorers). A set with fewer than r queries is an
-error or keeps its whole set (`short`), as in `evaluate.multi_query_scores`.
+Multi-query retrieval (HMRN, `multi_round_ceiling`): query set q is image q's region queries, in stored order. The
+scenes generator (`data.scenes.region_queries`) writes one query per object, for the objects in the layout's order,
+which is uniformly random given the image (slots are exchangeable: cells a random permutation, attributes i.i.d.),
+and a query names one or two of its object's attributes, chosen independently of their values. So the first m queries
+x_1..x_m of a set drawn from image g (k_g objects) have probability
+
+    P(x_1..m | g) = Π_t π(x_t) · #{injective σ: {1..m} -> objects of g, x_t fits object σ(t)} · (k_g − m)! / k_g!,
+
+with π(x_t) (which attributes were named) the same for every image. The Bayes-optimal scorer ranks the gallery by
+this likelihood (uniform prior over images): it maximises the expected R@K for every K at once and minimises the
+expected rank, so no scorer of the queries beats it in expectation. Ties are broken at random: with n_> images
+strictly likelier than the target and n_= as likely (itself included), its expected R@K is
+clip((K − n_>) / n_=, 0, 1) and its expected rank n_> + (n_= + 1) / 2. The count of injective matchings (a
+permanent) is built round by round over subsets of objects (2^K states), only for the images still possible. In a
+round past a set's end (`short="hold"`) the scorer is also told the set is complete, so the target has exactly T_q
+objects (likelihood × [k_g = T_q]); models are not told this, so there it is an upper bound with room to spare
+(measured on the cpu test gallery: +0.1 R@1 at most in any round). Likelihoods are compared exactly as integers
+(the likelihood times K! / Π π).
 
 API:
     bayes_ceiling(split, ks=(1, 5, 10))             -> {"i2t/R@1", ..., "t2i/R@10", "rsum"}
@@ -35,18 +44,20 @@ API:
     ceiling_i2t(exact (M, N), caption_image (M,), ks) -> {"R@1", ...}
     percent_of_ceiling(value, ceiling)              -> 100 · value / ceiling
     fold_ceiling(split, n_folds=5, ks)              -> bayes_ceiling averaged over the COCO 1K folds
-    multi_round_ceiling(query_holds, rounds, ks)    -> {"round1/R@1", ..., "round1/meanR", ..., "mean/R@1", ...,
-                                                        "rsum"}; query_holds[q]: (T_q, N) bool per query set
+    multi_round_ceiling(queries, objects, valid, rounds, ks) -> {"round1/R@1", ..., "round1/meanR", ..., "mean/R@1",
+                                                        ..., "rsum"}; queries[q]: (T_q, A) attribute values per set
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
 from xmr_core.data.corpus import Split
+from xmr_core.data.scene_grammar import ANY
 from xmr_core.metrics import RSUM_KS, average_folds, coco_folds, rsum
 
 
@@ -139,33 +150,86 @@ def fold_ceiling(split: Split, n_folds: int = 5, ks: Sequence[int] = RSUM_KS) ->
     return average_folds(per_fold)
 
 
-def multi_round_ceiling(query_holds: Sequence[np.ndarray], rounds: int, ks: Sequence[int] = RSUM_KS,
-                        short: Literal["error", "hold"] = "error") -> dict[str, float]:
-    """The multi-round Bayes ceiling (module docstring), in percent: `query_holds[q]` (T_q, N) bool says in which of
-    the N images each query of set q (written for image q) holds. Keys as `metrics.multi_round` without medR:
-    `round{r}/R@K`, `round{r}/meanR`, `mean/...`, and "rsum" (mean R@1 + R@5 + R@10) when `ks` holds 1, 5, 10."""
+MAX_OBJECTS = 12  # objects per image the exact subset recursion of `multi_round_ceiling` accepts (2^K states)
+
+
+def _matchings(fits: np.ndarray, rounds: int) -> np.ndarray:
+    """(min(T, rounds), N) int64: for r = 1.., the number of injective matchings of queries 1..r to objects of
+    each image, from `fits` (T, N, K) bool (query t fits object o of image g). W[g, S] counts the matchings of
+    the first r queries onto exactly the object set S (a bitmask); W_{r+1}[S ∪ {o}] += W_r[S] · fits[r, g, o]."""
+    n_rounds, (_, n, k) = min(len(fits), rounds), fits.shape
+    popcount = np.array([state.bit_count() for state in range(1 << k)])
+    out = np.zeros((n_rounds, n), np.int64)
+    alive = np.arange(n)  # images whose count is still positive
+    w = np.zeros((n, 1 << k), np.int64)
+    w[:, 0] = 1
+    for r in range(n_rounds):
+        nxt = np.zeros((len(alive), 1 << k), np.int64)
+        f = fits[r, alive]  # (n_alive, K)
+        for o in range(k):
+            src = np.flatnonzero((popcount == r) & ((np.arange(1 << k) >> o) & 1 == 0))
+            nxt[:, src | (1 << o)] += w[:, src] * f[:, o, None]
+        count = nxt.sum(1)
+        out[r, alive] = count
+        alive, w = alive[count > 0], nxt[count > 0]
+    return out
+
+
+def _tie_broken(likelihood: np.ndarray, target: int, ks: Sequence[int]) -> list[float]:
+    """Expected R@K for each K (fractions) and expected rank of `target` when the gallery is ranked by
+    `likelihood` (N,) with ties in uniformly random order."""
+    above = int((likelihood > likelihood[target]).sum())
+    tied = int((likelihood == likelihood[target]).sum())
+    return [min(1.0, max(0.0, (k - above) / tied)) for k in ks] + [above + (tied + 1) / 2]
+
+
+def multi_round_ceiling(queries: Sequence[np.ndarray], objects: np.ndarray, valid: np.ndarray, rounds: int,
+                        ks: Sequence[int] = RSUM_KS, short: Literal["error", "hold"] = "error") -> dict[str, float]:
+    """The multi-round Bayes ceiling (module docstring), in percent. `queries[q]` (T_q, A) int: the attribute values
+    each query of set q (written for image q) names, `scene_grammar.ANY` (-1) where it names none; `objects`
+    (N, K, A) int: each image's objects' attributes; `valid` (N, K) bool: which object slots are real. Keys as
+    `metrics.multi_round` without medR: `round{r}/R@K`, `round{r}/meanR`, `mean/...`, and "rsum" (mean R@1 + R@5 +
+    R@10) when `ks` holds 1, 5, 10."""
     _check_ks(ks)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if short not in ("error", "hold"):
         raise ValueError(f"short must be 'error' or 'hold', got {short!r}")
-    n_sets = len(query_holds)
-    n_pos = np.empty((n_sets, rounds), dtype=np.int64)  # |P_q(r)|
-    for q, holds in enumerate(query_holds):
-        holds = np.asarray(holds, dtype=bool)
-        if holds.ndim != 2 or holds.shape[1] != n_sets or len(holds) == 0:
-            raise ValueError(f"query set {q}: holds must be (T_q >= 1, {n_sets}) images, got shape {holds.shape}")
-        if not holds[:, q].all():
-            raise ValueError(f"query set {q}: query {int(np.flatnonzero(~holds[:, q])[0])} does not hold in its own "
-                             f"image {q}")
-        if short == "error" and len(holds) < rounds:
-            raise ValueError(f"query set {q} has {len(holds)} queries, fewer than {rounds} rounds")
-        all_so_far = np.logical_and.accumulate(holds[:rounds], axis=0).sum(1)  # (min(T_q, rounds),)
-        n_pos[q] = np.concatenate([all_so_far, np.full(rounds - len(all_so_far), all_so_far[-1])])
-    per_round = [{**{f"R@{k}": 100.0 * float(np.minimum(1.0, k / n_pos[:, r]).mean()) for k in ks},
-                  "meanR": float(((n_pos[:, r] + 1) / 2).mean())} for r in range(rounds)]
-    out = {f"round{r + 1}/{key}": v for r, row in enumerate(per_round) for key, v in row.items()}
-    out.update({f"mean/{key}": v for key, v in average_folds(per_round).items()})
+    objects, valid = np.asarray(objects), np.asarray(valid, dtype=bool)
+    n_sets = len(queries)
+    if objects.ndim != 3 or objects.shape[0] != n_sets or valid.shape != objects.shape[:2]:
+        raise ValueError(f"objects must be ({n_sets}, K, A) and valid ({n_sets}, K) for {n_sets} query sets, got "
+                         f"{objects.shape} and {valid.shape}")
+    if objects.shape[1] > MAX_OBJECTS:
+        raise ValueError(f"{objects.shape[1]} object slots per image; the exact ceiling takes at most {MAX_OBJECTS}")
+    n_objects = valid.sum(1)
+    k_max = objects.shape[1]
+    # weight[m, k] = (k - m)! / k! · K! (an integer), 0 where k < m: the object order's share of the likelihood
+    weight = np.array([[math.factorial(k - m) * (math.factorial(k_max) // math.factorial(k)) if k >= m else 0
+                        for k in range(k_max + 1)] for m in range(k_max + 1)], dtype=np.int64)
+    per_round = np.empty((rounds, n_sets, len(ks) + 1))  # expected hit per K, then expected rank
+    for q, x in enumerate(queries):
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != objects.shape[2] or len(x) == 0:
+            raise ValueError(f"query set {q}: queries must be (T_q >= 1, {objects.shape[2]}) attribute values, got "
+                             f"shape {x.shape}")
+        if short == "error" and len(x) < rounds:
+            raise ValueError(f"query set {q} has {len(x)} queries, fewer than {rounds} rounds")
+        open_ = x[:, None, None, :] == ANY
+        fits = valid[None] & (open_ | (x[:, None, None, :] == objects[None])).all(-1)  # (T_q, N, K)
+        count = _matchings(fits, rounds)  # (min(T_q, rounds), N)
+        if count[-1, q] == 0:
+            raise ValueError(f"query set {q}: its queries do not describe distinct objects of its own image {q}")
+        for r in range(rounds):
+            m = min(r + 1, len(x))  # queries scored in this round
+            likelihood = count[m - 1] * weight[m, n_objects]  # (N,)
+            if r + 1 > len(x):  # past the set's end: the target has exactly T_q objects
+                likelihood = likelihood * (n_objects == len(x))
+            per_round[r, q] = _tie_broken(likelihood, q, ks)
+    rows = [{**{f"R@{k}": 100.0 * float(per_round[r, :, i].mean()) for i, k in enumerate(ks)},
+             "meanR": float(per_round[r, :, -1].mean())} for r in range(rounds)]
+    out = {f"round{r + 1}/{key}": v for r, row in enumerate(rows) for key, v in row.items()}
+    out.update({f"mean/{key}": v for key, v in average_folds(rows).items()})
     if set(RSUM_KS) <= set(ks):
         out["rsum"] = sum(out[f"mean/R@{k}"] for k in RSUM_KS)
     return out

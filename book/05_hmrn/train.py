@@ -41,12 +41,14 @@
 # 5–10 objects, one region query per object: "a large red circle"), read through Drill-down's Visual Genome layout
 # as HMRN's code reads VG: neither VG nor its numbers, so compare orderings and trends, not values. Images hold 5
 # to 10 queries; the rounds go to 10 as in the paper, and a set shorter than r keeps its whole set in the later
-# rounds (no query is invented or dropped). Exact relevance is known, so every table has the **Bayes ceiling**
-# per round: after r rounds a perfect scorer cannot tell apart the images in which all r queries hold.
-# **Caveat, measured:** trained models exceed this row in several rounds (`ceiling.csv`: up to ~1.5× in the
-# first rounds). It is not an upper bound here: it ignores that an image with fewer objects is likelier to have
-# produced a given query set, and that a set shorter than r reveals how many queries its image has. Read it as
-# the indistinguishability level of issue 17's definition, not as the best any scorer can reach.
+# rounds (no query is invented or dropped). The generator is known, so every table has the **Bayes ceiling** per
+# round: the scorer that ranks the gallery by the probability that each image produced the queries so far (one
+# query per object, objects in random order: the number of ways to match the queries to distinct objects of the
+# image, times (k − r)!/k! for an image of k objects), ties at random, and is also told when a set has ended. No
+# scorer of the queries does better in expectation (`xmr_core/ceiling.py` derives it; tested against brute-force
+# enumeration). It is far above the weaker "indistinguishability" level (images where every query so far holds,
+# ranked at random), which trained models exceeded: an image with fewer objects is likelier to have produced a
+# given set, and the scorer knows it.
 #
 # **Cost.** HMRN scores every image × query-set pair by cross attention (nothing is embedded once per side), so
 # a gallery of G images costs G² pair scorings a round and a training batch of B sets B². Measured on this CPU: a
@@ -169,8 +171,8 @@ caption = (f"Ours: {DATASET}{dataset_note(DATASET)}, the first {test.n_images} t
            f"{test.regions.shape[1]}) + GloVe/BiGRU, D = {enc['embed_dim']}, profile {PROFILE}, mean over seeds (std "
            "where > 1). Paper: Visual Genome test (9,896 images), Drill-down's splits. VSE0* = VSE0 trained on the "
            "region queries, scores averaged over the rounds; R-RankFusion = the same VSE0, ranks averaged. '(paper "
-           "only)': not built here. 'Bayes ceiling' (scenes): the images in which every query so far holds, ranked "
-           "at random (issue 17's definition); NOT an upper bound: models exceed it (see the notebook's caveat).")
+           "only)': not built here. 'Bayes ceiling' (scenes): the gallery ranked by the probability that each image "
+           "produced the queries so far under the generator, ties at random (`xmr_core.ceiling`).")
 tables = write_tables(per_run, label, rounds, ceiling, run, caption)
 write_table(not_built_table(), "hmrn/not_built", run=run, caption="The paper's compared methods not built here.")
 not_built_table()

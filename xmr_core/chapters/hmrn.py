@@ -63,7 +63,7 @@ from xmr_core.chapters.summary import best_other_margin, compare_models, model_m
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import image_loader, query_loader
-from xmr_core.data.scenes import query_holds
+from xmr_core.data.scenes import query_attributes
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
@@ -163,11 +163,12 @@ ALPHA_BETA_GRID: dict[str, tuple[tuple[float, float], ...]] = {  # Figure 8, HMR
 class HMRNData(NamedTuple):
     """The chapter's data: `multi` (train / validation / test gallery with region queries, for HMRN), `single`
     (the same splits with the region queries as captions, for the single-query baseline; the same vocabulary)
-    and `holds` (exact relevance of each test query set over the test gallery, scenes only, else None)."""
+    and `queries` (the test query sets and gallery objects as attribute values, `scenes.query_attributes`, the
+    ceiling's input; scenes only, else None)."""
 
     multi: ChapterData
     single: ChapterData
-    holds: list[np.ndarray] | None
+    queries: tuple[list[np.ndarray], np.ndarray, np.ndarray] | None
 
 
 def first_images(split: Split, n: int | None) -> Split:
@@ -189,14 +190,14 @@ def queries_as_captions(split: Split) -> Split:
         meta={k: v for k, v in split.meta.items() if k not in per_caption}).validate()
 
 
-def gallery_holds(split: Split, n: int | None) -> list[np.ndarray] | None:
-    """`scenes.query_holds` of a scenes split restricted to its first `n` images (sets and gallery); None for a
+def gallery_queries(split: Split, n: int | None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray] | None:
+    """`scenes.query_attributes` of a scenes split restricted to its first `n` images (sets and gallery); None for a
     split without the generator's logical forms (real data: no exact relevance, no ceiling)."""
     if "query_logical_forms" not in split.meta:
         return None
-    holds = query_holds(split)
-    n = len(holds) if n is None else min(n, len(holds))
-    return [h[:, :n] for h in holds[:n]]
+    queries, objects, valid = query_attributes(split)
+    n = len(queries) if n is None else min(n, len(queries))
+    return queries[:n], objects[:n], valid[:n]
 
 
 def hmrn_data(corpus: Corpus, profile: str, word_vectors: str = "glove-6b-50d") -> HMRNData:
@@ -214,7 +215,7 @@ def hmrn_data(corpus: Corpus, profile: str, word_vectors: str = "glove-6b-50d") 
     vectors = load_word_vectors(vocab, word_vectors, train_captions=queries)
     multi = ChapterData(train, val, gallery, gallery, vocab, vectors.matrix, vectors.coverage)
     single = dataclasses.replace(multi, train=queries_as_captions(train), val=queries_as_captions(val))
-    return HMRNData(multi, single, gallery_holds(test, n_test))
+    return HMRNData(multi, single, gallery_queries(test, n_test))
 
 
 def rounds_of(split: Split) -> int:
@@ -787,7 +788,7 @@ def split_sizes(data: HMRNData) -> pd.DataFrame:
 
 def round_ceiling(data: HMRNData, rounds: int) -> dict[str, float] | None:
     """The multi-round Bayes ceiling of the test gallery (short sets held), None without exact relevance."""
-    return None if data.holds is None else multi_round_ceiling(data.holds, rounds, short="hold")
+    return None if data.queries is None else multi_round_ceiling(*data.queries, rounds, short="hold")
 
 
 def write_tables(per_run: pd.DataFrame, label: str, rounds: int, ceiling: Mapping[str, float] | None,

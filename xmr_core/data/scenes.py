@@ -635,11 +635,26 @@ def scenes_statistics(corpus: Corpus, split: str = "test") -> pd.DataFrame:
 
 def query_holds(split: Split) -> list[np.ndarray]:
     """Exact relevance of the region queries of a scenes split: one (T_i, N) bool per image i, True where its
-    query t holds in image g (the input of `xmr_core.ceiling.multi_round_ceiling`)."""
+    query t holds in image g (the positives of `query_round_statistics`)."""
     scenes = split.meta["layout"].scene_arrays()
     lfs = split.meta["query_logical_forms"]
     holds = exact_matrix([lf for q in lfs for lf in q], scenes)  # (total queries, N)
     return np.split(holds, np.cumsum([len(q) for q in lfs])[:-1])
+
+
+def query_attributes(split: Split) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The region queries of a scenes split as attribute values, the input of `xmr_core.ceiling.multi_round_ceiling`:
+    per image i a (T_i, 4) int64 array (shape, colour, size, position; `scene_grammar.ANY` where a query names
+    none), every image's objects (N, K, 4) int64 and which object slots are real (N, K) bool."""
+    lay = split.meta["layout"]
+    queries = []
+    for i, lfs in enumerate(split.meta["query_logical_forms"]):
+        if any(len(lf.objects) != 1 or lf.counts or lf.relations for lf in lfs):
+            raise ValueError(f"{split.source}: split {split.name!r}, image {i}: a region query names more than one "
+                             "object")
+        queries.append(np.array([lf.objects[0] for lf in lfs], dtype=np.int64).reshape(len(lfs), 4))
+    objects = np.stack([lay.shape, lay.colour, lay.size, lay.pos], -1).astype(np.int64)
+    return queries, objects, lay.valid.copy()
 
 
 def query_round_statistics(split: Split, max_rounds: int = 10) -> pd.DataFrame:
