@@ -410,3 +410,55 @@ def test_the_last_epoch_best_by_a_hair_is_not_converged(tmp_path) -> None:
     # the same scores with the last epoch below the best: converged at the end of the schedule
     _, flat, _, _ = _run([10.0, 20.0, 20.8, 20.5], tmp_path / "run2", epochs=4, patience=3, min_delta=1.0)
     assert flat.stopped == "max_epochs" and flat.best_epoch == 3 and flat.converged
+
+
+# ------------------------------------------------------------- extension epochs (TrainConfig.extend_epochs)
+
+
+def test_extension_goes_on_at_the_last_lr_until_an_epoch_is_no_better(tmp_path) -> None:
+    # 4 epochs rising, then extension epochs 5 (best), 6 (no better): stops after 6, best 5, converged
+    lrs: list[float] = []
+    validate, calls = _scripted([1.0, 2.0, 3.0, 4.0, 5.0, 4.5, 9.0, 9.0])
+    cfg = _stopping_cfg(epochs=4, patience=0, extend_epochs=4)
+    result = fit(_model(), TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=validate,
+                 on_epoch_end=lambda e, row: lrs.append(row["lr"]))
+    assert len(result.history) == 6 and len(calls) == 6
+    assert result.best_epoch == 5 and result.stopped == "extension" and result.converged
+    assert lrs[4] == lrs[5] == pytest.approx(lrs[3]) and lrs[3] == pytest.approx(cfg.lr * lr_factor(3, cfg))
+    # out of extension epochs while still rising: not converged
+    _, rising, _, _ = _run([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], tmp_path / "rising", epochs=4, patience=0, extend_epochs=2)
+    assert len(rising.history) == 6 and rising.best_epoch == 6 and rising.stopped == "max_epochs"
+    assert not rising.converged
+    # a schedule whose last epoch is not its best runs no extension epoch
+    _, flat, flat_calls, _ = _run([1.0, 3.0, 2.0, 2.5, 9.0], tmp_path / "flat", epochs=4, patience=0, extend_epochs=3)
+    assert len(flat_calls) == 4 and flat.stopped == "max_epochs" and flat.best_epoch == 2 and flat.converged
+
+
+def test_an_extended_run_continues_the_cached_run_without_extension(tmp_path, monkeypatch) -> None:
+    """The extension starts from the cached schedule's last checkpoint and ends where an extended run trained
+    from scratch ends (weights and history); without an extension the key is the one runs had before the field."""
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
+    cfg = TrainConfig(epochs=2, batch_size=8, progress=False, device="cpu")
+    extended = TrainConfig(**{**cfg.__dict__, "extend_epochs": 2})
+    assert run_key(_model(), TRAIN, VAL, extended) != run_key(_model(), TRAIN, VAL, cfg)
+    rising = [1.0, 2.0, 3.0, 2.0]  # scripted: the schedule ends on its best, extension epoch 3 best, 4 no better
+    base = fit(_model(), TRAIN, VAL, cfg, vocab=VOCAB, validate=_scripted(rising)[0])
+    assert base.best_epoch == 2 and not base.converged
+    epochs_run: list[int] = []
+    validate, calls = _scripted(rising[2:])
+    continued_model = _model()
+    continued = fit(continued_model, TRAIN, VAL, extended, vocab=VOCAB, validate=validate,
+                    on_epoch_end=lambda e, row: epochs_run.append(e))
+    assert epochs_run == [2, 3] and len(calls) == 2 and not continued.cached and continued.run_dir != base.run_dir
+    assert continued.best_epoch == 3 and continued.stopped == "extension" and continued.converged
+    scratch_model = _model()
+    scratch = fit(scratch_model, TRAIN, VAL, extended, tmp_path / "scratch", vocab=VOCAB, validate=_scripted(rising)[0])
+    assert _same_history(continued.history, scratch.history)
+    assert all(torch.equal(a, b) for a, b in zip(continued_model.state_dict().values(),
+                                                 scratch_model.state_dict().values()))
+    # a cached run that ended short of its best-last schedule is its own extended run: adopted, nothing trained
+    converged_cfg = TrainConfig(**{**cfg.__dict__, "seed": 1})
+    fit(_model(), TRAIN, VAL, converged_cfg, vocab=VOCAB, validate=_scripted([2.0, 1.0])[0])
+    adopted = fit(_model(), TRAIN, VAL, TrainConfig(**{**converged_cfg.__dict__, "extend_epochs": 2}), vocab=VOCAB,
+                  validate=_scripted([])[0])
+    assert adopted.cached and adopted.best_epoch == 1 and len(adopted.history) == 2 and adopted.converged

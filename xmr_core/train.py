@@ -82,6 +82,8 @@ class TrainConfig:
     word_dropout: float = 0.0
     select: str = "rsum"  # validation metric that picks the best checkpoint (higher = better)
     patience: int = 0  # stop after this many epochs without a better `select` (0 = train all `epochs`)
+    extend_epochs: int = 0  # when the schedule's last epoch is its best: go on at its last lr, at most this many
+    # epochs, until an epoch is no better than the best (0 = off)
     min_delta: float = 0.0  # an epoch counts as better only when it beats the last counted best by more than this
     val_views: tuple[str, ...] | None = ("instance",)  # relevance views validated each epoch (None = all)
     eval_batch_size: int = 256
@@ -96,8 +98,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig needs epochs >= 1 and batch_size >= 2, got {self.epochs}, {self.batch_size}")
         if not 0 <= self.frozen_epochs < self.epochs or (self.frozen_epochs and self.epochs - self.frozen_epochs < 1):
             raise ValueError(f"frozen_epochs must be in [0, epochs), got {self.frozen_epochs} of {self.epochs}")
-        if self.patience < 0 or self.min_delta < 0:
-            raise ValueError(f"patience and min_delta must be >= 0, got {self.patience}, {self.min_delta}")
+        if self.patience < 0 or self.min_delta < 0 or self.extend_epochs < 0:
+            raise ValueError(f"patience, min_delta and extend_epochs must be >= 0, got {self.patience}, "
+                             f"{self.min_delta}, {self.extend_epochs}")
 
 
 # fields that do not change what a run computes: left out of the run key
@@ -117,6 +120,7 @@ class FitResult:
     pairs_per_second: float
     cached: bool = False
     stopped: str = "max_epochs"  # "patience": validation stopped improving; "max_epochs": ran out of epochs;
+    # "extension": the schedule ended on its best epoch and an extension epoch was no better (`extend_epochs`);
     # "diverged": a NaN/inf loss ended the run (`on_nonfinite="stop"`)
     stop_message: str = ""  # why a diverged run ended: the loss, epoch, step and terms
 
@@ -124,7 +128,8 @@ class FitResult:
     def converged(self) -> bool:
         """True when training stopped because `select` had not improved by more than `min_delta` for `patience`
         epochs (checked after every epoch, the last included: a plateau), or when the whole schedule ran (with
-        a cosine the last epoch's lr is < 1% of the peak) and its last epoch was no better than an earlier one.
+        a cosine the last epoch's lr is < 1% of the peak), extension epochs at its last lr included
+        (`extend_epochs`), and its last epoch was no better than an earlier one.
         A run whose last epoch was its best, by more than `min_delta`, may still have been improving; a diverged
         run never converged."""
         if self.stopped == "diverged":
@@ -154,8 +159,10 @@ def state_fingerprint(model: nn.Module) -> str:
 def run_key(model: RetrievalModel, train_split: Split, val_split: Split, cfg: TrainConfig) -> str:
     """Hash of (method name + config, the model's initial state (`state_fingerprint`: word vectors, initial
     weights), train config incl. seed, data fingerprints): names a run directory. Call it on the model before
-    training, as `fit` does."""
-    train = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_KEY}
+    training, as `fit` does. `extend_epochs` = 0 is left out, so a run without an extension keeps the key it had
+    before the field existed."""
+    train = {k: v for k, v in dataclasses.asdict(cfg).items()
+             if k not in _NOT_IN_KEY and not (k == "extend_epochs" and v == 0)}  # runs from before the field keep keys
     blob = json.dumps({"method": model.name, "config": dataclasses.asdict(model.config), "train": train,
                        "initial_state": state_fingerprint(model),
                        "train_data": split_fingerprint(train_split), "val_data": split_fingerprint(val_split)},
@@ -237,7 +244,9 @@ def build_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim
 
 
 def lr_factor(epoch: int, cfg: TrainConfig) -> float:
-    """Multiplier of cfg.lr during `epoch` (0-based): the phase's schedule × finetune_lr_mult in phase 2."""
+    """Multiplier of cfg.lr during `epoch` (0-based): the phase's schedule × finetune_lr_mult in phase 2; an
+    extension epoch (`epoch >= cfg.epochs`) keeps the last epoch's."""
+    epoch = min(epoch, cfg.epochs - 1)
     if cfg.frozen_epochs and epoch >= cfg.frozen_epochs:
         start, length, mult = cfg.frozen_epochs, cfg.epochs - cfg.frozen_epochs, cfg.finetune_lr_mult
     else:
@@ -296,6 +305,35 @@ def _finished(run_dir: Path, key: str) -> dict[str, Any] | None:
     return result
 
 
+def _extends(result: dict[str, Any]) -> bool:
+    """Whether a finished run without an extension would be extended: it ran its whole schedule and its last
+    epoch was its best."""
+    return result.get("stopped", "max_epochs") == "max_epochs" and result["best_epoch"] == len(result["history"])
+
+
+def _cached_base(model: RetrievalModel, train_split: Split, val_split: Split,
+                 cfg: TrainConfig) -> tuple[Path, dict[str, Any]] | None:
+    """The finished cached run of `cfg` without its extension (`extend_epochs` > 0 only): (its directory, its
+    result), or None. An extended run is that run plus the extension epochs, so it starts from there."""
+    if not cfg.extend_epochs:
+        return None
+    base_dir = cached_run_dir(model, train_split, val_split, dataclasses.replace(cfg, extend_epochs=0))
+    result = _finished(base_dir, run_key(model, train_split, val_split, dataclasses.replace(cfg, extend_epochs=0)))
+    return None if result is None else (base_dir, result)
+
+
+def _adopt_base(run_dir: Path, key: str, base: tuple[Path, dict[str, Any]], cfg: TrainConfig) -> dict[str, Any]:
+    """The extended run of a cached run that needs no extension is that run: its checkpoints and result, under
+    this run's key."""
+    base_dir, result = base
+    for name in ("best.pt", "last.pt", "metrics.csv"):
+        atomic_write_bytes(run_dir / name, (base_dir / name).read_bytes())
+    record = {**result["run"], "train": {**result["run"]["train"], "extend_epochs": cfg.extend_epochs}, "key": key}
+    result = {**result, "key": key, "run": record, "adopted_from": base_dir.name}
+    atomic_write_text(run_dir / "result.json", json.dumps(result, indent=1, default=str))
+    return result
+
+
 def _result_from(run_dir: Path, result: dict[str, Any], cached: bool) -> FitResult:
     return FitResult(run_dir=run_dir, best_epoch=result["best_epoch"], best_score=result["best_score"],
                      best_metrics=result["best_metrics"], history=result["history"],
@@ -333,6 +371,9 @@ def fit(
     key = run_key(model, train_split, val_split, cfg)
     run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, train_split, val_split, cfg)
     done = _finished(run_dir, key)
+    base = _cached_base(model, train_split, val_split, cfg) if done is None and out_dir is None and not resume else None
+    if base is not None and not _extends(base[1]):  # the schedule's own run already stopped short of its end
+        done = _adopt_base(run_dir, key, base, cfg)
     if done is not None:
         if done.get("stopped") == "diverged" and cfg.on_nonfinite == "raise":
             raise FloatingPointError(f"{done.get('stop_message')} (the finished run in {run_dir})")
@@ -351,11 +392,16 @@ def fit(
     start_epoch, history = 0, []
     best_score, best_epoch, best_metrics, train_seconds, pairs_seen = -math.inf, -1, {}, 0.0, 0
     improved_score, improved_epoch = -math.inf, 0  # the last epoch that beat its predecessor by > min_delta
-    if resume and (run_dir / "last.pt").is_file():
-        ckpt = load_checkpoint(run_dir / "last.pt", ("model", "optimizer", "scheduler", "epoch", "rng", "run",
-                                                     "improved_score", "improved_epoch"))
-        if ckpt["run"]["key"] != key:
-            raise CheckpointError(f"{run_dir / 'last.pt'}: belongs to another run (method/config/data/seed differ)")
+    start = (run_dir / "last.pt", key) if resume and (run_dir / "last.pt").is_file() else None
+    if base is not None:  # the first `cfg.epochs` epochs are the cached run without the extension: go on from it
+        start = (base[0] / "last.pt", base[1]["key"])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(run_dir / "best.pt", (base[0] / "best.pt").read_bytes())
+    if start is not None:
+        ckpt = load_checkpoint(start[0], ("model", "optimizer", "scheduler", "epoch", "rng", "run",
+                                          "improved_score", "improved_epoch"))
+        if ckpt["run"]["key"] != start[1]:
+            raise CheckpointError(f"{start[0]}: belongs to another run (method/config/data/seed differ)")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
@@ -399,7 +445,7 @@ def fit(
 
     net: nn.Module = model
     stopped, stop_message = "max_epochs", ""
-    for epoch in range(start_epoch, cfg.epochs):
+    for epoch in range(start_epoch, cfg.epochs + cfg.extend_epochs):
         frozen = epoch < cfg.frozen_epochs
         if epoch in (start_epoch, cfg.frozen_epochs):  # DDP registers the trainable parameters when it wraps
             set_backbone_frozen(model, frozen)
@@ -410,7 +456,8 @@ def fit(
         sums: dict[str, float] = {}
         n_steps, n_pairs = 0, 0
         t0 = time.perf_counter()
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (cfg.progress and env.is_main))
+        extra = " (extension)" if epoch >= cfg.epochs else ""
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}{extra}", disable=not (cfg.progress and env.is_main))
         for step, batch in enumerate(bar):
             model.set_epoch(epoch + step / len(loader))
             batch = _to_device(batch, device)
@@ -477,6 +524,10 @@ def fit(
         no_progress = env.is_main and cfg.patience > 0 and epoch + 1 - improved_epoch >= cfg.patience
         if all_reduce_sum(int(no_progress), env, device) > 0:  # only the main rank validates: it decides
             stopped = "patience"
+            break
+        no_better = env.is_main and epoch + 1 >= cfg.epochs and best_epoch < epoch + 1  # schedule over, not best
+        if cfg.extend_epochs and all_reduce_sum(int(no_better), env, device) > 0:
+            stopped = "extension" if epoch + 1 > cfg.epochs else "max_epochs"
             break
 
     result = {"key": key, "run": config_record, "best_epoch": best_epoch, "best_score": best_score,

@@ -17,7 +17,9 @@ from xmr_core.train import TrainConfig
 def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **overrides: object) -> TrainConfig:
     """Sec. 4.1 / C.2: AdamP (when installed, else Adam), cosine schedule, gradient clipping 2, Cutout-like
     erasing 0.2 and caption word dropping 0.1; training stops when validation rSum has not improved for
-    more than `min_delta` for `patience` epochs (the best epoch is then not the last), at most `epochs`.
+    more than `min_delta` for `patience` epochs (the best epoch is then not the last), at most `epochs`; a
+    schedule whose last epoch is its best goes on at its last lr until an epoch is no better, at most
+    `extend_epochs` more (so a run is converged unless even those run out; not in smoke).
 
     Default (every profile): the image trunk is frozen (its grid features are precomputed), so there is one
     phase and erasing zeroes grid cells (`datasets.erase_cells`). finetune=True: PCME's two phases on pixels,
@@ -27,13 +29,13 @@ def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **ove
     measurements behind it: docs/training.md). smoke: 2 epochs, batch 32.
     """
     optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
-    sizes = {"smoke": (2, 1, 32, 5e-4, 0, 0.0), "cpu": (20, 1, 128, 1e-3, 3, 1.0),
-             "paper": (60, 10, 128, 1e-4, 10, 0.0)}
-    epochs, frozen, batch, lr, patience, min_delta = sizes[check_profile(profile)]
+    sizes = {"smoke": (2, 1, 32, 5e-4, 0, 0.0, 0), "cpu": (20, 1, 128, 1e-3, 3, 1.0, 10),
+             "paper": (60, 10, 128, 1e-4, 10, 0.0, 10)}
+    epochs, frozen, batch, lr, patience, min_delta, extend = sizes[check_profile(profile)]
     base = {"epochs": epochs, "frozen_epochs": frozen if finetune else 0, "batch_size": batch, "lr": lr,
             "optimizer": optimizer, "scheduler": "cosine", "finetune_lr_mult": 0.1, "grad_clip": 2.0,
             "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience,
-            "min_delta": min_delta}
+            "min_delta": min_delta, "extend_epochs": extend}
     return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
