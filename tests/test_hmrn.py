@@ -369,13 +369,13 @@ def test_every_single_query_method_is_a_multi_query_baseline(name):
 
 
 # ----------------------------------------------------------------------------- training
-@pytest.mark.parametrize("local", ["I-T", "T-I"])
+@pytest.mark.parametrize("local", ["I-T", "T-I", "joint"])
 def test_gradients_reach_every_parameter(local):
     model = _model(local=local).train()
     batch = next(iter(query_loader(TRAIN, VOCAB, 8, train=True, visual="regions")))
     loss, logs = model.loss(*model(batch), batch)
     loss.backward()
-    assert set(logs) == {"nce_local", "nce_global", "nce_reasoning"}
+    assert set(logs) == {"nce_local", "nce_global", "nce_reasoning"} | ({"nce_local_ti"} if local == "joint" else set())
     missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.any())]
     # t_j = h_M (Eq. 2): the backward half of h_M is one GRU step from the zero initial state, so the backward
     # direction's recurrent weights multiply 0 and get no gradient (its bias b_hh still does)
@@ -407,6 +407,26 @@ def test_ensemble_is_the_sum_of_the_two_models():
                                + multi_query_scores(ti, VAL, VOCAB, 2, short="hold"))
     with pytest.raises(ValueError, match="an HMRN I-T and an HMRN T-I"):
         HMRNEnsemble(ti, it)
+
+
+def test_joint_model_is_the_two_models_on_one_network():
+    """Table 9's "Joint": with the same weights, its score is S_1 + S_2 (Eq. 17) of an HMRN I-T and an HMRN T-I and
+    its loss the sum of their Eq. (21) losses."""
+    joint = _model(local="joint").double()
+    it, ti = _model(local="I-T").double(), _model(local="T-I").double()
+    it.load_state_dict(joint.state_dict())
+    ti.load_state_dict(joint.state_dict())
+    img, queries = _random_embeddings(joint)
+    with torch.no_grad():
+        torch.testing.assert_close(joint.score(img, queries), it.score(img, queries) + ti.score(img, queries))
+        batch = {"image_index": torch.tensor([0, 1, 0])}  # sets 0 and 2 share an image: not negatives
+        loss, logs = joint.loss(img, queries, batch)
+        (loss_it, logs_it), (loss_ti, logs_ti) = it.loss(img, queries, batch), ti.loss(img, queries, batch)
+    assert loss.item() == pytest.approx(loss_it.item() + loss_ti.item(), rel=1e-12)
+    assert logs["nce_local"] == pytest.approx(logs_it["nce_local"]) and \
+        logs["nce_local_ti"] == pytest.approx(logs_ti["nce_local"])
+    with pytest.raises(ValueError, match="local must be"):
+        _model(local="both")
 
 
 def test_one_fit_epoch_on_a_multi_query_split(tmp_path):

@@ -110,6 +110,9 @@ def test_training_runs_count_the_tuning_budget():
     assert cpu["runs"].iloc[0] == 15 and cpu["runs"].iloc[1] == 6
     # Figure 6 on cpu reuses the tuning grid's runs: nothing new
     assert cpu.loc[cpu["part"].str.startswith("Figure 6"), "runs"].item() == 0
+    # Table 9: one jointly trained model, every ablation seed (3 on cpu, 1 on smoke)
+    assert cpu.loc[cpu["part"].str.startswith("Table 9"), "runs"].item() == 3
+    assert smoke.loc[smoke["part"].str.startswith("Table 9"), "runs"].item() == 1
 
 
 # ---------------------------------------------------------------------------------------------- scores

@@ -66,6 +66,11 @@ Choices the paper leaves open, each stated once ("the code": LZH-053/HMRN, read 
     query is dropped (the code's evaluation drops the last 96 query sets). Round r scores the set of the
     first r queries of each image, in stored order.
  9. Table 7's "Concat" mode (`intra_mode="concat"`): C = norm(W_c [V ; T]) with W_c (D, 2D).
+10. Table 9's "Joint" training (`local="joint"`), which the paper describes only as optimising "the symmetric cross
+    attention mechanism simultaneously ... trading precision for computational efficiency": one network whose
+    score is S_1 + S_2 (Eq. 17) with both local similarities (I-T with λ1, T-I with λ2) and one shared set of
+    encoders, global pooling and reasoning module, trained on the sum of the two models' losses (Eq. 21 each:
+    α L_I-T + α L_T-I + 2β L_SR + 2(1 - α - β) L_SG). "Split" is the ensemble of two separately trained models.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ from xmr_core.losses import info_nce
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.registry import register_method
 
-LocalDirection = Literal["I-T", "T-I"]
+LocalDirection = Literal["I-T", "T-I", "joint"]
 EPS = 1e-8  # Eq. (12)'s normalisation of a region that matches no query (choice 2)
 ImageEmbedding = tuple[Tensor, Tensor, Tensor]  # v (n, K, D) unit, region mask (n, K), v_glo (n, D) unit
 QueryEmbedding = tuple[Tensor, Tensor]  # t (n, T, D) unit (0 where absent), query mask (n, T)
@@ -98,7 +103,8 @@ class HMRNConfig:
     embed_dim: int = 256  # D
     image: ImageEncoderConfig = field(default_factory=lambda: ImageEncoderConfig(kind="regions", region_dim=2048))
     text: TextEncoderConfig | BertEncoderConfig = field(default_factory=lambda: TextEncoderConfig(hidden=256))
-    local: LocalDirection = "I-T"  # HMRN I-T (S_1, Eq. 18) or HMRN T-I (S_2, Eq. 19)
+    local: LocalDirection = "I-T"  # HMRN I-T (S_1, Eq. 18), HMRN T-I (S_2, Eq. 19), or both in one network
+    # trained jointly (Table 9's "Joint", choice 10)
     lambda1: float = 5.0  # λ1, Eq. (4)
     lambda2: float = 15.0  # λ2, Eq. (7) and (12)
     icr_steps: int = 3  # L, Eq. (16)
@@ -116,7 +122,7 @@ class HMRNConfig:
             (self.alpha >= 0 and self.beta >= 0 and self.alpha + self.beta <= 1 + 1e-12,
              f"alpha, beta must be >= 0 with alpha + beta <= 1, got {self.alpha}, {self.beta}"),
             (self.lambda1 > 0 and self.lambda2 > 0 and self.tau > 0, "lambda1, lambda2 and tau must be > 0"),
-            (self.local in ("I-T", "T-I"), f"local must be 'I-T' or 'T-I', got {self.local!r}"),
+            (self.local in ("I-T", "T-I", "joint"), f"local must be 'I-T', 'T-I' or 'joint', got {self.local!r}"),
             (self.intra_mode in ("subtract", "concat"), f"unknown intra_mode {self.intra_mode!r}"),
             (self.reasoning_activation in ("relu", "sigmoid"),
              f"unknown reasoning_activation {self.reasoning_activation!r}"),
@@ -256,12 +262,13 @@ class InterCorrelationStep(nn.Module):
 
 
 class Levels(NamedTuple):
-    """The three similarities of every image x query set, each (I, Q): local (S_I-T or S_T-I), global (S_G),
-    reasoning (S_R)."""
+    """The three similarities of every image x query set, each (I, Q): local (S_I-T or S_T-I; the joint model's
+    S_I-T), global (S_G), reasoning (S_R); `local_ti`: the joint model's S_T-I (None otherwise)."""
 
     local: Tensor
     global_: Tensor
     reasoning: Tensor
+    local_ti: Tensor | None = None
 
 
 # ------------------------------------------------------------------- the model
@@ -360,20 +367,26 @@ class HMRN(RetrievalModel):
         weights, cfg = self.config.level_weights(), self.config
         pos = clipped_cosines(v, region_mask, t, query_mask)  # (I, Q, K, N)
         zero = pos.new_zeros(len(v), len(t))
-        local = zero
+        local, local_ti = zero, None
         if weights["local"] > 0:
-            local = (local_image_text(pos, region_mask, query_mask, cfg.lambda1) if cfg.local == "I-T"
-                     else local_text_image(pos, region_mask, query_mask, cfg.lambda2))
+            local = (local_text_image(pos, region_mask, query_mask, cfg.lambda2) if cfg.local == "T-I"
+                     else local_image_text(pos, region_mask, query_mask, cfg.lambda1))
+            if cfg.local == "joint":
+                local_ti = local_text_image(pos, region_mask, query_mask, cfg.lambda2)
         t_glo = self.query_pool(t, query_mask)  # (Q, D), Eq. (9)-(10) over the set
         global_ = v_glo @ t_glo.T if weights["global"] > 0 else zero  # Eq. (11)
         reasoning = self.reasoning(pos, img, queries, t_glo) if weights["reasoning"] > 0 else zero
-        return Levels(local, global_, reasoning)
+        return Levels(local, global_, reasoning, local_ti)
 
     # Sec. 3.4
     def aggregate(self, levels: Levels) -> Tensor:
-        """Eq. (18) / (19): α S_L + β S_R + (1 - α - β) S_G, (I, Q)."""
+        """Eq. (18) / (19): α S_L + β S_R + (1 - α - β) S_G, (I, Q); the joint model: S_1 + S_2 (Eq. 17) of its
+        two local similarities and its shared S_G and S_R."""
         w = self.config.level_weights()
-        return w["local"] * levels.local + w["reasoning"] * levels.reasoning + w["global"] * levels.global_
+        s = w["local"] * levels.local + w["reasoning"] * levels.reasoning + w["global"] * levels.global_
+        if levels.local_ti is not None:
+            s = s + w["local"] * levels.local_ti + w["reasoning"] * levels.reasoning + w["global"] * levels.global_
+        return s
 
     def score(self, img_emb: ImageEmbedding, query_emb: QueryEmbedding) -> Tensor:
         """S_1 or S_2 (Eq. 18-19) of every image x query set: (n_img, n_sets)."""
@@ -386,16 +399,22 @@ class HMRN(RetrievalModel):
     # Sec. 3.5
     def loss(self, img_emb: ImageEmbedding, query_emb: QueryEmbedding,
              batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        """Eq. (21): Σ_level w_level · Eq. (20)'s InfoNCE (scale τ) on that level's (B, B) similarities."""
+        """Eq. (21): Σ_level w_level · Eq. (20)'s InfoNCE (scale τ) on that level's (B, B) similarities; the joint
+        model: the I-T model's Eq. (21) plus the T-I model's on the one network (shared levels counted twice)."""
         levels = self.levels(img_emb, query_emb)
         same_image = batch["image_index"][:, None] == batch["image_index"][None, :]
+        nce = lambda scores: 2.0 * info_nce(scores, scale=self.config.tau, positive_mask=same_image)  # Eq. (20)
+        shared = 2.0 if levels.local_ti is not None else 1.0  # S_G and S_R are in both models' losses
         total, logs = levels.local.new_zeros(()), {}
         for name, weight in self.config.level_weights().items():
             if weight > 0:
-                scores = getattr(levels, "global_" if name == "global" else name)
-                term = 2.0 * info_nce(scores, scale=self.config.tau, positive_mask=same_image)  # Eq. (20): summed
-                total = total + weight * term
+                term = nce(getattr(levels, "global_" if name == "global" else name))
+                total = total + weight * (1.0 if name == "local" else shared) * term
                 logs[f"nce_{name}"] = term.item()
+                if name == "local" and levels.local_ti is not None:
+                    term_ti = nce(levels.local_ti)
+                    total = total + weight * term_ti
+                    logs["nce_local_ti"] = term_ti.item()
         return total, logs
 
 
