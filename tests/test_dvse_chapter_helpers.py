@@ -3,6 +3,10 @@ value is worked by hand or by a brute-force loop written here."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,8 +17,10 @@ from xmr_core.chapters.dvse import (
     COMPARED,
     FR_COCO,
     FR_CUB,
+    MODELS,
     ORDER,
     PAPER_ONLY,
+    REGIONS,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
     TABLE3_COLUMNS,
@@ -22,11 +28,17 @@ from xmr_core.chapters.dvse import (
     ModelScores,
     NeighbourReranker,
     attention_heat,
+    ceiling_note,
     ceiling_row,
     class_row,
+    converged_by_model,
     correlation_matrices,
+    data_summary,
+    dataset_note,
+    fr_figure,
     fr_gains,
     fr_grid,
+    fr_models,
     grid_boxes,
     instance_row,
     mean_abs_offdiagonal,
@@ -34,15 +46,28 @@ from xmr_core.chapters.dvse import (
     paper_table,
     peak,
     region_encoders,
+    region_runs,
+    rerank_bench_args,
     rerank_rows,
     retrieval_lists,
+    score_rows,
     specific_captions,
+    split_ceiling,
+    split_sizes,
     sub_embeddings,
+    table1_frame,
+    table2_frame,
     table4_frame,
+    train_claims,
     training_runs,
+    tuned_weights,
+    with_ceiling_share,
+    write_ceiling_table,
+    write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate
 from xmr_core.encoders.image import ImageEncoderConfig
@@ -398,3 +423,186 @@ def test_training_runs_counts_the_grids():
     smoke = training_runs("smoke")
     assert smoke[~smoke["shared with PCME chapter"]]["runs"].sum() == 1 + 0 + 1 + 1 + 1  # tune, region, combo 5, w/o SE
     assert ABLATION_GRIDS["smoke"]["combination"] == (1, 5)  # 5 switches every component off: every loss path
+
+
+# ======================================================================== the notebooks' calls (issue 13)
+def _data(split: Split) -> ChapterData:
+    return ChapterData(split, split, split, split, ["a", "b", "c"], np.zeros((3, 2), np.float32), 0.5)
+
+
+def _ceiling(rsum_1k: float, rsum_all: float) -> dict[str, dict[str, float]]:
+    keys = [f"{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
+    return {"1K": {**{k: 90.0 for k in keys}, "rsum": rsum_1k}, "all": {**{k: 80.0 for k in keys}, "rsum": rsum_all}}
+
+
+def _table1_runs() -> pd.DataFrame:
+    """DVSE: 1K rSum 200, 240 and all rSum 250, 300 over two seeds; every other model of ORDER: one seed, 100."""
+    rows = [("DVSE", 0, 200.0, 250.0), ("DVSE", 1, 240.0, 300.0)]
+    rows += [(m, 0, 100.0, 100.0) for m in ORDER if m != "DVSE"]
+    return pd.DataFrame([{"model": m, "seed": s, "converged": True, **{c: 1.0 for c in TABLE1_COLUMNS},
+                          "1K rSum": k1, "all rSum": a} for m, s, k1, a in rows])
+
+
+def test_with_ceiling_share_divides_each_runs_rsum_by_the_ceilings():
+    out = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
+    assert out["% of ceiling 1K"].tolist() == pytest.approx([50.0, 60.0] + [25.0] * (len(ORDER) - 1))
+    assert out["% of ceiling all"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
+    assert with_ceiling_share(_table1_runs(), None).equals(_table1_runs())
+
+
+def test_table1_frame_puts_the_ceiling_on_top_with_the_mean_shares():
+    ceiling = _ceiling(400.0, 500.0)
+    runs = with_ceiling_share(_table1_runs(), ceiling)
+    plain = table1_frame(runs, "scenes", None)
+    assert "Bayes ceiling" not in set(plain["model"]) and "1K rSum % of ceiling" not in plain.columns
+    out = table1_frame(runs, "scenes", ceiling)
+    assert list(out.columns) == list(plain.columns) + ["1K rSum % of ceiling", "all rSum % of ceiling"]
+    assert list(out["model"]) == ["Bayes ceiling", *plain["model"]]
+    top, rows = out.iloc[0], out.set_index("model")
+    assert top["1K rSum (scenes)"] == 400.0 and top["all i2t R@5 (scenes)"] == 80.0
+    assert top["1K rSum % of ceiling"] == 100.0 and top["all rSum % of ceiling"] == 100.0
+    assert rows.loc["DVSE", "1K rSum % of ceiling"] == pytest.approx(55.0)  # mean of 50 and 60
+    assert rows.loc["VSE0", "all rSum % of ceiling"] == pytest.approx(20.0)
+    assert np.isnan(rows.loc["P2RM (paper only)", "1K rSum % of ceiling"])  # not built: no runs
+
+
+def test_table2_frame_adds_the_ceiling_row_only_with_a_ceiling():
+    runs = _table1_runs()
+    assert "Bayes ceiling" not in set(table2_frame(runs, "scenes", None)["model"])
+    out = table2_frame(runs, "scenes", _ceiling(400.0, 500.0))
+    assert out.iloc[0]["model"] == "Bayes ceiling" and out.iloc[0]["all rSum (scenes)"] == 500.0
+    assert out.set_index("model").loc["DVSE", "all rSum (scenes)"] == 275.0
+
+
+def test_split_ceiling_is_none_without_exact_relevance():
+    split = _split()
+    assert split_ceiling(dataclasses.replace(split, exact=None)) is None
+    assert set(split_ceiling(split)) == {"1K", "all"}
+
+
+def test_caption_notes():
+    assert dataset_note("scenes", "CUB") == " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)"
+    assert dataset_note("coco", "COCO") == ""
+    assert ceiling_note(None) == "" and "Bayes ceiling" in ceiling_note(_ceiling(1.0, 1.0))
+
+
+def test_region_runs_rename_the_region_rows_as_the_papers_dvse():
+    per_run = pd.DataFrame({"model": ["DVSE", REGIONS, REGIONS + " + FR", "DVSE + FR"], "x": [1.0, 2.0, 3.0, 4.0]})
+    out = region_runs(per_run)
+    assert out["model"].tolist() == ["DVSE", "DVSE + FR"] and out["x"].tolist() == [2.0, 3.0]
+
+
+def test_write_region_tables_only_with_region_features(tmp_path: Path):
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
+    per_run = pd.DataFrame([{"model": m, "seed": 0, **{c: v for c in {**TABLE1_COLUMNS, **TABLE3_COLUMNS}}}
+                            for m, v in ((REGIONS, 7.0), (REGIONS + " + FR", 9.0))])
+    note = write_region_tables(per_run, _data(_split()), "scenes", 0, run)
+    assert "no region features" in note.iloc[0, 0] and not (tmp_path / "res").exists()
+    with_regions = dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32))
+    table = write_region_tables(per_run, _data(with_regions), "scenes", 0, run).set_index("model")
+    assert table.loc["DVSE", "all rSum (scenes)"] == 7.0 and table.loc["DVSE + FR", "1K rSum (scenes)"] == 9.0
+    for key in ("table1_regions", "table2_regions"):
+        assert (tmp_path / "res" / "dvse" / f"{key}.csv").is_file()
+
+
+def test_write_ceiling_table_only_with_a_ceiling(tmp_path: Path):
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
+    runs = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
+    write_ceiling_table(runs, None, run)
+    assert not (tmp_path / "res").exists()
+    write_ceiling_table(runs, _ceiling(400.0, 500.0), run)
+    out = pd.read_csv(tmp_path / "res" / "dvse" / "ceiling.csv")
+    assert out["percent_of_ceiling"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
+    assert (out["ceiling_rsum"] == 500.0).all() and out["rsum"].tolist()[:3] == [250.0, 300.0, 100.0]
+
+
+def test_score_rows_give_the_model_without_and_with_fr():
+    split = _split()
+    scores = ModelScores((_scores(20), _scores(21)), (_scores(22), _scores(23)), 1.0)
+    rows = score_rows("PVSE K=2", 3, False, scores, _data(split))
+    assert [r["model"] for r in rows] == ["PVSE K=2", "PVSE K=2 + FR"]
+    assert all(r["seed"] == 3 and r["converged"] is False for r in rows)
+    assert rows[0]["all rSum"] == pytest.approx(metric_row(scores, _data(split))["all rSum"])
+    assert rows[1]["CUB i2t R-P"] == pytest.approx(metric_row(scores, _data(split), fr=True)["CUB i2t R-P"])
+
+
+def test_fr_models_add_the_region_dvse_with_region_features():
+    assert fr_models(_data(_split())) == MODELS
+    with_regions = dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32))
+    assert fr_models(_data(with_regions)) == [*MODELS, REGIONS]
+
+
+def test_fr_figure_bars_are_the_seed_means_without_and_with_fr():
+    per_run = pd.DataFrame({"model": ["A", "A", "A + FR", "B", "B + FR", "C"],
+                            "all rSum": [10.0, 20.0, 30.0, 5.0, 7.0, 99.0]})
+    fig = fr_figure(per_run, ["B", "A"], _ceiling(1.0, 50.0), "scenes")
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx([5.0, 15.0, 7.0, 30.0])  # without FR (B, A), then with FR (B, A)
+    assert [line.get_ydata()[0] for line in ax.lines] == [50.0]  # the ceiling
+    assert not fr_figure(per_run, ["A"], None, "scenes").axes[0].lines
+
+
+def test_converged_by_model_counts_the_fr_rows_as_their_models():
+    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"], "converged": [True, True, True, True, False]})
+    assert converged_by_model(per_run) == {"A": True, "B": False}
+
+
+def test_rerank_bench_args():
+    assert rerank_bench_args("smoke") == ["--images", "500", "--captions", "2500", "--threads", "2"]
+    assert rerank_bench_args("cpu") == ["--fraction", "0.01", "--threads", "2"]
+
+
+def test_tuned_weights_and_the_data_tables():
+    assert "DVSE: margin (0.1, 0.2, 0.4)" in tuned_weights() and tuned_weights().startswith("VSE0: margin")
+    split = _split()
+    sizes = split_sizes(_data(split))
+    assert sizes["images"].tolist() == [N] * 4 and sizes["captions"].tolist() == [N * PER] * 4
+    trunk = SimpleNamespace(key="k", cells=16, channels=8)
+    assert data_summary(trunk, _data(split)).endswith("vocabulary 3 words (50.0% in GloVe); region features: none")
+    with_regions = dataclasses.replace(split, regions=np.zeros((N, 3, 5), np.float32))
+    assert data_summary(trunk, _data(with_regions)).endswith("region features: 3 regions x 5 dims")
+
+
+# ----------------------------------------------------------------------------------------- train.py claims
+_RSUM = {"VSE0": 80, "PVSE K=1": 85, "PVSE K=2": 90, "PVSE K=4": 88, "PCME mu only": 86, "PCME": 87, "DVSE": 100,
+         "DVSE + FR": 110}
+_CUB = {"PVSE K=1": (10, 30), "PVSE K=2": (12, 28), "PVSE K=4": (14, 26), "DVSE": (20, 35), "PCME": (15, 40),
+        "DVSE + FR": (25, 38)}  # (R@1, R-P), both directions
+
+
+def _claims_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two seeds a model: every Table 1 column at the model's _RSUM + 2 * seed (seed std sqrt 2), CUB as _CUB."""
+    per_run = pd.DataFrame([
+        {"model": m, "seed": s, "converged": True, **{c: v + 2.0 * s for c in TABLE1_COLUMNS},
+         **{c: float(_CUB.get(m, (0, 0))[0 if "R@1" in c else 1]) for c in TABLE3_COLUMNS}}
+        for m, v in _RSUM.items() for s in (0, 1)])
+    t4 = pd.DataFrame([{"model": m, "seed": s, "re-rank s": t + 0.001 * s, "all rSum": r + s}
+                       for s in (0, 1) for m, t, r in (("DVSE", 0.0, 100), ("DVSE + RR", 0.5, 105),
+                                                       ("DVSE + MR", 0.9, 104), ("DVSE + FR", 0.01, 110))])
+    return per_run, t4
+
+
+def test_train_claims_by_hand():
+    per_run, t4 = _claims_runs()
+    gains = pd.DataFrame({"model": ["DVSE"], "seeds": [2], "diff": [10.0], "spread": [1.0], "verdict": ["held"],
+                          "not tested": [""]})
+    converged = {m: True for m in [*MODELS, "DVSE + FR"]}
+    out = train_claims(per_run, t4, gains, converged, _split())
+    assert len(out) == 14 and list(out.columns) == ["claim", "source", "evidence", "verdict"]
+    assert out["verdict"].tolist() == ["held"] * 13 + ["not tested"]  # the last: DiVE, P2RM ... not built
+    ev = out["evidence"].tolist()
+    assert ev[0].startswith("DVSE - PVSE K=2 = +10.00 rSum") and "largest seed std 1.41" in ev[0]
+    assert "+10.00" in ev[1] and "+10.00" in ev[2]  # best other set-based (PVSE K=2); FR on DVSE
+    assert "best in 14 of the 14 Table 1 columns" in ev[3]
+    assert ev[5] == "K=1: R@1 10.0, R-P 30.0; K=2: R@1 12.0, R-P 28.0; K=4: R@1 14.0, R-P 26.0"
+    assert ev[6].startswith("DVSE - best PVSE R-P = +5.00") and "best PVSE (PVSE K=4) 14.0" in ev[6]
+    assert ev[7].startswith("DVSE - PCME = +5.00 R@1") and ev[8].startswith("PCME - DVSE = +5.00 R-P")
+    assert ev[10].startswith("RR - FR = +0.490 s") and ev[10].endswith(f"on {N} x {N * PER}")
+    assert ev[11] == "FR - RR = +5.00 rSum (spread 0.71); FR - MR = +6.00 rSum (spread 0.71)"
+    # PCME not converged: every claim that compares it is not tested, and says so
+    converged["PCME"] = False
+    out = train_claims(per_run, t4, gains, converged, _split())
+    untested = [i for i, v in enumerate(out["verdict"]) if v == "not tested"]
+    assert untested == [1, 3, 7, 8, 13]
+    assert "not tested: PCME not converged" in out["evidence"][7]
