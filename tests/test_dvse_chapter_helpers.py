@@ -21,26 +21,34 @@ from xmr_core.chapters.dvse import (
     ORDER,
     PAPER_ONLY,
     REGIONS,
+    SWEEP_COLUMNS,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
     TABLE3_COLUMNS,
     TABLE6_COLUMNS,
     ModelScores,
     NeighbourReranker,
+    ablate_claims,
     attention_heat,
     ceiling_note,
     ceiling_row,
     class_row,
+    combination_label,
     converged_by_model,
     correlation_matrices,
     data_summary,
     dataset_note,
+    dvse_seed_std,
     fr_figure,
     fr_gains,
     fr_grid,
+    fr_grid_figure,
     fr_models,
+    fr_scale_claims,
     grid_boxes,
     instance_row,
+    k_config,
+    k_label,
     mean_abs_offdiagonal,
     metric_row,
     paper_table,
@@ -55,9 +63,16 @@ from xmr_core.chapters.dvse import (
     split_ceiling,
     split_sizes,
     sub_embeddings,
+    sweep_claims,
+    sweep_figure,
     table1_frame,
     table2_frame,
     table4_frame,
+    table5_claims,
+    table5_frame,
+    table6_claims,
+    table6_figure,
+    table6_frame,
     train_claims,
     training_runs,
     tuned_weights,
@@ -606,3 +621,166 @@ def test_train_claims_by_hand():
     untested = [i for i, v in enumerate(out["verdict"]) if v == "not tested"]
     assert untested == [1, 3, 7, 8, 13]
     assert "not tested: PCME not converged" in out["evidence"][7]
+
+
+# ------------------------------------------------------------------------------------------ ablate.py
+def _small_dvse_config():
+    small = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=8, image_size=16),
+             "text": TextEncoderConfig(hidden=4)}
+    return dvse_config(n_embeds=6, **small)
+
+
+def test_table5_frame_marks_the_switches_of_each_combination():
+    runs = pd.DataFrame([{"model": f"combination {c}", "seed": s, "all rSum": 100.0 + c + s}
+                         for c in (1, 3, 5) for s in (0, 1)])
+    out = table5_frame(runs, (1, 3, 5), "scenes").set_index("model")
+    assert list(out.columns[:5]) == ["DM", "L_var", "L_ort", "SE", "seeds"]
+    assert out.loc["combination 1", ["DM", "L_var", "L_ort", "SE"]].tolist() == ["✓"] * 4
+    assert out.loc["combination 3", ["DM", "L_var", "L_ort", "SE"]].tolist() == ["", "", "✓", "✓"]  # Table V row 3
+    assert out.loc["combination 5", ["DM", "L_var", "L_ort", "SE"]].tolist() == [""] * 4
+    assert out.loc["combination 3", "all rSum (scenes)"] == 103.5
+
+
+def test_k_labels_and_configs():
+    assert [k_label(k) for k in (1, 2, 6.0, 12)] == ["w/o SE", "K=2", "K=6", "K=12"]
+    base = _small_dvse_config()
+    one = k_config(base, 1)
+    assert one.sub_embeddings is False and one.n_embeds == base.n_embeds
+    eight = k_config(base, 8.0)
+    assert eight.n_embeds == 8 and eight.sub_embeddings is True and eight.eta == base.eta
+    assert combination_label(3) == "combination 3"
+
+
+def test_table6_frame_and_figure_follow_k():
+    runs = pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, **{c: 10.0 * k + s for c in TABLE6_COLUMNS}}
+                         for k, seeds in ((1, (0, 1)), (4, (0,)), (6, (0, 1))) for s in seeds])
+    table = table6_frame(runs, (1, 4, 6), "scenes")
+    assert table["model"].tolist() == ["w/o SE", "K=4", "K=6"] and table["seeds"].tolist() == [2, 1, 2]
+    fig = table6_figure(runs)
+    rsum = fig.axes[0].lines[0]
+    assert rsum.get_xdata().tolist() == [1, 4, 6] and rsum.get_ydata().tolist() == [10.5, 40.0, 60.5]
+    assert len(fig.axes[1].lines) == 4
+
+
+def test_sweep_figure_draws_each_parameter_in_order():
+    sweep = pd.DataFrame([{"parameter": p, "value": v, **{c: 10 * v + i for i, c in enumerate(SWEEP_COLUMNS)}}
+                          for p, values in (("beta", (0.6, 0.2, 0.4)), ("eta", (0.2, 0.8))) for v in values])
+    fig = sweep_figure(sweep)
+    beta, eta = fig.axes[0].lines, fig.axes[1].lines
+    assert len(beta) == len(eta) == 4
+    assert beta[0].get_xdata().tolist() == [0.2, 0.4, 0.6]
+    assert beta[2].get_ydata().tolist() == pytest.approx([4.0, 6.0, 8.0])  # all t2i R@1 = 10 v + 2
+    assert eta[0].get_xdata().tolist() == [0.2, 0.8]
+
+
+def test_dvse_seed_std_is_the_std_of_combination_1():
+    runs = pd.DataFrame({"model": ["combination 1", "combination 1", "combination 5"], "a": [10.0, 14.0, 0.0],
+                         "b": [20.0, 20.0, 0.0]})
+    assert dvse_seed_std(runs, ["a"], 2) == pytest.approx(np.sqrt(8))
+    assert dvse_seed_std(runs, ["a", "b"], 2) == pytest.approx(np.sqrt(2))  # per-run means 15, 17
+    assert np.isnan(dvse_seed_std(runs, ["a"], 1))
+
+
+def _t5_runs(seeds=(0, 1)) -> pd.DataFrame:
+    rsum = {1: 100.0, 2: 95.0, 3: 80.0, 4: 78.5, 5: 78.0, 6: 90.0, 7: 85.0}
+    return pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "all rSum": v + s,
+                          "all i2t R@1": 50.0 + s, "all t2i R@1": 40.0} for c, v in rsum.items() for s in seeds])
+
+
+def test_table5_claims_by_hand():
+    assert table5_claims(_t5_runs()[lambda d: d["model"].isin(["combination 1", "combination 5"])], (1, 5), 2) == []
+    claims = table5_claims(_t5_runs(), tuple(range(1, 8)), 2)
+    assert [c["evidence"].split(" rSum")[0] for c in claims[:3]] == [
+        "combination 1 - 2 = +5.00", "combination 1 - 6 = +10.00", "combination 1 - 7 = +15.00"]
+    # 4 - 5 = 0.5 within the spread 0.71; 3 nearer 5 than 1; 15 > 10 > 5 > 0.5; 1 beats 2 by 5
+    assert [c["verdict"] for c in claims] == ["held"] * 7
+    assert claims[5]["evidence"].startswith("rSum lost without each: L_var +15.00, L_ort +10.00, DM +5.00, SE +0.50")
+    one_seed = table5_claims(_t5_runs((0,)), tuple(range(1, 8)), 1)
+    assert [c["verdict"] for c in one_seed] == ["not tested"] * 7
+    unconverged = _t5_runs()
+    unconverged.loc[unconverged["model"] == "combination 7", "converged"] = False
+    verdicts = [c["verdict"] for c in table5_claims(unconverged, tuple(range(1, 8)), 2)]
+    assert verdicts == ["held", "held", "not tested", "held", "held", "not tested", "not tested"]
+
+
+def test_table6_claims_by_hand():
+    rows = [(1, 0, 80), (1, 1, 81), (2, 0, 90), (6, 0, 100), (6, 1, 101), (8, 0, 95)]
+    cub = {1: 1.0, 2: 2.0, 6: 3.0, 8: 4.0}  # the class metrics peak at K = 8
+    runs = pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, "converged": True, "all rSum": float(r),
+                          **{c: cub[k] for c in TABLE3_COLUMNS}} for k, s, r in rows])
+    claims = table6_claims(runs, (1, 2, 6, 8), 0, 1.0)
+    assert [c["verdict"] for c in claims] == ["held", "held", "not tested"]
+    assert claims[0]["evidence"] == "K=6 - w/o SE = +20.00 rSum (spread 0.71)"
+    assert claims[1]["evidence"] == ("rSum per K (seed 0): 1: 80.0, 2: 90.0, 6: 100.0, 8: 95.0; best K 6; best inside "
+                                     "- best end = +5.00 (DVSE's seed std 1.00)")  # 100 - max(80, 95)
+    assert claims[2]["evidence"].startswith("best K on the class metrics 8, on the whole-split rSum 6")
+    no_one = table6_claims(runs[runs["K"] != 1], (2, 6, 8), 0, 1.0)
+    assert len(no_one) == 2 and no_one[0]["claim"].startswith("rSum peaks")
+
+
+def _fr_runs(values=(1.0, 25.0, 100.0), diagonal=(40.0, 50.0, 30.0)) -> pd.DataFrame:
+    """i2t: the diagonal as given, 20 off it; t2i: 60 above the diagonal (s2 > s1), 40 elsewhere; + seed."""
+    rows = []
+    for s in (0, 1):
+        for i, s1 in enumerate(values):
+            for s2 in values:
+                rows.append({"direction": "i2t", "s1": s1, "s2": s2, "R@1": (diagonal[i] if s1 == s2 else 20.0) + s,
+                             "seed": s, "converged": True})
+                rows.append({"direction": "t2i", "s1": s1, "s2": s2, "R@1": (60.0 if s2 > s1 else 40.0) + s,
+                             "seed": s, "converged": True})
+    return pd.DataFrame(rows)
+
+
+def test_fr_scale_claims_by_hand():
+    claims = fr_scale_claims(_fr_runs(), 2)
+    assert [c["verdict"] for c in claims] == ["held"] * 4
+    assert claims[0]["evidence"] == ("diagonal R@1: 1: 40.5, 25: 50.5, 100: 30.5; best 25; best inside - best end "
+                                     "= +10.00")
+    assert claims[1]["evidence"].startswith("mean R@1 on the diagonal - below it (gamma1 > gamma2) = +20.00")
+    assert claims[3]["evidence"].startswith("best R@1 with lambda1 < lambda2 - best with lambda2 <= lambda1 = +20.00")
+    # an interior peak outside 20..50 is not the paper's peak
+    assert fr_scale_claims(_fr_runs((1.0, 10.0, 100.0)), 2)[0]["verdict"] == "did not hold"
+    unconverged = _fr_runs().assign(converged=[True] * 35 + [False])
+    assert [c["verdict"] for c in fr_scale_claims(unconverged, 2)] == ["not tested"] * 4
+
+
+def _sweep(beta_i2t=(50.0, 60.0, 52.0), beta_t2i=(40.0, 42.0, 41.0)) -> pd.DataFrame:
+    rows = [("beta", v, a, b) for v, a, b in zip((0.2, 0.4, 0.6), beta_i2t, beta_t2i)]
+    rows += [("eta", v, a, a) for v, a in zip((0.2, 0.4, 0.6, 0.8), (50.0, 51.0, 52.0, 54.0))]
+    return pd.DataFrame([{"parameter": p, "value": v, "seed": 0, "converged": True, "all i2t R@1": a,
+                          "all i2t R@5": a + 10, "all t2i R@1": b, "all t2i R@5": b + 10} for p, v, a, b in rows])
+
+
+def test_sweep_claims_by_hand():
+    claims = sweep_claims(_sweep(), 1.0)
+    # beta: mean R@1 45, 51, 46.5 (4.5 above the best end); eta: 50 ... 54 (the end is best, 2 above the interior)
+    assert [c["verdict"] for c in claims] == ["held", "did not hold", "held"]
+    assert claims[0]["evidence"].startswith("mean R@1 per beta: 0.2: 45.0, 0.4: 51.0, 0.6: 46.5; best 0.4; best inside "
+                                            "- best end = +4.50 (DVSE's seed std 1.00; one seed each)")
+    assert claims[1]["source"] == "Sec. IV-D-3, Figure 9"
+    assert claims[2]["evidence"].startswith("range over beta: i2t 10.00, t2i 2.00")  # 10 - 2 > 1
+    flat = sweep_claims(_sweep((50.0, 50.0, 50.0), (40.0, 40.0, 40.0)), 1.0)
+    assert flat[0]["evidence"].endswith("every beta gave the same metrics (the hinge of Eq. 4 never closed)")
+    assert flat[2]["verdict"] == "within noise"
+    no_spread = sweep_claims(_sweep(), float("nan"))
+    assert [c["verdict"] for c in no_spread] == ["not tested"] * 3
+
+
+def test_ablate_claims_run_every_part_in_order():
+    t6 = pd.DataFrame([{"model": k_label(k), "K": k, "seed": 0, "converged": True, "all rSum": 1.0 + k,
+                        **{c: 1.0 for c in TABLE3_COLUMNS}} for k in (1, 6)])
+    grids = {"combination": tuple(range(1, 8)), "K": (1, 6)}
+    out = ablate_claims(_t5_runs(), t6, _fr_runs(), _sweep(), grids, 2, 0)
+    assert len(out) == 7 + 3 + 4 + 3 and list(out.columns) == ["claim", "source", "evidence", "verdict"]
+    assert out["source"].str.extract(r"Sec\. IV-(\w)")[0].tolist() == ["C"] * 7 + ["D"] * 10
+    assert "DVSE's seed std 0.71" in out["evidence"][8]  # Table V combination 1's rSum std: runs 100, 101
+
+
+# --------------------------------------------------------------------------------------------- Figure 7
+def test_fr_grid_figure_draws_each_directions_grid():
+    values = (2.0, 30.0)
+    r1 = _fr_runs(values, (40.0, 50.0)).groupby(["direction", "s1", "s2"])["R@1"].mean()
+    fig = fr_grid_figure(r1, values)
+    i2t, t2i = (ax.images[0].get_array() for ax in fig.axes[:2] if ax.images)
+    assert np.array_equal(np.asarray(i2t), [[40.5, 20.5], [20.5, 50.5]])  # rows s1, columns s2
+    assert np.array_equal(np.asarray(t2i), [[40.5, 60.5], [40.5, 40.5]])
