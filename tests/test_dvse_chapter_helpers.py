@@ -30,15 +30,20 @@ from xmr_core.chapters.dvse import (
     NeighbourReranker,
     ablate_claims,
     attention_heat,
+    caption_query_figure,
     ceiling_note,
     ceiling_row,
+    claims_frame,
+    claims_preamble,
     class_row,
     combination_label,
     converged_by_model,
+    correlation_figure,
     correlation_matrices,
     data_summary,
     dataset_note,
     dvse_seed_std,
+    fig6_panels,
     fr_figure,
     fr_gains,
     fr_grid,
@@ -46,6 +51,8 @@ from xmr_core.chapters.dvse import (
     fr_models,
     fr_scale_claims,
     grid_boxes,
+    heat_figure,
+    image_query_figure,
     instance_row,
     k_config,
     k_label,
@@ -53,6 +60,7 @@ from xmr_core.chapters.dvse import (
     metric_row,
     paper_table,
     peak,
+    random_images,
     region_encoders,
     region_runs,
     rerank_bench_args,
@@ -76,6 +84,7 @@ from xmr_core.chapters.dvse import (
     train_claims,
     training_runs,
     tuned_weights,
+    visualise_claims,
     with_ceiling_share,
     write_ceiling_table,
     write_region_tables,
@@ -85,11 +94,12 @@ from xmr_core.chapters.protocols import ChapterData
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate
+from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import rerank_directions
 from xmr_core.methods.dvse import DVSE, dvse_config
-from xmr_core.results import paper_values
+from xmr_core.results import Claim, paper_values
 from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
 from xmr_core.viz import caption_gallery
 
@@ -784,3 +794,91 @@ def test_fr_grid_figure_draws_each_directions_grid():
     i2t, t2i = (ax.images[0].get_array() for ax in fig.axes[:2] if ax.images)
     assert np.array_equal(np.asarray(i2t), [[40.5, 20.5], [20.5, 50.5]])  # rows s1, columns s2
     assert np.array_equal(np.asarray(t2i), [[40.5, 60.5], [40.5, 40.5]])
+
+
+# ---------------------------------------------------------------------------------------- visualise.py
+def test_random_images_and_fig6_panels():
+    picks = random_images(np.random.default_rng(3), _split(), 4)
+    assert picks == sorted(picks) and len(set(picks)) == 4 and all(0 <= i < N for i in picks)
+    assert picks == random_images(np.random.default_rng(3), _split(), 4)
+    assert list(fig6_panels(ABLATION_GRIDS["smoke"]["combination"]).values()) == [1]
+    assert list(fig6_panels(ABLATION_GRIDS["cpu"]["combination"]).values()) == [4, 6, 2, 1]
+
+
+def test_correlation_figure_has_one_column_per_panel():
+    maps = {"a": (np.eye(3), np.full((3, 3), 0.5)), "b": (np.eye(3), np.eye(3))}
+    fig = correlation_figure(maps, 7)
+    assert len(fig.axes) == 4
+    assert fig.axes[0].get_title() == "a\ntest image 7" and fig.axes[2].get_title() == "mean over the test split"
+    assert np.array_equal(np.asarray(fig.axes[2].images[0].get_array()), np.full((3, 3), 0.5))
+
+
+def test_heat_figure_titles_each_map_with_the_images_own_caption():
+    rng = np.random.default_rng(0)
+    split = Split("t", "mem", ["a", "b", "c"], ["x", "y", "z"], ["red x", "blue y", "green z"], np.arange(3),
+                  images=rng.integers(0, 255, (3, 16, 16, 3), dtype=np.uint8))
+    small = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=8, image_size=16),
+             "text": TextEncoderConfig(hidden=4)}
+    torch.manual_seed(0)
+    vocab = Vocabulary.build(split.captions)
+    model = DVSE(dvse_config(n_embeds=3, **small), rng.standard_normal((len(vocab), 3)).astype(np.float32))
+    fig = heat_figure(model, split, vocab, [2, 0], grid_boxes(16, 16), "cpu")
+    assert len(fig.axes) == 2 * (3 + 1)
+    _, attn, mask = sub_embeddings(model, split, "cpu", [2, 0])
+    for row, image in enumerate((2, 0)):
+        assert fig.axes[4 * row].get_title() == f"image {image}"
+        heat = attention_heat(attn[row].numpy(), grid_boxes(16, 16), 16)
+        for j in range(3):
+            ax = fig.axes[4 * row + 1 + j]
+            masked = " (masked)" if mask[row, j] == 0 else ""
+            assert ax.get_title().replace("\n", " ") == f"v{j + 1}{masked}: {split.captions[image]}"  # its only caption
+            assert np.allclose(np.asarray(ax.images[1].get_array()), heat[j])
+
+
+def _lists() -> pd.DataFrame:
+    rows = []
+    for model, shift in (("M1", 0), ("M2", 1)):
+        for q in (4, 9):
+            rows += [{"direction": "t2i", "query": q, "rank": r, "result": (q + r + shift) % N, "exact": r == 0,
+                      "instance": False, "model": model} for r in range(2)]
+        for q in (1, 3):
+            rows += [{"direction": "i2t", "query": q, "rank": r, "result": 2 * q + r + shift, "exact": r == 1,
+                      "instance": r == 0, "model": model} for r in range(3)]
+    return pd.DataFrame(rows)
+
+
+def test_query_figures_show_each_query_under_each_model_in_turn():
+    split = _split()
+    fig11 = caption_query_figure(_lists(), split, [4, 9], ["M1", "M2"])
+    assert len(fig11.axes) == 4 * (1 + 2)
+    texts = [ax.texts[0].get_text().replace("\n", " ") for ax in fig11.axes[::3]]
+    assert texts == ["M1: caption 4", "M2: caption 4", "M1: caption 9", "M2: caption 9"]
+    assert np.array_equal(np.asarray(fig11.axes[3 * 3 + 2].images[0].get_array()), split.images[(9 + 1 + 1) % N])
+    fig12 = image_query_figure(_lists(), split, [1, 3], ["M1", "M2"])
+    assert [ax.get_title() for ax in fig12.axes[::2]] == ["M1: image 1", "M2: image 1", "M1: image 3", "M2: image 3"]
+    lines = [t.get_text() for t in fig12.axes[3].texts]  # M2, image 1: captions 3, 4, 5
+    assert lines == ["1. caption 3 (True)", "2. caption 4", "3. caption 5"]
+    assert [t.get_color() for t in fig12.axes[3].texts] == ["tab:red", "tab:green", "tab:red"]
+
+
+def test_visualise_claims_by_hand():
+    corr = pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "mean |corr|": v + 0.01 * s}
+                         for c, v in ((4, 0.5), (6, 0.3), (2, 0.2), (1, 0.4)) for s in (0, 1)])
+    precision = pd.DataFrame([{"model": m, "seed": s, "converged": True, "t2i P@4": p + s, "i2t P@5": q + s}
+                              for m, p, q in (("DVSE", 30.0, 10.0), ("PVSE K=2", 20.0, 15.0)) for s in (0, 1)])
+    claims = visualise_claims(corr, precision, 4)
+    assert [c.verdict for c in claims] == ["held", "held", "held", "held", "did not hold", "not tested"]
+    assert claims[0].evidence == "mean |corr| 4 - 2 = +0.300 (spread 0.007)"
+    assert claims[3].evidence.startswith("DVSE - PVSE K=2 = +10.00 pp of exact t2i P@4")
+    assert claims[5].evidence == "heat maps of 4 images (fig10_*.png): illustrative, not a test"
+    smoke = visualise_claims(corr[corr["model"] == "combination 1"], precision, 4)
+    assert smoke[0].verdict == "not tested" and smoke[0].evidence == ("combination 4 or 2 not in this profile's "
+                                                                      "ablation grid")
+
+
+def test_claims_preamble_and_frame():
+    assert "NOT COCO, Flickr30K or CUB" in claims_preamble("cpu", "scenes")
+    assert "NOT COCO" not in claims_preamble("paper", "cub") and "profile `paper`, dataset `cub`" in claims_preamble(
+        "paper", "cub")
+    frame = claims_frame([Claim("c", "s", "e", "held")])
+    assert frame.to_dict("records") == [{"claim": "c", "source": "s", "evidence": "e", "verdict": "held"}]
