@@ -3,6 +3,10 @@ value is worked by hand or by a brute-force loop written here."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,43 +17,89 @@ from xmr_core.chapters.dvse import (
     COMPARED,
     FR_COCO,
     FR_CUB,
+    MODELS,
     ORDER,
     PAPER_ONLY,
+    REGIONS,
+    SWEEP_COLUMNS,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
     TABLE3_COLUMNS,
     TABLE6_COLUMNS,
     ModelScores,
     NeighbourReranker,
+    ablate_claims,
     attention_heat,
+    caption_query_figure,
+    ceiling_note,
     ceiling_row,
+    claims_frame,
+    claims_preamble,
     class_row,
+    combination_label,
+    converged_by_model,
+    correlation_figure,
     correlation_matrices,
+    data_summary,
+    dataset_note,
+    dvse_seed_std,
+    fig6_panels,
+    fr_figure,
     fr_gains,
     fr_grid,
+    fr_grid_figure,
+    fr_models,
+    fr_scale_claims,
     grid_boxes,
+    heat_figure,
+    image_query_figure,
     instance_row,
+    k_config,
+    k_label,
     mean_abs_offdiagonal,
     metric_row,
     paper_table,
     peak,
+    random_images,
     region_encoders,
+    region_runs,
+    rerank_bench_args,
     rerank_rows,
     retrieval_lists,
+    score_rows,
     specific_captions,
+    split_ceiling,
+    split_sizes,
     sub_embeddings,
+    sweep_claims,
+    sweep_figure,
+    table1_frame,
+    table2_frame,
     table4_frame,
+    table5_claims,
+    table5_frame,
+    table6_claims,
+    table6_figure,
+    table6_frame,
+    train_claims,
     training_runs,
+    tuned_weights,
+    visualise_claims,
+    with_ceiling_share,
+    write_ceiling_table,
+    write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate
+from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import rerank_directions
 from xmr_core.methods.dvse import DVSE, dvse_config
-from xmr_core.results import paper_values
+from xmr_core.results import Claim, paper_values
 from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
 from xmr_core.viz import caption_gallery
 
@@ -398,3 +448,437 @@ def test_training_runs_counts_the_grids():
     smoke = training_runs("smoke")
     assert smoke[~smoke["shared with PCME chapter"]]["runs"].sum() == 1 + 0 + 1 + 1 + 1  # tune, region, combo 5, w/o SE
     assert ABLATION_GRIDS["smoke"]["combination"] == (1, 5)  # 5 switches every component off: every loss path
+
+
+# ======================================================================== the notebooks' calls (issue 13)
+def _data(split: Split) -> ChapterData:
+    return ChapterData(split, split, split, split, ["a", "b", "c"], np.zeros((3, 2), np.float32), 0.5)
+
+
+def _ceiling(rsum_1k: float, rsum_all: float) -> dict[str, dict[str, float]]:
+    keys = [f"{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
+    return {"1K": {**{k: 90.0 for k in keys}, "rsum": rsum_1k}, "all": {**{k: 80.0 for k in keys}, "rsum": rsum_all}}
+
+
+def _table1_runs() -> pd.DataFrame:
+    """DVSE: 1K rSum 200, 240 and all rSum 250, 300 over two seeds; every other model of ORDER: one seed, 100."""
+    rows = [("DVSE", 0, 200.0, 250.0), ("DVSE", 1, 240.0, 300.0)]
+    rows += [(m, 0, 100.0, 100.0) for m in ORDER if m != "DVSE"]
+    return pd.DataFrame([{"model": m, "seed": s, "converged": True, **{c: 1.0 for c in TABLE1_COLUMNS},
+                          "1K rSum": k1, "all rSum": a} for m, s, k1, a in rows])
+
+
+def test_with_ceiling_share_divides_each_runs_rsum_by_the_ceilings():
+    out = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
+    assert out["% of ceiling 1K"].tolist() == pytest.approx([50.0, 60.0] + [25.0] * (len(ORDER) - 1))
+    assert out["% of ceiling all"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
+    assert with_ceiling_share(_table1_runs(), None).equals(_table1_runs())
+
+
+def test_table1_frame_puts_the_ceiling_on_top_with_the_mean_shares():
+    ceiling = _ceiling(400.0, 500.0)
+    runs = with_ceiling_share(_table1_runs(), ceiling)
+    plain = table1_frame(runs, "scenes", None)
+    assert "Bayes ceiling" not in set(plain["model"]) and "1K rSum % of ceiling" not in plain.columns
+    out = table1_frame(runs, "scenes", ceiling)
+    assert list(out.columns) == list(plain.columns) + ["1K rSum % of ceiling", "all rSum % of ceiling"]
+    assert list(out["model"]) == ["Bayes ceiling", *plain["model"]]
+    top, rows = out.iloc[0], out.set_index("model")
+    assert top["1K rSum (scenes)"] == 400.0 and top["all i2t R@5 (scenes)"] == 80.0
+    assert top["1K rSum % of ceiling"] == 100.0 and top["all rSum % of ceiling"] == 100.0
+    assert rows.loc["DVSE", "1K rSum % of ceiling"] == pytest.approx(55.0)  # mean of 50 and 60
+    assert rows.loc["VSE0", "all rSum % of ceiling"] == pytest.approx(20.0)
+    assert np.isnan(rows.loc["P2RM (paper only)", "1K rSum % of ceiling"])  # not built: no runs
+
+
+def test_table2_frame_adds_the_ceiling_row_only_with_a_ceiling():
+    runs = _table1_runs()
+    assert "Bayes ceiling" not in set(table2_frame(runs, "scenes", None)["model"])
+    out = table2_frame(runs, "scenes", _ceiling(400.0, 500.0))
+    assert out.iloc[0]["model"] == "Bayes ceiling" and out.iloc[0]["all rSum (scenes)"] == 500.0
+    assert out.set_index("model").loc["DVSE", "all rSum (scenes)"] == 275.0
+
+
+def test_split_ceiling_is_none_without_exact_relevance():
+    split = _split()
+    assert split_ceiling(dataclasses.replace(split, exact=None)) is None
+    assert set(split_ceiling(split)) == {"1K", "all"}
+
+
+def test_caption_notes():
+    assert dataset_note("scenes", "CUB") == " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)"
+    assert dataset_note("coco", "COCO") == ""
+    assert ceiling_note(None) == "" and "Bayes ceiling" in ceiling_note(_ceiling(1.0, 1.0))
+
+
+def test_region_runs_rename_the_region_rows_as_the_papers_dvse():
+    per_run = pd.DataFrame({"model": ["DVSE", REGIONS, REGIONS + " + FR", "DVSE + FR"], "x": [1.0, 2.0, 3.0, 4.0]})
+    out = region_runs(per_run)
+    assert out["model"].tolist() == ["DVSE", "DVSE + FR"] and out["x"].tolist() == [2.0, 3.0]
+
+
+def test_write_region_tables_only_with_region_features(tmp_path: Path):
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
+    per_run = pd.DataFrame([{"model": m, "seed": 0, **{c: v for c in {**TABLE1_COLUMNS, **TABLE3_COLUMNS}}}
+                            for m, v in ((REGIONS, 7.0), (REGIONS + " + FR", 9.0))])
+    note = write_region_tables(per_run, _data(_split()), "scenes", 0, run)
+    assert "no region features" in note.iloc[0, 0] and not (tmp_path / "res").exists()
+    with_regions = dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32))
+    table = write_region_tables(per_run, _data(with_regions), "scenes", 0, run).set_index("model")
+    assert table.loc["DVSE", "all rSum (scenes)"] == 7.0 and table.loc["DVSE + FR", "1K rSum (scenes)"] == 9.0
+    for key in ("table1_regions", "table2_regions"):
+        assert (tmp_path / "res" / "dvse" / f"{key}.csv").is_file()
+
+
+def test_write_ceiling_table_only_with_a_ceiling(tmp_path: Path):
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
+    runs = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
+    write_ceiling_table(runs, None, run)
+    assert not (tmp_path / "res").exists()
+    write_ceiling_table(runs, _ceiling(400.0, 500.0), run)
+    out = pd.read_csv(tmp_path / "res" / "dvse" / "ceiling.csv")
+    assert out["percent_of_ceiling"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
+    assert (out["ceiling_rsum"] == 500.0).all() and out["rsum"].tolist()[:3] == [250.0, 300.0, 100.0]
+
+
+def test_score_rows_give_the_model_without_and_with_fr():
+    split = _split()
+    scores = ModelScores((_scores(20), _scores(21)), (_scores(22), _scores(23)), 1.0)
+    rows = score_rows("PVSE K=2", 3, False, scores, _data(split))
+    assert [r["model"] for r in rows] == ["PVSE K=2", "PVSE K=2 + FR"]
+    assert all(r["seed"] == 3 and r["converged"] is False for r in rows)
+    assert rows[0]["all rSum"] == pytest.approx(metric_row(scores, _data(split))["all rSum"])
+    assert rows[1]["CUB i2t R-P"] == pytest.approx(metric_row(scores, _data(split), fr=True)["CUB i2t R-P"])
+
+
+def test_fr_models_add_the_region_dvse_with_region_features():
+    assert fr_models(_data(_split())) == MODELS
+    with_regions = dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32))
+    assert fr_models(_data(with_regions)) == [*MODELS, REGIONS]
+
+
+def test_fr_figure_bars_are_the_seed_means_without_and_with_fr():
+    per_run = pd.DataFrame({"model": ["A", "A", "A + FR", "B", "B + FR", "C"],
+                            "all rSum": [10.0, 20.0, 30.0, 5.0, 7.0, 99.0]})
+    fig = fr_figure(per_run, ["B", "A"], _ceiling(1.0, 50.0), "scenes")
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx([5.0, 15.0, 7.0, 30.0])  # without FR (B, A), then with FR (B, A)
+    assert [line.get_ydata()[0] for line in ax.lines] == [50.0]  # the ceiling
+    assert not fr_figure(per_run, ["A"], None, "scenes").axes[0].lines
+
+
+def test_converged_by_model_counts_the_fr_rows_as_their_models():
+    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"], "converged": [True, True, True, True, False]})
+    assert converged_by_model(per_run) == {"A": True, "B": False}
+
+
+def test_rerank_bench_args():
+    assert rerank_bench_args("smoke") == ["--images", "500", "--captions", "2500", "--threads", "2"]
+    assert rerank_bench_args("cpu") == ["--fraction", "0.01", "--threads", "2"]
+
+
+def test_tuned_weights_and_the_data_tables():
+    assert "DVSE: margin (0.1, 0.2, 0.4)" in tuned_weights() and tuned_weights().startswith("VSE0: margin")
+    split = _split()
+    sizes = split_sizes(_data(split))
+    assert sizes["images"].tolist() == [N] * 4 and sizes["captions"].tolist() == [N * PER] * 4
+    trunk = SimpleNamespace(key="k", cells=16, channels=8)
+    assert data_summary(trunk, _data(split)).endswith("vocabulary 3 words (50.0% in GloVe); region features: none")
+    with_regions = dataclasses.replace(split, regions=np.zeros((N, 3, 5), np.float32))
+    assert data_summary(trunk, _data(with_regions)).endswith("region features: 3 regions x 5 dims")
+
+
+# ----------------------------------------------------------------------------------------- train.py claims
+_RSUM = {"VSE0": 80, "PVSE K=1": 85, "PVSE K=2": 90, "PVSE K=4": 88, "PCME mu only": 86, "PCME": 87, "DVSE": 100,
+         "DVSE + FR": 110}
+_CUB = {"PVSE K=1": (10, 30), "PVSE K=2": (12, 28), "PVSE K=4": (14, 26), "DVSE": (20, 35), "PCME": (15, 40),
+        "DVSE + FR": (25, 38)}  # (R@1, R-P), both directions
+
+
+def _claims_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two seeds a model: every Table 1 column at the model's _RSUM + 2 * seed (seed std sqrt 2), CUB as _CUB."""
+    per_run = pd.DataFrame([
+        {"model": m, "seed": s, "converged": True, **{c: v + 2.0 * s for c in TABLE1_COLUMNS},
+         **{c: float(_CUB.get(m, (0, 0))[0 if "R@1" in c else 1]) for c in TABLE3_COLUMNS}}
+        for m, v in _RSUM.items() for s in (0, 1)])
+    t4 = pd.DataFrame([{"model": m, "seed": s, "re-rank s": t + 0.001 * s, "all rSum": r + s}
+                       for s in (0, 1) for m, t, r in (("DVSE", 0.0, 100), ("DVSE + RR", 0.5, 105),
+                                                       ("DVSE + MR", 0.9, 104), ("DVSE + FR", 0.01, 110))])
+    return per_run, t4
+
+
+def test_train_claims_by_hand():
+    per_run, t4 = _claims_runs()
+    gains = pd.DataFrame({"model": ["DVSE"], "seeds": [2], "diff": [10.0], "spread": [1.0], "verdict": ["held"],
+                          "not tested": [""]})
+    converged = {m: True for m in [*MODELS, "DVSE + FR"]}
+    out = train_claims(per_run, t4, gains, converged, _split())
+    assert len(out) == 14 and list(out.columns) == ["claim", "source", "evidence", "verdict"]
+    assert out["verdict"].tolist() == ["held"] * 13 + ["not tested"]  # the last: DiVE, P2RM ... not built
+    ev = out["evidence"].tolist()
+    assert ev[0].startswith("DVSE - PVSE K=2 = +10.00 rSum") and "largest seed std 1.41" in ev[0]
+    assert "+10.00" in ev[1] and "+10.00" in ev[2]  # best other set-based (PVSE K=2); FR on DVSE
+    assert "best in 14 of the 14 Table 1 columns" in ev[3]
+    assert ev[5] == "K=1: R@1 10.0, R-P 30.0; K=2: R@1 12.0, R-P 28.0; K=4: R@1 14.0, R-P 26.0"
+    assert ev[6].startswith("DVSE - best PVSE R-P = +5.00") and "best PVSE (PVSE K=4) 14.0" in ev[6]
+    assert ev[7].startswith("DVSE - PCME = +5.00 R@1") and ev[8].startswith("PCME - DVSE = +5.00 R-P")
+    assert ev[10].startswith("RR - FR = +0.490 s") and ev[10].endswith(f"on {N} x {N * PER}")
+    assert ev[11] == "FR - RR = +5.00 rSum (spread 0.71); FR - MR = +6.00 rSum (spread 0.71)"
+    # PCME not converged: every claim that compares it is not tested, and says so
+    converged["PCME"] = False
+    out = train_claims(per_run, t4, gains, converged, _split())
+    untested = [i for i, v in enumerate(out["verdict"]) if v == "not tested"]
+    assert untested == [1, 3, 7, 8, 13]
+    assert "not tested: PCME not converged" in out["evidence"][7]
+
+
+# ------------------------------------------------------------------------------------------ ablate.py
+def _small_dvse_config():
+    small = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=8, image_size=16),
+             "text": TextEncoderConfig(hidden=4)}
+    return dvse_config(n_embeds=6, **small)
+
+
+def test_table5_frame_marks_the_switches_of_each_combination():
+    runs = pd.DataFrame([{"model": f"combination {c}", "seed": s, "all rSum": 100.0 + c + s}
+                         for c in (1, 3, 5) for s in (0, 1)])
+    out = table5_frame(runs, (1, 3, 5), "scenes").set_index("model")
+    assert list(out.columns[:5]) == ["DM", "L_var", "L_ort", "SE", "seeds"]
+    assert out.loc["combination 1", ["DM", "L_var", "L_ort", "SE"]].tolist() == ["✓"] * 4
+    assert out.loc["combination 3", ["DM", "L_var", "L_ort", "SE"]].tolist() == ["", "", "✓", "✓"]  # Table V row 3
+    assert out.loc["combination 5", ["DM", "L_var", "L_ort", "SE"]].tolist() == [""] * 4
+    assert out.loc["combination 3", "all rSum (scenes)"] == 103.5
+
+
+def test_k_labels_and_configs():
+    assert [k_label(k) for k in (1, 2, 6.0, 12)] == ["w/o SE", "K=2", "K=6", "K=12"]
+    base = _small_dvse_config()
+    one = k_config(base, 1)
+    assert one.sub_embeddings is False and one.n_embeds == base.n_embeds
+    eight = k_config(base, 8.0)
+    assert eight.n_embeds == 8 and eight.sub_embeddings is True and eight.eta == base.eta
+    assert combination_label(3) == "combination 3"
+
+
+def test_table6_frame_and_figure_follow_k():
+    runs = pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, **{c: 10.0 * k + s for c in TABLE6_COLUMNS}}
+                         for k, seeds in ((1, (0, 1)), (4, (0,)), (6, (0, 1))) for s in seeds])
+    table = table6_frame(runs, (1, 4, 6), "scenes")
+    assert table["model"].tolist() == ["w/o SE", "K=4", "K=6"] and table["seeds"].tolist() == [2, 1, 2]
+    fig = table6_figure(runs)
+    rsum = fig.axes[0].lines[0]
+    assert rsum.get_xdata().tolist() == [1, 4, 6] and rsum.get_ydata().tolist() == [10.5, 40.0, 60.5]
+    assert len(fig.axes[1].lines) == 4
+
+
+def test_sweep_figure_draws_each_parameter_in_order():
+    sweep = pd.DataFrame([{"parameter": p, "value": v, **{c: 10 * v + i for i, c in enumerate(SWEEP_COLUMNS)}}
+                          for p, values in (("beta", (0.6, 0.2, 0.4)), ("eta", (0.2, 0.8))) for v in values])
+    fig = sweep_figure(sweep)
+    beta, eta = fig.axes[0].lines, fig.axes[1].lines
+    assert len(beta) == len(eta) == 4
+    assert beta[0].get_xdata().tolist() == [0.2, 0.4, 0.6]
+    assert beta[2].get_ydata().tolist() == pytest.approx([4.0, 6.0, 8.0])  # all t2i R@1 = 10 v + 2
+    assert eta[0].get_xdata().tolist() == [0.2, 0.8]
+
+
+def test_dvse_seed_std_is_the_std_of_combination_1():
+    runs = pd.DataFrame({"model": ["combination 1", "combination 1", "combination 5"], "a": [10.0, 14.0, 0.0],
+                         "b": [20.0, 20.0, 0.0]})
+    assert dvse_seed_std(runs, ["a"], 2) == pytest.approx(np.sqrt(8))
+    assert dvse_seed_std(runs, ["a", "b"], 2) == pytest.approx(np.sqrt(2))  # per-run means 15, 17
+    assert np.isnan(dvse_seed_std(runs, ["a"], 1))
+
+
+def _t5_runs(seeds=(0, 1)) -> pd.DataFrame:
+    rsum = {1: 100.0, 2: 95.0, 3: 80.0, 4: 78.5, 5: 78.0, 6: 90.0, 7: 85.0}
+    return pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "all rSum": v + s,
+                          "all i2t R@1": 50.0 + s, "all t2i R@1": 40.0} for c, v in rsum.items() for s in seeds])
+
+
+def test_table5_claims_by_hand():
+    assert table5_claims(_t5_runs()[lambda d: d["model"].isin(["combination 1", "combination 5"])], (1, 5), 2) == []
+    claims = table5_claims(_t5_runs(), tuple(range(1, 8)), 2)
+    assert [c["evidence"].split(" rSum")[0] for c in claims[:3]] == [
+        "combination 1 - 2 = +5.00", "combination 1 - 6 = +10.00", "combination 1 - 7 = +15.00"]
+    # 4 - 5 = 0.5 within the spread 0.71; 3 nearer 5 than 1; 15 > 10 > 5 > 0.5; 1 beats 2 by 5
+    assert [c["verdict"] for c in claims] == ["held"] * 7
+    assert claims[5]["evidence"].startswith("rSum lost without each: L_var +15.00, L_ort +10.00, DM +5.00, SE +0.50")
+    one_seed = table5_claims(_t5_runs((0,)), tuple(range(1, 8)), 1)
+    assert [c["verdict"] for c in one_seed] == ["not tested"] * 7
+    unconverged = _t5_runs()
+    unconverged.loc[unconverged["model"] == "combination 7", "converged"] = False
+    verdicts = [c["verdict"] for c in table5_claims(unconverged, tuple(range(1, 8)), 2)]
+    assert verdicts == ["held", "held", "not tested", "held", "held", "not tested", "not tested"]
+
+
+def test_table6_claims_by_hand():
+    rows = [(1, 0, 80), (1, 1, 81), (2, 0, 90), (6, 0, 100), (6, 1, 101), (8, 0, 95)]
+    cub = {1: 1.0, 2: 2.0, 6: 3.0, 8: 4.0}  # the class metrics peak at K = 8
+    runs = pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, "converged": True, "all rSum": float(r),
+                          **{c: cub[k] for c in TABLE3_COLUMNS}} for k, s, r in rows])
+    claims = table6_claims(runs, (1, 2, 6, 8), 0, 1.0)
+    assert [c["verdict"] for c in claims] == ["held", "held", "not tested"]
+    assert claims[0]["evidence"] == "K=6 - w/o SE = +20.00 rSum (spread 0.71)"
+    assert claims[1]["evidence"] == ("rSum per K (seed 0): 1: 80.0, 2: 90.0, 6: 100.0, 8: 95.0; best K 6; best inside "
+                                     "- best end = +5.00 (DVSE's seed std 1.00)")  # 100 - max(80, 95)
+    assert claims[2]["evidence"].startswith("best K on the class metrics 8, on the whole-split rSum 6")
+    no_one = table6_claims(runs[runs["K"] != 1], (2, 6, 8), 0, 1.0)
+    assert len(no_one) == 2 and no_one[0]["claim"].startswith("rSum peaks")
+
+
+def _fr_runs(values=(1.0, 25.0, 100.0), diagonal=(40.0, 50.0, 30.0)) -> pd.DataFrame:
+    """i2t: the diagonal as given, 20 off it; t2i: 60 above the diagonal (s2 > s1), 40 elsewhere; + seed."""
+    rows = []
+    for s in (0, 1):
+        for i, s1 in enumerate(values):
+            for s2 in values:
+                rows.append({"direction": "i2t", "s1": s1, "s2": s2, "R@1": (diagonal[i] if s1 == s2 else 20.0) + s,
+                             "seed": s, "converged": True})
+                rows.append({"direction": "t2i", "s1": s1, "s2": s2, "R@1": (60.0 if s2 > s1 else 40.0) + s,
+                             "seed": s, "converged": True})
+    return pd.DataFrame(rows)
+
+
+def test_fr_scale_claims_by_hand():
+    claims = fr_scale_claims(_fr_runs(), 2)
+    assert [c["verdict"] for c in claims] == ["held"] * 4
+    assert claims[0]["evidence"] == ("diagonal R@1: 1: 40.5, 25: 50.5, 100: 30.5; best 25; best inside - best end "
+                                     "= +10.00")
+    assert claims[1]["evidence"].startswith("mean R@1 on the diagonal - below it (gamma1 > gamma2) = +20.00")
+    assert claims[3]["evidence"].startswith("best R@1 with lambda1 < lambda2 - best with lambda2 <= lambda1 = +20.00")
+    # an interior peak outside 20..50 is not the paper's peak
+    assert fr_scale_claims(_fr_runs((1.0, 10.0, 100.0)), 2)[0]["verdict"] == "did not hold"
+    unconverged = _fr_runs().assign(converged=[True] * 35 + [False])
+    assert [c["verdict"] for c in fr_scale_claims(unconverged, 2)] == ["not tested"] * 4
+
+
+def _sweep(beta_i2t=(50.0, 60.0, 52.0), beta_t2i=(40.0, 42.0, 41.0)) -> pd.DataFrame:
+    rows = [("beta", v, a, b) for v, a, b in zip((0.2, 0.4, 0.6), beta_i2t, beta_t2i)]
+    rows += [("eta", v, a, a) for v, a in zip((0.2, 0.4, 0.6, 0.8), (50.0, 51.0, 52.0, 54.0))]
+    return pd.DataFrame([{"parameter": p, "value": v, "seed": 0, "converged": True, "all i2t R@1": a,
+                          "all i2t R@5": a + 10, "all t2i R@1": b, "all t2i R@5": b + 10} for p, v, a, b in rows])
+
+
+def test_sweep_claims_by_hand():
+    claims = sweep_claims(_sweep(), 1.0)
+    # beta: mean R@1 45, 51, 46.5 (4.5 above the best end); eta: 50 ... 54 (the end is best, 2 above the interior)
+    assert [c["verdict"] for c in claims] == ["held", "did not hold", "held"]
+    assert claims[0]["evidence"].startswith("mean R@1 per beta: 0.2: 45.0, 0.4: 51.0, 0.6: 46.5; best 0.4; best inside "
+                                            "- best end = +4.50 (DVSE's seed std 1.00; one seed each)")
+    assert claims[1]["source"] == "Sec. IV-D-3, Figure 9"
+    assert claims[2]["evidence"].startswith("range over beta: i2t 10.00, t2i 2.00")  # 10 - 2 > 1
+    flat = sweep_claims(_sweep((50.0, 50.0, 50.0), (40.0, 40.0, 40.0)), 1.0)
+    assert flat[0]["evidence"].endswith("every beta gave the same metrics (the hinge of Eq. 4 never closed)")
+    assert flat[2]["verdict"] == "within noise"
+    no_spread = sweep_claims(_sweep(), float("nan"))
+    assert [c["verdict"] for c in no_spread] == ["not tested"] * 3
+
+
+def test_ablate_claims_run_every_part_in_order():
+    t6 = pd.DataFrame([{"model": k_label(k), "K": k, "seed": 0, "converged": True, "all rSum": 1.0 + k,
+                        **{c: 1.0 for c in TABLE3_COLUMNS}} for k in (1, 6)])
+    grids = {"combination": tuple(range(1, 8)), "K": (1, 6)}
+    out = ablate_claims(_t5_runs(), t6, _fr_runs(), _sweep(), grids, 2, 0)
+    assert len(out) == 7 + 3 + 4 + 3 and list(out.columns) == ["claim", "source", "evidence", "verdict"]
+    assert out["source"].str.extract(r"Sec\. IV-(\w)")[0].tolist() == ["C"] * 7 + ["D"] * 10
+    assert "DVSE's seed std 0.71" in out["evidence"][8]  # Table V combination 1's rSum std: runs 100, 101
+
+
+# --------------------------------------------------------------------------------------------- Figure 7
+def test_fr_grid_figure_draws_each_directions_grid():
+    values = (2.0, 30.0)
+    r1 = _fr_runs(values, (40.0, 50.0)).groupby(["direction", "s1", "s2"])["R@1"].mean()
+    fig = fr_grid_figure(r1, values)
+    i2t, t2i = (ax.images[0].get_array() for ax in fig.axes[:2] if ax.images)
+    assert np.array_equal(np.asarray(i2t), [[40.5, 20.5], [20.5, 50.5]])  # rows s1, columns s2
+    assert np.array_equal(np.asarray(t2i), [[40.5, 60.5], [40.5, 40.5]])
+
+
+# ---------------------------------------------------------------------------------------- visualise.py
+def test_random_images_and_fig6_panels():
+    picks = random_images(np.random.default_rng(3), _split(), 4)
+    assert picks == sorted(picks) and len(set(picks)) == 4 and all(0 <= i < N for i in picks)
+    assert picks == random_images(np.random.default_rng(3), _split(), 4)
+    assert list(fig6_panels(ABLATION_GRIDS["smoke"]["combination"]).values()) == [1]
+    assert list(fig6_panels(ABLATION_GRIDS["cpu"]["combination"]).values()) == [4, 6, 2, 1]
+
+
+def test_correlation_figure_has_one_column_per_panel():
+    maps = {"a": (np.eye(3), np.full((3, 3), 0.5)), "b": (np.eye(3), np.eye(3))}
+    fig = correlation_figure(maps, 7)
+    assert len(fig.axes) == 4
+    assert fig.axes[0].get_title() == "a\ntest image 7" and fig.axes[2].get_title() == "mean over the test split"
+    assert np.array_equal(np.asarray(fig.axes[2].images[0].get_array()), np.full((3, 3), 0.5))
+
+
+def test_heat_figure_titles_each_map_with_the_images_own_caption():
+    rng = np.random.default_rng(0)
+    split = Split("t", "mem", ["a", "b", "c"], ["x", "y", "z"], ["red x", "blue y", "green z"], np.arange(3),
+                  images=rng.integers(0, 255, (3, 16, 16, 3), dtype=np.uint8))
+    small = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=8, image_size=16),
+             "text": TextEncoderConfig(hidden=4)}
+    torch.manual_seed(0)
+    vocab = Vocabulary.build(split.captions)
+    model = DVSE(dvse_config(n_embeds=3, **small), rng.standard_normal((len(vocab), 3)).astype(np.float32))
+    fig = heat_figure(model, split, vocab, [2, 0], grid_boxes(16, 16), "cpu")
+    assert len(fig.axes) == 2 * (3 + 1)
+    _, attn, mask = sub_embeddings(model, split, "cpu", [2, 0])
+    for row, image in enumerate((2, 0)):
+        assert fig.axes[4 * row].get_title() == f"image {image}"
+        heat = attention_heat(attn[row].numpy(), grid_boxes(16, 16), 16)
+        for j in range(3):
+            ax = fig.axes[4 * row + 1 + j]
+            masked = " (masked)" if mask[row, j] == 0 else ""
+            assert ax.get_title().replace("\n", " ") == f"v{j + 1}{masked}: {split.captions[image]}"  # its only caption
+            assert np.allclose(np.asarray(ax.images[1].get_array()), heat[j])
+
+
+def _lists() -> pd.DataFrame:
+    rows = []
+    for model, shift in (("M1", 0), ("M2", 1)):
+        for q in (4, 9):
+            rows += [{"direction": "t2i", "query": q, "rank": r, "result": (q + r + shift) % N, "exact": r == 0,
+                      "instance": False, "model": model} for r in range(2)]
+        for q in (1, 3):
+            rows += [{"direction": "i2t", "query": q, "rank": r, "result": 2 * q + r + shift, "exact": r == 1,
+                      "instance": r == 0, "model": model} for r in range(3)]
+    return pd.DataFrame(rows)
+
+
+def test_query_figures_show_each_query_under_each_model_in_turn():
+    split = _split()
+    fig11 = caption_query_figure(_lists(), split, [4, 9], ["M1", "M2"])
+    assert len(fig11.axes) == 4 * (1 + 2)
+    texts = [ax.texts[0].get_text().replace("\n", " ") for ax in fig11.axes[::3]]
+    assert texts == ["M1: caption 4", "M2: caption 4", "M1: caption 9", "M2: caption 9"]
+    assert np.array_equal(np.asarray(fig11.axes[3 * 3 + 2].images[0].get_array()), split.images[(9 + 1 + 1) % N])
+    fig12 = image_query_figure(_lists(), split, [1, 3], ["M1", "M2"])
+    assert [ax.get_title() for ax in fig12.axes[::2]] == ["M1: image 1", "M2: image 1", "M1: image 3", "M2: image 3"]
+    lines = [t.get_text() for t in fig12.axes[3].texts]  # M2, image 1: captions 3, 4, 5
+    assert lines == ["1. caption 3 (True)", "2. caption 4", "3. caption 5"]
+    assert [t.get_color() for t in fig12.axes[3].texts] == ["tab:red", "tab:green", "tab:red"]
+
+
+def test_visualise_claims_by_hand():
+    corr = pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "mean |corr|": v + 0.01 * s}
+                         for c, v in ((4, 0.5), (6, 0.3), (2, 0.2), (1, 0.4)) for s in (0, 1)])
+    precision = pd.DataFrame([{"model": m, "seed": s, "converged": True, "t2i P@4": p + s, "i2t P@5": q + s}
+                              for m, p, q in (("DVSE", 30.0, 10.0), ("PVSE K=2", 20.0, 15.0)) for s in (0, 1)])
+    claims = visualise_claims(corr, precision, 4)
+    assert [c.verdict for c in claims] == ["held", "held", "held", "held", "did not hold", "not tested"]
+    assert claims[0].evidence == "mean |corr| 4 - 2 = +0.300 (spread 0.007)"
+    assert claims[3].evidence.startswith("DVSE - PVSE K=2 = +10.00 pp of exact t2i P@4")
+    assert claims[5].evidence == "heat maps of 4 images (fig10_*.png): illustrative, not a test"
+    smoke = visualise_claims(corr[corr["model"] == "combination 1"], precision, 4)
+    assert smoke[0].verdict == "not tested" and smoke[0].evidence == ("combination 4 or 2 not in this profile's "
+                                                                      "ablation grid")
+
+
+def test_claims_preamble_and_frame():
+    assert "NOT COCO, Flickr30K or CUB" in claims_preamble("cpu", "scenes")
+    assert "NOT COCO" not in claims_preamble("paper", "cub") and "profile `paper`, dataset `cub`" in claims_preamble(
+        "paper", "cub")
+    frame = claims_frame([Claim("c", "s", "e", "held")])
+    assert frame.to_dict("records") == [{"claim": "c", "source": "s", "evidence": "e", "verdict": "held"}]

@@ -44,44 +44,32 @@ N_QUERIES = 3  # queries per direction in Figures 11 and 12
 N_HEAT = 4  # images in Figure 10
 
 # %%
-import dataclasses
-import textwrap
-
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 
 from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
-    FIG6_COMBINATIONS,
-    attention_heat,
-    correlation_matrices,
-    grid_boxes,
-    mean_abs_offdiagonal,
-    model_scores,
-    region_encoders,
-    retrieval_lists,
+    attention_variants,
+    caption_query_figure,
+    claims_frame,
+    claims_preamble,
+    correlation_figure,
+    correlation_runs,
+    fig6_panels,
+    image_query_figure,
+    model_lists,
+    precision_runs,
+    random_images,
     specific_captions,
-    sub_embeddings,
     train_model,
     tune_methods,
     tuned_model,
+    visualise_claims,
+    write_heat_figures,
 )
 from xmr_core.chapters.protocols import chapter_setup
-from xmr_core.chapters.summary import compare_models
 from xmr_core.config import RunConfig
-from xmr_core.evaluate import embed_split, evaluate_scores
-from xmr_core.methods.dvse import dvse_ablation_config
-from xmr_core.results import (
-    Claim,
-    notebook_claims,
-    require_converged,
-    verdict,
-    write_claims,
-    write_figure,
-    write_table,
-)
-from xmr_core.viz import caption_gallery, heatmap, retrieval_gallery
+from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -90,7 +78,6 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-device = run.torch_device
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
 base = tuned_model("DVSE", tuned, enc, data.word_vectors).config
@@ -105,26 +92,10 @@ rng = np.random.default_rng(SEED)
 # |off-diagonal correlation|: the claims compare those.
 
 # %%
-panels = {name: c for name, c in FIG6_COMBINATIONS.items() if c in ABLATION_GRIDS[PROFILE]["combination"]}
+panels = fig6_panels(ABLATION_GRIDS[PROFILE]["combination"])
 image = int(rng.integers(test.n_images))
-corr_rows, corr_maps = [], {}
-for seed in seeds:
-    for name, c in panels.items():
-        model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=dvse_ablation_config(c, base))
-        corr = correlation_matrices(sub_embeddings(model, test, device)[0])
-        corr_rows.append({"model": f"combination {c}", "panel": name, "seed": seed, "converged": result.converged,
-                          "mean |corr|": mean_abs_offdiagonal(corr)})
-        if seed == SEED:
-            corr_maps[name] = (corr[image].numpy(), corr.mean(0).numpy())
-corr_runs = pd.DataFrame(corr_rows)
-fig6, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.4), squeeze=False)
-for j, (name, (one, mean)) in enumerate(corr_maps.items()):
-    ticks = [f"v̂{k + 1}" for k in range(one.shape[0])]
-    for i, values in enumerate((one, mean)):
-        heatmap(axes[i, j], values, ticks, ticks, fmt="{:.2f}", colorbar=False, vmin=-1, vmax=1)
-    axes[0, j].set_title(f"{name}\ntest image {image}", fontsize=9)
-    axes[1, j].set_title("mean over the test split", fontsize=9)
-write_figure(fig6, "dvse/fig6", run=run, caption=(
+corr_runs, corr_maps = correlation_runs(panels, seeds, image, base, data, tuned, enc, run)
+write_figure(correlation_figure(corr_maps, image), "dvse/fig6", run=run, caption=(
     f"Figure 6 analogue: correlation among the K sub-embeddings v̂^k (before the mask) of DVSE variants (Table V "
     f"combinations), seed {SEED}: test image {image} (top) and the mean over the {DATASET} test split (bottom)."))
 write_table(corr_runs, "dvse/fig6", run=run, caption=(
@@ -135,43 +106,16 @@ corr_runs.groupby("panel", sort=False)["mean |corr|"].agg(["mean", "std", "count
 # ## Figure 10 — where each sub-embedding attends
 #
 # DVSE of seed `SEED` on the grid features (4 × 4 cells of the trunk) and, where the data set has them, the region
-# DVSE of `train.py` (its region boxes). Above each map: the image's own caption that sub-embedding matches best
-# (cosine of v^k with the caption embedding); "masked" = its dynamic-mask bit is 0 (Eq. 3).
+# DVSE of `train.py` (its region boxes): one figure each (`fig10_grid`, `fig10_regions`). Above each map: the
+# image's own caption that sub-embedding matches best (cosine of v^k with the caption embedding); "masked" = its
+# dynamic-mask bit is 0 (Eq. 3).
 
 # %%
-heat_images = sorted(rng.choice(test.n_images, N_HEAT, replace=False).tolist())
+heat_images = random_images(rng, test, N_HEAT)
 dvse, _ = train_model("DVSE", 1, data, tuned, enc, run, SEED)
-variants = [("grid", dvse, grid_boxes(trunk.cells, test.images.shape[1]))]
-if test.regions is not None:
-    region_cfg = tuned_model("DVSE", tuned, region_encoders(enc, test.regions.shape[2]), data.word_vectors).config
-    variants.append(("regions", train_model("DVSE", 1, data, tuned, enc, run, seeds[0], config=region_cfg)[0], None))
-for kind, model, boxes in variants:
-    (v, _, mask), cap = embed_split(model, test, data.vocab, device=device)
-    _, attn, _ = sub_embeddings(model, test, device, heat_images)
-    k = attn.shape[2]
-    fig10, axes = plt.subplots(N_HEAT, k + 1, figsize=(2.1 * (k + 1), 2.8 * N_HEAT), squeeze=False)
-    for row, i in enumerate(heat_images):
-        own = np.flatnonzero(np.asarray(test.caption_image) == i)
-        best = (v[i].cpu() @ cap[own].cpu().T).argmax(1).numpy()  # (K,) the own caption each v^k matches best
-        heat = attention_heat(attn[row].numpy(), boxes if boxes is not None else test.region_boxes[i],
-                              test.images.shape[1])
-        axes[row, 0].imshow(test.images[i])
-        axes[row, 0].set_title(f"image {i}", fontsize=8)
-        for j in range(k):
-            ax = axes[row, j + 1]
-            ax.imshow(test.images[i])
-            ax.imshow(heat[j], cmap="jet", alpha=0.5, vmin=0, vmax=heat.max())  # one scale per image
-            masked = " (masked)" if float(mask[i, j]) == 0 else ""
-            ax.set_title("\n".join(textwrap.wrap(f"v{j + 1}{masked}: {test.captions[own[best[j]]]}", 26)), fontsize=6)
-        for ax in axes[row]:
-            ax.set_xticks([])
-            ax.set_yticks([])
-    fig10.tight_layout()
-    write_figure(fig10, f"dvse/fig10_{kind}", run=run, caption=(
-        f"Figure 10 analogue ({kind} features): attention of each of DVSE's K sub-embeddings over {N_HEAT} {DATASET} test "
-        "images (pixel heat = sum of the attention weights of the cells / regions covering it), titled with the image's "
-        "own caption the sub-embedding matches best."))
-    plt.show()
+variants = attention_variants(dvse, data, tuned, enc, run, trunk.cells, seeds[0])
+write_heat_figures(variants, data, heat_images, run)
+plt.show()
 
 # %% [markdown]
 # ## Figures 11 and 12 — retrieval lists, DVSE against PVSE
@@ -184,48 +128,23 @@ for kind, model, boxes in variants:
 # %%
 pvse, _ = train_model("PVSE", 2, data, tuned, enc, run, SEED)
 models = {"DVSE": dvse, "PVSE K=2": pvse}
-scores = {name: model_scores(m, data, device).whole for name, m in models.items()}
 cap_q = specific_captions(test, N_QUERIES, rng)
-img_q = sorted(rng.choice(test.n_images, N_QUERIES, replace=False).tolist())
-lists = pd.concat([retrieval_lists(*scores[name], test, img_q, cap_q).assign(model=name) for name in models],
-                  ignore_index=True)
+img_q = random_images(rng, test, N_QUERIES)
+lists = model_lists(models, data, img_q, cap_q, run.torch_device)
 write_table(lists, "dvse/fig11_12_lists", run=run, caption=(
     f"Figures 11-12 analogue: top-4 images of {N_QUERIES} caption queries and top-5 captions of {N_QUERIES} image "
     f"queries, DVSE and PVSE K=2 (seed {SEED}, no FR); exact = the caption holds in the image, instance = the "
     "dataset's ground truth, zeta = concept-label differences from the query's image."))
-t2i_lists = lists[lists["direction"] == "t2i"]
-fig11 = retrieval_gallery(
-    [f"{name}: {test.captions[q]}" for q in cap_q for name in models],
-    np.stack([test.images[t2i_lists[(t2i_lists["model"] == name) & (t2i_lists["query"] == q)]["result"].to_numpy()]
-              for q in cap_q for name in models]),
-    np.stack([t2i_lists[(t2i_lists["model"] == name) & (t2i_lists["query"] == q)]["exact"].to_numpy(bool)
-              for q in cap_q for name in models]))
-write_figure(fig11, "dvse/fig11", run=run, caption=(
+write_figure(caption_query_figure(lists, test, cap_q, list(models)), "dvse/fig11", run=run, caption=(
     "Figure 11 analogue: top-4 images per caption query, DVSE and PVSE K=2 in turn; green = the caption holds in the "
     f"image (exact relevance), red = it does not ({DATASET}, seed {SEED})."))
-i2t_lists = lists[lists["direction"] == "i2t"]
-parts = [i2t_lists[(i2t_lists["model"] == name) & (i2t_lists["query"] == q)] for q in img_q for name in models]
-fig12 = caption_gallery(np.stack([test.images[q] for q in img_q for _ in models]),
-                        [[test.captions[c] for c in p["result"]] for p in parts],
-                        np.stack([p["exact"].to_numpy(bool) for p in parts]),
-                        np.stack([p["instance"].to_numpy(bool) for p in parts]),
-                        [f"{name}: image {q}" for q in img_q for name in models])
-write_figure(fig12, "dvse/fig12", run=run, caption=(
+write_figure(image_query_figure(lists, test, img_q, list(models)), "dvse/fig12", run=run, caption=(
     "Figure 12 analogue: top-5 captions per image query, DVSE and PVSE K=2 in turn; green = the caption holds in the "
     f"image, red = it does not, '(True)' = written for this image ({DATASET}, seed {SEED})."))
 plt.show()
 
 # %%
-whole = dataclasses.replace(test, caption_level=None)
-p_rows = []
-for seed in seeds:
-    for name, k in (("DVSE", 1), ("PVSE", 2)):
-        model, result = train_model(name, k, data, tuned, enc, run, seed)
-        i2t, t2i = model_scores(model, data, device).whole
-        values = evaluate_scores(whole, i2t, views=["exact"], precision_ks=(4, 5), scores_t2i=t2i)
-        p_rows.append({"model": "DVSE" if name == "DVSE" else "PVSE K=2", "seed": seed, "converged": result.converged,
-                       "t2i P@4": values["exact/t2i/P@4"], "i2t P@5": values["exact/i2t/P@5"]})
-precision = pd.DataFrame(p_rows)
+precision = precision_runs(seeds, data, tuned, enc, run)
 write_table(precision, "dvse/fig11_12_precision", run=run, caption=(
     f"Share of the top results that hold the query (exact relevance) over every query of the {DATASET} test split: "
     "P@4 of caption queries, P@5 of image queries, DVSE and PVSE K=2, every seed, no FR."))
@@ -233,40 +152,11 @@ precision.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
 
 # %% [markdown]
 # ## The claims of the chapter
+#
+# train.py's and ablate.py's claims (read back from their tables), then this notebook's: Figure 6's correlations
+# and Figures 11–12's precision, each "held" only beyond the seed spread; Figure 10 is illustrative.
 
 # %%
-conv6 = corr_runs.groupby("model")["converged"].all().to_dict()
-fig6_claims = [("4", "2", ("Without L_ort and DM (SE only) the sub-embeddings are more correlated than with L_ort: "
-                           "L_ort decorrelates them."), "Sec. IV-C, Figure 6(a)(c)"),
-               ("4", "6", "The dynamic mask alone (no L_ort) still lowers the correlation among the sub-embeddings.",
-                "Sec. IV-C, Figure 6(a)(b)"),
-               ("1", "2", ("The full DVSE's sub-embeddings are more correlated than with L_ort alone (it learns "
-                           "relations, not only a decomposition)."), "Sec. IV-C, Figure 6(c)(d)")]
-claims = notebook_claims(run, "dvse")
-for a, b, text, source in fig6_claims:
-    ma, mb = f"combination {a}", f"combination {b}"
-    if ma in conv6 and mb in conv6:
-        c = compare_models(corr_runs, ma, mb, ["mean |corr|"])
-        v, e = require_converged(c.verdict, f"mean |corr| {a} - {b} = {c.diff:+.3f} (spread {c.spread:.3f})", [ma, mb],
-                                 conv6)
-    else:
-        v, e = verdict(None), f"combination {a} or {b} not in this profile's ablation grid"
-    claims.append(Claim(text, source, e, v))
-conv_p = precision.groupby("model")["converged"].all().to_dict()
-for col, what in (("t2i P@4", "caption queries' top-4 images"), ("i2t P@5", "image queries' top-5 captions")):
-    c = compare_models(precision, "DVSE", "PVSE K=2", [col])
-    v, e = require_converged(c.verdict, f"DVSE - PVSE K=2 = {c.diff:+.2f} pp of exact {col} over the whole test split "
-                             f"(spread {c.spread:.2f})", ["DVSE", "PVSE K=2"], conv_p)
-    claims.append(Claim(f"DVSE captures more of the query's details than PVSE: more of its {what} hold the query.",
-                        "Sec. IV-E-2, Figures 11-12", e, v))
-claims.append(Claim("Each sub-embedding attends to the image regions of the semantics it encodes, and expands to new "
-                    "regions as the text does.", "Sec. IV-E-1, Figure 10",
-                    f"heat maps of {N_HEAT} images (fig10_*.png): illustrative, not a test", verdict(None)))
-preamble = ("DVSE has no public code: this chapter is a from-paper re-implementation, its open choices listed in "
-            "`xmr_core/methods/dvse.py`. " + f"Run: profile `{PROFILE}`, dataset `{DATASET}`"
-            + (" (synthetic scenes: NOT COCO, Flickr30K or CUB; orderings and signs carry across data sets, absolute "
-               "numbers do not)" if DATASET == "scenes" else "")
-            + ". A difference holds only when it exceeds the seed spread; claims on models that did not converge, or "
-              "with one seed, are not tested.")
-write_claims(claims, "dvse", run=run, preamble=preamble)
-pd.DataFrame([dataclasses.asdict(c) for c in claims])
+claims = notebook_claims(run, "dvse") + visualise_claims(corr_runs, precision, N_HEAT)
+write_claims(claims, "dvse", run=run, preamble=claims_preamble(PROFILE, DATASET))
+claims_frame(claims)
