@@ -695,6 +695,82 @@ def region_word_matching(model: HREM, split: Split, vocab: Vocabulary, caption: 
     return sims.masked_fill(~img.mask[0], float("nan")).cpu().numpy()
 
 
+def draw_pairs(split: Split, n: int, rng: np.random.Generator) -> list[int]:
+    """`n` distinct images of the split drawn at random, in index order, and one of each image's own captions
+    drawn at random: the captions' indices (n,) (their images: `split.caption_image`)."""
+    caption_image = np.asarray(split.caption_image)
+    images = sorted(rng.choice(split.n_images, n, replace=False).tolist())
+    return [int(rng.choice(np.flatnonzero(caption_image == i))) for i in images]
+
+
+def batch_figure(split: Split, captions: Sequence[int]) -> Figure:
+    """The batch of the association graph: each caption's image, titled "Ik / Tk" and the caption."""
+    images = np.asarray(split.caption_image)[list(captions)]
+    titles = [f"I{k} / T{k}:\n" + "\n".join(textwrap.wrap(split.captions[c], 22)) for k, c in enumerate(captions)]
+    return image_grid(split.images[images], titles, ncols=len(captions))
+
+
+def neighbour_count(tau: float, n: int) -> int:
+    """τN of Eq. (5-6): the neighbours each node keeps within a block of `n` nodes (at least one)."""
+    return max(1, int(tau * n))
+
+
+def association_figure(graph: AssociationGraph, attention: np.ndarray, lam: float) -> Figure:
+    """A, S and the fusion layer's attention of one batch (`batch_graph`, 2N x 2N nodes I0.., T0..) as annotated
+    heatmaps, red lines between the image and the caption blocks."""
+    n = graph.connect.shape[0] // 2
+    nodes = [f"I{k}" for k in range(n)] + [f"T{k}" for k in range(n)]
+    fig, axes = plt.subplots(1, 3, figsize=(19, 6))
+    heatmap(axes[0], graph.connect.cpu().numpy().astype(float), nodes, nodes, fmt="{:.0f}", cmap="Greys",
+            colorbar=False)
+    heatmap(axes[1], graph.relevance.cpu().numpy(), nodes, nodes, fmt="{:.2f}")
+    heatmap(axes[2], attention, nodes, nodes, fmt="{:.2f}")
+    for ax, title in zip(axes, ("connection A (1 = may attend)", "relevance S (Eq. 9-10)",
+                                f"attention of Eq. (12), λ = {lam}, mean over heads")):
+        ax.set_title(title, fontsize=10)
+        ax.axhline(n - 0.5, color="red", lw=1)
+        ax.axvline(n - 0.5, color="red", lw=1)
+    fig.tight_layout()
+    return fig
+
+
+def association_stats(graph: AssociationGraph, attention: np.ndarray, tau: float) -> pd.DataFrame:
+    """One batch's graph in numbers (one row): how often an image is connected to its own caption (I->T) and a
+    caption to its own image (T->I), in %, and the mean inter-modal relevance S and attention (I->T) to the own
+    caption against the other captions."""
+    n = graph.connect.shape[0] // 2
+    own = np.eye(n, dtype=bool)
+    connect, relevance = graph.connect.cpu().numpy(), graph.relevance.cpu().numpy()
+    return pd.DataFrame([{
+        "pairs": n, "tau N": neighbour_count(tau, n),
+        "own caption connected (I->T), %": 100.0 * float(connect[:n, n:][own].mean()),
+        "own image connected (T->I), %": 100.0 * float(connect[n:, :n][own].mean()),
+        "S I->T own caption": float(relevance[:n, n:][own].mean()),
+        "S I->T other captions": float(relevance[:n, n:][~own].mean()),
+        "attention I->own caption": float(attention[:n, n:][own].mean()),
+        "attention I->other captions": float(attention[:n, n:][~own].mean())}])
+
+
+def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, captions: Sequence[int],
+                           device: torch.device | str) -> Figure:
+    """Eq. (7) over the image, one panel per caption: each region's best word cosine with the caption
+    (`region_word_matching`; negative as 0), summed over the pixels its box covers (`dvse.attention_heat`), over
+    the caption's own image."""
+    size = split.images.shape[1]
+    fig, axes = plt.subplots(1, len(captions), figsize=(3.2 * len(captions), 3.8), squeeze=False)
+    for ax, c in zip(axes[0], captions):
+        i = int(split.caption_image[c])
+        match = region_word_matching(model, split, vocab, c, device)  # (R,) NaN on padding
+        heat = attention_heat(np.nan_to_num(match, nan=0.0).clip(min=0.0)[:, None], split.region_boxes[i], size)[0]
+        ax.imshow(split.images[i])
+        ax.imshow(heat, cmap="jet", alpha=0.5, vmin=0.0)
+        ax.set_title("\n".join(textwrap.wrap(f"image {i}: {split.captions[c]}", 30)), fontsize=7)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    return fig
+
+
 # ------------------------------------------------------------------------------------------ run counts
 def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache, per notebook and part, with the seeds each
@@ -919,3 +995,19 @@ def ablate_claims(table3_per_seed: pd.DataFrame, sweeps: pd.DataFrame, curves: p
     return pd.DataFrame([*table3_claims(table3_per_seed), *fig6_claims(sweeps), fig7_claim(curves, converged),
                          *table4_claims(table4_per_seed, converged),
                          *fig5_claims(fig5_per_seed, seeds, split, device)])
+
+
+def claims_preamble(profile: str, dataset: str) -> str:
+    """The claims page's preamble: the public code, the run, and how a difference is judged."""
+    scenes = (" (synthetic scenes: NOT COCO or Flickr30K; orderings and signs carry across data sets, absolute "
+              "numbers do not)" if dataset == "scenes" else "")
+    return ("HREM has public code (CrossmodalGroup/HREM); the chapter follows the paper, the code's choices are "
+            f"options (`xmr_core/methods/hrem.py`). Run: profile `{profile}`, dataset `{dataset}`{scenes}. Region + "
+            "BiGRU throughout; the Region + BERT rows are trained in the paper profile only. A difference holds only "
+            "when it exceeds the seed spread; claims on models that did not converge, or with one seed, are not "
+            "tested.")
+
+
+def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
+    """The claims as a table, one row per claim (claim, source, evidence, verdict)."""
+    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
