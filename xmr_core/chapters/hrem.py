@@ -130,6 +130,8 @@ TABLE3B: dict[str, dict[str, object]] = {
 TABLE3_ROWS: dict[str, tuple[str, ...]] = {"smoke": ("w/o instance level", "w/o connection A"),
                                            "cpu": tuple(TABLE3A) + tuple(TABLE3B),
                                            "paper": tuple(TABLE3A) + tuple(TABLE3B)}
+TABLE3_WITH_RSUM: dict[str, str] = {**TABLE3_COLUMNS, "all rSum": "rsum"}  # Table 3 as shown (rSum: ours only)
+TABLE3_KEPT = ("HREM", "w/o instance level")  # Table 3 rows whose test scores Table 4 compares
 # Figure 6 sweeps (one seed each; the default, train.py's HREM fusion, has every seed).
 FIG6_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
     "smoke": {"lam": (0.0, 1.5), "topk": (10,), "tau": (0.5,)},
@@ -137,7 +139,8 @@ FIG6_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
     "paper": {"lam": (0.0, 0.5, 1.0, 1.5, 2.0, 2.5), "topk": (2, 5, 10, 15, 20), "tau": (0.1, 0.3, 0.5, 0.7, 0.9)},
 }
 FIG6_DEFAULTS = {"lam": 1.5, "topk": 10, "tau": 0.5}
-FIG6_TITLES = {"lam": "(a) λ, weight of S in Eq. (12)", "topk": "(b) K, matches of Eq. (8)", "tau": "(c) τ, neighbours"}
+FIG6_TITLES = {"lam": "(a) λ, weight of S in Eq. (12)", "topk": "(b) K, matches of Eq. (8)",
+               "tau": "(c) τ, neighbours"}
 TABLE4_PERCENTS = (5, 10, 20)
 WITH_SI = "HREM fusion (sample interaction)"  # Table 4's compared rows: HREM fusion and Table 3a's
 WITHOUT_SI = "w/o instance level (no sample interaction)"  # "w/o instance level"
@@ -358,6 +361,14 @@ def not_run_table(table: str, order: Sequence[str], mapping: Mapping[str, str], 
                                        chapter="hrem")], ignore_index=True)
 
 
+def mean_std(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
+    """Mean and std over the rows of each group of `by` (in order of appearance), columns "<col> mean",
+    "<col> std"; indexed by the groups."""
+    out = frame.groupby(list(by), sort=False)[list(cols)].agg(["mean", "std"])
+    out.columns = [f"{a} {b}" for a, b in out.columns]
+    return out
+
+
 def split_ceiling(split: Split) -> dict[str, dict[str, float]] | None:
     """The Bayes ceiling of Tables 1-2 per protocol: "1K" (the mean over five folds, `ceiling.fold_ceiling`) and
     "all" (the whole split, `ceiling.bayes_ceiling`); None without exact relevance (real data)."""
@@ -389,7 +400,9 @@ def write_ceiling(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, floa
 
 def bert_not_run(profile: str) -> str | None:
     """Why the Region + BERT rows are not trained in `profile`; None in `BERT_PROFILES`, where they are."""
-    return None if check_profile(profile) in BERT_PROFILES else f"not run on {profile} (Region + BERT: paper profile only)"
+    if check_profile(profile) in BERT_PROFILES:
+        return None
+    return f"not run on {profile} (Region + BERT: paper profile only)"
 
 
 class BertBlock(NamedTuple):
@@ -422,10 +435,6 @@ def region_bert(fits: pd.DataFrame, seeds: Sequence[int], data: ChapterData, tun
 
 
 # ------------------------------------------------------------------------------------------ Table 3, Figure 6
-TABLE3_WITH_RSUM: dict[str, str] = {**TABLE3_COLUMNS, "all rSum": "rsum"}  # rSum: ours only
-TABLE3_KEPT = ("HREM", "w/o instance level")  # Table 3 rows whose test scores Table 4 compares
-
-
 def table3_variants(profile: str) -> dict[str, dict[str, object]]:
     """Table 3's rows trained in `profile`: {row: `HREMConfig` changes}, "HREM" (no change: train.py's HREM
     fusion) first."""
@@ -582,14 +591,6 @@ def table4_runs(seeds: Sequence[int], kept: Mapping[tuple[str, int], SplitScores
         rows += table4_rows(data.test, embed_split(selector, data.test, data.vocab, device=run.torch_device), scored,
                             seed)
     return pd.DataFrame(rows)
-
-
-def mean_std(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
-    """Mean and std over the rows of each group of `by` (in order of appearance), columns "<col> mean",
-    "<col> std"; indexed by the groups."""
-    out = frame.groupby(list(by), sort=False)[list(cols)].agg(["mean", "std"])
-    out.columns = [f"{a} {b}" for a, b in out.columns]
-    return out
 
 
 def table4_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
@@ -818,6 +819,11 @@ def sweep_gain(values: Mapping[float, float], default: float, other: float, spre
     return diff, difference_verdict(diff, spread)
 
 
+def converged_models(per_seed: pd.DataFrame) -> dict[str, bool]:
+    """{model: whether every one of its runs converged}."""
+    return per_seed.groupby("model")["converged"].all().to_dict()
+
+
 def train_claims(per_run: pd.DataFrame, bert_why: str | None) -> pd.DataFrame:
     """The claims of Sec. 4.2 checked on train.py's runs (`summary.compare_models` on the mean of the whole split's
     and the 1K rSum; a claim on a model that did not converge is "not tested", `results.require_converged`).
@@ -854,9 +860,10 @@ def train_claims(per_run: pd.DataFrame, bert_why: str | None) -> pd.DataFrame:
     bert_evidence = "table1_bert / table2_bert, one tuning for both encoders" if bert_why is None else bert_why
     claims.append({"claim": "HREM's superiority holds with both text encoders (BiGRU and BERT).", "source": "Sec. 4.2",
                    "evidence": f"Region + BERT rows: {bert_evidence}", "verdict": verdict(None)})
-    claims.append({"claim": "HREM beats the score-based methods (IMRAM, UARD, NAAF) on COCO 5K.", "source": "Sec. 4.2, "
-                   "Table 1", "evidence": "those methods are not built here (Figure 5's SCAN t2i in ablate.py is timed, "
-                   "not tuned)", "verdict": verdict(None)})
+    claims.append({"claim": "HREM beats the score-based methods (IMRAM, UARD, NAAF) on COCO 5K.",
+                   "source": "Sec. 4.2, Table 1",
+                   "evidence": "those methods are not built here (Figure 5's SCAN t2i in ablate.py is timed, not "
+                               "tuned)", "verdict": verdict(None)})
     return pd.DataFrame(claims)
 
 
@@ -864,8 +871,8 @@ def train_claims(per_run: pd.DataFrame, bert_why: str | None) -> pd.DataFrame:
 TABLE3_CLAIMS: list[tuple[str, str, str, str]] = [
     ("HREM", "w/o instance level", "Instance-level relation modelling improves the embeddings.", "Sec. 4.3, Table 3a"),
     ("HREM", "w/o fragment level", "Fragment-level relation modelling improves the embeddings.", "Sec. 4.3, Table 3a"),
-    ("w/o fragment level", "w/o instance level", "The instance-level relation matters more than the fragment-level one.",
-     "Sec. 4.3, Table 3a"),
+    ("w/o fragment level", "w/o instance level",
+     "The instance-level relation matters more than the fragment-level one.", "Sec. 4.3, Table 3a"),
     ("w/o intra-modal", "w/o inter-modal", ("Within the instance level, the inter-modal relation matters more than "
                                             "the intra-modal one."), "Sec. 4.3, Table 3a"),
     ("w/o textual fragment", "w/o visual fragment", ("Fragment-level relations of the words are nearly redundant, "
@@ -880,11 +887,6 @@ TABLE3_CLAIMS: list[tuple[str, str, str, str]] = [
 ]
 
 
-def converged_models(per_seed: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every one of its runs converged}."""
-    return per_seed.groupby("model")["converged"].all().to_dict()
-
-
 def table3_claims(per_seed: pd.DataFrame) -> list[dict[str, object]]:
     """Table 3's claims (`TABLE3_CLAIMS`, each by `row_comparison` on the mean of R@1 and R@5 both ways), and
     "HREM is above every Table 3a row" (`universal_verdict`; not tested unless every Table 3a row was trained)."""
@@ -897,8 +899,8 @@ def table3_claims(per_seed: pd.DataFrame) -> list[dict[str, object]]:
     trained = [name for name in TABLE3A if name in converged]
     gaps = [row_comparison(per_seed, "HREM", name, cols, converged, unit) for name in trained]
     every_row = len(trained) == len(TABLE3A)
-    claims.append({"claim": "Modelling all hierarchical relations gives the best result (HREM above every Table 3a row).",
-                   "source": "Sec. 4.3, Table 3a",
+    claims.append({"claim": "Modelling all hierarchical relations gives the best result (HREM above every Table 3a "
+                            "row).", "source": "Sec. 4.3, Table 3a",
                    "evidence": "; ".join(e for _, e in gaps) + ("" if every_row else
                                                               f"; only {len(trained)} of {len(TABLE3A)} rows trained"),
                    "verdict": universal_verdict([v for v, _ in gaps]) if every_row else verdict(None)})
@@ -912,13 +914,14 @@ def fig6_claims(sweeps: pd.DataFrame) -> list[dict[str, object]]:
     summary = fig6_summary(sweeps)
     lam = FIG6_DEFAULTS["lam"]
     default_std = float(sweeps[(sweeps["param"] == "lam") & (sweeps["value"] == lam)]["all rSum"].std())
-    by_param = {p: summary[summary["param"] == p].set_index("value")["mean"].to_dict() for p in summary["param"].unique()}
+    by_param = {p: summary[summary["param"] == p].set_index("value")["mean"].to_dict()
+                for p in summary["param"].unique()}
     converged = bool(sweeps["converged"].all())
     lam_diff, lam_v = sweep_gain(by_param["lam"], lam, 0.0, default_std)
     claims = [{"claim": "λ must be large enough: the relevance bias S helps attention (λ = 1.5 above λ = 0).",
                "source": "Sec. 4.3, Figure 6(a)",
-               "evidence": f"rSum(λ 1.5) - rSum(λ 0) = {lam_diff:+.2f} (λ 0: one seed; spread = the default's seed std "
-                           f"{default_std:.2f})", "verdict": lam_v if converged else "not tested"}]
+               "evidence": f"rSum(λ 1.5) - rSum(λ 0) = {lam_diff:+.2f} (λ 0: one seed; spread = the default's "
+                           f"seed std {default_std:.2f})", "verdict": lam_v if converged else "not tested"}]
     for param, text, source in (("topk", "K cannot be too large (short texts): rSum peaks inside the K grid.",
                                  "Figure 6(b)"),
                                 ("tau", "τ is not meaningful close to 0 or 1: rSum peaks inside the τ grid.",
@@ -927,8 +930,8 @@ def fig6_claims(sweeps: pd.DataFrame) -> list[dict[str, object]]:
         claims.append({"claim": text, "source": f"Sec. 4.3, {source}", "verdict": v if converged else "not tested",
                        "evidence": f"best {param} = {best}; best interior - best end = {diff:+.2f} rSum (one seed per "
                                    f"value; spread = the default's seed std {default_std:.2f})"})
-    claims.append({"claim": "HREM is insensitive to λ, K and τ within a proper range.", "source": "Sec. 4.3, Figure 6",
-                   "evidence": "rSum range over each grid: " + "; ".join(
+    claims.append({"claim": "HREM is insensitive to λ, K and τ within a proper range.",
+                   "source": "Sec. 4.3, Figure 6", "evidence": "rSum range over each grid: " + "; ".join(
                        f"{p} {max(v.values()) - min(v.values()):.1f}" for p, v in by_param.items())
                    + "; the paper gives no threshold for 'relatively stable'", "verdict": verdict(None)})
     return claims
@@ -981,8 +984,8 @@ def fig5_claims(per_seed: pd.DataFrame, seeds: Sequence[int], split: Split,
                "verdict": verdict(bool(ratio.min() > 10) if several else None)}]
     v, e = row_comparison(per_seed, "HREM fusion", SCAN_MODEL, ["all rSum"], converged_models(per_seed), "rSum")
     claims.append({"claim": "HREM reaches a higher rSum than score-based matching (here SCAN t2i).",
-                   "source": "Sec. 3.5, Figure 5", "evidence": e + "; SCAN t2i at VSE++'s tuned setting, not tuned itself",
-                   "verdict": v})
+                   "source": "Sec. 3.5, Figure 5",
+                   "evidence": e + "; SCAN t2i at VSE++'s tuned setting, not tuned itself", "verdict": v})
     return claims
 
 
