@@ -4,7 +4,10 @@ hand or by a brute-force loop written here."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,18 +19,41 @@ from xmr_core.chapters.hrem import (
     ENSEMBLE,
     FIG6_DEFAULTS,
     FIG6_GRIDS,
+    FIG6_TITLES,
     MODELS,
     PAPER_ONLY,
+    SCAN_MODEL,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
+    TABLE3_COLUMNS,
     TABLE3_ROWS,
     TABLE3A,
     TABLE3B,
+    WITH_SI,
+    WITHOUT_SI,
     SplitScores,
     ablation_config,
+    association_figure,
+    association_stats,
+    batch_figure,
     batch_graph,
+    ceiling_frame,
+    ceiling_note,
+    claims_frame,
+    claims_preamble,
     compared,
+    dataset_note,
+    draw_pairs,
     ensemble,
+    fig5_claims,
+    fig5_figure,
+    fig5_summary,
+    fig6_claims,
+    fig6_figure,
+    fig6_summary,
+    fig7_claim,
+    fig7_curves,
+    fig7_figure,
     flickr_columns,
     hrem_data,
     hrem_encoders,
@@ -35,19 +61,34 @@ from xmr_core.chapters.hrem import (
     longest_caption,
     loss_curves,
     mean_negative_similarity,
+    mean_std,
+    neighbour_count,
     not_run_table,
+    region_bert,
+    region_matching_figure,
     region_word_matching,
     row_comparison,
     special_recall,
+    split_ceiling,
+    split_sizes,
     sweep_gain,
+    table3,
+    table3_claims,
+    table3_variants,
+    table4_claims,
     table4_rows,
+    table4_summary,
     top_percent,
+    train_claims,
     training_runs,
+    tuning_frame,
+    write_ceiling,
 )
+from xmr_core.config import RunConfig
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
-from xmr_core.methods.hrem import HREM
-from xmr_core.results import paper_values
+from xmr_core.methods.hrem import HREM, AssociationGraph
+from xmr_core.results import Claim, paper_values
 from xmr_core.tuning import TuningResult
 
 
@@ -280,3 +321,290 @@ def test_region_word_matching_is_each_region_s_best_word_cosine() -> None:
     expected = [max(float(torch.nn.functional.cosine_similarity(regions[r], words[w], dim=0))
                     for w in range(words.shape[0])) for r in range(regions.shape[0])]
     np.testing.assert_allclose(match, expected, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- notebook plumbing
+def test_split_sizes_and_tuning_frame_count_what_they_are_given() -> None:
+    data = hrem_data(synthetic_corpus(0), word_vectors="word2vec")  # 6 / 3 / 4 images, 5 captions each
+    sizes = split_sizes(data)
+    assert sizes.values.tolist() == [["train", 6, 30], ["val", 3, 15], ["test (Tables 1 and 2)", 4, 20]]
+    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"lr": 1e-3}, {"lr": 2e-3}]),
+             "B": TuningResult("B", "margin", 1e-3, 0.4, [{"lr": 5e-4}])}
+    assert tuning_frame(tuned)["lr"].tolist() == [1e-3, 2e-3, 5e-4]
+
+
+def test_dataset_note_warns_on_scenes_only() -> None:
+    assert dataset_note("scenes") == " (the synthetic scenes benchmark: NOT COCO; compare orderings, not values)"
+    flickr = dataset_note("scenes", "Flickr30K", "signs")
+    assert flickr == " (the synthetic scenes benchmark: NOT Flickr30K; compare signs)"
+    assert dataset_note("coco") == ""
+
+
+def test_mean_std_groups_in_order_of_appearance() -> None:
+    frame = pd.DataFrame({"g": ["b", "a", "b", "a"], "x": [1.0, 4.0, 3.0, 8.0]})
+    out = mean_std(frame, ["g"], ["x"])
+    assert out.index.tolist() == ["b", "a"] and out.columns.tolist() == ["x mean", "x std"]
+    assert out["x mean"].tolist() == [2.0, 6.0]
+    np.testing.assert_allclose(out["x std"], [np.sqrt(2), np.sqrt(8)])  # ddof 1: |x1 - x2| / sqrt(2)
+
+
+# ------------------------------------------------------------------------------------ ceiling, BERT block
+def test_split_ceiling_is_perfect_when_every_caption_matches_only_its_own_image() -> None:
+    split = synthetic_split("test", 10, np.random.default_rng(0), k=2)
+    assert split_ceiling(dataclasses.replace(split, exact=None)) is None
+    own = np.arange(split.n_images)[None, :] == np.asarray(split.caption_image)[:, None]
+    ceiling = split_ceiling(dataclasses.replace(split, exact=own))
+    assert set(ceiling) == {"1K", "all"}
+    for proto in ceiling.values():  # a perfect scorer: R@1 = 100 both ways, rSum = 6 x 100
+        assert proto["rsum"] == pytest.approx(600.0) and proto["i2t/R@1"] == pytest.approx(100.0)
+    assert ceiling_note(ceiling).startswith(" 'Bayes ceiling'") and ceiling_note(None) == ""
+
+
+def test_ceiling_frame_and_write_ceiling(tmp_path: Path) -> None:
+    per_run = pd.DataFrame({"model": ["A", "B"], "seed": [0, 0], "all rSum": [150.0, 300.0],
+                            "converged": [True, False]})
+    ceiling = {"all": {"rsum": 600.0}, "1K": {"rsum": 580.0}}
+    frame = ceiling_frame(per_run, ceiling)
+    assert frame["percent_of_ceiling"].tolist() == [25.0, 50.0] and frame["ceiling_rsum"].tolist() == [600.0, 600.0]
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path))
+    write_ceiling(per_run, None, run)
+    assert not (tmp_path / "hrem" / "ceiling.csv").exists()
+    write_ceiling(per_run, ceiling, run)
+    assert pd.read_csv(tmp_path / "hrem" / "ceiling.csv")["percent_of_ceiling"].tolist() == [25.0, 50.0]
+
+
+def test_region_bert_outside_the_paper_profile_shows_the_paper_s_rows_and_trains_nothing() -> None:
+    fits = pd.DataFrame({"model": ["GPO"], "seed": [0]})
+    block = region_bert(fits, [0], hrem_data(synthetic_corpus(0), word_vectors="word2vec"), {},
+                        RunConfig.from_params(PROFILE="smoke"), "scenes", None)
+    assert block.why == "not run on smoke (Region + BERT: paper profile only)"
+    assert block.fits is fits and block.note.startswith(block.why + ": fine-tuning")
+    assert block.table1["model"].tolist()[: len(BERT_ORDER)] == BERT_ORDER
+    assert (block.table2.loc[: len(BERT_ORDER) - 1, "1K rSum (scenes)"] == block.why).all()
+
+
+# ------------------------------------------------------------------------------------------- train claims
+def _claims_runs(unconverged: str = "") -> pd.DataFrame:
+    """Two seeds per model; each run's two rSums are equal, seed 1 is 2 above seed 0 (seed std 1.41)."""
+    base = {"VSE++": 100.0, "GPO": 110.0, "HREM standalone": 120.0, "HREM fusion": 130.0, ENSEMBLE: 140.0}
+    return pd.DataFrame([{"model": m, "seed": s, "converged": m != unconverged, "all rSum": b + 2 * s,
+                          "1K rSum": b + 2 * s} for s in (0, 1) for m, b in base.items()])
+
+
+def test_train_claims_by_hand() -> None:
+    claims = train_claims(_claims_runs(), None)
+    assert claims["verdict"].tolist()[:7] == ["held"] * 7 and claims["verdict"].tolist()[7:] == ["not tested"] * 2
+    evidence = claims["evidence"].tolist()
+    assert "best other = +10.00 rSum" in evidence[0] and "largest seed std 1.41" in evidence[0]  # 141 - 131
+    assert "+10.00" in evidence[1]  # fusion 131 - standalone 121
+    assert "HREM standalone - GPO = +10.00" in evidence[2] and "HREM fusion - GPO = +20.00" in evidence[3]
+    assert "fusion - standalone = +10.00" in evidence[4]
+    assert "ensemble - HREM standalone = +20.00" in evidence[5] and "ensemble - HREM fusion = +10.00" in evidence[6]
+    assert evidence[7] == "Region + BERT rows: table1_bert / table2_bert, one tuning for both encoders"
+    claims = train_claims(_claims_runs(unconverged="GPO"), "not run on cpu")
+    # every claim naming GPO (all models, all single models, each HREM against GPO) is not tested; the others held
+    assert claims["verdict"].tolist()[:7] == ["not tested"] * 4 + ["held"] * 3
+    assert "GPO not converged" in claims["evidence"][2]
+    assert claims["evidence"][7] == "Region + BERT rows: not run on cpu"
+
+
+# ----------------------------------------------------------------------------------------- Table 3 claims
+def _table3_runs(rows: dict[str, float]) -> pd.DataFrame:
+    """Two seeds per row: every Table 3 column at the row's value (seed 0) and 2 more (seed 1)."""
+    return pd.DataFrame([{"model": m, "seed": s, "converged": True, **{c: v + 2 * s for c in TABLE3_COLUMNS},
+                          "all rSum": 3 * v} for s in (0, 1) for m, v in rows.items()])
+
+
+def test_table3_variants_and_table_follow_the_profile() -> None:
+    assert table3_variants("smoke") == {"HREM": {}, "w/o instance level": {"intra": False, "inter": False},
+                                        "w/o connection A": {"connection": False}}
+    assert list(table3_variants("cpu")) == ["HREM", *TABLE3A, *TABLE3B]
+    per_seed = _table3_runs({"HREM": 50.0, "w/o instance level": 40.0, "w/o connection A": 45.0})
+    t3a = table3(per_seed, "table3a", "scenes")
+    assert t3a["model"].tolist() == ["HREM", "w/o instance level"]
+    assert t3a.loc[1, "all i2t R@1 (scenes)"] == 41.0 and t3a.loc[0, "all rSum (scenes)"] == 150.0
+    assert table3(per_seed, "table3b", "scenes")["model"].tolist() == ["HREM", "w/o connection A"]
+
+
+def test_table3_claims_by_hand() -> None:
+    claims = pd.DataFrame(table3_claims(_table3_runs({"HREM": 50.0, "w/o instance level": 40.0,
+                                                     "w/o connection A": 45.0})))
+    assert len(claims) == 12
+    assert claims.loc[0, "verdict"] == "held" and "HREM - w/o instance level = +10.00 pp" in claims.loc[0, "evidence"]
+    assert claims.loc[1, "verdict"] == "not tested" and "w/o fragment level not trained" in claims.loc[1, "evidence"]
+    assert claims.loc[6, "verdict"] == "held" and "+5.00" in claims.loc[6, "evidence"]  # connection A
+    assert claims.loc[11, "verdict"] == "not tested" and "only 1 of 6 rows trained" in claims.loc[11, "evidence"]
+    every = {"HREM": 50.0, **{name: 40.0 for name in TABLE3A}}
+    assert table3_claims(_table3_runs(every))[-1]["verdict"] == "held"
+    every["w/o intra-modal"] = 60.0  # one row above HREM refutes "HREM is above every row"
+    assert table3_claims(_table3_runs(every))[-1]["verdict"] == "did not hold"
+
+
+# ----------------------------------------------------------------------------------------------- Figure 6
+def _sweeps(converged: bool = True) -> pd.DataFrame:
+    default = [{"param": p, "value": FIG6_DEFAULTS[p], "seed": s, "all rSum": v, "converged": True}
+               for p in ("lam", "topk", "tau") for s, v in ((0, 300.0), (1, 302.0), (2, 304.0))]
+    one = [("lam", 0.0, 290.0), ("topk", 2, 295.0), ("topk", 15, 296.0), ("tau", 0.1, 310.0), ("tau", 0.9, 290.0)]
+    rows = default + [{"param": p, "value": x, "seed": 0, "all rSum": v, "converged": converged} for p, x, v in one]
+    order = {("lam", 0.0): 0, ("lam", 1.5): 1, ("topk", 2): 2, ("topk", 10): 3, ("topk", 15): 4, ("tau", 0.1): 5,
+             ("tau", 0.5): 6, ("tau", 0.9): 7}
+    return pd.DataFrame(sorted(rows, key=lambda r: order[r["param"], r["value"]]))
+
+
+def test_fig6_summary_and_figure() -> None:
+    summary = fig6_summary(_sweeps())
+    assert summary[["param", "value"]].values.tolist() == [["lam", 0.0], ["lam", 1.5], ["topk", 2], ["topk", 10],
+                                                           ["topk", 15], ["tau", 0.1], ["tau", 0.5], ["tau", 0.9]]
+    assert summary["mean"].tolist()[:2] == [290.0, 302.0] and summary["count"].tolist()[:2] == [1, 3]
+    assert summary["std"][1] == pytest.approx(2.0)
+    fig = fig6_figure(summary, "scenes")
+    assert [ax.get_title() for ax in fig.axes] == list(FIG6_TITLES.values())
+    assert fig.axes[0].get_ylabel() == "rSum, whole test split (scenes)"
+    np.testing.assert_allclose(np.asarray(fig.axes[1].lines[0].get_ydata(), dtype=float), [295.0, 302.0, 296.0])
+    plt.close(fig)
+
+
+def test_fig6_claims_by_hand() -> None:
+    claims = fig6_claims(_sweeps())
+    # λ: 302 - 290 = +12 against the default's seed std 2; K peaks inside (302 - 296 = +6); τ peaks at its end
+    # (302 - 310 = -8); ranges: λ 12, K 7, τ 20
+    assert [c["verdict"] for c in claims] == ["held", "held", "did not hold", "not tested"]
+    assert "= +12.00" in claims[0]["evidence"] and "seed std 2.00" in claims[0]["evidence"]
+    assert "best topk = 10.0;" in claims[1]["evidence"] and "= +6.00" in claims[1]["evidence"]  # a float column
+    assert "best tau = 0.1;" in claims[2]["evidence"] and "= -8.00" in claims[2]["evidence"]
+    assert "lam 12.0; topk 7.0; tau 20.0" in claims[3]["evidence"]
+    assert [c["verdict"] for c in fig6_claims(_sweeps(converged=False))][:3] == ["not tested"] * 3
+
+
+# ----------------------------------------------------------------------------------------------- Figure 7
+def test_fig7_curves_figure_and_claim_by_hand() -> None:
+    fits = {("HREM", 0): SimpleNamespace(history=[{"epoch": 1, "train/triplet_initial": 1.0},
+                                                  {"epoch": 2, "train/triplet_initial": 0.8,
+                                                   "train/triplet_enhanced": 0.5}]),
+            ("HREM", 1): SimpleNamespace(history=[{"epoch": 1, "train/triplet_initial": 1.0},
+                                                  {"epoch": 2, "train/triplet_initial": 0.6,
+                                                   "train/triplet_enhanced": 0.4}])}
+    curves = fig7_curves(fits, [0, 1])
+    assert curves["seed"].tolist() == [0, 0, 1, 1] and curves["initial"].tolist() == [1.0, 0.8, 1.0, 0.6]
+    fig = fig7_figure(curves)
+    enhanced, initial = fig.axes[0].lines
+    np.testing.assert_allclose(initial.get_ydata(), [1.0, 0.7])
+    np.testing.assert_allclose(enhanced.get_ydata()[1:], [0.45])
+    plt.close(fig)
+    # epochs with both terms: initial 0.8 / 0.6, enhanced 0.5 / 0.4 -> diff 0.70 - 0.45; spread std(0.8, 0.6)
+    claim = fig7_claim(curves, {"HREM": True})
+    assert claim["verdict"] == "held" and "= +0.2500 (largest seed std 0.1414)" in claim["evidence"]
+    assert fig7_claim(curves, {"HREM": False})["verdict"] == "not tested"
+
+
+# ------------------------------------------------------------------------------------------------ Table 4
+def _table4_runs(without: bool = True) -> pd.DataFrame:
+    rows = []
+    for s in (0, 1):
+        for kind in ("hard", "infrequent"):
+            for p, (i2t, t2i) in ((5, (50.0, 60.0)), (10, (40.0, 50.0))):
+                rows.append({"samples": kind, "percent": p, "model": WITH_SI, "seed": s, "i2t R@1": i2t + 2 * s,
+                             "t2i R@1": t2i + 2 * s})
+                if without:
+                    rows.append({"samples": kind, "percent": p, "model": WITHOUT_SI, "seed": s,
+                                 "i2t R@1": i2t - 20 + 2 * s, "t2i R@1": t2i - 20 + 2 * s})
+    return pd.DataFrame(rows)
+
+
+def test_table4_summary_and_claims_by_hand() -> None:
+    summary = table4_summary(_table4_runs())
+    assert summary.loc[0, ["samples", "percent", "model"]].tolist() == ["hard", 5, WITH_SI]
+    assert summary.loc[0, "i2t R@1 mean"] == 51.0 and summary.loc[0, "i2t R@1 std"] == pytest.approx(np.sqrt(2))
+    converged = {"HREM": True, "w/o instance level": True}
+    claims = table4_claims(_table4_runs(), converged)
+    # per seed, mean over both directions and percents: with 50 / 52, without 30 / 32
+    assert [c["verdict"] for c in claims] == ["held", "held"] and "= +20.00 pp of R@1" in claims[0]["evidence"]
+    claims = table4_claims(_table4_runs(without=False), {"HREM": True})
+    assert [c["evidence"] for c in claims] == ["w/o instance level not trained in this profile"] * 2
+    assert {c["verdict"] for c in claims} == {"not tested"}
+
+
+# ----------------------------------------------------------------------------------------------- Figure 5
+def test_fig5_summary_figure_and_claims_by_hand() -> None:
+    t5 = pd.DataFrame([{"model": "HREM fusion", "seed": 0, "converged": True, "test s": 0.1, "all rSum": 300.0},
+                       {"model": SCAN_MODEL, "seed": 0, "converged": True, "test s": 2.0, "all rSum": 250.0},
+                       {"model": "HREM fusion", "seed": 1, "converged": True, "test s": 0.2, "all rSum": 302.0},
+                       {"model": SCAN_MODEL, "seed": 1, "converged": True, "test s": 3.0, "all rSum": 252.0}])
+    summary = fig5_summary(t5)
+    assert summary.index.tolist() == ["HREM fusion", SCAN_MODEL]
+    assert summary.loc[SCAN_MODEL, "test s mean"] == 2.5 and summary.loc["HREM fusion", "all rSum mean"] == 301.0
+    fig = fig5_figure(summary, "cpu", "scenes")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_legend().get_texts()] == summary.index.tolist()
+    plt.close(fig)
+    split = SimpleNamespace(n_images=10, n_captions=50)
+    speed, accuracy = fig5_claims(t5, [0, 1], split, "cpu")
+    # time ratios SCAN / HREM: 20 and 15 -> mean 17.5, min 15 > 10
+    assert speed["verdict"] == "held" and "17.5x (min 15.0x over seeds [0, 1]; 10 x 50 on cpu)" in speed["evidence"]
+    assert accuracy["verdict"] == "held" and "HREM fusion - SCAN t2i = +50.00 rSum" in accuracy["evidence"]
+    speed, _ = fig5_claims(t5[t5["seed"] == 0], [0], split, "cpu")
+    assert speed["verdict"] == "not tested" and speed["evidence"].endswith("one timing: not tested")
+
+
+# ------------------------------------------------------------------------------------ visualise helpers, 2
+def test_draw_pairs_gives_one_own_caption_of_distinct_images_in_image_order() -> None:
+    split = synthetic_split("test", 12, np.random.default_rng(0), k=3)
+    captions = draw_pairs(split, 5, np.random.default_rng(4))
+    images = np.asarray(split.caption_image)[captions]
+    assert len(captions) == 5 and len(set(images.tolist())) == 5 and (np.diff(images) > 0).all()
+    assert captions == draw_pairs(split, 5, np.random.default_rng(4))
+    rng = np.random.default_rng(4)
+    first, second = draw_pairs(split, 5, rng), draw_pairs(split, 5, rng)  # one generator: two different draws
+    assert first == captions and second != first
+
+
+def test_neighbour_count_and_association_stats_by_hand() -> None:
+    assert neighbour_count(0.5, 8) == 4 and neighbour_count(0.3, 2) == 1 and neighbour_count(0.9, 10) == 9
+    connect = torch.tensor([[1, 0, 1, 0],
+                            [0, 1, 1, 1],
+                            [0, 1, 1, 0],   # T0 is not connected to its own image I0
+                            [1, 1, 0, 1]], dtype=torch.bool)
+    relevance = torch.tensor([[0.0, 0.0, 0.8, 0.2],
+                              [0.0, 0.0, 0.4, 0.6],
+                              [0.0, 0.0, 0.0, 0.0],
+                              [0.0, 0.0, 0.0, 0.0]])
+    attention = np.array([[0.5, 0.0, 0.5, 0.1],
+                          [0.0, 0.5, 0.3, 0.2],
+                          [0.0, 0.5, 0.5, 0.0],
+                          [0.3, 0.3, 0.0, 0.4]])
+    graph = AssociationGraph(connect, relevance, torch.tensor(0.0))
+    stats = association_stats(graph, attention, 0.5).iloc[0]
+    assert stats["pairs"] == 2 and stats["tau N"] == 1
+    assert stats["own caption connected (I->T), %"] == 100.0 and stats["own image connected (T->I), %"] == 50.0
+    assert stats["S I->T own caption"] == pytest.approx(0.7) and stats["S I->T other captions"] == pytest.approx(0.3)
+    assert stats["attention I->own caption"] == pytest.approx(0.35)
+    assert stats["attention I->other captions"] == pytest.approx(0.2)
+    fig = association_figure(graph, attention, 1.5)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["connection A (1 = may attend)", "relevance S (Eq. 9-10)",
+                      "attention of Eq. (12), λ = 1.5, mean over heads"]
+    assert fig.axes[0].lines[0].get_ydata()[0] == 1.5  # the red line between the image and caption blocks
+    plt.close(fig)
+
+
+def test_batch_and_region_matching_figures_show_each_caption_over_its_own_image() -> None:
+    model, vocab, split = _tiny_hrem()
+    fig = batch_figure(split, [1, 4])
+    assert [ax.get_title().split(":")[0] for ax in fig.axes] == ["I0 / T0", "I1 / T1"]
+    np.testing.assert_array_equal(fig.axes[1].images[0].get_array(), split.images[2])  # caption 4 -> image 2
+    plt.close(fig)
+    fig = region_matching_figure(model, split, vocab, [1, 4], "cpu")
+    assert len(fig.axes) == 2 and all(len(ax.images) == 2 for ax in fig.axes)  # the image and the heat
+    assert fig.axes[1].get_title().startswith("image 2:")
+    np.testing.assert_array_equal(fig.axes[1].images[0].get_array(), split.images[2])
+    plt.close(fig)
+
+
+def test_claims_preamble_and_frame() -> None:
+    assert "NOT COCO or Flickr30K" in claims_preamble("cpu", "scenes")
+    assert "NOT COCO" not in claims_preamble("cpu", "coco") and "profile `cpu`, dataset `coco`." in claims_preamble(
+        "cpu", "coco")
+    claims = [Claim("a", "Sec. 1", "e", "held"), Claim("b", "Sec. 2", "f", "not tested")]
+    frame = claims_frame(claims)
+    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"]
+    assert frame["verdict"].tolist() == ["held", "not tested"]

@@ -56,39 +56,39 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
-import pandas as pd
-
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling
 from xmr_core.chapters.hrem import (
-    BERT_ORDER,
     BERT_PROFILES,
     DATA_FORMAT,
-    ENSEMBLE,
     MODELS,
     ORDER,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
+    ceiling_note,
+    dataset_note,
     flickr_columns,
     hrem_data,
     hrem_encoders,
     hrem_table,
-    not_run_table,
+    region_bert,
+    split_ceiling,
+    split_sizes,
     train_and_score,
+    train_claims,
     training_runs,
     tune_methods,
+    tuning_frame,
+    write_ceiling,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, train_config
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import require_converged, verdict, write_table
+from xmr_core.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
-bert = PROFILE in BERT_PROFILES
 print(run.describe())
-print(f"seeds = {seeds}; Region + BERT rows trained: {bert}")
+print(f"seeds = {seeds}; Region + BERT rows trained: {PROFILE in BERT_PROFILES}")
 print(f"training: {train_config(PROFILE, LEARNING_RATES[PROFILE][0], seed=SEED, device=DEVICE, progress=PROGRESS)}")
 print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}; margins tuned: every model, (0.1, 0.2, 0.4)")
 training_runs(PROFILE, N_SEEDS)
@@ -103,9 +103,7 @@ test = data.test
 enc = hrem_encoders(PROFILE, test.regions.shape[2])
 print(f"regions: {test.regions.shape[1]} per image x {test.regions.shape[2]} dims; vocabulary {len(data.vocab)} words "
       f"({100 * data.coverage:.1f}% in GloVe); encoders: {enc}")
-pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in
-              [("train", data.train), ("val", data.val), ("test (Tables 1 and 2)", test)]],
-             columns=["split", "images", "captions"])
+split_sizes(data)
 
 # %% [markdown]
 # ## Tuning: the same budget for every model
@@ -116,7 +114,7 @@ pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in
 
 # %%
 tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
-tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+tuning = tuning_frame(tuned)
 write_table(tuning, "hrem/tuning", run=run, caption=(
     f"Tuning runs of every compared model on the validation split ({DATASET}, region features + BiGRU, profile "
     f"{PROFILE}): learning rates at the default margin, then the margin at the best learning rate; 'chosen' = the "
@@ -142,43 +140,31 @@ fits
 
 # %%
 label = DATASET
-not_coco = " (the synthetic scenes benchmark: NOT COCO; compare orderings, not values)" if DATASET == "scenes" else ""
-ceiling = {"1K": fold_ceiling(test), "all": bayes_ceiling(test)} if test.exact is not None else None
+ceiling = split_ceiling(test)  # None on real data (no exact relevance)
 table1 = hrem_table(per_run, ORDER, "table1_bigru", TABLE1_COLUMNS, label, ceiling)
 write_table(table1, "hrem/table1", run=run, caption=(
-    f"HREM Table 1 analogue, Region + BiGRU. Paper: MS-COCO 5K test set. Ours: {DATASET}{not_coco}, region features "
-    f"(R = {test.regions.shape[1]}) + GloVe/BiGRU, the whole test split ({test.n_images} images, {test.n_captions} "
-    f"captions) as the 5K analogue; profile {PROFILE}; mean over seeds (std where > 1). The paper's Table 1 has no "
-    "rSum column. 'HREM ensemble' = the paper's 'HREM (Full)*' (standalone and fusion similarities averaged). "
-    "'(paper only)': not built here." + (" 'Bayes ceiling': the best any scorer can reach on this split." if ceiling
-                                           else "")))
+    f"HREM Table 1 analogue, Region + BiGRU. Paper: MS-COCO 5K test set. Ours: {DATASET}{dataset_note(DATASET)}, "
+    f"region features (R = {test.regions.shape[1]}) + GloVe/BiGRU, the whole test split ({test.n_images} images, "
+    f"{test.n_captions} captions) as the 5K analogue; profile {PROFILE}; mean over seeds (std where > 1). The paper's "
+    "Table 1 has no rSum column. 'HREM ensemble' = the paper's 'HREM (Full)*' (standalone and fusion similarities "
+    f"averaged). '(paper only)': not built here.{ceiling_note(ceiling)}"))
 table1
 
 # %% [markdown]
 # ### Region + BERT (paper profile only)
 #
 # GPO and both HREM mechanisms on the packaged MiniLM, fine-tuned, at the learning rates and margins tuned with
-# the BiGRU (no second tuning). VSE++ has no BERT row in the paper.
+# the BiGRU (no second tuning). VSE++ has no BERT row in the paper. In the other profiles the tables show the
+# paper's rows, ours marked "not run".
 
 # %%
-bert_why = f"not run on {PROFILE} (Region + BERT: paper profile only)"
-if bert:
-    enc_bert = hrem_encoders(PROFILE, test.regions.shape[2], bert=True)
-    per_run_bert, fits_bert, _ = train_and_score(BERT_ORDER[:-1], seeds, data, tuned, enc_bert, run, bert=True)
-    fits = pd.concat([fits, fits_bert.assign(model=fits_bert["model"] + " (BERT)")], ignore_index=True)
-    table1_bert = hrem_table(per_run_bert, BERT_ORDER, "table1_bert", TABLE1_COLUMNS, label, ceiling)
-    table2_bert = hrem_table(per_run_bert, BERT_ORDER, "table2_bert", TABLE2_COLUMNS, label, ceiling)
-else:
-    table1_bert = not_run_table("table1_bert", BERT_ORDER, TABLE1_COLUMNS, label, bert_why)
-    table2_bert = not_run_table("table2_bert", BERT_ORDER, TABLE2_COLUMNS, label, bert_why)
-bert_note = (f"the packaged MiniLM fine-tuned, at the BiGRU-tuned settings, {DATASET}{not_coco}" if bert else
-             f"{bert_why}: fine-tuning the packaged MiniLM costs about 15 min an epoch on the 2-core CPU this profile "
-             "is sized for")
-write_table(table1_bert, "hrem/table1_bert", run=run, caption=(
-    f"HREM Table 1, Region + BERT block (paper: MS-COCO 5K). Ours: {bert_note}."))
-write_table(flickr_columns(table2_bert), "hrem/table2_bert", run=run, caption=(
-    f"HREM Table 2, Region + BERT block (paper: Flickr30K and MS-COCO 1K). Ours: {bert_note}."))
-table1_bert
+bert = region_bert(fits, seeds, data, tuned, run, label, ceiling)
+fits = bert.fits  # the BiGRU runs and, when trained, the BERT ones
+write_table(bert.table1, "hrem/table1_bert", run=run, caption=(
+    f"HREM Table 1, Region + BERT block (paper: MS-COCO 5K). Ours: {bert.note}."))
+write_table(flickr_columns(bert.table2), "hrem/table2_bert", run=run, caption=(
+    f"HREM Table 2, Region + BERT block (paper: Flickr30K and MS-COCO 1K). Ours: {bert.note}."))
+bert.table1
 
 # %% [markdown]
 # ## Table 2 — the MS-COCO 1K analogue (five folds) and the Flickr30K-sized analogue (whole test split)
@@ -187,21 +173,14 @@ table1_bert
 table2 = flickr_columns(hrem_table(per_run, ORDER, "table2_bigru", TABLE2_COLUMNS, label, ceiling))
 write_table(table2, "hrem/table2", run=run, caption=(
     f"HREM Table 2 analogue, Region + BiGRU. Paper: Flickr30K 1K test set and MS-COCO 1K (five folds). Ours: {DATASET}"
-    f"{not_coco}; '1K' = the mean over 5 folds of {test.n_images // 5} test images, 'F30K-size' = the whole test split "
-    f"({test.n_images} images, {test.n_captions} captions: Flickr30K's test size; no second, Flickr-sized data set is "
-    "generated, so these are Table 1's numbers); profile "
-    f"{PROFILE}; mean over seeds. The paper's Table 2 has no standalone row."))
+    f"{dataset_note(DATASET)}; '1K' = the mean over 5 folds of {test.n_images // 5} test images, 'F30K-size' = the "
+    f"whole test split ({test.n_images} images, {test.n_captions} captions: Flickr30K's test size; no second, "
+    f"Flickr-sized data set is generated, so these are Table 1's numbers); profile {PROFILE}; mean over seeds. The "
+    "paper's Table 2 has no standalone row."))
 table2
 
 # %%
-if ceiling:
-    ceiling_table = pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["all rSum"],
-                                  "ceiling_rsum": ceiling["all"]["rsum"],
-                                  "percent_of_ceiling": 100.0 * per_run["all rSum"] / ceiling["all"]["rsum"],
-                                  "converged": per_run["converged"]})
-    write_table(ceiling_table, "hrem/ceiling", run=run, extra={"ceiling": ceiling}, caption=(
-        f"Each model's instance rSum on the whole {DATASET} test split as a share of the Bayes ceiling "
-        f"(profile {PROFILE})."))
+write_ceiling(per_run, ceiling, run)  # each run's share of the ceiling (when there is one)
 write_table(fits, "hrem/training", run=run, caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "hrem/per_seed", run=run, caption=(
     "Every model and seed: R@K and rSum on the whole test split ('all') and over its five folds ('1K'); the claims "
@@ -214,42 +193,7 @@ write_table(per_run, "hrem/per_seed", run=run, caption=(
 # claims on models that did not converge, or with one seed, are "not tested".
 
 # %%
-rsums = ["all rSum", "1K rSum"]
-means = model_means(per_run, ORDER, rsums)
-best = best_other_margin(per_run, ENSEMBLE, means, rsums)
-best_single = best_other_margin(per_run, "HREM fusion", {m: means[m] for m in MODELS}, rsums)
-vs_gpo = {m: compare_models(per_run, m, "GPO", rsums) for m in ("HREM standalone", "HREM fusion")}
-ens = {m: compare_models(per_run, ENSEMBLE, m, rsums) for m in ("HREM standalone", "HREM fusion")}
-fusion_standalone = compare_models(per_run, "HREM fusion", "HREM standalone", rsums)
-claims = [
-    {"claim": "HREM outperforms the state-of-the-art embedding-based methods (here GPO and VSE++) in rSum.",
-     "source": "Sec. 4.2, Tables 1-2", "evidence": f"HREM ensemble - best other = {best.diff:+.2f} rSum (mean of the "
-     f"whole split and 1K; largest seed std {best.spread:.2f})", "verdict": best.verdict, "models": ORDER},
-    {"claim": "A single HREM model (fusion) is above every other single model.", "source": "Sec. 4.2, Tables 1-2",
-     "evidence": f"HREM fusion - best other single model = {best_single.diff:+.2f} rSum (spread {best_single.spread:.2f})",
-     "verdict": best_single.verdict, "models": MODELS},
-    *[{"claim": f"{m} beats GPO (both mechanisms improve on the pooling baseline).", "source": "Sec. 4.2, Table 1",
-       "evidence": f"{m} - GPO = {c.diff:+.2f} rSum (spread {c.spread:.2f})", "verdict": c.verdict,
-       "models": [m, "GPO"]} for m, c in vs_gpo.items()],
-    {"claim": "The fusion mechanism is slightly above the standalone one.",
-     "source": "Sec. 4.2, Table 1", "evidence": f"fusion - standalone = {fusion_standalone.diff:+.2f} rSum (spread "
-     f"{fusion_standalone.spread:.2f}); the paper: +1.0 (COCO 5K R@K sum)", "verdict": fusion_standalone.verdict,
-     "models": ["HREM fusion", "HREM standalone"]},
-    *[{"claim": f"The ensemble of the two mechanisms beats {m} alone.", "source": "Sec. 4.2, Tables 1-2",
-       "evidence": f"ensemble - {m} = {c.diff:+.2f} rSum (spread {c.spread:.2f})", "verdict": c.verdict,
-       "models": [ENSEMBLE, m]} for m, c in ens.items()],
-]
-converged = per_run.groupby("model")["converged"].all().to_dict()
-for claim in claims:
-    claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], claim.pop("models"),
-                                                            converged)
-claims.append({"claim": "HREM's superiority holds with both text encoders (BiGRU and BERT).", "source": "Sec. 4.2",
-               "evidence": "Region + BERT rows: " + ("table1_bert / table2_bert, one tuning for both encoders"
-                                                     if bert else bert_why), "verdict": verdict(None)})
-claims.append({"claim": "HREM beats the score-based methods (IMRAM, UARD, NAAF) on COCO 5K.", "source": "Sec. 4.2, "
-               "Table 1", "evidence": "those methods are not built here (Figure 5's SCAN t2i in ablate.py is timed, "
-               "not tuned)", "verdict": verdict(None)})
-claims_table = pd.DataFrame(claims)
+claims_table = train_claims(per_run, bert.why)
 write_table(claims_table, "hrem/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
 claims_table
