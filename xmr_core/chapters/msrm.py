@@ -158,6 +158,7 @@ def all_classes_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> Chap
     return ChapterData(train, val, test, test, vocab, vectors.matrix, vectors.coverage)
 
 
+# ------------------------------------------------------------------- the notebooks' data and tuning tables
 def optional_all_classes(corpus: Corpus) -> ChapterData | None:
     """`all_classes_data`, or None when the corpus has no all-classes split (Table 1 is then skipped)."""
     return all_classes_data(corpus) if has_all_classes(corpus) else None
