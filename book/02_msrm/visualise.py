@@ -97,7 +97,7 @@ zeta_summary
 # %%
 pick = np.sort(rng.choice(test.n_captions, BATCH, replace=False))
 S, matched = batch_incidence(models["MSRM"], test, data.vocab, pick, run.torch_device)
-alpha = float(models["MSRM"].temperatures()[2])  # Eq. (8)'s alpha as learned (temperatures: tau, lambda, alpha)
+alpha = float(models["MSRM"].temperatures()[2])  # Eq. (8)'s learned alpha (of tau, lambda, alpha)
 fig_s = incidence_figure(S, test, pick, alpha)
 write_figure(fig_s, "msrm/incidence", run=run, caption=(
     f"The learned soft incidence S of MSRM (seed {SEED}) on {BATCH} test pairs: rows = image queries "
