@@ -51,31 +51,32 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
-import time
-
-import pandas as pd
-
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters.msrm import (
-    COMPARED,
     ORDER,
-    TABLE1_COLUMNS,
     TABLE2_COLUMNS,
-    TABLE3_COLUMNS,
-    all_classes_data,
-    chapter_runs,
-    class_row,
-    has_all_classes,
-    train_model,
+    ceiling_frame,
+    ceiling_note,
+    optional_all_classes,
+    scenes_note,
+    split_ceiling,
+    split_sizes,
+    table1_frame,
+    table3_frame,
+    train_and_score,
+    train_claims,
     training_runs,
     tune_methods,
+    tuning_frame,
+    vocabulary_note,
+    weights_tuned,
+    write_optional_table,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES, fit_row, model_label, table3_ceiling_row, tables_row
+from xmr_core.chapters.pcme import LEARNING_RATES
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
+from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.config import RunConfig
-from xmr_core.results import require_converged, verdict, write_table
+from xmr_core.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -84,23 +85,20 @@ print(run.describe())
 print(f"seeds = {seeds}")
 print(f"training: {pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRESS)}")
 print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}")
-print("weights tuned: " + "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in COMPARED.values()))
+print(f"weights tuned: {weights_tuned()}")
 training_runs(PROFILE, N_SEEDS)
 
 # %% [markdown]
 # ## Data and the pretrained trunk (the PCME chapter's)
+#
+# The all-classes protocol needs a corpus whose splits hold every class (scenes); without one (CUB's reader
+# splits by class) `all_classes` is None and Table 1 is skipped.
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-all_classes = all_classes_data(corpus) if has_all_classes(corpus) else None
-print(f"trunk {trunk.key}; zero-shot vocabulary {len(data.vocab)} words ({100 * data.coverage:.1f}% in GloVe)"
-      + (f"; all-classes vocabulary {len(all_classes.vocab)} words" if all_classes else
-         "; no all-classes split for this data set: Table 1 is skipped"))
-pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in
-              [("train, seen classes", data.train), ("val, seen classes", data.val),
-               ("test, unseen classes (Table 2)", data.test_unseen), ("test, all (Tables 1 and 3)", data.test)]
-              + ([("train, all classes (Table 1)", all_classes.train)] if all_classes else [])],
-             columns=["split", "images", "captions"])
+all_classes = optional_all_classes(corpus)
+print(f"trunk {trunk.key}; {vocabulary_note(data, all_classes)}")
+split_sizes(data, all_classes)
 
 # %% [markdown]
 # ## Tuning: the same budget for every method
@@ -113,7 +111,7 @@ pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in
 # %%
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)
-tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+tuning = tuning_frame(tuned)
 write_table(tuning, "msrm/tuning", run=run, caption=(
     f"Tuning runs of every compared method on the seen-class validation split ({DATASET}, profile {PROFILE}): "
     "learning rates at the default weight, then the weight at the best learning rate; 'chosen' = the setting "
@@ -126,46 +124,33 @@ tuning
 # Runs are cached by their full configuration: the PCME chapter's zero-shot runs are loaded here. On all classes,
 # MSRM and PCME (the models Table 1's claim compares) get every seed; on `cpu` the other models get the first
 # seed only (their Table 1 rows say so in the `seeds` column); smoke trains only MSRM and PCME there.
+#
+# Each zero-shot model is scored on Table 2 (class relevance on the unseen classes) and Table 3 (the whole test
+# split); each all-classes model with class relevance on the whole test split (Table 1).
 
 # %%
-per_run_rows, fit_rows = [], []
-device = run.torch_device
-for protocol, name, k, seed in chapter_runs(PROFILE, seeds):
-    pdata = data if protocol == "zero-shot" else all_classes
-    if pdata is None:
-        continue
-    t0 = time.perf_counter()
-    model, result = train_model(name, k, pdata, tuned, enc, run, seed)
-    label = model_label(name, k)
-    fit_rows.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, time.perf_counter() - t0)})
-    scores = tables_row(model, data, device) if protocol == "zero-shot" else \
-        class_row(model, pdata.test_unseen, pdata.vocab, device)
-    per_run_rows.append({"model": label, "seed": seed, "protocol": protocol, "converged": result.converged, **scores})
-fits = pd.DataFrame(fit_rows)
-zs = pd.DataFrame([r for r in per_run_rows if r["protocol"] == "zero-shot"])
-ac = pd.DataFrame([r for r in per_run_rows if r["protocol"] == "all classes"])
-fits
+runs = train_and_score(PROFILE, seeds, data, all_classes, tuned, enc, run)
+runs.fits
 
 # %% [markdown]
 # ## Table 1 — all classes (class relevance, whole test split)
 
 # %%
 label = DATASET
-not_cub = " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)" if DATASET == "scenes" else ""
-if len(ac):
-    t1_order = [m for m in ORDER if m in set(ac["model"])]
-    table1 = with_paper(seed_summary(ac, list(TABLE1_COLUMNS), t1_order), "msrm", "table1", TABLE1_COLUMNS, label)
-    write_table(table1, "msrm/table1", run=run, caption=(
-        f"MSRM Table 1 analogue ('all classes training'). Paper: CUB Captions, class relevance. Ours: {DATASET}"
-        f"{not_cub}, trained on every class, {all_classes.test.n_images} test images, class relevance, profile "
-        f"{PROFILE}; mean over seeds (std where > 1). Paper rows: Table 1 of Wang et al. 2023 (P2RM not built)."))
-    display(table1)
+not_cub = scenes_note(DATASET, " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)")
+table1 = table1_frame(runs.all_classes, label)  # None without an all-classes split
+write_optional_table(table1, "msrm/table1", run=run, caption=(
+    f"MSRM Table 1 analogue ('all classes training'). Paper: CUB Captions, class relevance. Ours: {DATASET}"
+    f"{not_cub}, trained on every class, {data.test.n_images} test images, class relevance, profile "
+    f"{PROFILE}; mean over seeds (std where > 1). Paper rows: Table 1 of Wang et al. 2023 (P2RM not built)."))
+table1
 
 # %% [markdown]
 # ## Table 2 — zero-shot (unseen classes)
 
 # %%
-table2 = with_paper(seed_summary(zs, list(TABLE2_COLUMNS), ORDER), "msrm", "table2", TABLE2_COLUMNS, label)
+table2 = with_paper(seed_summary(runs.zero_shot, list(TABLE2_COLUMNS), ORDER), "msrm", "table2", TABLE2_COLUMNS,
+                    label)
 write_table(table2, "msrm/table2", run=run, caption=(
     f"MSRM Table 2 analogue (zero-shot). Paper: CUB Captions, 50 unseen classes. Ours: {DATASET}{not_cub}, "
     f"{data.test_unseen.n_images} test images of unseen classes, class relevance, profile {PROFILE}; mean over "
@@ -174,32 +159,28 @@ table2
 
 # %% [markdown]
 # ## Table 3 — the COCO-style comparison, with the Bayes ceiling
+#
+# On scenes the generator is known, so the test split has a Bayes ceiling (`xmr_core.ceiling`): the best any
+# scorer can reach, per protocol. It heads the table, and each model's 5K instance rSum is given as a share of it.
 
 # %%
-table3 = with_paper(seed_summary(zs, list(TABLE3_COLUMNS), ORDER), "msrm", "table3", TABLE3_COLUMNS, label)
-has_ceiling = data.test.exact is not None
-if has_ceiling:
-    ceiling = {"1K": fold_ceiling(data.test), "5K": bayes_ceiling(data.test)}
-    zs["% of ceiling 5K"] = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in zs["rsum 5K"]]
-    table3["5K rSum % of ceiling"] = seed_summary(zs, ["% of ceiling 5K"], ORDER)["% of ceiling 5K"].to_numpy()
-    table3 = pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table3], ignore_index=True)
+ceiling = split_ceiling(data.test)  # None without exact relevance (real data)
+not_coco = scenes_note(DATASET, " (synthetic, NOT COCO: compare orderings, not values)")
+table3 = table3_frame(runs.zero_shot, ceiling, label)
 write_table(table3, "msrm/table3", run=run, caption=(
-    f"MSRM Table 3 analogue. Paper: MS-COCO 1K and 5K. Ours: {DATASET}"
-    f"{' (synthetic, NOT COCO: compare orderings, not values)' if DATASET == 'scenes' else ''}; '1K' = 5 folds of "
+    f"MSRM Table 3 analogue. Paper: MS-COCO 1K and 5K. Ours: {DATASET}{not_coco}; '1K' = 5 folds of "
     f"{data.test.n_images // 5} test images, '5K' = all {data.test.n_images}; models trained on the seen classes; "
     f"profile {PROFILE}. Paper rows: Table 3 of Wang et al. 2023 (VSE++, VSRN, AOQ and P2RM are not built)."
-    + (" 'Bayes ceiling': the best any scorer can reach on this split (xmr_core.ceiling)." if has_ceiling else "")))
+    + ceiling_note(ceiling)))
 table3
 
 # %%
-if has_ceiling:
-    ceiling_table = pd.DataFrame({"model": zs["model"], "seed": zs["seed"], "rsum": zs["rsum 5K"],
-                                  "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": zs["% of ceiling 5K"],
-                                  "converged": zs["converged"]})
-    write_table(ceiling_table, "msrm/ceiling", run=run, extra={"ceiling": ceiling}, caption=(
-        f"Each zero-shot model's 5K-analogue instance rSum as a share of the Bayes ceiling ({DATASET}, {PROFILE})."))
-write_table(fits, "msrm/training", run=run, caption="Training runs of this notebook (cached = loaded, not retrained).")
-write_table(pd.DataFrame(per_run_rows), "msrm/per_seed", run=run, caption=(
+write_optional_table(ceiling_frame(runs.zero_shot, ceiling), "msrm/ceiling", run=run, extra={"ceiling": ceiling},
+                     caption=f"Each zero-shot model's 5K-analogue instance rSum as a share of the Bayes ceiling "
+                             f"({DATASET}, {PROFILE}).")
+write_table(runs.fits, "msrm/training", run=run,
+            caption="Training runs of this notebook (cached = loaded, not retrained).")
+write_table(runs.per_run, "msrm/per_seed", run=run, caption=(
     "Every trained model, seed and protocol: T1 = all classes (class relevance), T2 = zero-shot unseen classes, "
     "T3 = zero-shot models on the whole test split; the claims are checked on these."))
 
@@ -207,61 +188,10 @@ write_table(pd.DataFrame(per_run_rows), "msrm/per_seed", run=run, caption=(
 # ## Claims checked here
 #
 # A difference holds only when the difference of the seed means exceeds the larger seed std of the two models;
-# claims on models that did not converge are "not tested".
+# claims on models that did not converge (in either protocol) are "not tested".
 
 # %%
-t2_rp, t2_r1 = ["T2 i2t R-P", "T2 t2i R-P"], ["T2 i2t R@1", "T2 t2i R@1"]
-pm5, r1_5 = ["T3 5K i2t PMRP", "T3 5K t2i PMRP"], ["T3 5K i2t R@1", "T3 5K t2i R@1"]
-all_t2 = t2_rp + t2_r1
-cmp_pcme_t2 = compare_models(zs, "MSRM", "PCME", all_t2)
-cmp_pcme_pm = compare_models(zs, "MSRM", "PCME", pm5)
-cmp_pcme_r1 = compare_models(zs, "MSRM", "PCME", r1_5)
-best_t2 = best_other_margin(zs, "MSRM", model_means(zs, ORDER, t2_rp), t2_rp)
-best_pm = best_other_margin(zs, "MSRM", model_means(zs, ORDER, pm5), pm5)
-mu_gap = compare_models(zs, "PCME", "PCME mu only", pm5)
-r1m, rpm = model_means(zs, ORDER, t2_r1), model_means(zs, ORDER, t2_rp)
-claims = [
-    {"claim": "PVSE: a larger M raises R@K but lowers R-Precision.", "source": "Sec. 4.3 (1), Tables 1-2",
-     "evidence": "; ".join(f"K={k}: R@1 {r1m[f'PVSE K={k}']:.1f}, R-P {rpm[f'PVSE K={k}']:.1f}" for k in (1, 2, 4)),
-     "verdict": verdict(r1m["PVSE K=4"] > r1m["PVSE K=1"] and rpm["PVSE K=4"] < rpm["PVSE K=1"]),
-     "models": ["PVSE K=1", "PVSE K=2", "PVSE K=4"]},
-    {"claim": "MSRM surpasses PCME under every metric and setting (CUB-style zero-shot, mean of R-P and R@1).",
-     "source": "Sec. 4.3 (2), Tables 1-2",
-     "evidence": f"MSRM - PCME = {cmp_pcme_t2.diff:+.2f} pp (largest seed std {cmp_pcme_t2.spread:.2f})",
-     "verdict": cmp_pcme_t2.verdict, "models": ["MSRM", "PCME"]},
-    {"claim": "MSRM has the best R-Precision of all compared methods (zero-shot).", "source": "Sec. 4.3 (2), Table 2",
-     "evidence": f"MSRM - best other = {best_t2.diff:+.2f} pp (spread {best_t2.spread:.2f})",
-     "verdict": best_t2.verdict, "models": ORDER},
-    {"claim": "PCME's full Gaussian and its mean alone differ very little in PMRP (about 0.1%).",
-     "source": "Sec. 4.3 MS-COCO (1), Table 3",
-     "evidence": f"PCME - mu only = {mu_gap.diff:+.2f} pp of 5K PMRP (spread {mu_gap.spread:.2f}); "
-                 "small = within max(seed std, 0.5 pp)",
-     "verdict": verdict(abs(mu_gap.diff) <= max(mu_gap.spread, 0.5)) if len(seeds) > 1 else verdict(None),
-     "models": ["PCME", "PCME mu only"]},
-    {"claim": "MSRM beats PCME in PMRP (1K and 5K, both directions).", "source": "Sec. 4.3 MS-COCO (1), Table 3",
-     "evidence": f"MSRM - PCME = {cmp_pcme_pm.diff:+.2f} pp of 5K PMRP (spread {cmp_pcme_pm.spread:.2f})",
-     "verdict": cmp_pcme_pm.verdict, "models": ["MSRM", "PCME"]},
-    {"claim": "MSRM has the best PMRP of the compared methods.", "source": "Sec. 4.3 MS-COCO (3), Table 3",
-     "evidence": f"MSRM - best other = {best_pm.diff:+.2f} pp of 5K PMRP (spread {best_pm.spread:.2f})",
-     "verdict": best_pm.verdict, "models": ORDER},
-    {"claim": "MSRM outperforms PCME in ground-truth matching (R@1).", "source": "Sec. 4.3 MS-COCO (3), Table 3",
-     "evidence": f"MSRM - PCME = {cmp_pcme_r1.diff:+.2f} pp of 5K instance R@1 (spread {cmp_pcme_r1.spread:.2f})",
-     "verdict": cmp_pcme_r1.verdict, "models": ["MSRM", "PCME"]},
-]
-if len(ac):
-    cmp_ac = compare_models(ac, "MSRM", "PCME", list(TABLE1_COLUMNS))
-    claims.append({"claim": "MSRM surpasses PCME in the all-classes setting too.", "source": "Sec. 4.3 (2)-(3), Table 1",
-                   "evidence": f"MSRM - PCME = {cmp_ac.diff:+.2f} pp (mean of T1 R-P and R@1; spread {cmp_ac.spread:.2f})",
-                   "verdict": cmp_ac.verdict, "models": ["MSRM", "PCME"]})
-converged = pd.DataFrame(per_run_rows).groupby("model")["converged"].all().to_dict()  # both protocols
-for claim in claims:
-    claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], claim.pop("models"),
-                                                            converged)
-claims.append({"claim": "VSRN and AOQ: strong R@K, weaker PMRP than the one-to-many methods.",
-               "source": "Sec. 4.3 MS-COCO (2), Table 3", "evidence": "VSRN and AOQ are not built in this book",
-               "verdict": verdict(None)})
-claims.append({"claim": "MSRM beats P2RM.", "source": "Sec. 4.3, Tables 1-3",
-               "evidence": "P2RM is not built in this book", "verdict": verdict(None)})
-write_table(pd.DataFrame(claims), "msrm/claims_train", run=run,
+claims = train_claims(runs, seeds)
+write_table(claims, "msrm/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
-pd.DataFrame(claims)
+claims

@@ -19,22 +19,51 @@ score Table 2 on the unseen classes of the test split and Table 3 on the whole t
 (`protocols.load_chapter_data`, PCME's). All classes (Table 1, and the ablations, which the paper runs in this
 setting): train and validate on every class, score with class relevance on the whole test split
 (`all_classes_data`); the models use the hyperparameters tuned in the zero-shot setting.
+
+Notebook helpers. Everything the notebooks compute beyond calls is a function below, in the order they use it:
+the data and the trained runs, Tables 1-3 and their claims (`train.py`); Table 4, the sweeps of Table 5 and
+Figures 4-6, Figure 7 and their claims (`ablate.py`); Figure 3's lists and the learned incidence
+(`visualise.py`). Figures are returned as matplotlib Figures for the notebook to write.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import textwrap
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, train_config
+from xmr_core.chapters.pcme import (
+    LEARNING_RATES,
+    Compared,
+    fit_row,
+    model_label,
+    table3_ceiling_row,
+    tables_row,
+    train_built,
+    train_config,
+)
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.summary import (
+    best_other_margin,
+    compare_models,
+    model_means,
+    seed_means,
+    seed_summary,
+    with_paper,
+)
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
@@ -42,8 +71,10 @@ from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, msrm_config, soft_incidence
+from xmr_core.results import Claim, require_converged, verdict, write_table
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
+from xmr_core.viz import heatmap
 
 
 def _msrm(enc: dict, wv: np.ndarray, gamma: float, k: int) -> RetrievalModel:
@@ -127,6 +158,47 @@ def all_classes_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> Chap
     return ChapterData(train, val, test, test, vocab, vectors.matrix, vectors.coverage)
 
 
+# ------------------------------------------------------------------- the notebooks' data and tuning tables
+def optional_all_classes(corpus: Corpus) -> ChapterData | None:
+    """`all_classes_data`, or None when the corpus has no all-classes split (Table 1 is then skipped)."""
+    return all_classes_data(corpus) if has_all_classes(corpus) else None
+
+
+def ablation_data(corpus: Corpus, zero_shot: ChapterData) -> tuple[ChapterData, str]:
+    """The ablations' data and protocol: ("all classes", the paper's setting, `all_classes_data`), or `zero_shot`
+    and "zero-shot" where the corpus has no all-classes split."""
+    all_classes = optional_all_classes(corpus)
+    return (zero_shot, "zero-shot") if all_classes is None else (all_classes, "all classes")
+
+
+def vocabulary_note(data: ChapterData, all_classes: ChapterData | None) -> str:
+    """One line on the vocabulary of each protocol (with the zero-shot one's GloVe coverage)."""
+    note = f"zero-shot vocabulary {len(data.vocab)} words ({100 * data.coverage:.1f}% in GloVe)"
+    if all_classes is None:
+        return note + "; no all-classes split for this data set: Table 1 is skipped"
+    return note + f"; all-classes vocabulary {len(all_classes.vocab)} words"
+
+
+def split_sizes(data: ChapterData, all_classes: ChapterData | None) -> pd.DataFrame:
+    """Images and captions of every split the chapter trains or scores on. Columns: split, images, captions."""
+    splits = [("train, seen classes", data.train), ("val, seen classes", data.val),
+              ("test, unseen classes (Table 2)", data.test_unseen), ("test, all (Tables 1 and 3)", data.test)]
+    if all_classes is not None:
+        splits.append(("train, all classes (Table 1)", all_classes.train))
+    return pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in splits],
+                        columns=["split", "images", "captions"])
+
+
+def weights_tuned(compared: Mapping[str, Compared] = COMPARED) -> str:
+    """Each compared method's tuned weight and its grid, on one line."""
+    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
+
+
+def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
+    """Every method's tuning runs (`TuningResult.frame`) in one table, methods in `tuned`'s order."""
+    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+
+
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, config: MSRMConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
@@ -147,6 +219,176 @@ def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: to
     return {f"{prefix}{d} {m}": values[f"class/{d}/{m}"] for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
 
 
+# ------------------------------------------------------------------------------------ train.py: runs, Tables 1-3
+class ChapterRuns(NamedTuple):
+    """`train.py`'s trained models: one row per model, seed and protocol (model, seed, protocol, converged and
+    the metric columns), the same rows per protocol, and one training row per run (`pcme.fit_row` + protocol)."""
+
+    per_run: pd.DataFrame
+    zero_shot: pd.DataFrame  # Tables 2 and 3: the "T2 ..." and "T3 ..." columns and "rsum 5K"
+    all_classes: pd.DataFrame  # Table 1: the "T1 ..." columns (`class_row`); empty without an all-classes split
+    fits: pd.DataFrame
+
+
+def train_and_score(profile: str, seeds: Sequence[int], data: ChapterData, all_classes: ChapterData | None,
+                    tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> ChapterRuns:
+    """Train (or load from the run cache) every run of `chapter_runs` (the all-classes ones only with
+    `all_classes`) and score it: a zero-shot model on Tables 2 and 3 (`pcme.tables_row`), an all-classes
+    model with class relevance on the whole test split (`class_row`)."""
+    rows: list[dict[str, object]] = []
+    fits: list[dict[str, object]] = []
+    device = run.torch_device
+    for protocol, name, k, seed in chapter_runs(profile, seeds):
+        protocol_data = data if protocol == "zero-shot" else all_classes
+        if protocol_data is None:
+            continue
+        t0 = time.perf_counter()
+        model, result = train_model(name, k, protocol_data, tuned, enc, run, seed)
+        label = model_label(name, k)
+        fits.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, time.perf_counter() - t0)})
+        scores = tables_row(model, data, device) if protocol == "zero-shot" else \
+            class_row(model, protocol_data.test_unseen, protocol_data.vocab, device)
+        rows.append({"model": label, "seed": seed, "protocol": protocol, "converged": result.converged, **scores})
+    zero_shot = pd.DataFrame([r for r in rows if r["protocol"] == "zero-shot"])
+    all_classes_runs = pd.DataFrame([r for r in rows if r["protocol"] == "all classes"])
+    return ChapterRuns(pd.DataFrame(rows), zero_shot, all_classes_runs, pd.DataFrame(fits))
+
+
+def scenes_note(dataset: str, note: str) -> str:
+    """`note` (a caption's warning that the synthetic benchmark is not the paper's data) on scenes, else ""."""
+    return note if dataset == "scenes" else ""
+
+
+def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
+    """Table 1 (all classes): the models trained on all classes (in `ORDER`) beside the paper's values
+    (`summary.with_paper`); None without all-classes runs."""
+    if all_classes.empty:
+        return None
+    order = [m for m in ORDER if m in set(all_classes["model"])]
+    return with_paper(seed_summary(all_classes, list(TABLE1_COLUMNS), order), "msrm", "table1", TABLE1_COLUMNS, label)
+
+
+Ceiling = dict[str, dict[str, float]]  # Table 3's protocol ("1K", "5K") -> `xmr_core.ceiling` values
+
+
+def split_ceiling(split: Split) -> Ceiling | None:
+    """The Bayes ceiling of the test split under Table 3's protocols: {"1K": `fold_ceiling`, "5K":
+    `bayes_ceiling`}; None without exact relevance (real data)."""
+    if split.exact is None:
+        return None
+    return {"1K": fold_ceiling(split), "5K": bayes_ceiling(split)}
+
+
+def _ceiling_share(zero_shot: pd.DataFrame, ceiling: Ceiling) -> pd.DataFrame:
+    """`zero_shot` with "% of ceiling 5K": each run's 5K instance rSum as a share (%) of the ceiling's."""
+    share = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in zero_shot["rsum 5K"]]
+    return zero_shot.assign(**{"% of ceiling 5K": share})
+
+
+def table3_frame(zero_shot: pd.DataFrame, ceiling: Ceiling | None, label: str) -> pd.DataFrame:
+    """Table 3 (COCO-style, whole test split): our rows in `ORDER` beside the paper's; with a ceiling, the
+    "Bayes ceiling" row first (`pcme.table3_ceiling_row`) and "5K rSum % of ceiling" (mean over seeds)."""
+    table = with_paper(seed_summary(zero_shot, list(TABLE3_COLUMNS), ORDER), "msrm", "table3", TABLE3_COLUMNS, label)
+    if ceiling is None:
+        return table
+    share = seed_summary(_ceiling_share(zero_shot, ceiling), ["% of ceiling 5K"], ORDER)["% of ceiling 5K"]
+    table["5K rSum % of ceiling"] = share.to_numpy()
+    return pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table], ignore_index=True)
+
+
+CEILING_NOTE = " 'Bayes ceiling': the best any scorer can reach on this split (xmr_core.ceiling)."
+
+
+def ceiling_note(ceiling: Ceiling | None) -> str:
+    """Table 3's caption sentence on the ceiling row ("" without a ceiling)."""
+    return "" if ceiling is None else CEILING_NOTE
+
+
+def ceiling_frame(zero_shot: pd.DataFrame, ceiling: Ceiling | None) -> pd.DataFrame | None:
+    """Each zero-shot run's 5K instance rSum, the ceiling's and the share (%); None without a ceiling.
+    Columns: model, seed, rsum, ceiling_rsum, percent_of_ceiling, converged."""
+    if ceiling is None:
+        return None
+    runs = _ceiling_share(zero_shot, ceiling)
+    return pd.DataFrame({"model": runs["model"], "seed": runs["seed"], "rsum": runs["rsum 5K"],
+                         "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": runs["% of ceiling 5K"],
+                         "converged": runs["converged"]})
+
+
+def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig, caption: str = "",
+                         extra: dict[str, object] | None = None) -> None:
+    """`results.write_table`, skipped when there is no table (a protocol or a ceiling this data set lacks)."""
+    if table is not None:
+        write_table(table, key, run=run, caption=caption, extra=extra)
+
+
+def _converged(per_run: pd.DataFrame) -> dict[str, bool]:
+    """{model: whether every one of its runs converged} (`results.require_converged`'s input)."""
+    return per_run.groupby("model")["converged"].all().to_dict()
+
+
+def train_claims(runs: ChapterRuns, seeds: Sequence[int]) -> pd.DataFrame:
+    """The claims of Sec. 4.3 checked on `train.py`'s runs (`summary.compare_models`: a difference holds when it
+    exceeds the larger seed std; a claim on a model with an unconverged run in either protocol is "not
+    tested"), then the claims on models this book does not build. Columns: claim, source, evidence, verdict."""
+    zs, ac = runs.zero_shot, runs.all_classes
+    t2_rp, t2_r1 = ["T2 i2t R-P", "T2 t2i R-P"], ["T2 i2t R@1", "T2 t2i R@1"]
+    pm5, r1_5 = ["T3 5K i2t PMRP", "T3 5K t2i PMRP"], ["T3 5K i2t R@1", "T3 5K t2i R@1"]
+    cmp_pcme_t2 = compare_models(zs, "MSRM", "PCME", t2_rp + t2_r1)
+    cmp_pcme_pm = compare_models(zs, "MSRM", "PCME", pm5)
+    cmp_pcme_r1 = compare_models(zs, "MSRM", "PCME", r1_5)
+    best_t2 = best_other_margin(zs, "MSRM", model_means(zs, ORDER, t2_rp), t2_rp)
+    best_pm = best_other_margin(zs, "MSRM", model_means(zs, ORDER, pm5), pm5)
+    mu_gap = compare_models(zs, "PCME", "PCME mu only", pm5)
+    r1m, rpm = model_means(zs, ORDER, t2_r1), model_means(zs, ORDER, t2_rp)
+    claims = [
+        {"claim": "PVSE: a larger M raises R@K but lowers R-Precision.", "source": "Sec. 4.3 (1), Tables 1-2",
+         "evidence": "; ".join(f"K={k}: R@1 {r1m[f'PVSE K={k}']:.1f}, R-P {rpm[f'PVSE K={k}']:.1f}" for k in (1, 2, 4)),
+         "verdict": verdict(r1m["PVSE K=4"] > r1m["PVSE K=1"] and rpm["PVSE K=4"] < rpm["PVSE K=1"]),
+         "models": ["PVSE K=1", "PVSE K=2", "PVSE K=4"]},
+        {"claim": "MSRM surpasses PCME under every metric and setting (CUB-style zero-shot, mean of R-P and R@1).",
+         "source": "Sec. 4.3 (2), Tables 1-2",
+         "evidence": f"MSRM - PCME = {cmp_pcme_t2.diff:+.2f} pp (largest seed std {cmp_pcme_t2.spread:.2f})",
+         "verdict": cmp_pcme_t2.verdict, "models": ["MSRM", "PCME"]},
+        {"claim": "MSRM has the best R-Precision of all compared methods (zero-shot).",
+         "source": "Sec. 4.3 (2), Table 2",
+         "evidence": f"MSRM - best other = {best_t2.diff:+.2f} pp (spread {best_t2.spread:.2f})",
+         "verdict": best_t2.verdict, "models": ORDER},
+        {"claim": "PCME's full Gaussian and its mean alone differ very little in PMRP (about 0.1%).",
+         "source": "Sec. 4.3 MS-COCO (1), Table 3",
+         "evidence": f"PCME - mu only = {mu_gap.diff:+.2f} pp of 5K PMRP (spread {mu_gap.spread:.2f}); "
+                     "small = within max(seed std, 0.5 pp)",
+         "verdict": verdict(abs(mu_gap.diff) <= max(mu_gap.spread, 0.5)) if len(seeds) > 1 else verdict(None),
+         "models": ["PCME", "PCME mu only"]},
+        {"claim": "MSRM beats PCME in PMRP (1K and 5K, both directions).", "source": "Sec. 4.3 MS-COCO (1), Table 3",
+         "evidence": f"MSRM - PCME = {cmp_pcme_pm.diff:+.2f} pp of 5K PMRP (spread {cmp_pcme_pm.spread:.2f})",
+         "verdict": cmp_pcme_pm.verdict, "models": ["MSRM", "PCME"]},
+        {"claim": "MSRM has the best PMRP of the compared methods.", "source": "Sec. 4.3 MS-COCO (3), Table 3",
+         "evidence": f"MSRM - best other = {best_pm.diff:+.2f} pp of 5K PMRP (spread {best_pm.spread:.2f})",
+         "verdict": best_pm.verdict, "models": ORDER},
+        {"claim": "MSRM outperforms PCME in ground-truth matching (R@1).", "source": "Sec. 4.3 MS-COCO (3), Table 3",
+         "evidence": f"MSRM - PCME = {cmp_pcme_r1.diff:+.2f} pp of 5K instance R@1 (spread {cmp_pcme_r1.spread:.2f})",
+         "verdict": cmp_pcme_r1.verdict, "models": ["MSRM", "PCME"]},
+    ]
+    if len(ac):
+        cmp_ac = compare_models(ac, "MSRM", "PCME", list(TABLE1_COLUMNS))
+        claims.append({"claim": "MSRM surpasses PCME in the all-classes setting too.",
+                       "source": "Sec. 4.3 (2)-(3), Table 1",
+                       "evidence": f"MSRM - PCME = {cmp_ac.diff:+.2f} pp (mean of T1 R-P and R@1; spread "
+                                   f"{cmp_ac.spread:.2f})",
+                       "verdict": cmp_ac.verdict, "models": ["MSRM", "PCME"]})
+    converged = _converged(runs.per_run)  # over both protocols
+    for claim in claims:
+        claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
+                                                                claim.pop("models"), converged)
+    claims.append({"claim": "VSRN and AOQ: strong R@K, weaker PMRP than the one-to-many methods.",
+                   "source": "Sec. 4.3 MS-COCO (2), Table 3", "evidence": "VSRN and AOQ are not built in this book",
+                   "verdict": verdict(None)})
+    claims.append({"claim": "MSRM beats P2RM.", "source": "Sec. 4.3, Tables 1-3",
+                   "evidence": "P2RM is not built in this book", "verdict": verdict(None)})
+    return pd.DataFrame(claims)
+
+
 def pmrp_by_zeta(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
                  zetas: Sequence[int] = FIG7_ZETAS) -> dict[str, float]:
     """Figure 7: plausible-relevance R-Precision at each zeta, both directions, on `split` (whole-split
@@ -156,6 +398,232 @@ def pmrp_by_zeta(model: RetrievalModel, split: Split, vocab: Vocabulary, device:
     whole = dataclasses.replace(split, caption_level=None)
     values = evaluate_scores(whole, i2t, views=["plausible"], zetas=zetas, scores_t2i=t2i)
     return {f"{d} zeta{z}": values[f"plausible/{d}/R-P_zeta{z}"] for d in ("i2t", "t2i") for z in zetas}
+
+
+# -------------------------------------------------------------------- ablate.py: Tables 4-5, Figures 4-7
+def table4_variants(base: MSRMConfig) -> dict[str, MSRMConfig]:
+    """Table 4's rows: the tuned MSRM, then it without the query variance ("mu only"), without L_d (gamma = 0)
+    and without L_h (no hypergraph)."""
+    return {"MSRM": base, "mu only": dataclasses.replace(base, mu_only=True),
+            "w/o L_d": dataclasses.replace(base, gamma=0.0), "w/o L_h": dataclasses.replace(base, hypergraph=False)}
+
+
+def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                 run: RunConfig, **train_overrides: object) -> tuple[FitResult, dict[str, float]]:
+    """Train (or load) one MSRM of `config` at MSRM's tuned learning rate, a NaN/inf loss ending the run (an
+    outcome: scored at its best epoch before it), and score it with class relevance on `data.test_unseen`
+    (`class_row`, no prefix). Returns the fit and the scores."""
+    model, result = train_model("MSRM", 1, data, tuned, enc, run, seed, config=config, on_nonfinite="stop",
+                                **train_overrides)
+    return result, class_row(model, data.test_unseen, data.vocab, run.torch_device, prefix="")
+
+
+def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: ChapterData,
+                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+    """Every Table 4 variant at every seed (`ablation_run`). Columns: model, seed, converged, best epoch,
+    stopped, stop message and `TABLE4_COLUMNS`."""
+    rows = []
+    for seed in seeds:
+        for name, config in variants.items():
+            result, scores = ablation_run(config, seed, data, tuned, enc, run)
+            rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
+                         "stopped": result.stopped, "stop message": result.stop_message, **scores})
+    return pd.DataFrame(rows)
+
+
+class Sweep(NamedTuple):
+    """One setting of the sensitivity sweeps: the swept parameter, its value, the MSRM config and the training
+    recipe's overrides (the batch size)."""
+
+    parameter: str  # "alpha" (Table 5), "gamma", "layers", "batch" (Figures 4-6) or "last sigmoid"
+    value: float
+    config: MSRMConfig
+    overrides: dict[str, object]
+
+
+def sweep_settings(base: MSRMConfig, grids: Mapping[str, Sequence[float]]) -> list[Sweep]:
+    """Every value of each grid (`ABLATION_GRIDS`: alpha, gamma, layers, batch) with the rest of `base`, then
+    `base` without the sigmoid after Eq. (10)'s last layer ("last sigmoid", value 0: HGNN's form)."""
+    return ([Sweep("alpha", a, dataclasses.replace(base, init_alpha=a), {}) for a in grids["alpha"]]
+            + [Sweep("gamma", g, dataclasses.replace(base, gamma=g), {}) for g in grids["gamma"]]
+            + [Sweep("layers", n, dataclasses.replace(base, hgnn_layers=int(n)), {}) for n in grids["layers"]]
+            + [Sweep("batch", b, base, {"batch_size": int(b)}) for b in grids["batch"]]
+            + [Sweep("last sigmoid", 0.0, dataclasses.replace(base, final_activation=False), {})])
+
+
+def sweep_seeds(setting: Sweep, seeds: Sequence[int], seed: int) -> list[int]:
+    """The seeds a sweep setting is trained with: every seed for alpha = 0 (a claim compares the bipolar
+    incidence with MSRM), `seed` alone otherwise."""
+    return list(seeds) if setting.parameter == "alpha" and setting.value == 0.0 else [seed]
+
+
+def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], seed: int, data: ChapterData,
+               tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+    """Every sweep setting at its seeds (`sweep_seeds`, `ablation_run`). Columns: parameter, value, seed,
+    converged, stopped, cached and `TABLE4_COLUMNS`."""
+    rows = []
+    for setting in settings:
+        for s in sweep_seeds(setting, seeds, seed):
+            result, scores = ablation_run(setting.config, s, data, tuned, enc, run, **setting.overrides)
+            rows.append({"parameter": setting.parameter, "value": setting.value, "seed": s,
+                         "converged": result.converged, "stopped": result.stopped, "cached": result.cached, **scores})
+    return pd.DataFrame(rows)
+
+
+def table5_frame(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Table 5: per value of alpha, the mean of each `TABLE4_COLUMNS` over its runs. Columns: value, then those."""
+    return sweep[sweep["parameter"] == "alpha"].groupby("value")[list(TABLE4_COLUMNS)].mean().reset_index()
+
+
+FIG4_6_PANELS: list[tuple[str, str]] = [("gamma", "Figure 4: γ"), ("layers", "Figure 5: layers l"),
+                                        ("batch", "Figure 6: batch size B")]
+
+
+def sweep_figure(sweep: pd.DataFrame) -> Figure:
+    """Figures 4-6: each `TABLE4_COLUMNS` metric against gamma, the HGNN layers and the batch size, one panel
+    each."""
+    fig, axes = plt.subplots(1, len(FIG4_6_PANELS), figsize=(13, 3.4))
+    for ax, (param, title) in zip(axes, FIG4_6_PANELS):
+        part = sweep[sweep["parameter"] == param].sort_values("value")
+        for col in TABLE4_COLUMNS:
+            ax.plot(part["value"], part[col], marker="o", label=col)
+        ax.set_title(title)
+        ax.set_xlabel(param)
+    axes[0].set_ylabel("class relevance (%)")
+    axes[-1].legend(fontsize=7, loc="best")
+    return fig
+
+
+def zeta_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+              run: RunConfig) -> pd.DataFrame:
+    """Figure 7's runs: every zero-shot model of `train.py` (`SPECS`, loaded from the run cache) at every seed,
+    with PMRP's R-Precision at each zeta on the whole test split (`pmrp_by_zeta`). Columns: model, seed,
+    "<direction> zeta<z>"."""
+    rows = []
+    for seed in seeds:
+        for name, k in SPECS:
+            model, _ = train_model(name, k, data, tuned, enc, run, seed)
+            rows.append({"model": model_label(name, k), "seed": seed,
+                         **pmrp_by_zeta(model, data.test, data.vocab, run.torch_device)})
+    return pd.DataFrame(rows)
+
+
+def fig7_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """Figure 7's values from `zeta_runs`: per model (`ORDER`) and zeta (`FIG7_ZETAS`), the R-P as the mean over
+    seeds of each run's mean of i2t and t2i (`summary.seed_means`). Columns: model, zeta, R-P."""
+    return pd.DataFrame([{"model": m, "zeta": z, "R-P": float(seed_means(runs, m, [f"i2t zeta{z}", f"t2i zeta{z}"])
+                                                             .mean())}
+                         for m in ORDER for z in FIG7_ZETAS])
+
+
+def fig7_table(fig7: pd.DataFrame) -> pd.DataFrame:
+    """`fig7_frame` as a table: one row per model (`ORDER`), one column "zeta <z>" per zeta."""
+    wide = fig7.assign(zeta=fig7["zeta"].map(lambda z: f"zeta {z}")).pivot(index="model", columns="zeta",
+                                                                           values="R-P")
+    return wide.reindex(ORDER).reset_index()
+
+
+def fig7_figure(fig7: pd.DataFrame) -> Figure:
+    """Figure 7: the plausible-match R-P of `fig7_frame` against zeta, one line per model (MSRM's bold)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m in ORDER:
+        part = fig7[fig7["model"] == m]
+        ax.plot(part["zeta"], part["R-P"], marker="o", label=m, lw=2.5 if m == "MSRM" else 1.2)
+    ax.set_xlabel("ζ (concept-label differences allowed)")
+    ax.set_ylabel("plausible-match R-P (%), mean of i2t and t2i")
+    ax.legend(fontsize=8)
+    return fig
+
+
+# Table 4's claims: the ablated row and what the claim says it removes.
+TABLE4_REMOVED: dict[str, str] = {"w/o L_d": "L_d", "w/o L_h": "L_h", "mu only": "the query variance (mu only)"}
+
+
+def table4_claims(t4_runs: pd.DataFrame) -> list[dict[str, str]]:
+    """Table 4's claims: MSRM is above each ablated row (`TABLE4_REMOVED`) on the mean of R-P and R@1
+    (`summary.compare_models`); "not tested" when a run of either did not converge."""
+    converged = _converged(t4_runs)
+    claims = []
+    for name, removed in TABLE4_REMOVED.items():
+        c = compare_models(t4_runs, "MSRM", name, list(TABLE4_COLUMNS))
+        v, e = require_converged(c.verdict, f"MSRM - {name} = {c.diff:+.2f} pp (mean of R-P and R@1; spread "
+                                            f"{c.spread:.2f})", ["MSRM", name], converged)
+        claims.append({"claim": f"Removing {removed} lowers performance.", "source": "Sec. 4.4, Table 4",
+                       "evidence": e, "verdict": v})
+    return claims
+
+
+def bipolar_claim(sweep: pd.DataFrame, t4_runs: pd.DataFrame, init_alpha: float) -> dict[str, str]:
+    """Table 5's claim that the bipolar incidence (alpha = 0, every seed in `sweep`) is below the soft one
+    (Table 4's MSRM rows at the tuned `init_alpha`), as `table4_claims` judges."""
+    alphas = sweep[sweep["parameter"] == "alpha"].assign(model=lambda d: d["value"].map(lambda a: f"alpha {a:g}"))
+    runs = pd.concat([alphas, t4_runs[t4_runs["model"] == "MSRM"].assign(model="MSRM")])
+    c = compare_models(runs, "MSRM", "alpha 0", list(TABLE4_COLUMNS))
+    v, e = require_converged(c.verdict, f"MSRM (alpha {init_alpha:g}) - bipolar = {c.diff:+.2f} pp (spread "
+                                        f"{c.spread:.2f})", ["MSRM", "alpha 0"], _converged(runs))
+    return {"claim": "The bipolar incidence (alpha = 0) is inferior to the soft one.", "source": "Sec. 4.4, Table 5",
+            "evidence": e, "verdict": v}
+
+
+def range_claim(sweep: pd.DataFrame, parameter: str, claim: str, source: str, spread: float) -> dict[str, str]:
+    """A "little effect" claim on a one-seed grid: the range (max - min) over the values of `parameter` (alpha:
+    without the bipolar 0) of the mean of `TABLE4_COLUMNS` is within 2 `spread` (MSRM's seed std; NaN: not
+    tested)."""
+    part = sweep[sweep["parameter"] == parameter]
+    if parameter == "alpha":
+        part = part[part["value"] != 0.0]  # the bipolar incidence has its own claim
+    means = part[list(TABLE4_COLUMNS)].mean(axis=1)
+    spread_range = float(means.max() - means.min())
+    values = sorted(float(v) for v in part["value"].unique())
+    return {"claim": claim, "source": source,
+            "evidence": f"range over {parameter} {values} = {spread_range:.2f} pp (one seed each; MSRM's seed std "
+                        f"{spread:.2f}; little = within 2 seed std)",
+            "verdict": verdict(None) if np.isnan(spread) else verdict(spread_range <= 2 * spread)}
+
+
+def peak_claim(sweep: pd.DataFrame, parameter: str, claim: str, source: str, spread: float,
+               best_value: float | None = None) -> dict[str, str]:
+    """A "best inside the range" claim on a one-seed grid: the value of `parameter` with the highest mean of
+    `TABLE4_COLUMNS` is neither end of the grid (and is `best_value`, when given). Not tested with fewer than
+    three values or without MSRM's seed std `spread` (NaN), which the evidence quotes."""
+    part = sweep[sweep["parameter"] == parameter].sort_values("value")
+    means = part[list(TABLE4_COLUMNS)].mean(axis=1).to_numpy()
+    top = int(means.argmax())
+    best = part["value"].iloc[top]
+    held = 0 < top < len(means) - 1 and (best_value is None or best == best_value)
+    return {"claim": claim, "source": source,
+            "evidence": f"mean R-P/R@1 per {parameter}: "
+                        + ", ".join(f"{v:g}: {m:.2f}" for v, m in zip(part["value"], means))
+                        + f"; best {best:g}; one seed each (MSRM's seed std {spread:.2f})",
+            "verdict": verdict(held) if len(means) > 2 and not np.isnan(spread) else verdict(None)}
+
+
+def fig7_claim(fig7: pd.DataFrame, seeds: Sequence[int]) -> dict[str, str]:
+    """Figure 7's claim: MSRM's R-P (`fig7_frame`) is above PCME's at every zeta; not tested with one seed."""
+    means = fig7.pivot(index="model", columns="zeta", values="R-P")
+    gaps = ", ".join(f"{z}: {means.loc['MSRM', z] - means.loc['PCME', z]:+.2f}" for z in FIG7_ZETAS)
+    above = bool((means.loc["MSRM"] > means.loc["PCME"]).all())
+    return {"claim": "MSRM has a higher PMRP R-P than PCME at every zeta.", "source": "Sec. 4.4, Figure 7",
+            "evidence": f"MSRM - PCME per zeta: {gaps} (mean over seeds {seeds})",
+            "verdict": verdict(above) if len(seeds) > 1 else verdict(None)}
+
+
+def ablate_claims(t4_runs: pd.DataFrame, sweep: pd.DataFrame, fig7: pd.DataFrame, init_alpha: float,
+                  seeds: Sequence[int]) -> pd.DataFrame:
+    """The claims of Sec. 4.4 checked on `ablate.py`'s runs; the one-seed sweeps are judged against the seed std
+    of Table 4's MSRM (NaN with one seed: not tested). Columns: claim, source, evidence, verdict."""
+    spread = float(seed_means(t4_runs, "MSRM", list(TABLE4_COLUMNS)).std(ddof=1)) if len(seeds) > 1 else float("nan")
+    return pd.DataFrame([
+        *table4_claims(t4_runs),
+        bipolar_claim(sweep, t4_runs, init_alpha),
+        range_claim(sweep, "alpha", "Varying alpha within a range has little effect.", "Sec. 4.4, Table 5", spread),
+        range_claim(sweep, "batch", "MSRM is not very sensitive to the batch size.", "Sec. 4.4, Figure 6", spread),
+        peak_claim(sweep, "gamma", "Performance rises then falls with gamma (best inside the range).",
+                   "Sec. 4.4, Figure 4", spread),
+        peak_claim(sweep, "layers", "Two hypergraph layers are best (fewer underfit, more overfit).",
+                   "Sec. 4.4, Figure 5", spread, best_value=2),
+        fig7_claim(fig7, seeds),
+    ])
 
 
 def label_distance(labels: np.ndarray, query_image: int, images: np.ndarray) -> np.ndarray:
@@ -202,6 +670,129 @@ def batch_incidence(model: MSRM, split: Split, vocab: Vocabulary, captions: Sequ
         raise ValueError("batch_incidence: the model has no hypergraph (w/o L_h)")
     s = soft_incidence(mahalanobis(img, cap[0]), matched, alpha, model.config.incidence)
     return s.cpu().numpy(), matched.cpu().numpy()
+
+
+# ----------------------------------------------------------------- visualise.py: Figure 3 and the incidence
+def trained_models(names: Sequence[str], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                   run: RunConfig, seed: int) -> dict[str, RetrievalModel]:
+    """`train.py`'s zero-shot models of the methods `names` (K = 1) at `seed`, loaded from the run cache."""
+    return {name: train_model(name, 1, data, tuned, enc, run, seed)[0] for name in names}
+
+
+def split_scores(models: Mapping[str, RetrievalModel], split: Split, vocab: Vocabulary,
+                device: torch.device | str) -> dict[str, tuple[Tensor, Tensor]]:
+    """Each model's own (i2t, t2i) scores on `split` (`direction_scores`' layout, (N images, M captions) each),
+    on the CPU."""
+    scores = {}
+    for name, model in models.items():
+        img, cap = embed_split(model.to(device), split, vocab, device=device)
+        i2t, t2i = direction_scores(model, img, cap)
+        scores[name] = (i2t.cpu(), t2i.cpu())
+    return scores
+
+
+def draw_queries(rng: np.random.Generator, split: Split, n: int) -> tuple[list[int], list[int]]:
+    """`n` image queries, then `n` caption queries, of `split`, each drawn without replacement from `rng`, each
+    sorted."""
+    images = sorted(rng.choice(split.n_images, n, replace=False).tolist())
+    captions = sorted(rng.choice(split.n_captions, n, replace=False).tolist())
+    return images, captions
+
+
+def model_lists(scores: Mapping[str, tuple[Tensor, Tensor]], split: Split, image_queries: Sequence[int],
+                caption_queries: Sequence[int], k: int = 6) -> pd.DataFrame:
+    """Figure 3's lists of every model of `scores` (`top_k_lists`, with a `model` column), in `scores`' order."""
+    return pd.concat([top_k_lists(i2t, t2i, split, image_queries, caption_queries, k).assign(model=name)
+                      for name, (i2t, t2i) in scores.items()], ignore_index=True)
+
+
+def _draw_query(ax: Axes, split: Split, direction: str, query: int) -> None:
+    """Figure 3's first column: the query image (i2t) or the query caption (t2i)."""
+    ax.axis("off")
+    if direction == "i2t":
+        ax.imshow(split.images[query])
+        ax.set_title(f"image query {query}", fontsize=8)
+    else:
+        ax.text(0, 0.5, "\n".join(textwrap.wrap(f"caption query: {split.captions[query]}", 28)), fontsize=7,
+                va="center", transform=ax.transAxes)
+
+
+def _draw_result(ax: Axes, split: Split, direction: str, row: Any, model: str) -> None:
+    """One result of Figure 3 (`row`: a row of `top_k_lists`, from `itertuples`): the image (t2i) or the caption
+    (i2t), framed green on an instance ground truth and red otherwise, titled with the model, rank and zeta."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    colour = "tab:green" if row.instance else "tab:red"
+    if direction == "t2i":
+        ax.imshow(split.images[row.result])
+    else:
+        ax.text(0.02, 0.5, "\n".join(textwrap.wrap(split.captions[row.result], 16)), fontsize=6, va="center",
+                transform=ax.transAxes)
+    for side in ax.spines.values():
+        side.set_edgecolor(colour)
+        side.set_linewidth(3)
+    ax.set_title(f"{model} {row.rank}: ζ={row.zeta}", fontsize=7)
+
+
+def lists_figure(lists: pd.DataFrame, split: Split) -> Figure:
+    """Figure 3 from `model_lists`: one row per query (in `lists`' order), the query, then each model's top-k
+    results side by side (models in `lists`' order)."""
+    models = list(dict.fromkeys(lists["model"]))
+    queries = list(dict.fromkeys(zip(lists["direction"], lists["query"])))
+    k = int(lists["rank"].max())
+    fig, axes = plt.subplots(len(queries), 1 + len(models) * k, figsize=(20, 2.3 * len(queries)), squeeze=False,
+                             gridspec_kw={"width_ratios": [2.2] + [1] * (len(models) * k)})
+    for r, (direction, query) in enumerate(queries):
+        _draw_query(axes[r, 0], split, direction, query)
+        for m, name in enumerate(models):
+            part = lists[(lists["model"] == name) & (lists["direction"] == direction) & (lists["query"] == query)]
+            for j, row in enumerate(part.itertuples()):
+                _draw_result(axes[r, 1 + k * m + j], split, direction, row, name)
+    return fig
+
+
+def list_summary(lists: pd.DataFrame) -> pd.DataFrame:
+    """Per model and direction of `model_lists`: the mean zeta, the share of zeta-0 results and the share of
+    instance ground truths. Columns: model, direction, mean_zeta, zeta0, gt_in_top6."""
+    return lists.groupby(["model", "direction"]).agg(mean_zeta=("zeta", "mean"),
+                                                     zeta0=("zeta", lambda z: float((z == 0).mean())),
+                                                     gt_in_top6=("instance", "mean")).reset_index()
+
+
+def lists_claim(summary: pd.DataFrame, models: Sequence[str], n_queries: int) -> Claim:
+    """Figure 3's claim, illustrated (never tested) by `list_summary` over `n_queries` queries a direction."""
+    by = summary.set_index(["model", "direction"])
+    evidence = "; ".join(f"{m} {d}: GT share {by.loc[(m, d), 'gt_in_top6']:.2f}, mean zeta "
+                         f"{by.loc[(m, d), 'mean_zeta']:.2f}" for m in models for d in ("i2t", "t2i"))
+    return Claim("Compared with PCME, MSRM's top-6 lists hold more ground truths and more plausible (small-zeta) "
+                 "matches.", "Sec. 4.4, Figure 3",
+                 evidence + f" ({2 * n_queries} queries: illustrative, not a test)", verdict(None))
+
+
+def incidence_figure(incidence: np.ndarray, split: Split, captions: Sequence[int], alpha: float) -> Figure:
+    """The (B, B) soft incidence of `batch_incidence` as an annotated heatmap: rows the image queries, columns
+    the captions (their first words and image), titled with the learned `alpha`."""
+    caption_image = np.asarray(split.caption_image)[np.asarray(captions)]
+    batch = len(captions)
+    fig, ax = plt.subplots(figsize=(1.0 * batch + 2, 0.7 * batch + 1.5))
+    heatmap(ax, incidence, [f"image {i}" for i in caption_image],
+            [f"{' '.join(split.captions[c].split()[:4])}… (img {i})" for c, i in zip(captions, caption_image)],
+            fmt="{:.2f}")
+    ax.set_title(f"Soft incidence S (Eq. 8), learned alpha {alpha:.3g}")
+    return fig
+
+
+def incidence_stats(incidence: np.ndarray, matched: np.ndarray) -> dict[str, float]:
+    """The (B, B) incidence off the matches (`matched`, (B, B) bool): its mean, its maximum and its share
+    above 0.5."""
+    off = incidence[~matched]
+    return {"mean S off the matches": float(off.mean()), "max S off the matches": float(off.max()),
+            "share of off-match S > 0.5": float((off > 0.5).mean())}
+
+
+def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
+    """The claims as a table (claim, source, evidence, verdict)."""
+    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
 
 
 def training_runs(profile: str, n_seeds: int = 3, all_classes: bool = True) -> pd.DataFrame:
