@@ -41,22 +41,25 @@ description where the code differs):
     Drill-down's code (the "R-" of the names: region features) instead scores the set's vector against each image's
     projected regions by a softmax attention (λ = 9, `grounding_loss.py`), a cross scorer that embeds nothing once
     per image; here the regions are projected and averaged, the book's region encoder as VSE0 uses it.
- 2. Loss: neither paper states it for these baselines (HMRN not at all, Drill-down by citation). Drill-down's code
-    trains them with VSE++'s hinge on the HARDEST in-batch negative (margin 0.2) on every turn's vector, averaged
-    over the turns. Here: the same per-round averaging, with VSE0's hinge summed over all negatives, the loss of
-    the chapter's single-query baseline (VSE0, whose rows VSE0* and R-RankFusion are), so that the single-vector
-    rows differ only in how the query set is encoded; and the hardest negative collapses from scratch on the
-    scenes benchmark (`xmr_core.methods.vse`, measured there). The margin α is the tuned weight (0.1, 0.2, 0.4),
-    as VSE0's; images repeated in a batch are not each other's negatives.
- 3. Words: the word vectors (GloVe, the book's start for every GRU) are fine-tuned (`TextEncoderConfig`); the GRU's
+ 2. Loss: HMRN does not state it, and Drill-down's paper defers it to a cited work. Drill-down's code trains them
+    with VSE++'s hinge on the HARDEST in-batch negative (margin 0.2) on every turn's vector, averaged over the
+    turns. Here: the same per-round averaging, with VSE0's hinge summed over all negatives. Why: it is the loss of
+    the chapter's single-query baseline (VSE0, whose rows VSE0* and R-RankFusion are), so the single-vector rows
+    differ only in how the query set is encoded; and the hardest negative collapses from scratch on the scenes
+    benchmark (`xmr_core.methods.vse`, measured there). HMRN's InfoNCE with scale τ is the other candidate; it is
+    HMRN's own loss, not a baseline's. The margin α is the tuned weight (0.1, 0.2, 0.4), as VSE0's; images
+    repeated in a batch are not each other's negatives.
+ 3. Words: the embeddings start from the given word vectors (GloVe, the book's start for every GRU) and are
+    fine-tuned (`TextEncoderConfig`); Drill-down's code learns 300-d embeddings from a random start. The GRU's
     hidden size is `text.hidden` (Drill-down: the embedding size, 1280 for these rows; the chapter sets hidden = D,
-    so W_f is the identity there), `text.num_layers` layers, PyTorch's initialisation (Drill-down's code: Xavier).
+    so W_f is the identity there), `text.num_layers` layers, PyTorch's initialisation (Drill-down's code: Xavier
+    weights, zero biases).
  4. R-RE's concatenation has no separator and no end-of-sentence token: the words of q_1, then those of q_2.
     Drill-down's code joins the turns' captions with ";" and re-encodes each turn's paragraph, which ends with an
     end token, from scratch; here one pass gives every round (item 3 of the method).
  5. R-HRE's query encoder is R-RE's uni-directional word GRU (Drill-down's code: the same text encoder for both,
     `bidirectional=False`); its context GRU has one layer of size D and starts from zeros (Drill-down's
-    `ContextEncoder` with one state vector, `instance_dim` 1); u_j is not normalised, f_r is.
+    `ContextEncoder` with one state vector, `instance_dim` < 2); u_j is not normalised, f_r is.
  6. Training sets: as HMRN's (`datasets.query_loader`): each epoch every training image once with a random
     `max_queries` (N = 10) of its region queries in random order. Drill-down's code also draws 10 queries a
     training image at random (its images hold at least 10).
