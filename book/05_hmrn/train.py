@@ -30,12 +30,17 @@
 # 96 query sets while the gallery keeps every image. Here every round is scored with the trained similarity, every
 # query set is scored, and a set longer than the model's limit is an error, never truncated.
 #
-# **Models.** HMRN I-T, HMRN T-I and their ensemble, and two baselines built on one single-query model, **VSE0
-# trained on the region queries as captions** (the paper's "*" rows re-train single-query ITR methods on VG's
-# region captions the same way): **VSE0\*** averages each round's per-query scores over the rounds so far (the "*"
-# protocol), **R-RankFusion** averages their ranks (Drill-down's rank fusion). VSE0 is the book's simplest
-# single-query model; the paper's "*" methods (VSRN, SGR, SAF, SGRAF, NAAF) are not in the library. Every trained
-# model gets the same tuning budget on the validation split, and `N_SEEDS` seeds.
+# **Models**, in the paper's row order. *Single-vector* baselines (Sec. 4.3, after Drill-down), which hold one
+# vector for the whole query set: **R-RankFusion** averages the per-round ranks of a single-query model (Drill-down's
+# rank fusion); **R-RE** runs one uni-directional GRU over the concatenated queries (the words of query 1, then
+# query 2, …) and **R-HRE** a query-level GRU over the queries' own GRU states (dialog-style), both trained on the
+# query sets like HMRN and scored by the cosine of the set's vector after round r with one pooled vector per image
+# (`xmr_core.methods.recurrent_sets` lists what Drill-down and HMRN leave open). *Multi-vector* rows: **VSE0\***
+# averages each round's per-query scores over the rounds so far, the paper's "*" protocol (its "*" rows re-train
+# single-query ITR methods on VG's region captions; here the book's simplest one, **VSE0 trained on the region
+# queries as captions**, the model R-RankFusion fuses too; VSRN, SGR, SAF, SGRAF and NAAF are not in the library),
+# then HMRN T-I, HMRN I-T and their ensemble. Every trained model gets the same tuning budget on the validation
+# split, and `N_SEEDS` seeds.
 #
 # **Data.** With `DATASET = "scenes"` everything runs on the embedded benchmark's *multi* variant (96×96 images with
 # 5–10 objects, one region query per object: "a large red circle"), read through Drill-down's Visual Genome layout
@@ -109,7 +114,8 @@ seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"seeds = {seeds}; train / validation / test images: {SUBSETS[PROFILE]} (None = the whole split)")
 print(f"training: {hmrn_train_config(PROFILE, LEARNING_RATES[PROFILE][0], SEED, device=DEVICE, progress=PROGRESS)}")
-print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}; then HMRN's tau (20, 40, 80), VSE0's margin (0.1, 0.2, 0.4)")
+print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}; then HMRN's tau (20, 40, 80), the margin (0.1, 0.2, 0.4) "
+      "of R-RE, R-HRE and VSE0")
 training_runs(PROFILE, N_SEEDS)
 
 # %% [markdown]
@@ -130,10 +136,11 @@ split_sizes(data)
 # ## Tuning: the same budget for every trained model
 #
 # Three learning rates at the default weight, then three values of the weight at the best learning rate, judged by
-# the validation Avg. R@Sum (HMRN: the mean over rounds of R@1 + R@5 + R@10 of the query sets) or instance rSum
-# (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (20, 40, 80; the paper's 40),
-# VSE0's its hinge margin (0.1, 0.2, 0.4); HMRN's other hyperparameters stay at the paper's (λ1 5, λ2 15, L 3,
-# α = β = 0.4), which `ablate.py` sweeps (Figures 5–8).
+# the validation Avg. R@Sum (HMRN, R-RE, R-HRE: the mean over rounds of R@1 + R@5 + R@10 of the query sets) or
+# instance rSum (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (20, 40, 80; the
+# paper's 40); R-RE, R-HRE and VSE0 are trained with VSE0's summed hinge and tuned on its margin (0.1, 0.2, 0.4).
+# HMRN's other hyperparameters stay at the paper's (λ1 5, λ2 15, L 3, α = β = 0.4), which `ablate.py` sweeps
+# (Figures 5–8).
 
 # %%
 tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
@@ -141,16 +148,18 @@ print(f"{IT}: {tuned_config(IT, enc, tuned)}\n{TI}: {tuned_config(TI, enc, tuned
 tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
 write_table(tuning, "hmrn/tuning", run=run, caption=(
     f"Tuning runs of every trained model on the validation split ({DATASET}, variant {VARIANT}, profile {PROFILE}): "
-    "learning rates at the default weight, then the weight (HMRN: tau; VSE0: margin) at the best learning rate; "
-    "'chosen' = the setting every seed is trained with. HMRN is validated on the query sets (Avg. R@Sum), VSE0 on "
-    "the region queries as captions (instance rSum). The ensemble, VSE0* and R-RankFusion are not trained."))
+    "learning rates at the default weight, then the weight (HMRN: tau; R-RE, R-HRE, VSE0: margin) at the best "
+    "learning rate; 'chosen' = the setting every seed is trained with. HMRN, R-RE and R-HRE are validated on the "
+    "query sets (Avg. R@Sum), VSE0 on the region queries as captions (instance rSum). The ensemble, VSE0* and "
+    "R-RankFusion are not trained."))
 tuning
 
 # %% [markdown]
 # ## Training and scoring every model
 #
-# Each model is trained (or loaded from the run cache), then every round 1..N is scored on the test gallery;
-# each seed's ensemble sums that seed's I-T and T-I scores, and VSE0\* and R-RankFusion fuse that seed's VSE0.
+# Each model is trained (or loaded from the run cache), then every round 1..N is scored on the test gallery
+# (R-RE and R-HRE: each set's vector after round r against every image's vector); each seed's ensemble sums that
+# seed's I-T and T-I scores, and VSE0\* and R-RankFusion fuse that seed's VSE0.
 
 # %%
 per_run, fits, scores = train_and_score(seeds, data, tuned, enc, run)
@@ -172,7 +181,9 @@ caption = (f"Ours: {DATASET}{dataset_note(DATASET)}, the first {test.n_images} t
            "where > 1). Paper: Visual Genome test (9,896 images), Drill-down's splits. VSE0* = VSE0 trained on the "
            "region queries, scores averaged over the rounds; R-RankFusion = the same VSE0, ranks averaged. '(paper "
            "only)': not built here. 'Bayes ceiling' (scenes): the gallery ranked by the probability that each image "
-           "produced the queries so far under the generator, ties at random (`xmr_core.ceiling`).")
+           "produced the queries so far under the generator, ties at random (`xmr_core.ceiling`). R-RE, R-HRE: "
+           "Drill-down's recurrent encoders of the query set (one GRU over the concatenated queries; a query-level "
+           "GRU), built here (`xmr_core.methods.recurrent_sets`).")
 tables = write_tables(per_run, label, rounds, ceiling, run, caption)
 write_table(not_built_table(), "hmrn/not_built", run=run, caption="The paper's compared methods not built here.")
 not_built_table()

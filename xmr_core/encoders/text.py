@@ -66,23 +66,28 @@ def _check_tokens(batch: dict[str, Tensor], vocab_size: int) -> tuple[Tensor, Te
     return tokens, lengths
 
 
+def word_embedding(word_vectors: np.ndarray, finetune: bool) -> nn.Embedding:
+    """The embedding table of the (V, d) word vectors (row 0 = `<pad>`), checked; frozen unless `finetune`."""
+    vectors = np.asarray(word_vectors)
+    if vectors.ndim != 2 or vectors.shape[0] < 2:
+        raise ValueError(f"word vectors must be a (V, d) array with V >= 2, got shape {vectors.shape}")
+    if not np.isfinite(vectors).all():
+        bad = int(np.flatnonzero(~np.isfinite(vectors).all(1))[0])
+        raise ValueError(f"word vectors: row {bad} contains NaN or inf")
+    return nn.Embedding.from_pretrained(  # a copy: fine-tuning must not write into the caller's array
+        torch.tensor(vectors, dtype=torch.float32), freeze=not finetune, padding_idx=0
+    )
+
+
 class BiGRUTextEncoder(nn.Module):
     """Batch dict (`tokens` (B, L) int64 padded with 0, `lengths` (B,)) -> `Features`."""
 
     def __init__(self, word_vectors: np.ndarray, embed_dim: int, config: TextEncoderConfig | None = None) -> None:
         super().__init__()
         config = config or TextEncoderConfig()
-        vectors = np.asarray(word_vectors)
-        if vectors.ndim != 2 or vectors.shape[0] < 2:
-            raise ValueError(f"word vectors must be a (V, d) array with V >= 2, got shape {vectors.shape}")
-        if not np.isfinite(vectors).all():
-            bad = int(np.flatnonzero(~np.isfinite(vectors).all(1))[0])
-            raise ValueError(f"word vectors: row {bad} contains NaN or inf")
         self.config = config
-        self.embed = nn.Embedding.from_pretrained(  # a copy: fine-tuning must not write into the caller's array
-            torch.tensor(vectors, dtype=torch.float32), freeze=not config.finetune_embeddings, padding_idx=0
-        )
-        self.rnn = nn.GRU(vectors.shape[1], config.hidden, num_layers=config.num_layers, batch_first=True,
+        self.embed = word_embedding(word_vectors, config.finetune_embeddings)
+        self.rnn = nn.GRU(self.embed.embedding_dim, config.hidden, num_layers=config.num_layers, batch_first=True,
                           bidirectional=True)
         self.fc = nn.Linear(2 * config.hidden, embed_dim)
         self.local_dim = 2 * config.hidden

@@ -127,6 +127,21 @@ class RetrievalModel(nn.Module):
         return self.encode_images(batch), text
 
 
+def checked_query_mask(batch: dict[str, Tensor], max_queries: int | None, who: str) -> Tensor:
+    """The "query_mask" (B, T) bool of a `query_loader` batch, after checking that every set holds 1..max_queries
+    queries (None: no limit), absent ones last; a bad set is an error naming its image (`who`: the model)."""
+    mask = batch["query_mask"].bool()
+    counts = mask.sum(1)
+    bad = (counts < 1) | (mask[:, 1:] & ~mask[:, :-1]).any(1)
+    if max_queries is not None:
+        bad = bad | (counts > max_queries)
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0])
+        raise ValueError(f"{who}: image {int(batch['image_index'][b])} has a set of {int(counts[b])} queries (mask "
+                         f"{mask[b].int().tolist()}); a set holds 1..max_queries={max_queries} queries, absent ones last")
+    return mask
+
+
 def in_batch_positives(batch: dict[str, Tensor], duplicates: bool = True) -> Tensor:
     """(B, B) bool: caption j is also a positive of image i in this batch.
 
