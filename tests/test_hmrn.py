@@ -358,8 +358,9 @@ def test_rank_fusion_averages_the_ranks_so_far():
 
 
 @pytest.mark.parametrize("name", [n for n in list_methods() if n != "hmrn"])
-def test_every_single_query_method_is_a_multi_query_baseline(name):
-    # embeddings of any layout (tuples, sub-embeddings) go through, in blocks or whole alike
+def test_every_method_scores_query_sets_in_blocks_or_whole_alike(name):
+    # single-query methods (the '*' protocol) and the single-vector set encoders (R-RE, R-HRE): embeddings of any
+    # layout (tuples, sub-embeddings) go through, in blocks or whole alike
     torch.manual_seed(0)
     model = create_method(name, VECTORS, **ENCODERS, **({"heads": 2} if name == "hrem" else {})).eval()
     whole = multi_query_scores(model, VAL, VOCAB, 3, short="hold", chunk_size=100, query_chunk=100)
