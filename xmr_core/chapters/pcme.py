@@ -12,21 +12,33 @@ margin at the best learning rate. The weights:
   uniformity weight stays at PCME's CUB value 10.
 
 smoke runs one setting per method (every code path, seconds).
+
+Below the recipes, what the chapter's notebooks call so that they hold narration, parameters and calls only:
+training one tuned model (`train_built`, `train_model`, `train_tuned`), the tables' rows and layouts, then a
+section per notebook (train.py, ablate.py, visualise.py) with its tables, figures (returned, never saved) and
+claims.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 import torch
+from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.recipes import pcme_train_config
+from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -42,7 +54,14 @@ from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme_config
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.results import paper_values
+from xmr_core.results import (
+    difference_verdict,
+    paper_values,
+    require_converged,
+    verdict,
+    write_figure,
+    write_table,
+)
 from xmr_core.train import FitResult, TrainConfig, fit
 from xmr_core.tuning import TuningResult, tune
 
@@ -132,6 +151,10 @@ TABLE3_PROTOCOLS = {"1K": "coco1k", "5K": "full"}  # our name -> `evaluate_score
 def model_label(name: str, k: int = 1) -> str:
     """The table row of a compared method: PVSE rows carry their K."""
     return f"PVSE K={k}" if name == "PVSE" else name
+
+
+SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1), ("PCME", 1)]
+ORDER: list[str] = [model_label(name, k) for name, k in SPECS]  # the rows of Tables 2 and 3, in the paper's order
 
 
 def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
@@ -264,3 +287,209 @@ def table3_ceiling_row(ceiling: dict[str, dict[str, float]], dataset_label: str)
         for direction in ("i2t", "t2i"):
             row[f"T3 {proto} {direction} R@1 ({dataset_label})"] = ceiling[proto][f"{direction}/R@1"]
     return row
+
+
+def dataset_note(dataset: str, note: str) -> str:
+    """" (<note>)" after a scenes data set's name in a caption (e.g. that scenes is not CUB), "" for real data."""
+    return f" ({note})" if dataset == "scenes" else ""
+
+
+# ==================================================================================================
+# train.py: the tuning and training tables, the learning curves, Tables 2 and 3 with the ceiling, the claims.
+# ==================================================================================================
+
+
+def weight_grids(compared: Mapping[str, Compared] = COMPARED) -> str:
+    """One line naming each compared method's tuned weight and its grid ("VSE0: margin (0.1, 0.2, 0.4); ...")."""
+    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
+
+
+def split_sizes(data: ChapterData) -> pd.DataFrame:
+    """Images and captions of each split the chapter uses: seen-class train and validation, the unseen-class test
+    split (Table 2) and the whole test split (Table 3)."""
+    splits = [("train (seen classes)", data.train), ("val (seen classes)", data.val),
+              ("test, unseen classes (Table 2)", data.test_unseen), ("test, all (Table 3)", data.test)]
+    return pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in splits],
+                        columns=["split", "images", "captions"])
+
+
+def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
+    """Every tuning run of every method (`TuningResult.frame`), in one table."""
+    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+
+
+def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:
+    """The trained models of `train.py` in training order: (method, K, seed), every model of `SPECS` every seed."""
+    return [(name, k, seed) for seed in seeds for name, k in SPECS]
+
+
+class TrainedModels(NamedTuple):
+    """`train_models`' output: the models (best weights, eval mode) and their fits, both keyed by (row label
+    `model_label`, seed), and the training table (one `fit_row` per run)."""
+
+    models: dict[tuple[str, int], RetrievalModel]
+    results: dict[tuple[str, int], FitResult]
+    fits: pd.DataFrame
+
+
+def train_models(runs: Sequence[tuple[str, int, int]], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                 run: RunConfig) -> TrainedModels:
+    """Train (or load from the run cache) every (method, K, seed) of `runs` (`chapter_runs`) at its tuned setting
+    (`train_model`), printing each run's `fit_row` as it ends."""
+    models, results, fits = {}, {}, []
+    for name, k, seed in runs:
+        t0 = time.perf_counter()
+        key = (model_label(name, k), seed)
+        models[key], results[key] = train_model(name, k, data, tuned, enc, run, seed)
+        fits.append(fit_row(key[0], seed, tuned[name], results[key], time.perf_counter() - t0))
+        print(fits[-1])
+    return TrainedModels(models, results, pd.DataFrame(fits))
+
+
+def learning_curves(results: Mapping[tuple[str, int], FitResult]) -> pd.DataFrame:
+    """Validation rSum after every epoch of every run (its history, cached runs included): columns model, seed,
+    epoch, val rSum."""
+    return pd.DataFrame([{"model": name, "seed": seed, "epoch": h["epoch"], "val rSum": h["val/rsum"]}
+                         for (name, seed), result in results.items() for h in result.history])
+
+
+def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: float, title: str) -> Figure:
+    """Validation rSum per epoch of each model of `order` (`learning_curves`; line: mean over seeds, band: std),
+    with the validation split's Bayes ceiling `ceiling` dashed."""
+    fig, ax = plt.subplots(figsize=(8.5, 4))
+    sns.lineplot(data=curves, x="epoch", y="val rSum", hue="model", hue_order=list(order), errorbar="sd", marker="o",
+                 ax=ax)
+    ax.axhline(ceiling, color="black", ls="--", lw=1)
+    ax.text(1, ceiling, " Bayes ceiling", va="bottom", fontsize=8)
+    ax.set_title(title)
+    ax.legend(title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def per_run_frame(trained: TrainedModels, data: ChapterData, device: torch.device | str) -> pd.DataFrame:
+    """One row per trained model and seed: whether it converged and every Table 2 / 3 value (`tables_row`)."""
+    return pd.DataFrame([{"model": name, "seed": seed, "converged": trained.results[name, seed].converged,
+                          **tables_row(model, data, device)} for (name, seed), model in trained.models.items()])
+
+
+Ceiling = dict[str, dict[str, float]]  # {"1K": `fold_ceiling`, "5K": `bayes_ceiling`} of the test split
+
+
+def test_ceiling(test: Split) -> Ceiling | None:
+    """The Bayes ceiling of the test split under Table 3's two protocols (`fold_ceiling`, `bayes_ceiling`); None
+    without exact relevance (the real data sets have none, so no ceiling)."""
+    return None if test.exact is None else {"1K": fold_ceiling(test), "5K": bayes_ceiling(test)}
+
+
+def with_ceiling_share(per_run: pd.DataFrame, ceiling: Ceiling | None) -> pd.DataFrame:
+    """`per_run` with "% of ceiling 5K": each run's 5K instance rSum as % of the ceiling's (`percent_of_ceiling`);
+    unchanged without a ceiling."""
+    if ceiling is None:
+        return per_run
+    share = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in per_run["rsum 5K"]]
+    return per_run.assign(**{"% of ceiling 5K": share})
+
+
+def table3_frame(per_run: pd.DataFrame, label: str, ceiling: Ceiling | None, order: Sequence[str] = ORDER,
+                 chapter: str = "pcme") -> pd.DataFrame:
+    """Table 3: PMRP and instance R@1 (1K, 5K) of the models in `order`, the paper's value beside each
+    (`summary.with_paper`, `chapter`'s paper values). With a `ceiling` (per_run from `with_ceiling_share`): each
+    model's "5K rSum % of ceiling" (mean over seeds) and the ceiling's row on top (`table3_ceiling_row`)."""
+    table = with_paper(seed_summary(per_run, list(TABLE3_COLUMNS), order), chapter, "table3", TABLE3_COLUMNS, label)
+    if ceiling is None:
+        return table
+    table["5K rSum % of ceiling"] = seed_summary(per_run, ["% of ceiling 5K"], order)["% of ceiling 5K"].to_numpy()
+    return pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table], ignore_index=True)
+
+
+def ceiling_note(ceiling: Ceiling | None) -> str:
+    """The caption's sentence on the ceiling's row and column of Table 3 ("" without a ceiling)."""
+    return "" if ceiling is None else (
+        " 'Bayes ceiling': the best any scorer can reach on this split (exact relevance, xmr_core.ceiling); "
+        "'% of ceiling': the model's 5K instance rSum over the ceiling's.")
+
+
+def ceiling_frame(per_run: pd.DataFrame, ceiling: Ceiling) -> pd.DataFrame:
+    """`ceiling.csv` in every chapter's layout: per model and seed, its 5K instance rSum, the ceiling's, the share
+    (per_run from `with_ceiling_share`) and whether the run converged."""
+    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["rsum 5K"],
+                         "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": per_run["% of ceiling 5K"],
+                         "converged": per_run["converged"]})
+
+
+def ceiling_figure(table: pd.DataFrame) -> Figure:
+    """Each model's share of the ceiling (`ceiling_frame`) as bars: mean over seeds, std as a line; 100% dashed."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    sns.barplot(data=table, y="model", x="percent_of_ceiling", errorbar="sd", ax=ax, color="tab:blue")
+    ax.axvline(100, color="black", ls="--", lw=1)
+    ax.set_xlabel("5K-analogue rSum, % of the Bayes ceiling (bar: mean over seeds, line: std)")
+    ax.set_ylabel("")
+    return fig
+
+
+def write_ceiling(per_run: pd.DataFrame, ceiling: Ceiling | None, run: RunConfig, caption: str) -> pd.DataFrame | None:
+    """Write `pcme/ceiling` (`ceiling_frame` with `caption`, the ceiling's R@K in its provenance) and its figure
+    (`ceiling_figure`); nothing without a ceiling. Returns the table, or None."""
+    if ceiling is None:
+        return None
+    table = ceiling_frame(per_run, ceiling)
+    write_table(table, "pcme/ceiling", run=run, extra={"ceiling": ceiling}, caption=caption)
+    write_figure(ceiling_figure(table), "pcme/ceiling", run=run,
+                 caption="Each model's share of the Bayes ceiling (rSum).")
+    return table
+
+
+RP_COLUMNS = ["T2 i2t R-P", "T2 t2i R-P"]  # Table 2's R-Precision, both directions
+R1_COLUMNS = ["T2 i2t R@1", "T2 t2i R@1"]  # Table 2's R@1
+PMRP_COLUMNS = ["T3 5K i2t PMRP", "T3 5K t2i PMRP"]  # Table 3's 5K-analogue PMRP
+PVSE_KS = (1, 2, 4)
+
+
+def train_claims(per_run: pd.DataFrame, n_seeds: int) -> pd.DataFrame:
+    """The claims of Sec. 4.2-4.3 checked on train.py's runs (`per_run_frame` of `n_seeds` seeds each). A PCME vs
+    mu-only claim holds when the difference of the seed means exceeds the larger seed std (`compare_models`); a
+    claim on a model that did not converge is "not tested" (`results.require_converged`)."""
+    d_rp, s_rp, h_rp = compare_models(per_run, "PCME", "PCME mu only", RP_COLUMNS)
+    d_pm, s_pm, h_pm = compare_models(per_run, "PCME", "PCME mu only", PMRP_COLUMNS)
+    means_r1, means_rp = model_means(per_run, ORDER, R1_COLUMNS), model_means(per_run, ORDER, RP_COLUMNS)
+    means_pm = model_means(per_run, ORDER, PMRP_COLUMNS)
+    pvse = {k: (means_r1[f"PVSE K={k}"], means_rp[f"PVSE K={k}"]) for k in PVSE_KS}
+    vse0_rp = means_rp["VSE0"]
+    m_rp = best_other_margin(per_run, "PCME", means_rp, RP_COLUMNS)[:2]
+    m_pm = best_other_margin(per_run, "PCME", means_pm, PMRP_COLUMNS)[:2]
+    pvse_rows = [model_label("PVSE", k) for k in PVSE_KS]
+    claims = [
+        ({"claim": "PCME improves on its deterministic version (mu only) in R-Precision (CUB-style, class relevance).",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": f"PCME - mu only = {d_rp:+.2f} pp of mean R-P over {n_seeds} seeds (largest seed std {s_rp:.2f})",
+          "verdict": h_rp}, ["PCME", "PCME mu only"]),
+        ({"claim": "PCME improves on mu only in PMRP (COCO-style plausible matches).",
+          "source": "Sec. 4.3, Table 3",
+          "evidence": f"PCME - mu only = {d_pm:+.2f} pp of 5K-analogue PMRP over {n_seeds} seeds (largest seed std "
+                      f"{s_pm:.2f})",
+          "verdict": h_pm}, ["PCME", "PCME mu only"]),
+        ({"claim": "PVSE with hardest negatives: R@1 rises with K while R-Precision does not.",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": "; ".join(f"K={k}: R@1 {r1:.1f}, R-P {rp:.1f}" for k, (r1, rp) in pvse.items())
+                      + f" (mean of {n_seeds} seeds)",
+          "verdict": verdict(pvse[4][0] > pvse[1][0] and pvse[4][1] <= pvse[1][1])}, pvse_rows),
+        ({"claim": "Every PVSE with hardest negatives is below VSE0 in R-Precision.",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": f"VSE0 R-P {vse0_rp:.1f}; PVSE " + ", ".join(f"K={k} {rp:.1f}" for k, (_, rp) in pvse.items()),
+          "verdict": verdict(all(rp < vse0_rp for _, rp in pvse.values()))}, ["VSE0", *pvse_rows]),
+        ({"claim": "PCME has the best R-Precision of all compared methods.",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": "mean R-P: " + ", ".join(f"{m} {v:.1f}" for m, v in means_rp.items())
+                      + f"; PCME - best other = {m_rp[0]:+.2f} (PCME seed std {m_rp[1]:.2f})",
+          "verdict": difference_verdict(*m_rp)}, ORDER),
+        ({"claim": "PCME has the best PMRP of all compared methods.",
+          "source": "Sec. 4.3, Table 3",
+          "evidence": "mean 5K-analogue PMRP: " + ", ".join(f"{m} {v:.1f}" for m, v in means_pm.items())
+                      + f"; PCME - best other = {m_pm[0]:+.2f} (PCME seed std {m_pm[1]:.2f})",
+          "verdict": difference_verdict(*m_pm)}, ORDER),
+    ]
+    converged = per_run.groupby("model")["converged"].all().to_dict()
+    for claim, models in claims:
+        claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], models, converged)
+    return pd.DataFrame([claim for claim, _ in claims])
+
