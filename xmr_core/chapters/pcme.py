@@ -42,6 +42,7 @@ from xmr_core.chapters.summary import best_other_margin, compare_models, model_m
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
+from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
     Reranker,
     direction_scores,
@@ -49,12 +50,16 @@ from xmr_core.evaluate import (
     evaluate_model,
     evaluate_scores,
     evaluate_similarities,
+    score_matrix,
 )
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme_config
+from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme_config, uncertainty
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config
+from xmr_core.metrics import ranking_stats, recall_by_bins
+from xmr_core.perturb import erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import (
+    Claim,
     difference_verdict,
     paper_values,
     require_converged,
@@ -64,6 +69,7 @@ from xmr_core.results import (
 )
 from xmr_core.train import FitResult, TrainConfig, fit
 from xmr_core.tuning import TuningResult, tune
+from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
 LEARNING_RATES = {"smoke": (5e-4,), "cpu": (5e-4, 1e-3, 2e-3), "paper": (1e-4,)}
 
@@ -563,3 +569,247 @@ def ablate_claims(t1_runs: pd.DataFrame) -> pd.DataFrame:
          "verdict": verdict(above > len(avg) / 2)},
     ])
 
+
+# ==================================================================================================
+# visualise.py: Figures 5-8, sigma by caption specificity, a gallery, the claims. Gaussians are (mu, logvar)
+# pairs, each (n, D), on the CPU (`embed_gaussians`).
+# ==================================================================================================
+
+Gaussians = tuple[Tensor, Tensor]
+UNKNOWN_WORD = "zzunk"  # a word in no vocabulary: the generic caption's every word
+
+
+def spread_classes(image_class: np.ndarray, n: int) -> list[int]:
+    """`n` classes spread evenly over the sorted classes present in `image_class` (N,), first and last included."""
+    present = np.unique(image_class)
+    return [int(c) for c in present[np.linspace(0, len(present) - 1, n).round().astype(int)]]
+
+
+def generic_caption(model: PCME, split: Split, vocab: Vocabulary, device: torch.device | str) -> Gaussians:
+    """The Gaussian ((1, D), (1, D)) of the most generic caption: every word unknown, as many words as the split's
+    median caption (the paper's "this bird has <unk> ... <unk>")."""
+    length = int(np.median([len(c.split()) for c in split.captions]))
+    one = split.subset(np.array([0]), "generic")
+    generic = with_captions(one, [f"{UNKNOWN_WORD} " * length] * one.n_captions, "generic")
+    mu, logvar = embed_gaussians(model, generic, vocab, device)[1]
+    return mu[:1], logvar[:1]
+
+
+def embedding_figure(split: Split, images: Gaussians, captions: Gaussians, generic: Gaussians,
+                     classes: Sequence[int]) -> Figure:
+    """Figure 5: the 50% regions of the images (left) and captions (right) of `classes`, projected onto the two
+    principal directions of their means (`viz.project_gaussians`), coloured by class, with the 99% region of the
+    `generic` caption (`generic_caption`) in black on both."""
+    pick_img = np.flatnonzero(np.isin(split.image_class, classes))
+    pick_cap = np.flatnonzero(np.isin(split.image_class[split.caption_image], classes))
+    centre, basis = pca_basis(np.concatenate([images[0][pick_img].numpy(), captions[0][pick_cap].numpy()]))
+    generic_2d = project_gaussians(generic[0].numpy(), generic[1].numpy(), centre, basis)
+    names = split.class_names or [str(c) for c in range(int(split.image_class.max()) + 1)]
+    palette = {c: f"C{k}" for k, c in enumerate(classes)}
+    panels = [(images[0][pick_img], images[1][pick_img], split.image_class[pick_img], "images"),
+              (captions[0][pick_cap], captions[1][pick_cap], split.image_class[split.caption_image[pick_cap]],
+               "captions")]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, (mu, logvar, cls, title) in zip(axes, panels):
+        m2, l2 = project_gaussians(mu.numpy(), logvar.numpy(), centre, basis)
+        confidence_ellipses(ax, m2, l2, colors=[palette[int(c)] for c in cls], level=0.5, linewidth=0.6)
+        confidence_ellipses(ax, *generic_2d, colors="black", level=0.99, linewidth=2.5, fill_alpha=0.0)
+        ax.set_title(f"{title} (50% regions, PCA of the means); black: generic caption (99%)", fontsize=9)
+    for c in classes:
+        axes[0].plot([], [], color=palette[c], label=names[c])
+    axes[0].legend(fontsize=7, loc="best", title="class", title_fontsize=7)
+    return fig
+
+
+def recall_by_sigma(scores: Tensor, split: Split, image_sigma: np.ndarray, caption_sigma: np.ndarray,
+                    bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Figure 6: instance R@1 of the queries in `bins` equal-count bins of σ (`metrics.recall_by_bins`), image→text
+    (image_sigma (N,)) and text→image (caption_sigma (M,)); scores (N, M) images × captions."""
+    i2t = ranking_stats(scores, {"instance": split.relevance("instance", "i2t")})["instance"]
+    t2i = ranking_stats(scores.T, {"instance": split.relevance("instance", "t2i")})["instance"]
+    return (pd.DataFrame(recall_by_bins(image_sigma, i2t.best_rank, bins=bins, value_name="sigma")),
+            pd.DataFrame(recall_by_bins(caption_sigma, t2i.best_rank, bins=bins, value_name="sigma")))
+
+
+def recall_by_sigma_figure(i2t: pd.DataFrame, t2i: pd.DataFrame) -> Figure:
+    """Figure 6: R@1 per σ bin (`recall_by_sigma`) as bars, image→text and text→image."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, frame, title in ((axes[0], i2t, "image-to-text"), (axes[1], t2i, "text-to-image")):
+        ax.bar(frame["bin"], frame["R@1"])
+        ax.set_xlabel("uncertainty bin (low σ → high σ)")
+        ax.set_ylabel("R@1 (%)")
+        ax.set_title(title)
+    return fig
+
+
+def bin_correlation(bins: pd.DataFrame) -> float:
+    """Pearson correlation of the σ bin's index and its R@1 (`recall_by_sigma`): < 0 when R@1 falls as σ rises."""
+    return float(np.corrcoef(bins["bin"], bins["R@1"])[0, 1])
+
+
+def sigma_by_erasing(model: PCME, split: Split, trunk: PretrainedTrunk, vocab: Vocabulary,
+                     device: torch.device | str, ratios: Sequence[float], rng: np.random.Generator) -> pd.DataFrame:
+    """Figure 7: per erased ratio r, the mean σ of the split's images with their centre r of the pixels greyed
+    (`perturb.erase_centre`) and of its captions with r of the words unknown (`perturb.erase_words`, drawing
+    from `rng` in ratio order)."""
+    rows = []
+    for r in ratios:
+        _, image_lv = embed_gaussians(model, with_images(split, erase_centre(split.images, r), f"erase{r}", trunk),
+                                      vocab, device)[0]
+        _, caption_lv = embed_gaussians(model, with_captions(split, erase_words(split.captions, r, rng), f"drop{r}"),
+                                        vocab, device)[1]
+        rows.append({"ratio": r, "image sigma": float(uncertainty(image_lv).mean()),
+                     "caption sigma": float(uncertainty(caption_lv).mean())})
+    return pd.DataFrame(rows)
+
+
+def erasing_figure(erasing: pd.DataFrame) -> Figure:
+    """Figure 7: mean σ against the erased ratio (`sigma_by_erasing`), images and captions."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    axes[0].plot(erasing["ratio"], erasing["image sigma"], marker="o")
+    axes[0].set_title("images: erased pixels")
+    axes[1].plot(erasing["ratio"], erasing["caption sigma"], marker="o")
+    axes[1].set_title("captions: erased words")
+    for ax in axes:
+        ax.set_xlabel("erased ratio")
+        ax.set_ylabel("mean σ (geometric mean over dims)")
+    return fig
+
+
+def mixed_and_erased(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    """Figure 8's images, each (n, H, W, 3): A, B, "mix" (the left half of A beside the right half of B,
+    `perturb.mix_halves`) and "erase" (A with its centre quarter of the pixels grey)."""
+    return {"A": a, "B": b, "mix": mix_halves(a, b), "erase": erase_centre(a, 0.25)}
+
+
+def image_gaussians(model: PCME, split: Split, images: Mapping[str, np.ndarray], trunk: PretrainedTrunk,
+                    vocab: Vocabulary, device: torch.device | str) -> dict[str, Gaussians]:
+    """{name: the image Gaussians of `split` with its pixels replaced by `images[name]` (split.n_images, H, W, 3)}."""
+    return {name: embed_gaussians(model, with_images(split, pixels, name, trunk), vocab, device)[0]
+            for name, pixels in images.items()}
+
+
+class SetAlgebra(NamedTuple):
+    """Figure 8 measured over image pairs (A, B): mean match probability of the mix with A's, B's and any caption,
+    of erase(A) with A's and any caption, and the share of images whose σ grows when erased."""
+
+    mix_a: float
+    mix_b: float
+    mix_any: float
+    erase_a: float
+    erase_any: float
+    share_wider: float
+
+    def frame(self) -> pd.DataFrame:
+        """The measures as (quantity, value) rows."""
+        names = ["p(mix, captions of A)", "p(mix, captions of B)", "p(mix, any caption)",
+                 "p(erase(A), captions of A)", "p(erase(A), any caption)",
+                 "share of images whose sigma grows when erased"]
+        return pd.DataFrame({"quantity": names, "value": list(self)})
+
+
+def set_algebra(model: PCME, split: Split, trunk: PretrainedTrunk, vocab: Vocabulary, device: torch.device | str,
+                captions: Gaussians, n_pairs: int) -> SetAlgebra:
+    """Figure 8 over `n_pairs` pairs: image k (A) with image n_pairs + k (B) of the split, mixed and erased
+    (`mixed_and_erased`), each scored against every caption of the split (`captions`) by the match probability."""
+    a_idx, b_idx = np.arange(n_pairs), np.arange(n_pairs, 2 * n_pairs)
+    emb = image_gaussians(model, split.subset(a_idx, "A"), mixed_and_erased(split.images[a_idx], split.images[b_idx]),
+                          trunk, vocab, device)
+    p_mix = score_matrix(model, emb["mix"], captions).cpu()
+    p_erase = score_matrix(model, emb["erase"], captions).cpu()
+    wider = uncertainty(emb["erase"][1]).numpy() > uncertainty(emb["A"][1]).numpy()
+    return SetAlgebra(own_caption_score(p_mix, a_idx, split.caption_image),
+                      own_caption_score(p_mix, b_idx, split.caption_image), float(p_mix.mean()),
+                      own_caption_score(p_erase, a_idx, split.caption_image), float(p_erase.mean()),
+                      float(wider.mean()))
+
+
+SET_ALGEBRA_COLOURS = {"A": "C0", "B": "C1", "mix": "C2", "erase": "C3"}
+
+
+def set_algebra_figure(images: Mapping[str, np.ndarray], gaussians: Mapping[str, Gaussians], centre: np.ndarray,
+                       basis: np.ndarray) -> Figure:
+    """Figure 8 for one pair: the four images of `mixed_and_erased` (each (1, H, W, 3)) on top, and below the 50%
+    regions of their Gaussians (`image_gaussians`) projected onto `basis` (`viz.pca_basis`): the mix beside A and B,
+    erase(A) beside A."""
+    fig = plt.figure(figsize=(10, 7))
+    grid = fig.add_gridspec(2, 4, height_ratios=[1, 2.2])
+    for k, (name, pixels) in enumerate(images.items()):
+        thumb = fig.add_subplot(grid[0, k])
+        thumb.imshow(pixels[0])
+        thumb.set_title("erase(A)" if name == "erase" else name, color=SET_ALGEBRA_COLOURS[name], fontsize=10)
+        thumb.set_xticks([])
+        thumb.set_yticks([])
+    panels = [fig.add_subplot(grid[1, :2]), fig.add_subplot(grid[1, 2:])]
+    for ax, (label, drawn) in zip(panels, [("mix", ("A", "B", "mix")), ("erase", ("A", "erase"))]):
+        for name in drawn:
+            m2, l2 = project_gaussians(gaussians[name][0].numpy(), gaussians[name][1].numpy(), centre, basis)
+            confidence_ellipses(ax, m2, l2, colors=SET_ALGEBRA_COLOURS[name], level=0.5, linewidth=1.5)
+            ax.plot([], [], color=SET_ALGEBRA_COLOURS[name], label=name)
+        ax.legend()
+        ax.locator_params(nbins=5)
+        ax.set_title(f"{label} (50% regions, PCA of the image means)", fontsize=9)
+    return fig
+
+
+def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame:
+    """Per caption level: the number of captions, their mean σ (caption_sigma (M,)) and their mean number of exact
+    positives, rows by increasing positives."""
+    levels = pd.DataFrame({"level": split.caption_level, "sigma": caption_sigma,
+                           "exact positives": split.exact.sum(1)})
+    by_level = levels.groupby("level").agg(captions=("sigma", "size"), sigma=("sigma", "mean"),
+                                           positives=("exact positives", "mean")).reset_index()
+    return by_level.sort_values("positives").reset_index(drop=True)
+
+
+def sigma_positives_correlation(split: Split, caption_sigma: np.ndarray) -> float:
+    """Spearman correlation of each caption's σ (caption_sigma (M,)) with its number of exact positives."""
+    return float(pd.Series(caption_sigma).corr(pd.Series(split.exact.sum(1)), method="spearman"))
+
+
+def level_gallery(scores: Tensor, split: Split, levels: Sequence[str], k: int = 5) -> Figure:
+    """Text-to-image top-k (scores (N, M) images × captions) of the first caption of each of `levels`, framed green
+    where the caption's logical form holds in the image (`viz.retrieval_gallery`)."""
+    picks = [int(np.flatnonzero(np.array(split.caption_level) == lv)[0]) for lv in levels]
+    top = torch.topk(scores.T[picks], k, dim=1)
+    relevant = np.stack([split.exact[c, top.indices[q].numpy()] for q, c in enumerate(picks)])
+    return retrieval_gallery([f"[{split.caption_level[c]}] {split.captions[c]}" for c in picks],
+                             split.images[top.indices.numpy()], relevant, top.values.numpy())
+
+
+def visualise_claims(corr_i2t: float, corr_t2i: float, erasing: pd.DataFrame, by_level: pd.DataFrame, rho: float,
+                     generic_sigma: float, max_caption_sigma: float, algebra: SetAlgebra) -> list[Claim]:
+    """The claims of Sec. 4.4 checked by visualise.py: Figure 6 (`bin_correlation` per direction), Figure 7
+    (`sigma_by_erasing`), Figure 5 and σ by level (`sigma_by_level`, `sigma_positives_correlation`, the generic
+    caption's σ against the largest test caption's) and Figure 8 (`set_algebra`)."""
+    first, last = erasing.iloc[0], erasing.iloc[-1]
+    return [
+        Claim("Uncertainty falls as R@1 rises (higher sigma, lower R@1).", "Sec. 4.4, Figure 6",
+              f"correlation of sigma bin and R@1: i2t {corr_i2t:.2f}, t2i {corr_t2i:.2f}",
+              verdict(corr_i2t < 0 and corr_t2i < 0)),
+        Claim("Sigma rises with the share of erased pixels and of erased words.", "Sec. 4.4, Figure 7",
+              "image sigma " + " → ".join(f"{v:.4f}" for v in erasing["image sigma"]) + "; caption sigma "
+              + " → ".join(f"{v:.4f}" for v in erasing["caption sigma"]),
+              verdict(bool(last["image sigma"] > first["image sigma"]
+                           and last["caption sigma"] > first["caption sigma"]))),
+        Claim("Generic captions get the widest distributions.", "Sec. 4.4, Figure 5",
+              "mean sigma by level: " + ", ".join(f"{r.level} {r.sigma:.4f} ({r.positives:.0f} positives)"
+                                                  for r in by_level.itertuples())
+              + f"; Spearman(sigma, positives) = {rho:.2f}"
+              + f"; all-unknown caption {generic_sigma:.4f} vs largest test caption {max_caption_sigma:.4f}",
+              verdict(bool(by_level.loc[by_level["sigma"].idxmax(), "level"] == "vague"))),
+        Claim("Mixing two images covers the intersection: the mix matches the captions of both.", "Sec. 4.4, Figure 8",
+              f"p(mix, A's captions) {algebra.mix_a:.3f}, p(mix, B's captions) {algebra.mix_b:.3f}, p(mix, any "
+              f"caption) {algebra.mix_any:.3f}",
+              verdict(bool(algebra.mix_a > algebra.mix_any and algebra.mix_b > algebra.mix_any))),
+        Claim("Erasing part of an image gives a wider distribution that still includes the original (inclusion).",
+              "Sec. 4.4, Figure 8",
+              f"sigma grows for {100 * algebra.share_wider:.0f}% of images; p(erase(A), A's captions) "
+              f"{algebra.erase_a:.3f} vs any caption {algebra.erase_any:.3f}",
+              verdict(bool(algebra.share_wider > 0.5 and algebra.erase_a > algebra.erase_any))),
+    ]
+
+
+def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
+    """The claims as a table (claim, source, evidence, verdict)."""
+    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
