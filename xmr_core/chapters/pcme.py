@@ -57,7 +57,7 @@ from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.metrics import ranking_stats, recall_by_bins
-from xmr_core.perturb import erase_centre, erase_words, mix_halves, with_captions, with_images
+from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import (
     Claim,
     difference_verdict,
@@ -576,7 +576,6 @@ def ablate_claims(t1_runs: pd.DataFrame) -> pd.DataFrame:
 # ==================================================================================================
 
 Gaussians = tuple[Tensor, Tensor]
-UNKNOWN_WORD = "zzunk"  # a word in no vocabulary: the generic caption's every word
 
 
 def spread_classes(image_class: np.ndarray, n: int) -> list[int]:
