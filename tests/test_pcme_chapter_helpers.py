@@ -177,9 +177,9 @@ def test_table3_frame_with_and_without_ceiling():
     assert chapter.ceiling_note(None) == "" and "'Bayes ceiling'" in chapter.ceiling_note(CEILING)
 
 
-def test_test_ceiling_needs_exact_relevance():
-    assert chapter.test_ceiling(_split(10, k=2, exact=None)) is None
-    assert set(chapter.test_ceiling(_split(10, k=2))) == {"1K", "5K"}
+def test_table3_ceiling_needs_exact_relevance():
+    assert chapter.table3_ceiling(_split(10, k=2, exact=None)) is None
+    assert set(chapter.table3_ceiling(_split(10, k=2))) == {"1K", "5K"}
 
 
 def test_write_ceiling(tmp_path: Path):

@@ -296,7 +296,8 @@ def table3_ceiling_row(ceiling: dict[str, dict[str, float]], dataset_label: str)
 
 
 def dataset_note(dataset: str, note: str) -> str:
-    """" (<note>)" after a scenes data set's name in a caption (e.g. that scenes is not CUB), "" for real data."""
+    """What a caption says after a scenes data set's name, ' (<note>)' (e.g. that scenes is not CUB); '' for real
+    data."""
     return f" ({note})" if dataset == "scenes" else ""
 
 
@@ -381,7 +382,7 @@ def per_run_frame(trained: TrainedModels, data: ChapterData, device: torch.devic
 Ceiling = dict[str, dict[str, float]]  # {"1K": `fold_ceiling`, "5K": `bayes_ceiling`} of the test split
 
 
-def test_ceiling(test: Split) -> Ceiling | None:
+def table3_ceiling(test: Split) -> Ceiling | None:
     """The Bayes ceiling of the test split under Table 3's two protocols (`fold_ceiling`, `bayes_ceiling`); None
     without exact relevance (the real data sets have none, so no ceiling)."""
     return None if test.exact is None else {"1K": fold_ceiling(test), "5K": bayes_ceiling(test)}
