@@ -1,12 +1,24 @@
-"""The PCME chapter's notebook helpers that need no training (xmr_core.chapters.pcme, last section)."""
+"""The PCME chapter's notebook helpers (xmr_core.chapters.pcme): table rows and layouts, then what train.py,
+ablate.py and visualise.py call (tables, figures, claims), each against values worked out by hand or recomputed
+independently here; the few that embed use a tiny untrained PCME, nothing is trained."""
 
+import dataclasses
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fixtures.corpora import CLASS_NAMES, synthetic_split
 
+from xmr_core.chapters import pcme as chapter
 from xmr_core.chapters.pcme import (
     TABLE2_COLUMNS,
     TABLE3_COLUMNS,
@@ -16,7 +28,15 @@ from xmr_core.chapters.pcme import (
     table1_rows,
     table3_ceiling_row,
 )
-from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES
+from xmr_core.chapters.protocols import ChapterData
+from xmr_core.config import RunConfig
+from xmr_core.data.text import Vocabulary
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.evaluate import score_matrix
+from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
+from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
+from xmr_core.tuning import TuningResult
 
 
 def test_columns_and_labels():
@@ -58,3 +78,340 @@ def test_table1_rows_and_frame():
     assert frame["t2i R-P (scenes)"].tolist()[1:] == [10.0 + k for k in range(len(TEST_TIME_SIMILARITIES))]
     assert frame["space"].iloc[0] == "O(N)" and frame["sampling"].iloc[-1] == TEST_TIME_SIMILARITIES["match_prob"][1]
     assert frame["i2t R-P (paper, CUB)"].notna().all()  # every row of Table 1 is in the paper's values
+
+
+# ================================================================================ the notebooks' helpers
+# Every expectation below is worked out by hand (or recomputed independently) from the inputs given here.
+
+
+def _split(n: int, k: int = 1, seed: int = 0, **fields: object):
+    """A synthetic test split of `n` images with `k` captions each (`fixtures.corpora`), `fields` replaced."""
+    return dataclasses.replace(synthetic_split("test", n, np.random.default_rng(seed), k=k), **fields)
+
+
+# ------------------------------------------------------------------------------------------ train.py
+def test_dataset_note_only_for_scenes():
+    assert chapter.dataset_note("scenes", "NOT CUB") == " (NOT CUB)"
+    assert chapter.dataset_note("cub", "NOT CUB") == ""
+
+
+def test_weight_grids_and_tuned_settings():
+    spec = chapter.Compared("X", "margin", (0.1, 0.2), 0.1, lambda *a: None)
+    assert chapter.weight_grids({"X": spec}) == "X: margin (0.1, 0.2)"
+    assert chapter.weight_grids().startswith("VSE0: margin (0.1, 0.2, 0.4); PVSE: margin")
+    tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, [])}
+    assert chapter.tuned_settings(tuned) == {"X": (1e-3, "margin", 0.2)}
+
+
+def test_chapter_runs_and_order():
+    assert chapter.ORDER == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME"]
+    runs = chapter.chapter_runs([3, 4])
+    assert runs[:6] == [("VSE0", 1, 3), ("PVSE", 1, 3), ("PVSE", 2, 3), ("PVSE", 4, 3), ("PCME mu only", 1, 3),
+                        ("PCME", 1, 3)]
+    assert runs[6:] == [(name, k, 4) for name, k, _ in runs[:6]] and len(runs) == 12
+
+
+def test_split_sizes():
+    a, b, c = _split(6, k=5), _split(3, k=2), _split(4, k=1)
+    data = ChapterData(a, b, c, a, Vocabulary.build(a.captions), np.zeros((1, 1), np.float32), 1.0)
+    assert chapter.split_sizes(data).values.tolist() == [
+        ["train (seen classes)", 6, 30], ["val (seen classes)", 3, 6], ["test, unseen classes (Table 2)", 4, 4],
+        ["test, all (Table 3)", 6, 30]]
+
+
+def test_tuning_frame_stacks_every_method():
+    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"method": "A", "lr": 1e-3}, {"method": "A", "lr": 2e-3}]),
+             "B": TuningResult("B", "tau", 1e-3, 40.0, [{"method": "B", "lr": 1e-3}])}
+    frame = chapter.tuning_frame(tuned)
+    assert frame["method"].tolist() == ["A", "A", "B"] and frame.index.tolist() == [0, 1, 2]
+
+
+def _fit(history: list[tuple[int, float]]) -> SimpleNamespace:
+    return SimpleNamespace(history=[{"epoch": e, "val/rsum": v, "loss": 0.0} for e, v in history])
+
+
+def test_learning_curves_and_figure():
+    results = {("VSE0", 0): _fit([(1, 10.0), (2, 20.0)]), ("PCME", 1): _fit([(1, 5.0)])}
+    curves = chapter.learning_curves(results)
+    assert curves.values.tolist() == [["VSE0", 0, 1, 10.0], ["VSE0", 0, 2, 20.0], ["PCME", 1, 1, 5.0]]
+    assert curves.columns.tolist() == ["model", "seed", "epoch", "val rSum"]
+    fig = chapter.learning_curves_figure(curves, ["PCME", "VSE0"], 123.0, "the title")
+    ax = fig.axes[0]
+    assert ax.get_title() == "the title"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["PCME", "VSE0"]
+    assert any(list(line.get_ydata()) == [123.0, 123.0] for line in ax.get_lines())  # the dashed ceiling
+    plt.close(fig)
+
+
+def _table3_runs() -> pd.DataFrame:
+    rows = [("VSE0", 0, 100.0, 5.0), ("PCME", 0, 60.0, 10.0), ("PCME", 1, 100.0, 20.0)]
+    return pd.DataFrame([{"model": m, "seed": s, "converged": True, "rsum 5K": r,
+                          **{c: v for c in chapter.TABLE3_COLUMNS}} for m, s, r, v in rows])
+
+
+CEILING = {"1K": {"i2t/R@1": 90.0, "t2i/R@1": 80.0, "rsum": 500.0},
+           "5K": {"i2t/R@1": 70.0, "t2i/R@1": 60.0, "rsum": 200.0}}
+
+
+def test_with_ceiling_share_and_ceiling_frame():
+    per_run = _table3_runs()
+    assert chapter.with_ceiling_share(per_run, None) is per_run
+    shared = chapter.with_ceiling_share(per_run, CEILING)
+    assert shared["% of ceiling 5K"].tolist() == [50.0, 30.0, 50.0]  # rSum 100, 60, 100 of 200
+    assert "% of ceiling 5K" not in per_run  # the input is left as it was
+    frame = chapter.ceiling_frame(shared, CEILING)
+    assert frame.columns.tolist() == ["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
+    assert frame.values.tolist() == [["VSE0", 0, 100.0, 200.0, 50.0, True], ["PCME", 0, 60.0, 200.0, 30.0, True],
+                                     ["PCME", 1, 100.0, 200.0, 50.0, True]]
+
+
+def test_table3_frame_with_and_without_ceiling():
+    order = ["VSE0", "PCME"]
+    plain = chapter.table3_frame(_table3_runs(), "scenes", None, order)
+    assert plain["model"].tolist() == order and "5K rSum % of ceiling" not in plain
+    assert plain["T3 5K i2t PMRP (scenes)"].tolist() == [5.0, 15.0]  # PCME: mean of 10 and 20
+    table = chapter.table3_frame(chapter.with_ceiling_share(_table3_runs(), CEILING), "scenes", CEILING, order)
+    assert table["model"].tolist() == ["Bayes ceiling", "VSE0", "PCME"]
+    assert table["5K rSum % of ceiling"].tolist() == [100.0, 50.0, 40.0]  # PCME: mean of 30 and 50
+    assert table["T3 5K i2t R@1 (scenes)"].iloc[0] == 70.0 and table["T3 1K t2i R@1 (scenes)"].iloc[0] == 80.0
+    assert chapter.ceiling_note(None) == "" and "'Bayes ceiling'" in chapter.ceiling_note(CEILING)
+
+
+def test_table3_ceiling_needs_exact_relevance():
+    assert chapter.table3_ceiling(_split(10, k=2, exact=None)) is None
+    assert set(chapter.table3_ceiling(_split(10, k=2))) == {"1K", "5K"}
+
+
+def test_write_ceiling(tmp_path: Path):
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
+    per_run = chapter.with_ceiling_share(_table3_runs(), CEILING)
+    assert chapter.write_ceiling(per_run, None, run, "caption") is None
+    assert not (tmp_path / "res" / "pcme").exists()
+    table = chapter.write_ceiling(per_run, CEILING, run, "caption")
+    assert table["percent_of_ceiling"].tolist() == [50.0, 30.0, 50.0]
+    assert pd.read_csv(tmp_path / "res" / "pcme" / "ceiling.csv")["rsum"].tolist() == [100.0, 60.0, 100.0]
+    assert (tmp_path / "res" / "pcme" / "ceiling.png").is_file()
+    plt.close("all")
+
+
+def _claims_runs(changes: dict[tuple[str, int], dict[str, object]] | None = None) -> pd.DataFrame:
+    """Two seeds of every model: (R-P of seed 0, R-P of seed 1, R@1, PMRP of seed 0, PMRP of seed 1), both
+    directions equal; `changes`: {(model, seed): the columns set otherwise}."""
+    values = {"VSE0": (40, 40, 10, 30, 30), "PVSE K=1": (35, 35, 20, 20, 20), "PVSE K=2": (34, 34, 25, 20, 20),
+              "PVSE K=4": (33, 33, 30, 20, 20), "PCME mu only": (20, 22, 5, 10, 12), "PCME": (50, 52, 5, 40, 44)}
+    rows = []
+    for model, (rp0, rp1, r1, pm0, pm1) in values.items():
+        for seed, rp, pm in ((0, rp0, pm0), (1, rp1, pm1)):
+            rows.append({"model": model, "seed": seed, "converged": True, "T2 i2t R-P": rp, "T2 t2i R-P": rp,
+                         "T2 i2t R@1": r1, "T2 t2i R@1": r1, "T3 5K i2t PMRP": pm, "T3 5K t2i PMRP": pm,
+                         **(changes or {}).get((model, seed), {})})
+    return pd.DataFrame(rows)
+
+
+def test_train_claims_verdicts():
+    claims = chapter.train_claims(_claims_runs(), 2)
+    # PCME - mu only: R-P 51 - 21 = 30 > std(50, 52) = 1.41; PMRP 42 - 11 = 31 > std(40, 44) = 2.83; PVSE R@1
+    # 30 > 20 with R-P 33 <= 35; every PVSE R-P (35, 34, 33) < VSE0's 40; PCME's R-P 51 and PMRP 42 above the best
+    # other (VSE0: 40 and 30) by more than the spread
+    assert claims["verdict"].tolist() == ["held"] * 6
+    assert "+30.00 pp of mean R-P over 2 seeds (largest seed std 1.41)" in claims["evidence"][0]
+    assert "+31.00 pp of 5K-analogue PMRP over 2 seeds (largest seed std 2.83)" in claims["evidence"][1]
+    assert "K=1: R@1 20.0, R-P 35.0; K=2: R@1 25.0, R-P 34.0; K=4: R@1 30.0, R-P 33.0" in claims["evidence"][2]
+    assert "PCME - best other = +11.00" in claims["evidence"][4]
+    # swap PCME and mu only in R-P: the first claim fails; an unconverged VSE0 leaves its three claims not tested
+    swapped = {(model, s): {"T2 i2t R-P": base + 2 * s, "T2 t2i R-P": base + 2 * s}
+               for model, base in (("PCME", 20), ("PCME mu only", 50)) for s in (0, 1)}
+    assert chapter.train_claims(_claims_runs(swapped), 2)["verdict"][0] == "did not hold"
+    unconverged = chapter.train_claims(_claims_runs({("VSE0", 1): {"converged": False}}), 2)
+    assert unconverged["verdict"].tolist() == ["held", "held", "held", "not tested", "not tested", "not tested"]
+    assert "VSE0 not converged" in unconverged["evidence"][3]
+
+
+# ----------------------------------------------------------------------------------------- ablate.py
+def _t1_runs(pcme: dict[str, tuple[float, float]], mu: tuple[float, float]) -> pd.DataFrame:
+    """Seeds 0 and 1 of each similarity, i2t = t2i = the value of that seed."""
+    rows = [{"variant": "mu only", "similarity": "Mean only", "seed": s, "i2t R-P": v, "t2i R-P": v}
+            for s, v in enumerate(mu)]
+    rows += [{"variant": "PCME", "similarity": sim, "seed": s, "i2t R-P": v, "t2i R-P": v}
+             for sim, values in pcme.items() for s, v in enumerate(values)]
+    return pd.DataFrame(rows)
+
+
+def test_ablate_claims_verdicts():
+    # PCME means: Mean only 20, 2-Wasserstein 20.5, ELK 21, Match prob 30; spread: the largest seed std, std(29, 31)
+    # = 1.41; match prob - best other (ELK 21) = 9 > 1.41; |W2 - mean only| = 0.5 <= max(1.41, 0.5); mu only 10:
+    # all 4 similarities above it by more than 1.41
+    pcme = {"Mean only": (20.0, 20.0), "2-Wasserstein": (20.5, 20.5), "ELK": (21.0, 21.0), "Match prob": (29.0, 31.0)}
+    claims = chapter.ablate_claims(_t1_runs(pcme, (10.0, 10.0)))
+    assert claims["verdict"].tolist() == ["held", "held", "held"]
+    assert "best = Match prob; match prob - best other = +9.00 (largest seed std 1.41)" in claims["evidence"][0]
+    assert "|W2 - mean only| = 0.50 pp" in claims["evidence"][1]
+    assert claims["evidence"][2].endswith("4 of 4")
+    # match prob below ELK by more than the spread, W2 far from the mean, mu only above every similarity
+    pcme = {"Mean only": (20.0, 20.0), "2-Wasserstein": (25.0, 25.0), "ELK": (21.0, 21.0), "Match prob": (15.0, 15.0)}
+    assert chapter.ablate_claims(_t1_runs(pcme, (30.0, 30.0)))["verdict"].tolist() == ["did not hold"] * 3
+
+
+# -------------------------------------------------------------------------------------- visualise.py
+def test_spread_classes():
+    classes = np.array([8, 0, 4, 2, 6, 0])  # present: 0, 2, 4, 6, 8
+    assert chapter.spread_classes(classes, 3) == [0, 4, 8]
+    assert chapter.spread_classes(classes, 2) == [0, 8]
+    assert chapter.spread_classes(classes, 5) == [0, 2, 4, 6, 8]
+
+
+def test_recall_by_sigma_and_bin_correlation():
+    split = _split(4, k=1)  # caption i was written for image i
+    scores = torch.tensor([[9.0, 1, 2, 3],   # image 0: own caption first (rank 1)
+                           [5.0, 4, 1, 0],   # image 1: rank 2
+                           [0.0, 1, 9, 2],   # image 2: rank 1
+                           [7.0, 6, 0, 5]])  # image 3: rank 3
+    # captions as queries (columns): image 0 rank 1, image 1 rank 2 (6 > 4), image 2 rank 1, image 3 rank 1
+    i2t, t2i = chapter.recall_by_sigma(scores, split, np.array([0.1, 0.4, 0.2, 0.3]), np.array([0.4, 0.3, 0.2, 0.1]),
+                                       bins=2)
+    assert i2t["bin"].tolist() == [1, 2] and i2t["R@1"].tolist() == [100.0, 0.0]  # bins {0, 2}, {3, 1}
+    assert i2t["sigma"].tolist() == pytest.approx([0.15, 0.35])
+    assert t2i["R@1"].tolist() == [100.0, 50.0] and t2i["sigma"].tolist() == pytest.approx([0.15, 0.35])
+    assert chapter.bin_correlation(pd.DataFrame({"bin": [1, 2, 3, 4], "R@1": [40.0, 30.0, 20.0, 10.0]})) == \
+        pytest.approx(-1.0)
+    fig = chapter.recall_by_sigma_figure(i2t, t2i)
+    assert [ax.get_title() for ax in fig.axes] == ["image-to-text", "text-to-image"]
+    assert [len(ax.patches) for ax in fig.axes] == [2, 2]
+    plt.close(fig)
+
+
+def test_mixed_and_erased():
+    a, b = np.full((2, 4, 6, 3), 10, np.uint8), np.full((2, 4, 6, 3), 200, np.uint8)
+    images = chapter.mixed_and_erased(a, b)
+    assert list(images) == ["A", "B", "mix", "erase"] and images["A"] is a and images["B"] is b
+    assert (images["mix"][:, :, :3] == 10).all() and (images["mix"][:, :, 3:] == 200).all()
+    # a quarter of the pixels of a 4-pixel-high image: a centred square of side round(0.5 * 4) = 2
+    assert (images["erase"] == GREY).all(axis=-1).sum() == 2 * 2 * 2 and (a == 10).all()
+
+
+def _tiny_pcme() -> tuple[PCME, object, Vocabulary]:
+    split = _split(6, k=2, images=np.random.default_rng(2).integers(0, 256, (6, 16, 16, 3), dtype=np.uint8))
+    vocab = Vocabulary.build(split.captions)
+    vectors = np.random.default_rng(1).standard_normal((len(vocab), 8)).astype(np.float32)
+    torch.manual_seed(0)
+    cfg = PCMEConfig(embed_dim=16, image=ImageEncoderConfig(widths=(4, 8), hidden=16, image_size=16),
+                     text=TextEncoderConfig(hidden=8))
+    return PCME(cfg, vectors).eval(), split, vocab
+
+
+def test_set_algebra_against_a_direct_computation():
+    model, split, vocab = _tiny_pcme()
+    _, captions = chapter.embed_gaussians(model, split, vocab, "cpu")
+    measures = chapter.set_algebra(model, split, None, vocab, "cpu", captions, 3)
+    # reference: pairs (0, 3), (1, 4), (2, 5); the mix built by hand; each image's own captions found by a loop
+    a, b = split.images[:3], split.images[3:6]
+    mix = np.concatenate([a[:, :, :8], b[:, :, 8:]], axis=2)
+    sub = split.subset(np.arange(3), "ref")
+    embed = lambda pixels: chapter.embed_gaussians(model, with_images(sub, pixels, "ref"), vocab, "cpu")[0]
+    p_mix = score_matrix(model, embed(mix), captions).numpy()
+    erased = embed(erase_centre(a, 0.25))
+    p_erase = score_matrix(model, erased, captions).numpy()
+    own = lambda p, images: np.mean([np.mean([p[k, c] for c in range(split.n_captions)
+                                              if split.caption_image[c] == i]) for k, i in enumerate(images)])
+    wider = (uncertainty(erased[1]) > uncertainty(embed(a)[1])).float().mean().item()
+    expected = [own(p_mix, [0, 1, 2]), own(p_mix, [3, 4, 5]), p_mix.mean(), own(p_erase, [0, 1, 2]), p_erase.mean(),
+                wider]
+    assert list(measures) == pytest.approx(expected, rel=1e-5)
+    frame = measures.frame()
+    assert frame["quantity"].tolist()[0] == "p(mix, captions of A)" and frame["value"].tolist() == list(measures)
+
+
+def test_sigma_by_erasing_and_generic_caption():
+    model, split, vocab = _tiny_pcme()
+    erasing = chapter.sigma_by_erasing(model, split, None, vocab, "cpu", [0.0, 0.5], np.random.default_rng(3))
+    img, cap = chapter.embed_gaussians(model, split, vocab, "cpu")
+    assert erasing["ratio"].tolist() == [0.0, 0.5]
+    assert erasing["image sigma"][0] == pytest.approx(float(uncertainty(img[1]).mean()))
+    assert erasing["caption sigma"][0] == pytest.approx(float(uncertainty(cap[1]).mean()))
+    # ratio 0 erases no word, so draws nothing: ratio 0.5 gets the generator's first draws
+    words = erase_words(split.captions, 0.5, np.random.default_rng(3))
+    _, cap_half = chapter.embed_gaussians(model, with_captions(split, words, "half"), vocab, "cpu")
+    assert erasing["caption sigma"][1] == pytest.approx(float(uncertainty(cap_half[1]).mean()))
+    pixels = erase_centre(split.images, 0.5)
+    img_half, _ = chapter.embed_gaussians(model, with_images(split, pixels, "half"), vocab, "cpu")
+    assert erasing["image sigma"][1] == pytest.approx(float(uncertainty(img_half[1]).mean()))
+    fig = chapter.erasing_figure(erasing)
+    assert [ax.get_title() for ax in fig.axes] == ["images: erased pixels", "captions: erased words"]
+    plt.close(fig)
+    # every caption of the fixture has 7 words; any 7 words outside the vocabulary give the same Gaussian
+    mu, logvar = chapter.generic_caption(model, split, vocab, "cpu")
+    one = split.subset(np.array([0]), "one")
+    other = with_captions(one, ["qqq " * 7] * one.n_captions, "other")
+    ref_mu, ref_lv = chapter.embed_gaussians(model, other, vocab, "cpu")[1]
+    assert mu.shape == logvar.shape == (1, 16)
+    torch.testing.assert_close(mu, ref_mu[:1])
+    torch.testing.assert_close(logvar, ref_lv[:1])
+
+
+def test_embedding_and_set_algebra_figures_draw_one_ellipse_per_gaussian():
+    split = _split(8, k=2)
+    g = torch.Generator().manual_seed(0)
+    images = (torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g) - 2)
+    captions = (torch.randn(16, 6, generator=g), torch.randn(16, 6, generator=g) - 2)
+    generic = (torch.randn(1, 6, generator=g), torch.zeros(1, 6))
+    classes = [3, 4]
+    fig = chapter.embedding_figure(split, images, captions, generic, classes)
+    n_images = int(np.isin(split.image_class, classes).sum())
+    assert [len(ax.patches) for ax in fig.axes] == [n_images + 1, 2 * n_images + 1]  # + the generic caption
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [CLASS_NAMES[3], CLASS_NAMES[4]]
+    plt.close(fig)
+    pixels = chapter.mixed_and_erased(split.images[:1], split.images[1:2])
+    gaussians = {name: (torch.randn(1, 6, generator=g), torch.zeros(1, 6)) for name in pixels}
+    fig = chapter.set_algebra_figure(pixels, gaussians, np.zeros(6), np.eye(6)[:2])
+    assert [ax.get_title() for ax in fig.axes[:4]] == ["A", "B", "mix", "erase(A)"]
+    assert [len(ax.patches) for ax in fig.axes[4:]] == [3, 2]  # mix with A and B; erase with A
+    plt.close(fig)
+
+
+def test_sigma_by_level_and_correlation():
+    exact = np.zeros((4, 4), bool)
+    for c, n in enumerate([3, 1, 4, 1]):  # positives per caption
+        exact[c, :n] = True
+    split = _split(4, k=1, caption_level=["vague", "full", "vague", "full"], exact=exact)
+    sigma = np.array([0.5, 0.1, 0.7, 0.2], np.float32)
+    by_level = chapter.sigma_by_level(split, sigma)
+    assert by_level["level"].tolist() == ["full", "vague"] and by_level["captions"].tolist() == [2, 2]
+    assert by_level["sigma"].tolist() == pytest.approx([0.15, 0.6]) and by_level["positives"].tolist() == [1.0, 3.5]
+    # ranks: sigma (3, 1, 4, 2), positives (3, 1.5, 4, 1.5): Pearson of the ranks = 4.5 / sqrt(5 * 4.5) = sqrt(0.9)
+    assert chapter.sigma_positives_correlation(split, sigma) == pytest.approx(math.sqrt(0.9))
+
+
+def test_level_gallery_picks_the_first_caption_of_each_level(monkeypatch: pytest.MonkeyPatch):
+    split = _split(4, k=1, caption_level=["full", "vague", "full", "vague"])
+    scores = torch.tensor([[0.9, 0.5, 0.0, 0.0],    # (images, captions)
+                           [0.8, 0.1, 0.0, 0.0],
+                           [0.95, 0.2, 0.0, 0.0],
+                           [0.1, 0.7, 0.0, 0.0]])
+    seen = {}
+    monkeypatch.setattr(chapter, "retrieval_gallery", lambda *args: seen.setdefault("args", args))
+    chapter.level_gallery(scores, split, ["vague", "full"], k=2)
+    texts, images, relevant, values = seen["args"]
+    # caption 1 (the first vague): images 3 (0.7), 0 (0.5); caption 0 (the first full): images 2 (0.95), 0 (0.9)
+    assert texts == [f"[vague] {split.captions[1]}", f"[full] {split.captions[0]}"]
+    np.testing.assert_array_equal(images, split.images[[[3, 0], [2, 0]]])
+    np.testing.assert_array_equal(relevant, [split.exact[1, [3, 0]], split.exact[0, [2, 0]]])
+    np.testing.assert_allclose(values, [[0.7, 0.5], [0.95, 0.9]])
+
+
+def test_visualise_claims_verdicts():
+    erasing = pd.DataFrame({"ratio": [0.0, 0.5], "image sigma": [0.1, 0.2], "caption sigma": [0.3, 0.4]})
+    by_level = pd.DataFrame({"level": ["full", "vague"], "sigma": [0.1, 0.5], "positives": [1.0, 30.0]})
+    algebra = chapter.SetAlgebra(0.3, 0.25, 0.2, 0.5, 0.1, 0.4)
+    claims = chapter.visualise_claims(-0.5, -0.2, erasing, by_level, 0.8, 0.9, 0.6, algebra)
+    assert [c.verdict for c in claims] == ["held", "held", "held", "held", "did not hold"]  # sigma grows for 40% only
+    assert claims[0].evidence == "correlation of sigma bin and R@1: i2t -0.50, t2i -0.20"
+    assert claims[1].evidence == "image sigma 0.1000 → 0.2000; caption sigma 0.3000 → 0.4000"
+    assert claims[2].evidence.endswith("; all-unknown caption 0.9000 vs largest test caption 0.6000")
+    # i2t correlation positive, caption sigma falling, full captions widest, the mix below any caption for A, and
+    # the erased image wider for 60% of the images and closer to A's captions
+    falling = erasing.assign(**{"caption sigma": [0.4, 0.3]})
+    other = chapter.visualise_claims(0.1, -0.2, falling, by_level.assign(sigma=[0.5, 0.1]), 0.8, 0.9, 0.6,
+                                     chapter.SetAlgebra(0.1, 0.3, 0.2, 0.5, 0.1, 0.6))
+    assert [c.verdict for c in other] == ["did not hold", "did not hold", "did not hold", "did not hold", "held"]
+    frame = chapter.claims_frame(claims)
+    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"] and len(frame) == 5

@@ -49,18 +49,27 @@ N_EXAMPLES = 6  # positives shown per example query
 
 # %%
 import json
-import textwrap
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 
+from xmr_core.chapters.benchmark import (
+    caption_gallery_figure,
+    corpus_images,
+    directory_mib,
+    example_queries,
+    format_round_trips,
+    held_out_accuracy,
+    language_table,
+    level_mix,
+    positives_figure,
+    pretrain_table,
+    query_gallery_figure,
+    region_boxes_figure,
+    split_table,
+)
 from xmr_core.config import RunConfig
-from xmr_core.data import scene_grammar as grammar
-from xmr_core.data.export import FORMATS, content_diff
-from xmr_core.data.load import load_corpus
 from xmr_core.data.scenes import (
     default_region_config,
     load_scenes,
@@ -69,7 +78,7 @@ from xmr_core.data.scenes import (
     scenes_dir,
     scenes_statistics,
 )
-from xmr_core.data.text import Vocabulary, load_word_vectors, tokenize
+from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.trunk import pretrained_trunk, trunk_config
 from xmr_core.results import write_figure, write_table
 from xmr_core.viz import retrieval_gallery
@@ -98,7 +107,7 @@ t0 = time.perf_counter()
 corpus = load_scenes(single, progress=PROGRESS)
 load_seconds = time.perf_counter() - t0
 root = scenes_dir(single)
-disk_mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
+disk_mb = directory_mib(root)
 print(f"loaded in {load_seconds:.1f} s from {root}")
 print(
     f"generation when first built: {corpus.meta['generation_seconds']} s wall, "
@@ -106,12 +115,7 @@ print(
     f"{corpus.meta['regions']['total_seconds']} s wall, {corpus.meta['regions'].get('total_cpu_seconds', '?')} s "
     f"CPU; cache on disk {disk_mb:.1f} MiB"
 )
-sizes = pd.DataFrame([
-    {"split": name, "images": s.n_images, "captions": s.n_captions,
-     "objects / image": s.meta["layout"].n_objects.mean(), "image size": f"{s.images.shape[1]}²",
-     "regions": f"{s.regions.shape[1]} × {s.regions.shape[2]}", "exact stored": s.exact is not None}
-    for name, s in corpus.splits.items()
-])  # fmt: skip
+sizes = split_table(corpus)
 write_table(sizes, "benchmark/sizes", run=run, caption=(
     f"Scenes splits ({PROFILE} profile, seed {DATA_SEED}). Generated in {corpus.meta['generation_seconds']} s "
     f"plus {corpus.meta['regions']['total_seconds']} s for region features (wall time, on a shared CPU); "
@@ -129,17 +133,7 @@ sizes
 
 # %%
 test = corpus["test"]
-fig, axes = plt.subplots(N_GALLERY, 2, figsize=(11, 1.25 * N_GALLERY), width_ratios=(1, 7), squeeze=False)
-for i, (img_ax, text_ax) in enumerate(axes):
-    img_ax.imshow(test.images[i])
-    img_ax.axis("off")
-    text_ax.axis("off")
-    lines = [
-        textwrap.fill(f"[{lv}] {c}", width=125, subsequent_indent="      ")
-        for c, lv in zip(test.captions[5 * i : 5 * i + 5], test.caption_level[5 * i : 5 * i + 5])
-    ]
-    text_ax.text(0.0, 0.5, "\n".join(lines), fontsize=7.5, va="center", transform=text_ax.transAxes)
-fig.tight_layout()
+fig = caption_gallery_figure(test, N_GALLERY)
 write_figure(
     fig, "benchmark/gallery", run=run, caption="Test images of the scenes benchmark with their 5 captions."
 )
@@ -155,18 +149,7 @@ plt.show()
 train = corpus["train"]
 vocab = Vocabulary.build(train.captions)
 vectors = load_word_vectors(vocab)
-lengths = np.array([len(tokenize(c)) for c in train.captions])
-train_set = set(train.captions)
-language = pd.DataFrame([
-    {"quantity": "grammar words", "value": len(grammar.vocabulary())},
-    {"quantity": "vocabulary (train captions, incl. <pad>, <unk>, punctuation)", "value": len(vocab)},
-    {"quantity": "GloVe coverage of the vocabulary %", "value": 100 * vectors.coverage},
-    {"quantity": "grammar words missing from the train vocabulary", "value": len(set(grammar.vocabulary()) - set(vocab.words))},
-    {"quantity": "caption length, tokens: mean", "value": lengths.mean()},
-    {"quantity": "caption length, tokens: max", "value": lengths.max()},
-    {"quantity": "distinct test caption strings %", "value": 100 * len(set(test.captions)) / test.n_captions},
-    {"quantity": "test captions also in train, word for word %", "value": 100 * np.mean([c in train_set for c in test.captions])},
-])  # fmt: skip
+language = language_table(train, test, vocab, vectors.coverage)
 write_table(
     language,
     "benchmark/language",
@@ -208,21 +191,7 @@ exact_t2i.round(1)
 #   by level, next to the ceiling and the popularity baseline.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-levels = np.asarray(test.caption_level)
-npos = test.exact.sum(1)
-bins = np.unique(np.round(np.geomspace(1, test.n_images, 30)))
-for lv in grammar.LEVELS:
-    axes[0].hist(npos[levels == lv], bins=bins, histtype="step", linewidth=1.5, label=lv)
-axes[0].set_xscale("log")
-axes[0].set_xlabel(f"exact positives per caption (of {test.n_images} test images)")
-axes[0].set_ylabel("captions")
-axes[0].legend(fontsize=8)
-per_image = test.exact.sum(0)
-axes[1].hist(per_image, bins=30, color="tab:gray")
-axes[1].set_xlabel(f"captions (of {test.n_captions}) that hold in an image")
-axes[1].set_ylabel("images")
-fig.tight_layout()
+fig = positives_figure(test)
 write_figure(
     fig,
     "benchmark/positives",
@@ -232,10 +201,7 @@ write_figure(
 plt.show()
 
 # %%
-mix = (pd.Series(train.caption_level).value_counts().reindex(grammar.LEVELS).rename("train captions").to_frame()
-       .assign(**{"train %": lambda d: 100 * d["train captions"] / d["train captions"].sum()}))  # fmt: skip
-mix["test captions"] = pd.Series(test.caption_level).value_counts().reindex(grammar.LEVELS)
-mix = mix.reset_index(names="level")
+mix = level_mix(train, test)
 write_table(mix, "benchmark/levels", run=run, caption="Caption-level mix (5 captions per image: full, partial, "
             "relational or partial when the image has one object, vague, then partial or vague).")  # fmt: skip
 mix
@@ -257,18 +223,8 @@ other.round(1)
 
 # %%
 rng = np.random.default_rng(DATA_SEED)
-queries, rows, flags = [], [], []
-for lv in grammar.LEVELS:
-    c = int(rng.choice(np.flatnonzero(levels == lv)))
-    own = int(test.caption_image[c])
-    pos = [i for i in np.flatnonzero(test.exact[c]) if i != own]
-    neg = np.flatnonzero(~test.exact[c])
-    picked = [own, *rng.permutation(pos)[: N_EXAMPLES - 1].tolist()]
-    picked += rng.choice(neg, N_EXAMPLES - len(picked), replace=False).tolist()
-    queries.append(f"[{lv}; exact positives: {test.exact[c].sum()}] {test.captions[c]}")
-    rows.append(test.images[picked])
-    flags.append(test.exact[c, picked])
-fig = retrieval_gallery(queries, np.stack(rows), np.stack(flags), width=24)
+queries, images, flags = example_queries(test, N_EXAMPLES, rng)
+fig = retrieval_gallery(queries, images, flags, width=24)
 write_figure(
     fig,
     "benchmark/example_queries",
@@ -289,28 +245,11 @@ plt.show()
 
 # %%
 reg = corpus.meta["regions"]
-held_out = {k: v for k, v in reg.items() if k.endswith("_accuracy")}
+held_out = held_out_accuracy(reg)
 print(f"region features: R = {test.regions.shape[1]}, D = {test.regions.shape[2]} "
       f"({reg['config']['feature_dim']} CNN + 4 box); encoder trained in {reg['train_seconds']} s; "
       f"held-out attribute accuracy {held_out}")  # fmt: skip
-fig, axes = plt.subplots(1, 4, figsize=(10, 2.7))
-for ax, i in zip(axes, range(4)):
-    ax.imshow(test.images[i])
-    for (x0, y0, x1, y1), obj in zip(test.region_boxes[i], test.meta["region_object"][i]):
-        colour = "white" if obj >= 0 else "black"
-        ax.add_patch(
-            plt.Rectangle(
-                (x0 - 0.5, y0 - 0.5),
-                x1 - x0,
-                y1 - y0,
-                fill=False,
-                ec=colour,
-                lw=1,
-                ls="-" if obj >= 0 else ":",
-            )
-        )
-    ax.axis("off")
-fig.suptitle("region boxes: objects (white), background (black, dotted)", fontsize=9)
+fig = region_boxes_figure(test, 4)
 write_figure(fig, "benchmark/regions", run=run, caption="Region boxes of four test images.")
 plt.show()
 
@@ -327,11 +266,7 @@ plt.show()
 # %%
 trunk = pretrained_trunk(single, trunk_config(PROFILE), progress=PROGRESS)
 pre = trunk.meta
-pretrain = pd.DataFrame([
-    {"cells": "every cell", **{a: pre["accuracy_every_cell"][a] for a in ("shape", "colour", "size")}},
-    {"cells": "cells with an object", **{a: pre["accuracy_objects"][a] for a in ("shape", "colour", "size")},
-     "empty vs object": pre["accuracy_objects"]["empty"]},
-])
+pretrain = pretrain_table(pre)
 write_table(pretrain, "benchmark/pretrain", run=run, float_digits=2, caption=(
     f"Held-out accuracy (%) of the pretrained trunk {trunk.key} on {pre['held_out_images']} pretraining-set "
     f"images it was not trained on ({pre['config']['n_images'] - pre['held_out_images']} training images, "
@@ -350,19 +285,13 @@ pretrain
 # %%
 t0 = time.perf_counter()
 mcorpus = load_scenes(multi, progress=PROGRESS)
-print(f"multi variant loaded in {time.perf_counter() - t0:.1f} s; "
-      f"{sum(s.n_images for s in mcorpus.splits.values())} images")  # fmt: skip
+print(f"multi variant loaded in {time.perf_counter() - t0:.1f} s; {corpus_images(mcorpus)} images")
 mtest = mcorpus["test"]
 rounds = query_round_statistics(mtest)
 write_table(rounds, "benchmark/multi_query_rounds", run=run, caption=(
     "Multi variant, test split: positives of an image's first r region queries (all must hold), and the "
     "R@1 ceiling of a perfect exact model breaking ties at random, per round."))  # fmt: skip
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-for ax, i in zip(axes, range(3)):
-    ax.imshow(mtest.images[i])
-    ax.axis("off")
-    ax.set_title("\n".join(f"{k + 1}. {q}" for k, q in enumerate(mtest.queries[i])), fontsize=6, loc="left")
-fig.tight_layout()
+fig = query_gallery_figure(mtest, 3)
 write_figure(
     fig, "benchmark/multi_gallery", run=run, caption="Multi variant: test images with their region queries."
 )
@@ -375,32 +304,12 @@ rounds.round(1)
 # The benchmark is written out in the formats of the papers' data and read back through the same readers
 # as real data (`xmr_core.data.export`, `xmr_core.data.formats`): this is what `load_corpus("scenes",
 # format=...)` does for every chapter, checking that the read-back content equals the generated corpus. A
-# user switches to COCO by changing `DATASET` and `DATA_ROOT`. The exports are cached, so the chapters
-# that follow reuse them.
+# user switches to COCO by changing `DATASET` and `DATA_ROOT`. Drill-down's Visual Genome layout is the
+# multi-query format, so the multi variant goes there (as in HMRN's chapter), the single variant everywhere
+# else. The exports are cached, so the chapters that follow reuse them.
 
 # %%
-DESCRIBE = {
-    "precomp": "SCAN / VSE precomp: {split}_ims.npy (N×R×D regions), {split}_caps.txt (5 per image), ids",
-    "karpathy": "raw images + Karpathy dataset json (+ COCO-style instances json for plausible labels)",
-    "cub": "CUB-200 layout: images/<class>/<img>, text_c10/<class>/<img>.txt, class split files",
-    "drilldown": "Drill-down Visual Genome layout: split txt, region graphs (queries), region features",
-}
-rows = []
-for fmt in FORMATS:
-    # Drill-down (Visual Genome) is the multi-query format: the multi variant goes there, as in HMRN's chapter
-    variant, generated = ("multi", mcorpus) if fmt == "drilldown" else ("single", corpus)
-    t0 = time.perf_counter()
-    back = load_corpus("scenes", profile=PROFILE, format=fmt, variant=variant, seed=DATA_SEED, progress=False)
-    out = Path(back.meta["export_dir"])
-    files = [p for p in out.rglob("*") if p.is_file()]
-    rows.append({
-        "format": fmt, "variant": variant, "what": DESCRIBE.get(fmt, ""), "files": len(files),
-        "MiB": sum(p.stat().st_size for p in files) / 2**20,
-        "top-level entries": ", ".join(sorted(p.name for p in out.iterdir())),
-        "same content after round trip": all(not content_diff(generated[n], back[n]) for n in back.splits),
-        "seconds": time.perf_counter() - t0,
-    })  # fmt: skip
-formats = pd.DataFrame(rows)
+formats = format_round_trips(corpus, mcorpus, PROFILE, DATA_SEED)
 write_table(formats, "benchmark/formats", run=run, caption="The scenes benchmark exported in each real format and "
             "read back through the real-data reader (seconds: export, or cache hit, plus read-back).")  # fmt: skip
 formats

@@ -38,22 +38,20 @@ N_SEEDS = 3  # must match train.py, whose PCME / mu-only runs are reused
 # %%
 import dataclasses
 
-import pandas as pd
-
 from xmr_core.chapters.pcme import (
-    ablation_row,
+    ablate_claims,
+    ablation_frame,
+    dataset_note,
     table1_frame,
-    table1_rows,
-    train_tuned,
+    table1_runs,
     tune_methods,
     tuned_model,
+    tuned_settings,
 )
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.config import RunConfig
-from xmr_core.evaluate import evaluate_similarities
-from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES
-from xmr_core.results import difference_verdict, verdict, write_table
+from xmr_core.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -63,10 +61,9 @@ print(f"seeds of the reused PCME / mu-only runs = {seeds}")
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-device = run.torch_device
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
-print({name: (t.lr, t.weight_name, t.weight) for name, t in tuned.items()})
+print(tuned_settings(tuned))
 
 
 # %% [markdown]
@@ -76,21 +73,12 @@ print({name: (t.lr, t.weight_name, t.weight) for name, t in tuned.items()})
 # item costs to store: N for the mean, 2N for mean and variance, J²N for the samples of a sampled score.
 
 # %%
-rows = []
-for seed in seeds:
-    mu_model, _ = train_tuned("PCME mu only", tuned_model("PCME mu only", tuned, enc, data.word_vectors).config,
-                              data, tuned, run, seed)
-    rows += table1_rows("mu only", seed, evaluate_similarities(mu_model, data.test_unseen, data.vocab, ["mean_cosine"],
-                                                               views=["class"], device=device))
-    pcme_model, _ = train_tuned("PCME", tuned_model("PCME", tuned, enc, data.word_vectors).config, data, tuned, run, seed)
-    rows += table1_rows("PCME", seed, evaluate_similarities(pcme_model, data.test_unseen, data.vocab,
-                                                            list(TEST_TIME_SIMILARITIES), views=["class"], device=device))
-t1_runs = pd.DataFrame(rows)
+t1_runs = table1_runs(seeds, data, tuned, enc, run)
 table1 = table1_frame(t1_runs, DATASET)
 write_table(table1, "pcme/table1", run=run, float_digits=2, caption=(
     f"PCME Table 1 analogue: test-time similarities, R-Precision (class relevance, unseen classes). Paper: CUB "
     f"Captions (Table 1 of Chun et al. 2021). Ours: {DATASET}"
-    f"{' (synthetic, NOT CUB: compare orderings)' if DATASET == 'scenes' else ''}, mean and std over seeds "
+    f"{dataset_note(DATASET, 'synthetic, NOT CUB: compare orderings')}, mean and std over seeds "
     f"{seeds}; sampled scores use J = 7 samples from a fixed seed. 'mu only' is the deterministically trained model."))
 table1
 
@@ -114,11 +102,7 @@ ablations = [
     ("fine-tune the trunk (pixels; PCME's two phases)", dataclasses.replace(base, image=finetune_image),
      {"finetune": True}),
 ]
-ab_rows = []
-for name, cfg, overrides in ablations:
-    model, result = train_tuned("PCME", cfg, data, tuned, run, SEED, **overrides)
-    ab_rows.append(ablation_row(name, model, result, data, device))
-table_ab = pd.DataFrame(ab_rows)
+table_ab = ablation_frame(ablations, data, tuned, run, SEED)
 write_table(table_ab, "pcme/ablations", run=run, caption=(
     f"PCME ablations on {DATASET} (profile {PROFILE}, seed {SEED}): one change at a time from the default. "
     "R-P / R@1: class relevance on the unseen classes; PMRP and rSum: the whole test split; a, b: the learned "
@@ -127,34 +111,12 @@ table_ab
 
 # %% [markdown]
 # ## Claims checked here
+#
+# Each similarity's R-P is the mean of its i2t and t2i R-P over the seeds. A difference holds when it exceeds
+# the largest seed std of PCME's similarities; "close" means within the larger of that std and 0.5 pp.
 
 # %%
-means = t1_runs.groupby(["variant", "similarity"])[["i2t R-P", "t2i R-P"]].mean()
-stds = t1_runs.groupby(["variant", "similarity"])[["i2t R-P", "t2i R-P"]].std(ddof=1).fillna(0.0)
-pcme_rows = means.loc["PCME"]
-avg = pcme_rows.mean(axis=1)
-best = avg.idxmax()
-spread = float(stds.loc["PCME"].mean(axis=1).max())
-mp_margin = float(avg["Match prob"] - avg.drop("Match prob").max())  # > 0: the match probability is the best
-w2_gap = float(abs(avg["2-Wasserstein"] - avg["Mean only"]))
-mu_avg = float(means.loc[("mu only", "Mean only")].mean())
-claims = [
-    {"claim": "At test time the match probability is the best similarity for PCME.",
-     "source": "Sec. 4.2, Table 1",
-     "evidence": "mean of i2t/t2i R-P per similarity: " + ", ".join(f"{k} {v:.2f}" for k, v in avg.items())
-                 + f"; best = {best}; match prob - best other = {mp_margin:+.2f} (largest seed std {spread:.2f})",
-     "verdict": difference_verdict(mp_margin, spread)},
-    {"claim": "2-Wasserstein (2x storage) performs close to the mean-only similarity.",
-     "source": "Sec. 4.2, Table 1",
-     "evidence": f"|W2 - mean only| = {w2_gap:.2f} pp of R-P (seed std up to {spread:.2f}; close = within "
-                 f"max(seed std, 0.5 pp))",
-     "verdict": verdict(w2_gap <= max(spread, 0.5))},
-    {"claim": "PCME with any test-time similarity mostly improves over mu-only training.",
-     "source": "Sec. 4.2, Table 1",
-     "evidence": f"mu-only mean R-P {mu_avg:.2f}; PCME similarities above it by more than the seed std "
-                 f"{spread:.2f}: {int((avg - mu_avg > spread).sum())} of {len(avg)}",
-     "verdict": verdict(bool((avg - mu_avg > spread).sum() > len(avg) / 2))},
-]
-write_table(pd.DataFrame(claims), "pcme/claims_ablate", run=run,
+claims = ablate_claims(t1_runs)
+write_table(claims, "pcme/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")
-pd.DataFrame(claims)
+claims

@@ -48,30 +48,35 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
-import time
-
 import matplotlib.pyplot as plt
-import pandas as pd
-import seaborn as sns
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
+from xmr_core.ceiling import bayes_ceiling
 from xmr_core.chapters.pcme import (
-    COMPARED,
     LEARNING_RATES,
+    ORDER,
     TABLE2_COLUMNS,
-    TABLE3_COLUMNS,
-    fit_row,
-    model_label,
-    table3_ceiling_row,
-    tables_row,
-    train_model,
+    ceiling_note,
+    chapter_runs,
+    dataset_note,
+    learning_curves,
+    learning_curves_figure,
+    per_run_frame,
+    split_sizes,
+    table3_ceiling,
+    table3_frame,
+    train_claims,
+    train_models,
     tune_methods,
+    tuning_frame,
+    weight_grids,
+    with_ceiling_share,
+    write_ceiling,
 )
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
+from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.config import RunConfig
-from xmr_core.results import difference_verdict, require_converged, verdict, write_figure, write_table
+from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -81,7 +86,7 @@ print(run.describe())
 print(f"seeds for PCME / mu-only = {seeds}")
 print(f"training: {train_cfg}")
 print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}")
-print("weights tuned: " + "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in COMPARED.values()))
+print(f"weights tuned: {weight_grids()}")
 
 # %% [markdown]
 # ## Data and the pretrained trunk
@@ -96,13 +101,8 @@ print("weights tuned: " + "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for
 corpus, trunk, data, enc = chapter_setup(run)
 print(f"trunk {trunk.key}: grid {trunk.cells} cells x {trunk.channels} channels; "
       f"held-out accuracy on object cells: {trunk.meta.get('accuracy_objects', 'n/a (ImageNet weights)')}")
-sizes = pd.DataFrame(
-    [(name, s.n_images, s.n_captions) for name, s in
-     [("train (seen classes)", data.train), ("val (seen classes)", data.val),
-      ("test, unseen classes (Table 2)", data.test_unseen), ("test, all (Table 3)", data.test)]],
-    columns=["split", "images", "captions"])
 print(f"vocabulary: {len(data.vocab)} words, {100 * data.coverage:.1f}% found in the word vectors")
-sizes
+split_sizes(data)
 
 # %% [markdown]
 # ## The models
@@ -123,7 +123,7 @@ sizes
 # %%
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
                      device=DEVICE, progress=PROGRESS)
-tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+tuning = tuning_frame(tuned)
 write_table(tuning, "pcme/tuning", run=run, caption=(
     f"Tuning runs of every compared method on the seen-class validation split ({DATASET}, profile {PROFILE}): "
     f"learning rates at the default weight, then the weight at the best learning rate; 'chosen' = the "
@@ -131,8 +131,8 @@ write_table(tuning, "pcme/tuning", run=run, caption=(
 tuning
 
 # %%
-specs = [(name, k, seed) for seed in seeds for name, k in
-         [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1), ("PCME", 1)]]
+runs = chapter_runs(seeds)  # (method, K, seed): VSE0, PVSE K = 1, 2, 4, PCME mu only and PCME, every seed
+print(f"{len(runs)} trained models: {ORDER} x seeds {seeds}")
 
 # %% [markdown]
 # Training runs are cached by their full configuration (method, training, data fingerprint, seed): a
@@ -140,15 +140,8 @@ specs = [(name, k, seed) for seed in seeds for name, k in
 # and the ablation and visualisation notebooks reuse them.
 
 # %%
-trained, histories, fit_rows = {}, {}, []
-for name, k, seed in specs:
-    t0 = time.perf_counter()
-    model, result = train_model(name, k, data, tuned, enc, run, seed)
-    trained[(model_label(name, k), seed)] = model
-    histories[(model_label(name, k), seed)] = result
-    fit_rows.append(fit_row(model_label(name, k), seed, tuned[name], result, time.perf_counter() - t0))
-    print(fit_rows[-1])
-fits = pd.DataFrame(fit_rows)
+trained = train_models(runs, data, tuned, enc, run)
+fits = trained.fits
 fits
 
 # %% [markdown]
@@ -156,16 +149,8 @@ fits
 # fast each loss learns from scratch on the same encoders and schedule.
 
 # %%
-curves = pd.DataFrame([{"model": name, "seed": seed, "epoch": h["epoch"], "val rSum": h["val/rsum"]}
-                       for (name, seed), result in histories.items() for h in result.history])
-fig, ax = plt.subplots(figsize=(8.5, 4))
-sns.lineplot(data=curves, x="epoch", y="val rSum", hue="model", hue_order=list(dict.fromkeys(model_label(n, k) for n, k, _ in specs)),
-             errorbar="sd", marker="o", ax=ax)
-val_ceiling = bayes_ceiling(data.val)["rsum"]
-ax.axhline(val_ceiling, color="black", ls="--", lw=1)
-ax.text(1, val_ceiling, " Bayes ceiling", va="bottom", fontsize=8)
-ax.set_title(f"Validation rSum per epoch ({DATASET}, profile {PROFILE}; band = std over seeds)")
-ax.legend(title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+fig = learning_curves_figure(learning_curves(trained.results), ORDER, bayes_ceiling(data.val)["rsum"],
+                             f"Validation rSum per epoch ({DATASET}, profile {PROFILE}; band = std over seeds)")
 write_figure(fig, "pcme/learning_curves", run=run, caption=(
     f"Validation rSum (instance relevance, seen-class validation split) after each epoch, {DATASET}, profile "
     f"{PROFILE}; mean and std over seeds {seeds}; dashed: the Bayes ceiling of the validation split."))
@@ -178,9 +163,7 @@ plt.show()
 # PVSE, the mean for μ-only and the Monte-Carlo match probability (J = 7) for PCME, as in the paper.
 
 # %%
-device = run.torch_device
-per_run = pd.DataFrame([{"model": name, "seed": seed, "converged": histories[(name, seed)].converged,
-                         **tables_row(model, data, device)} for (name, seed), model in trained.items()])
+per_run = per_run_frame(trained, data, run.torch_device)
 per_run
 
 # %% [markdown]
@@ -190,13 +173,11 @@ per_run
 # seeds where a model has several.
 
 # %%
-ORDER = ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME"]
-
 label = DATASET
 table2 = with_paper(seed_summary(per_run, list(TABLE2_COLUMNS), ORDER), "pcme", "table2", TABLE2_COLUMNS, label)
 write_table(table2, "pcme/table2", run=run, caption=(
     f"PCME Table 2 analogue. Paper: CUB Captions test split (50 unseen classes), class relevance. Ours: "
-    f"{DATASET} ({'the synthetic scenes benchmark: NOT CUB; compare orderings, not values' if DATASET == 'scenes' else DATASET}), "
+    f"{DATASET}{dataset_note(DATASET, 'the synthetic scenes benchmark: NOT CUB; compare orderings, not values')}, "
     f"{data.test_unseen.n_images} test images of unseen classes, class relevance, profile {PROFILE}; "
     f"mean over seeds (std where > 1 seed). Paper rows: Table 2 of Chun et al. 2021."))
 table2
@@ -207,44 +188,29 @@ table2
 # PMRP (plausible match: concept-label vectors within ζ, averaged over ζ = 0, 1, 2) and instance R@1.
 
 # %%
-table3 = with_paper(seed_summary(per_run, list(TABLE3_COLUMNS), ORDER), "pcme", "table3", TABLE3_COLUMNS, label)
-has_ceiling = data.test.exact is not None  # the real data sets have no exact relevance, so no ceiling
-if has_ceiling:
-    ceiling = {"1K": fold_ceiling(data.test), "5K": bayes_ceiling(data.test)}
-    per_run["% of ceiling 5K"] = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in per_run["rsum 5K"]]
-    table3["5K rSum % of ceiling"] = seed_summary(per_run, ["% of ceiling 5K"], ORDER)["% of ceiling 5K"].to_numpy()
-    table3 = pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table3], ignore_index=True)
+ceiling = table3_ceiling(data.test)  # the real data sets have no exact relevance, so no ceiling (None)
+per_run = with_ceiling_share(per_run, ceiling)
+table3 = table3_frame(per_run, label, ceiling)
 write_table(table3, "pcme/table3", run=run, caption=(
     f"PCME Table 3 analogue. Paper: MS-COCO 1K (5 folds of 1,000 images) and 5K test images. Ours: "
-    f"{DATASET}{' (synthetic, NOT COCO: compare orderings, not values)' if DATASET == 'scenes' else ''}; "
+    f"{DATASET}{dataset_note(DATASET, 'synthetic, NOT COCO: compare orderings, not values')}; "
     f"'1K' = 5 folds of {data.test.n_images // 5} test images, '5K' = all {data.test.n_images}; models trained "
     f"on the seen classes; profile {PROFILE}. Paper rows: Table 3 of Chun et al. 2021 (VSE++ is our VSE0 row's "
-    f"nearest paper baseline and is not trained here)."
-    + (" 'Bayes ceiling': the best any scorer can reach on this split (exact relevance, xmr_core.ceiling); "
-       "'% of ceiling': the model's 5K instance rSum over the ceiling's." if has_ceiling else "")))
+    f"nearest paper baseline and is not trained here).{ceiling_note(ceiling)}"))
 table3
 
 # %% [markdown]
 # ### How close to the ceiling
 #
-# `ceiling.csv`: every trained model and seed, its 5K-analogue instance rSum, the ceiling's, and the share.
+# `ceiling.csv`: every trained model and seed, its 5K-analogue instance rSum, the ceiling's, and the share
+# (written, with its figure, only when there is a ceiling).
 
 # %%
-if has_ceiling:
-    ceiling_table = pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["rsum 5K"],
-                                  "ceiling_rsum": ceiling["5K"]["rsum"],
-                                  "percent_of_ceiling": per_run["% of ceiling 5K"],
-                                  "converged": per_run["converged"]})
-    write_table(ceiling_table, "pcme/ceiling", run=run, extra={"ceiling": ceiling}, caption=(
-        f"Each trained model's 5K-analogue instance rSum ({data.test.n_images} test images) as a share of the "
-        f"Bayes ceiling of that split ({DATASET}, profile {PROFILE}); the ceiling's R@K in the provenance json."))
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    sns.barplot(data=ceiling_table, y="model", x="percent_of_ceiling", errorbar="sd", ax=ax, color="tab:blue")
-    ax.axvline(100, color="black", ls="--", lw=1)
-    ax.set_xlabel("5K-analogue rSum, % of the Bayes ceiling (bar: mean over seeds, line: std)")
-    ax.set_ylabel("")
-    write_figure(fig, "pcme/ceiling", run=run, caption="Each model's share of the Bayes ceiling (rSum).")
-    plt.show()
+ceiling_table = write_ceiling(per_run, ceiling, run, caption=(
+    f"Each trained model's 5K-analogue instance rSum ({data.test.n_images} test images) as a share of the "
+    f"Bayes ceiling of that split ({DATASET}, profile {PROFILE}); the ceiling's R@K in the provenance json."))
+plt.show()
+ceiling_table
 
 # %% [markdown]
 # ## Training cost
@@ -264,49 +230,7 @@ fits
 # PVSE and VSE0 are single runs.
 
 # %%
-rp_cols, pmrp_cols = ["T2 i2t R-P", "T2 t2i R-P"], ["T3 5K i2t PMRP", "T3 5K t2i PMRP"]
-r1_cols = ["T2 i2t R@1", "T2 t2i R@1"]
-d_rp, s_rp, h_rp = compare_models(per_run, "PCME", "PCME mu only", rp_cols)
-d_pm, s_pm, h_pm = compare_models(per_run, "PCME", "PCME mu only", pmrp_cols)
-means_r1, means_rp = model_means(per_run, ORDER, r1_cols), model_means(per_run, ORDER, rp_cols)
-means_pm = model_means(per_run, ORDER, pmrp_cols)
-pvse = {k: (means_r1[f"PVSE K={k}"], means_rp[f"PVSE K={k}"]) for k in (1, 2, 4)}
-vse0_rp = means_rp["VSE0"]
-m_rp = best_other_margin(per_run, "PCME", means_rp, rp_cols)[:2]
-m_pm = best_other_margin(per_run, "PCME", means_pm, pmrp_cols)[:2]
-claims = [
-    {"claim": "PCME improves on its deterministic version (mu only) in R-Precision (CUB-style, class relevance).",
-     "source": "Sec. 4.2, Table 2",
-     "evidence": f"PCME - mu only = {d_rp:+.2f} pp of mean R-P over {len(seeds)} seeds (largest seed std {s_rp:.2f})",
-     "verdict": h_rp},
-    {"claim": "PCME improves on mu only in PMRP (COCO-style plausible matches).",
-     "source": "Sec. 4.3, Table 3",
-     "evidence": f"PCME - mu only = {d_pm:+.2f} pp of 5K-analogue PMRP over {len(seeds)} seeds (largest seed std {s_pm:.2f})",
-     "verdict": h_pm},
-    {"claim": "PVSE with hardest negatives: R@1 rises with K while R-Precision does not.",
-     "source": "Sec. 4.2, Table 2",
-     "evidence": "; ".join(f"K={k}: R@1 {r1:.1f}, R-P {rp:.1f}" for k, (r1, rp) in pvse.items()) + f" (mean of {len(seeds)} seeds)",
-     "verdict": verdict(pvse[4][0] > pvse[1][0] and pvse[4][1] <= pvse[1][1])},
-    {"claim": "Every PVSE with hardest negatives is below VSE0 in R-Precision.",
-     "source": "Sec. 4.2, Table 2",
-     "evidence": f"VSE0 R-P {vse0_rp:.1f}; PVSE " + ", ".join(f"K={k} {rp:.1f}" for k, (_, rp) in pvse.items()),
-     "verdict": verdict(all(rp < vse0_rp for _, rp in pvse.values()))},
-    {"claim": "PCME has the best R-Precision of all compared methods.",
-     "source": "Sec. 4.2, Table 2",
-     "evidence": "mean R-P: " + ", ".join(f"{m} {v:.1f}" for m, v in means_rp.items())
-                 + f"; PCME - best other = {m_rp[0]:+.2f} (PCME seed std {m_rp[1]:.2f})",
-     "verdict": difference_verdict(*m_rp)},
-    {"claim": "PCME has the best PMRP of all compared methods.",
-     "source": "Sec. 4.3, Table 3",
-     "evidence": "mean 5K-analogue PMRP: " + ", ".join(f"{m} {v:.1f}" for m, v in means_pm.items())
-                 + f"; PCME - best other = {m_pm[0]:+.2f} (PCME seed std {m_pm[1]:.2f})",
-     "verdict": difference_verdict(*m_pm)},
-]
-claim_models = [["PCME", "PCME mu only"], ["PCME", "PCME mu only"], ["PVSE K=1", "PVSE K=2", "PVSE K=4"],
-                ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4"], ORDER, ORDER]
-converged = per_run.groupby("model")["converged"].all().to_dict()
-for claim, models in zip(claims, claim_models):
-    claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], models, converged)
-write_table(pd.DataFrame(claims), "pcme/claims_train", run=run,
+claims = train_claims(per_run, len(seeds))
+write_table(claims, "pcme/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
-pd.DataFrame(claims)
+claims

@@ -12,24 +12,37 @@ margin at the best learning rate. The weights:
   uniformity weight stays at PCME's CUB value 10.
 
 smoke runs one setting per method (every code path, seconds).
+
+Below the recipes, what the chapter's notebooks call so that they hold narration, parameters and calls only:
+training one tuned model (`train_built`, `train_model`, `train_tuned`), the tables' rows and layouts, then a
+section per notebook (train.py, ablate.py, visualise.py) with its tables, figures (returned, never saved) and
+claims.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 import torch
+from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.recipes import pcme_train_config
+from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
+from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
     Reranker,
     direction_scores,
@@ -37,14 +50,26 @@ from xmr_core.evaluate import (
     evaluate_model,
     evaluate_scores,
     evaluate_similarities,
+    score_matrix,
 )
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme_config
+from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme_config, uncertainty
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.results import paper_values
+from xmr_core.metrics import ranking_stats, recall_by_bins
+from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
+from xmr_core.results import (
+    Claim,
+    difference_verdict,
+    paper_values,
+    require_converged,
+    verdict,
+    write_figure,
+    write_table,
+)
 from xmr_core.train import FitResult, TrainConfig, fit
 from xmr_core.tuning import TuningResult, tune
+from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
 LEARNING_RATES = {"smoke": (5e-4,), "cpu": (5e-4, 1e-3, 2e-3), "paper": (1e-4,)}
 
@@ -132,6 +157,10 @@ TABLE3_PROTOCOLS = {"1K": "coco1k", "5K": "full"}  # our name -> `evaluate_score
 def model_label(name: str, k: int = 1) -> str:
     """The table row of a compared method: PVSE rows carry their K."""
     return f"PVSE K={k}" if name == "PVSE" else name
+
+
+SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1), ("PCME", 1)]
+ORDER: list[str] = [model_label(name, k) for name, k in SPECS]  # the rows of Tables 2 and 3, in the paper's order
 
 
 def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
@@ -264,3 +293,523 @@ def table3_ceiling_row(ceiling: dict[str, dict[str, float]], dataset_label: str)
         for direction in ("i2t", "t2i"):
             row[f"T3 {proto} {direction} R@1 ({dataset_label})"] = ceiling[proto][f"{direction}/R@1"]
     return row
+
+
+def dataset_note(dataset: str, note: str) -> str:
+    """What a caption says after a scenes data set's name, ' (<note>)' (e.g. that scenes is not CUB); '' for real
+    data."""
+    return f" ({note})" if dataset == "scenes" else ""
+
+
+# ==================================================================================================
+# train.py: the tuning and training tables, the learning curves, Tables 2 and 3 with the ceiling, the claims.
+# ==================================================================================================
+
+
+def weight_grids(compared: Mapping[str, Compared] = COMPARED) -> str:
+    """One line naming each compared method's tuned weight and its grid ("VSE0: margin (0.1, 0.2, 0.4); ...")."""
+    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
+
+
+def split_sizes(data: ChapterData) -> pd.DataFrame:
+    """Images and captions of each split the chapter uses: seen-class train and validation, the unseen-class test
+    split (Table 2) and the whole test split (Table 3)."""
+    splits = [("train (seen classes)", data.train), ("val (seen classes)", data.val),
+              ("test, unseen classes (Table 2)", data.test_unseen), ("test, all (Table 3)", data.test)]
+    return pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in splits],
+                        columns=["split", "images", "captions"])
+
+
+def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
+    """Every tuning run of every method (`TuningResult.frame`), in one table."""
+    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+
+
+def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:
+    """The trained models of `train.py` in training order: (method, K, seed), every model of `SPECS` every seed."""
+    return [(name, k, seed) for seed in seeds for name, k in SPECS]
+
+
+class TrainedModels(NamedTuple):
+    """`train_models`' output: the models (best weights, eval mode) and their fits, both keyed by (row label
+    `model_label`, seed), and the training table (one `fit_row` per run)."""
+
+    models: dict[tuple[str, int], RetrievalModel]
+    results: dict[tuple[str, int], FitResult]
+    fits: pd.DataFrame
+
+
+def train_models(runs: Sequence[tuple[str, int, int]], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                 run: RunConfig) -> TrainedModels:
+    """Train (or load from the run cache) every (method, K, seed) of `runs` (`chapter_runs`) at its tuned setting
+    (`train_model`), printing each run's `fit_row` as it ends."""
+    models, results, fits = {}, {}, []
+    for name, k, seed in runs:
+        t0 = time.perf_counter()
+        key = (model_label(name, k), seed)
+        models[key], results[key] = train_model(name, k, data, tuned, enc, run, seed)
+        fits.append(fit_row(key[0], seed, tuned[name], results[key], time.perf_counter() - t0))
+        print(fits[-1])
+    return TrainedModels(models, results, pd.DataFrame(fits))
+
+
+def learning_curves(results: Mapping[tuple[str, int], FitResult]) -> pd.DataFrame:
+    """Validation rSum after every epoch of every run (its history, cached runs included): columns model, seed,
+    epoch, val rSum."""
+    return pd.DataFrame([{"model": name, "seed": seed, "epoch": h["epoch"], "val rSum": h["val/rsum"]}
+                         for (name, seed), result in results.items() for h in result.history])
+
+
+def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: float, title: str) -> Figure:
+    """Validation rSum per epoch of each model of `order` (`learning_curves`; line: mean over seeds, band: std),
+    with the validation split's Bayes ceiling `ceiling` dashed."""
+    fig, ax = plt.subplots(figsize=(8.5, 4))
+    sns.lineplot(data=curves, x="epoch", y="val rSum", hue="model", hue_order=list(order), errorbar="sd", marker="o",
+                 ax=ax)
+    ax.axhline(ceiling, color="black", ls="--", lw=1)
+    ax.text(1, ceiling, " Bayes ceiling", va="bottom", fontsize=8)
+    ax.set_title(title)
+    ax.legend(title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def per_run_frame(trained: TrainedModels, data: ChapterData, device: torch.device | str) -> pd.DataFrame:
+    """One row per trained model and seed: whether it converged and every Table 2 / 3 value (`tables_row`)."""
+    return pd.DataFrame([{"model": name, "seed": seed, "converged": trained.results[name, seed].converged,
+                          **tables_row(model, data, device)} for (name, seed), model in trained.models.items()])
+
+
+Ceiling = dict[str, dict[str, float]]  # {"1K": `fold_ceiling`, "5K": `bayes_ceiling`} of the test split
+
+
+def table3_ceiling(test: Split) -> Ceiling | None:
+    """The Bayes ceiling of the test split under Table 3's two protocols (`fold_ceiling`, `bayes_ceiling`); None
+    without exact relevance (the real data sets have none, so no ceiling)."""
+    return None if test.exact is None else {"1K": fold_ceiling(test), "5K": bayes_ceiling(test)}
+
+
+def with_ceiling_share(per_run: pd.DataFrame, ceiling: Ceiling | None) -> pd.DataFrame:
+    """`per_run` with "% of ceiling 5K": each run's 5K instance rSum as % of the ceiling's (`percent_of_ceiling`);
+    unchanged without a ceiling."""
+    if ceiling is None:
+        return per_run
+    share = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in per_run["rsum 5K"]]
+    return per_run.assign(**{"% of ceiling 5K": share})
+
+
+def table3_frame(per_run: pd.DataFrame, label: str, ceiling: Ceiling | None, order: Sequence[str] = ORDER,
+                 chapter: str = "pcme") -> pd.DataFrame:
+    """Table 3: PMRP and instance R@1 (1K, 5K) of the models in `order`, the paper's value beside each
+    (`summary.with_paper`, `chapter`'s paper values). With a `ceiling` (per_run from `with_ceiling_share`): each
+    model's "5K rSum % of ceiling" (mean over seeds) and the ceiling's row on top (`table3_ceiling_row`)."""
+    table = with_paper(seed_summary(per_run, list(TABLE3_COLUMNS), order), chapter, "table3", TABLE3_COLUMNS, label)
+    if ceiling is None:
+        return table
+    table["5K rSum % of ceiling"] = seed_summary(per_run, ["% of ceiling 5K"], order)["% of ceiling 5K"].to_numpy()
+    return pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table], ignore_index=True)
+
+
+def ceiling_note(ceiling: Ceiling | None) -> str:
+    """The caption's sentence on the ceiling's row and column of Table 3 ("" without a ceiling)."""
+    return "" if ceiling is None else (
+        " 'Bayes ceiling': the best any scorer can reach on this split (exact relevance, xmr_core.ceiling); "
+        "'% of ceiling': the model's 5K instance rSum over the ceiling's.")
+
+
+def ceiling_frame(per_run: pd.DataFrame, ceiling: Ceiling) -> pd.DataFrame:
+    """`ceiling.csv` in every chapter's layout: per model and seed, its 5K instance rSum, the ceiling's, the share
+    (per_run from `with_ceiling_share`) and whether the run converged."""
+    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["rsum 5K"],
+                         "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": per_run["% of ceiling 5K"],
+                         "converged": per_run["converged"]})
+
+
+def ceiling_figure(table: pd.DataFrame) -> Figure:
+    """Each model's share of the ceiling (`ceiling_frame`) as bars: mean over seeds, std as a line; 100% dashed."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    sns.barplot(data=table, y="model", x="percent_of_ceiling", errorbar="sd", ax=ax, color="tab:blue")
+    ax.axvline(100, color="black", ls="--", lw=1)
+    ax.set_xlabel("5K-analogue rSum, % of the Bayes ceiling (bar: mean over seeds, line: std)")
+    ax.set_ylabel("")
+    return fig
+
+
+def write_ceiling(per_run: pd.DataFrame, ceiling: Ceiling | None, run: RunConfig, caption: str) -> pd.DataFrame | None:
+    """Write `pcme/ceiling` (`ceiling_frame` with `caption`, the ceiling's R@K in its provenance) and its figure
+    (`ceiling_figure`); nothing without a ceiling. Returns the table, or None."""
+    if ceiling is None:
+        return None
+    table = ceiling_frame(per_run, ceiling)
+    write_table(table, "pcme/ceiling", run=run, extra={"ceiling": ceiling}, caption=caption)
+    write_figure(ceiling_figure(table), "pcme/ceiling", run=run,
+                 caption="Each model's share of the Bayes ceiling (rSum).")
+    return table
+
+
+RP_COLUMNS = ["T2 i2t R-P", "T2 t2i R-P"]  # Table 2's R-Precision, both directions
+R1_COLUMNS = ["T2 i2t R@1", "T2 t2i R@1"]  # Table 2's R@1
+PMRP_COLUMNS = ["T3 5K i2t PMRP", "T3 5K t2i PMRP"]  # Table 3's 5K-analogue PMRP
+PVSE_KS = (1, 2, 4)
+
+
+def train_claims(per_run: pd.DataFrame, n_seeds: int) -> pd.DataFrame:
+    """The claims of Sec. 4.2-4.3 checked on train.py's runs (`per_run_frame` of `n_seeds` seeds each). A PCME vs
+    mu-only claim holds when the difference of the seed means exceeds the larger seed std (`compare_models`); a
+    claim on a model that did not converge is "not tested" (`results.require_converged`)."""
+    d_rp, s_rp, h_rp = compare_models(per_run, "PCME", "PCME mu only", RP_COLUMNS)
+    d_pm, s_pm, h_pm = compare_models(per_run, "PCME", "PCME mu only", PMRP_COLUMNS)
+    means_r1, means_rp = model_means(per_run, ORDER, R1_COLUMNS), model_means(per_run, ORDER, RP_COLUMNS)
+    means_pm = model_means(per_run, ORDER, PMRP_COLUMNS)
+    pvse = {k: (means_r1[f"PVSE K={k}"], means_rp[f"PVSE K={k}"]) for k in PVSE_KS}
+    vse0_rp = means_rp["VSE0"]
+    m_rp = best_other_margin(per_run, "PCME", means_rp, RP_COLUMNS)[:2]
+    m_pm = best_other_margin(per_run, "PCME", means_pm, PMRP_COLUMNS)[:2]
+    pvse_rows = [model_label("PVSE", k) for k in PVSE_KS]
+    claims = [
+        ({"claim": "PCME improves on its deterministic version (mu only) in R-Precision (CUB-style, class relevance).",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": f"PCME - mu only = {d_rp:+.2f} pp of mean R-P over {n_seeds} seeds (largest seed std {s_rp:.2f})",
+          "verdict": h_rp}, ["PCME", "PCME mu only"]),
+        ({"claim": "PCME improves on mu only in PMRP (COCO-style plausible matches).",
+          "source": "Sec. 4.3, Table 3",
+          "evidence": f"PCME - mu only = {d_pm:+.2f} pp of 5K-analogue PMRP over {n_seeds} seeds (largest seed std "
+                      f"{s_pm:.2f})",
+          "verdict": h_pm}, ["PCME", "PCME mu only"]),
+        ({"claim": "PVSE with hardest negatives: R@1 rises with K while R-Precision does not.",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": "; ".join(f"K={k}: R@1 {r1:.1f}, R-P {rp:.1f}" for k, (r1, rp) in pvse.items())
+                      + f" (mean of {n_seeds} seeds)",
+          "verdict": verdict(pvse[4][0] > pvse[1][0] and pvse[4][1] <= pvse[1][1])}, pvse_rows),
+        ({"claim": "Every PVSE with hardest negatives is below VSE0 in R-Precision.",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": f"VSE0 R-P {vse0_rp:.1f}; PVSE " + ", ".join(f"K={k} {rp:.1f}" for k, (_, rp) in pvse.items()),
+          "verdict": verdict(all(rp < vse0_rp for _, rp in pvse.values()))}, ["VSE0", *pvse_rows]),
+        ({"claim": "PCME has the best R-Precision of all compared methods.",
+          "source": "Sec. 4.2, Table 2",
+          "evidence": "mean R-P: " + ", ".join(f"{m} {v:.1f}" for m, v in means_rp.items())
+                      + f"; PCME - best other = {m_rp[0]:+.2f} (PCME seed std {m_rp[1]:.2f})",
+          "verdict": difference_verdict(*m_rp)}, ORDER),
+        ({"claim": "PCME has the best PMRP of all compared methods.",
+          "source": "Sec. 4.3, Table 3",
+          "evidence": "mean 5K-analogue PMRP: " + ", ".join(f"{m} {v:.1f}" for m, v in means_pm.items())
+                      + f"; PCME - best other = {m_pm[0]:+.2f} (PCME seed std {m_pm[1]:.2f})",
+          "verdict": difference_verdict(*m_pm)}, ORDER),
+    ]
+    converged = per_run.groupby("model")["converged"].all().to_dict()
+    for claim, models in claims:
+        claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], models, converged)
+    return pd.DataFrame([claim for claim, _ in claims])
+
+
+# ==================================================================================================
+# ablate.py: Table 1 over the seeds, the ablations, the claims.
+# ==================================================================================================
+
+
+def tuned_settings(tuned: Mapping[str, TuningResult]) -> dict[str, tuple[float, str, float]]:
+    """{method: (learning rate, weight name, weight)} of each tuned method."""
+    return {name: (t.lr, t.weight_name, t.weight) for name, t in tuned.items()}
+
+
+def table1_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                run: RunConfig) -> pd.DataFrame:
+    """Table 1's per-seed rows (`table1_rows`): train.py's mu-only model scored with the mean only and its PCME with
+    every test-time similarity (`TEST_TIME_SIMILARITIES`), class relevance on the unseen classes, every seed (runs
+    loaded from the cache)."""
+    rows: list[dict[str, object]] = []
+    for seed in seeds:
+        mu_model, _ = train_model("PCME mu only", 1, data, tuned, enc, run, seed)
+        rows += table1_rows("mu only", seed, evaluate_similarities(
+            mu_model, data.test_unseen, data.vocab, ["mean_cosine"], views=["class"], device=run.torch_device))
+        pcme_model, _ = train_model("PCME", 1, data, tuned, enc, run, seed)
+        rows += table1_rows("PCME", seed, evaluate_similarities(
+            pcme_model, data.test_unseen, data.vocab, list(TEST_TIME_SIMILARITIES), views=["class"],
+            device=run.torch_device))
+    return pd.DataFrame(rows)
+
+
+def ablation_frame(ablations: Sequence[tuple[str, PCMEConfig, Mapping[str, object]]], data: ChapterData,
+                   tuned: dict[str, TuningResult], run: RunConfig, seed: int) -> pd.DataFrame:
+    """Train (or load) one PCME per ablation (name, config, training overrides such as finetune=True) at PCME's
+    tuned learning rate and seed `seed` (`train_tuned`), and score it (`ablation_row`): one row each."""
+    rows = []
+    for name, cfg, overrides in ablations:
+        model, result = train_tuned("PCME", cfg, data, tuned, run, seed, **overrides)
+        rows.append(ablation_row(name, model, result, data, run.torch_device))  # type: ignore[arg-type]
+    return pd.DataFrame(rows)
+
+
+def ablate_claims(t1_runs: pd.DataFrame) -> pd.DataFrame:
+    """The claims of Sec. 4.2 on Table 1 (`table1_runs`), each similarity's R-P the mean of i2t and t2i. The spread
+    is the largest seed std of PCME's similarities; "close" means within max(spread, 0.5 pp)."""
+    cols = ["i2t R-P", "t2i R-P"]
+    means = t1_runs.groupby(["variant", "similarity"])[cols].mean()
+    stds = t1_runs.groupby(["variant", "similarity"])[cols].std(ddof=1).fillna(0.0)
+    avg = means.loc["PCME"].mean(axis=1)
+    best = avg.idxmax()
+    spread = float(stds.loc["PCME"].mean(axis=1).max())
+    mp_margin = float(avg["Match prob"] - avg.drop("Match prob").max())  # > 0: the match probability is the best
+    w2_gap = float(abs(avg["2-Wasserstein"] - avg["Mean only"]))
+    mu_avg = float(means.loc[("mu only", "Mean only")].mean())
+    above = int((avg - mu_avg > spread).sum())
+    return pd.DataFrame([
+        {"claim": "At test time the match probability is the best similarity for PCME.",
+         "source": "Sec. 4.2, Table 1",
+         "evidence": "mean of i2t/t2i R-P per similarity: " + ", ".join(f"{k} {v:.2f}" for k, v in avg.items())
+                     + f"; best = {best}; match prob - best other = {mp_margin:+.2f} (largest seed std {spread:.2f})",
+         "verdict": difference_verdict(mp_margin, spread)},
+        {"claim": "2-Wasserstein (2x storage) performs close to the mean-only similarity.",
+         "source": "Sec. 4.2, Table 1",
+         "evidence": f"|W2 - mean only| = {w2_gap:.2f} pp of R-P (seed std up to {spread:.2f}; close = within "
+                     f"max(seed std, 0.5 pp))",
+         "verdict": verdict(w2_gap <= max(spread, 0.5))},
+        {"claim": "PCME with any test-time similarity mostly improves over mu-only training.",
+         "source": "Sec. 4.2, Table 1",
+         "evidence": f"mu-only mean R-P {mu_avg:.2f}; PCME similarities above it by more than the seed std "
+                     f"{spread:.2f}: {above} of {len(avg)}",
+         "verdict": verdict(above > len(avg) / 2)},
+    ])
+
+
+# ==================================================================================================
+# visualise.py: Figures 5-8, sigma by caption specificity, a gallery, the claims. Gaussians are (mu, logvar)
+# pairs, each (n, D), on the CPU (`embed_gaussians`).
+# ==================================================================================================
+
+Gaussians = tuple[Tensor, Tensor]
+
+
+def spread_classes(image_class: np.ndarray, n: int) -> list[int]:
+    """`n` classes spread evenly over the sorted classes present in `image_class` (N,), first and last included."""
+    present = np.unique(image_class)
+    return [int(c) for c in present[np.linspace(0, len(present) - 1, n).round().astype(int)]]
+
+
+def generic_caption(model: PCME, split: Split, vocab: Vocabulary, device: torch.device | str) -> Gaussians:
+    """The Gaussian ((1, D), (1, D)) of the most generic caption: every word unknown, as many words as the split's
+    median caption (the paper's "this bird has <unk> ... <unk>")."""
+    length = int(np.median([len(c.split()) for c in split.captions]))
+    one = split.subset(np.array([0]), "generic")
+    generic = with_captions(one, [f"{UNKNOWN_WORD} " * length] * one.n_captions, "generic")
+    mu, logvar = embed_gaussians(model, generic, vocab, device)[1]
+    return mu[:1], logvar[:1]
+
+
+def embedding_figure(split: Split, images: Gaussians, captions: Gaussians, generic: Gaussians,
+                     classes: Sequence[int]) -> Figure:
+    """Figure 5: the 50% regions of the images (left) and captions (right) of `classes`, projected onto the two
+    principal directions of their means (`viz.project_gaussians`), coloured by class, with the 99% region of the
+    `generic` caption (`generic_caption`) in black on both."""
+    pick_img = np.flatnonzero(np.isin(split.image_class, classes))
+    pick_cap = np.flatnonzero(np.isin(split.image_class[split.caption_image], classes))
+    centre, basis = pca_basis(np.concatenate([images[0][pick_img].numpy(), captions[0][pick_cap].numpy()]))
+    generic_2d = project_gaussians(generic[0].numpy(), generic[1].numpy(), centre, basis)
+    names = split.class_names or [str(c) for c in range(int(split.image_class.max()) + 1)]
+    palette = {c: f"C{k}" for k, c in enumerate(classes)}
+    panels = [(images[0][pick_img], images[1][pick_img], split.image_class[pick_img], "images"),
+              (captions[0][pick_cap], captions[1][pick_cap], split.image_class[split.caption_image[pick_cap]],
+               "captions")]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, (mu, logvar, cls, title) in zip(axes, panels):
+        m2, l2 = project_gaussians(mu.numpy(), logvar.numpy(), centre, basis)
+        confidence_ellipses(ax, m2, l2, colors=[palette[int(c)] for c in cls], level=0.5, linewidth=0.6)
+        confidence_ellipses(ax, *generic_2d, colors="black", level=0.99, linewidth=2.5, fill_alpha=0.0)
+        ax.set_title(f"{title} (50% regions, PCA of the means); black: generic caption (99%)", fontsize=9)
+    for c in classes:
+        axes[0].plot([], [], color=palette[c], label=names[c])
+    axes[0].legend(fontsize=7, loc="best", title="class", title_fontsize=7)
+    return fig
+
+
+def recall_by_sigma(scores: Tensor, split: Split, image_sigma: np.ndarray, caption_sigma: np.ndarray,
+                    bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Figure 6: instance R@1 of the queries in `bins` equal-count bins of σ (`metrics.recall_by_bins`), image→text
+    (image_sigma (N,)) and text→image (caption_sigma (M,)); scores (N, M) images × captions."""
+    i2t = ranking_stats(scores, {"instance": split.relevance("instance", "i2t")})["instance"]
+    t2i = ranking_stats(scores.T, {"instance": split.relevance("instance", "t2i")})["instance"]
+    return (pd.DataFrame(recall_by_bins(image_sigma, i2t.best_rank, bins=bins, value_name="sigma")),
+            pd.DataFrame(recall_by_bins(caption_sigma, t2i.best_rank, bins=bins, value_name="sigma")))
+
+
+def recall_by_sigma_figure(i2t: pd.DataFrame, t2i: pd.DataFrame) -> Figure:
+    """Figure 6: R@1 per σ bin (`recall_by_sigma`) as bars, image→text and text→image."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, frame, title in ((axes[0], i2t, "image-to-text"), (axes[1], t2i, "text-to-image")):
+        ax.bar(frame["bin"], frame["R@1"])
+        ax.set_xlabel("uncertainty bin (low σ → high σ)")
+        ax.set_ylabel("R@1 (%)")
+        ax.set_title(title)
+    return fig
+
+
+def bin_correlation(bins: pd.DataFrame) -> float:
+    """Pearson correlation of the σ bin's index and its R@1 (`recall_by_sigma`): < 0 when R@1 falls as σ rises."""
+    return float(np.corrcoef(bins["bin"], bins["R@1"])[0, 1])
+
+
+def sigma_by_erasing(model: PCME, split: Split, trunk: PretrainedTrunk, vocab: Vocabulary,
+                     device: torch.device | str, ratios: Sequence[float], rng: np.random.Generator) -> pd.DataFrame:
+    """Figure 7: per erased ratio r, the mean σ of the split's images with their centre r of the pixels greyed
+    (`perturb.erase_centre`) and of its captions with r of the words unknown (`perturb.erase_words`, drawing
+    from `rng` in ratio order)."""
+    rows = []
+    for r in ratios:
+        _, image_lv = embed_gaussians(model, with_images(split, erase_centre(split.images, r), f"erase{r}", trunk),
+                                      vocab, device)[0]
+        _, caption_lv = embed_gaussians(model, with_captions(split, erase_words(split.captions, r, rng), f"drop{r}"),
+                                        vocab, device)[1]
+        rows.append({"ratio": r, "image sigma": float(uncertainty(image_lv).mean()),
+                     "caption sigma": float(uncertainty(caption_lv).mean())})
+    return pd.DataFrame(rows)
+
+
+def erasing_figure(erasing: pd.DataFrame) -> Figure:
+    """Figure 7: mean σ against the erased ratio (`sigma_by_erasing`), images and captions."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    axes[0].plot(erasing["ratio"], erasing["image sigma"], marker="o")
+    axes[0].set_title("images: erased pixels")
+    axes[1].plot(erasing["ratio"], erasing["caption sigma"], marker="o")
+    axes[1].set_title("captions: erased words")
+    for ax in axes:
+        ax.set_xlabel("erased ratio")
+        ax.set_ylabel("mean σ (geometric mean over dims)")
+    return fig
+
+
+def mixed_and_erased(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    """Figure 8's images, each (n, H, W, 3): A, B, "mix" (the left half of A beside the right half of B,
+    `perturb.mix_halves`) and "erase" (A with its centre quarter of the pixels grey)."""
+    return {"A": a, "B": b, "mix": mix_halves(a, b), "erase": erase_centre(a, 0.25)}
+
+
+def image_gaussians(model: PCME, split: Split, images: Mapping[str, np.ndarray], trunk: PretrainedTrunk,
+                    vocab: Vocabulary, device: torch.device | str) -> dict[str, Gaussians]:
+    """{name: the image Gaussians of `split` with its pixels replaced by `images[name]` (split.n_images, H, W, 3)}."""
+    return {name: embed_gaussians(model, with_images(split, pixels, name, trunk), vocab, device)[0]
+            for name, pixels in images.items()}
+
+
+class SetAlgebra(NamedTuple):
+    """Figure 8 measured over image pairs (A, B): mean match probability of the mix with A's, B's and any caption,
+    of erase(A) with A's and any caption, and the share of images whose σ grows when erased."""
+
+    mix_a: float
+    mix_b: float
+    mix_any: float
+    erase_a: float
+    erase_any: float
+    share_wider: float
+
+    def frame(self) -> pd.DataFrame:
+        """The measures as (quantity, value) rows."""
+        names = ["p(mix, captions of A)", "p(mix, captions of B)", "p(mix, any caption)",
+                 "p(erase(A), captions of A)", "p(erase(A), any caption)",
+                 "share of images whose sigma grows when erased"]
+        return pd.DataFrame({"quantity": names, "value": list(self)})
+
+
+def set_algebra(model: PCME, split: Split, trunk: PretrainedTrunk, vocab: Vocabulary, device: torch.device | str,
+                captions: Gaussians, n_pairs: int) -> SetAlgebra:
+    """Figure 8 over `n_pairs` pairs: image k (A) with image n_pairs + k (B) of the split, mixed and erased
+    (`mixed_and_erased`), each scored against every caption of the split (`captions`) by the match probability."""
+    a_idx, b_idx = np.arange(n_pairs), np.arange(n_pairs, 2 * n_pairs)
+    emb = image_gaussians(model, split.subset(a_idx, "A"), mixed_and_erased(split.images[a_idx], split.images[b_idx]),
+                          trunk, vocab, device)
+    p_mix = score_matrix(model, emb["mix"], captions).cpu()
+    p_erase = score_matrix(model, emb["erase"], captions).cpu()
+    wider = uncertainty(emb["erase"][1]).numpy() > uncertainty(emb["A"][1]).numpy()
+    return SetAlgebra(own_caption_score(p_mix, a_idx, split.caption_image),
+                      own_caption_score(p_mix, b_idx, split.caption_image), float(p_mix.mean()),
+                      own_caption_score(p_erase, a_idx, split.caption_image), float(p_erase.mean()),
+                      float(wider.mean()))
+
+
+SET_ALGEBRA_COLOURS = {"A": "C0", "B": "C1", "mix": "C2", "erase": "C3"}
+
+
+def set_algebra_figure(images: Mapping[str, np.ndarray], gaussians: Mapping[str, Gaussians], centre: np.ndarray,
+                       basis: np.ndarray) -> Figure:
+    """Figure 8 for one pair: the four images of `mixed_and_erased` (each (1, H, W, 3)) on top, and below the 50%
+    regions of their Gaussians (`image_gaussians`) projected onto `basis` (`viz.pca_basis`): the mix beside A and B,
+    erase(A) beside A."""
+    fig = plt.figure(figsize=(10, 7))
+    grid = fig.add_gridspec(2, 4, height_ratios=[1, 2.2])
+    for k, (name, pixels) in enumerate(images.items()):
+        thumb = fig.add_subplot(grid[0, k])
+        thumb.imshow(pixels[0])
+        thumb.set_title("erase(A)" if name == "erase" else name, color=SET_ALGEBRA_COLOURS[name], fontsize=10)
+        thumb.set_xticks([])
+        thumb.set_yticks([])
+    panels = [fig.add_subplot(grid[1, :2]), fig.add_subplot(grid[1, 2:])]
+    for ax, (label, drawn) in zip(panels, [("mix", ("A", "B", "mix")), ("erase", ("A", "erase"))]):
+        for name in drawn:
+            m2, l2 = project_gaussians(gaussians[name][0].numpy(), gaussians[name][1].numpy(), centre, basis)
+            confidence_ellipses(ax, m2, l2, colors=SET_ALGEBRA_COLOURS[name], level=0.5, linewidth=1.5)
+            ax.plot([], [], color=SET_ALGEBRA_COLOURS[name], label=name)
+        ax.legend()
+        ax.locator_params(nbins=5)
+        ax.set_title(f"{label} (50% regions, PCA of the image means)", fontsize=9)
+    return fig
+
+
+def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame:
+    """Per caption level: the number of captions, their mean σ (caption_sigma (M,)) and their mean number of exact
+    positives, rows by increasing positives."""
+    levels = pd.DataFrame({"level": split.caption_level, "sigma": caption_sigma,
+                           "exact positives": split.exact.sum(1)})
+    by_level = levels.groupby("level").agg(captions=("sigma", "size"), sigma=("sigma", "mean"),
+                                           positives=("exact positives", "mean")).reset_index()
+    return by_level.sort_values("positives").reset_index(drop=True)
+
+
+def sigma_positives_correlation(split: Split, caption_sigma: np.ndarray) -> float:
+    """Spearman correlation of each caption's σ (caption_sigma (M,)) with its number of exact positives."""
+    return float(pd.Series(caption_sigma).corr(pd.Series(split.exact.sum(1)), method="spearman"))
+
+
+def level_gallery(scores: Tensor, split: Split, levels: Sequence[str], k: int = 5) -> Figure:
+    """Text-to-image top-k (scores (N, M) images × captions) of the first caption of each of `levels`, framed green
+    where the caption's logical form holds in the image (`viz.retrieval_gallery`)."""
+    picks = [int(np.flatnonzero(np.array(split.caption_level) == lv)[0]) for lv in levels]
+    top = torch.topk(scores.T[picks], k, dim=1)
+    relevant = np.stack([split.exact[c, top.indices[q].numpy()] for q, c in enumerate(picks)])
+    return retrieval_gallery([f"[{split.caption_level[c]}] {split.captions[c]}" for c in picks],
+                             split.images[top.indices.numpy()], relevant, top.values.numpy())
+
+
+def visualise_claims(corr_i2t: float, corr_t2i: float, erasing: pd.DataFrame, by_level: pd.DataFrame, rho: float,
+                     generic_sigma: float, max_caption_sigma: float, algebra: SetAlgebra) -> list[Claim]:
+    """The claims of Sec. 4.4 checked by visualise.py: Figure 6 (`bin_correlation` per direction), Figure 7
+    (`sigma_by_erasing`), Figure 5 and σ by level (`sigma_by_level`, `sigma_positives_correlation`, the generic
+    caption's σ against the largest test caption's) and Figure 8 (`set_algebra`)."""
+    first, last = erasing.iloc[0], erasing.iloc[-1]
+    return [
+        Claim("Uncertainty falls as R@1 rises (higher sigma, lower R@1).", "Sec. 4.4, Figure 6",
+              f"correlation of sigma bin and R@1: i2t {corr_i2t:.2f}, t2i {corr_t2i:.2f}",
+              verdict(corr_i2t < 0 and corr_t2i < 0)),
+        Claim("Sigma rises with the share of erased pixels and of erased words.", "Sec. 4.4, Figure 7",
+              "image sigma " + " → ".join(f"{v:.4f}" for v in erasing["image sigma"]) + "; caption sigma "
+              + " → ".join(f"{v:.4f}" for v in erasing["caption sigma"]),
+              verdict(bool(last["image sigma"] > first["image sigma"]
+                           and last["caption sigma"] > first["caption sigma"]))),
+        Claim("Generic captions get the widest distributions.", "Sec. 4.4, Figure 5",
+              "mean sigma by level: " + ", ".join(f"{r.level} {r.sigma:.4f} ({r.positives:.0f} positives)"
+                                                  for r in by_level.itertuples())
+              + f"; Spearman(sigma, positives) = {rho:.2f}"
+              + f"; all-unknown caption {generic_sigma:.4f} vs largest test caption {max_caption_sigma:.4f}",
+              verdict(bool(by_level.loc[by_level["sigma"].idxmax(), "level"] == "vague"))),
+        Claim("Mixing two images covers the intersection: the mix matches the captions of both.", "Sec. 4.4, Figure 8",
+              f"p(mix, A's captions) {algebra.mix_a:.3f}, p(mix, B's captions) {algebra.mix_b:.3f}, p(mix, any "
+              f"caption) {algebra.mix_any:.3f}",
+              verdict(bool(algebra.mix_a > algebra.mix_any and algebra.mix_b > algebra.mix_any))),
+        Claim("Erasing part of an image gives a wider distribution that still includes the original (inclusion).",
+              "Sec. 4.4, Figure 8",
+              f"sigma grows for {100 * algebra.share_wider:.0f}% of images; p(erase(A), A's captions) "
+              f"{algebra.erase_a:.3f} vs any caption {algebra.erase_any:.3f}",
+              verdict(bool(algebra.share_wider > 0.5 and algebra.erase_a > algebra.erase_any))),
+    ]
+
+
+def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
+    """The claims as a table (claim, source, evidence, verdict)."""
+    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
