@@ -13,6 +13,7 @@ import torch
 from fixtures.corpora import synthetic_split
 
 from xmr_core.chapters import hmrn as chapter
+from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
@@ -227,10 +228,27 @@ def test_round_gallery_by_hand():
     assert texts[1].startswith("round 1: + 'object 0 of image 2'") and texts[2].endswith("target rank 1")
 
 
+def test_without_pixels_the_ranks_and_the_attention_are_still_drawn(tmp_path):
+    """Real data read without images (Visual Genome's features only): the ranks of `round_gallery` without its
+    images, no gallery figure, and the attention as a regions x queries heatmap."""
+    split = dataclasses.replace(SPLIT.subset([0, 1, 2], "three"), images=None)
+    scores = torch.tensor([[[0.1, 0.9, 0.5], [0.0, 1.0, 0.0], [0.3, 0.2, 0.1]],
+                           [[0.9, 0.1, 0.5], [0.0, 1.0, 0.0], [0.3, 0.2, 0.4]]])
+    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path))
+    ranks = chapter.write_galleries(scores, split, [2, 0], 2, run)
+    assert ranks["set 2"].tolist() == [3, 1] and ranks["set 0"].tolist() == [3, 1]  # by hand, as in the test above
+    assert not list(tmp_path.rglob("gallery_*"))
+    weights, heat = chapter.query_attention(_model(chapter.TI), split, VOCAB, 2)
+    assert heat is None and weights.shape == (3, 3)
+    fig = chapter.attention_figure(split, 2, weights, heat, split.queries[2])
+    image = fig.axes[0].images[0].get_array()
+    assert np.allclose(image, weights)
+
+
 def test_query_attention_sums_to_one_and_heats_the_boxes():
     model = _model(chapter.TI)
     weights, heat = chapter.query_attention(model, SPLIT, VOCAB, 2)  # image 2: three queries, three regions
-    assert weights.shape == (3, 3)
+    assert weights.shape == (3, 3) and heat is not None
     assert weights.sum(0) == pytest.approx(np.ones(3), abs=1e-6)
     box = SPLIT.region_boxes[2]
     # a pixel centre inside exactly one box gets that region's weight

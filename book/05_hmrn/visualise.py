@@ -101,7 +101,7 @@ rank_table
 image = int(picked[0])
 weights, heat = query_attention(ti_model, test, vocab, image)
 queries = test.queries[image][: weights.shape[1]]
-fig = attention_figure(test.images[image], heat, queries)
+fig = attention_figure(test, image, weights, heat, queries)
 write_figure(fig, "hmrn/attention", run=run, caption=f"Eq. (7)'s weights of each of test image {image}'s queries over "
              "its regions (HMRN T-I), summed over the pixels each region box covers.")
 plt.show()

@@ -590,28 +590,35 @@ def bubble_figure(frame: pd.DataFrame, x: str, y: str, title: str, ax: plt.Axes 
 
 
 # ------------------------------------------------------------------------------------------------ visualise
-def round_gallery(scores: Tensor, split: Split, query_set: int, k: int = 5
-                  ) -> tuple[list[str], np.ndarray, np.ndarray, list[int]]:
-    """The per-round retrieval of one query set (image `query_set`'s queries) from scores (T, Q, G): a first row
-    with the target image alone (the rest blank), then per round the text (the query added and the target's rank)
-    and the top-k images; returns (texts (T + 1), images (T + 1, k, H, W, 3), whether each is the target
-    (T + 1, k), the target's rank after each round (T,), pessimistic as `metrics.multi_round`)."""
-    if split.images is None:
-        raise ValueError(f"{split.source}: split {split.name!r} holds no pixels to draw")
-    target = np.zeros((k, *split.images.shape[1:]), dtype=split.images.dtype)
-    target[0] = split.images[query_set]
-    texts, images, hits, ranks = [f"target: test image {query_set}"], [target], [np.arange(k) == 0], []
+def round_ranks(scores: Tensor, split: Split, query_set: int, k: int = 5
+                ) -> tuple[list[str], np.ndarray, np.ndarray, list[int]]:
+    """The per-round retrieval of one query set (image `query_set`'s queries) from scores (T, Q, G): per round the
+    text (the query added and the target's rank), the top-k gallery images (T, k), whether each is the target (T, k)
+    and the target's rank (T,), pessimistic as `metrics.multi_round`. Needs no pixels."""
+    texts, tops, ranks = [], [], []
     queries = split.queries[query_set]
     for r in range(scores.shape[0]):
         row = scores[r, query_set]
-        rank = int((row >= row[query_set]).sum())
-        top = torch.argsort(row, descending=True, stable=True)[:k].numpy()
+        ranks.append(int((row >= row[query_set]).sum()))
+        tops.append(torch.argsort(row, descending=True, stable=True)[:k].numpy())
         added = queries[r] if r < len(queries) else "(no new query: the set is held)"
-        texts.append(f"round {r + 1}: + '{added}' -> target rank {rank}")
-        images.append(split.images[top])
-        hits.append(top == query_set)
-        ranks.append(rank)
-    return texts, np.stack(images), np.stack(hits), ranks
+        texts.append(f"round {r + 1}: + '{added}' -> target rank {ranks[-1]}")
+    top = np.stack(tops)
+    return texts, top, top == query_set, ranks
+
+
+def round_gallery(scores: Tensor, split: Split, query_set: int, k: int = 5
+                  ) -> tuple[list[str], np.ndarray, np.ndarray, list[int]]:
+    """`round_ranks` with pixels: a first row with the target image alone (the rest blank), then per round the text
+    and the top-k images; returns (texts (T + 1), images (T + 1, k, H, W, 3), whether each is the target
+    (T + 1, k), the target's rank after each round (T,))."""
+    if split.images is None:
+        raise ValueError(f"{split.source}: split {split.name!r} holds no pixels to draw")
+    texts, top, hits, ranks = round_ranks(scores, split, query_set, k)
+    target = np.zeros((k, *split.images.shape[1:]), dtype=split.images.dtype)
+    target[0] = split.images[query_set]
+    return ([f"target: test image {query_set}", *texts], np.concatenate([target[None], split.images[top]]),
+            np.concatenate([np.arange(k)[None] == 0, hits]), ranks)
 
 
 @torch.no_grad()
@@ -625,15 +632,18 @@ def _one_image(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tupl
 
 
 @torch.no_grad()
-def query_attention(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tuple[np.ndarray, np.ndarray]:
+def query_attention(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Eq. (7)'s T-I cross attention of image `image`'s own queries over its regions, with the model's λ2:
-    (weights (R, N) (0 on padded regions), the heat of each pixel per query (N, S, S), `dvse.attention_heat`)."""
+    (weights (R, N) (0 on padded regions), the heat of each pixel per query (N, S, S), `dvse.attention_heat`; None
+    when the split holds no pixels)."""
     img, sets, one = _one_image(model, split, vocab, image)
     v, region_mask, _ = img
     t, query_mask = sets
     pos = clipped_cosines(v, region_mask, t, query_mask)
     weights = text_image_weights(pos, region_mask, model.config.lambda2)[0, 0]  # (R, N)
     weights = weights[:, query_mask[0]].numpy()
+    if one.images is None:
+        return weights, None
     return weights, attention_heat(weights, one.region_boxes[0], one.images.shape[1])
 
 
@@ -653,13 +663,23 @@ def correlation_graph(model: HMRN, split: Split, vocab: Vocabulary, image: int) 
     return graphs
 
 
-def attention_figure(image: np.ndarray, heat: np.ndarray, queries: Sequence[str]) -> Figure:
-    """The image beside one panel per query with its attention heat (N, S, S) drawn over the image."""
+def attention_figure(split: Split, image: int, weights: np.ndarray, heat: np.ndarray | None,
+                     queries: Sequence[str]) -> Figure:
+    """Test image `image` beside one panel per query with its attention heat (N, S, S) drawn over the image; without
+    pixels (`heat` None) the weights (R, N) as a regions x queries heatmap."""
+    if heat is None:
+        fig, ax = plt.subplots(figsize=(1.2 * len(queries) + 2.5, 0.3 * len(weights) + 1.5))
+        heatmap(ax, weights, [f"region {r + 1}" for r in range(len(weights))], [textwrap.fill(q, 18) for q in queries],
+                fmt="{:.2f}", vmin=0.0, vmax=1.0)
+        ax.set_title(f"test image {image}: Eq. (7)'s weight of each region per query", fontsize=8)
+        fig.tight_layout()
+        return fig
+    pixels = split.images[image]
     fig, axes = plt.subplots(1, len(queries) + 1, figsize=(1.9 * (len(queries) + 1), 2.4), squeeze=False)
-    axes[0, 0].imshow(image)
+    axes[0, 0].imshow(pixels)
     axes[0, 0].set_title("image", fontsize=7)
     for ax, h, q in zip(axes[0, 1:], heat, queries):
-        ax.imshow(image)
+        ax.imshow(pixels)
         ax.imshow(h, cmap="inferno", alpha=0.6, vmin=0.0, vmax=max(float(h.max()), 1e-9))
         ax.set_title(textwrap.fill(q, 18), fontsize=6)
     for ax in axes[0]:
@@ -995,9 +1015,13 @@ def ablate_claims(runs6: pd.DataFrame, runs7: pd.DataFrame, runs8: pd.DataFrame,
 
 def write_galleries(scores: Tensor, split: Split, sets: Sequence[int], k: int, run: RunConfig) -> pd.DataFrame:
     """The per-round gallery of each query set of `sets` (`round_gallery` through `viz.retrieval_gallery`), written
-    as `hmrn/gallery_<set>`; returns the target's rank after each round (rows: rounds, columns: "set <q>")."""
+    as `hmrn/gallery_<set>` when the split holds pixels (real data read without images: no figure); returns the
+    target's rank after each round (rows: rounds, columns: "set <q>")."""
     ranks = {}
     for q in sets:
+        if split.images is None:
+            ranks[f"set {q}"] = round_ranks(scores, split, int(q), k)[3]
+            continue
         texts, images, hits, ranks[f"set {q}"] = round_gallery(scores, split, int(q), k)
         write_figure(retrieval_gallery(texts, images, hits, width=60), f"hmrn/gallery_{q}", run=run,
                      caption=f"Test query set {q}: the top {k} images after each round (green: the target) and the "
