@@ -359,8 +359,8 @@ def test_rank_fusion_averages_the_ranks_so_far():
 
 @pytest.mark.parametrize("name", [n for n in list_methods() if n != "hmrn"])
 def test_every_method_scores_query_sets_in_blocks_or_whole_alike(name):
-    # single-query methods (the '*' protocol) and the single-vector set encoders (R-RE, R-HRE): embeddings of any
-    # layout (tuples, sub-embeddings) go through, in blocks or whole alike
+    # single-query methods (the '*' protocol), the single-vector set encoders (R-RE, R-HRE) and Drill-down's state
+    # tracker: embeddings of any layout (tuples, sub-embeddings) go through, in blocks or whole alike
     torch.manual_seed(0)
     model = create_method(name, VECTORS, **ENCODERS, **({"heads": 2} if name == "hrem" else {})).eval()
     whole = multi_query_scores(model, VAL, VOCAB, 3, short="hold", chunk_size=100, query_chunk=100)

@@ -18,7 +18,7 @@ import numpy as np
 from xmr_core.methods.base import RetrievalModel
 
 METHOD_MODULES: tuple[str, ...] = ("vse", "pvse", "pcme", "msrm", "dvse", "hrem", "gpo", "scan", "hmrn",
-                                   "recurrent_sets")  # imported on demand
+                                   "recurrent_sets", "drilldown")  # imported on demand
 
 
 @dataclass(frozen=True)
