@@ -87,16 +87,20 @@ def test_tuned_config_is_the_local_direction_at_the_tuned_tau_with_changes():
     assert (cfg.local, cfg.tau, cfg.icr_steps, cfg.lambda2) == ("T-I", 80.0, 1, 15.0)
 
 
-def test_r_re_and_r_hre_are_tuned_on_vse0_s_margin_grid_and_hmrn_on_tau():
+def test_r_re_r_hre_and_drill_down_are_tuned_on_vse0_s_margin_grid_and_hmrn_on_tau():
+    from xmr_core.methods.drilldown import DrillDown
     from xmr_core.methods.recurrent_sets import RHRE, RRE
 
     grids = {name: (c.weight_name, c.weights, c.default) for name, c in chapter.compared().items()}
     assert grids == {chapter.IT: ("tau", (20.0, 40.0, 80.0), 40.0), chapter.TI: ("tau", (20.0, 40.0, 80.0), 40.0),
-                     chapter.RE: ("margin", (0.1, 0.2, 0.4), 0.2), chapter.HRE: ("margin", (0.1, 0.2, 0.4), 0.2)}
+                     chapter.RE: ("margin", (0.1, 0.2, 0.4), 0.2), chapter.HRE: ("margin", (0.1, 0.2, 0.4), 0.2),
+                     chapter.DRILL: ("margin", (0.1, 0.2, 0.4), 0.2)}
     re_model = chapter.compared()[chapter.RE].build(ENC, VECTORS, 0.4, 1)
     hre_model = chapter.compared()[chapter.HRE].build(ENC, VECTORS, 0.1, 1)
     assert type(re_model) is RRE and type(hre_model) is RHRE
     assert (re_model.config.margin, hre_model.config.margin, re_model.config.embed_dim) == (0.4, 0.1, 8)
+    drill = chapter.compared()[chapter.DRILL].build(ENC, VECTORS, 0.1, 1)
+    assert type(drill) is DrillDown and (drill.config.margin, drill.config.n_states, drill.config.lam) == (0.1, 3, 9.0)
 
 
 def test_table6_pairs_keep_the_paper_proportions_of_local_and_global():
@@ -117,11 +121,11 @@ def test_sweep_settings_always_hold_the_default():
 
 def test_training_runs_count_the_tuning_budget():
     smoke, cpu = chapter.training_runs("smoke"), chapter.training_runs("cpu", 3)
-    # smoke: one learning rate and the default weight for each of the 5 tuned models (HMRN I-T, T-I, R-RE, R-HRE,
-    # VSE0)
-    assert smoke["runs"].iloc[0] == 5 and smoke["runs"].iloc[1] == 0
-    # cpu: 3 learning rates + 2 other weights, 5 models; then 2 more seeds of each
-    assert cpu["runs"].iloc[0] == 25 and cpu["runs"].iloc[1] == 10
+    # smoke: one learning rate and the default weight for each of the 6 tuned models (HMRN I-T, T-I, R-RE, R-HRE,
+    # Drill-down, VSE0)
+    assert smoke["runs"].iloc[0] == 6 and smoke["runs"].iloc[1] == 0
+    # cpu: 3 learning rates + 2 other weights, 6 models; then 2 more seeds of each
+    assert cpu["runs"].iloc[0] == 30 and cpu["runs"].iloc[1] == 12
     # Figure 6 on cpu reuses the tuning grid's runs: nothing new
     assert cpu.loc[cpu["part"].str.startswith("Figure 6"), "runs"].item() == 0
     # Table 9: one jointly trained model, every ablation seed (3 on cpu, 1 on smoke)
@@ -175,10 +179,11 @@ def test_table5_adds_the_ceiling_row_and_the_share_of_it():
     assert row["R@Sum % of ceiling"] == pytest.approx((25.0 + 50.0) / 2)  # the mean of each run's share
     assert row["rsum (paper)"] == 236.2  # Table 5, HMRN I-T's Avg. R@Sum
     assert out.loc[out["model"] == chapter.HRE, "rsum (paper)"].item() == 129.9  # Table 5, R-HRE's Avg. R@Sum
-    assert "Drill-down (paper only)" in set(out["model"]) and "R-RE (paper only)" not in set(out["model"])
+    assert out.loc[out["model"] == chapter.DRILL, "rsum (paper)"].item() == 186.4  # Table 5, Drill-down's
+    assert "VSRN* (paper only)" in set(out["model"]) and "Drill-down (paper only)" not in set(out["model"])
     # the paper's row order: the ceiling, the single-vector rows, the multi-vector rows, then the paper-only rows
-    assert out["model"].tolist()[:8] == ["Bayes ceiling", "R-RankFusion", "R-RE", "R-HRE", "VSE0*", chapter.TI,
-                                         chapter.IT, chapter.ENSEMBLE]
+    assert out["model"].tolist()[:10] == ["Bayes ceiling", "R-RankFusion", "R-RE", "R-HRE", "Drill-down", "VSE0*",
+                                          chapter.TI, chapter.IT, chapter.ENSEMBLE, "VSRN* (paper only)"]
 
 
 def test_round_table_columns_are_the_rounds():
@@ -315,20 +320,23 @@ def _claim_runs(late_r1: dict[str, float], rsum: dict[str, float]) -> pd.DataFra
 
 def test_train_claims_every_multi_vector_model_above_every_single_vector_one_and_r_hre_above_r_re():
     complexity = pd.DataFrame([{"model": chapter.ENSEMBLE, "params (M)": 1.0, "MFLOPs per session": 2.0}])
-    late = {"R-RankFusion": 10.0, "R-RE": 20.0, "R-HRE": 30.0, "VSE0*": 50.0, chapter.TI: 60.0, chapter.IT: 70.0,
-            chapter.ENSEMBLE: 80.0}
+    late = {"R-RankFusion": 10.0, "R-RE": 20.0, "R-HRE": 30.0, "Drill-down": 40.0, "VSE0*": 50.0, chapter.TI: 60.0,
+            chapter.IT: 70.0, chapter.ENSEMBLE: 80.0}
     rsum = {**late, "R-HRE": 25.0}  # R-HRE - R-RE = +5 Avg. R@Sum
     claims = chapter.train_claims(_claim_runs(late, rsum), 3, complexity, 8).set_index("claim")
     paradigm = claims.loc[claims.index.str.startswith("Multi-vector methods")].iloc[0]
     assert paradigm["verdict"] == "held"
-    assert "12 of 12 pairs held" in paradigm["evidence"] and "VSE0* - R-HRE = +20.00" in paradigm["evidence"]
+    assert "15 of 15 pairs held" in paradigm["evidence"] and "Drill-down - R-HRE = +10.00" in paradigm["evidence"]
     hre = claims.loc[claims.index.str.startswith("R-HRE is above R-RE")].iloc[0]
     assert hre["verdict"] == "held" and "+5.00" in hre["evidence"]
     # one single-vector model above one multi-vector model after round 2 refutes the claim for every pair
     claims = chapter.train_claims(_claim_runs({**late, "R-HRE": 55.0}, rsum), 3, complexity, 8).set_index("claim")
     paradigm = claims.loc[claims.index.str.startswith("Multi-vector methods")].iloc[0]
-    assert paradigm["verdict"] == "did not hold" and "11 of 12 pairs held" in paradigm["evidence"]
-    assert "VSE0* - R-HRE = -5.00" in paradigm["evidence"]
+    assert paradigm["verdict"] == "did not hold" and "13 of 15 pairs held" in paradigm["evidence"]
+    assert "Drill-down - R-HRE = -15.00" in paradigm["evidence"]
+    # HMRN against Drill-down, on our runs: the last round's R@1 and Avg. R@Sum
+    drill = claims.loc[claims.index.str.startswith("HMRN (the ensemble) beats Drill-down")].iloc[0]
+    assert drill["verdict"] == "held" and "ensemble - Drill-down = +40.00 round3/R@1" in drill["evidence"]
 
 
 def test_interior_best_by_hand():
