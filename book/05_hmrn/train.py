@@ -39,11 +39,11 @@
 # (its supervised stage) tracks the query set as M = 3 state vectors, query r written into state (r − 1) mod 3 by a
 # GRU cell, and scores an image by the mean over the written states of a softmax attention (λ = 9) over the image's
 # regions (`xmr_core.methods.drilldown` lists its choices; its REINFORCE stage, which learns which state a query
-# updates, is not built); **VSE0\*** averages each round's per-query scores over the rounds so far, the paper's "*" protocol (its "*" rows re-train
-# single-query ITR methods on VG's region captions; here the book's simplest one, **VSE0 trained on the region
-# queries as captions**, the model R-RankFusion fuses too; VSRN, SGR, SAF, SGRAF and NAAF are not in the library),
-# then HMRN T-I, HMRN I-T and their ensemble. Every trained model gets the same tuning budget on the validation
-# split, and `N_SEEDS` seeds.
+# updates, is not built); **VSE0\*** averages each round's per-query scores over the rounds so far, the paper's "*"
+# protocol (its "*" rows re-train single-query ITR methods on VG's region captions; here the book's simplest one,
+# **VSE0 trained on the region queries as captions**, the model R-RankFusion fuses too; VSRN, SGR, SAF, SGRAF and
+# NAAF are not in the library), then HMRN T-I, HMRN I-T and their ensemble. Every trained model gets the same tuning
+# budget on the validation split, and `N_SEEDS` seeds.
 #
 # **Data.** With `DATASET = "scenes"` everything runs on the embedded benchmark's *multi* variant (96×96 images with
 # 5–10 objects, one region query per object: "a large red circle"), read through Drill-down's Visual Genome layout
@@ -139,8 +139,8 @@ split_sizes(data)
 # ## Tuning: the same budget for every trained model
 #
 # Three learning rates at the default weight, then three values of the weight at the best learning rate, judged by
-# the validation Avg. R@Sum (HMRN, R-RE, R-HRE, Drill-down: the mean over rounds of R@1 + R@5 + R@10 of the query sets) or
-# instance rSum (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (20, 40, 80; the
+# the validation Avg. R@Sum (HMRN, R-RE, R-HRE, Drill-down: the mean over rounds of R@1 + R@5 + R@10 of the query
+# sets) or instance rSum (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (20, 40, 80; the
 # paper's 40); R-RE, R-HRE, Drill-down and VSE0 are trained with VSE0's summed hinge and tuned on its margin (0.1,
 # 0.2, 0.4). Drill-down's code uses VSE++'s hardest-negative hinge, which collapses from scratch on the scenes (the
 # VSE module measured it), so its row shares the single-vector rows' loss and differs only in the set's

@@ -278,9 +278,9 @@ def compared() -> dict[str, Compared]:
 
 def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_overrides: object
                 ) -> dict[str, TuningResult]:
-    """Tune HMRN I-T, T-I, R-RE, R-HRE, Drill-down (on the multi-query splits) and VSE0 (on the queries as captions) with the
-    same budget (cached runs: free the second time, so `ablate.py` and `visualise.py` call this to read `train.py`'s
-    choices)."""
+    """Tune HMRN I-T, T-I, R-RE, R-HRE, Drill-down (on the multi-query splits) and VSE0 (on the queries as captions)
+    with the same budget (cached runs: free the second time, so `ablate.py` and `visualise.py` call this to read
+    `train.py`'s choices)."""
     overrides = {**TRAIN_OVERRIDES[check_profile(profile)], **train_overrides}
     tuned = pcme_chapter.tune_methods(profile, enc, data.multi.word_vectors, data.multi.train, data.multi.val,
                                       data.multi.vocab, seed, compared=compared(), **overrides)
@@ -354,9 +354,9 @@ def run_row(model: str, seed: int, converged: bool, scores: RoundScores) -> dict
 
 def train_and_score(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
                     run: RunConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[str, int], RoundScores]]:
-    """Train (or load) HMRN I-T, T-I, R-RE, R-HRE, Drill-down and VSE0 with every seed, score each on the test gallery, and add
-    each seed's ensemble, VSE0* (score mean) and R-RankFusion (rank mean). Returns (per-run rows, `run_row`; fit
-    rows, `pcme.fit_row`; {(model, seed): RoundScores})."""
+    """Train (or load) HMRN I-T, T-I, R-RE, R-HRE, Drill-down and VSE0 with every seed, score each on the test
+    gallery, and add each seed's ensemble, VSE0* (score mean) and R-RankFusion (rank mean). Returns (per-run rows,
+    `run_row`; fit rows, `pcme.fit_row`; {(model, seed): RoundScores})."""
     per_run, fits, scores = [], [], {}
     test, vocab, device = data.multi.test, data.multi.vocab, run.torch_device
     trainers = {**{name: train_variant for name in MODELS}, **{name: train_recurrent for name in RECURRENT}}
