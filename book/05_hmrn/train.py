@@ -140,13 +140,12 @@ split_sizes(data)
 #
 # Three learning rates at the default weight, then three values of the weight at the best learning rate, judged by
 # the validation Avg. R@Sum (HMRN, R-RE, R-HRE, Drill-down: the mean over rounds of R@1 + R@5 + R@10 of the query
-# sets) or instance rSum (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (20, 40, 80; the
-# paper's 40); R-RE, R-HRE, Drill-down and VSE0 are trained with VSE0's summed hinge and tuned on its margin (0.1,
-# 0.2, 0.4). Drill-down's code uses VSE++'s hardest-negative hinge, which collapses from scratch on the scenes (the
-# VSE module measured it), so its row shares the single-vector rows' loss and differs only in the set's
-# representation.
-# HMRN's other hyperparameters stay at the paper's (λ1 5, λ2 15, L 3, α = β = 0.4), which `ablate.py` sweeps
-# (Figures 5–8).
+# sets) or instance rSum (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (20,
+# 40, 80; the paper's 40); R-RE, R-HRE, Drill-down and VSE0 are trained with VSE0's summed hinge and tuned on its
+# margin (0.1, 0.2, 0.4). Drill-down's code uses VSE++'s hardest-negative hinge, which collapses from scratch on the
+# scenes (the VSE module measured it), so its row shares the single-vector rows' loss and differs only in the set's
+# representation. HMRN's other hyperparameters stay at the paper's (λ1 5, λ2 15, L 3, α = β = 0.4), which
+# `ablate.py` sweeps (Figures 5–8).
 
 # %%
 tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
