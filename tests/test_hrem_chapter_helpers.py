@@ -81,7 +81,6 @@ from xmr_core.chapters.hrem import (
     top_percent,
     train_claims,
     training_runs,
-    tuning_frame,
     write_ceiling,
 )
 from xmr_core.config import RunConfig
@@ -324,13 +323,10 @@ def test_region_word_matching_is_each_region_s_best_word_cosine() -> None:
 
 
 # ------------------------------------------------------------------------------------- notebook plumbing
-def test_split_sizes_and_tuning_frame_count_what_they_are_given() -> None:
+def test_split_sizes_count_what_they_are_given() -> None:
     data = hrem_data(synthetic_corpus(0), word_vectors="word2vec")  # 6 / 3 / 4 images, 5 captions each
     sizes = split_sizes(data)
     assert sizes.values.tolist() == [["train", 6, 30], ["val", 3, 15], ["test (Tables 1 and 2)", 4, 20]]
-    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"lr": 1e-3}, {"lr": 2e-3}]),
-             "B": TuningResult("B", "margin", 1e-3, 0.4, [{"lr": 5e-4}])}
-    assert tuning_frame(tuned)["lr"].tolist() == [1e-3, 2e-3, 5e-4]
 
 
 def test_dataset_note_warns_on_scenes_only() -> None:

@@ -27,7 +27,6 @@ from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.msrm import MSRM
 from xmr_core.results import Claim, paper_values
-from xmr_core.tuning import TuningResult
 
 
 def test_compared_reuses_the_pcme_chapter_and_adds_msrm():
@@ -125,14 +124,10 @@ def _chapter_data() -> ChapterData:
     return ChapterData(train, val, test_unseen, test, vocab, np.zeros((len(vocab), 4), np.float32), 0.5)
 
 
-def test_weights_tuned_and_tuning_frame():
+def test_weights_tuned():
     assert chapter.weights_tuned({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma (0.5, 0.8, 2.0)"
     assert chapter.weights_tuned().split("; ")[-1].startswith("MSRM: gamma")
     assert len(chapter.weights_tuned().split("; ")) == len(COMPARED)
-    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"lr": 1e-3}, {"lr": 2e-3}]),
-             "B": TuningResult("B", "gamma", 1e-3, 0.8, [{"lr": 5e-4}])}
-    frame = chapter.tuning_frame(tuned)
-    assert frame["lr"].tolist() == [1e-3, 2e-3, 5e-4] and frame.index.tolist() == [0, 1, 2]
 
 
 def test_split_sizes_and_vocabulary_note_with_and_without_all_classes():

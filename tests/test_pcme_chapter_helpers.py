@@ -119,13 +119,6 @@ def test_split_sizes():
         ["test, all (Table 3)", 6, 30]]
 
 
-def test_tuning_frame_stacks_every_method():
-    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"method": "A", "lr": 1e-3}, {"method": "A", "lr": 2e-3}]),
-             "B": TuningResult("B", "tau", 1e-3, 40.0, [{"method": "B", "lr": 1e-3}])}
-    frame = chapter.tuning_frame(tuned)
-    assert frame["method"].tolist() == ["A", "A", "B"] and frame.index.tolist() == [0, 1, 2]
-
-
 def _fit(history: list[tuple[int, float]]) -> SimpleNamespace:
     return SimpleNamespace(history=[{"epoch": e, "val/rsum": v, "loss": 0.0} for e, v in history])
 

@@ -67,7 +67,6 @@ from xmr_core.chapters.pcme import (
     train_claims,
     train_models,
     tune_methods,
-    tuning_frame,
     weight_grids,
     with_ceiling_share,
     write_ceiling,
@@ -77,6 +76,7 @@ from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

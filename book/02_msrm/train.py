@@ -66,7 +66,6 @@ from xmr_core.chapters.msrm import (
     train_claims,
     training_runs,
     tune_methods,
-    tuning_frame,
     vocabulary_note,
     weights_tuned,
     write_optional_table,
@@ -77,6 +76,7 @@ from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.results import write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

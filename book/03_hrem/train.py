@@ -76,13 +76,13 @@ from xmr_core.chapters.hrem import (
     train_claims,
     training_runs,
     tune_methods,
-    tuning_frame,
     write_ceiling,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, train_config
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

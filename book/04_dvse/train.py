@@ -86,7 +86,6 @@ from xmr_core.chapters.dvse import (
     training_runs,
     tune_methods,
     tuned_weights,
-    tuning_frame,
     with_ceiling_share,
     write_ceiling_table,
     write_region_tables,
@@ -96,6 +95,7 @@ from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

@@ -74,7 +74,6 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
-import pandas as pd
 
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
@@ -107,6 +106,7 @@ from xmr_core.chapters.pcme import LEARNING_RATES
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -145,7 +145,7 @@ split_sizes(data)
 # %%
 tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
 print(f"{IT}: {tuned_config(IT, enc, tuned)}\n{TI}: {tuned_config(TI, enc, tuned)}")
-tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+tuning = tuning_frame(tuned)
 write_table(tuning, "hmrn/tuning", run=run, caption=(
     f"Tuning runs of every trained model on the validation split ({DATASET}, variant {VARIANT}, profile {PROFILE}): "
     "learning rates at the default weight, then the weight (HMRN: tau; R-RE, R-HRE, VSE0: margin) at the best "

@@ -60,6 +60,7 @@ from xmr_core.chapters.pcme import model_label
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
 from xmr_core.results import Claim, write_claims, write_figure, write_table
+from xmr_core.tuning import tuning_frame
 from xmr_core.viz import heatmap
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -75,7 +76,7 @@ pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
 tuned = tune_book(run, enc, data)
-write_table(pd.concat([t.frame() for t in tuned.values()], ignore_index=True), "leaderboard/tuning", run=run,
+write_table(tuning_frame(tuned), "leaderboard/tuning", run=run,
             caption=("Each method's tuning runs on the validation split, its chapter's (loaded from the run cache): "
                      "learning rates at the default weight, then the weight at the best learning rate; 'chosen' = "
                      "the setting every seed is trained with. FR temperatures are tuned per model in per_seed."))

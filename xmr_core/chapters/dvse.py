@@ -194,11 +194,6 @@ def tuned_weights() -> str:
     return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in COMPARED.values())
 
 
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every tuning run of every method (`TuningResult.frame`), one table."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
-
-
 def data_summary(trunk: PretrainedTrunk, data: ChapterData) -> str:
     """One line on the inputs: the trunk's grid, the vocabulary and its GloVe coverage, the region features."""
     regions = data.test.regions

@@ -230,11 +230,6 @@ def tune_methods(profile: str, enc: dict, data: ChapterData, seed: int = 0, bert
                                      compared=compared(profile), **train_overrides)
 
 
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every tuning run of every model (`TuningResult.frame`), one table."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
-
-
 def ablation_config(enc: dict, profile: str, tuned: dict[str, TuningResult], **changes: object) -> HREMConfig:
     """HREM fusion at its tuned margin with `changes` (Table 3 rows, Figure 6 values); no changes: the very
     config of `train.py`'s HREM fusion, so its runs are loaded from the cache."""

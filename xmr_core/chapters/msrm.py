@@ -194,11 +194,6 @@ def weights_tuned(compared: Mapping[str, Compared] = COMPARED) -> str:
     return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
 
 
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every method's tuning runs (`TuningResult.frame`) in one table, methods in `tuned`'s order."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
-
-
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, config: MSRMConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:

@@ -320,11 +320,6 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
                         columns=["split", "images", "captions"])
 
 
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every tuning run of every method (`TuningResult.frame`), in one table."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
-
-
 def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:
     """The trained models of `train.py` in training order: (method, K, seed), every model of `SPECS` every seed."""
     return [(name, k, seed) for seed in seeds for name, k in SPECS]
