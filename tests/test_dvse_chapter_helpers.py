@@ -33,7 +33,6 @@ from xmr_core.chapters.dvse import (
     caption_query_figure,
     ceiling_note,
     ceiling_row,
-    claims_frame,
     claims_preamble,
     class_row,
     combination_label,
@@ -99,7 +98,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import rerank_directions
 from xmr_core.methods.dvse import DVSE, dvse_config
-from xmr_core.results import Claim, paper_values
+from xmr_core.results import paper_values
 from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
 from xmr_core.viz import caption_gallery
 
@@ -876,9 +875,7 @@ def test_visualise_claims_by_hand():
                                                                       "ablation grid")
 
 
-def test_claims_preamble_and_frame():
+def test_claims_preamble():
     assert "NOT COCO, Flickr30K or CUB" in claims_preamble("cpu", "scenes")
     assert "NOT COCO" not in claims_preamble("paper", "cub") and "profile `paper`, dataset `cub`" in claims_preamble(
         "paper", "cub")
-    frame = claims_frame([Claim("c", "s", "e", "held")])
-    assert frame.to_dict("records") == [{"claim": "c", "source": "s", "evidence": "e", "verdict": "held"}]

@@ -39,7 +39,6 @@ from xmr_core.chapters.hrem import (
     batch_graph,
     ceiling_frame,
     ceiling_note,
-    claims_frame,
     claims_preamble,
     compared,
     dataset_note,
@@ -87,7 +86,7 @@ from xmr_core.config import RunConfig
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.hrem import HREM, AssociationGraph
-from xmr_core.results import Claim, paper_values
+from xmr_core.results import paper_values
 from xmr_core.tuning import TuningResult
 
 
@@ -596,11 +595,7 @@ def test_batch_and_region_matching_figures_show_each_caption_over_its_own_image(
     plt.close(fig)
 
 
-def test_claims_preamble_and_frame() -> None:
+def test_claims_preamble() -> None:
     assert "NOT COCO or Flickr30K" in claims_preamble("cpu", "scenes")
     assert "NOT COCO" not in claims_preamble("cpu", "coco") and "profile `cpu`, dataset `coco`." in claims_preamble(
         "cpu", "coco")
-    claims = [Claim("a", "Sec. 1", "e", "held"), Claim("b", "Sec. 2", "f", "not tested")]
-    frame = claims_frame(claims)
-    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"]
-    assert frame["verdict"].tolist() == ["held", "not tested"]

@@ -26,7 +26,7 @@ from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.msrm import MSRM
-from xmr_core.results import Claim, paper_values
+from xmr_core.results import paper_values
 
 
 def test_compared_reuses_the_pcme_chapter_and_adds_msrm():
@@ -480,10 +480,3 @@ def test_incidence_stats_and_figure():
     assert ax.get_title() == "Soft incidence S (Eq. 8), learned alpha 1.23"
     assert [t.get_text() for t in ax.get_yticklabels()] == ["image 0", "image 1", "image 0"]
     assert ax.get_xticklabels()[0].get_text() == "a red circle on… (img 0)"
-
-
-def test_claims_frame():
-    claims = [Claim("c", "s", "e", "held"), Claim("d", "t", "f", "not tested")]
-    frame = chapter.claims_frame(claims)
-    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"]
-    assert frame["verdict"].tolist() == ["held", "not tested"]

@@ -406,5 +406,3 @@ def test_visualise_claims_verdicts():
     other = chapter.visualise_claims(0.1, -0.2, falling, by_level.assign(sigma=[0.5, 0.1]), 0.8, 0.9, 0.6,
                                      chapter.SetAlgebra(0.1, 0.3, 0.2, 0.5, 0.1, 0.6))
     assert [c.verdict for c in other] == ["did not hold", "did not hold", "did not hold", "did not hold", "held"]
-    frame = chapter.claims_frame(claims)
-    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"] and len(frame) == 5

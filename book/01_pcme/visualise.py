@@ -37,7 +37,6 @@ import numpy as np
 
 from xmr_core.chapters.pcme import (
     bin_correlation,
-    claims_frame,
     dataset_note,
     embed_gaussians,
     embedding_figure,
@@ -62,7 +61,7 @@ from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import score_matrix
 from xmr_core.methods.pcme import uncertainty
-from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
+from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 from xmr_core.viz import pca_basis
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,

@@ -38,7 +38,6 @@ import numpy as np
 
 from xmr_core.chapters.msrm import (
     batch_incidence,
-    claims_frame,
     draw_queries,
     incidence_figure,
     incidence_stats,
@@ -53,7 +52,7 @@ from xmr_core.chapters.msrm import (
 )
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
-from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
+from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

@@ -51,7 +51,6 @@ from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
     attention_variants,
     caption_query_figure,
-    claims_frame,
     claims_preamble,
     correlation_figure,
     correlation_runs,
@@ -69,7 +68,7 @@ from xmr_core.chapters.dvse import (
 )
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
-from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
+from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

@@ -1222,11 +1222,6 @@ def claims_preamble(profile: str, dataset: str) -> str:
               "with one seed, are not tested.")
 
 
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table (claim, source, evidence, verdict), for the notebook."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
-
-
 # ------------------------------------------------------------------------------------------ run counts
 def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part,

@@ -68,7 +68,6 @@ from xmr_core.methods.scan import SCAN, scan_config
 from xmr_core.methods.vse import VSE, vse_pp_config
 from xmr_core.metrics import RSUM_KS, ranking_stats
 from xmr_core.results import (
-    Claim,
     Verdict,
     difference_verdict,
     require_converged,
@@ -1004,8 +1003,3 @@ def claims_preamble(profile: str, dataset: str) -> str:
             "BiGRU throughout; the Region + BERT rows are trained in the paper profile only. A difference holds only "
             "when it exceeds the seed spread; claims on models that did not converge, or with one seed, are not "
             "tested.")
-
-
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table, one row per claim (claim, source, evidence, verdict)."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])

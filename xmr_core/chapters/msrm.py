@@ -785,11 +785,6 @@ def incidence_stats(incidence: np.ndarray, matched: np.ndarray) -> dict[str, flo
             "share of off-match S > 0.5": float((off > 0.5).mean())}
 
 
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table (claim, source, evidence, verdict)."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
-
-
 def training_runs(profile: str, n_seeds: int = 3, all_classes: bool = True) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part, the
     runs the PCME chapter already made (`shared`) and the chapter's own."""

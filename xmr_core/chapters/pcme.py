@@ -803,8 +803,3 @@ def visualise_claims(corr_i2t: float, corr_t2i: float, erasing: pd.DataFrame, by
               f"{algebra.erase_a:.3f} vs any caption {algebra.erase_any:.3f}",
               verdict(bool(algebra.share_wider > 0.5 and algebra.erase_a > algebra.erase_any))),
     ]
-
-
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table (claim, source, evidence, verdict)."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
