@@ -9,6 +9,7 @@ from xmr_core.chapters.summary import (
     Comparison,
     best_other_margin,
     compare_models,
+    dataset_note,
     model_means,
     seed_means,
     seed_summary,
@@ -79,3 +80,13 @@ def test_with_paper_puts_the_paper_value_beside_ours(monkeypatch, per_run):
     assert math.isnan(out["x std"].iloc[1])  # one seed: no std
     proto = with_paper(summary, "ch", "t", {"x": "1K|x/key"}, "scenes")
     assert proto["x (paper)"].iloc[0] == 2.5
+
+
+def test_dataset_note_is_said_on_scenes_only():
+    assert dataset_note("scenes", "CUB") == " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)"
+    assert dataset_note("scenes", "Flickr30K", "compare signs") == (
+        " (the synthetic scenes benchmark: NOT Flickr30K; compare signs)")
+    assert dataset_note("scenes", compare="absolute numbers do not carry", lead="synthetic scenes") == (
+        " (synthetic scenes: absolute numbers do not carry)")
+    assert dataset_note("scenes", lead="synthetic, NOT COCO") == " (synthetic, NOT COCO: compare orderings, not values)"
+    assert dataset_note("coco", "COCO") == "" and dataset_note("cub", compare="anything") == ""

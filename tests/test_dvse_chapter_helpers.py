@@ -40,7 +40,6 @@ from xmr_core.chapters.dvse import (
     correlation_figure,
     correlation_matrices,
     data_summary,
-    dataset_note,
     dvse_seed_std,
     fig6_panels,
     fr_figure,
@@ -504,9 +503,7 @@ def test_split_ceiling_is_none_without_exact_relevance():
     assert set(split_ceiling(split)) == {"1K", "all"}
 
 
-def test_caption_notes():
-    assert dataset_note("scenes", "CUB") == " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)"
-    assert dataset_note("coco", "COCO") == ""
+def test_ceiling_note():
     assert ceiling_note(None) == "" and "Bayes ceiling" in ceiling_note(_ceiling(1.0, 1.0))
 
 

@@ -41,7 +41,6 @@ from xmr_core.chapters.hrem import (
     ceiling_note,
     claims_preamble,
     compared,
-    dataset_note,
     draw_pairs,
     ensemble,
     fig5_claims,
@@ -326,13 +325,6 @@ def test_split_sizes_count_what_they_are_given() -> None:
     data = hrem_data(synthetic_corpus(0), word_vectors="word2vec")  # 6 / 3 / 4 images, 5 captions each
     sizes = split_sizes(data)
     assert sizes.values.tolist() == [["train", 6, 30], ["val", 3, 15], ["test (Tables 1 and 2)", 4, 20]]
-
-
-def test_dataset_note_warns_on_scenes_only() -> None:
-    assert dataset_note("scenes") == " (the synthetic scenes benchmark: NOT COCO; compare orderings, not values)"
-    flickr = dataset_note("scenes", "Flickr30K", "signs")
-    assert flickr == " (the synthetic scenes benchmark: NOT Flickr30K; compare signs)"
-    assert dataset_note("coco") == ""
 
 
 def test_mean_std_groups_in_order_of_appearance() -> None:

@@ -156,9 +156,7 @@ def test_all_classes_only_where_the_corpus_has_the_split(monkeypatch):
     assert abl_data is everything and protocol == "all classes"
 
 
-def test_scenes_note_and_ceiling_note():
-    assert chapter.scenes_note("scenes", " (synthetic)") == " (synthetic)"
-    assert chapter.scenes_note("cub", " (synthetic)") == ""
+def test_ceiling_note():
     assert chapter.ceiling_note(None) == ""
     assert "Bayes ceiling" in chapter.ceiling_note({"5K": {"rsum": 1.0}})
 

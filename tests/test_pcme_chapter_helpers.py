@@ -90,11 +90,6 @@ def _split(n: int, k: int = 1, seed: int = 0, **fields: object):
 
 
 # ------------------------------------------------------------------------------------------ train.py
-def test_dataset_note_only_for_scenes():
-    assert chapter.dataset_note("scenes", "NOT CUB") == " (NOT CUB)"
-    assert chapter.dataset_note("cub", "NOT CUB") == ""
-
-
 def test_weight_grids_and_tuned_settings():
     spec = chapter.Compared("X", "margin", (0.1, 0.2), 0.1, lambda *a: None)
     assert chapter.weight_grids({"X": spec}) == "X: margin (0.1, 0.2)"

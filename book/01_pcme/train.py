@@ -57,7 +57,6 @@ from xmr_core.chapters.pcme import (
     TABLE2_COLUMNS,
     ceiling_note,
     chapter_runs,
-    dataset_note,
     learning_curves,
     learning_curves_figure,
     per_run_frame,
@@ -73,7 +72,7 @@ from xmr_core.chapters.pcme import (
 )
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import seed_summary, with_paper
+from xmr_core.chapters.summary import dataset_note, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame
@@ -177,7 +176,7 @@ label = DATASET
 table2 = with_paper(seed_summary(per_run, list(TABLE2_COLUMNS), ORDER), "pcme", "table2", TABLE2_COLUMNS, label)
 write_table(table2, "pcme/table2", run=run, caption=(
     f"PCME Table 2 analogue. Paper: CUB Captions test split (50 unseen classes), class relevance. Ours: "
-    f"{DATASET}{dataset_note(DATASET, 'the synthetic scenes benchmark: NOT CUB; compare orderings, not values')}, "
+    f"{DATASET}{dataset_note(DATASET, 'CUB')}, "
     f"{data.test_unseen.n_images} test images of unseen classes, class relevance, profile {PROFILE}; "
     f"mean over seeds (std where > 1 seed). Paper rows: Table 2 of Chun et al. 2021."))
 table2
@@ -193,7 +192,7 @@ per_run = with_ceiling_share(per_run, ceiling)
 table3 = table3_frame(per_run, label, ceiling)
 write_table(table3, "pcme/table3", run=run, caption=(
     f"PCME Table 3 analogue. Paper: MS-COCO 1K (5 folds of 1,000 images) and 5K test images. Ours: "
-    f"{DATASET}{dataset_note(DATASET, 'synthetic, NOT COCO: compare orderings, not values')}; "
+    f"{DATASET}{dataset_note(DATASET, lead='synthetic, NOT COCO')}; "
     f"'1K' = 5 folds of {data.test.n_images // 5} test images, '5K' = all {data.test.n_images}; models trained "
     f"on the seen classes; profile {PROFILE}. Paper rows: Table 3 of Chun et al. 2021 (VSE++ is our VSE0 row's "
     f"nearest paper baseline and is not trained here).{ceiling_note(ceiling)}"))

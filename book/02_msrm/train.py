@@ -57,7 +57,6 @@ from xmr_core.chapters.msrm import (
     ceiling_frame,
     ceiling_note,
     optional_all_classes,
-    scenes_note,
     split_ceiling,
     split_sizes,
     table1_frame,
@@ -73,7 +72,7 @@ from xmr_core.chapters.msrm import (
 from xmr_core.chapters.pcme import LEARNING_RATES
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import seed_summary, with_paper
+from xmr_core.chapters.summary import dataset_note, seed_summary, with_paper
 from xmr_core.config import RunConfig
 from xmr_core.results import write_table
 from xmr_core.tuning import tuning_frame
@@ -137,7 +136,7 @@ runs.fits
 
 # %%
 label = DATASET
-not_cub = scenes_note(DATASET, " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)")
+not_cub = dataset_note(DATASET, "CUB")
 table1 = table1_frame(runs.all_classes, label)  # None without an all-classes split
 write_optional_table(table1, "msrm/table1", run=run, caption=(
     f"MSRM Table 1 analogue ('all classes training'). Paper: CUB Captions, class relevance. Ours: {DATASET}"
@@ -165,7 +164,7 @@ table2
 
 # %%
 ceiling = split_ceiling(data.test)  # None without exact relevance (real data)
-not_coco = scenes_note(DATASET, " (synthetic, NOT COCO: compare orderings, not values)")
+not_coco = dataset_note(DATASET, lead="synthetic, NOT COCO")
 table3 = table3_frame(runs.zero_shot, ceiling, label)
 write_table(table3, "msrm/table3", run=run, caption=(
     f"MSRM Table 3 analogue. Paper: MS-COCO 1K and 5K. Ours: {DATASET}{not_coco}; '1K' = 5 folds of "

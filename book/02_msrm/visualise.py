@@ -45,12 +45,12 @@ from xmr_core.chapters.msrm import (
     lists_claim,
     lists_figure,
     model_lists,
-    scenes_note,
     split_scores,
     trained_models,
     tune_methods,
 )
 from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 
@@ -113,8 +113,8 @@ claims = notebook_claims(run, "msrm")
 claims.append(lists_claim(zeta_summary, list(models), N_QUERIES))
 preamble = ("MSRM has no public code: this chapter is a from-paper re-implementation, its open choices listed in "
             "`xmr_core/methods/msrm.py`. " + f"Run: profile `{PROFILE}`, dataset `{DATASET}`"
-            + scenes_note(DATASET, " (synthetic scenes: orderings and signs carry across data sets, absolute numbers "
-                                   "do not)")
+            + dataset_note(DATASET, compare="orderings and signs carry across data sets, absolute numbers do not",
+                           lead="synthetic scenes")
             + ". A difference holds only when it exceeds the seed spread.")
 write_claims(claims, "msrm", run=run, preamble=preamble)
 claims_frame(claims)

@@ -64,7 +64,6 @@ from xmr_core.chapters.hrem import (
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
     ceiling_note,
-    dataset_note,
     flickr_columns,
     hrem_data,
     hrem_encoders,
@@ -79,6 +78,7 @@ from xmr_core.chapters.hrem import (
     write_ceiling,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, train_config
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
@@ -143,7 +143,8 @@ label = DATASET
 ceiling = split_ceiling(test)  # None on real data (no exact relevance)
 table1 = hrem_table(per_run, ORDER, "table1_bigru", TABLE1_COLUMNS, label, ceiling)
 write_table(table1, "hrem/table1", run=run, caption=(
-    f"HREM Table 1 analogue, Region + BiGRU. Paper: MS-COCO 5K test set. Ours: {DATASET}{dataset_note(DATASET)}, "
+    "HREM Table 1 analogue, Region + BiGRU. Paper: MS-COCO 5K test set. Ours: "
+    f"{DATASET}{dataset_note(DATASET, 'COCO')}, "
     f"region features (R = {test.regions.shape[1]}) + GloVe/BiGRU, the whole test split ({test.n_images} images, "
     f"{test.n_captions} captions) as the 5K analogue; profile {PROFILE}; mean over seeds (std where > 1). The paper's "
     "Table 1 has no rSum column. 'HREM ensemble' = the paper's 'HREM (Full)*' (standalone and fusion similarities "
@@ -173,10 +174,10 @@ bert.table1
 table2 = flickr_columns(hrem_table(per_run, ORDER, "table2_bigru", TABLE2_COLUMNS, label, ceiling))
 write_table(table2, "hrem/table2", run=run, caption=(
     f"HREM Table 2 analogue, Region + BiGRU. Paper: Flickr30K 1K test set and MS-COCO 1K (five folds). Ours: {DATASET}"
-    f"{dataset_note(DATASET)}; '1K' = the mean over 5 folds of {test.n_images // 5} test images, 'F30K-size' = the "
-    f"whole test split ({test.n_images} images, {test.n_captions} captions: Flickr30K's test size; no second, "
-    f"Flickr-sized data set is generated, so these are Table 1's numbers); profile {PROFILE}; mean over seeds. The "
-    "paper's Table 2 has no standalone row."))
+    f"{dataset_note(DATASET, 'COCO')}; '1K' = the mean over 5 folds of {test.n_images // 5} test images, "
+    f"'F30K-size' = the whole test split ({test.n_images} images, {test.n_captions} captions: Flickr30K's test size; "
+    f"no second, Flickr-sized data set is generated, so these are Table 1's numbers); profile {PROFILE}; mean over "
+    "seeds. The paper's Table 2 has no standalone row."))
 table2
 
 # %%

@@ -70,7 +70,6 @@ from xmr_core.chapters.dvse import (
     ceiling_note,
     converged_by_model,
     data_summary,
-    dataset_note,
     fr_figure,
     fr_gains,
     fr_models,
@@ -93,6 +92,7 @@ from xmr_core.chapters.dvse import (
 from xmr_core.chapters.pcme import LEARNING_RATES
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame

@@ -84,7 +84,6 @@ from xmr_core.chapters.hmrn import (
     TI,
     VARIANT,
     complexity_row,
-    dataset_note,
     hmrn_data,
     hmrn_encoders,
     hmrn_train_config,
@@ -103,6 +102,7 @@ from xmr_core.chapters.hmrn import (
     write_tables,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
@@ -175,7 +175,8 @@ fits
 # %%
 label = DATASET
 ceiling = round_ceiling(data, rounds)
-caption = (f"Ours: {DATASET}{dataset_note(DATASET)}, the first {test.n_images} test images as gallery and query sets, "
+caption = (f"Ours: {DATASET}{dataset_note(DATASET, 'Visual Genome')}, the first {test.n_images} test images as "
+           "gallery and query sets, "
            f"rounds 1..{rounds} (a set of fewer queries keeps its whole set), region features (R = "
            f"{test.regions.shape[1]}) + GloVe/BiGRU, D = {enc['embed_dim']}, profile {PROFILE}, mean over seeds (std "
            "where > 1). Paper: Visual Genome test (9,896 images), Drill-down's splits. VSE0* = VSE0 trained on the "

@@ -53,6 +53,7 @@ from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
     compare_models,
+    dataset_note,
     model_means,
     seed_means,
     seed_summary,
@@ -424,12 +425,6 @@ def table2_frame(per_run: pd.DataFrame, label: str, ceiling: Mapping[str, Mappin
     """Table 2 (`paper_table` of `ORDER` and the paper-only rows), the ceiling's row on top when there is one."""
     table = paper_table(per_run, ORDER, "table2_resnet", TABLE2_COLUMNS, label, PAPER_ONLY["table2_resnet"])
     return table if ceiling is None else _ceiling_first(table, ceiling_row(ceiling, TABLE2_COLUMNS, label))
-
-
-def dataset_note(dataset: str, paper_dataset: str) -> str:
-    """The captions' warning that scenes numbers are not `paper_dataset`'s ("" for real data)."""
-    return f" (the synthetic scenes benchmark: NOT {paper_dataset}; compare orderings, not values)" \
-        if dataset == "scenes" else ""
 
 
 def ceiling_note(ceiling: Mapping[str, Mapping[str, float]] | None) -> str:
@@ -1216,8 +1211,8 @@ def claims_preamble(profile: str, dataset: str) -> str:
     """The claims page's opening: a from-paper re-implementation, the run, and how verdicts are reached."""
     return ("DVSE has no public code: this chapter is a from-paper re-implementation, its open choices listed in "
             "`xmr_core/methods/dvse.py`. " + f"Run: profile `{profile}`, dataset `{dataset}`"
-            + (" (synthetic scenes: NOT COCO, Flickr30K or CUB; orderings and signs carry across data sets, absolute "
-               "numbers do not)" if dataset == "scenes" else "")
+            + dataset_note(dataset, "COCO, Flickr30K or CUB", "orderings and signs carry across data sets, absolute "
+                           "numbers do not", lead="synthetic scenes")
             + ". A difference holds only when it exceeds the seed spread; claims on models that did not converge, or "
               "with one seed, are not tested.")
 

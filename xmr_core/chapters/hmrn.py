@@ -746,7 +746,6 @@ def seed_spread(per_run: pd.DataFrame, model: str, col: str = "rsum") -> float:
     return float(values.std(ddof=1)) if len(values) > 1 else float("nan")
 
 
-
 # Table 6's claims (Sec. 4.4.1): claim -> (row a, row b, train.py's model whose seed spread judges a one-seed row).
 TABLE6_CLAIMS: dict[str, tuple[str, str, str]] = {
     "T-I alone beats I-T alone (Method 4 > 1).": ("S_T-I", "S_I-T", TI),
@@ -807,10 +806,6 @@ def sweep_claims(lam: Mapping[str, pd.DataFrame], tau: Mapping[str, pd.DataFrame
 
 
 # ------------------------------------------------------------------------------------ notebook plumbing
-def dataset_note(dataset: str) -> str:
-    """The captions' warning that scenes numbers are not Visual Genome numbers ("" for real data)."""
-    return " (the synthetic scenes benchmark: NOT Visual Genome; compare orderings, not values)" \
-        if dataset == "scenes" else ""
 
 
 def split_sizes(data: HMRNData) -> pd.DataFrame:
@@ -1024,4 +1019,3 @@ OFFICIAL_CODE_NOTE = (
     "(Eq. 18-19). (2) Queries dropped silently: its test evaluation sets npts = number of query sets - 96, so the "
     "last 96 query sets are never scored while the gallery keeps every image; here every query set is scored, and a "
     "set longer than the model's limit is an error naming its image, never truncated.")
-

@@ -53,7 +53,7 @@ from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table, peak
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, with_paper
+from xmr_core.chapters.summary import best_other_margin, compare_models, dataset_note, model_means, with_paper
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
@@ -181,11 +181,6 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
     splits = [("train", data.train), ("val", data.val), ("test (Tables 1 and 2)", data.test)]
     return pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in splits],
                         columns=["split", "images", "captions"])
-
-
-def dataset_note(dataset: str, paper_data: str = "COCO", compare: str = "orderings, not values") -> str:
-    """A caption's warning that the synthetic scenes are not the paper's data set ("" for real data)."""
-    return f" (the synthetic scenes benchmark: NOT {paper_data}; compare {compare})" if dataset == "scenes" else ""
 
 
 # ---------------------------------------------------------------------------------------- compared models
@@ -423,7 +418,8 @@ def region_bert(fits: pd.DataFrame, seeds: Sequence[int], data: ChapterData, tun
     enc = hrem_encoders(run.profile, data.test.regions.shape[2], bert=True)
     per_run, bert_fits, _ = train_and_score(BERT_ORDER[:-1], seeds, data, tuned, enc, run, bert=True)
     fits = pd.concat([fits, bert_fits.assign(model=bert_fits["model"] + " (BERT)")], ignore_index=True)
-    note = f"the packaged MiniLM fine-tuned, at the BiGRU-tuned settings, {run.dataset}{dataset_note(run.dataset)}"
+    note = ("the packaged MiniLM fine-tuned, at the BiGRU-tuned settings, "
+            f"{run.dataset}{dataset_note(run.dataset, 'COCO')}")
     return BertBlock(hrem_table(per_run, BERT_ORDER, "table1_bert", TABLE1_COLUMNS, label, ceiling),
                      hrem_table(per_run, BERT_ORDER, "table2_bert", TABLE2_COLUMNS, label, ceiling), fits, note, None)
 
@@ -996,8 +992,8 @@ def ablate_claims(table3_per_seed: pd.DataFrame, sweeps: pd.DataFrame, curves: p
 
 def claims_preamble(profile: str, dataset: str) -> str:
     """The claims page's preamble: the public code, the run, and how a difference is judged."""
-    scenes = (" (synthetic scenes: NOT COCO or Flickr30K; orderings and signs carry across data sets, absolute "
-              "numbers do not)" if dataset == "scenes" else "")
+    scenes = dataset_note(dataset, "COCO or Flickr30K", "orderings and signs carry across data sets, absolute numbers "
+                          "do not", lead="synthetic scenes")
     return ("HREM has public code (CrossmodalGroup/HREM); the chapter follows the paper, the code's choices are "
             f"options (`xmr_core/methods/hrem.py`). Run: profile `{profile}`, dataset `{dataset}`{scenes}. Region + "
             "BiGRU throughout; the Region + BERT rows are trained in the paper profile only. A difference holds only "

@@ -249,11 +249,6 @@ def train_and_score(profile: str, seeds: Sequence[int], data: ChapterData, all_c
     return ChapterRuns(pd.DataFrame(rows), zero_shot, all_classes_runs, pd.DataFrame(fits))
 
 
-def scenes_note(dataset: str, note: str) -> str:
-    """`note` (a caption's warning that the synthetic benchmark is not the paper's data) on scenes, else ""."""
-    return note if dataset == "scenes" else ""
-
-
 def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
     """Table 1 (all classes): the models trained on all classes (in `ORDER`) beside the paper's values
     (`summary.with_paper`); None without all-classes runs."""

@@ -295,12 +295,6 @@ def table3_ceiling_row(ceiling: dict[str, dict[str, float]], dataset_label: str)
     return row
 
 
-def dataset_note(dataset: str, note: str) -> str:
-    """What a caption says after a scenes data set's name, ' (<note>)' (e.g. that scenes is not CUB); '' for real
-    data."""
-    return f" ({note})" if dataset == "scenes" else ""
-
-
 # ==================================================================================================
 # train.py: the tuning and training tables, the learning curves, Tables 2 and 3 with the ceiling, the claims.
 # ==================================================================================================

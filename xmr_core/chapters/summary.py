@@ -9,6 +9,8 @@ column and one column per metric. From it:
     model_means(per_run, models, cols)            -> {model: mean over seeds of `seed_means`}
     compare_models(per_run, a, b, cols)           -> Comparison(diff, spread, verdict) of "a > b"
     best_other_margin(per_run, model, means, cols) -> `compare_models` of `model` against the best other
+
+and, for the captions, `dataset_note(dataset, paper_data)`: the aside saying that scenes is not the paper's data.
 """
 
 from __future__ import annotations
@@ -95,3 +97,13 @@ def best_other_margin(per_run: pd.DataFrame, model: str, means: Mapping[str, flo
     in `means` (`model_means`): `diff` > 0 when `model` is the best of all."""
     best = max((m for m in means if m != model), key=means.__getitem__)
     return compare_models(per_run, model, best, cols)
+
+
+def dataset_note(dataset: str, paper_data: str = "", compare: str = "compare orderings, not values",
+                 lead: str = "the synthetic scenes benchmark") -> str:
+    """What a caption says after the data set's name when it is the synthetic scenes benchmark, not the paper's
+    data set `paper_data`: " (<lead>: NOT <paper_data>; <compare>)", or " (<lead>: <compare>)" without
+    `paper_data`; "" for any other (real) data set."""
+    if dataset != "scenes":
+        return ""
+    return f" ({lead}: " + (f"NOT {paper_data}; " if paper_data else "") + f"{compare})"
