@@ -31,8 +31,6 @@ from xmr_core.chapters.dvse import (
     ablate_claims,
     attention_heat,
     caption_query_figure,
-    ceiling_note,
-    ceiling_row,
     claims_preamble,
     class_row,
     combination_label,
@@ -66,7 +64,6 @@ from xmr_core.chapters.dvse import (
     retrieval_lists,
     score_rows,
     specific_captions,
-    split_ceiling,
     split_sizes,
     sub_embeddings,
     sweep_claims,
@@ -83,8 +80,6 @@ from xmr_core.chapters.dvse import (
     training_runs,
     tuned_weights,
     visualise_claims,
-    with_ceiling_share,
-    write_ceiling_table,
     write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
@@ -309,14 +304,6 @@ def test_paper_table_adds_paper_only_rows_with_the_papers_values():
     assert out.loc["P2RM (paper only)", "CUB t2i R-P (paper)"] == 27.9  # Table III, row P2RM
 
 
-def test_ceiling_row_reads_each_protocols_ceiling():
-    ceiling = {"1K": {"i2t/R@1": 90.0, "t2i/R@5": 70.0, "rsum": 500.0}, "all": {"i2t/R@1": 80.0, "rsum": 450.0}}
-    cols = {"1K i2t R@1": "", "1K t2i R@5": "", "1K rSum": "", "all i2t R@1": "", "all rSum": ""}
-    row = ceiling_row(ceiling, cols, "scenes")
-    assert row == {"model": "Bayes ceiling", "seeds": 0, "1K i2t R@1 (scenes)": 90.0, "1K t2i R@5 (scenes)": 70.0,
-                   "1K rSum (scenes)": 500.0, "all i2t R@1 (scenes)": 80.0, "all rSum (scenes)": 450.0}
-
-
 # ----------------------------------------------------------------------------------------------- claims
 def test_fr_gains_compares_each_model_with_its_fr_rows():
     rows = [("A", 0, 10.0), ("A", 1, 12.0), ("A + FR", 0, 20.0), ("A + FR", 1, 21.0),  # +9.5, stds 1.41 / 0.71
@@ -466,16 +453,9 @@ def _table1_runs() -> pd.DataFrame:
                           "1K rSum": k1, "all rSum": a} for m, s, k1, a in rows])
 
 
-def test_with_ceiling_share_divides_each_runs_rsum_by_the_ceilings():
-    out = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
-    assert out["% of ceiling 1K"].tolist() == pytest.approx([50.0, 60.0] + [25.0] * (len(ORDER) - 1))
-    assert out["% of ceiling all"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
-    assert with_ceiling_share(_table1_runs(), None).equals(_table1_runs())
-
-
 def test_table1_frame_puts_the_ceiling_on_top_with_the_mean_shares():
     ceiling = _ceiling(400.0, 500.0)
-    runs = with_ceiling_share(_table1_runs(), ceiling)
+    runs = _table1_runs()
     plain = table1_frame(runs, "scenes", None)
     assert "Bayes ceiling" not in set(plain["model"]) and "1K rSum % of ceiling" not in plain.columns
     out = table1_frame(runs, "scenes", ceiling)
@@ -497,16 +477,6 @@ def test_table2_frame_adds_the_ceiling_row_only_with_a_ceiling():
     assert out.set_index("model").loc["DVSE", "all rSum (scenes)"] == 275.0
 
 
-def test_split_ceiling_is_none_without_exact_relevance():
-    split = _split()
-    assert split_ceiling(dataclasses.replace(split, exact=None)) is None
-    assert set(split_ceiling(split)) == {"1K", "all"}
-
-
-def test_ceiling_note():
-    assert ceiling_note(None) == "" and "Bayes ceiling" in ceiling_note(_ceiling(1.0, 1.0))
-
-
 def test_region_runs_rename_the_region_rows_as_the_papers_dvse():
     per_run = pd.DataFrame({"model": ["DVSE", REGIONS, REGIONS + " + FR", "DVSE + FR"], "x": [1.0, 2.0, 3.0, 4.0]})
     out = region_runs(per_run)
@@ -524,17 +494,6 @@ def test_write_region_tables_only_with_region_features(tmp_path: Path):
     assert table.loc["DVSE", "all rSum (scenes)"] == 7.0 and table.loc["DVSE + FR", "1K rSum (scenes)"] == 9.0
     for key in ("table1_regions", "table2_regions"):
         assert (tmp_path / "res" / "dvse" / f"{key}.csv").is_file()
-
-
-def test_write_ceiling_table_only_with_a_ceiling(tmp_path: Path):
-    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
-    runs = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
-    write_ceiling_table(runs, None, run)
-    assert not (tmp_path / "res").exists()
-    write_ceiling_table(runs, _ceiling(400.0, 500.0), run)
-    out = pd.read_csv(tmp_path / "res" / "dvse" / "ceiling.csv")
-    assert out["percent_of_ceiling"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
-    assert (out["ceiling_rsum"] == 500.0).all() and out["rsum"].tolist()[:3] == [250.0, 300.0, 100.0]
 
 
 def test_score_rows_give_the_model_without_and_with_fr():

@@ -4,7 +4,6 @@ hand or by a brute-force loop written here."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
@@ -37,8 +36,6 @@ from xmr_core.chapters.hrem import (
     association_stats,
     batch_figure,
     batch_graph,
-    ceiling_frame,
-    ceiling_note,
     claims_preamble,
     compared,
     draw_pairs,
@@ -67,7 +64,6 @@ from xmr_core.chapters.hrem import (
     region_word_matching,
     row_comparison,
     special_recall,
-    split_ceiling,
     split_sizes,
     sweep_gain,
     table3,
@@ -79,7 +75,6 @@ from xmr_core.chapters.hrem import (
     top_percent,
     train_claims,
     training_runs,
-    write_ceiling,
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import PairDataset, collate
@@ -336,30 +331,6 @@ def test_mean_std_groups_in_order_of_appearance() -> None:
 
 
 # ------------------------------------------------------------------------------------ ceiling, BERT block
-def test_split_ceiling_is_perfect_when_every_caption_matches_only_its_own_image() -> None:
-    split = synthetic_split("test", 10, np.random.default_rng(0), k=2)
-    assert split_ceiling(dataclasses.replace(split, exact=None)) is None
-    own = np.arange(split.n_images)[None, :] == np.asarray(split.caption_image)[:, None]
-    ceiling = split_ceiling(dataclasses.replace(split, exact=own))
-    assert set(ceiling) == {"1K", "all"}
-    for proto in ceiling.values():  # a perfect scorer: R@1 = 100 both ways, rSum = 6 x 100
-        assert proto["rsum"] == pytest.approx(600.0) and proto["i2t/R@1"] == pytest.approx(100.0)
-    assert ceiling_note(ceiling).startswith(" 'Bayes ceiling'") and ceiling_note(None) == ""
-
-
-def test_ceiling_frame_and_write_ceiling(tmp_path: Path) -> None:
-    per_run = pd.DataFrame({"model": ["A", "B"], "seed": [0, 0], "all rSum": [150.0, 300.0],
-                            "converged": [True, False]})
-    ceiling = {"all": {"rsum": 600.0}, "1K": {"rsum": 580.0}}
-    frame = ceiling_frame(per_run, ceiling)
-    assert frame["percent_of_ceiling"].tolist() == [25.0, 50.0] and frame["ceiling_rsum"].tolist() == [600.0, 600.0]
-    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path))
-    write_ceiling(per_run, None, run)
-    assert not (tmp_path / "hrem" / "ceiling.csv").exists()
-    write_ceiling(per_run, ceiling, run)
-    assert pd.read_csv(tmp_path / "hrem" / "ceiling.csv")["percent_of_ceiling"].tolist() == [25.0, 50.0]
-
-
 def test_region_bert_outside_the_paper_profile_shows_the_paper_s_rows_and_trains_nothing() -> None:
     fits = pd.DataFrame({"model": ["GPO"], "seed": [0]})
     block = region_bert(fits, [0], hrem_data(synthetic_corpus(0), word_vectors="word2vec"), {},

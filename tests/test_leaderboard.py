@@ -154,16 +154,3 @@ def test_column_scaled_maps_each_column_onto_unit_interval():
     scaled = column_scaled(np.array([[1.0, 5.0, np.nan], [3.0, 5.0, 2.0], [2.0, 5.0, 4.0]]))
     expected = np.array([[0.0, 0.5, np.nan], [1.0, 0.5, 0.0], [0.5, 0.5, 1.0]])
     np.testing.assert_allclose(scaled, expected, equal_nan=True)
-
-
-def test_ceiling_frame_is_every_chapters_layout():
-    from xmr_core.ceiling import bayes_ceiling
-    from xmr_core.chapters.leaderboard import ceiling_frame
-
-    test = synthetic_split("test", 6, np.random.default_rng(3))
-    per_run = pd.DataFrame([{"model": "A", "seed": 0, "rSum": 120.0, "% of ceiling": 40.0, "converged": True},
-                            {"model": "A + FR", "seed": 0, "rSum": 150.0, "% of ceiling": 50.0, "converged": False}])
-    out = ceiling_frame(per_run, test)
-    assert list(out.columns) == ["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
-    assert out["ceiling_rsum"].tolist() == [bayes_ceiling(test)["rsum"]] * 2
-    assert out["rsum"].tolist() == [120.0, 150.0] and out["converged"].tolist() == [True, False]

@@ -21,6 +21,7 @@ from xmr_core.chapters.msrm import (
     training_runs,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
+from xmr_core.chapters.pcme import table3_frame
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
@@ -156,11 +157,6 @@ def test_all_classes_only_where_the_corpus_has_the_split(monkeypatch):
     assert abl_data is everything and protocol == "all classes"
 
 
-def test_ceiling_note():
-    assert chapter.ceiling_note(None) == ""
-    assert "Bayes ceiling" in chapter.ceiling_note({"5K": {"rsum": 1.0}})
-
-
 def _runs(values: dict[str, dict[str, float]], unconverged: tuple[str, ...] = (), protocol: str = "zero-shot"
           ) -> pd.DataFrame:
     """Two seeds per model at value - 1 and value + 1 of every column; the first seed of `unconverged` did not
@@ -185,10 +181,6 @@ def test_table1_frame_keeps_order_and_skips_without_runs():
     assert np.allclose(table["T1 i2t R-P std"], SQRT2)
 
 
-def test_split_ceiling_needs_exact_relevance():
-    assert chapter.split_ceiling(_split("test", 2, ["a", "b"])) is None
-
-
 CEILING = {"1K": {"i2t/R@1": 90.0, "t2i/R@1": 80.0, "rsum": 500.0},
            "5K": {"i2t/R@1": 70.0, "t2i/R@1": 60.0, "rsum": 400.0}}
 
@@ -203,11 +195,11 @@ def _zero_shot() -> pd.DataFrame:
     return runs
 
 
-def test_table3_frame_with_and_without_the_ceiling():
+def test_table3_frame_of_msrm_with_and_without_the_ceiling():
     zs = _zero_shot()
-    plain = chapter.table3_frame(zs, None, "scenes")
+    plain = table3_frame(zs, "scenes", None, ORDER, "msrm")
     assert plain["model"].tolist() == ORDER and "5K rSum % of ceiling" not in plain
-    table = chapter.table3_frame(zs, CEILING, "scenes")
+    table = table3_frame(zs, "scenes", CEILING, ORDER, "msrm")
     assert table["model"].tolist() == ["Bayes ceiling", *ORDER]
     ceiling_row = table.iloc[0]
     assert ceiling_row["T3 1K t2i R@1 (scenes)"] == 80.0 and ceiling_row["T3 5K i2t R@1 (scenes)"] == 70.0
@@ -215,17 +207,6 @@ def test_table3_frame_with_and_without_the_ceiling():
     # PCME: 100 / 400 = 25%, 140 / 400 = 35% -> 30; MSRM: 50% and 60% -> 55; VSE0: 10% and 20% -> 15
     assert share["PCME"] == 30.0 and share["MSRM"] == 55.0 and share["VSE0"] == 15.0
     assert table.set_index("model").loc["MSRM", "T3 5K i2t PMRP (scenes)"] == 40.0
-
-
-def test_ceiling_frame_is_each_runs_share():
-    zs = _zero_shot()
-    assert chapter.ceiling_frame(zs, None) is None
-    frame = chapter.ceiling_frame(zs, CEILING)
-    assert frame.columns.tolist() == ["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
-    assert frame["model"].tolist()[-4:] == ["PCME", "PCME", "MSRM", "MSRM"]
-    assert frame["percent_of_ceiling"].tolist()[-4:] == [25.0, 35.0, 50.0, 60.0]
-    assert frame["percent_of_ceiling"].tolist()[:2] == [10.0, 20.0]  # VSE0
-    assert frame["ceiling_rsum"].tolist() == [400.0] * 2 * len(ORDER)
 
 
 def test_write_optional_table_writes_only_a_table(tmp_path):

@@ -141,38 +141,20 @@ CEILING = {"1K": {"i2t/R@1": 90.0, "t2i/R@1": 80.0, "rsum": 500.0},
            "5K": {"i2t/R@1": 70.0, "t2i/R@1": 60.0, "rsum": 200.0}}
 
 
-def test_with_ceiling_share_and_ceiling_frame():
-    per_run = _table3_runs()
-    assert chapter.with_ceiling_share(per_run, None) is per_run
-    shared = chapter.with_ceiling_share(per_run, CEILING)
-    assert shared["% of ceiling 5K"].tolist() == [50.0, 30.0, 50.0]  # rSum 100, 60, 100 of 200
-    assert "% of ceiling 5K" not in per_run  # the input is left as it was
-    frame = chapter.ceiling_frame(shared, CEILING)
-    assert frame.columns.tolist() == ["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
-    assert frame.values.tolist() == [["VSE0", 0, 100.0, 200.0, 50.0, True], ["PCME", 0, 60.0, 200.0, 30.0, True],
-                                     ["PCME", 1, 100.0, 200.0, 50.0, True]]
-
-
 def test_table3_frame_with_and_without_ceiling():
     order = ["VSE0", "PCME"]
     plain = chapter.table3_frame(_table3_runs(), "scenes", None, order)
     assert plain["model"].tolist() == order and "5K rSum % of ceiling" not in plain
     assert plain["T3 5K i2t PMRP (scenes)"].tolist() == [5.0, 15.0]  # PCME: mean of 10 and 20
-    table = chapter.table3_frame(chapter.with_ceiling_share(_table3_runs(), CEILING), "scenes", CEILING, order)
+    table = chapter.table3_frame(_table3_runs(), "scenes", CEILING, order)
     assert table["model"].tolist() == ["Bayes ceiling", "VSE0", "PCME"]
     assert table["5K rSum % of ceiling"].tolist() == [100.0, 50.0, 40.0]  # PCME: mean of 30 and 50
     assert table["T3 5K i2t R@1 (scenes)"].iloc[0] == 70.0 and table["T3 1K t2i R@1 (scenes)"].iloc[0] == 80.0
-    assert chapter.ceiling_note(None) == "" and "'Bayes ceiling'" in chapter.ceiling_note(CEILING)
-
-
-def test_table3_ceiling_needs_exact_relevance():
-    assert chapter.table3_ceiling(_split(10, k=2, exact=None)) is None
-    assert set(chapter.table3_ceiling(_split(10, k=2))) == {"1K", "5K"}
 
 
 def test_write_ceiling(tmp_path: Path):
     run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
-    per_run = chapter.with_ceiling_share(_table3_runs(), CEILING)
+    per_run = _table3_runs()
     assert chapter.write_ceiling(per_run, None, run, "caption") is None
     assert not (tmp_path / "res" / "pcme").exists()
     table = chapter.write_ceiling(per_run, CEILING, run, "caption")

@@ -51,16 +51,13 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
+from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.msrm import (
     ORDER,
     TABLE2_COLUMNS,
-    ceiling_frame,
-    ceiling_note,
     optional_all_classes,
-    split_ceiling,
     split_sizes,
     table1_frame,
-    table3_frame,
     train_and_score,
     train_claims,
     training_runs,
@@ -69,10 +66,16 @@ from xmr_core.chapters.msrm import (
     weights_tuned,
     write_optional_table,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES
+from xmr_core.chapters.pcme import LEARNING_RATES, table3_frame
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import dataset_note, seed_summary, with_paper
+from xmr_core.chapters.summary import (
+    ceiling_note,
+    dataset_note,
+    seed_summary,
+    with_paper,
+    write_ceiling_table,
+)
 from xmr_core.config import RunConfig
 from xmr_core.results import write_table
 from xmr_core.tuning import tuning_frame
@@ -163,9 +166,9 @@ table2
 # scorer can reach, per protocol. It heads the table, and each model's 5K instance rSum is given as a share of it.
 
 # %%
-ceiling = split_ceiling(data.test)  # None without exact relevance (real data)
+ceiling = split_ceiling(data.test, "5K")  # None without exact relevance (real data)
 not_coco = dataset_note(DATASET, lead="synthetic, NOT COCO")
-table3 = table3_frame(runs.zero_shot, ceiling, label)
+table3 = table3_frame(runs.zero_shot, label, ceiling, ORDER, "msrm")
 write_table(table3, "msrm/table3", run=run, caption=(
     f"MSRM Table 3 analogue. Paper: MS-COCO 1K and 5K. Ours: {DATASET}{not_coco}; '1K' = 5 folds of "
     f"{data.test.n_images // 5} test images, '5K' = all {data.test.n_images}; models trained on the seen classes; "
@@ -174,9 +177,9 @@ write_table(table3, "msrm/table3", run=run, caption=(
 table3
 
 # %%
-write_optional_table(ceiling_frame(runs.zero_shot, ceiling), "msrm/ceiling", run=run, extra={"ceiling": ceiling},
-                     caption=f"Each zero-shot model's 5K-analogue instance rSum as a share of the Bayes ceiling "
-                             f"({DATASET}, {PROFILE}).")
+write_ceiling_table(runs.zero_shot, ceiling, "msrm/ceiling", run, protocol="5K", rsum_column="rsum 5K",
+                    caption=f"Each zero-shot model's 5K-analogue instance rSum as a share of the Bayes ceiling "
+                            f"({DATASET}, {PROFILE}).")
 write_table(runs.fits, "msrm/training", run=run,
             caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(runs.per_run, "msrm/per_seed", run=run, caption=(

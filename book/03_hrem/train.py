@@ -56,6 +56,7 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
+from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     BERT_PROFILES,
     DATA_FORMAT,
@@ -63,22 +64,19 @@ from xmr_core.chapters.hrem import (
     ORDER,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
-    ceiling_note,
     flickr_columns,
     hrem_data,
     hrem_encoders,
     hrem_table,
     region_bert,
-    split_ceiling,
     split_sizes,
     train_and_score,
     train_claims,
     training_runs,
     tune_methods,
-    write_ceiling,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, train_config
-from xmr_core.chapters.summary import dataset_note
+from xmr_core.chapters.summary import ceiling_note, dataset_note, write_ceiling_table
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
@@ -140,7 +138,7 @@ fits
 
 # %%
 label = DATASET
-ceiling = split_ceiling(test)  # None on real data (no exact relevance)
+ceiling = split_ceiling(test, "all")  # None on real data (no exact relevance)
 table1 = hrem_table(per_run, ORDER, "table1_bigru", TABLE1_COLUMNS, label, ceiling)
 write_table(table1, "hrem/table1", run=run, caption=(
     "HREM Table 1 analogue, Region + BiGRU. Paper: MS-COCO 5K test set. Ours: "
@@ -148,7 +146,7 @@ write_table(table1, "hrem/table1", run=run, caption=(
     f"region features (R = {test.regions.shape[1]}) + GloVe/BiGRU, the whole test split ({test.n_images} images, "
     f"{test.n_captions} captions) as the 5K analogue; profile {PROFILE}; mean over seeds (std where > 1). The paper's "
     "Table 1 has no rSum column. 'HREM ensemble' = the paper's 'HREM (Full)*' (standalone and fusion similarities "
-    f"averaged). '(paper only)': not built here.{ceiling_note(ceiling)}"))
+    f"averaged). '(paper only)': not built here.{ceiling_note(ceiling, '')}"))
 table1
 
 # %% [markdown]
@@ -181,7 +179,7 @@ write_table(table2, "hrem/table2", run=run, caption=(
 table2
 
 # %%
-write_ceiling(per_run, ceiling, run)  # each run's share of the ceiling (when there is one)
+write_ceiling_table(per_run, ceiling, "hrem/ceiling", run, protocol="all", rsum_column="all rSum")  # when there is one
 write_table(fits, "hrem/training", run=run, caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "hrem/per_seed", run=run, caption=(
     "Every model and seed: R@K and rSum on the whole test split ('all') and over its five folds ('1K'); the claims "

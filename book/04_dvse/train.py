@@ -59,7 +59,9 @@ N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 import matplotlib.pyplot as plt
 
 from xmr_core.bench.rerank import main as rerank_benchmark
+from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.dvse import (
+    CEILING_RSUM,
     FR_COCO,
     FR_CUB,
     ORDER,
@@ -67,7 +69,6 @@ from xmr_core.chapters.dvse import (
     REGIONS,
     TABLE3_COLUMNS,
     TABLE4_K,
-    ceiling_note,
     converged_by_model,
     data_summary,
     fr_figure,
@@ -75,7 +76,6 @@ from xmr_core.chapters.dvse import (
     fr_models,
     paper_table,
     rerank_bench_args,
-    split_ceiling,
     split_sizes,
     table1_frame,
     table2_frame,
@@ -85,14 +85,12 @@ from xmr_core.chapters.dvse import (
     training_runs,
     tune_methods,
     tuned_weights,
-    with_ceiling_share,
-    write_ceiling_table,
     write_region_tables,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import dataset_note
+from xmr_core.chapters.summary import ceiling_note, dataset_note, with_ceiling_share, write_ceiling_table
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame
@@ -162,8 +160,8 @@ runs.fits
 
 # %%
 label = DATASET
-ceiling = split_ceiling(data.test)
-per_run = with_ceiling_share(runs.per_run, ceiling)
+ceiling = split_ceiling(data.test, "all")
+per_run = with_ceiling_share(runs.per_run, ceiling, CEILING_RSUM)
 table1 = table1_frame(per_run, label, ceiling)
 write_table(table1, "dvse/table1", run=run, caption=(
     f"DVSE Table I analogue. Paper: MS-COCO, ResNet-152 + Bi-GRU block, 1K (five folds of 1,000 images) and 5K. "
@@ -262,7 +260,7 @@ write_table(gains, "dvse/fr_any_model", run=run, caption=(
 gains
 
 # %%
-write_ceiling_table(per_run, ceiling, run)
+write_ceiling_table(per_run, ceiling, "dvse/ceiling", run, protocol="all", rsum_column="all rSum")
 write_table(runs.fits, "dvse/training", run=run,
             caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "dvse/per_seed", run=run, caption=(

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
+from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.msrm import top_k_lists
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
@@ -57,6 +57,7 @@ from xmr_core.chapters.summary import (
     model_means,
     seed_means,
     seed_summary,
+    with_ceiling,
     with_paper,
 )
 from xmr_core.config import RunConfig
@@ -123,6 +124,7 @@ TABLE1_COLUMNS: dict[str, str] = {
     **{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "5K|rsum",
 }
 TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "rsum"}
+CEILING_RSUM = {"1K": "1K rSum", "all": "all rSum"}  # protocol -> the per-run rSum shared out of its ceiling
 TABLE3_COLUMNS: dict[str, str] = {f"CUB {d} {m}": f"class/{d}/{m}" for d in DIRECTIONS for m in ("R-P", "R@1")}
 TABLE6_COLUMNS: dict[str, str] = {**TABLE3_COLUMNS, "all i2t R@1": "5K|instance/i2t/R@1",
                                   "all t2i R@1": "5K|instance/t2i/R@1", "all rSum": "5K|rsum"}
@@ -372,65 +374,17 @@ def paper_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping
     return pd.concat([out, extra], ignore_index=True)
 
 
-def ceiling_row(ceiling: Mapping[str, Mapping[str, float]], mapping: Mapping[str, str],
-                label: str) -> dict[str, object]:
-    """The "Bayes ceiling" row of an instance table in `paper_table`'s layout: each column "<proto> <dir> R@K"
-    or "<proto> rSum" of `mapping` from `ceiling[proto]` (`xmr_core.ceiling` keys "i2t/R@1", ..., "rsum")."""
-    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
-    for col in mapping:
-        proto, rest = col.split(" ", 1)
-        row[f"{col} ({label})"] = ceiling[proto]["rsum" if rest == "rSum" else rest.replace(" ", "/")]
-    return row
-
-
-def split_ceiling(split: Split) -> dict[str, dict[str, float]] | None:
-    """The Bayes ceiling of the instance tables on `split`: {"1K": `fold_ceiling`, "all": `bayes_ceiling`} (keys
-    "i2t/R@1", ..., "rsum"); None when the split has no exact relevance (real data)."""
-    if split.exact is None:
-        return None
-    return {"1K": fold_ceiling(split), "all": bayes_ceiling(split)}
-
-
-def with_ceiling_share(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]] | None) -> pd.DataFrame:
-    """`per_run` plus "% of ceiling <proto>" for each protocol of `ceiling` (1K, all): each run's "<proto> rSum"
-    as a share of the ceiling's (`percent_of_ceiling`); `per_run` itself without a ceiling."""
-    if ceiling is None:
-        return per_run
-    return per_run.assign(**{f"% of ceiling {proto}": [percent_of_ceiling(v, c["rsum"])
-                                                       for v in per_run[f"{proto} rSum"]]
-                             for proto, c in ceiling.items()})
-
-
-def _ceiling_first(table: pd.DataFrame, row: Mapping[str, object]) -> pd.DataFrame:
-    """`table` with `row` (a "Bayes ceiling" row) on top, in `table`'s columns."""
-    return pd.concat([pd.DataFrame([row]), table], ignore_index=True)[table.columns]
-
-
-def table1_frame(per_run: pd.DataFrame, label: str, ceiling: Mapping[str, Mapping[str, float]] | None
-                 ) -> pd.DataFrame:
-    """Table 1 (`paper_table` of `ORDER` and the paper-only rows). With a ceiling, "<proto> rSum % of ceiling" (the
-    mean over seeds of `with_ceiling_share`'s columns, which `per_run` must hold) and the ceiling's row on top."""
+def table1_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None) -> pd.DataFrame:
+    """Table 1 (`paper_table` of `ORDER` and the paper-only rows). With a ceiling (`split_ceiling(test, "all")`),
+    its row on top and each model's "<proto> rSum % of ceiling" for 1K and all (`summary.with_ceiling`)."""
     table = paper_table(per_run, ORDER, "table1_resnet", TABLE1_COLUMNS, label, PAPER_ONLY["table1_resnet"])
-    if ceiling is None:
-        return table
-    for proto in ceiling:
-        means = per_run.groupby("model")[f"% of ceiling {proto}"].mean()
-        table[f"{proto} rSum % of ceiling"] = [means.get(m, float("nan")) for m in table["model"]]
-    shares = {f"{proto} rSum % of ceiling": 100.0 for proto in ceiling}
-    return _ceiling_first(table, {**ceiling_row(ceiling, TABLE1_COLUMNS, label), **shares})
+    return table if ceiling is None else with_ceiling(table, per_run, ceiling, TABLE1_COLUMNS, label, list(ceiling))
 
 
-def table2_frame(per_run: pd.DataFrame, label: str, ceiling: Mapping[str, Mapping[str, float]] | None
-                 ) -> pd.DataFrame:
+def table2_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None) -> pd.DataFrame:
     """Table 2 (`paper_table` of `ORDER` and the paper-only rows), the ceiling's row on top when there is one."""
     table = paper_table(per_run, ORDER, "table2_resnet", TABLE2_COLUMNS, label, PAPER_ONLY["table2_resnet"])
-    return table if ceiling is None else _ceiling_first(table, ceiling_row(ceiling, TABLE2_COLUMNS, label))
-
-
-def ceiling_note(ceiling: Mapping[str, Mapping[str, float]] | None) -> str:
-    """The captions' line on the Bayes ceiling row ("" without a ceiling)."""
-    return "" if ceiling is None else \
-        " 'Bayes ceiling': the best any scorer can reach on this split (xmr_core.ceiling)."
+    return table if ceiling is None else with_ceiling(table, per_run, ceiling, TABLE2_COLUMNS, label)
 
 
 def region_runs(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -462,28 +416,13 @@ def write_region_tables(per_run: pd.DataFrame, data: ChapterData, label: str, se
     return table1
 
 
-def write_ceiling_table(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]] | None,
-                        run: RunConfig) -> None:
-    """`dvse/ceiling`: each run's whole-split rSum beside the Bayes ceiling's and its share of it (`per_run` from
-    `with_ceiling_share`), the ceiling's own values in the provenance; nothing without a ceiling."""
-    if ceiling is None:
-        return
-    table = pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["all rSum"],
-                          "ceiling_rsum": ceiling["all"]["rsum"], "percent_of_ceiling": per_run["% of ceiling all"],
-                          "converged": per_run["converged"]})
-    write_table(table, "dvse/ceiling", run=run, extra={"ceiling": ceiling}, caption=(
-        f"Each model's instance rSum on the whole {run.dataset} test split as a share of the Bayes ceiling "
-        f"(profile {run.profile})."))
-
-
 # ---------------------------------------------------------------------------- FR on every model (train.py)
 def fr_models(data: ChapterData) -> list[str]:
     """The models FR is applied to in `fr_gains` and `fr_figure`: every trained model, the region DVSE included."""
     return MODELS + ([REGIONS] if data.test.regions is not None else [])
 
 
-def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: Mapping[str, Mapping[str, float]] | None,
-              dataset: str) -> Figure:
+def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: SplitCeiling | None, dataset: str) -> Figure:
     """Bars: each model's whole-split rSum without and with FR (mean over seeds), the Bayes ceiling's as a dashed
     line when there is one."""
     rows = per_run.assign(model=per_run["model"].str.removesuffix(" + FR"), FR=per_run["model"].str.endswith(" + FR"))

@@ -63,7 +63,14 @@ from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, paper_table
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, train_config
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_means
+from xmr_core.chapters.summary import (
+    best_other_margin,
+    ceiling_first,
+    ceiling_share,
+    compare_models,
+    model_means,
+    seed_means,
+)
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import image_loader, query_loader
@@ -393,7 +400,7 @@ def hmrn_table(per_run: pd.DataFrame, table: str, mapping: Mapping[str, str], la
     out = paper_table(per_run, order, table, mapping, label, paper_only, chapter="hmrn")
     if ceiling is None:
         return out
-    return pd.concat([pd.DataFrame([ceiling_row(ceiling, mapping, label)]), out], ignore_index=True)[out.columns]
+    return ceiling_first(out, ceiling_row(ceiling, mapping, label))
 
 
 def round_table(per_run: pd.DataFrame, table: str, label: str, rounds: int,
@@ -407,9 +414,7 @@ def table5(per_run: pd.DataFrame, label: str, ceiling: Mapping[str, float] | Non
     mean over seeds of each run's share) when `ceiling` is given."""
     out = hmrn_table(per_run, "table5", TABLE5_COLUMNS, label, ceiling)
     if ceiling is not None:
-        share = per_run.assign(s=100.0 * per_run["rsum"] / ceiling["rsum"]).groupby("model")["s"].mean()
-        out["R@Sum % of ceiling"] = [100.0 if m == "Bayes ceiling" else share.get(m, float("nan"))
-                                     for m in out["model"]]
+        out["R@Sum % of ceiling"] = ceiling_share(per_run, "rsum", ceiling["rsum"], out["model"])
     return out
 
 

@@ -48,12 +48,19 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling
+from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table, peak
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import best_other_margin, compare_models, dataset_note, model_means, with_paper
+from xmr_core.chapters.summary import (
+    best_other_margin,
+    compare_models,
+    dataset_note,
+    model_means,
+    with_ceiling,
+    with_paper,
+)
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
@@ -73,7 +80,6 @@ from xmr_core.results import (
     require_converged,
     universal_verdict,
     verdict,
-    write_table,
 )
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
@@ -315,23 +321,14 @@ def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterDa
 
 # ------------------------------------------------------------------------------------------- table layout
 def hrem_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping: Mapping[str, str], label: str,
-               ceiling: Mapping[str, Mapping[str, float]] | None = None) -> pd.DataFrame:
+               ceiling: SplitCeiling | None = None) -> pd.DataFrame:
     """One of the paper's instance tables (`dvse.paper_table` with the HREM paper values and its paper-only
-    rows), with the Bayes ceiling row on top and each model's rSum as % of the ceiling (per protocol, the mean
-    over seeds of each run's share) when `ceiling` ({"1K": ..., "all": ...}) is given."""
+    rows), with the Bayes ceiling row on top and each model's rSum as % of the ceiling per protocol of `mapping`
+    (`summary.with_ceiling`) when `ceiling` (`split_ceiling(test, "all")`) is given."""
     out = paper_table(per_run, order, table, mapping, label, PAPER_ONLY.get(table, ()), chapter="hrem")
     if ceiling is None:
         return out
-    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
-    for col in mapping:
-        proto, rest = col.split(" ", 1)
-        row[f"{col} ({label})"] = ceiling[proto]["rsum" if rest == "rSum" else rest.replace(" ", "/")]
-    protos = sorted({col.split(" ", 1)[0] for col in mapping})
-    for proto in protos:
-        share = per_run.assign(s=100.0 * per_run[f"{proto} rSum"] / ceiling[proto]["rsum"]).groupby("model")["s"].mean()
-        out[f"{proto} rSum % of ceiling"] = [share.get(m, float("nan")) for m in out["model"]]
-        row[f"{proto} rSum % of ceiling"] = 100.0
-    return pd.concat([pd.DataFrame([row]), out], ignore_index=True)[out.columns]
+    return with_ceiling(out, per_run, ceiling, mapping, label, sorted({col.split(" ", 1)[0] for col in mapping}))
 
 
 def flickr_columns(table: pd.DataFrame) -> pd.DataFrame:
@@ -358,35 +355,6 @@ def mean_std(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.
     return out
 
 
-def split_ceiling(split: Split) -> dict[str, dict[str, float]] | None:
-    """The Bayes ceiling of Tables 1-2 per protocol: "1K" (the mean over five folds, `ceiling.fold_ceiling`) and
-    "all" (the whole split, `ceiling.bayes_ceiling`); None without exact relevance (real data)."""
-    if split.exact is None:
-        return None
-    return {"1K": fold_ceiling(split), "all": bayes_ceiling(split)}
-
-
-def ceiling_note(ceiling: Mapping[str, Mapping[str, float]] | None) -> str:
-    """Table 1's caption sentence on its ceiling row ("" without a ceiling)."""
-    return " 'Bayes ceiling': the best any scorer can reach on this split." if ceiling else ""
-
-
-def ceiling_frame(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
-    """Each run's rSum on the whole test split beside the ceiling's (`split_ceiling`), and its share in %."""
-    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["all rSum"],
-                         "ceiling_rsum": ceiling["all"]["rsum"],
-                         "percent_of_ceiling": 100.0 * per_run["all rSum"] / ceiling["all"]["rsum"],
-                         "converged": per_run["converged"]})
-
-
-def write_ceiling(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]] | None, run: RunConfig) -> None:
-    """Write `hrem/ceiling` (`ceiling_frame`, the ceiling itself in its JSON) when there is a ceiling."""
-    if ceiling:
-        write_table(ceiling_frame(per_run, ceiling), "hrem/ceiling", run=run, extra={"ceiling": ceiling}, caption=(
-            f"Each model's instance rSum on the whole {run.dataset} test split as a share of the Bayes ceiling "
-            f"(profile {run.profile})."))
-
-
 def bert_not_run(profile: str) -> str | None:
     """Why the Region + BERT rows are not trained in `profile`; None in `BERT_PROFILES`, where they are."""
     if check_profile(profile) in BERT_PROFILES:
@@ -405,7 +373,7 @@ class BertBlock(NamedTuple):
 
 
 def region_bert(fits: pd.DataFrame, seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
-                run: RunConfig, label: str, ceiling: Mapping[str, Mapping[str, float]] | None) -> BertBlock:
+                run: RunConfig, label: str, ceiling: SplitCeiling | None) -> BertBlock:
     """Tables 1-2's Region + BERT block. In `BERT_PROFILES`: GPO and both HREM mechanisms on the packaged MiniLM,
     fine-tuned at the BiGRU-tuned settings (no second tuning), every seed, with their ensemble (`train_and_score`);
     elsewhere the paper's rows with ours marked not run (`not_run_table`)."""

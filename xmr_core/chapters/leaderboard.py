@@ -208,15 +208,6 @@ def cross_method_claims(per_run: pd.DataFrame) -> list[dict[str, str]]:
     return claims
 
 
-def ceiling_frame(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
-    """`ceiling.csv` in every chapter's layout: per model (+ FR rows too) and seed, its instance rSum, the Bayes
-    ceiling's, the share and whether the run converged."""
-    out = per_run[["model", "seed", "rSum", "% of ceiling", "converged"]].rename(
-        columns={"rSum": "rsum", "% of ceiling": "percent_of_ceiling"})
-    out.insert(3, "ceiling_rsum", bayes_ceiling(test)["rsum"])
-    return out.reset_index(drop=True)
-
-
 def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
     """The leaderboard table: the Bayes ceiling row, then per model (book order, each followed by its + FR row)
     the mean over seeds of every column, with the number of seeds."""
@@ -226,4 +217,3 @@ def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
     table.insert(0, "seeds", grouped.size())
     table = table.reset_index()
     return pd.concat([pd.DataFrame([ceiling_row(test)]), table], ignore_index=True)[["model", "seeds", *cols]]
-

@@ -42,7 +42,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import (
@@ -50,7 +49,6 @@ from xmr_core.chapters.pcme import (
     Compared,
     fit_row,
     model_label,
-    table3_ceiling_row,
     tables_row,
     train_built,
     train_config,
@@ -256,53 +254,6 @@ def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
         return None
     order = [m for m in ORDER if m in set(all_classes["model"])]
     return with_paper(seed_summary(all_classes, list(TABLE1_COLUMNS), order), "msrm", "table1", TABLE1_COLUMNS, label)
-
-
-Ceiling = dict[str, dict[str, float]]  # Table 3's protocol ("1K", "5K") -> `xmr_core.ceiling` values
-
-
-def split_ceiling(split: Split) -> Ceiling | None:
-    """The Bayes ceiling of the test split under Table 3's protocols: {"1K": `fold_ceiling`, "5K":
-    `bayes_ceiling`}; None without exact relevance (real data)."""
-    if split.exact is None:
-        return None
-    return {"1K": fold_ceiling(split), "5K": bayes_ceiling(split)}
-
-
-def _ceiling_share(zero_shot: pd.DataFrame, ceiling: Ceiling) -> pd.DataFrame:
-    """`zero_shot` with "% of ceiling 5K": each run's 5K instance rSum as a share (%) of the ceiling's."""
-    share = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in zero_shot["rsum 5K"]]
-    return zero_shot.assign(**{"% of ceiling 5K": share})
-
-
-def table3_frame(zero_shot: pd.DataFrame, ceiling: Ceiling | None, label: str) -> pd.DataFrame:
-    """Table 3 (COCO-style, whole test split): our rows in `ORDER` beside the paper's; with a ceiling, the
-    "Bayes ceiling" row first (`pcme.table3_ceiling_row`) and "5K rSum % of ceiling" (mean over seeds)."""
-    table = with_paper(seed_summary(zero_shot, list(TABLE3_COLUMNS), ORDER), "msrm", "table3", TABLE3_COLUMNS, label)
-    if ceiling is None:
-        return table
-    share = seed_summary(_ceiling_share(zero_shot, ceiling), ["% of ceiling 5K"], ORDER)["% of ceiling 5K"]
-    table["5K rSum % of ceiling"] = share.to_numpy()
-    return pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table], ignore_index=True)
-
-
-CEILING_NOTE = " 'Bayes ceiling': the best any scorer can reach on this split (xmr_core.ceiling)."
-
-
-def ceiling_note(ceiling: Ceiling | None) -> str:
-    """Table 3's caption sentence on the ceiling row ("" without a ceiling)."""
-    return "" if ceiling is None else CEILING_NOTE
-
-
-def ceiling_frame(zero_shot: pd.DataFrame, ceiling: Ceiling | None) -> pd.DataFrame | None:
-    """Each zero-shot run's 5K instance rSum, the ceiling's and the share (%); None without a ceiling.
-    Columns: model, seed, rsum, ceiling_rsum, percent_of_ceiling, converged."""
-    if ceiling is None:
-        return None
-    runs = _ceiling_share(zero_shot, ceiling)
-    return pd.DataFrame({"model": runs["model"], "seed": runs["seed"], "rsum": runs["rsum 5K"],
-                         "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": runs["% of ceiling 5K"],
-                         "converged": runs["converged"]})
 
 
 def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig, caption: str = "",

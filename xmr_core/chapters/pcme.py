@@ -35,10 +35,18 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
+from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
+from xmr_core.chapters.summary import (
+    best_other_margin,
+    ceiling_share,
+    compare_models,
+    model_means,
+    seed_summary,
+    with_paper,
+    write_ceiling_table,
+)
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -65,7 +73,6 @@ from xmr_core.results import (
     require_converged,
     verdict,
     write_figure,
-    write_table,
 )
 from xmr_core.train import FitResult, TrainConfig, fit
 from xmr_core.tuning import TuningResult, tune
@@ -152,6 +159,7 @@ TABLE3_COLUMNS: dict[str, str] = {
     for proto in ("1K", "5K") for d in ("i2t", "t2i") for view, m in (("plausible", "PMRP"), ("instance", "R@1"))
 }
 TABLE3_PROTOCOLS = {"1K": "coco1k", "5K": "full"}  # our name -> `evaluate_scores` protocol
+CEILING_RSUM = {"5K": "rsum 5K"}  # protocol -> the per-run rSum column shared out of its ceiling (`with_ceiling_share`)
 
 
 def model_label(name: str, k: int = 1) -> str:
@@ -285,9 +293,9 @@ def own_caption_score(scores: Tensor, images: np.ndarray, caption_image: np.ndar
     return float(np.mean([scores[k, np.flatnonzero(caption_image == i)].mean() for k, i in enumerate(images)]))
 
 
-def table3_ceiling_row(ceiling: dict[str, dict[str, float]], dataset_label: str) -> dict[str, object]:
+def table3_ceiling_row(ceiling: SplitCeiling, dataset_label: str) -> dict[str, object]:
     """Table 3's "Bayes ceiling" row: the ceiling's instance R@1 per protocol and direction in our columns.
-    ceiling: {"1K": `fold_ceiling`, "5K": `bayes_ceiling`} of the test split."""
+    ceiling: `split_ceiling(test, "5K")`."""
     row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0, "5K rSum % of ceiling": 100.0}
     for proto in TABLE3_PROTOCOLS:
         for direction in ("i2t", "t2i"):
@@ -368,53 +376,22 @@ def per_run_frame(trained: TrainedModels, data: ChapterData, device: torch.devic
                           **tables_row(model, data, device)} for (name, seed), model in trained.models.items()])
 
 
-Ceiling = dict[str, dict[str, float]]  # {"1K": `fold_ceiling`, "5K": `bayes_ceiling`} of the test split
-
-
-def table3_ceiling(test: Split) -> Ceiling | None:
-    """The Bayes ceiling of the test split under Table 3's two protocols (`fold_ceiling`, `bayes_ceiling`); None
-    without exact relevance (the real data sets have none, so no ceiling)."""
-    return None if test.exact is None else {"1K": fold_ceiling(test), "5K": bayes_ceiling(test)}
-
-
-def with_ceiling_share(per_run: pd.DataFrame, ceiling: Ceiling | None) -> pd.DataFrame:
-    """`per_run` with "% of ceiling 5K": each run's 5K instance rSum as % of the ceiling's (`percent_of_ceiling`);
-    unchanged without a ceiling."""
-    if ceiling is None:
-        return per_run
-    share = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in per_run["rsum 5K"]]
-    return per_run.assign(**{"% of ceiling 5K": share})
-
-
-def table3_frame(per_run: pd.DataFrame, label: str, ceiling: Ceiling | None, order: Sequence[str] = ORDER,
+def table3_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None, order: Sequence[str] = ORDER,
                  chapter: str = "pcme") -> pd.DataFrame:
     """Table 3: PMRP and instance R@1 (1K, 5K) of the models in `order`, the paper's value beside each
-    (`summary.with_paper`, `chapter`'s paper values). With a `ceiling` (per_run from `with_ceiling_share`): each
-    model's "5K rSum % of ceiling" (mean over seeds) and the ceiling's row on top (`table3_ceiling_row`)."""
+    (`summary.with_paper`, `chapter`'s paper values). With a `ceiling` (`split_ceiling` of the test split, "5K"):
+    each model's "5K rSum % of ceiling" (`summary.ceiling_share`) and the ceiling's row on top
+    (`table3_ceiling_row`)."""
     table = with_paper(seed_summary(per_run, list(TABLE3_COLUMNS), order), chapter, "table3", TABLE3_COLUMNS, label)
     if ceiling is None:
         return table
-    table["5K rSum % of ceiling"] = seed_summary(per_run, ["% of ceiling 5K"], order)["% of ceiling 5K"].to_numpy()
+    table["5K rSum % of ceiling"] = ceiling_share(per_run, "rsum 5K", ceiling["5K"]["rsum"], table["model"])
     return pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table], ignore_index=True)
 
 
-def ceiling_note(ceiling: Ceiling | None) -> str:
-    """The caption's sentence on the ceiling's row and column of Table 3 ("" without a ceiling)."""
-    return "" if ceiling is None else (
-        " 'Bayes ceiling': the best any scorer can reach on this split (exact relevance, xmr_core.ceiling); "
-        "'% of ceiling': the model's 5K instance rSum over the ceiling's.")
-
-
-def ceiling_frame(per_run: pd.DataFrame, ceiling: Ceiling) -> pd.DataFrame:
-    """`ceiling.csv` in every chapter's layout: per model and seed, its 5K instance rSum, the ceiling's, the share
-    (per_run from `with_ceiling_share`) and whether the run converged."""
-    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["rsum 5K"],
-                         "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": per_run["% of ceiling 5K"],
-                         "converged": per_run["converged"]})
-
-
 def ceiling_figure(table: pd.DataFrame) -> Figure:
-    """Each model's share of the ceiling (`ceiling_frame`) as bars: mean over seeds, std as a line; 100% dashed."""
+    """Each model's share of the ceiling (`summary.ceiling_frame`) as bars: mean over seeds, std as a line; 100%
+    dashed."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
     sns.barplot(data=table, y="model", x="percent_of_ceiling", errorbar="sd", ax=ax, color="tab:blue")
     ax.axvline(100, color="black", ls="--", lw=1)
@@ -423,13 +400,14 @@ def ceiling_figure(table: pd.DataFrame) -> Figure:
     return fig
 
 
-def write_ceiling(per_run: pd.DataFrame, ceiling: Ceiling | None, run: RunConfig, caption: str) -> pd.DataFrame | None:
-    """Write `pcme/ceiling` (`ceiling_frame` with `caption`, the ceiling's R@K in its provenance) and its figure
+def write_ceiling(per_run: pd.DataFrame, ceiling: SplitCeiling | None, run: RunConfig,
+                  caption: str) -> pd.DataFrame | None:
+    """Write `pcme/ceiling` (`summary.write_ceiling_table` of the 5K rSum, with `caption`) and its figure
     (`ceiling_figure`); nothing without a ceiling. Returns the table, or None."""
-    if ceiling is None:
+    table = write_ceiling_table(per_run, ceiling, "pcme/ceiling", run, protocol="5K", rsum_column="rsum 5K",
+                                caption=caption)
+    if table is None:
         return None
-    table = ceiling_frame(per_run, ceiling)
-    write_table(table, "pcme/ceiling", run=run, extra={"ceiling": ceiling}, caption=caption)
     write_figure(ceiling_figure(table), "pcme/ceiling", run=run,
                  caption="Each model's share of the Bayes ceiling (rSum).")
     return table

@@ -11,16 +11,28 @@ column and one column per metric. From it:
     best_other_margin(per_run, model, means, cols) -> `compare_models` of `model` against the best other
 
 and, for the captions, `dataset_note(dataset, paper_data)`: the aside saying that scenes is not the paper's data.
+
+The Bayes ceiling in a chapter's tables (`ceiling.split_ceiling`: {protocol: ceiling}, None on real data):
+
+    with_ceiling_share(per_run, ceiling, rsum_columns) -> per_run plus "% of ceiling <protocol>" per run
+    ceiling_share(per_run, rsum_column, ceiling_rsum, models) -> per model, the mean over seeds of that share
+    with_ceiling(table, per_run, ceiling, mapping, label, protocols) -> the ceiling's row on top (`ceiling_row`,
+                                                     `ceiling_first`) and "<protocol> rSum % of ceiling" per model
+    ceiling_frame(per_run, rsum_column, ceiling_rsum) -> `ceiling.csv`: each run's rSum, the ceiling's, the share
+    write_ceiling_table(per_run, ceiling, key, run, ...) -> `ceiling_frame` written (nothing without a ceiling)
+    ceiling_note(ceiling)                            -> the captions' sentence on the ceiling row
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import pandas as pd
 
-from xmr_core.results import Verdict, difference_verdict, paper_values, verdict
+from xmr_core.ceiling import SplitCeiling, percent_of_ceiling
+from xmr_core.config import RunConfig
+from xmr_core.results import Verdict, difference_verdict, paper_values, verdict, write_table
 
 
 def seed_summary(per_run: pd.DataFrame, cols: Sequence[str], order: Sequence[str]) -> pd.DataFrame:
@@ -107,3 +119,73 @@ def dataset_note(dataset: str, paper_data: str = "", compare: str = "compare ord
     if dataset != "scenes":
         return ""
     return f" ({lead}: " + (f"NOT {paper_data}; " if paper_data else "") + f"{compare})"
+
+
+def with_ceiling_share(per_run: pd.DataFrame, ceiling: SplitCeiling | None,
+                       rsum_columns: Mapping[str, str]) -> pd.DataFrame:
+    """`per_run` plus "% of ceiling <protocol>" for each protocol -> rSum column of `rsum_columns`: each run's rSum
+    as a share of `ceiling[protocol]`'s (`percent_of_ceiling`); `per_run` itself without a ceiling."""
+    if ceiling is None:
+        return per_run
+    return per_run.assign(**{f"% of ceiling {proto}": [percent_of_ceiling(v, ceiling[proto]["rsum"]) for v in per_run[col]]
+                             for proto, col in rsum_columns.items()})
+
+
+def ceiling_share(per_run: pd.DataFrame, rsum_column: str, ceiling_rsum: float, models: Iterable[str]) -> list[float]:
+    """Per model of `models`: the mean over its runs of `rsum_column` as % of `ceiling_rsum`; 100 for the "Bayes
+    ceiling" row itself, NaN for a model without runs (a paper-only row)."""
+    share = per_run.assign(share=percent_of_ceiling(per_run[rsum_column], ceiling_rsum)).groupby("model")["share"].mean()
+    return [100.0 if m == "Bayes ceiling" else share.get(m, float("nan")) for m in models]
+
+
+def ceiling_row(ceiling: SplitCeiling, columns: Iterable[str], label: str) -> dict[str, object]:
+    """The "Bayes ceiling" row of an instance table: each column "<protocol> <direction> R@K" or "<protocol> rSum"
+    (as "<column> (<label>)") from `ceiling[protocol]` (keys "i2t/R@1", ..., "rsum")."""
+    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
+    for col in columns:
+        proto, rest = col.split(" ", 1)
+        row[f"{col} ({label})"] = ceiling[proto]["rsum" if rest == "rSum" else rest.replace(" ", "/")]
+    return row
+
+
+def ceiling_first(table: pd.DataFrame, row: Mapping[str, object]) -> pd.DataFrame:
+    """`table` with `row` (its "Bayes ceiling" row) on top, in `table`'s columns."""
+    return pd.concat([pd.DataFrame([row]), table], ignore_index=True)[table.columns]
+
+
+def with_ceiling(table: pd.DataFrame, per_run: pd.DataFrame, ceiling: SplitCeiling, mapping: Mapping[str, str],
+                 label: str, protocols: Sequence[str] = ()) -> pd.DataFrame:
+    """`table` (`with_paper`'s layout of `mapping`'s columns) with the ceiling's row on top (`ceiling_row`) and, per
+    protocol of `protocols`, "<protocol> rSum % of ceiling": each model's mean share of `per_run`'s "<protocol>
+    rSum" (`ceiling_share`)."""
+    out = ceiling_first(table, ceiling_row(ceiling, mapping, label))
+    for proto in protocols:
+        out[f"{proto} rSum % of ceiling"] = ceiling_share(per_run, f"{proto} rSum", ceiling[proto]["rsum"], out["model"])
+    return out
+
+
+def ceiling_frame(per_run: pd.DataFrame, rsum_column: str, ceiling_rsum: float) -> pd.DataFrame:
+    """`ceiling.csv` in every chapter's layout: per run (model, seed), its rSum (`rsum_column`), the ceiling's, its
+    share in % and whether it converged."""
+    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run[rsum_column],
+                         "ceiling_rsum": ceiling_rsum,
+                         "percent_of_ceiling": percent_of_ceiling(per_run[rsum_column], ceiling_rsum),
+                         "converged": per_run["converged"]}).reset_index(drop=True)
+
+
+def write_ceiling_table(per_run: pd.DataFrame, ceiling: SplitCeiling | None, key: str, run: RunConfig, *,
+                        protocol: str, rsum_column: str, caption: str | None = None) -> pd.DataFrame | None:
+    """Write `key` (`ceiling_frame` of `rsum_column` against `ceiling[protocol]`'s rSum, the ceiling's values in its
+    provenance) and return it; nothing and None without a ceiling. caption: default, the whole test split's."""
+    if ceiling is None:
+        return None
+    table = ceiling_frame(per_run, rsum_column, ceiling[protocol]["rsum"])
+    write_table(table, key, run=run, extra={"ceiling": ceiling}, caption=caption or (
+        f"Each model's instance rSum on the whole {run.dataset} test split as a share of the Bayes ceiling "
+        f"(profile {run.profile})."))
+    return table
+
+
+def ceiling_note(ceiling: SplitCeiling | None, detail: str = " (xmr_core.ceiling)") -> str:
+    """The captions' sentence on the "Bayes ceiling" row, `detail` before its full stop; "" without a ceiling."""
+    return "" if ceiling is None else f" 'Bayes ceiling': the best any scorer can reach on this split{detail}."
