@@ -16,6 +16,7 @@ from xmr_core.chapters.summary import (
     ceiling_row,
     ceiling_share,
     compare_models,
+    converged_by_model,
     dataset_note,
     model_means,
     seed_means,
@@ -91,6 +92,11 @@ def test_with_paper_puts_the_paper_value_beside_ours(monkeypatch, per_run):
     assert math.isnan(out["x std"].iloc[1])  # one seed: no std
     proto = with_paper(summary, "ch", "t", {"x": "1K|x/key"}, "scenes")
     assert proto["x (paper)"].iloc[0] == 2.5
+
+
+def test_converged_by_model_needs_every_run_of_a_model():
+    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"], "converged": [True, True, True, True, False]})
+    assert converged_by_model(per_run) == {"A": True, "A + FR": True, "B": False, "B + FR": True}
 
 
 def test_dataset_note_is_said_on_scenes_only():

@@ -34,7 +34,6 @@ from xmr_core.chapters.dvse import (
     claims_preamble,
     class_row,
     combination_label,
-    converged_by_model,
     correlation_figure,
     correlation_matrices,
     data_summary,
@@ -521,11 +520,6 @@ def test_fr_figure_bars_are_the_seed_means_without_and_with_fr():
     assert heights == pytest.approx([5.0, 15.0, 7.0, 30.0])  # without FR (B, A), then with FR (B, A)
     assert [line.get_ydata()[0] for line in ax.lines] == [50.0]  # the ceiling
     assert not fr_figure(per_run, ["A"], None, "scenes").axes[0].lines
-
-
-def test_converged_by_model_counts_the_fr_rows_as_their_models():
-    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"], "converged": [True, True, True, True, False]})
-    assert converged_by_model(per_run) == {"A": True, "B": False}
 
 
 def test_rerank_bench_args():

@@ -69,7 +69,6 @@ from xmr_core.chapters.dvse import (
     REGIONS,
     TABLE3_COLUMNS,
     TABLE4_K,
-    converged_by_model,
     data_summary,
     fr_figure,
     fr_gains,
@@ -90,7 +89,13 @@ from xmr_core.chapters.dvse import (
 from xmr_core.chapters.pcme import LEARNING_RATES
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import ceiling_note, dataset_note, with_ceiling_share, write_ceiling_table
+from xmr_core.chapters.summary import (
+    ceiling_note,
+    converged_by_model,
+    dataset_note,
+    with_ceiling_share,
+    write_ceiling_table,
+)
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame

@@ -53,6 +53,7 @@ from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
     compare_models,
+    converged_by_model,
     dataset_note,
     model_means,
     seed_means,
@@ -438,12 +439,6 @@ def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: SplitCeilin
     return fig
 
 
-def converged_by_model(per_run: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every run of it converged}; a "<model> + FR" row counts as its model's (FR trains nothing)."""
-    models = per_run["model"].str.removesuffix(" + FR")
-    return per_run.assign(model=models).groupby("model")["converged"].all().to_dict()
-
-
 def rerank_bench_args(profile: str) -> list[str]:
     """`python -m xmr_core.bench rerank`'s arguments: a 500 x 2,500 matrix on smoke, 1% of the COCO 5K-size query
     rows otherwise (RR and MR extrapolated), two threads."""
@@ -469,7 +464,7 @@ def fr_gains(per_run: pd.DataFrame, models: Sequence[str], cols: Sequence[str],
 def train_claims(per_run: pd.DataFrame, t4: pd.DataFrame, gains: pd.DataFrame, converged: Mapping[str, bool],
                  split: Split) -> pd.DataFrame:
     """The claims of Sec. IV-B checked on train.py's runs: `per_run` (Tables 1-3), `t4` (Table 4's per-seed rows),
-    `gains` (`fr_gains`), `converged` (`converged_by_model`) and the test `split` (its size, for the evidence). A
+    `gains` (`fr_gains`), `converged` (`summary.converged_by_model`) and the test `split` (its size, for the evidence). A
     claim on a model that did not converge is "not tested" (`results.require_converged`)."""
     rsums, cub_rp, cub_r1 = ["1K rSum", "all rSum"], ["CUB i2t R-P", "CUB t2i R-P"], ["CUB i2t R@1", "CUB t2i R@1"]
     set_based = ["PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME", "DVSE"]

@@ -68,6 +68,7 @@ from xmr_core.chapters.summary import (
     ceiling_first,
     ceiling_share,
     compare_models,
+    converged_by_model,
     model_means,
     seed_means,
 )
@@ -892,7 +893,7 @@ def train_claims(per_run: pd.DataFrame, rounds: int, complexity: pd.DataFrame, e
          "source": "Sec. 4.3.2, Tables 1-4", "evidence": f"I-T - ensemble = {late_ens.diff:+.2f} mean R@1 of the last "
          f"two rounds (spread {late_ens.spread:.2f})", "verdict": late_ens.verdict, "models": [IT, ENSEMBLE]},
     ]
-    converged = per_run.groupby("model")["converged"].all().to_dict()
+    converged = converged_by_model(per_run)
     for claim in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
                                                                 claim.pop("models"), converged)

@@ -56,6 +56,7 @@ from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
     compare_models,
+    converged_by_model,
     dataset_note,
     model_means,
     with_ceiling,
@@ -777,11 +778,6 @@ def sweep_gain(values: Mapping[float, float], default: float, other: float, spre
     return diff, difference_verdict(diff, spread)
 
 
-def converged_models(per_seed: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every one of its runs converged}."""
-    return per_seed.groupby("model")["converged"].all().to_dict()
-
-
 def train_claims(per_run: pd.DataFrame, bert_why: str | None) -> pd.DataFrame:
     """The claims of Sec. 4.2 checked on train.py's runs (`summary.compare_models` on the mean of the whole split's
     and the 1K rSum; a claim on a model that did not converge is "not tested", `results.require_converged`).
@@ -811,7 +807,7 @@ def train_claims(per_run: pd.DataFrame, bert_why: str | None) -> pd.DataFrame:
            "evidence": f"ensemble - {m} = {c.diff:+.2f} rSum (spread {c.spread:.2f})", "verdict": c.verdict,
            "models": [ENSEMBLE, m]} for m, c in ens.items()],
     ]
-    converged = converged_models(per_run)
+    converged = converged_by_model(per_run)
     for claim in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
                                                                 claim.pop("models"), converged)
@@ -848,7 +844,7 @@ TABLE3_CLAIMS: list[tuple[str, str, str, str]] = [
 def table3_claims(per_seed: pd.DataFrame) -> list[dict[str, object]]:
     """Table 3's claims (`TABLE3_CLAIMS`, each by `row_comparison` on the mean of R@1 and R@5 both ways), and
     "HREM is above every Table 3a row" (`universal_verdict`; not tested unless every Table 3a row was trained)."""
-    converged = converged_models(per_seed)
+    converged = converged_by_model(per_seed)
     cols, unit = list(TABLE3_COLUMNS), "pp (mean of R@1 and R@5 both ways)"
     claims = []
     for a, b, text, source in TABLE3_CLAIMS:
@@ -940,7 +936,7 @@ def fig5_claims(per_seed: pd.DataFrame, seeds: Sequence[int], split: Split,
                            f"(min {ratio.min():.1f}x over seeds {seeds}; {split.n_images} x {split.n_captions} on "
                            f"{device})" + ("" if several else "; one timing: not tested"),
                "verdict": verdict(bool(ratio.min() > 10) if several else None)}]
-    v, e = row_comparison(per_seed, "HREM fusion", SCAN_MODEL, ["all rSum"], converged_models(per_seed), "rSum")
+    v, e = row_comparison(per_seed, "HREM fusion", SCAN_MODEL, ["all rSum"], converged_by_model(per_seed), "rSum")
     claims.append({"claim": "HREM reaches a higher rSum than score-based matching (here SCAN t2i).",
                    "source": "Sec. 3.5, Figure 5",
                    "evidence": e + "; SCAN t2i at VSE++'s tuned setting, not tuned itself", "verdict": v})
@@ -952,7 +948,7 @@ def ablate_claims(table3_per_seed: pd.DataFrame, sweeps: pd.DataFrame, curves: p
                   device: torch.device | str) -> pd.DataFrame:
     """The claims of Sec. 3.5 and 4.3 checked on ablate.py's runs: Table 3 (`table3_claims`), Figure 6
     (`fig6_claims`), Figure 7 (`fig7_claim`), Table 4 (`table4_claims`) and Figure 5 (`fig5_claims`)."""
-    converged = converged_models(table3_per_seed)
+    converged = converged_by_model(table3_per_seed)
     return pd.DataFrame([*table3_claims(table3_per_seed), *fig6_claims(sweeps), fig7_claim(curves, converged),
                          *table4_claims(table4_per_seed, converged),
                          *fig5_claims(fig5_per_seed, seeds, split, device)])

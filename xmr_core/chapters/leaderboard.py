@@ -27,7 +27,7 @@ from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
 from xmr_core.chapters import dvse as dvse_chapter
 from xmr_core.chapters import msrm as msrm_chapter
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import compare_models
+from xmr_core.chapters.summary import compare_models, converged_by_model
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -168,7 +168,7 @@ def cross_method_claims(per_run: pd.DataFrame) -> list[dict[str, str]]:
     `leaderboard_rows` of every model and seed): a difference holds when it exceeds the larger seed std of the
     two models; a claim over several models is judged by `universal_verdict`; unconverged models are "not
     tested"."""
-    converged = per_run.groupby("model")["converged"].all().to_dict()
+    converged = converged_by_model(per_run)
     present = set(per_run["model"])
     plain = per_run[~per_run["FR"].astype(bool)]
     pmrp = ["i2t PMRP", "t2i PMRP"]

@@ -57,6 +57,7 @@ from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
     compare_models,
+    converged_by_model,
     model_means,
     seed_means,
     seed_summary,
@@ -263,11 +264,6 @@ def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig
         write_table(table, key, run=run, caption=caption, extra=extra)
 
 
-def _converged(per_run: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every one of its runs converged} (`results.require_converged`'s input)."""
-    return per_run.groupby("model")["converged"].all().to_dict()
-
-
 def train_claims(runs: ChapterRuns, seeds: Sequence[int]) -> pd.DataFrame:
     """The claims of Sec. 4.3 checked on `train.py`'s runs (`summary.compare_models`: a difference holds when it
     exceeds the larger seed std; a claim on a model with an unconverged run in either protocol is "not
@@ -318,7 +314,7 @@ def train_claims(runs: ChapterRuns, seeds: Sequence[int]) -> pd.DataFrame:
                        "evidence": f"MSRM - PCME = {cmp_ac.diff:+.2f} pp (mean of T1 R-P and R@1; spread "
                                    f"{cmp_ac.spread:.2f})",
                        "verdict": cmp_ac.verdict, "models": ["MSRM", "PCME"]})
-    converged = _converged(runs.per_run)  # over both protocols
+    converged = converged_by_model(runs.per_run)  # over both protocols
     for claim in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
                                                                 claim.pop("models"), converged)
@@ -483,7 +479,7 @@ TABLE4_REMOVED: dict[str, str] = {"w/o L_d": "L_d", "w/o L_h": "L_h", "mu only":
 def table4_claims(t4_runs: pd.DataFrame) -> list[dict[str, str]]:
     """Table 4's claims: MSRM is above each ablated row (`TABLE4_REMOVED`) on the mean of R-P and R@1
     (`summary.compare_models`); "not tested" when a run of either did not converge."""
-    converged = _converged(t4_runs)
+    converged = converged_by_model(t4_runs)
     claims = []
     for name, removed in TABLE4_REMOVED.items():
         c = compare_models(t4_runs, "MSRM", name, list(TABLE4_COLUMNS))
@@ -501,7 +497,7 @@ def bipolar_claim(sweep: pd.DataFrame, t4_runs: pd.DataFrame, init_alpha: float)
     runs = pd.concat([alphas, t4_runs[t4_runs["model"] == "MSRM"].assign(model="MSRM")])
     c = compare_models(runs, "MSRM", "alpha 0", list(TABLE4_COLUMNS))
     v, e = require_converged(c.verdict, f"MSRM (alpha {init_alpha:g}) - bipolar = {c.diff:+.2f} pp (spread "
-                                        f"{c.spread:.2f})", ["MSRM", "alpha 0"], _converged(runs))
+                                        f"{c.spread:.2f})", ["MSRM", "alpha 0"], converged_by_model(runs))
     return {"claim": "The bipolar incidence (alpha = 0) is inferior to the soft one.", "source": "Sec. 4.4, Table 5",
             "evidence": e, "verdict": v}
 

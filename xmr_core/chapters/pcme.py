@@ -42,6 +42,7 @@ from xmr_core.chapters.summary import (
     best_other_margin,
     ceiling_share,
     compare_models,
+    converged_by_model,
     model_means,
     seed_summary,
     with_paper,
@@ -462,7 +463,7 @@ def train_claims(per_run: pd.DataFrame, n_seeds: int) -> pd.DataFrame:
                       + f"; PCME - best other = {m_pm[0]:+.2f} (PCME seed std {m_pm[1]:.2f})",
           "verdict": difference_verdict(*m_pm)}, ORDER),
     ]
-    converged = per_run.groupby("model")["converged"].all().to_dict()
+    converged = converged_by_model(per_run)
     for claim, models in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], models, converged)
     return pd.DataFrame([claim for claim, _ in claims])

@@ -9,6 +9,7 @@ column and one column per metric. From it:
     model_means(per_run, models, cols)            -> {model: mean over seeds of `seed_means`}
     compare_models(per_run, a, b, cols)           -> Comparison(diff, spread, verdict) of "a > b"
     best_other_margin(per_run, model, means, cols) -> `compare_models` of `model` against the best other
+    converged_by_model(per_run)                   -> {model: every run converged} (`results.require_converged`)
 
 and, for the captions, `dataset_note(dataset, paper_data)`: the aside saying that scenes is not the paper's data.
 
@@ -109,6 +110,11 @@ def best_other_margin(per_run: pd.DataFrame, model: str, means: Mapping[str, flo
     in `means` (`model_means`): `diff` > 0 when `model` is the best of all."""
     best = max((m for m in means if m != model), key=means.__getitem__)
     return compare_models(per_run, model, best, cols)
+
+
+def converged_by_model(per_run: pd.DataFrame) -> dict[str, bool]:
+    """{model: whether every one of its runs converged}, the input of `results.require_converged`."""
+    return per_run.groupby("model")["converged"].all().to_dict()
 
 
 def dataset_note(dataset: str, paper_data: str = "", compare: str = "compare orderings, not values",
