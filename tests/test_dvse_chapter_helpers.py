@@ -77,11 +77,11 @@ from xmr_core.chapters.dvse import (
     table6_frame,
     train_claims,
     training_runs,
-    tuned_weights,
     visualise_claims,
     write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
+from xmr_core.chapters.pcme import weight_grids
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
@@ -527,8 +527,9 @@ def test_rerank_bench_args():
     assert rerank_bench_args("cpu") == ["--fraction", "0.01", "--threads", "2"]
 
 
-def test_tuned_weights_and_the_data_tables():
-    assert "DVSE: margin (0.1, 0.2, 0.4)" in tuned_weights() and tuned_weights().startswith("VSE0: margin")
+def test_compared_methods_and_the_data_tables():
+    grids = weight_grids(COMPARED)
+    assert "DVSE: margin (0.1, 0.2, 0.4)" in grids and grids.startswith("VSE0: margin")
     split = _split()
     sizes = split_sizes(_data(split))
     assert sizes["images"].tolist() == [N] * 4 and sizes["captions"].tolist() == [N * PER] * 4

@@ -21,7 +21,7 @@ from xmr_core.chapters.msrm import (
     training_runs,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import table3_frame
+from xmr_core.chapters.pcme import table3_frame, weight_grids
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
@@ -125,10 +125,10 @@ def _chapter_data() -> ChapterData:
     return ChapterData(train, val, test_unseen, test, vocab, np.zeros((len(vocab), 4), np.float32), 0.5)
 
 
-def test_weights_tuned():
-    assert chapter.weights_tuned({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma (0.5, 0.8, 2.0)"
-    assert chapter.weights_tuned().split("; ")[-1].startswith("MSRM: gamma")
-    assert len(chapter.weights_tuned().split("; ")) == len(COMPARED)
+def test_msrm_is_compared_on_gamma_after_the_pcme_chapters_methods():
+    assert weight_grids({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma (0.5, 0.8, 2.0)"
+    assert weight_grids(COMPARED).split("; ")[-1].startswith("MSRM: gamma")
+    assert len(weight_grids(COMPARED).split("; ")) == len(COMPARED)
 
 
 def test_split_sizes_and_vocabulary_note_with_and_without_all_classes():

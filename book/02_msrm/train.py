@@ -53,6 +53,7 @@ N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 # %%
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.msrm import (
+    COMPARED,
     ORDER,
     TABLE2_COLUMNS,
     optional_all_classes,
@@ -63,10 +64,9 @@ from xmr_core.chapters.msrm import (
     training_runs,
     tune_methods,
     vocabulary_note,
-    weights_tuned,
     write_optional_table,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES, table3_frame
+from xmr_core.chapters.pcme import LEARNING_RATES, table3_frame, weight_grids
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import (
@@ -87,7 +87,7 @@ print(run.describe())
 print(f"seeds = {seeds}")
 print(f"training: {pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRESS)}")
 print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}")
-print(f"weights tuned: {weights_tuned()}")
+print(f"weights tuned: {weight_grids(COMPARED)}")
 training_runs(PROFILE, N_SEEDS)
 
 # %% [markdown]

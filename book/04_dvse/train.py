@@ -62,6 +62,7 @@ from xmr_core.bench.rerank import main as rerank_benchmark
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.dvse import (
     CEILING_RSUM,
+    COMPARED,
     FR_COCO,
     FR_CUB,
     ORDER,
@@ -83,10 +84,9 @@ from xmr_core.chapters.dvse import (
     train_claims,
     training_runs,
     tune_methods,
-    tuned_weights,
     write_region_tables,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES
+from xmr_core.chapters.pcme import LEARNING_RATES, weight_grids
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import (
@@ -107,7 +107,7 @@ print(run.describe())
 print(f"seeds = {seeds}")
 print(f"training: {pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRESS)}")
 print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}")
-print(f"weights tuned: {tuned_weights()}")
+print(f"weights tuned: {weight_grids(COMPARED)}")
 print(f"Fast Re-ranking: Tables 1, 2, 4 {FR_COCO}; Table 3 {FR_CUB}; RR / MR neighbours {TABLE4_K}")
 training_runs(PROFILE, N_SEEDS)
 

@@ -193,11 +193,6 @@ def region_config(data: ChapterData, tuned: dict[str, TuningResult], enc: dict) 
     return tuned_model("DVSE", tuned, region_encoders(enc, data.test.regions.shape[2]), data.word_vectors).config
 
 
-def tuned_weights() -> str:
-    """Each compared method's tuned weight and its values: "VSE0: margin (0.1, 0.2, 0.4); ..."."""
-    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in COMPARED.values())
-
-
 def data_summary(trunk: PretrainedTrunk, data: ChapterData) -> str:
     """One line on the inputs: the trunk's grid, the vocabulary and its GloVe coverage, the region features."""
     regions = data.test.regions

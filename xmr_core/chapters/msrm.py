@@ -188,11 +188,6 @@ def split_sizes(data: ChapterData, all_classes: ChapterData | None) -> pd.DataFr
                         columns=["split", "images", "captions"])
 
 
-def weights_tuned(compared: Mapping[str, Compared] = COMPARED) -> str:
-    """Each compared method's tuned weight and its grid, on one line."""
-    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
-
-
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, config: MSRMConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:

@@ -310,7 +310,8 @@ def table3_ceiling_row(ceiling: SplitCeiling, dataset_label: str) -> dict[str, o
 
 
 def weight_grids(compared: Mapping[str, Compared] = COMPARED) -> str:
-    """One line naming each compared method's tuned weight and its grid ("VSE0: margin (0.1, 0.2, 0.4); ...")."""
+    """One line naming each compared method's tuned weight and its grid ("VSE0: margin (0.1, 0.2, 0.4); ..."), of
+    this chapter's methods or a later chapter's (its `COMPARED`)."""
     return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
 
 
