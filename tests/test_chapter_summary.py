@@ -19,6 +19,7 @@ from xmr_core.chapters.summary import (
     converged_by_model,
     dataset_note,
     model_means,
+    peak,
     seed_means,
     seed_summary,
     with_ceiling,
@@ -92,6 +93,19 @@ def test_with_paper_puts_the_paper_value_beside_ours(monkeypatch, per_run):
     assert math.isnan(out["x std"].iloc[1])  # one seed: no std
     proto = with_paper(summary, "ch", "t", {"x": "1K|x/key"}, "scenes")
     assert proto["x (paper)"].iloc[0] == 2.5
+
+
+def test_peak_inside_the_grid_against_the_spread():
+    # interior best 12 beats the better end 10 by 2: held with spread 1, within noise with spread 3
+    assert peak({8: 10.0, 1: 8.0, 4: 11.0, 2: 12.0}, 1.0) == (2, 2.0, "held")
+    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 3.0)[2] == "within noise"
+    assert peak({1: 15.0, 2: 12.0, 4: 11.0}, 1.0) == (1, -3.0, "did not hold")  # an end is best
+    assert peak({1.0: 10.0, 2.0: 10.0, 3.0: 10.0}, 1.0) == (1.0, 0.0, "within noise")  # a tie: the smallest value
+    best, diff, outcome = peak({1: 8.0, 2: 12.0}, 1.0)  # no interior
+    assert (best, outcome) == (2, "not tested") and math.isnan(diff)
+    assert peak({1: 8.0, 2: 12.0, 3: 9.0}, float("nan"))[::2] == (2, "not tested")  # no seed spread
+    best, diff, outcome = peak({}, 1.0)
+    assert math.isnan(best) and math.isnan(diff) and outcome == "not tested"
 
 
 def test_converged_by_model_needs_every_run_of_a_model():

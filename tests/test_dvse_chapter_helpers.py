@@ -54,7 +54,6 @@ from xmr_core.chapters.dvse import (
     mean_abs_offdiagonal,
     metric_row,
     paper_table,
-    peak,
     random_images,
     region_encoders,
     region_runs,
@@ -315,15 +314,6 @@ def test_fr_gains_compares_each_model_with_its_fr_rows():
     assert out.loc["B", "not tested"] == "one seed" and out.loc["A", "not tested"] == ""
     unconverged = fr_gains(per_run, ["A"], ["x"], {"A": False}).iloc[0]
     assert unconverged["verdict"] == "not tested" and unconverged["not tested"] == "not converged"
-
-
-def test_peak_inside_the_grid_against_the_spread():
-    # interior best 12 beats the better end 10 by 2: held with spread 1, within noise with spread 3
-    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 1.0) == (2, 2.0, "held")
-    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 3.0)[2] == "within noise"
-    assert peak({1: 15.0, 2: 12.0, 4: 11.0}, 1.0) == (1, -3.0, "did not hold")  # an end is best
-    assert peak({1: 8.0, 2: 12.0}, 1.0)[2] == "not tested"  # no interior
-    assert peak({1: 8.0, 2: 12.0, 3: 9.0}, float("nan"))[2] == "not tested"  # no seed spread
 
 
 # --------------------------------------------------------------------------------------------- Figure 7

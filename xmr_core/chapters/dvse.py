@@ -56,6 +56,7 @@ from xmr_core.chapters.summary import (
     converged_by_model,
     dataset_note,
     model_means,
+    peak,
     seed_means,
     seed_summary,
     with_ceiling,
@@ -80,7 +81,6 @@ from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_confi
 from xmr_core.metrics import RSUM_KS, retrieval_metrics
 from xmr_core.results import (
     Claim,
-    Verdict,
     difference_verdict,
     require_converged,
     universal_verdict,
@@ -535,19 +535,6 @@ def train_claims(per_run: pd.DataFrame, t4: pd.DataFrame, gains: pd.DataFrame, c
                    "source": "Sec. IV-B-1, Tables I-III", "evidence": "DiVE, P2RM, VSEinf and the BERT block are not "
                    "built in this book", "verdict": verdict(None)})
     return pd.DataFrame(claims)
-
-
-def peak(values: Mapping[float, float], spread: float) -> tuple[float, float, Verdict]:
-    """The claim "the metric peaks inside the grid" on a one-seed sweep {parameter: metric}: (the best parameter,
-    diff = best interior value − best end value, `difference_verdict(diff, spread)`); `spread` is the seed
-    std of the default setting. Not tested with fewer than three values or no spread (NaN)."""
-    xs = sorted(values)
-    ys = [values[x] for x in xs]
-    best = xs[int(np.argmax(ys))]
-    if len(xs) < 3 or not np.isfinite(spread):
-        return best, float("nan"), verdict(None)
-    diff = max(ys[1:-1]) - max(ys[0], ys[-1])
-    return best, diff, difference_verdict(diff, spread)
 
 
 # ------------------------------------------------------------------------ ablate.py: Tables V-VI, Figures 8-9

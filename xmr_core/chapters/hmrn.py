@@ -70,6 +70,7 @@ from xmr_core.chapters.summary import (
     compare_models,
     converged_by_model,
     model_means,
+    peak,
     seed_means,
 )
 from xmr_core.config import RunConfig, check_profile
@@ -723,19 +724,6 @@ def late_rounds(rounds: int, first: int = 3) -> list[str]:
     return [f"round{r}/R@1" for r in range(first, rounds + 1)]
 
 
-def interior_best(values: Mapping[float, float], spread: float) -> tuple[float, Verdict]:
-    """Figure 5's "rises, then falls" on a one-seed sweep {value: Avg. R@Sum}: (the best value, verdict: held when
-    the best inner value beats both ends by more than `spread`, did not hold when an end beats every inner value by
-    more than `spread`, else within noise; not tested without three values or a finite spread)."""
-    keys = sorted(values)
-    best = max(keys, key=values.__getitem__) if keys else float("nan")
-    if len(values) < 3 or not np.isfinite(spread):
-        return best, verdict(None)
-    ends = max(values[keys[0]], values[keys[-1]])
-    inner = max(values[k] for k in keys[1:-1])
-    return best, difference_verdict(inner - ends, spread)
-
-
 def default_margin(values: Mapping[object, float], default: object, spread: float) -> tuple[float, Verdict]:
     """"The default setting is the best": (its Avg. R@Sum minus the best other setting's, `difference_verdict`);
     not tested without another setting or a finite spread."""
@@ -791,12 +779,12 @@ def pair_claims(runs: pd.DataFrame, pairs: Mapping[str, tuple[str, str, str]], s
 
 def sweep_claims(lam: Mapping[str, pd.DataFrame], tau: Mapping[str, pd.DataFrame],
                  spread: Mapping[str, float]) -> list[dict[str, object]]:
-    """Figures 5-6, per model: "performance first rises, then falls as λ grows" (`interior_best`) and "as τ grows
+    """Figures 5-6, per model: "performance first rises, then falls as λ grows" (`summary.peak`) and "as τ grows
     it rises quickly, then levels off" (the best τ above the smallest by more than the model's seed spread)."""
     out = []
     for m, frame in lam.items():
         field = LAMBDA_FIELD[m]
-        best, lam_verdict = interior_best(dict(zip(frame[field], frame["rsum"])), spread[m])
+        best, _, lam_verdict = peak(dict(zip(frame[field], frame["rsum"])), spread[m])
         out.append({"claim": f"{m}: performance first rises, then falls as {field} grows.", "source": "Sec. 4.5.1, Fig. 5",
                     "evidence": f"best {field} = {best:g} on {sorted(frame[field])} (seed spread {spread[m]:.2f})",
                     "verdict": lam_verdict})

@@ -50,7 +50,7 @@ from torch import Tensor
 
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table, peak
+from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
@@ -59,6 +59,7 @@ from xmr_core.chapters.summary import (
     converged_by_model,
     dataset_note,
     model_means,
+    peak,
     with_ceiling,
     with_paper,
 )
@@ -863,7 +864,7 @@ def table3_claims(per_seed: pd.DataFrame) -> list[dict[str, object]]:
 
 def fig6_claims(sweeps: pd.DataFrame) -> list[dict[str, object]]:
     """Figure 6's claims on the one-seed sweeps (`fig6_runs`), judged against the default's seed std: λ = 1.5 above
-    λ = 0 (`sweep_gain`), K and τ peak inside their grids (`dvse.peak`), and the insensitivity claim (not tested:
+    λ = 0 (`sweep_gain`), K and τ peak inside their grids (`summary.peak`), and the insensitivity claim (not tested:
     the paper gives no threshold). Not tested when a sweep run did not converge."""
     summary = fig6_summary(sweeps)
     lam = FIG6_DEFAULTS["lam"]

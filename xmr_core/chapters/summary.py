@@ -10,6 +10,7 @@ column and one column per metric. From it:
     compare_models(per_run, a, b, cols)           -> Comparison(diff, spread, verdict) of "a > b"
     best_other_margin(per_run, model, means, cols) -> `compare_models` of `model` against the best other
     converged_by_model(per_run)                   -> {model: every run converged} (`results.require_converged`)
+    peak(values, spread)                          -> (best, diff, verdict) of "a one-seed sweep peaks inside its grid"
 
 and, for the captions, `dataset_note(dataset, paper_data)`: the aside saying that scenes is not the paper's data.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from xmr_core.ceiling import SplitCeiling, percent_of_ceiling
@@ -110,6 +112,19 @@ def best_other_margin(per_run: pd.DataFrame, model: str, means: Mapping[str, flo
     in `means` (`model_means`): `diff` > 0 when `model` is the best of all."""
     best = max((m for m in means if m != model), key=means.__getitem__)
     return compare_models(per_run, model, best, cols)
+
+
+def peak(values: Mapping[float, float], spread: float) -> tuple[float, float, Verdict]:
+    """The claim "the metric peaks inside the grid" on a one-seed sweep {parameter: metric}: (the best parameter,
+    diff = best interior value − best end value, `difference_verdict(diff, spread)`); `spread` is the seed std of
+    the default setting. Not tested (diff NaN) with fewer than three values or no spread (NaN); no values: best NaN."""
+    xs = sorted(values)
+    ys = [values[x] for x in xs]
+    best = xs[int(np.argmax(ys))] if xs else float("nan")
+    if len(xs) < 3 or not np.isfinite(spread):
+        return best, float("nan"), verdict(None)
+    diff = max(ys[1:-1]) - max(ys[0], ys[-1])
+    return best, diff, difference_verdict(diff, spread)
 
 
 def converged_by_model(per_run: pd.DataFrame) -> dict[str, bool]:
