@@ -109,7 +109,8 @@ def test_peak_inside_the_grid_against_the_spread():
 
 
 def test_converged_by_model_needs_every_run_of_a_model():
-    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"], "converged": [True, True, True, True, False]})
+    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"],
+                            "converged": [True, True, True, True, False]})
     assert converged_by_model(per_run) == {"A": True, "A + FR": True, "B": False, "B + FR": True}
 
 
@@ -119,7 +120,8 @@ def test_dataset_note_is_said_on_scenes_only():
         " (the synthetic scenes benchmark: NOT Flickr30K; compare signs)")
     assert dataset_note("scenes", compare="absolute numbers do not carry", lead="synthetic scenes") == (
         " (synthetic scenes: absolute numbers do not carry)")
-    assert dataset_note("scenes", lead="synthetic, NOT COCO") == " (synthetic, NOT COCO: compare orderings, not values)"
+    assert dataset_note("scenes", lead="synthetic, NOT COCO") == (
+        " (synthetic, NOT COCO: compare orderings, not values)")
     assert dataset_note("coco", "COCO") == "" and dataset_note("cub", compare="anything") == ""
 
 
@@ -136,7 +138,8 @@ def _ceiling_runs() -> pd.DataFrame:
 def test_with_ceiling_share_is_each_runs_rsum_over_the_protocols_ceiling():
     runs = _ceiling_runs()
     out = with_ceiling_share(runs, CEILING, {"1K": "1K rSum", "all": "all rSum"})
-    assert out["% of ceiling 1K"].tolist() == [50.0, 60.0, 10.0] and out["% of ceiling all"].tolist() == [25.0, 75.0, 50.0]
+    assert out["% of ceiling 1K"].tolist() == [50.0, 60.0, 10.0]
+    assert out["% of ceiling all"].tolist() == [25.0, 75.0, 50.0]
     assert "% of ceiling 1K" not in runs  # the input is left as it was
     assert list(with_ceiling_share(runs, CEILING, {"all": "all rSum"})) == [*runs, "% of ceiling all"]
     assert with_ceiling_share(runs, None, {"all": "all rSum"}) is runs
@@ -164,7 +167,8 @@ def test_with_ceiling_puts_the_row_on_top_and_adds_each_protocols_share():
     assert np.isnan(top.loc[0, "all rSum (paper)"]) and top.loc[0, "all rSum (scenes)"] == 400.0
     out = with_ceiling(table, _ceiling_runs(), CEILING, {"all rSum": "rsum"}, "scenes", ["all"])
     assert list(out.columns) == [*table.columns, "all rSum % of ceiling"]
-    assert out.loc[0, "all rSum (scenes)"] == 400.0 and out["all rSum % of ceiling"].tolist()[:3] == [100.0, 50.0, 50.0]
+    assert out.loc[0, "all rSum (scenes)"] == 400.0
+    assert out["all rSum % of ceiling"].tolist()[:3] == [100.0, 50.0, 50.0]
     assert np.isnan(out["all rSum % of ceiling"].iloc[3])
     assert list(with_ceiling(table, _ceiling_runs(), CEILING, {"all rSum": "rsum"}, "scenes").columns) == list(
         table.columns)
@@ -179,7 +183,8 @@ def test_ceiling_frame_and_write_ceiling_table(tmp_path: Path):
          "converged": False}]
     assert frame.index.tolist() == [0, 1, 2]
     run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
-    assert write_ceiling_table(_ceiling_runs(), None, "ch/ceiling", run, protocol="all", rsum_column="all rSum") is None
+    assert write_ceiling_table(_ceiling_runs(), None, "ch/ceiling", run, protocol="all",
+                               rsum_column="all rSum") is None
     assert not (tmp_path / "res").exists()
     table = write_ceiling_table(_ceiling_runs(), CEILING, "ch/ceiling", run, protocol="1K", rsum_column="1K rSum")
     assert table["percent_of_ceiling"].tolist() == [50.0, 60.0, 10.0]

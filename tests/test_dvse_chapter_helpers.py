@@ -520,6 +520,7 @@ def test_rerank_bench_args():
 def test_compared_methods_and_the_data_tables():
     grids = weight_grids(COMPARED)
     assert "DVSE: margin (0.1, 0.2, 0.4)" in grids and grids.startswith("VSE0: margin")
+    assert MODELS == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "DVSE"]
     split = _split()
     sizes = split_sizes(_data(split))
     assert sizes["images"].tolist() == [N] * 4 and sizes["captions"].tolist() == [N * PER] * 4

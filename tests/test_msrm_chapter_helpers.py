@@ -129,6 +129,7 @@ def test_msrm_is_compared_on_gamma_after_the_pcme_chapters_methods():
     assert weight_grids({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma (0.5, 0.8, 2.0)"
     assert weight_grids(COMPARED).split("; ")[-1].startswith("MSRM: gamma")
     assert len(weight_grids(COMPARED).split("; ")) == len(COMPARED)
+    assert ORDER == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "MSRM"]
 
 
 def test_split_sizes_and_vocabulary_note_with_and_without_all_classes():

@@ -104,6 +104,17 @@ def test_chapter_runs_and_order():
     assert runs[:6] == [("VSE0", 1, 3), ("PVSE", 1, 3), ("PVSE", 2, 3), ("PVSE", 4, 3), ("PCME mu only", 1, 3),
                         ("PCME", 1, 3)]
     assert runs[6:] == [(name, k, 4) for name, k, _ in runs[:6]] and len(runs) == 12
+    assert chapter.chapter_runs([3, 4], [("X", 2)]) == [("X", 2, 3), ("X", 2, 4)]  # a later chapter's specs
+
+
+def test_tuned_model_builds_from_the_given_methods():
+    built = []
+    spec = chapter.Compared("X", "margin", (0.1, 0.2), 0.1, lambda enc, wv, w, k: built.append((w, k)) or "model")
+    tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, [])}
+    assert chapter.tuned_model("X", tuned, {}, np.zeros((1, 1)), 4, compared={"X": spec}) == "model"
+    assert built == [(0.2, 4)]
+    with pytest.raises(KeyError):
+        chapter.tuned_model("X", tuned, {}, np.zeros((1, 1)))  # not one of the PCME chapter's methods
 
 
 def test_split_sizes():

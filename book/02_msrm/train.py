@@ -62,11 +62,10 @@ from xmr_core.chapters.msrm import (
     train_and_score,
     train_claims,
     training_runs,
-    tune_methods,
     vocabulary_note,
     write_optional_table,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES, table3_frame, weight_grids
+from xmr_core.chapters.pcme import LEARNING_RATES, table3_frame, tune_methods, weight_grids
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import (
@@ -112,7 +111,7 @@ split_sizes(data, all_classes)
 
 # %%
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "msrm/tuning", run=run, caption=(
     f"Tuning runs of every compared method on the seen-class validation split ({DATASET}, profile {PROFILE}): "

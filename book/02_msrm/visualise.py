@@ -37,6 +37,7 @@ BATCH = 10  # pairs in the incidence heatmap
 import numpy as np
 
 from xmr_core.chapters.msrm import (
+    COMPARED,
     batch_incidence,
     draw_queries,
     incidence_figure,
@@ -47,8 +48,8 @@ from xmr_core.chapters.msrm import (
     model_lists,
     split_scores,
     trained_models,
-    tune_methods,
 )
+from xmr_core.chapters.pcme import tune_methods
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
@@ -60,8 +61,9 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+# train.py's tuning runs, loaded from the cache
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
 test = data.test
 models = trained_models(["MSRM", "PCME"], data, tuned, enc, run, SEED)  # train.py's zero-shot models
 scores = split_scores(models, test, data.vocab, run.torch_device)  # each model's own (i2t, t2i) scores

@@ -83,10 +83,9 @@ from xmr_core.chapters.dvse import (
     train_and_score,
     train_claims,
     training_runs,
-    tune_methods,
     write_region_tables,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES, weight_grids
+from xmr_core.chapters.pcme import LEARNING_RATES, tune_methods, weight_grids
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import (
@@ -130,7 +129,7 @@ split_sizes(data)
 
 # %%
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "dvse/tuning", run=run, caption=(
     f"Tuning runs of every compared method on the seen-class validation split ({DATASET}, profile {PROFILE}): "

@@ -48,7 +48,16 @@ from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.msrm import top_k_lists
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, fit_row, model_label, train_built
+from xmr_core.chapters.pcme import (
+    LEARNING_RATES,
+    Compared,
+    chapter_runs,
+    fit_row,
+    model_label,
+    train_built,
+    tuned_model,
+)
+from xmr_core.chapters.pcme import SPECS as PCME_SPECS
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
@@ -106,9 +115,8 @@ COMPARED: dict[str, Compared] = {**PCME_COMPARED, "DVSE": DVSE_COMPARED}
 
 # The trained models of train.py (name, K) and the rows of the tables (PVSE rows carry their K; "+ FR" rows are
 # the same models re-ranked).
-SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1),
-                                ("PCME", 1), ("DVSE", 1)]
-MODELS = ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "DVSE"]
+SPECS: list[tuple[str, int]] = [*PCME_SPECS, ("DVSE", 1)]
+MODELS = [model_label(name, k) for name, k in SPECS]
 ORDER = MODELS + ["DVSE + FR"]
 REGIONS = "DVSE (regions)"  # the region-feature DVSE (the paper's Faster R-CNN rows), first seed only
 
@@ -150,17 +158,6 @@ FIG6_COMBINATIONS = {"(a) SE only (combination 4)": 4, "(b) DM, no L_ort (combin
 
 
 # ---------------------------------------------------------------------------------------- tuning and training
-def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
-                 seed: int = 0, **train_overrides: object) -> dict[str, TuningResult]:
-    """The PCME chapter's tuning (its cached runs, loaded) plus DVSE's, the same budget (`pcme.tune_methods`)."""
-    return pcme_chapter.tune_methods(profile, enc, word_vectors, train, val, vocab, seed, compared=COMPARED,
-                                     **train_overrides)
-
-
-def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray,
-                k: int = 1) -> RetrievalModel:
-    """A fresh model of a compared method (DVSE included) at its tuned weight (PVSE: with K embeddings)."""
-    return COMPARED[name].build(enc, word_vectors, tuned[name].weight, k)
 
 
 def region_encoders(enc: dict, region_dim: int) -> dict:
@@ -178,19 +175,14 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
     config: a DVSE config to train instead (ablations, region features), at DVSE's tuned learning rate.
     Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
     if config is None:
-        return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run,
-                           seed, **train_overrides)
+        return pcme_chapter.train_model(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
     return train_built(lambda: DVSE(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
-
-
-def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:
-    """The trained models of `train.py` in training order: (method, K, seed), every model every seed."""
-    return [(name, k, seed) for seed in seeds for name, k in SPECS]
 
 
 def region_config(data: ChapterData, tuned: dict[str, TuningResult], enc: dict) -> DVSEConfig:
     """The region-feature DVSE's config: the tuned DVSE on `region_encoders` of the test split's region features."""
-    return tuned_model("DVSE", tuned, region_encoders(enc, data.test.regions.shape[2]), data.word_vectors).config
+    return tuned_model("DVSE", tuned, region_encoders(enc, data.test.regions.shape[2]), data.word_vectors,
+                       compared=COMPARED).config
 
 
 def data_summary(trunk: PretrainedTrunk, data: ChapterData) -> str:
@@ -333,11 +325,11 @@ def score_rows(label: str, seed: int, converged: bool, scores: ModelScores, data
 
 def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                     run: RunConfig) -> ChapterRuns:
-    """Train (or load) every model of `chapter_runs` with every seed and score it once on the test split
+    """Train (or load) every model of `SPECS` with every seed (`pcme.chapter_runs`) and score it once on the test split
     (`model_scores`): `score_rows` per model, and each DVSE seed re-ranked by FR, RR and MR (`rerank_rows`). With
     region features, the region DVSE (`region_config`, first seed) too, as `REGIONS`."""
     per_run, fits, t4 = [], [], []
-    for name, k, seed in chapter_runs(seeds):
+    for name, k, seed in chapter_runs(seeds, SPECS):
         t0 = time.perf_counter()
         model, result = train_model(name, k, data, tuned, enc, run, seed)
         label = model_label(name, k)
@@ -459,8 +451,8 @@ def fr_gains(per_run: pd.DataFrame, models: Sequence[str], cols: Sequence[str],
 def train_claims(per_run: pd.DataFrame, t4: pd.DataFrame, gains: pd.DataFrame, converged: Mapping[str, bool],
                  split: Split) -> pd.DataFrame:
     """The claims of Sec. IV-B checked on train.py's runs: `per_run` (Tables 1-3), `t4` (Table 4's per-seed rows),
-    `gains` (`fr_gains`), `converged` (`summary.converged_by_model`) and the test `split` (its size, for the evidence). A
-    claim on a model that did not converge is "not tested" (`results.require_converged`)."""
+    `gains` (`fr_gains`), `converged` (`summary.converged_by_model`) and the test `split` (its size, for the evidence).
+    A claim on a model that did not converge is "not tested" (`results.require_converged`)."""
     rsums, cub_rp, cub_r1 = ["1K rSum", "all rSum"], ["CUB i2t R-P", "CUB t2i R-P"], ["CUB i2t R@1", "CUB t2i R@1"]
     set_based = ["PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME", "DVSE"]
     pvse_rows = ["PVSE K=1", "PVSE K=2", "PVSE K=4"]

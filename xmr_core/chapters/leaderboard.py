@@ -26,6 +26,7 @@ import torch
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
 from xmr_core.chapters import dvse as dvse_chapter
 from xmr_core.chapters import msrm as msrm_chapter
+from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import compare_models, converged_by_model
 from xmr_core.config import RunConfig
@@ -65,11 +66,12 @@ VIEWS: tuple[str, ...] = ("instance", "exact", "plausible", "class")
 
 
 def tune_book(run: RunConfig, enc: dict, data: ChapterData) -> dict[str, TuningResult]:
-    """Every method's tuned setting, from each chapter's own tuning (`msrm.tune_methods` holds the PCME
-    chapter's methods and MSRM, `dvse.tune_methods` adds DVSE): cached runs, loaded; trained if missing."""
+    """Every method's tuned setting, from each chapter's own tuning (`pcme.tune_methods` of `msrm.COMPARED`, the
+    PCME chapter's methods and MSRM, and of `dvse.COMPARED` for DVSE): cached runs, loaded; trained if missing."""
     args = (run.profile, enc, data.word_vectors, data.train, data.val, data.vocab, run.seed)
     opts = {"device": run.device, "progress": run.progress}
-    return {**msrm_chapter.tune_methods(*args, **opts), "DVSE": dvse_chapter.tune_methods(*args, **opts)["DVSE"]}
+    return {**pcme_chapter.tune_methods(*args, compared=msrm_chapter.COMPARED, **opts),
+            "DVSE": pcme_chapter.tune_methods(*args, compared=dvse_chapter.COMPARED, **opts)["DVSE"]}
 
 
 def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],

@@ -53,6 +53,7 @@ from xmr_core.chapters.pcme import (
     train_built,
     train_config,
 )
+from xmr_core.chapters.pcme import SPECS as PCME_SPECS
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
@@ -84,9 +85,8 @@ MSRM_COMPARED = Compared("MSRM", "gamma", (0.5, 0.8, 2.0), 0.8, _msrm)
 COMPARED: dict[str, Compared] = {**PCME_COMPARED, "MSRM": MSRM_COMPARED}
 
 # The rows of Tables 1-3 (PVSE rows carry their K, as in the PCME chapter) and the model specs (name, K).
-ORDER = ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "MSRM"]
-SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1),
-                                ("PCME", 1), ("MSRM", 1)]
+SPECS: list[tuple[str, int]] = [*PCME_SPECS, ("MSRM", 1)]
+ORDER = [model_label(name, k) for name, k in SPECS]
 
 # Table 1 (all classes) per profile: the models and how many of the seeds each gets. Its claim compares MSRM with
 # PCME, so those two get every seed; on cpu the other models get the first seed only (their rows say "1 seed"),
@@ -102,7 +102,7 @@ def chapter_runs(profile: str, seeds: Sequence[int]) -> list[tuple[str, str, int
     """The trained models of `train.py`, in training order: (protocol, method, K, seed) with protocol
     "zero-shot" (every model, every seed) or "all classes" (`ALL_CLASSES_SPECS`; the methods outside
     `ALL_CLASSES_SEEDED` with the first seed only)."""
-    runs = [("zero-shot", name, k, seed) for seed in seeds for name, k in SPECS]
+    runs = [("zero-shot", name, k, seed) for name, k, seed in pcme_chapter.chapter_runs(seeds, SPECS)]
     runs += [("all classes", name, k, seed) for seed in seeds for name, k in ALL_CLASSES_SPECS[profile]
              if seed == seeds[0] or name in ALL_CLASSES_SEEDED[profile]]
     return runs
@@ -123,19 +123,6 @@ ABLATION_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
               "batch": (32, 64, 96, 128)},
 }
 FIG7_ZETAS: tuple[int, ...] = (0, 1, 2, 3, 4)  # Figure 7: PMRP's R-Precision at each zeta
-
-
-def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
-                 seed: int = 0, **train_overrides: object) -> dict[str, TuningResult]:
-    """The PCME chapter's tuning (its cached runs, loaded) plus MSRM's, the same budget (`pcme.tune_methods`)."""
-    return pcme_chapter.tune_methods(profile, enc, word_vectors, train, val, vocab, seed, compared=COMPARED,
-                                     **train_overrides)
-
-
-def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray,
-                k: int = 1) -> RetrievalModel:
-    """A fresh model of a compared method (MSRM included) at its tuned weight (PVSE: with K embeddings)."""
-    return COMPARED[name].build(enc, word_vectors, tuned[name].weight, k)
 
 
 def has_all_classes(corpus: Corpus) -> bool:
@@ -195,8 +182,7 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
     (`pcme.train_built`). config: an MSRM config to use instead of the tuned one (the ablations), at MSRM's
     tuned learning rate. Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
     if config is None:
-        return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run,
-                           seed, **train_overrides)
+        return pcme_chapter.train_model(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
     return train_built(lambda: MSRM(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
 
 

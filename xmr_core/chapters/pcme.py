@@ -140,11 +140,11 @@ def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split
     return out
 
 
-def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray,
-                k: int = 1) -> RetrievalModel:
-    """A fresh model of a compared method at its tuned weight (PVSE: with K embeddings)."""
-    spec = COMPARED[name]
-    return spec.build(enc, word_vectors, tuned[name].weight, k)
+def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray, k: int = 1,
+                compared: Mapping[str, Compared] = COMPARED) -> RetrievalModel:
+    """A fresh model of a compared method (of `compared`: this chapter's, or a later chapter's `COMPARED`) at its
+    tuned weight (PVSE: with K embeddings)."""
+    return compared[name].build(enc, word_vectors, tuned[name].weight, k)
 
 
 # ==================================================================================================
@@ -188,10 +188,12 @@ def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterDat
 
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
-                seed: int, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """One compared model (PVSE: with K embeddings) at its tuned weight and learning rate (`train_built`)."""
-    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run, seed,
-                       **train_overrides)
+                seed: int, compared: Mapping[str, Compared] = COMPARED,
+                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight and
+    learning rate (`train_built`)."""
+    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name].lr, data,
+                       run, seed, **train_overrides)
 
 
 def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str, TuningResult], run: RunConfig,
@@ -324,9 +326,10 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
                         columns=["split", "images", "captions"])
 
 
-def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:
-    """The trained models of `train.py` in training order: (method, K, seed), every model of `SPECS` every seed."""
-    return [(name, k, seed) for seed in seeds for name, k in SPECS]
+def chapter_runs(seeds: Sequence[int], specs: Sequence[tuple[str, int]] = SPECS) -> list[tuple[str, int, int]]:
+    """The trained models of `train.py` in training order: (method, K, seed), every model of `specs` (this
+    chapter's `SPECS`, or a later chapter's) every seed."""
+    return [(name, k, seed) for seed in seeds for name, k in specs]
 
 
 class TrainedModels(NamedTuple):

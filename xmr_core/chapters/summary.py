@@ -148,14 +148,15 @@ def with_ceiling_share(per_run: pd.DataFrame, ceiling: SplitCeiling | None,
     as a share of `ceiling[protocol]`'s (`percent_of_ceiling`); `per_run` itself without a ceiling."""
     if ceiling is None:
         return per_run
-    return per_run.assign(**{f"% of ceiling {proto}": [percent_of_ceiling(v, ceiling[proto]["rsum"]) for v in per_run[col]]
-                             for proto, col in rsum_columns.items()})
+    return per_run.assign(**{f"% of ceiling {proto}": [percent_of_ceiling(v, ceiling[proto]["rsum"])
+                                                       for v in per_run[col]] for proto, col in rsum_columns.items()})
 
 
 def ceiling_share(per_run: pd.DataFrame, rsum_column: str, ceiling_rsum: float, models: Iterable[str]) -> list[float]:
     """Per model of `models`: the mean over its runs of `rsum_column` as % of `ceiling_rsum`; 100 for the "Bayes
     ceiling" row itself, NaN for a model without runs (a paper-only row)."""
-    share = per_run.assign(share=percent_of_ceiling(per_run[rsum_column], ceiling_rsum)).groupby("model")["share"].mean()
+    runs = per_run.assign(share=percent_of_ceiling(per_run[rsum_column], ceiling_rsum))
+    share = runs.groupby("model")["share"].mean()
     return [100.0 if m == "Bayes ceiling" else share.get(m, float("nan")) for m in models]
 
 
@@ -181,7 +182,8 @@ def with_ceiling(table: pd.DataFrame, per_run: pd.DataFrame, ceiling: SplitCeili
     rSum" (`ceiling_share`)."""
     out = ceiling_first(table, ceiling_row(ceiling, mapping, label))
     for proto in protocols:
-        out[f"{proto} rSum % of ceiling"] = ceiling_share(per_run, f"{proto} rSum", ceiling[proto]["rsum"], out["model"])
+        share = ceiling_share(per_run, f"{proto} rSum", ceiling[proto]["rsum"], out["model"])
+        out[f"{proto} rSum % of ceiling"] = share
     return out
 
 
