@@ -28,13 +28,14 @@ from xmr_core.chapters.pcme import (
     table1_rows,
     table3_ceiling_row,
 )
-from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.protocols import ChapterData, word_table
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import score_matrix
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
+from xmr_core.methods.vse import vse0_config
 from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
 from xmr_core.tuning import TuningResult
 
@@ -90,6 +91,20 @@ def _split(n: int, k: int = 1, seed: int = 0, **fields: object):
 
 
 # ------------------------------------------------------------------------------------------ train.py
+def test_with_margin_sets_only_the_hinge_margin():
+    cfg = vse0_config(embed_dim=8)
+    out = chapter.with_margin(cfg, 0.37)
+    assert out.hinge.margin == 0.37 and cfg.hinge.margin != 0.37  # a copy; the input is left as it was
+    assert out == dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=0.37))
+
+
+def test_word_table_is_the_vectors_or_the_words():
+    vocab = Vocabulary.build(["a red circle"])
+    data = ChapterData(*[_split(2)] * 4, vocab, np.ones((len(vocab), 3), np.float32), 1.0)
+    assert word_table(data, bert=False) is data.word_vectors
+    assert word_table(data, bert=True).tolist() == list(vocab.words)
+
+
 def test_weight_grids_and_tuned_settings():
     spec = chapter.Compared("X", "margin", (0.1, 0.2), 0.1, lambda *a: None)
     assert chapter.weight_grids({"X": spec}) == "X: margin (0.1, 0.2)"

@@ -56,6 +56,7 @@ from xmr_core.chapters.pcme import (
     model_label,
     train_built,
     tuned_model,
+    with_margin,
 )
 from xmr_core.chapters.pcme import SPECS as PCME_SPECS
 from xmr_core.chapters.protocols import ChapterData
@@ -106,8 +107,7 @@ DVSE_K = 6  # the paper's K for COCO and Flickr30K (CUB: 8)
 
 
 def _dvse(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    cfg = dvse_config(n_embeds=DVSE_K, hard_negatives=True, **enc)
-    return DVSE(dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin)), wv)
+    return DVSE(with_margin(dvse_config(n_embeds=DVSE_K, hard_negatives=True, **enc), margin), wv)
 
 
 DVSE_COMPARED = Compared("DVSE", "margin", (0.1, 0.2, 0.4), 0.2, _dvse)

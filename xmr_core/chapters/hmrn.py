@@ -62,7 +62,7 @@ from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, paper_table
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, train_config
-from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.protocols import ChapterData, word_table
 from xmr_core.chapters.summary import (
     best_other_margin,
     ceiling_first,
@@ -251,11 +251,6 @@ def hmrn_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str
     d = {"smoke": 32, "cpu": 64, "paper": 256}[check_profile(profile)]
     text = BertEncoderConfig() if bert else TextEncoderConfig(hidden=d)
     return {"embed_dim": d, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
-
-
-def word_table(data: ChapterData, bert: bool) -> np.ndarray:
-    """What the text encoder reads: the word vectors (BiGRU) or the vocabulary's words (MiniLM)."""
-    return np.array(data.vocab.words) if bert else data.word_vectors
 
 
 # ---------------------------------------------------------------------------------------- compared models

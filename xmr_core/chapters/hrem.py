@@ -38,7 +38,7 @@ import dataclasses
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -51,8 +51,8 @@ from torch import Tensor
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
-from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, with_margin
+from xmr_core.chapters.protocols import ChapterData, word_table
 from xmr_core.chapters.summary import (
     best_other_margin,
     compare_models,
@@ -179,11 +179,6 @@ def hrem_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str
     return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
 
 
-def word_table(data: ChapterData, bert: bool) -> np.ndarray:
-    """What the text encoder reads: the word vectors (BiGRU) or the vocabulary's words (BERT)."""
-    return np.array(data.vocab.words) if bert else data.word_vectors
-
-
 def split_sizes(data: ChapterData) -> pd.DataFrame:
     """Images and captions of the train, validation and test splits (the test split: Tables 1 and 2)."""
     splits = [("train", data.train), ("val", data.val), ("test (Tables 1 and 2)", data.test)]
@@ -192,17 +187,14 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------- compared models
-def _with_margin(cfg: Any, margin: float) -> Any:
-    """`cfg` (any config with a `hinge`) with the hinge margin α set."""
-    return dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin))
 
 
 def _vse_pp(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return VSE(_with_margin(vse_pp_config(**enc), margin), wv)
+    return VSE(with_margin(vse_pp_config(**enc), margin), wv)
 
 
 def _gpo(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return GPOModel(_with_margin(gpo_config(enc), margin), wv)
+    return GPOModel(with_margin(gpo_config(enc), margin), wv)
 
 
 def hrem_defaults(enc: dict, profile: str, mechanism: str = "fusion", **overrides: object) -> HREMConfig:
@@ -213,7 +205,7 @@ def hrem_defaults(enc: dict, profile: str, mechanism: str = "fusion", **override
 
 def _hrem(mechanism: str, profile: str) -> Callable[[dict, np.ndarray, float, int], RetrievalModel]:
     def build(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-        return HREM(_with_margin(hrem_defaults(enc, profile, mechanism), margin), wv)
+        return HREM(with_margin(hrem_defaults(enc, profile, mechanism), margin), wv)
     return build
 
 
@@ -235,7 +227,7 @@ def tune_methods(profile: str, enc: dict, data: ChapterData, seed: int = 0, bert
 def ablation_config(enc: dict, profile: str, tuned: dict[str, TuningResult], **changes: object) -> HREMConfig:
     """HREM fusion at its tuned margin with `changes` (Table 3 rows, Figure 6 values); no changes: the very
     config of `train.py`'s HREM fusion, so its runs are loaded from the cache."""
-    return _with_margin(hrem_defaults(enc, profile, "fusion", **changes), tuned["HREM fusion"].weight)
+    return with_margin(hrem_defaults(enc, profile, "fusion", **changes), tuned["HREM fusion"].weight)
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -252,7 +244,7 @@ def build_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
     if config is not None:
         return HREM(config, wv)
     if name == SCAN_MODEL:
-        return SCAN(_with_margin(scan_config(enc, max_words=longest_caption(data)), tuned["VSE++"].weight), wv)
+        return SCAN(with_margin(scan_config(enc, max_words=longest_caption(data)), tuned["VSE++"].weight), wv)
     return compared(profile)[name].build(enc, wv, tuned[name].weight, 1)
 
 

@@ -25,7 +25,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -93,14 +93,17 @@ class Compared:
     build: Callable[[dict, np.ndarray, float, int], RetrievalModel]  # (encoders, word vectors, weight, K)
 
 
+def with_margin(cfg: Any, margin: float) -> Any:
+    """`cfg` (any method config with a `hinge`) with the hinge margin α set: the tuned weight of every hinge loss."""
+    return dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin))
+
+
 def _vse0(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    cfg = vse0_config(**enc)
-    return VSE(dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin)), wv)
+    return VSE(with_margin(vse0_config(**enc), margin), wv)
 
 
 def _pvse(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    cfg = pvse_config(n_embeds=k, hard_negatives=True, **enc)
-    return PVSE(dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin)), wv)
+    return PVSE(with_margin(pvse_config(n_embeds=k, hard_negatives=True, **enc), margin), wv)
 
 
 def _mu_only(enc: dict, wv: np.ndarray, weight: float, k: int) -> RetrievalModel:
