@@ -18,6 +18,7 @@ from xmr_core.chapters.summary import (
     compare_models,
     converged_by_model,
     dataset_note,
+    mean_std,
     model_means,
     peak,
     seed_means,
@@ -35,6 +36,14 @@ def per_run() -> pd.DataFrame:
     # A: seeds 0, 1; B: seeds 0, 1; C: one seed. Two metric columns x, y.
     return pd.DataFrame({"model": ["A", "A", "B", "B", "C"], "seed": [0, 1, 0, 1, 0],
                          "x": [10.0, 20.0, 1.0, 3.0, 50.0], "y": [30.0, 40.0, 5.0, 7.0, 60.0]})
+
+
+def test_mean_std_groups_in_order_of_appearance():
+    frame = pd.DataFrame({"g": ["b", "a", "b", "a"], "x": [1.0, 4.0, 3.0, 8.0]})
+    out = mean_std(frame, ["g"], ["x"])
+    assert out.index.tolist() == ["b", "a"] and out.columns.tolist() == ["x mean", "x std"]
+    assert out["x mean"].tolist() == [2.0, 6.0]
+    np.testing.assert_allclose(out["x std"], [np.sqrt(2), np.sqrt(8)])  # ddof 1: |x1 - x2| / sqrt(2)
 
 
 def test_seed_summary_mean_std_seeds_in_order(per_run):

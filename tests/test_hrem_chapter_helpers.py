@@ -56,7 +56,6 @@ from xmr_core.chapters.hrem import (
     longest_caption,
     loss_curves,
     mean_negative_similarity,
-    mean_std,
     neighbour_count,
     not_run_table,
     region_bert,
@@ -322,15 +321,7 @@ def test_split_sizes_count_what_they_are_given() -> None:
     assert sizes.values.tolist() == [["train", 6, 30], ["val", 3, 15], ["test (Tables 1 and 2)", 4, 20]]
 
 
-def test_mean_std_groups_in_order_of_appearance() -> None:
-    frame = pd.DataFrame({"g": ["b", "a", "b", "a"], "x": [1.0, 4.0, 3.0, 8.0]})
-    out = mean_std(frame, ["g"], ["x"])
-    assert out.index.tolist() == ["b", "a"] and out.columns.tolist() == ["x mean", "x std"]
-    assert out["x mean"].tolist() == [2.0, 6.0]
-    np.testing.assert_allclose(out["x std"], [np.sqrt(2), np.sqrt(8)])  # ddof 1: |x1 - x2| / sqrt(2)
-
-
-# ------------------------------------------------------------------------------------ ceiling, BERT block
+# ------------------------------------------------------------------------------------------------ BERT block
 def test_region_bert_outside_the_paper_profile_shows_the_paper_s_rows_and_trains_nothing() -> None:
     fits = pd.DataFrame({"model": ["GPO"], "seed": [0]})
     block = region_bert(fits, [0], hrem_data(synthetic_corpus(0), word_vectors="word2vec"), {},

@@ -58,6 +58,7 @@ from xmr_core.chapters.summary import (
     compare_models,
     converged_by_model,
     dataset_note,
+    mean_std,
     model_means,
     peak,
     with_ceiling,
@@ -339,14 +340,6 @@ def not_run_table(table: str, order: Sequence[str], mapping: Mapping[str, str], 
         out[f"{c} ({label})"] = why
     return pd.concat([out, paper_table(blank.iloc[:0], [], table, mapping, label, PAPER_ONLY.get(table, ()),
                                        chapter="hrem")], ignore_index=True)
-
-
-def mean_std(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
-    """Mean and std over the rows of each group of `by` (in order of appearance), columns "<col> mean",
-    "<col> std"; indexed by the groups."""
-    out = frame.groupby(list(by), sort=False)[list(cols)].agg(["mean", "std"])
-    out.columns = [f"{a} {b}" for a, b in out.columns]
-    return out
 
 
 def bert_not_run(profile: str) -> str | None:

@@ -43,6 +43,7 @@ from xmr_core.chapters.summary import (
     ceiling_share,
     compare_models,
     converged_by_model,
+    mean_std,
     model_means,
     seed_summary,
     with_paper,
@@ -249,9 +250,7 @@ def table1_rows(variant: str, seed: int, per_method: dict[str, dict[str, float]]
 def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
     """Table 1 from its per-seed rows (`table1_rows`): per variant and similarity (first-seen order) the
     sampling flag, the storage per gallery item, and the paper's (CUB) and our mean and std of i2t / t2i R-P."""
-    agg = runs.groupby(["variant", "similarity"], sort=False)[["i2t R-P", "t2i R-P"]].agg(["mean", "std"])
-    agg.columns = [f"{a} {b}" for a, b in agg.columns]
-    agg = agg.reset_index()
+    agg = mean_std(runs, ["variant", "similarity"], ["i2t R-P", "t2i R-P"]).reset_index()
     space = {label: (sampling, cost) for label, sampling, cost in TEST_TIME_SIMILARITIES.values()}
     paper = paper_values("pcme")
     paper = paper[paper["table"] == "table1"]

@@ -4,6 +4,7 @@ A chapter's per-run table (`per_run`) has one row per trained model and seed: a 
 column and one column per metric. From it:
 
     seed_summary(per_run, cols, order)            -> mean, std and number of seeds per model, in `order`
+    mean_std(frame, by, cols)                     -> "<col> mean" and "<col> std" per group, in order of appearance
     with_paper(summary, chapter, table, mapping, label) -> the paper's value beside each of ours
     seed_means(per_run, model, cols)              -> (S,) per-seed mean of `cols` for one model
     model_means(per_run, models, cols)            -> {model: mean over seeds of `seed_means`}
@@ -51,6 +52,14 @@ def seed_summary(per_run: pd.DataFrame, cols: Sequence[str], order: Sequence[str
         out[c + " std"] = std[c].reindex(list(order))
     out["seeds"] = n.reindex(list(order))
     return out.reset_index()
+
+
+def mean_std(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
+    """Mean and std (ddof 1) over the rows of each group of `by` (in order of appearance), columns "<col> mean",
+    "<col> std"; indexed by the groups."""
+    out = frame.groupby(list(by), sort=False)[list(cols)].agg(["mean", "std"])
+    out.columns = [f"{a} {b}" for a, b in out.columns]
+    return out
 
 
 def with_paper(summary: pd.DataFrame, chapter: str, table: str, mapping: Mapping[str, str],
