@@ -133,7 +133,7 @@ TABLE1_COLUMNS: dict[str, str] = {
     **{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "5K|rsum",
 }
 TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "rsum"}
-CEILING_RSUM = {"1K": "1K rSum", "all": "all rSum"}  # protocol -> the per-run rSum shared out of its ceiling
+CEILING_RSUM = {"1K": "1K rSum", "all": "all rSum"}  # protocol -> the per-run rSum column of its ceiling share
 TABLE3_COLUMNS: dict[str, str] = {f"CUB {d} {m}": f"class/{d}/{m}" for d in DIRECTIONS for m in ("R-P", "R@1")}
 TABLE6_COLUMNS: dict[str, str] = {**TABLE3_COLUMNS, "all i2t R@1": "5K|instance/i2t/R@1",
                                   "all t2i R@1": "5K|instance/t2i/R@1", "all rSum": "5K|rsum"}
@@ -158,8 +158,6 @@ FIG6_COMBINATIONS = {"(a) SE only (combination 4)": 4, "(b) DM, no L_ort (combin
 
 
 # ---------------------------------------------------------------------------------------- tuning and training
-
-
 def region_encoders(enc: dict, region_dim: int) -> dict:
     """`enc` with the image encoder on precomputed region features (the BUTD analogue, `Split.regions`,
     (N, R, region_dim)) instead of the trunk's grid; the text encoder and sizes unchanged."""
@@ -325,9 +323,9 @@ def score_rows(label: str, seed: int, converged: bool, scores: ModelScores, data
 
 def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                     run: RunConfig) -> ChapterRuns:
-    """Train (or load) every model of `SPECS` with every seed (`pcme.chapter_runs`) and score it once on the test split
-    (`model_scores`): `score_rows` per model, and each DVSE seed re-ranked by FR, RR and MR (`rerank_rows`). With
-    region features, the region DVSE (`region_config`, first seed) too, as `REGIONS`."""
+    """Train (or load) every model of `SPECS` with every seed (`pcme.chapter_runs`) and score it once on the test
+    split (`model_scores`): `score_rows` per model, and each DVSE seed re-ranked by FR, RR and MR (`rerank_rows`).
+    With region features, the region DVSE (`region_config`, first seed) too, as `REGIONS`."""
     per_run, fits, t4 = [], [], []
     for name, k, seed in chapter_runs(seeds, SPECS):
         t0 = time.perf_counter()

@@ -795,8 +795,6 @@ def sweep_claims(lam: Mapping[str, pd.DataFrame], tau: Mapping[str, pd.DataFrame
 
 
 # ------------------------------------------------------------------------------------ notebook plumbing
-
-
 def split_sizes(data: HMRNData) -> pd.DataFrame:
     """Images, region queries and the shortest and longest set of each split the chapter uses."""
     splits = [("train", data.multi.train), ("val (per-epoch validation)", data.multi.val),

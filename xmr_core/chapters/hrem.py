@@ -188,8 +188,6 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------- compared models
-
-
 def _vse_pp(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
     return VSE(with_margin(vse_pp_config(**enc), margin), wv)
 

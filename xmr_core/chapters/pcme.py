@@ -164,7 +164,7 @@ TABLE3_COLUMNS: dict[str, str] = {
     for proto in ("1K", "5K") for d in ("i2t", "t2i") for view, m in (("plausible", "PMRP"), ("instance", "R@1"))
 }
 TABLE3_PROTOCOLS = {"1K": "coco1k", "5K": "full"}  # our name -> `evaluate_scores` protocol
-CEILING_RSUM = {"5K": "rsum 5K"}  # protocol -> the per-run rSum column shared out of its ceiling (`with_ceiling_share`)
+CEILING_RSUM = {"5K": "rsum 5K"}  # protocol -> the per-run rSum column of its ceiling share (`with_ceiling_share`)
 
 
 def model_label(name: str, k: int = 1) -> str:
