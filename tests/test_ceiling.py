@@ -16,6 +16,7 @@ from xmr_core.ceiling import (
     fold_ceiling,
     multi_round_ceiling,
     percent_of_ceiling,
+    split_ceiling,
 )
 from xmr_core.data.corpus import Split
 
@@ -159,6 +160,16 @@ def test_fold_ceiling_one_fold_is_the_whole_split_and_smaller_galleries_do_not_l
     folds = fold_ceiling(split, n_folds=4)
     for k in (1, 5, 10):
         assert folds[f"t2i/R@{k}"] >= whole[f"t2i/R@{k}"] - 1e-9
+
+
+def test_split_ceiling_is_perfect_when_every_caption_holds_only_in_its_own_image() -> None:
+    caption_image = [i for i in range(10) for _ in range(2)]
+    own = np.arange(10)[None, :] == np.array(caption_image)[:, None]
+    assert split_ceiling(make_split(None, caption_image, 10), "5K") is None  # no exact relevance: no ceiling
+    ceiling = split_ceiling(make_split(own, caption_image, 10), "all")
+    assert list(ceiling) == ["1K", "all"]
+    for values in ceiling.values():  # a perfect scorer: R@1 = 100 both ways, rSum = 6 x 100
+        assert values["rsum"] == pytest.approx(600.0) and values["i2t/R@1"] == pytest.approx(100.0)
 
 
 # ------------------------------------------------------------------------------------- multi-round

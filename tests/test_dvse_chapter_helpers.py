@@ -31,17 +31,12 @@ from xmr_core.chapters.dvse import (
     ablate_claims,
     attention_heat,
     caption_query_figure,
-    ceiling_note,
-    ceiling_row,
-    claims_frame,
     claims_preamble,
     class_row,
     combination_label,
-    converged_by_model,
     correlation_figure,
     correlation_matrices,
     data_summary,
-    dataset_note,
     dvse_seed_std,
     fig6_panels,
     fr_figure,
@@ -59,7 +54,6 @@ from xmr_core.chapters.dvse import (
     mean_abs_offdiagonal,
     metric_row,
     paper_table,
-    peak,
     random_images,
     region_encoders,
     region_runs,
@@ -68,7 +62,6 @@ from xmr_core.chapters.dvse import (
     retrieval_lists,
     score_rows,
     specific_captions,
-    split_ceiling,
     split_sizes,
     sub_embeddings,
     sweep_claims,
@@ -83,13 +76,11 @@ from xmr_core.chapters.dvse import (
     table6_frame,
     train_claims,
     training_runs,
-    tuned_weights,
     visualise_claims,
-    with_ceiling_share,
-    write_ceiling_table,
     write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
+from xmr_core.chapters.pcme import weight_grids
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
@@ -99,7 +90,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import rerank_directions
 from xmr_core.methods.dvse import DVSE, dvse_config
-from xmr_core.results import Claim, paper_values
+from xmr_core.results import paper_values
 from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
 from xmr_core.viz import caption_gallery
 
@@ -311,14 +302,6 @@ def test_paper_table_adds_paper_only_rows_with_the_papers_values():
     assert out.loc["P2RM (paper only)", "CUB t2i R-P (paper)"] == 27.9  # Table III, row P2RM
 
 
-def test_ceiling_row_reads_each_protocols_ceiling():
-    ceiling = {"1K": {"i2t/R@1": 90.0, "t2i/R@5": 70.0, "rsum": 500.0}, "all": {"i2t/R@1": 80.0, "rsum": 450.0}}
-    cols = {"1K i2t R@1": "", "1K t2i R@5": "", "1K rSum": "", "all i2t R@1": "", "all rSum": ""}
-    row = ceiling_row(ceiling, cols, "scenes")
-    assert row == {"model": "Bayes ceiling", "seeds": 0, "1K i2t R@1 (scenes)": 90.0, "1K t2i R@5 (scenes)": 70.0,
-                   "1K rSum (scenes)": 500.0, "all i2t R@1 (scenes)": 80.0, "all rSum (scenes)": 450.0}
-
-
 # ----------------------------------------------------------------------------------------------- claims
 def test_fr_gains_compares_each_model_with_its_fr_rows():
     rows = [("A", 0, 10.0), ("A", 1, 12.0), ("A + FR", 0, 20.0), ("A + FR", 1, 21.0),  # +9.5, stds 1.41 / 0.71
@@ -331,15 +314,6 @@ def test_fr_gains_compares_each_model_with_its_fr_rows():
     assert out.loc["B", "not tested"] == "one seed" and out.loc["A", "not tested"] == ""
     unconverged = fr_gains(per_run, ["A"], ["x"], {"A": False}).iloc[0]
     assert unconverged["verdict"] == "not tested" and unconverged["not tested"] == "not converged"
-
-
-def test_peak_inside_the_grid_against_the_spread():
-    # interior best 12 beats the better end 10 by 2: held with spread 1, within noise with spread 3
-    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 1.0) == (2, 2.0, "held")
-    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 3.0)[2] == "within noise"
-    assert peak({1: 15.0, 2: 12.0, 4: 11.0}, 1.0) == (1, -3.0, "did not hold")  # an end is best
-    assert peak({1: 8.0, 2: 12.0}, 1.0)[2] == "not tested"  # no interior
-    assert peak({1: 8.0, 2: 12.0, 3: 9.0}, float("nan"))[2] == "not tested"  # no seed spread
 
 
 # --------------------------------------------------------------------------------------------- Figure 7
@@ -468,16 +442,9 @@ def _table1_runs() -> pd.DataFrame:
                           "1K rSum": k1, "all rSum": a} for m, s, k1, a in rows])
 
 
-def test_with_ceiling_share_divides_each_runs_rsum_by_the_ceilings():
-    out = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
-    assert out["% of ceiling 1K"].tolist() == pytest.approx([50.0, 60.0] + [25.0] * (len(ORDER) - 1))
-    assert out["% of ceiling all"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
-    assert with_ceiling_share(_table1_runs(), None).equals(_table1_runs())
-
-
 def test_table1_frame_puts_the_ceiling_on_top_with_the_mean_shares():
     ceiling = _ceiling(400.0, 500.0)
-    runs = with_ceiling_share(_table1_runs(), ceiling)
+    runs = _table1_runs()
     plain = table1_frame(runs, "scenes", None)
     assert "Bayes ceiling" not in set(plain["model"]) and "1K rSum % of ceiling" not in plain.columns
     out = table1_frame(runs, "scenes", ceiling)
@@ -499,18 +466,6 @@ def test_table2_frame_adds_the_ceiling_row_only_with_a_ceiling():
     assert out.set_index("model").loc["DVSE", "all rSum (scenes)"] == 275.0
 
 
-def test_split_ceiling_is_none_without_exact_relevance():
-    split = _split()
-    assert split_ceiling(dataclasses.replace(split, exact=None)) is None
-    assert set(split_ceiling(split)) == {"1K", "all"}
-
-
-def test_caption_notes():
-    assert dataset_note("scenes", "CUB") == " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)"
-    assert dataset_note("coco", "COCO") == ""
-    assert ceiling_note(None) == "" and "Bayes ceiling" in ceiling_note(_ceiling(1.0, 1.0))
-
-
 def test_region_runs_rename_the_region_rows_as_the_papers_dvse():
     per_run = pd.DataFrame({"model": ["DVSE", REGIONS, REGIONS + " + FR", "DVSE + FR"], "x": [1.0, 2.0, 3.0, 4.0]})
     out = region_runs(per_run)
@@ -528,17 +483,6 @@ def test_write_region_tables_only_with_region_features(tmp_path: Path):
     assert table.loc["DVSE", "all rSum (scenes)"] == 7.0 and table.loc["DVSE + FR", "1K rSum (scenes)"] == 9.0
     for key in ("table1_regions", "table2_regions"):
         assert (tmp_path / "res" / "dvse" / f"{key}.csv").is_file()
-
-
-def test_write_ceiling_table_only_with_a_ceiling(tmp_path: Path):
-    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
-    runs = with_ceiling_share(_table1_runs(), _ceiling(400.0, 500.0))
-    write_ceiling_table(runs, None, run)
-    assert not (tmp_path / "res").exists()
-    write_ceiling_table(runs, _ceiling(400.0, 500.0), run)
-    out = pd.read_csv(tmp_path / "res" / "dvse" / "ceiling.csv")
-    assert out["percent_of_ceiling"].tolist() == pytest.approx([50.0, 60.0] + [20.0] * (len(ORDER) - 1))
-    assert (out["ceiling_rsum"] == 500.0).all() and out["rsum"].tolist()[:3] == [250.0, 300.0, 100.0]
 
 
 def test_score_rows_give_the_model_without_and_with_fr():
@@ -568,18 +512,15 @@ def test_fr_figure_bars_are_the_seed_means_without_and_with_fr():
     assert not fr_figure(per_run, ["A"], None, "scenes").axes[0].lines
 
 
-def test_converged_by_model_counts_the_fr_rows_as_their_models():
-    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"], "converged": [True, True, True, True, False]})
-    assert converged_by_model(per_run) == {"A": True, "B": False}
-
-
 def test_rerank_bench_args():
     assert rerank_bench_args("smoke") == ["--images", "500", "--captions", "2500", "--threads", "2"]
     assert rerank_bench_args("cpu") == ["--fraction", "0.01", "--threads", "2"]
 
 
-def test_tuned_weights_and_the_data_tables():
-    assert "DVSE: margin (0.1, 0.2, 0.4)" in tuned_weights() and tuned_weights().startswith("VSE0: margin")
+def test_compared_methods_and_the_data_tables():
+    grids = weight_grids(COMPARED)
+    assert "DVSE: margin (0.1, 0.2, 0.4)" in grids and grids.startswith("VSE0: margin")
+    assert MODELS == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "DVSE"]
     split = _split()
     sizes = split_sizes(_data(split))
     assert sizes["images"].tolist() == [N] * 4 and sizes["captions"].tolist() == [N * PER] * 4
@@ -876,9 +817,7 @@ def test_visualise_claims_by_hand():
                                                                       "ablation grid")
 
 
-def test_claims_preamble_and_frame():
+def test_claims_preamble():
     assert "NOT COCO, Flickr30K or CUB" in claims_preamble("cpu", "scenes")
     assert "NOT COCO" not in claims_preamble("paper", "cub") and "profile `paper`, dataset `cub`" in claims_preamble(
         "paper", "cub")
-    frame = claims_frame([Claim("c", "s", "e", "held")])
-    assert frame.to_dict("records") == [{"claim": "c", "source": "s", "evidence": "e", "verdict": "held"}]

@@ -339,14 +339,6 @@ def test_train_claims_every_multi_vector_model_above_every_single_vector_one_and
     assert drill["verdict"] == "held" and "ensemble - Drill-down = +40.00 round3/R@1" in drill["evidence"]
 
 
-def test_interior_best_by_hand():
-    assert chapter.interior_best({1.0: 10.0, 2.0: 20.0, 3.0: 12.0}, 1.0) == (2.0, "held")
-    assert chapter.interior_best({1.0: 20.0, 2.0: 10.0, 3.0: 12.0}, 1.0) == (1.0, "did not hold")
-    assert chapter.interior_best({1.0: 10.0, 2.0: 10.5, 3.0: 10.0}, 1.0) == (2.0, "within noise")
-    assert chapter.interior_best({1.0: 10.0, 2.0: 20.0}, 1.0)[1] == "not tested"
-    assert chapter.interior_best({1.0: 10.0, 2.0: 20.0, 3.0: 1.0}, float("nan")) == (2.0, "not tested")
-
-
 def test_default_margin_by_hand():
     assert chapter.default_margin({"a": 10.0, "b": 8.0, "c": 9.0}, "a", 0.5) == (1.0, "held")
     assert chapter.default_margin({"a": 10.0, "b": 12.0}, "a", 0.5) == (-2.0, "did not hold")

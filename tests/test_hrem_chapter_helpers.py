@@ -4,7 +4,6 @@ hand or by a brute-force loop written here."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
@@ -37,12 +36,8 @@ from xmr_core.chapters.hrem import (
     association_stats,
     batch_figure,
     batch_graph,
-    ceiling_frame,
-    ceiling_note,
-    claims_frame,
     claims_preamble,
     compared,
-    dataset_note,
     draw_pairs,
     ensemble,
     fig5_claims,
@@ -61,7 +56,6 @@ from xmr_core.chapters.hrem import (
     longest_caption,
     loss_curves,
     mean_negative_similarity,
-    mean_std,
     neighbour_count,
     not_run_table,
     region_bert,
@@ -69,7 +63,6 @@ from xmr_core.chapters.hrem import (
     region_word_matching,
     row_comparison,
     special_recall,
-    split_ceiling,
     split_sizes,
     sweep_gain,
     table3,
@@ -81,14 +74,12 @@ from xmr_core.chapters.hrem import (
     top_percent,
     train_claims,
     training_runs,
-    tuning_frame,
-    write_ceiling,
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.hrem import HREM, AssociationGraph
-from xmr_core.results import Claim, paper_values
+from xmr_core.results import paper_values
 from xmr_core.tuning import TuningResult
 
 
@@ -324,55 +315,13 @@ def test_region_word_matching_is_each_region_s_best_word_cosine() -> None:
 
 
 # ------------------------------------------------------------------------------------- notebook plumbing
-def test_split_sizes_and_tuning_frame_count_what_they_are_given() -> None:
+def test_split_sizes_count_what_they_are_given() -> None:
     data = hrem_data(synthetic_corpus(0), word_vectors="word2vec")  # 6 / 3 / 4 images, 5 captions each
     sizes = split_sizes(data)
     assert sizes.values.tolist() == [["train", 6, 30], ["val", 3, 15], ["test (Tables 1 and 2)", 4, 20]]
-    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"lr": 1e-3}, {"lr": 2e-3}]),
-             "B": TuningResult("B", "margin", 1e-3, 0.4, [{"lr": 5e-4}])}
-    assert tuning_frame(tuned)["lr"].tolist() == [1e-3, 2e-3, 5e-4]
 
 
-def test_dataset_note_warns_on_scenes_only() -> None:
-    assert dataset_note("scenes") == " (the synthetic scenes benchmark: NOT COCO; compare orderings, not values)"
-    flickr = dataset_note("scenes", "Flickr30K", "signs")
-    assert flickr == " (the synthetic scenes benchmark: NOT Flickr30K; compare signs)"
-    assert dataset_note("coco") == ""
-
-
-def test_mean_std_groups_in_order_of_appearance() -> None:
-    frame = pd.DataFrame({"g": ["b", "a", "b", "a"], "x": [1.0, 4.0, 3.0, 8.0]})
-    out = mean_std(frame, ["g"], ["x"])
-    assert out.index.tolist() == ["b", "a"] and out.columns.tolist() == ["x mean", "x std"]
-    assert out["x mean"].tolist() == [2.0, 6.0]
-    np.testing.assert_allclose(out["x std"], [np.sqrt(2), np.sqrt(8)])  # ddof 1: |x1 - x2| / sqrt(2)
-
-
-# ------------------------------------------------------------------------------------ ceiling, BERT block
-def test_split_ceiling_is_perfect_when_every_caption_matches_only_its_own_image() -> None:
-    split = synthetic_split("test", 10, np.random.default_rng(0), k=2)
-    assert split_ceiling(dataclasses.replace(split, exact=None)) is None
-    own = np.arange(split.n_images)[None, :] == np.asarray(split.caption_image)[:, None]
-    ceiling = split_ceiling(dataclasses.replace(split, exact=own))
-    assert set(ceiling) == {"1K", "all"}
-    for proto in ceiling.values():  # a perfect scorer: R@1 = 100 both ways, rSum = 6 x 100
-        assert proto["rsum"] == pytest.approx(600.0) and proto["i2t/R@1"] == pytest.approx(100.0)
-    assert ceiling_note(ceiling).startswith(" 'Bayes ceiling'") and ceiling_note(None) == ""
-
-
-def test_ceiling_frame_and_write_ceiling(tmp_path: Path) -> None:
-    per_run = pd.DataFrame({"model": ["A", "B"], "seed": [0, 0], "all rSum": [150.0, 300.0],
-                            "converged": [True, False]})
-    ceiling = {"all": {"rsum": 600.0}, "1K": {"rsum": 580.0}}
-    frame = ceiling_frame(per_run, ceiling)
-    assert frame["percent_of_ceiling"].tolist() == [25.0, 50.0] and frame["ceiling_rsum"].tolist() == [600.0, 600.0]
-    run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path))
-    write_ceiling(per_run, None, run)
-    assert not (tmp_path / "hrem" / "ceiling.csv").exists()
-    write_ceiling(per_run, ceiling, run)
-    assert pd.read_csv(tmp_path / "hrem" / "ceiling.csv")["percent_of_ceiling"].tolist() == [25.0, 50.0]
-
-
+# ------------------------------------------------------------------------------------------------ BERT block
 def test_region_bert_outside_the_paper_profile_shows_the_paper_s_rows_and_trains_nothing() -> None:
     fits = pd.DataFrame({"model": ["GPO"], "seed": [0]})
     block = region_bert(fits, [0], hrem_data(synthetic_corpus(0), word_vectors="word2vec"), {},
@@ -600,11 +549,7 @@ def test_batch_and_region_matching_figures_show_each_caption_over_its_own_image(
     plt.close(fig)
 
 
-def test_claims_preamble_and_frame() -> None:
+def test_claims_preamble() -> None:
     assert "NOT COCO or Flickr30K" in claims_preamble("cpu", "scenes")
     assert "NOT COCO" not in claims_preamble("cpu", "coco") and "profile `cpu`, dataset `coco`." in claims_preamble(
         "cpu", "coco")
-    claims = [Claim("a", "Sec. 1", "e", "held"), Claim("b", "Sec. 2", "f", "not tested")]
-    frame = claims_frame(claims)
-    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"]
-    assert frame["verdict"].tolist() == ["held", "not tested"]

@@ -4,7 +4,9 @@ the rows of one model, the ceiling row, the table and the cross-method claims (h
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,15 +14,18 @@ import torch
 from fixtures.corpora import synthetic_split
 
 from xmr_core.ceiling import bayes_ceiling
+from xmr_core.chapters import leaderboard
 from xmr_core.chapters.leaderboard import (
     METRICS,
     ceiling_row,
     cross_method_claims,
+    heatmap_figure,
     leaderboard_rows,
     model_summary,
     tune_fast_rerank,
 )
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
@@ -131,14 +136,14 @@ def test_cross_method_claims_on_hand_built_seeds():
             "MSRM": [111, 112, 113], "MSRM + FR": [120, 120, 120]}
     frame = pd.DataFrame(rows).merge(pd.DataFrame(_runs(rsum, "rSum")), how="outer",
                                      on=["model", "FR", "seed", "converged"])
-    claims = {c["source"]: c for c in cross_method_claims(frame)}
+    claims = {c.source: c for c in cross_method_claims(frame)}
     prob, rel, fr = claims["PCME Sec. 5, MSRM Sec. 4.3"], claims["MSRM Sec. 3.3, HREM Sec. 4"], \
         claims["DVSE Sec. IV-D, Table IV"]
     # best deterministic = PCME mu only (45.5): PCME +5.5, MSRM +10.5, both beyond spread 1 -> held
-    assert prob["verdict"] == "held"
-    assert "PCME - PCME mu only = +5.50" in prob["evidence"] and "MSRM - PCME mu only = +10.50" in prob["evidence"]
-    assert rel["verdict"] == "within noise" and "MSRM - PCME = +1.00 (spread 1.00)" in rel["evidence"]
-    assert fr["verdict"] == "did not hold" and "PCME + FR - PCME = -5.00" in fr["evidence"]
+    assert prob.verdict == "held"
+    assert "PCME - PCME mu only = +5.50" in prob.evidence and "MSRM - PCME mu only = +10.50" in prob.evidence
+    assert rel.verdict == "within noise" and "MSRM - PCME = +1.00 (spread 1.00)" in rel.evidence
+    assert fr.verdict == "did not hold" and "PCME + FR - PCME = -5.00" in fr.evidence
 
 
 def test_claims_on_unconverged_models_are_not_tested():
@@ -146,24 +151,46 @@ def test_claims_on_unconverged_models_are_not_tested():
     frame = pd.DataFrame(_runs(pmrp, "i2t PMRP", converged=False))
     frame["t2i PMRP"], frame["rSum"] = frame["i2t PMRP"], frame["i2t PMRP"]
     claims = cross_method_claims(frame)
-    assert claims[0]["verdict"] == "not tested" and claims[2]["verdict"] == "not tested"
-    assert "no relation-modelling model" in claims[1]["evidence"]
+    assert claims[0].verdict == "not tested" and claims[2].verdict == "not tested"
+    assert "no relation-modelling model" in claims[1].evidence
+
+
+def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
+    trained = []
+
+    def train(chapter, name, k, data, tuned, enc, run, seed):
+        trained.append((chapter, name, k, seed))
+        return f"{name}{k}", SimpleNamespace(converged=seed == 0, cached=True)
+
+    def rows(label, seed, model, data, device, converged):
+        return [{"model": label, "seed": seed, "built": model, "converged": converged}]
+
+    monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("pcme", "PVSE", 2), ("msrm", "MSRM", 1)])
+    monkeypatch.setattr(leaderboard, "train_book_model", train)
+    monkeypatch.setattr(leaderboard, "leaderboard_rows", rows)
+    out = leaderboard.score_book([0, 1], None, {}, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
+    assert trained == [("pcme", "PVSE", 2, 0), ("pcme", "PVSE", 2, 1), ("msrm", "MSRM", 1, 0), ("msrm", "MSRM", 1, 1)]
+    assert out.to_dict("records") == [
+        {"model": "PVSE K=2", "seed": 0, "built": "PVSE2", "converged": True},
+        {"model": "PVSE K=2", "seed": 1, "built": "PVSE2", "converged": False},
+        {"model": "MSRM", "seed": 0, "built": "MSRM1", "converged": True},
+        {"model": "MSRM", "seed": 1, "built": "MSRM1", "converged": False}]
+
+
+def test_heatmap_figure_draws_the_models_and_names_the_ceiling():
+    per_run = pd.DataFrame([{"model": m, "FR": False, "seed": 0, **{c: v for c in [*METRICS, "% of ceiling"]}}
+                            for m, v in (("A", 1.0), ("B", 5.0))])
+    fig = heatmap_figure(model_summary(per_run, TEST), "scenes")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["A", "B"]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[0] == f"i2t R@1\n(ceiling {bayes_ceiling(TEST)['i2t/R@1']:.1f})"
+    assert labels[-1] == "% of ceiling" and "i2t PMRP" in labels  # no ceiling computed for the other views
+    assert ax.get_title().startswith("The book's models on one scenes test split")
+    plt.close(fig)
 
 
 def test_column_scaled_maps_each_column_onto_unit_interval():
     scaled = column_scaled(np.array([[1.0, 5.0, np.nan], [3.0, 5.0, 2.0], [2.0, 5.0, 4.0]]))
     expected = np.array([[0.0, 0.5, np.nan], [1.0, 0.5, 0.0], [0.5, 0.5, 1.0]])
     np.testing.assert_allclose(scaled, expected, equal_nan=True)
-
-
-def test_ceiling_frame_is_every_chapters_layout():
-    from xmr_core.ceiling import bayes_ceiling
-    from xmr_core.chapters.leaderboard import ceiling_frame
-
-    test = synthetic_split("test", 6, np.random.default_rng(3))
-    per_run = pd.DataFrame([{"model": "A", "seed": 0, "rSum": 120.0, "% of ceiling": 40.0, "converged": True},
-                            {"model": "A + FR", "seed": 0, "rSum": 150.0, "% of ceiling": 50.0, "converged": False}])
-    out = ceiling_frame(per_run, test)
-    assert list(out.columns) == ["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
-    assert out["ceiling_rsum"].tolist() == [bayes_ceiling(test)["rsum"]] * 2
-    assert out["rsum"].tolist() == [120.0, 150.0] and out["converged"].tolist() == [True, False]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from fixtures.batches import tiny_batch
+from fixtures.corpora import word_split
 from fixtures.msrm import D, tiny_config
 
-from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
@@ -31,15 +32,6 @@ VOCAB, WORD_DIM = 20, 8
 def tiny_model(cfg: MSRMConfig | None = None) -> MSRM:
     vectors = np.random.default_rng(0).standard_normal((VOCAB, WORD_DIM)).astype(np.float32)
     return MSRM(cfg or tiny_config(), vectors)
-
-
-def tiny_batch(b: int = 6, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(2, 7, (b,), generator=g)
-    tokens = torch.randint(2, VOCAB, (b, 7), generator=g)
-    tokens[torch.arange(7)[None, :] >= lengths[:, None]] = 0
-    return {"images": torch.randn(b, 3, 16, 16, generator=g), "tokens": tokens, "lengths": lengths,
-            "image_index": torch.arange(b), "caption_index": torch.arange(b)}
 
 
 def random_gaussian(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -287,21 +279,13 @@ def test_a_1000_by_5000_score_matrix_in_chunks() -> None:
 
 
 # ---------------------------------------------------------------------------------------- fit
-WORDS = ["red", "blue", "green", "circle", "square", "star", "left", "right", "top", "a", "and"]
-
-
-def _split(name: str, n: int, seed: int) -> Split:
-    rng = np.random.default_rng(seed)
-    captions = [" ".join(rng.choice(WORDS, 4)) for _ in range(2 * n)]
-    return Split(name, f"synthetic-{name}", [f"{name}{i}" for i in range(n)], [f"{name}c{j}" for j in range(2 * n)],
-                 captions, np.repeat(np.arange(n), 2), images=rng.integers(0, 255, (n, 16, 16, 3), dtype=np.uint8))
 
 
 def test_one_fit_epoch_on_a_tiny_split(tmp_path) -> None:
     from xmr_core.evaluate import embed_split, evaluate_model, evaluate_scores, score_matrix
     from xmr_core.train import TrainConfig, fit
 
-    train, val = _split("train", 16, 0), _split("val", 6, 1)
+    train, val = word_split("train", 16, 0), word_split("val", 6, 1)
     vocab = Vocabulary.build(train.captions)
     vectors = np.random.default_rng(2).normal(size=(len(vocab), 6)).astype(np.float32)
     model = MSRM(tiny_config(text=TextEncoderConfig(hidden=4)), vectors)

@@ -21,13 +21,13 @@ from xmr_core.chapters.msrm import (
     training_runs,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
+from xmr_core.chapters.pcme import table3_frame, weight_grids
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.msrm import MSRM
-from xmr_core.results import Claim, paper_values
-from xmr_core.tuning import TuningResult
+from xmr_core.results import paper_values
 
 
 def test_compared_reuses_the_pcme_chapter_and_adds_msrm():
@@ -125,14 +125,11 @@ def _chapter_data() -> ChapterData:
     return ChapterData(train, val, test_unseen, test, vocab, np.zeros((len(vocab), 4), np.float32), 0.5)
 
 
-def test_weights_tuned_and_tuning_frame():
-    assert chapter.weights_tuned({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma (0.5, 0.8, 2.0)"
-    assert chapter.weights_tuned().split("; ")[-1].startswith("MSRM: gamma")
-    assert len(chapter.weights_tuned().split("; ")) == len(COMPARED)
-    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"lr": 1e-3}, {"lr": 2e-3}]),
-             "B": TuningResult("B", "gamma", 1e-3, 0.8, [{"lr": 5e-4}])}
-    frame = chapter.tuning_frame(tuned)
-    assert frame["lr"].tolist() == [1e-3, 2e-3, 5e-4] and frame.index.tolist() == [0, 1, 2]
+def test_msrm_is_compared_on_gamma_after_the_pcme_chapters_methods():
+    assert weight_grids({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma (0.5, 0.8, 2.0)"
+    assert weight_grids(COMPARED).split("; ")[-1].startswith("MSRM: gamma")
+    assert len(weight_grids(COMPARED).split("; ")) == len(COMPARED)
+    assert ORDER == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "MSRM"]
 
 
 def test_split_sizes_and_vocabulary_note_with_and_without_all_classes():
@@ -161,13 +158,6 @@ def test_all_classes_only_where_the_corpus_has_the_split(monkeypatch):
     assert abl_data is everything and protocol == "all classes"
 
 
-def test_scenes_note_and_ceiling_note():
-    assert chapter.scenes_note("scenes", " (synthetic)") == " (synthetic)"
-    assert chapter.scenes_note("cub", " (synthetic)") == ""
-    assert chapter.ceiling_note(None) == ""
-    assert "Bayes ceiling" in chapter.ceiling_note({"5K": {"rsum": 1.0}})
-
-
 def _runs(values: dict[str, dict[str, float]], unconverged: tuple[str, ...] = (), protocol: str = "zero-shot"
           ) -> pd.DataFrame:
     """Two seeds per model at value - 1 and value + 1 of every column; the first seed of `unconverged` did not
@@ -192,10 +182,6 @@ def test_table1_frame_keeps_order_and_skips_without_runs():
     assert np.allclose(table["T1 i2t R-P std"], SQRT2)
 
 
-def test_split_ceiling_needs_exact_relevance():
-    assert chapter.split_ceiling(_split("test", 2, ["a", "b"])) is None
-
-
 CEILING = {"1K": {"i2t/R@1": 90.0, "t2i/R@1": 80.0, "rsum": 500.0},
            "5K": {"i2t/R@1": 70.0, "t2i/R@1": 60.0, "rsum": 400.0}}
 
@@ -210,11 +196,11 @@ def _zero_shot() -> pd.DataFrame:
     return runs
 
 
-def test_table3_frame_with_and_without_the_ceiling():
+def test_table3_frame_of_msrm_with_and_without_the_ceiling():
     zs = _zero_shot()
-    plain = chapter.table3_frame(zs, None, "scenes")
+    plain = table3_frame(zs, "scenes", None, ORDER, "msrm")
     assert plain["model"].tolist() == ORDER and "5K rSum % of ceiling" not in plain
-    table = chapter.table3_frame(zs, CEILING, "scenes")
+    table = table3_frame(zs, "scenes", CEILING, ORDER, "msrm")
     assert table["model"].tolist() == ["Bayes ceiling", *ORDER]
     ceiling_row = table.iloc[0]
     assert ceiling_row["T3 1K t2i R@1 (scenes)"] == 80.0 and ceiling_row["T3 5K i2t R@1 (scenes)"] == 70.0
@@ -222,17 +208,6 @@ def test_table3_frame_with_and_without_the_ceiling():
     # PCME: 100 / 400 = 25%, 140 / 400 = 35% -> 30; MSRM: 50% and 60% -> 55; VSE0: 10% and 20% -> 15
     assert share["PCME"] == 30.0 and share["MSRM"] == 55.0 and share["VSE0"] == 15.0
     assert table.set_index("model").loc["MSRM", "T3 5K i2t PMRP (scenes)"] == 40.0
-
-
-def test_ceiling_frame_is_each_runs_share():
-    zs = _zero_shot()
-    assert chapter.ceiling_frame(zs, None) is None
-    frame = chapter.ceiling_frame(zs, CEILING)
-    assert frame.columns.tolist() == ["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
-    assert frame["model"].tolist()[-4:] == ["PCME", "PCME", "MSRM", "MSRM"]
-    assert frame["percent_of_ceiling"].tolist()[-4:] == [25.0, 35.0, 50.0, 60.0]
-    assert frame["percent_of_ceiling"].tolist()[:2] == [10.0, 20.0]  # VSE0
-    assert frame["ceiling_rsum"].tolist() == [400.0] * 2 * len(ORDER)
 
 
 def test_write_optional_table_writes_only_a_table(tmp_path):
@@ -485,10 +460,3 @@ def test_incidence_stats_and_figure():
     assert ax.get_title() == "Soft incidence S (Eq. 8), learned alpha 1.23"
     assert [t.get_text() for t in ax.get_yticklabels()] == ["image 0", "image 1", "image 0"]
     assert ax.get_xticklabels()[0].get_text() == "a red circle on… (img 0)"
-
-
-def test_claims_frame():
-    claims = [Claim("c", "s", "e", "held"), Claim("d", "t", "f", "not tested")]
-    frame = chapter.claims_frame(claims)
-    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"]
-    assert frame["verdict"].tolist() == ["held", "not tested"]

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from fixtures.batches import tiny_batch
 
 from xmr_core import viz
 
@@ -74,15 +75,6 @@ def tiny_config(**overrides) -> PCMEConfig:
 def tiny_model(cfg: PCMEConfig | None = None) -> PCME:
     vectors = np.random.default_rng(0).standard_normal((VOCAB, WORD_DIM)).astype(np.float32)
     return PCME(cfg or tiny_config(), vectors)
-
-
-def tiny_batch(b: int = 6, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(2, 7, (b,), generator=g)
-    tokens = torch.randint(2, VOCAB, (b, 7), generator=g)
-    tokens[torch.arange(7)[None, :] >= lengths[:, None]] = 0
-    return {"images": torch.randn(b, 3, 16, 16, generator=g), "tokens": tokens, "lengths": lengths,
-            "image_index": torch.arange(b), "caption_index": torch.arange(b)}
 
 
 def test_encoders_give_gaussians_with_unit_means() -> None:

@@ -28,13 +28,14 @@ from xmr_core.chapters.pcme import (
     table1_rows,
     table3_ceiling_row,
 )
-from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.protocols import ChapterData, word_table
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import score_matrix
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
+from xmr_core.methods.vse import vse0_config
 from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
 from xmr_core.tuning import TuningResult
 
@@ -90,9 +91,18 @@ def _split(n: int, k: int = 1, seed: int = 0, **fields: object):
 
 
 # ------------------------------------------------------------------------------------------ train.py
-def test_dataset_note_only_for_scenes():
-    assert chapter.dataset_note("scenes", "NOT CUB") == " (NOT CUB)"
-    assert chapter.dataset_note("cub", "NOT CUB") == ""
+def test_with_margin_sets_only_the_hinge_margin():
+    cfg = vse0_config(embed_dim=8)
+    out = chapter.with_margin(cfg, 0.37)
+    assert out.hinge.margin == 0.37 and cfg.hinge.margin != 0.37  # a copy; the input is left as it was
+    assert out == dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=0.37))
+
+
+def test_word_table_is_the_vectors_or_the_words():
+    vocab = Vocabulary.build(["a red circle"])
+    data = ChapterData(*[_split(2)] * 4, vocab, np.ones((len(vocab), 3), np.float32), 1.0)
+    assert word_table(data, bert=False) is data.word_vectors
+    assert word_table(data, bert=True).tolist() == list(vocab.words)
 
 
 def test_weight_grids_and_tuned_settings():
@@ -109,6 +119,17 @@ def test_chapter_runs_and_order():
     assert runs[:6] == [("VSE0", 1, 3), ("PVSE", 1, 3), ("PVSE", 2, 3), ("PVSE", 4, 3), ("PCME mu only", 1, 3),
                         ("PCME", 1, 3)]
     assert runs[6:] == [(name, k, 4) for name, k, _ in runs[:6]] and len(runs) == 12
+    assert chapter.chapter_runs([3, 4], [("X", 2)]) == [("X", 2, 3), ("X", 2, 4)]  # a later chapter's specs
+
+
+def test_tuned_model_builds_from_the_given_methods():
+    built = []
+    spec = chapter.Compared("X", "margin", (0.1, 0.2), 0.1, lambda enc, wv, w, k: built.append((w, k)) or "model")
+    tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, [])}
+    assert chapter.tuned_model("X", tuned, {}, np.zeros((1, 1)), 4, compared={"X": spec}) == "model"
+    assert built == [(0.2, 4)]
+    with pytest.raises(KeyError):
+        chapter.tuned_model("X", tuned, {}, np.zeros((1, 1)))  # not one of the PCME chapter's methods
 
 
 def test_split_sizes():
@@ -117,13 +138,6 @@ def test_split_sizes():
     assert chapter.split_sizes(data).values.tolist() == [
         ["train (seen classes)", 6, 30], ["val (seen classes)", 3, 6], ["test, unseen classes (Table 2)", 4, 4],
         ["test, all (Table 3)", 6, 30]]
-
-
-def test_tuning_frame_stacks_every_method():
-    tuned = {"A": TuningResult("A", "margin", 1e-3, 0.2, [{"method": "A", "lr": 1e-3}, {"method": "A", "lr": 2e-3}]),
-             "B": TuningResult("B", "tau", 1e-3, 40.0, [{"method": "B", "lr": 1e-3}])}
-    frame = chapter.tuning_frame(tuned)
-    assert frame["method"].tolist() == ["A", "A", "B"] and frame.index.tolist() == [0, 1, 2]
 
 
 def _fit(history: list[tuple[int, float]]) -> SimpleNamespace:
@@ -153,38 +167,20 @@ CEILING = {"1K": {"i2t/R@1": 90.0, "t2i/R@1": 80.0, "rsum": 500.0},
            "5K": {"i2t/R@1": 70.0, "t2i/R@1": 60.0, "rsum": 200.0}}
 
 
-def test_with_ceiling_share_and_ceiling_frame():
-    per_run = _table3_runs()
-    assert chapter.with_ceiling_share(per_run, None) is per_run
-    shared = chapter.with_ceiling_share(per_run, CEILING)
-    assert shared["% of ceiling 5K"].tolist() == [50.0, 30.0, 50.0]  # rSum 100, 60, 100 of 200
-    assert "% of ceiling 5K" not in per_run  # the input is left as it was
-    frame = chapter.ceiling_frame(shared, CEILING)
-    assert frame.columns.tolist() == ["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
-    assert frame.values.tolist() == [["VSE0", 0, 100.0, 200.0, 50.0, True], ["PCME", 0, 60.0, 200.0, 30.0, True],
-                                     ["PCME", 1, 100.0, 200.0, 50.0, True]]
-
-
 def test_table3_frame_with_and_without_ceiling():
     order = ["VSE0", "PCME"]
     plain = chapter.table3_frame(_table3_runs(), "scenes", None, order)
     assert plain["model"].tolist() == order and "5K rSum % of ceiling" not in plain
     assert plain["T3 5K i2t PMRP (scenes)"].tolist() == [5.0, 15.0]  # PCME: mean of 10 and 20
-    table = chapter.table3_frame(chapter.with_ceiling_share(_table3_runs(), CEILING), "scenes", CEILING, order)
+    table = chapter.table3_frame(_table3_runs(), "scenes", CEILING, order)
     assert table["model"].tolist() == ["Bayes ceiling", "VSE0", "PCME"]
     assert table["5K rSum % of ceiling"].tolist() == [100.0, 50.0, 40.0]  # PCME: mean of 30 and 50
     assert table["T3 5K i2t R@1 (scenes)"].iloc[0] == 70.0 and table["T3 1K t2i R@1 (scenes)"].iloc[0] == 80.0
-    assert chapter.ceiling_note(None) == "" and "'Bayes ceiling'" in chapter.ceiling_note(CEILING)
-
-
-def test_table3_ceiling_needs_exact_relevance():
-    assert chapter.table3_ceiling(_split(10, k=2, exact=None)) is None
-    assert set(chapter.table3_ceiling(_split(10, k=2))) == {"1K", "5K"}
 
 
 def test_write_ceiling(tmp_path: Path):
     run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
-    per_run = chapter.with_ceiling_share(_table3_runs(), CEILING)
+    per_run = _table3_runs()
     assert chapter.write_ceiling(per_run, None, run, "caption") is None
     assert not (tmp_path / "res" / "pcme").exists()
     table = chapter.write_ceiling(per_run, CEILING, run, "caption")
@@ -413,5 +409,3 @@ def test_visualise_claims_verdicts():
     other = chapter.visualise_claims(0.1, -0.2, falling, by_level.assign(sigma=[0.5, 0.1]), 0.8, 0.9, 0.6,
                                      chapter.SetAlgebra(0.1, 0.3, 0.2, 0.5, 0.1, 0.6))
     assert [c.verdict for c in other] == ["did not hold", "did not hold", "did not hold", "did not hold", "held"]
-    frame = chapter.claims_frame(claims)
-    assert frame.columns.tolist() == ["claim", "source", "evidence", "verdict"] and len(frame) == 5

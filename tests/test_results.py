@@ -167,3 +167,10 @@ def test_notebook_claims_reads_both_notebooks_and_names_a_missing_one(tmp_path):
     assert [(c.claim, c.verdict) for c in claims[:2]] == [("A beats B.", "held"), ("C beats D.", "not tested")]
     assert len(claims) == 3 and claims[2].verdict == "not tested"
     assert "claims_ablate.csv not found: run it first" in claims[2].evidence
+
+
+def test_claims_frame_is_one_row_per_claim_in_order() -> None:
+    claims = [results.Claim("c", "Sec. 1", "e", "held"), results.Claim("d", "Sec. 2", "f", "not tested")]
+    assert results.claims_frame(claims).to_dict("records") == [
+        {"claim": "c", "source": "Sec. 1", "evidence": "e", "verdict": "held"},
+        {"claim": "d", "source": "Sec. 2", "evidence": "f", "verdict": "not tested"}]

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from fixtures.corpora import word_split
 
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -17,17 +18,7 @@ from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.train import CheckpointError, TrainConfig, fit, load_checkpoint, lr_factor, run_key
 
-WORDS = ["red", "blue", "green", "circle", "square", "star", "left", "right", "top", "a", "and"]
-
-
-def _split(name: str, n: int, seed: int) -> Split:
-    rng = np.random.default_rng(seed)
-    captions = [" ".join(rng.choice(WORDS, 4)) for _ in range(2 * n)]
-    return Split(name, f"synthetic-{name}", [f"{name}{i}" for i in range(n)], [f"{name}c{j}" for j in range(2 * n)],
-                 captions, np.repeat(np.arange(n), 2), images=rng.integers(0, 255, (n, 16, 16, 3), dtype=np.uint8))
-
-
-TRAIN, VAL = _split("train", 24, 0), _split("val", 8, 1)
+TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
 VOCAB = Vocabulary.build(TRAIN.captions)
 VECTORS = np.random.default_rng(2).normal(size=(len(VOCAB), 6)).astype(np.float32)
 CFG = TrainConfig(epochs=2, batch_size=8, progress=False, device="cpu")
@@ -138,7 +129,7 @@ def test_finished_run_is_loaded_not_retrained(tmp_path, monkeypatch) -> None:
     assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "seed": 3})) != base
     assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "lr": 1e-3})) != base
     assert run_key(_model(embed_dim=6), TRAIN, VAL, CFG) != base
-    assert run_key(_model(), _split("train", 24, 9), VAL, CFG) != base
+    assert run_key(_model(), word_split("train", 24, 9), VAL, CFG) != base
     assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "progress": True})) == base
 
 
@@ -303,7 +294,6 @@ def test_ddp_two_cpu_processes_agree_and_rank0_writes(tmp_path) -> None:
     assert round(r0["pairs"]) == 24
     assert (tmp_path / "run" / "best.pt").is_file() and (tmp_path / "run" / "metrics.csv").is_file()
     assert len(load_checkpoint(tmp_path / "run" / "last.pt")["history"]) == 1
-
 
 
 # ------------------------------------------------------------------ early stopping (TrainConfig.patience)

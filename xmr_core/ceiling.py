@@ -44,6 +44,7 @@ API:
     ceiling_i2t(exact (M, N), caption_image (M,), ks) -> {"R@1", ...}
     percent_of_ceiling(value, ceiling)              -> 100 · value / ceiling
     fold_ceiling(split, n_folds=5, ks)              -> bayes_ceiling averaged over the COCO 1K folds
+    split_ceiling(split, whole)                     -> {"1K": fold_ceiling, whole: bayes_ceiling} or None
     multi_round_ceiling(queries, objects, valid, rounds, ks) -> {"round1/R@1", ..., "round1/meanR", ..., "mean/R@1",
                                                         ..., "rsum"}; queries[q]: (T_q, A) attribute values per set
 """
@@ -148,6 +149,18 @@ def fold_ceiling(split: Split, n_folds: int = 5, ks: Sequence[int] = RSUM_KS) ->
     per_fold = [bayes_ceiling(split.subset(np.arange(images.start, images.stop), f"{split.name}-fold{f}"), ks)
                 for f, (images, _) in enumerate(folds)]
     return average_folds(per_fold)
+
+
+SplitCeiling = dict[str, dict[str, float]]  # protocol -> `bayes_ceiling` keys ("i2t/R@1", ..., "rsum")
+
+
+def split_ceiling(split: Split, whole: str) -> SplitCeiling | None:
+    """The ceiling of a test split under the two instance protocols: {"1K": `fold_ceiling`, `whole`:
+    `bayes_ceiling`}, `whole` the chapter's name of the whole-split protocol ("5K", "all"); None without exact
+    relevance (real data)."""
+    if split.exact is None:
+        return None
+    return {"1K": fold_ceiling(split), whole: bayes_ceiling(split)}
 
 
 MAX_OBJECTS = 12  # objects per image the exact subset recursion of `multi_round_ceiling` accepts (2^K states)

@@ -18,7 +18,7 @@ import platform
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -269,6 +269,11 @@ def notebook_claims(run: RunConfig, chapter: str) -> list[Claim]:
             claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
                                 "not tested"))
     return claims
+
+
+def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
+    """The claims as a table, one row per claim (claim, source, evidence, verdict), for a notebook to show."""
+    return pd.DataFrame([asdict(c) for c in claims])
 
 
 def write_claims(claims: list[Claim], chapter: str, *, run: RunConfig, preamble: str = "") -> Path:

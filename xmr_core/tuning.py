@@ -5,12 +5,12 @@ method's default weight (its own main loss weight or margin), then each value of
 learning rate (the run already made is reused). With three of each that is five training runs a method,
 every one trained through `fit` (so cached like any run, with patience-based stopping) and judged by its
 best validation `select` (rSum). The rows record every run, so `results/<chapter>/tuning.csv` shows what
-each method was given and what it reached.
+each method was given and what it reached (`tuning_frame`: every method's runs in one table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -68,3 +68,8 @@ def tune(method: str, build: Callable[[float], RetrievalModel], train_config: Ca
     for row in rows:
         row["chosen"] = row["lr"] == best_lr and row["value"] == best_weight
     return TuningResult(method, weight_name, best_lr, best_weight, rows)
+
+
+def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
+    """Every tuning run of every method (`TuningResult.frame`) in one table, methods in `tuned`'s order."""
+    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)

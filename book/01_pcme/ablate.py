@@ -41,7 +41,6 @@ import dataclasses
 from xmr_core.chapters.pcme import (
     ablate_claims,
     ablation_frame,
-    dataset_note,
     table1_frame,
     table1_runs,
     tune_methods,
@@ -50,6 +49,7 @@ from xmr_core.chapters.pcme import (
 )
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import encoder_configs
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.results import write_table
 
@@ -78,7 +78,7 @@ table1 = table1_frame(t1_runs, DATASET)
 write_table(table1, "pcme/table1", run=run, float_digits=2, caption=(
     f"PCME Table 1 analogue: test-time similarities, R-Precision (class relevance, unseen classes). Paper: CUB "
     f"Captions (Table 1 of Chun et al. 2021). Ours: {DATASET}"
-    f"{dataset_note(DATASET, 'synthetic, NOT CUB: compare orderings')}, mean and std over seeds "
+    f"{dataset_note(DATASET, compare='compare orderings', lead='synthetic, NOT CUB')}, mean and std over seeds "
     f"{seeds}; sampled scores use J = 7 samples from a fixed seed. 'mu only' is the deterministically trained model."))
 table1
 

@@ -37,8 +37,6 @@ import numpy as np
 
 from xmr_core.chapters.pcme import (
     bin_correlation,
-    claims_frame,
-    dataset_note,
     embed_gaussians,
     embedding_figure,
     erasing_figure,
@@ -59,10 +57,11 @@ from xmr_core.chapters.pcme import (
     visualise_claims,
 )
 from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import score_matrix
 from xmr_core.methods.pcme import uncertainty
-from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
+from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 from xmr_core.viz import pca_basis
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
@@ -178,8 +177,8 @@ claims = notebook_claims(run, "pcme")
 claims += visualise_claims(corr_i2t, corr_t2i, fig7_df, by_level, rho, generic_sigma, float(cap_sigma.max()),
                            algebra)
 preamble = (f"Run: profile `{PROFILE}`, dataset `{DATASET}`"
-            + dataset_note(DATASET, "the synthetic scenes benchmark: the paper's claims are about orderings and signs, "
-                                    "which carry across data sets; its absolute numbers do not")
+            + dataset_note(DATASET, compare="the paper's claims are about orderings and signs, which carry across "
+                                            "data sets; its absolute numbers do not")
             + ". A claim resting on a difference between models holds only when the difference exceeds the seed spread.")
 write_claims(claims, "pcme", run=run, preamble=preamble)
 claims_frame(claims)

@@ -41,6 +41,7 @@ N_SEEDS = 3  # must match train.py, whose runs are reused
 # %%
 from xmr_core.chapters.msrm import (
     ABLATION_GRIDS,
+    COMPARED,
     TABLE4_COLUMNS,
     ablate_claims,
     ablation_data,
@@ -53,10 +54,9 @@ from xmr_core.chapters.msrm import (
     table4_runs,
     table4_variants,
     table5_frame,
-    tune_methods,
-    tuned_model,
     zeta_runs,
 )
+from xmr_core.chapters.pcme import tune_methods, tuned_model
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.config import RunConfig
@@ -75,10 +75,11 @@ print(f"seeds = {seeds}; grids = {grids}")
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+# train.py's tuning runs, loaded from the cache
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
 abl_data, abl_protocol = ablation_data(corpus, data)
-base = tuned_model("MSRM", tuned, enc, abl_data.word_vectors).config
+base = tuned_model("MSRM", tuned, enc, abl_data.word_vectors, compared=COMPARED).config
 print(f"tuned MSRM: lr {tuned['MSRM'].lr}, gamma {base.gamma}; ablation protocol: {abl_protocol}")
 
 # %% [markdown]

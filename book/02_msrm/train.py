@@ -51,32 +51,33 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
+from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.msrm import (
+    COMPARED,
     ORDER,
     TABLE2_COLUMNS,
-    ceiling_frame,
-    ceiling_note,
     optional_all_classes,
-    scenes_note,
-    split_ceiling,
     split_sizes,
     table1_frame,
-    table3_frame,
     train_and_score,
     train_claims,
     training_runs,
-    tune_methods,
-    tuning_frame,
     vocabulary_note,
-    weights_tuned,
     write_optional_table,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES
+from xmr_core.chapters.pcme import LEARNING_RATES, table3_frame, tune_methods, weight_grids
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import seed_summary, with_paper
+from xmr_core.chapters.summary import (
+    ceiling_note,
+    dataset_note,
+    seed_summary,
+    with_paper,
+    write_ceiling_table,
+)
 from xmr_core.config import RunConfig
 from xmr_core.results import write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -85,7 +86,7 @@ print(run.describe())
 print(f"seeds = {seeds}")
 print(f"training: {pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRESS)}")
 print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}")
-print(f"weights tuned: {weights_tuned()}")
+print(f"weights tuned: {weight_grids(COMPARED)}")
 training_runs(PROFILE, N_SEEDS)
 
 # %% [markdown]
@@ -110,7 +111,7 @@ split_sizes(data, all_classes)
 
 # %%
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "msrm/tuning", run=run, caption=(
     f"Tuning runs of every compared method on the seen-class validation split ({DATASET}, profile {PROFILE}): "
@@ -137,7 +138,7 @@ runs.fits
 
 # %%
 label = DATASET
-not_cub = scenes_note(DATASET, " (the synthetic scenes benchmark: NOT CUB; compare orderings, not values)")
+not_cub = dataset_note(DATASET, "CUB")
 table1 = table1_frame(runs.all_classes, label)  # None without an all-classes split
 write_optional_table(table1, "msrm/table1", run=run, caption=(
     f"MSRM Table 1 analogue ('all classes training'). Paper: CUB Captions, class relevance. Ours: {DATASET}"
@@ -164,9 +165,9 @@ table2
 # scorer can reach, per protocol. It heads the table, and each model's 5K instance rSum is given as a share of it.
 
 # %%
-ceiling = split_ceiling(data.test)  # None without exact relevance (real data)
-not_coco = scenes_note(DATASET, " (synthetic, NOT COCO: compare orderings, not values)")
-table3 = table3_frame(runs.zero_shot, ceiling, label)
+ceiling = split_ceiling(data.test, "5K")  # None without exact relevance (real data)
+not_coco = dataset_note(DATASET, lead="synthetic, NOT COCO")
+table3 = table3_frame(runs.zero_shot, label, ceiling, ORDER, "msrm")
 write_table(table3, "msrm/table3", run=run, caption=(
     f"MSRM Table 3 analogue. Paper: MS-COCO 1K and 5K. Ours: {DATASET}{not_coco}; '1K' = 5 folds of "
     f"{data.test.n_images // 5} test images, '5K' = all {data.test.n_images}; models trained on the seen classes; "
@@ -175,9 +176,9 @@ write_table(table3, "msrm/table3", run=run, caption=(
 table3
 
 # %%
-write_optional_table(ceiling_frame(runs.zero_shot, ceiling), "msrm/ceiling", run=run, extra={"ceiling": ceiling},
-                     caption=f"Each zero-shot model's 5K-analogue instance rSum as a share of the Bayes ceiling "
-                             f"({DATASET}, {PROFILE}).")
+write_ceiling_table(runs.zero_shot, ceiling, "msrm/ceiling", run, protocol="5K", rsum_column="rsum 5K",
+                    caption=f"Each zero-shot model's 5K-analogue instance rSum as a share of the Bayes ceiling "
+                            f"({DATASET}, {PROFILE}).")
 write_table(runs.fits, "msrm/training", run=run,
             caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(runs.per_run, "msrm/per_seed", run=run, caption=(

@@ -37,8 +37,8 @@ BATCH = 10  # pairs in the incidence heatmap
 import numpy as np
 
 from xmr_core.chapters.msrm import (
+    COMPARED,
     batch_incidence,
-    claims_frame,
     draw_queries,
     incidence_figure,
     incidence_stats,
@@ -46,14 +46,14 @@ from xmr_core.chapters.msrm import (
     lists_claim,
     lists_figure,
     model_lists,
-    scenes_note,
     split_scores,
     trained_models,
-    tune_methods,
 )
+from xmr_core.chapters.pcme import tune_methods
 from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
-from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
+from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -61,8 +61,9 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+# train.py's tuning runs, loaded from the cache
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
 test = data.test
 models = trained_models(["MSRM", "PCME"], data, tuned, enc, run, SEED)  # train.py's zero-shot models
 scores = split_scores(models, test, data.vocab, run.torch_device)  # each model's own (i2t, t2i) scores
@@ -114,8 +115,8 @@ claims = notebook_claims(run, "msrm")
 claims.append(lists_claim(zeta_summary, list(models), N_QUERIES))
 preamble = ("MSRM has no public code: this chapter is a from-paper re-implementation, its open choices listed in "
             "`xmr_core/methods/msrm.py`. " + f"Run: profile `{PROFILE}`, dataset `{DATASET}`"
-            + scenes_note(DATASET, " (synthetic scenes: orderings and signs carry across data sets, absolute numbers "
-                                   "do not)")
+            + dataset_note(DATASET, compare="orderings and signs carry across data sets, absolute numbers do not",
+                           lead="synthetic scenes")
             + ". A difference holds only when it exceeds the seed spread.")
 write_claims(claims, "msrm", run=run, preamble=preamble)
 claims_frame(claims)

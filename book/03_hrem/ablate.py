@@ -65,7 +65,6 @@ from xmr_core.chapters.hrem import (
     TABLE3_ROWS,
     TABLE4_PERCENTS,
     ablate_claims,
-    dataset_note,
     fig5_figure,
     fig5_runs,
     fig5_summary,
@@ -83,6 +82,7 @@ from xmr_core.chapters.hrem import (
     training_runs,
     tune_methods,
 )
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_figure, write_table
@@ -102,7 +102,7 @@ enc = hrem_encoders(PROFILE, test.regions.shape[2])
 tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
 device = run.torch_device
 label = DATASET
-not_f30k = dataset_note(DATASET, "Flickr30K", "signs and orderings")
+not_f30k = dataset_note(DATASET, "Flickr30K", "compare signs and orderings")
 print(f"HREM fusion: lr {tuned['HREM fusion'].lr}, margin {tuned['HREM fusion'].weight}")
 
 # %% [markdown]

@@ -56,6 +56,7 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
+from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     BERT_PROFILES,
     DATA_FORMAT,
@@ -63,26 +64,23 @@ from xmr_core.chapters.hrem import (
     ORDER,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
-    ceiling_note,
-    dataset_note,
     flickr_columns,
     hrem_data,
     hrem_encoders,
     hrem_table,
     region_bert,
-    split_ceiling,
     split_sizes,
     train_and_score,
     train_claims,
     training_runs,
     tune_methods,
-    tuning_frame,
-    write_ceiling,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, train_config
+from xmr_core.chapters.summary import ceiling_note, dataset_note, write_ceiling_table
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -140,14 +138,15 @@ fits
 
 # %%
 label = DATASET
-ceiling = split_ceiling(test)  # None on real data (no exact relevance)
+ceiling = split_ceiling(test, "all")  # None on real data (no exact relevance)
 table1 = hrem_table(per_run, ORDER, "table1_bigru", TABLE1_COLUMNS, label, ceiling)
 write_table(table1, "hrem/table1", run=run, caption=(
-    f"HREM Table 1 analogue, Region + BiGRU. Paper: MS-COCO 5K test set. Ours: {DATASET}{dataset_note(DATASET)}, "
+    "HREM Table 1 analogue, Region + BiGRU. Paper: MS-COCO 5K test set. Ours: "
+    f"{DATASET}{dataset_note(DATASET, 'COCO')}, "
     f"region features (R = {test.regions.shape[1]}) + GloVe/BiGRU, the whole test split ({test.n_images} images, "
     f"{test.n_captions} captions) as the 5K analogue; profile {PROFILE}; mean over seeds (std where > 1). The paper's "
     "Table 1 has no rSum column. 'HREM ensemble' = the paper's 'HREM (Full)*' (standalone and fusion similarities "
-    f"averaged). '(paper only)': not built here.{ceiling_note(ceiling)}"))
+    f"averaged). '(paper only)': not built here.{ceiling_note(ceiling, '')}"))
 table1
 
 # %% [markdown]
@@ -173,14 +172,14 @@ bert.table1
 table2 = flickr_columns(hrem_table(per_run, ORDER, "table2_bigru", TABLE2_COLUMNS, label, ceiling))
 write_table(table2, "hrem/table2", run=run, caption=(
     f"HREM Table 2 analogue, Region + BiGRU. Paper: Flickr30K 1K test set and MS-COCO 1K (five folds). Ours: {DATASET}"
-    f"{dataset_note(DATASET)}; '1K' = the mean over 5 folds of {test.n_images // 5} test images, 'F30K-size' = the "
-    f"whole test split ({test.n_images} images, {test.n_captions} captions: Flickr30K's test size; no second, "
-    f"Flickr-sized data set is generated, so these are Table 1's numbers); profile {PROFILE}; mean over seeds. The "
-    "paper's Table 2 has no standalone row."))
+    f"{dataset_note(DATASET, 'COCO')}; '1K' = the mean over 5 folds of {test.n_images // 5} test images, "
+    f"'F30K-size' = the whole test split ({test.n_images} images, {test.n_captions} captions: Flickr30K's test size; "
+    f"no second, Flickr-sized data set is generated, so these are Table 1's numbers); profile {PROFILE}; mean over "
+    "seeds. The paper's Table 2 has no standalone row."))
 table2
 
 # %%
-write_ceiling(per_run, ceiling, run)  # each run's share of the ceiling (when there is one)
+write_ceiling_table(per_run, ceiling, "hrem/ceiling", run, protocol="all", rsum_column="all rSum")  # when there is one
 write_table(fits, "hrem/training", run=run, caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "hrem/per_seed", run=run, caption=(
     "Every model and seed: R@K and rSum on the whole test split ('all') and over its five folds ('1K'); the claims "

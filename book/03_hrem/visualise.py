@@ -48,7 +48,6 @@ from xmr_core.chapters.hrem import (
     association_stats,
     batch_figure,
     batch_graph,
-    claims_frame,
     claims_preamble,
     draw_pairs,
     hrem_data,
@@ -60,7 +59,15 @@ from xmr_core.chapters.hrem import (
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import Claim, notebook_claims, verdict, write_claims, write_figure, write_table
+from xmr_core.results import (
+    Claim,
+    claims_frame,
+    notebook_claims,
+    verdict,
+    write_claims,
+    write_figure,
+    write_table,
+)
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

@@ -47,6 +47,7 @@ import matplotlib.pyplot as plt
 
 from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
+    COMPARED,
     DVSE_K,
     SWEEP_COLUMNS,
     ablate_claims,
@@ -60,9 +61,8 @@ from xmr_core.chapters.dvse import (
     table6_frame,
     table6_runs,
     training_runs,
-    tune_methods,
-    tuned_model,
 )
+from xmr_core.chapters.pcme import tune_methods, tuned_model
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
@@ -77,9 +77,10 @@ training_runs(PROFILE, N_SEEDS).query("notebook == 'ablate'")
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+# train.py's tuning runs, loaded from the cache
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
-base = tuned_model("DVSE", tuned, enc, data.word_vectors).config
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
+base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
 print(f"tuned DVSE: lr {tuned['DVSE'].lr}, margin {base.hinge.margin}, K {base.n_embeds}, beta {base.ort_margin}, "
       f"eta {base.eta}")
 

@@ -59,7 +59,10 @@ N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 import matplotlib.pyplot as plt
 
 from xmr_core.bench.rerank import main as rerank_benchmark
+from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.dvse import (
+    CEILING_RSUM,
+    COMPARED,
     FR_COCO,
     FR_CUB,
     ORDER,
@@ -67,16 +70,12 @@ from xmr_core.chapters.dvse import (
     REGIONS,
     TABLE3_COLUMNS,
     TABLE4_K,
-    ceiling_note,
-    converged_by_model,
     data_summary,
-    dataset_note,
     fr_figure,
     fr_gains,
     fr_models,
     paper_table,
     rerank_bench_args,
-    split_ceiling,
     split_sizes,
     table1_frame,
     table2_frame,
@@ -84,18 +83,21 @@ from xmr_core.chapters.dvse import (
     train_and_score,
     train_claims,
     training_runs,
-    tune_methods,
-    tuned_weights,
-    tuning_frame,
-    with_ceiling_share,
-    write_ceiling_table,
     write_region_tables,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES
+from xmr_core.chapters.pcme import LEARNING_RATES, tune_methods, weight_grids
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
+from xmr_core.chapters.summary import (
+    ceiling_note,
+    converged_by_model,
+    dataset_note,
+    with_ceiling_share,
+    write_ceiling_table,
+)
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -104,7 +106,7 @@ print(run.describe())
 print(f"seeds = {seeds}")
 print(f"training: {pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRESS)}")
 print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}")
-print(f"weights tuned: {tuned_weights()}")
+print(f"weights tuned: {weight_grids(COMPARED)}")
 print(f"Fast Re-ranking: Tables 1, 2, 4 {FR_COCO}; Table 3 {FR_CUB}; RR / MR neighbours {TABLE4_K}")
 training_runs(PROFILE, N_SEEDS)
 
@@ -127,7 +129,7 @@ split_sizes(data)
 
 # %%
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "dvse/tuning", run=run, caption=(
     f"Tuning runs of every compared method on the seen-class validation split ({DATASET}, profile {PROFILE}): "
@@ -162,8 +164,8 @@ runs.fits
 
 # %%
 label = DATASET
-ceiling = split_ceiling(data.test)
-per_run = with_ceiling_share(runs.per_run, ceiling)
+ceiling = split_ceiling(data.test, "all")
+per_run = with_ceiling_share(runs.per_run, ceiling, CEILING_RSUM)
 table1 = table1_frame(per_run, label, ceiling)
 write_table(table1, "dvse/table1", run=run, caption=(
     f"DVSE Table I analogue. Paper: MS-COCO, ResNet-152 + Bi-GRU block, 1K (five folds of 1,000 images) and 5K. "
@@ -262,7 +264,7 @@ write_table(gains, "dvse/fr_any_model", run=run, caption=(
 gains
 
 # %%
-write_ceiling_table(per_run, ceiling, run)
+write_ceiling_table(per_run, ceiling, "dvse/ceiling", run, protocol="all", rsum_column="all rSum")
 write_table(runs.fits, "dvse/training", run=run,
             caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "dvse/per_seed", run=run, caption=(

@@ -49,9 +49,9 @@ import numpy as np
 
 from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
+    COMPARED,
     attention_variants,
     caption_query_figure,
-    claims_frame,
     claims_preamble,
     correlation_figure,
     correlation_runs,
@@ -62,14 +62,13 @@ from xmr_core.chapters.dvse import (
     random_images,
     specific_captions,
     train_model,
-    tune_methods,
-    tuned_model,
     visualise_claims,
     write_heat_figures,
 )
+from xmr_core.chapters.pcme import tune_methods, tuned_model
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.config import RunConfig
-from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
+from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -78,9 +77,10 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+# train.py's tuning runs, loaded from the cache
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
-base = tuned_model("DVSE", tuned, enc, data.word_vectors).config
+                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
+base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
 test = data.test
 rng = np.random.default_rng(SEED)
 

@@ -77,7 +77,6 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 
 # %%
-import pandas as pd
 
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
@@ -88,7 +87,6 @@ from xmr_core.chapters.hmrn import (
     TI,
     VARIANT,
     complexity_row,
-    dataset_note,
     hmrn_data,
     hmrn_encoders,
     hmrn_train_config,
@@ -107,9 +105,11 @@ from xmr_core.chapters.hmrn import (
     write_tables,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES
+from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -150,7 +150,7 @@ split_sizes(data)
 # %%
 tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
 print(f"{IT}: {tuned_config(IT, enc, tuned)}\n{TI}: {tuned_config(TI, enc, tuned)}")
-tuning = pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+tuning = tuning_frame(tuned)
 write_table(tuning, "hmrn/tuning", run=run, caption=(
     f"Tuning runs of every trained model on the validation split ({DATASET}, variant {VARIANT}, profile {PROFILE}): "
     "learning rates at the default weight, then the weight (HMRN: tau; R-RE, R-HRE, Drill-down, VSE0: margin) at the "
@@ -181,7 +181,8 @@ fits
 # %%
 label = DATASET
 ceiling = round_ceiling(data, rounds)
-caption = (f"Ours: {DATASET}{dataset_note(DATASET)}, the first {test.n_images} test images as gallery and query sets, "
+caption = (f"Ours: {DATASET}{dataset_note(DATASET, 'Visual Genome')}, the first {test.n_images} test images as "
+           "gallery and query sets, "
            f"rounds 1..{rounds} (a set of fewer queries keeps its whole set), region features (R = "
            f"{test.regions.shape[1]}) + GloVe/BiGRU, D = {enc['embed_dim']}, profile {PROFILE}, mean over seeds (std "
            "where > 1). Paper: Visual Genome test (9,896 images), Drill-down's splits. VSE0* = VSE0 trained on the "

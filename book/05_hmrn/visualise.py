@@ -41,7 +41,6 @@ TOP_K = 5  # images shown per round
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
@@ -63,7 +62,7 @@ from xmr_core.chapters.hmrn import (
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import notebook_claims, write_claims, write_figure, write_table
+from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -126,4 +125,4 @@ preamble = (
     "exceeds the seed spread; claims on models that did not converge, or with one seed, are not tested. Scenes numbers "
     "are not Visual Genome numbers: the claims are orderings and trends.\n\n" + OFFICIAL_CODE_NOTE)
 write_claims(claims, "hmrn", run=run, preamble=preamble)
-pd.DataFrame([c.__dict__ for c in claims])
+claims_frame(claims)

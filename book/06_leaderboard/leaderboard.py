@@ -40,27 +40,24 @@ PROGRESS = True
 N_SEEDS = 3  # seeds of every model (cpu / paper); smoke uses 1
 
 # %%
-import time
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from xmr_core.ceiling import bayes_ceiling
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
-    METRICS,
-    ceiling_frame,
     cross_method_claims,
-    leaderboard_rows,
+    heatmap_figure,
     model_summary,
-    train_book_model,
+    score_book,
     tune_book,
 )
-from xmr_core.chapters.pcme import model_label
 from xmr_core.chapters.protocols import chapter_setup
+from xmr_core.chapters.summary import ceiling_frame
 from xmr_core.config import RunConfig
-from xmr_core.results import Claim, write_claims, write_figure, write_table
-from xmr_core.viz import heatmap
+from xmr_core.results import claims_frame, write_claims, write_figure, write_table
+from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -75,7 +72,7 @@ pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
 tuned = tune_book(run, enc, data)
-write_table(pd.concat([t.frame() for t in tuned.values()], ignore_index=True), "leaderboard/tuning", run=run,
+write_table(tuning_frame(tuned), "leaderboard/tuning", run=run,
             caption=("Each method's tuning runs on the validation split, its chapter's (loaded from the run cache): "
                      "learning rates at the default weight, then the weight at the best learning rate; 'chosen' = "
                      "the setting every seed is trained with. FR temperatures are tuned per model in per_seed."))
@@ -85,16 +82,9 @@ print(f"test split: {data.test.n_images} images, {data.test.n_captions} captions
 # ## Every model and seed, with and without Fast Re-ranking
 
 # %%
-rows, device = [], run.torch_device
-for chapter, name, k in BOOK_MODELS:
-    for seed in seeds:
-        t0 = time.perf_counter()
-        model, result = train_book_model(chapter, name, k, data, tuned, enc, run, seed)
-        rows += leaderboard_rows(model_label(name, k), seed, model, data, device, result.converged)
-        print(f"{chapter}: {model_label(name, k)} seed {seed} ({'cached' if result.cached else 'trained'}) "
-              f"scored in {time.perf_counter() - t0:.1f} s")
-per_run = pd.DataFrame(rows)
-write_table(ceiling_frame(per_run, data.test), "leaderboard/ceiling", run=run, caption=(
+per_run = score_book(seeds, data, tuned, enc, run)
+ceiling_table = ceiling_frame(per_run, "rSum", bayes_ceiling(data.test)["rsum"])
+write_table(ceiling_table, "leaderboard/ceiling", run=run, caption=(
     f"Each model's instance rSum on the whole {DATASET} test split as a share of the Bayes ceiling, per seed, "
     f"with and without Fast Re-ranking (profile {PROFILE})."))
 write_table(per_run, "leaderboard/per_seed", run=run, caption=(
@@ -124,16 +114,7 @@ board
 # far the best model still is from perfect.
 
 # %%
-metric_cols = [*METRICS, "% of ceiling"]
-models_only = board[board["model"] != "Bayes ceiling"]
-ceiling = board[board["model"] == "Bayes ceiling"].iloc[0]
-labels = [f"{c}\n(ceiling {ceiling[c]:.1f})" if pd.notna(ceiling[c]) and c != "% of ceiling" else c
-          for c in metric_cols]
-fig, ax = plt.subplots(figsize=(1.0 * len(metric_cols) + 2, 0.42 * len(models_only) + 2))
-heatmap(ax, models_only[metric_cols].to_numpy(dtype=float), list(models_only["model"]), labels,
-        colour_by_column=True, colorbar=False)
-ax.set_title(f"The book's models on one {DATASET} test split (mean over seeds; columns coloured per metric)")
-fig.tight_layout()
+fig = heatmap_figure(board, DATASET)
 write_figure(fig, "leaderboard/heatmap", run=run, caption=(
     "Models x metrics of the leaderboard table; each column coloured from its lowest to its highest model; the "
     "instance columns name the Bayes ceiling."))
@@ -148,7 +129,7 @@ plt.show()
 
 # %%
 claims = cross_method_claims(per_run)
-write_claims([Claim(**c) for c in claims], "leaderboard", run=run, preamble=(
+write_claims(claims, "leaderboard", run=run, preamble=(
     f"Claims across the book's methods, on one {DATASET} test split (profile `{PROFILE}`, seeds {seeds}). "
     "Synthetic scenes: orderings and signs carry across data sets, absolute numbers do not."))
-pd.DataFrame(claims)
+claims_frame(claims)

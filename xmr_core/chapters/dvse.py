@@ -44,18 +44,32 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
+from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.msrm import top_k_lists
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, fit_row, model_label, train_built
+from xmr_core.chapters.pcme import (
+    LEARNING_RATES,
+    Compared,
+    chapter_runs,
+    fit_row,
+    model_label,
+    train_built,
+    tuned_model,
+    with_margin,
+)
+from xmr_core.chapters.pcme import SPECS as PCME_SPECS
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
     compare_models,
+    converged_by_model,
+    dataset_note,
     model_means,
+    peak,
     seed_means,
     seed_summary,
+    with_ceiling,
     with_paper,
 )
 from xmr_core.config import RunConfig
@@ -77,7 +91,6 @@ from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_confi
 from xmr_core.metrics import RSUM_KS, retrieval_metrics
 from xmr_core.results import (
     Claim,
-    Verdict,
     difference_verdict,
     require_converged,
     universal_verdict,
@@ -94,8 +107,7 @@ DVSE_K = 6  # the paper's K for COCO and Flickr30K (CUB: 8)
 
 
 def _dvse(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    cfg = dvse_config(n_embeds=DVSE_K, hard_negatives=True, **enc)
-    return DVSE(dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin)), wv)
+    return DVSE(with_margin(dvse_config(n_embeds=DVSE_K, hard_negatives=True, **enc), margin), wv)
 
 
 DVSE_COMPARED = Compared("DVSE", "margin", (0.1, 0.2, 0.4), 0.2, _dvse)
@@ -103,9 +115,8 @@ COMPARED: dict[str, Compared] = {**PCME_COMPARED, "DVSE": DVSE_COMPARED}
 
 # The trained models of train.py (name, K) and the rows of the tables (PVSE rows carry their K; "+ FR" rows are
 # the same models re-ranked).
-SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1),
-                                ("PCME", 1), ("DVSE", 1)]
-MODELS = ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "DVSE"]
+SPECS: list[tuple[str, int]] = [*PCME_SPECS, ("DVSE", 1)]
+MODELS = [model_label(name, k) for name, k in SPECS]
 ORDER = MODELS + ["DVSE + FR"]
 REGIONS = "DVSE (regions)"  # the region-feature DVSE (the paper's Faster R-CNN rows), first seed only
 
@@ -122,6 +133,7 @@ TABLE1_COLUMNS: dict[str, str] = {
     **{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "5K|rsum",
 }
 TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "rsum"}
+CEILING_RSUM = {"1K": "1K rSum", "all": "all rSum"}  # protocol -> the per-run rSum column of its ceiling share
 TABLE3_COLUMNS: dict[str, str] = {f"CUB {d} {m}": f"class/{d}/{m}" for d in DIRECTIONS for m in ("R-P", "R@1")}
 TABLE6_COLUMNS: dict[str, str] = {**TABLE3_COLUMNS, "all i2t R@1": "5K|instance/i2t/R@1",
                                   "all t2i R@1": "5K|instance/t2i/R@1", "all rSum": "5K|rsum"}
@@ -146,19 +158,6 @@ FIG6_COMBINATIONS = {"(a) SE only (combination 4)": 4, "(b) DM, no L_ort (combin
 
 
 # ---------------------------------------------------------------------------------------- tuning and training
-def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
-                 seed: int = 0, **train_overrides: object) -> dict[str, TuningResult]:
-    """The PCME chapter's tuning (its cached runs, loaded) plus DVSE's, the same budget (`pcme.tune_methods`)."""
-    return pcme_chapter.tune_methods(profile, enc, word_vectors, train, val, vocab, seed, compared=COMPARED,
-                                     **train_overrides)
-
-
-def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray,
-                k: int = 1) -> RetrievalModel:
-    """A fresh model of a compared method (DVSE included) at its tuned weight (PVSE: with K embeddings)."""
-    return COMPARED[name].build(enc, word_vectors, tuned[name].weight, k)
-
-
 def region_encoders(enc: dict, region_dim: int) -> dict:
     """`enc` with the image encoder on precomputed region features (the BUTD analogue, `Split.regions`,
     (N, R, region_dim)) instead of the trunk's grid; the text encoder and sizes unchanged."""
@@ -174,29 +173,14 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
     config: a DVSE config to train instead (ablations, region features), at DVSE's tuned learning rate.
     Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
     if config is None:
-        return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run,
-                           seed, **train_overrides)
+        return pcme_chapter.train_model(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
     return train_built(lambda: DVSE(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
-
-
-def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:
-    """The trained models of `train.py` in training order: (method, K, seed), every model every seed."""
-    return [(name, k, seed) for seed in seeds for name, k in SPECS]
 
 
 def region_config(data: ChapterData, tuned: dict[str, TuningResult], enc: dict) -> DVSEConfig:
     """The region-feature DVSE's config: the tuned DVSE on `region_encoders` of the test split's region features."""
-    return tuned_model("DVSE", tuned, region_encoders(enc, data.test.regions.shape[2]), data.word_vectors).config
-
-
-def tuned_weights() -> str:
-    """Each compared method's tuned weight and its values: "VSE0: margin (0.1, 0.2, 0.4); ..."."""
-    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in COMPARED.values())
-
-
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every tuning run of every method (`TuningResult.frame`), one table."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+    return tuned_model("DVSE", tuned, region_encoders(enc, data.test.regions.shape[2]), data.word_vectors,
+                       compared=COMPARED).config
 
 
 def data_summary(trunk: PretrainedTrunk, data: ChapterData) -> str:
@@ -339,11 +323,11 @@ def score_rows(label: str, seed: int, converged: bool, scores: ModelScores, data
 
 def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                     run: RunConfig) -> ChapterRuns:
-    """Train (or load) every model of `chapter_runs` with every seed and score it once on the test split
-    (`model_scores`): `score_rows` per model, and each DVSE seed re-ranked by FR, RR and MR (`rerank_rows`). With
-    region features, the region DVSE (`region_config`, first seed) too, as `REGIONS`."""
+    """Train (or load) every model of `SPECS` with every seed (`pcme.chapter_runs`) and score it once on the test
+    split (`model_scores`): `score_rows` per model, and each DVSE seed re-ranked by FR, RR and MR (`rerank_rows`).
+    With region features, the region DVSE (`region_config`, first seed) too, as `REGIONS`."""
     per_run, fits, t4 = [], [], []
-    for name, k, seed in chapter_runs(seeds):
+    for name, k, seed in chapter_runs(seeds, SPECS):
         t0 = time.perf_counter()
         model, result = train_model(name, k, data, tuned, enc, run, seed)
         label = model_label(name, k)
@@ -376,71 +360,17 @@ def paper_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping
     return pd.concat([out, extra], ignore_index=True)
 
 
-def ceiling_row(ceiling: Mapping[str, Mapping[str, float]], mapping: Mapping[str, str],
-                label: str) -> dict[str, object]:
-    """The "Bayes ceiling" row of an instance table in `paper_table`'s layout: each column "<proto> <dir> R@K"
-    or "<proto> rSum" of `mapping` from `ceiling[proto]` (`xmr_core.ceiling` keys "i2t/R@1", ..., "rsum")."""
-    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
-    for col in mapping:
-        proto, rest = col.split(" ", 1)
-        row[f"{col} ({label})"] = ceiling[proto]["rsum" if rest == "rSum" else rest.replace(" ", "/")]
-    return row
-
-
-def split_ceiling(split: Split) -> dict[str, dict[str, float]] | None:
-    """The Bayes ceiling of the instance tables on `split`: {"1K": `fold_ceiling`, "all": `bayes_ceiling`} (keys
-    "i2t/R@1", ..., "rsum"); None when the split has no exact relevance (real data)."""
-    if split.exact is None:
-        return None
-    return {"1K": fold_ceiling(split), "all": bayes_ceiling(split)}
-
-
-def with_ceiling_share(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]] | None) -> pd.DataFrame:
-    """`per_run` plus "% of ceiling <proto>" for each protocol of `ceiling` (1K, all): each run's "<proto> rSum"
-    as a share of the ceiling's (`percent_of_ceiling`); `per_run` itself without a ceiling."""
-    if ceiling is None:
-        return per_run
-    return per_run.assign(**{f"% of ceiling {proto}": [percent_of_ceiling(v, c["rsum"])
-                                                       for v in per_run[f"{proto} rSum"]]
-                             for proto, c in ceiling.items()})
-
-
-def _ceiling_first(table: pd.DataFrame, row: Mapping[str, object]) -> pd.DataFrame:
-    """`table` with `row` (a "Bayes ceiling" row) on top, in `table`'s columns."""
-    return pd.concat([pd.DataFrame([row]), table], ignore_index=True)[table.columns]
-
-
-def table1_frame(per_run: pd.DataFrame, label: str, ceiling: Mapping[str, Mapping[str, float]] | None
-                 ) -> pd.DataFrame:
-    """Table 1 (`paper_table` of `ORDER` and the paper-only rows). With a ceiling, "<proto> rSum % of ceiling" (the
-    mean over seeds of `with_ceiling_share`'s columns, which `per_run` must hold) and the ceiling's row on top."""
+def table1_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None) -> pd.DataFrame:
+    """Table 1 (`paper_table` of `ORDER` and the paper-only rows). With a ceiling (`split_ceiling(test, "all")`),
+    its row on top and each model's "<proto> rSum % of ceiling" for 1K and all (`summary.with_ceiling`)."""
     table = paper_table(per_run, ORDER, "table1_resnet", TABLE1_COLUMNS, label, PAPER_ONLY["table1_resnet"])
-    if ceiling is None:
-        return table
-    for proto in ceiling:
-        means = per_run.groupby("model")[f"% of ceiling {proto}"].mean()
-        table[f"{proto} rSum % of ceiling"] = [means.get(m, float("nan")) for m in table["model"]]
-    shares = {f"{proto} rSum % of ceiling": 100.0 for proto in ceiling}
-    return _ceiling_first(table, {**ceiling_row(ceiling, TABLE1_COLUMNS, label), **shares})
+    return table if ceiling is None else with_ceiling(table, per_run, ceiling, TABLE1_COLUMNS, label, list(ceiling))
 
 
-def table2_frame(per_run: pd.DataFrame, label: str, ceiling: Mapping[str, Mapping[str, float]] | None
-                 ) -> pd.DataFrame:
+def table2_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None) -> pd.DataFrame:
     """Table 2 (`paper_table` of `ORDER` and the paper-only rows), the ceiling's row on top when there is one."""
     table = paper_table(per_run, ORDER, "table2_resnet", TABLE2_COLUMNS, label, PAPER_ONLY["table2_resnet"])
-    return table if ceiling is None else _ceiling_first(table, ceiling_row(ceiling, TABLE2_COLUMNS, label))
-
-
-def dataset_note(dataset: str, paper_dataset: str) -> str:
-    """The captions' warning that scenes numbers are not `paper_dataset`'s ("" for real data)."""
-    return f" (the synthetic scenes benchmark: NOT {paper_dataset}; compare orderings, not values)" \
-        if dataset == "scenes" else ""
-
-
-def ceiling_note(ceiling: Mapping[str, Mapping[str, float]] | None) -> str:
-    """The captions' line on the Bayes ceiling row ("" without a ceiling)."""
-    return "" if ceiling is None else \
-        " 'Bayes ceiling': the best any scorer can reach on this split (xmr_core.ceiling)."
+    return table if ceiling is None else with_ceiling(table, per_run, ceiling, TABLE2_COLUMNS, label)
 
 
 def region_runs(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -472,28 +402,13 @@ def write_region_tables(per_run: pd.DataFrame, data: ChapterData, label: str, se
     return table1
 
 
-def write_ceiling_table(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]] | None,
-                        run: RunConfig) -> None:
-    """`dvse/ceiling`: each run's whole-split rSum beside the Bayes ceiling's and its share of it (`per_run` from
-    `with_ceiling_share`), the ceiling's own values in the provenance; nothing without a ceiling."""
-    if ceiling is None:
-        return
-    table = pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["all rSum"],
-                          "ceiling_rsum": ceiling["all"]["rsum"], "percent_of_ceiling": per_run["% of ceiling all"],
-                          "converged": per_run["converged"]})
-    write_table(table, "dvse/ceiling", run=run, extra={"ceiling": ceiling}, caption=(
-        f"Each model's instance rSum on the whole {run.dataset} test split as a share of the Bayes ceiling "
-        f"(profile {run.profile})."))
-
-
 # ---------------------------------------------------------------------------- FR on every model (train.py)
 def fr_models(data: ChapterData) -> list[str]:
     """The models FR is applied to in `fr_gains` and `fr_figure`: every trained model, the region DVSE included."""
     return MODELS + ([REGIONS] if data.test.regions is not None else [])
 
 
-def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: Mapping[str, Mapping[str, float]] | None,
-              dataset: str) -> Figure:
+def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: SplitCeiling | None, dataset: str) -> Figure:
     """Bars: each model's whole-split rSum without and with FR (mean over seeds), the Bayes ceiling's as a dashed
     line when there is one."""
     rows = per_run.assign(model=per_run["model"].str.removesuffix(" + FR"), FR=per_run["model"].str.endswith(" + FR"))
@@ -507,12 +422,6 @@ def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: Mapping[str
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.set_title("Fast Re-ranking on every model's own scores (mean over seeds)")
     return fig
-
-
-def converged_by_model(per_run: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every run of it converged}; a "<model> + FR" row counts as its model's (FR trains nothing)."""
-    models = per_run["model"].str.removesuffix(" + FR")
-    return per_run.assign(model=models).groupby("model")["converged"].all().to_dict()
 
 
 def rerank_bench_args(profile: str) -> list[str]:
@@ -540,8 +449,8 @@ def fr_gains(per_run: pd.DataFrame, models: Sequence[str], cols: Sequence[str],
 def train_claims(per_run: pd.DataFrame, t4: pd.DataFrame, gains: pd.DataFrame, converged: Mapping[str, bool],
                  split: Split) -> pd.DataFrame:
     """The claims of Sec. IV-B checked on train.py's runs: `per_run` (Tables 1-3), `t4` (Table 4's per-seed rows),
-    `gains` (`fr_gains`), `converged` (`converged_by_model`) and the test `split` (its size, for the evidence). A
-    claim on a model that did not converge is "not tested" (`results.require_converged`)."""
+    `gains` (`fr_gains`), `converged` (`summary.converged_by_model`) and the test `split` (its size, for the evidence).
+    A claim on a model that did not converge is "not tested" (`results.require_converged`)."""
     rsums, cub_rp, cub_r1 = ["1K rSum", "all rSum"], ["CUB i2t R-P", "CUB t2i R-P"], ["CUB i2t R@1", "CUB t2i R@1"]
     set_based = ["PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME", "DVSE"]
     pvse_rows = ["PVSE K=1", "PVSE K=2", "PVSE K=4"]
@@ -616,19 +525,6 @@ def train_claims(per_run: pd.DataFrame, t4: pd.DataFrame, gains: pd.DataFrame, c
                    "source": "Sec. IV-B-1, Tables I-III", "evidence": "DiVE, P2RM, VSEinf and the BERT block are not "
                    "built in this book", "verdict": verdict(None)})
     return pd.DataFrame(claims)
-
-
-def peak(values: Mapping[float, float], spread: float) -> tuple[float, float, Verdict]:
-    """The claim "the metric peaks inside the grid" on a one-seed sweep {parameter: metric}: (the best parameter,
-    diff = best interior value − best end value, `difference_verdict(diff, spread)`); `spread` is the seed
-    std of the default setting. Not tested with fewer than three values or no spread (NaN)."""
-    xs = sorted(values)
-    ys = [values[x] for x in xs]
-    best = xs[int(np.argmax(ys))]
-    if len(xs) < 3 or not np.isfinite(spread):
-        return best, float("nan"), verdict(None)
-    diff = max(ys[1:-1]) - max(ys[0], ys[-1])
-    return best, diff, difference_verdict(diff, spread)
 
 
 # ------------------------------------------------------------------------ ablate.py: Tables V-VI, Figures 8-9
@@ -1221,15 +1117,10 @@ def claims_preamble(profile: str, dataset: str) -> str:
     """The claims page's opening: a from-paper re-implementation, the run, and how verdicts are reached."""
     return ("DVSE has no public code: this chapter is a from-paper re-implementation, its open choices listed in "
             "`xmr_core/methods/dvse.py`. " + f"Run: profile `{profile}`, dataset `{dataset}`"
-            + (" (synthetic scenes: NOT COCO, Flickr30K or CUB; orderings and signs carry across data sets, absolute "
-               "numbers do not)" if dataset == "scenes" else "")
+            + dataset_note(dataset, "COCO, Flickr30K or CUB", "orderings and signs carry across data sets, absolute "
+                           "numbers do not", lead="synthetic scenes")
             + ". A difference holds only when it exceeds the seed spread; claims on models that did not converge, or "
               "with one seed, are not tested.")
-
-
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table (claim, source, evidence, verdict), for the notebook."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
 
 
 # ------------------------------------------------------------------------------------------ run counts

@@ -65,8 +65,17 @@ from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.dvse import attention_heat, paper_table
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, train_config
-from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_means
+from xmr_core.chapters.protocols import ChapterData, word_table
+from xmr_core.chapters.summary import (
+    best_other_margin,
+    ceiling_first,
+    ceiling_share,
+    compare_models,
+    converged_by_model,
+    model_means,
+    peak,
+    seed_means,
+)
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import image_loader, query_loader
@@ -248,11 +257,6 @@ def hmrn_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str
     return {"embed_dim": d, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
 
 
-def word_table(data: ChapterData, bert: bool) -> np.ndarray:
-    """What the text encoder reads: the word vectors (BiGRU) or the vocabulary's words (MiniLM)."""
-    return np.array(data.vocab.words) if bert else data.word_vectors
-
-
 # ---------------------------------------------------------------------------------------- compared models
 def _hmrn(name: str):
     def build(enc: dict, wv: np.ndarray, tau: float, k: int) -> RetrievalModel:
@@ -398,7 +402,7 @@ def hmrn_table(per_run: pd.DataFrame, table: str, mapping: Mapping[str, str], la
     out = paper_table(per_run, order, table, mapping, label, paper_only, chapter="hmrn")
     if ceiling is None:
         return out
-    return pd.concat([pd.DataFrame([ceiling_row(ceiling, mapping, label)]), out], ignore_index=True)[out.columns]
+    return ceiling_first(out, ceiling_row(ceiling, mapping, label))
 
 
 def round_table(per_run: pd.DataFrame, table: str, label: str, rounds: int,
@@ -412,9 +416,7 @@ def table5(per_run: pd.DataFrame, label: str, ceiling: Mapping[str, float] | Non
     mean over seeds of each run's share) when `ceiling` is given."""
     out = hmrn_table(per_run, "table5", TABLE5_COLUMNS, label, ceiling)
     if ceiling is not None:
-        share = per_run.assign(s=100.0 * per_run["rsum"] / ceiling["rsum"]).groupby("model")["s"].mean()
-        out["R@Sum % of ceiling"] = [100.0 if m == "Bayes ceiling" else share.get(m, float("nan"))
-                                     for m in out["model"]]
+        out["R@Sum % of ceiling"] = ceiling_share(per_run, "rsum", ceiling["rsum"], out["model"])
     return out
 
 
@@ -742,19 +744,6 @@ def late_rounds(rounds: int, first: int = 3) -> list[str]:
     return [f"round{r}/R@1" for r in range(first, rounds + 1)]
 
 
-def interior_best(values: Mapping[float, float], spread: float) -> tuple[float, Verdict]:
-    """Figure 5's "rises, then falls" on a one-seed sweep {value: Avg. R@Sum}: (the best value, verdict: held when
-    the best inner value beats both ends by more than `spread`, did not hold when an end beats every inner value by
-    more than `spread`, else within noise; not tested without three values or a finite spread)."""
-    keys = sorted(values)
-    best = max(keys, key=values.__getitem__) if keys else float("nan")
-    if len(values) < 3 or not np.isfinite(spread):
-        return best, verdict(None)
-    ends = max(values[keys[0]], values[keys[-1]])
-    inner = max(values[k] for k in keys[1:-1])
-    return best, difference_verdict(inner - ends, spread)
-
-
 def default_margin(values: Mapping[object, float], default: object, spread: float) -> tuple[float, Verdict]:
     """"The default setting is the best": (its Avg. R@Sum minus the best other setting's, `difference_verdict`);
     not tested without another setting or a finite spread."""
@@ -769,7 +758,6 @@ def seed_spread(per_run: pd.DataFrame, model: str, col: str = "rsum") -> float:
     """The seed std of `col` of `model` (NaN with one seed)."""
     values = seed_means(per_run, model, [col])
     return float(values.std(ddof=1)) if len(values) > 1 else float("nan")
-
 
 
 # Table 6's claims (Sec. 4.4.1): claim -> (row a, row b, train.py's model whose seed spread judges a one-seed row).
@@ -811,12 +799,12 @@ def pair_claims(runs: pd.DataFrame, pairs: Mapping[str, tuple[str, str, str]], s
 
 def sweep_claims(lam: Mapping[str, pd.DataFrame], tau: Mapping[str, pd.DataFrame],
                  spread: Mapping[str, float]) -> list[dict[str, object]]:
-    """Figures 5-6, per model: "performance first rises, then falls as λ grows" (`interior_best`) and "as τ grows
+    """Figures 5-6, per model: "performance first rises, then falls as λ grows" (`summary.peak`) and "as τ grows
     it rises quickly, then levels off" (the best τ above the smallest by more than the model's seed spread)."""
     out = []
     for m, frame in lam.items():
         field = LAMBDA_FIELD[m]
-        best, lam_verdict = interior_best(dict(zip(frame[field], frame["rsum"])), spread[m])
+        best, _, lam_verdict = peak(dict(zip(frame[field], frame["rsum"])), spread[m])
         out.append({"claim": f"{m}: performance first rises, then falls as {field} grows.", "source": "Sec. 4.5.1, Fig. 5",
                     "evidence": f"best {field} = {best:g} on {sorted(frame[field])} (seed spread {spread[m]:.2f})",
                     "verdict": lam_verdict})
@@ -832,12 +820,6 @@ def sweep_claims(lam: Mapping[str, pd.DataFrame], tau: Mapping[str, pd.DataFrame
 
 
 # ------------------------------------------------------------------------------------ notebook plumbing
-def dataset_note(dataset: str) -> str:
-    """The captions' warning that scenes numbers are not Visual Genome numbers ("" for real data)."""
-    return " (the synthetic scenes benchmark: NOT Visual Genome; compare orderings, not values)" \
-        if dataset == "scenes" else ""
-
-
 def split_sizes(data: HMRNData) -> pd.DataFrame:
     """Images, region queries and the shortest and longest set of each split the chapter uses."""
     splits = [("train", data.multi.train), ("val (per-epoch validation)", data.multi.val),
@@ -923,7 +905,7 @@ def train_claims(per_run: pd.DataFrame, rounds: int, complexity: pd.DataFrame, e
          "source": "Sec. 4.3.2, Tables 1-4", "evidence": f"I-T - ensemble = {late_ens.diff:+.2f} mean R@1 of the last "
          f"two rounds (spread {late_ens.spread:.2f})", "verdict": late_ens.verdict, "models": [IT, ENSEMBLE]},
     ]
-    converged = per_run.groupby("model")["converged"].all().to_dict()
+    converged = converged_by_model(per_run)
     for claim in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
                                                                 claim.pop("models"), converged)
@@ -1056,4 +1038,3 @@ OFFICIAL_CODE_NOTE = (
     "(Eq. 18-19). (2) Queries dropped silently: its test evaluation sets npts = number of query sets - 96, so the "
     "last 96 query sets are never scored while the gallery keeps every image; here every query set is scored, and a "
     "set longer than the model's limit is an error naming its image, never truncated.")
-

@@ -38,7 +38,7 @@ import dataclasses
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -48,12 +48,22 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling
+from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table, peak
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built
-from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, with_paper
+from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table
+from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, with_margin
+from xmr_core.chapters.protocols import ChapterData, word_table
+from xmr_core.chapters.summary import (
+    best_other_margin,
+    compare_models,
+    converged_by_model,
+    dataset_note,
+    mean_std,
+    model_means,
+    peak,
+    with_ceiling,
+    with_paper,
+)
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
@@ -68,13 +78,11 @@ from xmr_core.methods.scan import SCAN, scan_config
 from xmr_core.methods.vse import VSE, vse_pp_config
 from xmr_core.metrics import RSUM_KS, ranking_stats
 from xmr_core.results import (
-    Claim,
     Verdict,
     difference_verdict,
     require_converged,
     universal_verdict,
     verdict,
-    write_table,
 )
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
@@ -172,11 +180,6 @@ def hrem_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str
     return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
 
 
-def word_table(data: ChapterData, bert: bool) -> np.ndarray:
-    """What the text encoder reads: the word vectors (BiGRU) or the vocabulary's words (BERT)."""
-    return np.array(data.vocab.words) if bert else data.word_vectors
-
-
 def split_sizes(data: ChapterData) -> pd.DataFrame:
     """Images and captions of the train, validation and test splits (the test split: Tables 1 and 2)."""
     splits = [("train", data.train), ("val", data.val), ("test (Tables 1 and 2)", data.test)]
@@ -184,23 +187,13 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
                         columns=["split", "images", "captions"])
 
 
-def dataset_note(dataset: str, paper_data: str = "COCO", compare: str = "orderings, not values") -> str:
-    """A caption's warning that the synthetic scenes are not the paper's data set ("" for real data)."""
-    return f" (the synthetic scenes benchmark: NOT {paper_data}; compare {compare})" if dataset == "scenes" else ""
-
-
 # ---------------------------------------------------------------------------------------- compared models
-def _with_margin(cfg: Any, margin: float) -> Any:
-    """`cfg` (any config with a `hinge`) with the hinge margin α set."""
-    return dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin))
-
-
 def _vse_pp(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return VSE(_with_margin(vse_pp_config(**enc), margin), wv)
+    return VSE(with_margin(vse_pp_config(**enc), margin), wv)
 
 
 def _gpo(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return GPOModel(_with_margin(gpo_config(enc), margin), wv)
+    return GPOModel(with_margin(gpo_config(enc), margin), wv)
 
 
 def hrem_defaults(enc: dict, profile: str, mechanism: str = "fusion", **overrides: object) -> HREMConfig:
@@ -211,7 +204,7 @@ def hrem_defaults(enc: dict, profile: str, mechanism: str = "fusion", **override
 
 def _hrem(mechanism: str, profile: str) -> Callable[[dict, np.ndarray, float, int], RetrievalModel]:
     def build(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-        return HREM(_with_margin(hrem_defaults(enc, profile, mechanism), margin), wv)
+        return HREM(with_margin(hrem_defaults(enc, profile, mechanism), margin), wv)
     return build
 
 
@@ -230,15 +223,10 @@ def tune_methods(profile: str, enc: dict, data: ChapterData, seed: int = 0, bert
                                      compared=compared(profile), **train_overrides)
 
 
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every tuning run of every model (`TuningResult.frame`), one table."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
-
-
 def ablation_config(enc: dict, profile: str, tuned: dict[str, TuningResult], **changes: object) -> HREMConfig:
     """HREM fusion at its tuned margin with `changes` (Table 3 rows, Figure 6 values); no changes: the very
     config of `train.py`'s HREM fusion, so its runs are loaded from the cache."""
-    return _with_margin(hrem_defaults(enc, profile, "fusion", **changes), tuned["HREM fusion"].weight)
+    return with_margin(hrem_defaults(enc, profile, "fusion", **changes), tuned["HREM fusion"].weight)
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -255,7 +243,7 @@ def build_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
     if config is not None:
         return HREM(config, wv)
     if name == SCAN_MODEL:
-        return SCAN(_with_margin(scan_config(enc, max_words=longest_caption(data)), tuned["VSE++"].weight), wv)
+        return SCAN(with_margin(scan_config(enc, max_words=longest_caption(data)), tuned["VSE++"].weight), wv)
     return compared(profile)[name].build(enc, wv, tuned[name].weight, 1)
 
 
@@ -326,23 +314,14 @@ def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterDa
 
 # ------------------------------------------------------------------------------------------- table layout
 def hrem_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping: Mapping[str, str], label: str,
-               ceiling: Mapping[str, Mapping[str, float]] | None = None) -> pd.DataFrame:
+               ceiling: SplitCeiling | None = None) -> pd.DataFrame:
     """One of the paper's instance tables (`dvse.paper_table` with the HREM paper values and its paper-only
-    rows), with the Bayes ceiling row on top and each model's rSum as % of the ceiling (per protocol, the mean
-    over seeds of each run's share) when `ceiling` ({"1K": ..., "all": ...}) is given."""
+    rows), with the Bayes ceiling row on top and each model's rSum as % of the ceiling per protocol of `mapping`
+    (`summary.with_ceiling`) when `ceiling` (`split_ceiling(test, "all")`) is given."""
     out = paper_table(per_run, order, table, mapping, label, PAPER_ONLY.get(table, ()), chapter="hrem")
     if ceiling is None:
         return out
-    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
-    for col in mapping:
-        proto, rest = col.split(" ", 1)
-        row[f"{col} ({label})"] = ceiling[proto]["rsum" if rest == "rSum" else rest.replace(" ", "/")]
-    protos = sorted({col.split(" ", 1)[0] for col in mapping})
-    for proto in protos:
-        share = per_run.assign(s=100.0 * per_run[f"{proto} rSum"] / ceiling[proto]["rsum"]).groupby("model")["s"].mean()
-        out[f"{proto} rSum % of ceiling"] = [share.get(m, float("nan")) for m in out["model"]]
-        row[f"{proto} rSum % of ceiling"] = 100.0
-    return pd.concat([pd.DataFrame([row]), out], ignore_index=True)[out.columns]
+    return with_ceiling(out, per_run, ceiling, mapping, label, sorted({col.split(" ", 1)[0] for col in mapping}))
 
 
 def flickr_columns(table: pd.DataFrame) -> pd.DataFrame:
@@ -359,43 +338,6 @@ def not_run_table(table: str, order: Sequence[str], mapping: Mapping[str, str], 
         out[f"{c} ({label})"] = why
     return pd.concat([out, paper_table(blank.iloc[:0], [], table, mapping, label, PAPER_ONLY.get(table, ()),
                                        chapter="hrem")], ignore_index=True)
-
-
-def mean_std(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
-    """Mean and std over the rows of each group of `by` (in order of appearance), columns "<col> mean",
-    "<col> std"; indexed by the groups."""
-    out = frame.groupby(list(by), sort=False)[list(cols)].agg(["mean", "std"])
-    out.columns = [f"{a} {b}" for a, b in out.columns]
-    return out
-
-
-def split_ceiling(split: Split) -> dict[str, dict[str, float]] | None:
-    """The Bayes ceiling of Tables 1-2 per protocol: "1K" (the mean over five folds, `ceiling.fold_ceiling`) and
-    "all" (the whole split, `ceiling.bayes_ceiling`); None without exact relevance (real data)."""
-    if split.exact is None:
-        return None
-    return {"1K": fold_ceiling(split), "all": bayes_ceiling(split)}
-
-
-def ceiling_note(ceiling: Mapping[str, Mapping[str, float]] | None) -> str:
-    """Table 1's caption sentence on its ceiling row ("" without a ceiling)."""
-    return " 'Bayes ceiling': the best any scorer can reach on this split." if ceiling else ""
-
-
-def ceiling_frame(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
-    """Each run's rSum on the whole test split beside the ceiling's (`split_ceiling`), and its share in %."""
-    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["all rSum"],
-                         "ceiling_rsum": ceiling["all"]["rsum"],
-                         "percent_of_ceiling": 100.0 * per_run["all rSum"] / ceiling["all"]["rsum"],
-                         "converged": per_run["converged"]})
-
-
-def write_ceiling(per_run: pd.DataFrame, ceiling: Mapping[str, Mapping[str, float]] | None, run: RunConfig) -> None:
-    """Write `hrem/ceiling` (`ceiling_frame`, the ceiling itself in its JSON) when there is a ceiling."""
-    if ceiling:
-        write_table(ceiling_frame(per_run, ceiling), "hrem/ceiling", run=run, extra={"ceiling": ceiling}, caption=(
-            f"Each model's instance rSum on the whole {run.dataset} test split as a share of the Bayes ceiling "
-            f"(profile {run.profile})."))
 
 
 def bert_not_run(profile: str) -> str | None:
@@ -416,7 +358,7 @@ class BertBlock(NamedTuple):
 
 
 def region_bert(fits: pd.DataFrame, seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
-                run: RunConfig, label: str, ceiling: Mapping[str, Mapping[str, float]] | None) -> BertBlock:
+                run: RunConfig, label: str, ceiling: SplitCeiling | None) -> BertBlock:
     """Tables 1-2's Region + BERT block. In `BERT_PROFILES`: GPO and both HREM mechanisms on the packaged MiniLM,
     fine-tuned at the BiGRU-tuned settings (no second tuning), every seed, with their ensemble (`train_and_score`);
     elsewhere the paper's rows with ours marked not run (`not_run_table`)."""
@@ -429,7 +371,8 @@ def region_bert(fits: pd.DataFrame, seeds: Sequence[int], data: ChapterData, tun
     enc = hrem_encoders(run.profile, data.test.regions.shape[2], bert=True)
     per_run, bert_fits, _ = train_and_score(BERT_ORDER[:-1], seeds, data, tuned, enc, run, bert=True)
     fits = pd.concat([fits, bert_fits.assign(model=bert_fits["model"] + " (BERT)")], ignore_index=True)
-    note = f"the packaged MiniLM fine-tuned, at the BiGRU-tuned settings, {run.dataset}{dataset_note(run.dataset)}"
+    note = ("the packaged MiniLM fine-tuned, at the BiGRU-tuned settings, "
+            f"{run.dataset}{dataset_note(run.dataset, 'COCO')}")
     return BertBlock(hrem_table(per_run, BERT_ORDER, "table1_bert", TABLE1_COLUMNS, label, ceiling),
                      hrem_table(per_run, BERT_ORDER, "table2_bert", TABLE2_COLUMNS, label, ceiling), fits, note, None)
 
@@ -819,11 +762,6 @@ def sweep_gain(values: Mapping[float, float], default: float, other: float, spre
     return diff, difference_verdict(diff, spread)
 
 
-def converged_models(per_seed: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every one of its runs converged}."""
-    return per_seed.groupby("model")["converged"].all().to_dict()
-
-
 def train_claims(per_run: pd.DataFrame, bert_why: str | None) -> pd.DataFrame:
     """The claims of Sec. 4.2 checked on train.py's runs (`summary.compare_models` on the mean of the whole split's
     and the 1K rSum; a claim on a model that did not converge is "not tested", `results.require_converged`).
@@ -853,7 +791,7 @@ def train_claims(per_run: pd.DataFrame, bert_why: str | None) -> pd.DataFrame:
            "evidence": f"ensemble - {m} = {c.diff:+.2f} rSum (spread {c.spread:.2f})", "verdict": c.verdict,
            "models": [ENSEMBLE, m]} for m, c in ens.items()],
     ]
-    converged = converged_models(per_run)
+    converged = converged_by_model(per_run)
     for claim in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
                                                                 claim.pop("models"), converged)
@@ -890,7 +828,7 @@ TABLE3_CLAIMS: list[tuple[str, str, str, str]] = [
 def table3_claims(per_seed: pd.DataFrame) -> list[dict[str, object]]:
     """Table 3's claims (`TABLE3_CLAIMS`, each by `row_comparison` on the mean of R@1 and R@5 both ways), and
     "HREM is above every Table 3a row" (`universal_verdict`; not tested unless every Table 3a row was trained)."""
-    converged = converged_models(per_seed)
+    converged = converged_by_model(per_seed)
     cols, unit = list(TABLE3_COLUMNS), "pp (mean of R@1 and R@5 both ways)"
     claims = []
     for a, b, text, source in TABLE3_CLAIMS:
@@ -909,7 +847,7 @@ def table3_claims(per_seed: pd.DataFrame) -> list[dict[str, object]]:
 
 def fig6_claims(sweeps: pd.DataFrame) -> list[dict[str, object]]:
     """Figure 6's claims on the one-seed sweeps (`fig6_runs`), judged against the default's seed std: λ = 1.5 above
-    λ = 0 (`sweep_gain`), K and τ peak inside their grids (`dvse.peak`), and the insensitivity claim (not tested:
+    λ = 0 (`sweep_gain`), K and τ peak inside their grids (`summary.peak`), and the insensitivity claim (not tested:
     the paper gives no threshold). Not tested when a sweep run did not converge."""
     summary = fig6_summary(sweeps)
     lam = FIG6_DEFAULTS["lam"]
@@ -982,7 +920,7 @@ def fig5_claims(per_seed: pd.DataFrame, seeds: Sequence[int], split: Split,
                            f"(min {ratio.min():.1f}x over seeds {seeds}; {split.n_images} x {split.n_captions} on "
                            f"{device})" + ("" if several else "; one timing: not tested"),
                "verdict": verdict(bool(ratio.min() > 10) if several else None)}]
-    v, e = row_comparison(per_seed, "HREM fusion", SCAN_MODEL, ["all rSum"], converged_models(per_seed), "rSum")
+    v, e = row_comparison(per_seed, "HREM fusion", SCAN_MODEL, ["all rSum"], converged_by_model(per_seed), "rSum")
     claims.append({"claim": "HREM reaches a higher rSum than score-based matching (here SCAN t2i).",
                    "source": "Sec. 3.5, Figure 5",
                    "evidence": e + "; SCAN t2i at VSE++'s tuned setting, not tuned itself", "verdict": v})
@@ -994,7 +932,7 @@ def ablate_claims(table3_per_seed: pd.DataFrame, sweeps: pd.DataFrame, curves: p
                   device: torch.device | str) -> pd.DataFrame:
     """The claims of Sec. 3.5 and 4.3 checked on ablate.py's runs: Table 3 (`table3_claims`), Figure 6
     (`fig6_claims`), Figure 7 (`fig7_claim`), Table 4 (`table4_claims`) and Figure 5 (`fig5_claims`)."""
-    converged = converged_models(table3_per_seed)
+    converged = converged_by_model(table3_per_seed)
     return pd.DataFrame([*table3_claims(table3_per_seed), *fig6_claims(sweeps), fig7_claim(curves, converged),
                          *table4_claims(table4_per_seed, converged),
                          *fig5_claims(fig5_per_seed, seeds, split, device)])
@@ -1002,15 +940,10 @@ def ablate_claims(table3_per_seed: pd.DataFrame, sweeps: pd.DataFrame, curves: p
 
 def claims_preamble(profile: str, dataset: str) -> str:
     """The claims page's preamble: the public code, the run, and how a difference is judged."""
-    scenes = (" (synthetic scenes: NOT COCO or Flickr30K; orderings and signs carry across data sets, absolute "
-              "numbers do not)" if dataset == "scenes" else "")
+    scenes = dataset_note(dataset, "COCO or Flickr30K", "orderings and signs carry across data sets, absolute numbers "
+                          "do not", lead="synthetic scenes")
     return ("HREM has public code (CrossmodalGroup/HREM); the chapter follows the paper, the code's choices are "
             f"options (`xmr_core/methods/hrem.py`). Run: profile `{profile}`, dataset `{dataset}`{scenes}. Region + "
             "BiGRU throughout; the Region + BERT rows are trained in the paper profile only. A difference holds only "
             "when it exceeds the seed spread; claims on models that did not converge, or with one seed, are not "
             "tested.")
-
-
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table, one row per claim (claim, source, evidence, verdict)."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])

@@ -13,31 +13,39 @@ tuned per model and seed on the validation split, as any hyperparameter: the i2t
 (gamma1, gamma2) and the t2i ranking only on (lambda1, lambda2), so each is chosen from `FR_GRID` (tied pairs,
 gamma1 = gamma2) by the validation R@1 + R@5 + R@10 of its own direction. The test split is never used to
 choose them.
+
+The notebook calls, in order: `tune_book`, `score_book` (every model and seed, `leaderboard_rows`),
+`model_summary` (the table), `heatmap_figure` and `cross_method_claims`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
 from xmr_core.chapters import dvse as dvse_chapter
 from xmr_core.chapters import msrm as msrm_chapter
+from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import compare_models
+from xmr_core.chapters.summary import compare_models, converged_by_model
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import RSUM_KS
-from xmr_core.results import Verdict, require_converged, universal_verdict
+from xmr_core.results import Claim, Verdict, require_converged, universal_verdict
 from xmr_core.similarity import FastReranker
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
+from xmr_core.viz import heatmap
 
 # Every compared model of the book's chapters, in book order: (chapter, method, K). A new chapter adds its rows.
 BOOK_MODELS: list[tuple[str, str, int]] = [
@@ -65,11 +73,12 @@ VIEWS: tuple[str, ...] = ("instance", "exact", "plausible", "class")
 
 
 def tune_book(run: RunConfig, enc: dict, data: ChapterData) -> dict[str, TuningResult]:
-    """Every method's tuned setting, from each chapter's own tuning (`msrm.tune_methods` holds the PCME
-    chapter's methods and MSRM, `dvse.tune_methods` adds DVSE): cached runs, loaded; trained if missing."""
+    """Every method's tuned setting, from each chapter's own tuning (`pcme.tune_methods` of `msrm.COMPARED`, the
+    PCME chapter's methods and MSRM, and of `dvse.COMPARED` for DVSE): cached runs, loaded; trained if missing."""
     args = (run.profile, enc, data.word_vectors, data.train, data.val, data.vocab, run.seed)
     opts = {"device": run.device, "progress": run.progress}
-    return {**msrm_chapter.tune_methods(*args, **opts), "DVSE": dvse_chapter.tune_methods(*args, **opts)["DVSE"]}
+    return {**pcme_chapter.tune_methods(*args, compared=msrm_chapter.COMPARED, **opts),
+            "DVSE": pcme_chapter.tune_methods(*args, compared=dvse_chapter.COMPARED, **opts)["DVSE"]}
 
 
 def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
@@ -130,6 +139,23 @@ def leaderboard_rows(label: str, seed: int, model: RetrievalModel, data: Chapter
     return rows
 
 
+def score_book(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+               run: RunConfig) -> pd.DataFrame:
+    """Every model of `BOOK_MODELS` with every seed (`train_book_model`: its chapter's run, loaded or trained),
+    scored without and with Fast Re-ranking (`leaderboard_rows`), printing a line per run: one row per model,
+    seed and FR."""
+    rows = []
+    for chapter, name, k in BOOK_MODELS:
+        label = pcme_chapter.model_label(name, k)
+        for seed in seeds:
+            t0 = time.perf_counter()
+            model, result = train_book_model(chapter, name, k, data, tuned, enc, run, seed)
+            rows += leaderboard_rows(label, seed, model, data, run.torch_device, result.converged)
+            print(f"{chapter}: {label} seed {seed} ({'cached' if result.cached else 'trained'}) "
+                  f"scored in {time.perf_counter() - t0:.1f} s")
+    return pd.DataFrame(rows)
+
+
 def ceiling_row(test: Split) -> dict[str, object]:
     """The leaderboard's top row: the Bayes ceiling's instance R@K and rSum (100% of itself); the other views
     have no ceiling computed (NaN)."""
@@ -163,12 +189,12 @@ def _check(per_run: pd.DataFrame, a: str, b: str, cols: Sequence[str], converged
     return PairCheck(a, b, diff, spread, outcome)
 
 
-def cross_method_claims(per_run: pd.DataFrame) -> list[dict[str, str]]:
+def cross_method_claims(per_run: pd.DataFrame) -> list[Claim]:
     """The three claims that should generalise across the book's methods, judged over seeds on `per_run` (the
     `leaderboard_rows` of every model and seed): a difference holds when it exceeds the larger seed std of the
     two models; a claim over several models is judged by `universal_verdict`; unconverged models are "not
     tested"."""
-    converged = per_run.groupby("model")["converged"].all().to_dict()
+    converged = converged_by_model(per_run)
     present = set(per_run["model"])
     plain = per_run[~per_run["FR"].astype(bool)]
     pmrp = ["i2t PMRP", "t2i PMRP"]
@@ -180,41 +206,32 @@ def cross_method_claims(per_run: pd.DataFrame) -> list[dict[str, str]]:
         means = {m: float(plain[plain["model"] == m][pmrp].mean(axis=1).mean()) for m in deterministic}
         best = max(deterministic, key=means.__getitem__)
         checks = [_check(plain, p, best, pmrp, converged) for p in PROBABILISTIC if p in present]
-    claims.append({
-        "claim": "Probabilistic embeddings help plausible-match metrics: every probabilistic model beats the best "
-                 "deterministic one in PMRP (mean of i2t and t2i).",
-        "source": "PCME Sec. 5, MSRM Sec. 4.3",
-        "evidence": "; ".join(c.evidence() for c in checks) or "no probabilistic and deterministic models to compare",
-        "verdict": universal_verdict([c.verdict for c in checks])})
+    claims.append(Claim(
+        claim="Probabilistic embeddings help plausible-match metrics: every probabilistic model beats the best "
+              "deterministic one in PMRP (mean of i2t and t2i).",
+        source="PCME Sec. 5, MSRM Sec. 4.3",
+        evidence="; ".join(c.evidence() for c in checks) or "no probabilistic and deterministic models to compare",
+        verdict=universal_verdict([c.verdict for c in checks])))
 
     checks = [_check(plain, m, base, ["rSum"], converged) for m, base in RELATIONAL.items()
               if m in present and base in present]
-    claims.append({
-        "claim": "Relations help instance metrics: every relation-modelling model beats the model it extends in "
-                 "instance rSum.",
-        "source": "MSRM Sec. 3.3, HREM Sec. 4",
-        "evidence": "; ".join(c.evidence() for c in checks) + " (HREM is not in the leaderboard yet: its chapter "
-                    "trains on region features under its own protocol)" if checks else
-                    "no relation-modelling model and its base trained",
-        "verdict": universal_verdict([c.verdict for c in checks])})
+    claims.append(Claim(
+        claim="Relations help instance metrics: every relation-modelling model beats the model it extends in "
+              "instance rSum.",
+        source="MSRM Sec. 3.3, HREM Sec. 4",
+        evidence="; ".join(c.evidence() for c in checks) + " (HREM is not in the leaderboard yet: its chapter "
+                 "trains on region features under its own protocol)" if checks else
+                 "no relation-modelling model and its base trained",
+        verdict=universal_verdict([c.verdict for c in checks])))
 
     bases = list(dict.fromkeys(plain["model"]))
     checks = [_check(per_run, f"{m} + FR", m, ["rSum"], converged) for m in bases if f"{m} + FR" in present]
-    claims.append({
-        "claim": "Fast Re-ranking improves any model (instance rSum, temperatures tuned on validation).",
-        "source": "DVSE Sec. IV-D, Table IV",
-        "evidence": "; ".join(c.evidence() for c in checks) or "no re-ranked model",
-        "verdict": universal_verdict([c.verdict for c in checks])})
+    claims.append(Claim(
+        claim="Fast Re-ranking improves any model (instance rSum, temperatures tuned on validation).",
+        source="DVSE Sec. IV-D, Table IV",
+        evidence="; ".join(c.evidence() for c in checks) or "no re-ranked model",
+        verdict=universal_verdict([c.verdict for c in checks])))
     return claims
-
-
-def ceiling_frame(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
-    """`ceiling.csv` in every chapter's layout: per model (+ FR rows too) and seed, its instance rSum, the Bayes
-    ceiling's, the share and whether the run converged."""
-    out = per_run[["model", "seed", "rSum", "% of ceiling", "converged"]].rename(
-        columns={"rSum": "rsum", "% of ceiling": "percent_of_ceiling"})
-    out.insert(3, "ceiling_rsum", bayes_ceiling(test)["rsum"])
-    return out.reset_index(drop=True)
 
 
 def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
@@ -227,3 +244,19 @@ def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
     table = table.reset_index()
     return pd.concat([pd.DataFrame([ceiling_row(test)]), table], ignore_index=True)[["model", "seeds", *cols]]
 
+
+def heatmap_figure(board: pd.DataFrame, dataset: str) -> Figure:
+    """Models x metrics of the leaderboard table (`model_summary`): every `METRICS` column and the share of the
+    ceiling, each column coloured from its lowest to its highest model (`viz.heatmap`), the annotations the values;
+    an instance column's label carries the Bayes ceiling's value (the "Bayes ceiling" row itself is not drawn)."""
+    metric_cols = [*METRICS, "% of ceiling"]
+    models_only = board[board["model"] != "Bayes ceiling"]
+    ceiling = board[board["model"] == "Bayes ceiling"].iloc[0]
+    labels = [f"{c}\n(ceiling {ceiling[c]:.1f})" if pd.notna(ceiling[c]) and c != "% of ceiling" else c
+              for c in metric_cols]
+    fig, ax = plt.subplots(figsize=(1.0 * len(metric_cols) + 2, 0.42 * len(models_only) + 2))
+    heatmap(ax, models_only[metric_cols].to_numpy(dtype=float), list(models_only["model"]), labels,
+            colour_by_column=True, colorbar=False)
+    ax.set_title(f"The book's models on one {dataset} test split (mean over seeds; columns coloured per metric)")
+    fig.tight_layout()
+    return fig

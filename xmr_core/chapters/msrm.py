@@ -42,7 +42,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import (
@@ -50,15 +49,16 @@ from xmr_core.chapters.pcme import (
     Compared,
     fit_row,
     model_label,
-    table3_ceiling_row,
     tables_row,
     train_built,
     train_config,
 )
+from xmr_core.chapters.pcme import SPECS as PCME_SPECS
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
     best_other_margin,
     compare_models,
+    converged_by_model,
     model_means,
     seed_means,
     seed_summary,
@@ -85,9 +85,8 @@ MSRM_COMPARED = Compared("MSRM", "gamma", (0.5, 0.8, 2.0), 0.8, _msrm)
 COMPARED: dict[str, Compared] = {**PCME_COMPARED, "MSRM": MSRM_COMPARED}
 
 # The rows of Tables 1-3 (PVSE rows carry their K, as in the PCME chapter) and the model specs (name, K).
-ORDER = ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "MSRM"]
-SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1),
-                                ("PCME", 1), ("MSRM", 1)]
+SPECS: list[tuple[str, int]] = [*PCME_SPECS, ("MSRM", 1)]
+ORDER = [model_label(name, k) for name, k in SPECS]
 
 # Table 1 (all classes) per profile: the models and how many of the seeds each gets. Its claim compares MSRM with
 # PCME, so those two get every seed; on cpu the other models get the first seed only (their rows say "1 seed"),
@@ -103,7 +102,7 @@ def chapter_runs(profile: str, seeds: Sequence[int]) -> list[tuple[str, str, int
     """The trained models of `train.py`, in training order: (protocol, method, K, seed) with protocol
     "zero-shot" (every model, every seed) or "all classes" (`ALL_CLASSES_SPECS`; the methods outside
     `ALL_CLASSES_SEEDED` with the first seed only)."""
-    runs = [("zero-shot", name, k, seed) for seed in seeds for name, k in SPECS]
+    runs = [("zero-shot", name, k, seed) for name, k, seed in pcme_chapter.chapter_runs(seeds, SPECS)]
     runs += [("all classes", name, k, seed) for seed in seeds for name, k in ALL_CLASSES_SPECS[profile]
              if seed == seeds[0] or name in ALL_CLASSES_SEEDED[profile]]
     return runs
@@ -124,19 +123,6 @@ ABLATION_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
               "batch": (32, 64, 96, 128)},
 }
 FIG7_ZETAS: tuple[int, ...] = (0, 1, 2, 3, 4)  # Figure 7: PMRP's R-Precision at each zeta
-
-
-def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
-                 seed: int = 0, **train_overrides: object) -> dict[str, TuningResult]:
-    """The PCME chapter's tuning (its cached runs, loaded) plus MSRM's, the same budget (`pcme.tune_methods`)."""
-    return pcme_chapter.tune_methods(profile, enc, word_vectors, train, val, vocab, seed, compared=COMPARED,
-                                     **train_overrides)
-
-
-def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray,
-                k: int = 1) -> RetrievalModel:
-    """A fresh model of a compared method (MSRM included) at its tuned weight (PVSE: with K embeddings)."""
-    return COMPARED[name].build(enc, word_vectors, tuned[name].weight, k)
 
 
 def has_all_classes(corpus: Corpus) -> bool:
@@ -189,16 +175,6 @@ def split_sizes(data: ChapterData, all_classes: ChapterData | None) -> pd.DataFr
                         columns=["split", "images", "captions"])
 
 
-def weights_tuned(compared: Mapping[str, Compared] = COMPARED) -> str:
-    """Each compared method's tuned weight and its grid, on one line."""
-    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
-
-
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every method's tuning runs (`TuningResult.frame`) in one table, methods in `tuned`'s order."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
-
-
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, config: MSRMConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
@@ -206,8 +182,7 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
     (`pcme.train_built`). config: an MSRM config to use instead of the tuned one (the ablations), at MSRM's
     tuned learning rate. Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
     if config is None:
-        return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run,
-                           seed, **train_overrides)
+        return pcme_chapter.train_model(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
     return train_built(lambda: MSRM(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
 
 
@@ -254,11 +229,6 @@ def train_and_score(profile: str, seeds: Sequence[int], data: ChapterData, all_c
     return ChapterRuns(pd.DataFrame(rows), zero_shot, all_classes_runs, pd.DataFrame(fits))
 
 
-def scenes_note(dataset: str, note: str) -> str:
-    """`note` (a caption's warning that the synthetic benchmark is not the paper's data) on scenes, else ""."""
-    return note if dataset == "scenes" else ""
-
-
 def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
     """Table 1 (all classes): the models trained on all classes (in `ORDER`) beside the paper's values
     (`summary.with_paper`); None without all-classes runs."""
@@ -268,63 +238,11 @@ def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
     return with_paper(seed_summary(all_classes, list(TABLE1_COLUMNS), order), "msrm", "table1", TABLE1_COLUMNS, label)
 
 
-Ceiling = dict[str, dict[str, float]]  # Table 3's protocol ("1K", "5K") -> `xmr_core.ceiling` values
-
-
-def split_ceiling(split: Split) -> Ceiling | None:
-    """The Bayes ceiling of the test split under Table 3's protocols: {"1K": `fold_ceiling`, "5K":
-    `bayes_ceiling`}; None without exact relevance (real data)."""
-    if split.exact is None:
-        return None
-    return {"1K": fold_ceiling(split), "5K": bayes_ceiling(split)}
-
-
-def _ceiling_share(zero_shot: pd.DataFrame, ceiling: Ceiling) -> pd.DataFrame:
-    """`zero_shot` with "% of ceiling 5K": each run's 5K instance rSum as a share (%) of the ceiling's."""
-    share = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in zero_shot["rsum 5K"]]
-    return zero_shot.assign(**{"% of ceiling 5K": share})
-
-
-def table3_frame(zero_shot: pd.DataFrame, ceiling: Ceiling | None, label: str) -> pd.DataFrame:
-    """Table 3 (COCO-style, whole test split): our rows in `ORDER` beside the paper's; with a ceiling, the
-    "Bayes ceiling" row first (`pcme.table3_ceiling_row`) and "5K rSum % of ceiling" (mean over seeds)."""
-    table = with_paper(seed_summary(zero_shot, list(TABLE3_COLUMNS), ORDER), "msrm", "table3", TABLE3_COLUMNS, label)
-    if ceiling is None:
-        return table
-    share = seed_summary(_ceiling_share(zero_shot, ceiling), ["% of ceiling 5K"], ORDER)["% of ceiling 5K"]
-    table["5K rSum % of ceiling"] = share.to_numpy()
-    return pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table], ignore_index=True)
-
-
-CEILING_NOTE = " 'Bayes ceiling': the best any scorer can reach on this split (xmr_core.ceiling)."
-
-
-def ceiling_note(ceiling: Ceiling | None) -> str:
-    """Table 3's caption sentence on the ceiling row ("" without a ceiling)."""
-    return "" if ceiling is None else CEILING_NOTE
-
-
-def ceiling_frame(zero_shot: pd.DataFrame, ceiling: Ceiling | None) -> pd.DataFrame | None:
-    """Each zero-shot run's 5K instance rSum, the ceiling's and the share (%); None without a ceiling.
-    Columns: model, seed, rsum, ceiling_rsum, percent_of_ceiling, converged."""
-    if ceiling is None:
-        return None
-    runs = _ceiling_share(zero_shot, ceiling)
-    return pd.DataFrame({"model": runs["model"], "seed": runs["seed"], "rsum": runs["rsum 5K"],
-                         "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": runs["% of ceiling 5K"],
-                         "converged": runs["converged"]})
-
-
 def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig, caption: str = "",
                          extra: dict[str, object] | None = None) -> None:
     """`results.write_table`, skipped when there is no table (a protocol or a ceiling this data set lacks)."""
     if table is not None:
         write_table(table, key, run=run, caption=caption, extra=extra)
-
-
-def _converged(per_run: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every one of its runs converged} (`results.require_converged`'s input)."""
-    return per_run.groupby("model")["converged"].all().to_dict()
 
 
 def train_claims(runs: ChapterRuns, seeds: Sequence[int]) -> pd.DataFrame:
@@ -377,7 +295,7 @@ def train_claims(runs: ChapterRuns, seeds: Sequence[int]) -> pd.DataFrame:
                        "evidence": f"MSRM - PCME = {cmp_ac.diff:+.2f} pp (mean of T1 R-P and R@1; spread "
                                    f"{cmp_ac.spread:.2f})",
                        "verdict": cmp_ac.verdict, "models": ["MSRM", "PCME"]})
-    converged = _converged(runs.per_run)  # over both protocols
+    converged = converged_by_model(runs.per_run)  # over both protocols
     for claim in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"],
                                                                 claim.pop("models"), converged)
@@ -542,7 +460,7 @@ TABLE4_REMOVED: dict[str, str] = {"w/o L_d": "L_d", "w/o L_h": "L_h", "mu only":
 def table4_claims(t4_runs: pd.DataFrame) -> list[dict[str, str]]:
     """Table 4's claims: MSRM is above each ablated row (`TABLE4_REMOVED`) on the mean of R-P and R@1
     (`summary.compare_models`); "not tested" when a run of either did not converge."""
-    converged = _converged(t4_runs)
+    converged = converged_by_model(t4_runs)
     claims = []
     for name, removed in TABLE4_REMOVED.items():
         c = compare_models(t4_runs, "MSRM", name, list(TABLE4_COLUMNS))
@@ -560,7 +478,7 @@ def bipolar_claim(sweep: pd.DataFrame, t4_runs: pd.DataFrame, init_alpha: float)
     runs = pd.concat([alphas, t4_runs[t4_runs["model"] == "MSRM"].assign(model="MSRM")])
     c = compare_models(runs, "MSRM", "alpha 0", list(TABLE4_COLUMNS))
     v, e = require_converged(c.verdict, f"MSRM (alpha {init_alpha:g}) - bipolar = {c.diff:+.2f} pp (spread "
-                                        f"{c.spread:.2f})", ["MSRM", "alpha 0"], _converged(runs))
+                                        f"{c.spread:.2f})", ["MSRM", "alpha 0"], converged_by_model(runs))
     return {"claim": "The bipolar incidence (alpha = 0) is inferior to the soft one.", "source": "Sec. 4.4, Table 5",
             "evidence": e, "verdict": v}
 
@@ -788,11 +706,6 @@ def incidence_stats(incidence: np.ndarray, matched: np.ndarray) -> dict[str, flo
     off = incidence[~matched]
     return {"mean S off the matches": float(off.mean()), "max S off the matches": float(off.max()),
             "share of off-match S > 0.5": float((off > 0.5).mean())}
-
-
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table (claim, source, evidence, verdict)."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])
 
 
 def training_runs(profile: str, n_seeds: int = 3, all_classes: bool = True) -> pd.DataFrame:

@@ -25,7 +25,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -35,10 +35,20 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.ceiling import bayes_ceiling, fold_ceiling, percent_of_ceiling
+from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import best_other_margin, compare_models, model_means, seed_summary, with_paper
+from xmr_core.chapters.summary import (
+    best_other_margin,
+    ceiling_share,
+    compare_models,
+    converged_by_model,
+    mean_std,
+    model_means,
+    seed_summary,
+    with_paper,
+    write_ceiling_table,
+)
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -65,7 +75,6 @@ from xmr_core.results import (
     require_converged,
     verdict,
     write_figure,
-    write_table,
 )
 from xmr_core.train import FitResult, TrainConfig, fit
 from xmr_core.tuning import TuningResult, tune
@@ -85,14 +94,17 @@ class Compared:
     build: Callable[[dict, np.ndarray, float, int], RetrievalModel]  # (encoders, word vectors, weight, K)
 
 
+def with_margin(cfg: Any, margin: float) -> Any:
+    """`cfg` (any method config with a `hinge`) with the hinge margin α set: the tuned weight of every hinge loss."""
+    return dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin))
+
+
 def _vse0(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    cfg = vse0_config(**enc)
-    return VSE(dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin)), wv)
+    return VSE(with_margin(vse0_config(**enc), margin), wv)
 
 
 def _pvse(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    cfg = pvse_config(n_embeds=k, hard_negatives=True, **enc)
-    return PVSE(dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin)), wv)
+    return PVSE(with_margin(pvse_config(n_embeds=k, hard_negatives=True, **enc), margin), wv)
 
 
 def _mu_only(enc: dict, wv: np.ndarray, weight: float, k: int) -> RetrievalModel:
@@ -132,11 +144,11 @@ def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split
     return out
 
 
-def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray,
-                k: int = 1) -> RetrievalModel:
-    """A fresh model of a compared method at its tuned weight (PVSE: with K embeddings)."""
-    spec = COMPARED[name]
-    return spec.build(enc, word_vectors, tuned[name].weight, k)
+def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray, k: int = 1,
+                compared: Mapping[str, Compared] = COMPARED) -> RetrievalModel:
+    """A fresh model of a compared method (of `compared`: this chapter's, or a later chapter's `COMPARED`) at its
+    tuned weight (PVSE: with K embeddings)."""
+    return compared[name].build(enc, word_vectors, tuned[name].weight, k)
 
 
 # ==================================================================================================
@@ -152,6 +164,7 @@ TABLE3_COLUMNS: dict[str, str] = {
     for proto in ("1K", "5K") for d in ("i2t", "t2i") for view, m in (("plausible", "PMRP"), ("instance", "R@1"))
 }
 TABLE3_PROTOCOLS = {"1K": "coco1k", "5K": "full"}  # our name -> `evaluate_scores` protocol
+CEILING_RSUM = {"5K": "rsum 5K"}  # protocol -> the per-run rSum column of its ceiling share (`with_ceiling_share`)
 
 
 def model_label(name: str, k: int = 1) -> str:
@@ -179,10 +192,12 @@ def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterDat
 
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
-                seed: int, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """One compared model (PVSE: with K embeddings) at its tuned weight and learning rate (`train_built`)."""
-    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k), tuned[name].lr, data, run, seed,
-                       **train_overrides)
+                seed: int, compared: Mapping[str, Compared] = COMPARED,
+                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight and
+    learning rate (`train_built`)."""
+    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name].lr, data,
+                       run, seed, **train_overrides)
 
 
 def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str, TuningResult], run: RunConfig,
@@ -235,9 +250,7 @@ def table1_rows(variant: str, seed: int, per_method: dict[str, dict[str, float]]
 def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
     """Table 1 from its per-seed rows (`table1_rows`): per variant and similarity (first-seen order) the
     sampling flag, the storage per gallery item, and the paper's (CUB) and our mean and std of i2t / t2i R-P."""
-    agg = runs.groupby(["variant", "similarity"], sort=False)[["i2t R-P", "t2i R-P"]].agg(["mean", "std"])
-    agg.columns = [f"{a} {b}" for a, b in agg.columns]
-    agg = agg.reset_index()
+    agg = mean_std(runs, ["variant", "similarity"], ["i2t R-P", "t2i R-P"]).reset_index()
     space = {label: (sampling, cost) for label, sampling, cost in TEST_TIME_SIMILARITIES.values()}
     paper = paper_values("pcme")
     paper = paper[paper["table"] == "table1"]
@@ -285,20 +298,14 @@ def own_caption_score(scores: Tensor, images: np.ndarray, caption_image: np.ndar
     return float(np.mean([scores[k, np.flatnonzero(caption_image == i)].mean() for k, i in enumerate(images)]))
 
 
-def table3_ceiling_row(ceiling: dict[str, dict[str, float]], dataset_label: str) -> dict[str, object]:
+def table3_ceiling_row(ceiling: SplitCeiling, dataset_label: str) -> dict[str, object]:
     """Table 3's "Bayes ceiling" row: the ceiling's instance R@1 per protocol and direction in our columns.
-    ceiling: {"1K": `fold_ceiling`, "5K": `bayes_ceiling`} of the test split."""
+    ceiling: `split_ceiling(test, "5K")`."""
     row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0, "5K rSum % of ceiling": 100.0}
     for proto in TABLE3_PROTOCOLS:
         for direction in ("i2t", "t2i"):
             row[f"T3 {proto} {direction} R@1 ({dataset_label})"] = ceiling[proto][f"{direction}/R@1"]
     return row
-
-
-def dataset_note(dataset: str, note: str) -> str:
-    """What a caption says after a scenes data set's name, ' (<note>)' (e.g. that scenes is not CUB); '' for real
-    data."""
-    return f" ({note})" if dataset == "scenes" else ""
 
 
 # ==================================================================================================
@@ -307,7 +314,8 @@ def dataset_note(dataset: str, note: str) -> str:
 
 
 def weight_grids(compared: Mapping[str, Compared] = COMPARED) -> str:
-    """One line naming each compared method's tuned weight and its grid ("VSE0: margin (0.1, 0.2, 0.4); ...")."""
+    """One line naming each compared method's tuned weight and its grid ("VSE0: margin (0.1, 0.2, 0.4); ..."), of
+    this chapter's methods or a later chapter's (its `COMPARED`)."""
     return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
 
 
@@ -320,14 +328,10 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
                         columns=["split", "images", "captions"])
 
 
-def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
-    """Every tuning run of every method (`TuningResult.frame`), in one table."""
-    return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
-
-
-def chapter_runs(seeds: Sequence[int]) -> list[tuple[str, int, int]]:
-    """The trained models of `train.py` in training order: (method, K, seed), every model of `SPECS` every seed."""
-    return [(name, k, seed) for seed in seeds for name, k in SPECS]
+def chapter_runs(seeds: Sequence[int], specs: Sequence[tuple[str, int]] = SPECS) -> list[tuple[str, int, int]]:
+    """The trained models of `train.py` in training order: (method, K, seed), every model of `specs` (this
+    chapter's `SPECS`, or a later chapter's) every seed."""
+    return [(name, k, seed) for seed in seeds for name, k in specs]
 
 
 class TrainedModels(NamedTuple):
@@ -379,53 +383,22 @@ def per_run_frame(trained: TrainedModels, data: ChapterData, device: torch.devic
                           **tables_row(model, data, device)} for (name, seed), model in trained.models.items()])
 
 
-Ceiling = dict[str, dict[str, float]]  # {"1K": `fold_ceiling`, "5K": `bayes_ceiling`} of the test split
-
-
-def table3_ceiling(test: Split) -> Ceiling | None:
-    """The Bayes ceiling of the test split under Table 3's two protocols (`fold_ceiling`, `bayes_ceiling`); None
-    without exact relevance (the real data sets have none, so no ceiling)."""
-    return None if test.exact is None else {"1K": fold_ceiling(test), "5K": bayes_ceiling(test)}
-
-
-def with_ceiling_share(per_run: pd.DataFrame, ceiling: Ceiling | None) -> pd.DataFrame:
-    """`per_run` with "% of ceiling 5K": each run's 5K instance rSum as % of the ceiling's (`percent_of_ceiling`);
-    unchanged without a ceiling."""
-    if ceiling is None:
-        return per_run
-    share = [percent_of_ceiling(v, ceiling["5K"]["rsum"]) for v in per_run["rsum 5K"]]
-    return per_run.assign(**{"% of ceiling 5K": share})
-
-
-def table3_frame(per_run: pd.DataFrame, label: str, ceiling: Ceiling | None, order: Sequence[str] = ORDER,
+def table3_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None, order: Sequence[str] = ORDER,
                  chapter: str = "pcme") -> pd.DataFrame:
     """Table 3: PMRP and instance R@1 (1K, 5K) of the models in `order`, the paper's value beside each
-    (`summary.with_paper`, `chapter`'s paper values). With a `ceiling` (per_run from `with_ceiling_share`): each
-    model's "5K rSum % of ceiling" (mean over seeds) and the ceiling's row on top (`table3_ceiling_row`)."""
+    (`summary.with_paper`, `chapter`'s paper values). With a `ceiling` (`split_ceiling` of the test split, "5K"):
+    each model's "5K rSum % of ceiling" (`summary.ceiling_share`) and the ceiling's row on top
+    (`table3_ceiling_row`)."""
     table = with_paper(seed_summary(per_run, list(TABLE3_COLUMNS), order), chapter, "table3", TABLE3_COLUMNS, label)
     if ceiling is None:
         return table
-    table["5K rSum % of ceiling"] = seed_summary(per_run, ["% of ceiling 5K"], order)["% of ceiling 5K"].to_numpy()
+    table["5K rSum % of ceiling"] = ceiling_share(per_run, "rsum 5K", ceiling["5K"]["rsum"], table["model"])
     return pd.concat([pd.DataFrame([table3_ceiling_row(ceiling, label)]), table], ignore_index=True)
 
 
-def ceiling_note(ceiling: Ceiling | None) -> str:
-    """The caption's sentence on the ceiling's row and column of Table 3 ("" without a ceiling)."""
-    return "" if ceiling is None else (
-        " 'Bayes ceiling': the best any scorer can reach on this split (exact relevance, xmr_core.ceiling); "
-        "'% of ceiling': the model's 5K instance rSum over the ceiling's.")
-
-
-def ceiling_frame(per_run: pd.DataFrame, ceiling: Ceiling) -> pd.DataFrame:
-    """`ceiling.csv` in every chapter's layout: per model and seed, its 5K instance rSum, the ceiling's, the share
-    (per_run from `with_ceiling_share`) and whether the run converged."""
-    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run["rsum 5K"],
-                         "ceiling_rsum": ceiling["5K"]["rsum"], "percent_of_ceiling": per_run["% of ceiling 5K"],
-                         "converged": per_run["converged"]})
-
-
 def ceiling_figure(table: pd.DataFrame) -> Figure:
-    """Each model's share of the ceiling (`ceiling_frame`) as bars: mean over seeds, std as a line; 100% dashed."""
+    """Each model's share of the ceiling (`summary.ceiling_frame`) as bars: mean over seeds, std as a line; 100%
+    dashed."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
     sns.barplot(data=table, y="model", x="percent_of_ceiling", errorbar="sd", ax=ax, color="tab:blue")
     ax.axvline(100, color="black", ls="--", lw=1)
@@ -434,13 +407,14 @@ def ceiling_figure(table: pd.DataFrame) -> Figure:
     return fig
 
 
-def write_ceiling(per_run: pd.DataFrame, ceiling: Ceiling | None, run: RunConfig, caption: str) -> pd.DataFrame | None:
-    """Write `pcme/ceiling` (`ceiling_frame` with `caption`, the ceiling's R@K in its provenance) and its figure
+def write_ceiling(per_run: pd.DataFrame, ceiling: SplitCeiling | None, run: RunConfig,
+                  caption: str) -> pd.DataFrame | None:
+    """Write `pcme/ceiling` (`summary.write_ceiling_table` of the 5K rSum, with `caption`) and its figure
     (`ceiling_figure`); nothing without a ceiling. Returns the table, or None."""
-    if ceiling is None:
+    table = write_ceiling_table(per_run, ceiling, "pcme/ceiling", run, protocol="5K", rsum_column="rsum 5K",
+                                caption=caption)
+    if table is None:
         return None
-    table = ceiling_frame(per_run, ceiling)
-    write_table(table, "pcme/ceiling", run=run, extra={"ceiling": ceiling}, caption=caption)
     write_figure(ceiling_figure(table), "pcme/ceiling", run=run,
                  caption="Each model's share of the Bayes ceiling (rSum).")
     return table
@@ -495,7 +469,7 @@ def train_claims(per_run: pd.DataFrame, n_seeds: int) -> pd.DataFrame:
                       + f"; PCME - best other = {m_pm[0]:+.2f} (PCME seed std {m_pm[1]:.2f})",
           "verdict": difference_verdict(*m_pm)}, ORDER),
     ]
-    converged = per_run.groupby("model")["converged"].all().to_dict()
+    converged = converged_by_model(per_run)
     for claim, models in claims:
         claim["verdict"], claim["evidence"] = require_converged(claim["verdict"], claim["evidence"], models, converged)
     return pd.DataFrame([claim for claim, _ in claims])
@@ -808,8 +782,3 @@ def visualise_claims(corr_i2t: float, corr_t2i: float, erasing: pd.DataFrame, by
               f"{algebra.erase_a:.3f} vs any caption {algebra.erase_any:.3f}",
               verdict(bool(algebra.share_wider > 0.5 and algebra.erase_a > algebra.erase_any))),
     ]
-
-
-def claims_frame(claims: Sequence[Claim]) -> pd.DataFrame:
-    """The claims as a table (claim, source, evidence, verdict)."""
-    return pd.DataFrame([dataclasses.asdict(c) for c in claims])

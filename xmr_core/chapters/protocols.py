@@ -45,6 +45,12 @@ class ChapterData:
     coverage: float  # share of the vocabulary found in the word vectors
 
 
+
+def word_table(data: ChapterData, bert: bool) -> np.ndarray:
+    """What a chapter's text encoder reads: the word vectors (V, d) (BiGRU) or the vocabulary's words (V,)
+    (`bert`: a BERT-style encoder such as the packaged MiniLM)."""
+    return np.array(data.vocab.words) if bert else data.word_vectors
+
 def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True) -> PretrainedTrunk:
     """The frozen image trunk of a chapter: the scenes trunk pretrained on the corpus's pretraining set
     (cached), or, for the paper profile, torchvision's ImageNet ResNet-50 (PCME's CUB trunk)."""

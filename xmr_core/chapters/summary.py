@@ -4,21 +4,39 @@ A chapter's per-run table (`per_run`) has one row per trained model and seed: a 
 column and one column per metric. From it:
 
     seed_summary(per_run, cols, order)            -> mean, std and number of seeds per model, in `order`
+    mean_std(frame, by, cols)                     -> "<col> mean" and "<col> std" per group, in order of appearance
     with_paper(summary, chapter, table, mapping, label) -> the paper's value beside each of ours
     seed_means(per_run, model, cols)              -> (S,) per-seed mean of `cols` for one model
     model_means(per_run, models, cols)            -> {model: mean over seeds of `seed_means`}
     compare_models(per_run, a, b, cols)           -> Comparison(diff, spread, verdict) of "a > b"
     best_other_margin(per_run, model, means, cols) -> `compare_models` of `model` against the best other
+    converged_by_model(per_run)                   -> {model: every run converged} (`results.require_converged`)
+    peak(values, spread)                          -> (best, diff, verdict) of "a one-seed sweep peaks inside its grid"
+
+and, for the captions, `dataset_note(dataset, paper_data)`: the aside saying that scenes is not the paper's data.
+
+The Bayes ceiling in a chapter's tables (`ceiling.split_ceiling`: {protocol: ceiling}, None on real data):
+
+    with_ceiling_share(per_run, ceiling, rsum_columns) -> per_run plus "% of ceiling <protocol>" per run
+    ceiling_share(per_run, rsum_column, ceiling_rsum, models) -> per model, the mean over seeds of that share
+    with_ceiling(table, per_run, ceiling, mapping, label, protocols) -> the ceiling's row on top (`ceiling_row`,
+                                                     `ceiling_first`) and "<protocol> rSum % of ceiling" per model
+    ceiling_frame(per_run, rsum_column, ceiling_rsum) -> `ceiling.csv`: each run's rSum, the ceiling's, the share
+    write_ceiling_table(per_run, ceiling, key, run, ...) -> `ceiling_frame` written (nothing without a ceiling)
+    ceiling_note(ceiling)                            -> the captions' sentence on the ceiling row
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
-from xmr_core.results import Verdict, difference_verdict, paper_values, verdict
+from xmr_core.ceiling import SplitCeiling, percent_of_ceiling
+from xmr_core.config import RunConfig
+from xmr_core.results import Verdict, difference_verdict, paper_values, verdict, write_table
 
 
 def seed_summary(per_run: pd.DataFrame, cols: Sequence[str], order: Sequence[str]) -> pd.DataFrame:
@@ -34,6 +52,14 @@ def seed_summary(per_run: pd.DataFrame, cols: Sequence[str], order: Sequence[str
         out[c + " std"] = std[c].reindex(list(order))
     out["seeds"] = n.reindex(list(order))
     return out.reset_index()
+
+
+def mean_std(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
+    """Mean and std (ddof 1) over the rows of each group of `by` (in order of appearance), columns "<col> mean",
+    "<col> std"; indexed by the groups."""
+    out = frame.groupby(list(by), sort=False)[list(cols)].agg(["mean", "std"])
+    out.columns = [f"{a} {b}" for a, b in out.columns]
+    return out
 
 
 def with_paper(summary: pd.DataFrame, chapter: str, table: str, mapping: Mapping[str, str],
@@ -95,3 +121,103 @@ def best_other_margin(per_run: pd.DataFrame, model: str, means: Mapping[str, flo
     in `means` (`model_means`): `diff` > 0 when `model` is the best of all."""
     best = max((m for m in means if m != model), key=means.__getitem__)
     return compare_models(per_run, model, best, cols)
+
+
+def peak(values: Mapping[float, float], spread: float) -> tuple[float, float, Verdict]:
+    """The claim "the metric peaks inside the grid" on a one-seed sweep {parameter: metric}: (the best parameter,
+    diff = best interior value − best end value, `difference_verdict(diff, spread)`); `spread` is the seed std of
+    the default setting. Not tested (diff NaN) with fewer than three values or no spread (NaN); no values: best NaN."""
+    xs = sorted(values)
+    ys = [values[x] for x in xs]
+    best = xs[int(np.argmax(ys))] if xs else float("nan")
+    if len(xs) < 3 or not np.isfinite(spread):
+        return best, float("nan"), verdict(None)
+    diff = max(ys[1:-1]) - max(ys[0], ys[-1])
+    return best, diff, difference_verdict(diff, spread)
+
+
+def converged_by_model(per_run: pd.DataFrame) -> dict[str, bool]:
+    """{model: whether every one of its runs converged}, the input of `results.require_converged`."""
+    return per_run.groupby("model")["converged"].all().to_dict()
+
+
+def dataset_note(dataset: str, paper_data: str = "", compare: str = "compare orderings, not values",
+                 lead: str = "the synthetic scenes benchmark") -> str:
+    """What a caption says after the data set's name when it is the synthetic scenes benchmark, not the paper's
+    data set `paper_data`: " (<lead>: NOT <paper_data>; <compare>)", or " (<lead>: <compare>)" without
+    `paper_data`; "" for any other (real) data set."""
+    if dataset != "scenes":
+        return ""
+    return f" ({lead}: " + (f"NOT {paper_data}; " if paper_data else "") + f"{compare})"
+
+
+def with_ceiling_share(per_run: pd.DataFrame, ceiling: SplitCeiling | None,
+                       rsum_columns: Mapping[str, str]) -> pd.DataFrame:
+    """`per_run` plus "% of ceiling <protocol>" for each protocol -> rSum column of `rsum_columns`: each run's rSum
+    as a share of `ceiling[protocol]`'s (`percent_of_ceiling`); `per_run` itself without a ceiling."""
+    if ceiling is None:
+        return per_run
+    return per_run.assign(**{f"% of ceiling {proto}": [percent_of_ceiling(v, ceiling[proto]["rsum"])
+                                                       for v in per_run[col]] for proto, col in rsum_columns.items()})
+
+
+def ceiling_share(per_run: pd.DataFrame, rsum_column: str, ceiling_rsum: float, models: Iterable[str]) -> list[float]:
+    """Per model of `models`: the mean over its runs of `rsum_column` as % of `ceiling_rsum`; 100 for the "Bayes
+    ceiling" row itself, NaN for a model without runs (a paper-only row)."""
+    runs = per_run.assign(share=percent_of_ceiling(per_run[rsum_column], ceiling_rsum))
+    share = runs.groupby("model")["share"].mean()
+    return [100.0 if m == "Bayes ceiling" else share.get(m, float("nan")) for m in models]
+
+
+def ceiling_row(ceiling: SplitCeiling, columns: Iterable[str], label: str) -> dict[str, object]:
+    """The "Bayes ceiling" row of an instance table: each column "<protocol> <direction> R@K" or "<protocol> rSum"
+    (as "<column> (<label>)") from `ceiling[protocol]` (keys "i2t/R@1", ..., "rsum")."""
+    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
+    for col in columns:
+        proto, rest = col.split(" ", 1)
+        row[f"{col} ({label})"] = ceiling[proto]["rsum" if rest == "rSum" else rest.replace(" ", "/")]
+    return row
+
+
+def ceiling_first(table: pd.DataFrame, row: Mapping[str, object]) -> pd.DataFrame:
+    """`table` with `row` (its "Bayes ceiling" row) on top, in `table`'s columns."""
+    return pd.concat([pd.DataFrame([row]), table], ignore_index=True)[table.columns]
+
+
+def with_ceiling(table: pd.DataFrame, per_run: pd.DataFrame, ceiling: SplitCeiling, mapping: Mapping[str, str],
+                 label: str, protocols: Sequence[str] = ()) -> pd.DataFrame:
+    """`table` (`with_paper`'s layout of `mapping`'s columns) with the ceiling's row on top (`ceiling_row`) and, per
+    protocol of `protocols`, "<protocol> rSum % of ceiling": each model's mean share of `per_run`'s "<protocol>
+    rSum" (`ceiling_share`)."""
+    out = ceiling_first(table, ceiling_row(ceiling, mapping, label))
+    for proto in protocols:
+        share = ceiling_share(per_run, f"{proto} rSum", ceiling[proto]["rsum"], out["model"])
+        out[f"{proto} rSum % of ceiling"] = share
+    return out
+
+
+def ceiling_frame(per_run: pd.DataFrame, rsum_column: str, ceiling_rsum: float) -> pd.DataFrame:
+    """`ceiling.csv` in every chapter's layout: per run (model, seed), its rSum (`rsum_column`), the ceiling's, its
+    share in % and whether it converged."""
+    return pd.DataFrame({"model": per_run["model"], "seed": per_run["seed"], "rsum": per_run[rsum_column],
+                         "ceiling_rsum": ceiling_rsum,
+                         "percent_of_ceiling": percent_of_ceiling(per_run[rsum_column], ceiling_rsum),
+                         "converged": per_run["converged"]}).reset_index(drop=True)
+
+
+def write_ceiling_table(per_run: pd.DataFrame, ceiling: SplitCeiling | None, key: str, run: RunConfig, *,
+                        protocol: str, rsum_column: str, caption: str | None = None) -> pd.DataFrame | None:
+    """Write `key` (`ceiling_frame` of `rsum_column` against `ceiling[protocol]`'s rSum, the ceiling's values in its
+    provenance) and return it; nothing and None without a ceiling. caption: default, the whole test split's."""
+    if ceiling is None:
+        return None
+    table = ceiling_frame(per_run, rsum_column, ceiling[protocol]["rsum"])
+    write_table(table, key, run=run, extra={"ceiling": ceiling}, caption=caption or (
+        f"Each model's instance rSum on the whole {run.dataset} test split as a share of the Bayes ceiling "
+        f"(profile {run.profile})."))
+    return table
+
+
+def ceiling_note(ceiling: SplitCeiling | None, detail: str = " (xmr_core.ceiling)") -> str:
+    """The captions' sentence on the "Bayes ceiling" row, `detail` before its full stop; "" without a ceiling."""
+    return "" if ceiling is None else f" 'Bayes ceiling': the best any scorer can reach on this split{detail}."
