@@ -70,7 +70,7 @@ def test_every_chapter_generates_its_data_from_DATA_SEED(notebook: Path) -> None
     """`-p SEED 1` retrains on the same benchmark: corpora are loaded with DATA_SEED, never SEED."""
     text = notebook.read_text()
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    calls = re.findall(r"load_corpus\([^)]*\)", code)
+    calls = re.findall(r"(?:load_corpus|scenes_config)\([^)]*\)", code)  # the benchmark builds its own configs
     setups = re.findall(r"chapter_setup\(run\)", code)  # loads with run.data_seed (tested below)
     assert "DATA_SEED = " in text and (calls or setups)
     assert all("seed=DATA_SEED" in call for call in calls), calls
