@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from fixtures.corpora import synthetic_split
+from fixtures.recurrent import gru_step, gru_weights, query_sets_batch
 
 from xmr_core.data.datasets import caption_loader, image_loader, query_loader
 from xmr_core.data.text import Vocabulary
@@ -31,45 +32,13 @@ FIVE = ["object 0 of image 2", "object 1 of image 2 and more words", "object 2 o
         "object 4 of image 0 and"]  # five rounds: every slot written, slots 0 and 1 twice
 
 
+def _batch(*sets: list[str], width: int = 0) -> dict[str, torch.Tensor]:
+    return query_sets_batch(VOCAB, *sets, width=width)
+
+
 def _model(**overrides: object):
     torch.manual_seed(0)
     return create_method("drill-down", VECTORS, **ENCODERS, **overrides).eval()
-
-
-def _sets(*sets: list[str], width: int = 0) -> dict[str, torch.Tensor]:
-    """A `query_loader`-style batch of the given query sets, padded to the longest set (or `width` queries)."""
-    encoded = [[VOCAB.encode(q) for q in qs] for qs in sets]
-    n_q = max(width, *(len(qs) for qs in sets))
-    n_w = max(len(w) for qs in encoded for w in qs)
-    tokens = torch.zeros(len(sets), n_q, n_w, dtype=torch.int64)
-    lengths = torch.zeros(len(sets), n_q, dtype=torch.int64)
-    for b, qs in enumerate(encoded):
-        for j, words in enumerate(qs):
-            tokens[b, j, : len(words)] = torch.tensor(words)
-            lengths[b, j] = len(words)
-    return {"query_tokens": tokens, "query_lengths": lengths, "query_mask": lengths > 0,
-            "image_index": torch.arange(len(sets))}
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _gru_step(w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray, b_hh: np.ndarray, x: np.ndarray,
-              h: np.ndarray) -> np.ndarray:
-    """One GRU step: r = σ(W_ir x + b_ir + W_hr h + b_hr), z = σ(W_iz x + b_iz + W_hz h + b_hz),
-    n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn)), h' = (1 - z) ⊙ n + z ⊙ h."""
-    size = len(h)
-    gi, gh = w_ih @ x + b_ih, w_hh @ h + b_hh
-    r = _sigmoid(gi[:size] + gh[:size])
-    z = _sigmoid(gi[size:2 * size] + gh[size:2 * size])
-    n = np.tanh(gi[2 * size:] + r * gh[2 * size:])
-    return (1 - z) * n + z * h
-
-
-def _weights(module: torch.nn.Module, suffix: str = "") -> list[np.ndarray]:
-    return [getattr(module, f"{k}{suffix}").detach().double().numpy()
-            for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
 
 
 def _query_by_hand(model, text: str) -> np.ndarray:
@@ -77,7 +46,7 @@ def _query_by_hand(model, text: str) -> np.ndarray:
     words = model.word_encoder.embed.weight.detach().double().numpy()[VOCAB.encode(text)]
     h = np.zeros(HIDDEN)
     for x in words:
-        h = _gru_step(*_weights(model.word_encoder.rnn, "_l0"), x, h)
+        h = gru_step(*gru_weights(model.word_encoder.rnn, "_l0"), x, h)
     return h @ model.word_fc.weight.detach().double().numpy().T + model.word_fc.bias.detach().double().numpy()
 
 
@@ -89,15 +58,15 @@ def _unit(x: np.ndarray) -> np.ndarray:
 def test_the_states_are_written_in_turn_by_a_gru_cell():
     model = _model()
     # the set among a shorter one and a longer padded one: other sets' padding and queries must not matter
-    batch = _sets(["object 2 of image 5"], FIVE, ["object 0 of image 1"] * 6)
+    batch = _batch(["object 2 of image 5"], FIVE, ["object 0 of image 1"] * 6)
     with torch.no_grad():
         s, written = (e[1].double().numpy() for e in model.encode_queries(batch))  # (6, 3, D), (6, 3)
-    cell = _weights(model.cell)
+    cell = gru_weights(model.cell)
     h = [np.zeros(D)] * 3
     expected, marks = [], []
     for j, query in enumerate(FIVE):  # round j + 1 writes slot j mod 3: 0, 1, 2, 0, 1
         h = list(h)
-        h[j % 3] = _gru_step(*cell, _query_by_hand(model, query), h[j % 3])
+        h[j % 3] = gru_step(*cell, _query_by_hand(model, query), h[j % 3])
         expected.append([_unit(x) if j >= m else np.zeros(D) for m, x in enumerate(h)])
         marks.append([m <= j for m in range(3)])
     expected.append(expected[-1])  # round 6 is past the set: held
@@ -147,9 +116,9 @@ def test_round_one_of_a_set_is_the_single_query():
 def test_padding_and_absent_queries_change_nothing():
     model = _model()
     with torch.no_grad():
-        s, written = model.encode_queries(_sets(FIVE[:2]))
+        s, written = model.encode_queries(_batch(FIVE[:2]))
         s_pad, written_pad = model.encode_queries(
-            _sets(FIVE[:2], ["object 1 of image 3 with many more words here"], width=5))
+            _batch(FIVE[:2], ["object 1 of image 3 with many more words here"], width=5))
         v, mask = model.encode_images(next(iter(image_loader(VAL, 6, visual="regions"))))
         # an image with padded regions scores as the same image cut to its real regions
         n_real = int(mask[0].sum())
@@ -169,7 +138,7 @@ def test_a_set_longer_than_max_queries_or_with_a_gap_is_an_error_naming_its_imag
         model.encode_queries(batch)
     with pytest.raises(ValueError, match="3 rounds: drill-down scores sets of at most max_queries=2"):
         multi_query_scores(model, VAL, VOCAB, 3)
-    gap = _sets(FIVE[:3])
+    gap = _batch(FIVE[:3])
     gap["query_mask"][0, 1] = False
     with pytest.raises(ValueError, match=r"image 0 has a set of 2 queries \(mask \[1, 0, 1\]\)"):
         _model().encode_queries(gap)
@@ -186,7 +155,7 @@ def test_the_config_is_checked():
 def test_loss_is_the_summed_hinge_averaged_over_the_rounds():
     model = _model(margin=0.3)
     with torch.no_grad():
-        batch = _sets(FIVE[:3], FIVE[3:], FIVE[1:2])
+        batch = _batch(FIVE[:3], FIVE[3:], FIVE[1:2])
         batch["image_index"] = torch.tensor([4, 4, 7])  # items 0 and 1 share an image: not each other's negatives
         img = model.encode_images(next(iter(image_loader(VAL, 3, visual="regions"))))
         sets = model.encode_queries(batch)
@@ -208,7 +177,7 @@ def test_gradients_reach_every_parameter():
     model = _model().train()
     batch = next(iter(query_loader(TRAIN, VOCAB, 8, train=True, visual="regions")))
     # sets of up to 5 queries: the recurrent weights of the cell act only when a slot is written again (round > M)
-    batch |= {k: v for k, v in _sets(*(FIVE[: 1 + b % 5] for b in range(8))).items() if k != "image_index"}
+    batch |= {k: v for k, v in _batch(*(FIVE[: 1 + b % 5] for b in range(8))).items() if k != "image_index"}
     loss, _ = model.loss(*model(batch), batch)
     loss.backward()
     missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.any())]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from fixtures.corpora import synthetic_split
+from fixtures.recurrent import gru_by_hand, query_sets_batch
 
 from xmr_core.data.datasets import caption_loader, image_loader, query_loader
 from xmr_core.data.text import Vocabulary
@@ -29,46 +30,13 @@ VOCAB = Vocabulary.build([q for qs in TRAIN.queries + VAL.queries for q in qs] +
 VECTORS = np.random.default_rng(2).standard_normal((len(VOCAB), 5)).astype(np.float32)
 
 
+def _batch(*sets: list[str], width: int = 0) -> dict[str, torch.Tensor]:
+    return query_sets_batch(VOCAB, *sets, width=width)
+
+
 def _model(name: str, **overrides: object):
     torch.manual_seed(0)
     return create_method(name, VECTORS, **ENCODERS, **overrides).eval()
-
-
-def _sets(*sets: list[str], width: int = 0) -> dict[str, torch.Tensor]:
-    """A `query_loader`-style batch of the given query sets, padded to the longest set (or `width` queries)."""
-    encoded = [[VOCAB.encode(q) for q in qs] for qs in sets]
-    n_q = max(width, *(len(qs) for qs in sets))
-    n_w = max(len(w) for qs in encoded for w in qs)
-    tokens = torch.zeros(len(sets), n_q, n_w, dtype=torch.int64)
-    lengths = torch.zeros(len(sets), n_q, dtype=torch.int64)
-    for b, qs in enumerate(encoded):
-        for j, words in enumerate(qs):
-            tokens[b, j, : len(words)] = torch.tensor(words)
-            lengths[b, j] = len(words)
-    return {"query_tokens": tokens, "query_lengths": lengths, "query_mask": lengths > 0,
-            "image_index": torch.arange(len(sets))}
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _gru_by_hand(rnn: torch.nn.GRU, xs: np.ndarray) -> np.ndarray:
-    """PyTorch's GRU (one layer, h_0 = 0) one step at a time in float64: xs (S, in) -> the states (S, H).
-    r = σ(W_ir x + b_ir + W_hr h + b_hr), z = σ(W_iz x + b_iz + W_hz h + b_hz),
-    n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn)), h' = (1 - z) ⊙ n + z ⊙ h."""
-    w_ih, w_hh = (getattr(rnn, f"weight_{k}_l0").detach().double().numpy() for k in ("ih", "hh"))
-    b_ih, b_hh = (getattr(rnn, f"bias_{k}_l0").detach().double().numpy() for k in ("ih", "hh"))
-    size = rnn.hidden_size
-    h, out = np.zeros(size), []
-    for x in xs:
-        gi, gh = w_ih @ x + b_ih, w_hh @ h + b_hh
-        r = _sigmoid(gi[:size] + gh[:size])
-        z = _sigmoid(gi[size:2 * size] + gh[size:2 * size])
-        n = np.tanh(gi[2 * size:] + r * gh[2 * size:])
-        h = (1 - z) * n + z * h
-        out.append(h)
-    return np.stack(out)
 
 
 def _words(model, text: str) -> np.ndarray:
@@ -91,25 +59,25 @@ TWO = ["object 0 of image 2", "object 1 of image 2 and more words"]  # 4 and 8 w
 def test_r_re_is_one_gru_over_the_concatenated_words():
     model = _model("r-re")
     # the set among a longer set and a shorter one: other sets' padding and queries must not matter
-    batch = _sets(["object 2 of image 5"], TWO, ["object 0 of image 1"] * 3)
+    batch = _batch(["object 2 of image 5"], TWO, ["object 0 of image 1"] * 3)
     with torch.no_grad():
         got = model.encode_queries(batch)[1].double().numpy()  # (3, D): rounds 1, 2 and the held round 3
     first, second = _words(model, TWO[0]), _words(model, TWO[1])
-    states = _gru_by_hand(model.word_encoder.rnn, np.concatenate([first, second]))  # q_1's words, then q_2's
+    states = gru_by_hand(model.word_encoder.rnn, np.concatenate([first, second]))  # q_1's words, then q_2's
     round1 = _unit(_fc(model, states[len(first) - 1]))
     round2 = _unit(_fc(model, states[-1]))
     np.testing.assert_allclose(got, np.stack([round1, round2, round2]), atol=1e-5)
     # the concatenation is not the sum of its parts: q_2 alone gives another vector
-    assert not np.allclose(_unit(_fc(model, _gru_by_hand(model.word_encoder.rnn, second)[-1])), round2, atol=1e-3)
+    assert not np.allclose(_unit(_fc(model, gru_by_hand(model.word_encoder.rnn, second)[-1])), round2, atol=1e-3)
 
 
 def test_r_hre_runs_a_query_level_gru_over_each_query_s_last_state():
     model = _model("r-hre")
-    batch = _sets(["object 2 of image 5"], TWO, ["object 0 of image 1"] * 3)
+    batch = _batch(["object 2 of image 5"], TWO, ["object 0 of image 1"] * 3)
     with torch.no_grad():
         got = model.encode_queries(batch)[1].double().numpy()
-    u = np.stack([_fc(model, _gru_by_hand(model.word_encoder.rnn, _words(model, q))[-1]) for q in TWO])  # u_1, u_2
-    c = _gru_by_hand(model.context, u)  # c_1 = GRU_c(u_1, 0), c_2 = GRU_c(u_2, c_1)
+    u = np.stack([_fc(model, gru_by_hand(model.word_encoder.rnn, _words(model, q))[-1]) for q in TWO])  # u_1, u_2
+    c = gru_by_hand(model.context, u)  # c_1 = GRU_c(u_1, 0), c_2 = GRU_c(u_2, c_1)
     np.testing.assert_allclose(got, _unit(np.stack([c[0], c[1], c[1]])), atol=1e-5)
 
 
@@ -145,8 +113,8 @@ def test_the_score_is_the_cosine_of_the_image_and_the_set_so_far(name):
 def test_padding_never_changes_a_set_s_vector(name):
     model = _model(name)
     with torch.no_grad():
-        alone = model.encode_queries(_sets(TWO))[0]  # (2, D)
-        padded = model.encode_queries(_sets(TWO, ["object 1 of image 3 with many more words here"], width=5))[0]
+        alone = model.encode_queries(_batch(TWO))[0]  # (2, D)
+        padded = model.encode_queries(_batch(TWO, ["object 1 of image 3 with many more words here"], width=5))[0]
     torch.testing.assert_close(padded[:2], alone)  # absent queries and longer padding: nothing changes
     torch.testing.assert_close(padded[2:], alone[1:].expand(3, -1))  # rounds past the set hold its whole set
 
@@ -160,7 +128,7 @@ def test_a_set_longer_than_max_queries_or_with_a_gap_is_an_error_naming_its_imag
         model.encode_queries(batch)
     with pytest.raises(ValueError, match=f"3 rounds: {name} scores sets of at most max_queries=2"):
         multi_query_scores(model, VAL, VOCAB, 3)
-    gap = _sets(TWO + ["object 2 of image 2"])
+    gap = _batch(TWO + ["object 2 of image 2"])
     gap["query_mask"][0, 1] = False
     with pytest.raises(ValueError, match=r"image 0 has a set of 2 queries \(mask \[1, 0, 1\]\)"):
         _model(name).encode_queries(gap)
