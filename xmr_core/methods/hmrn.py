@@ -87,7 +87,7 @@ from torch import Tensor, nn
 from xmr_core.encoders.image import Features, ImageEncoder, ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, BiGRUTextEncoder, TextEncoderConfig, build_text_encoder
 from xmr_core.losses import info_nce
-from xmr_core.methods.base import RetrievalModel
+from xmr_core.methods.base import RetrievalModel, checked_query_mask
 from xmr_core.methods.registry import register_method
 
 LocalDirection = Literal["I-T", "T-I", "joint"]
@@ -326,14 +326,7 @@ class HMRN(RetrievalModel):
         """The sets of a `query_loader` batch ("query_tokens" (B, T, L), "query_lengths", "query_mask" (B, T),
         "image_index"): (t (B, T, D) unit, 0 where absent; query_mask (B, T)). A set longer than
         `max_queries`, empty, or with a gap is an error naming its image."""
-        mask = batch["query_mask"].bool()
-        counts = mask.sum(1)
-        bad = (counts < 1) | (counts > self.max_queries) | (mask[:, 1:] & ~mask[:, :-1]).any(1)
-        if bool(bad.any()):
-            b = int(bad.nonzero()[0])
-            raise ValueError(f"HMRN: image {int(batch['image_index'][b])} has a set of {int(counts[b])} queries "
-                             f"(mask {mask[b].int().tolist()}); a set holds 1..max_queries={self.max_queries} "
-                             "queries, absent ones last")
+        mask = checked_query_mask(batch, self.max_queries, "HMRN")
         flat = self.encode_text({"tokens": batch["query_tokens"][mask], "lengths": batch["query_lengths"][mask]})
         t = flat.new_zeros(*mask.shape, flat.shape[-1]).masked_scatter(mask[..., None], flat)
         return t, mask
