@@ -170,9 +170,9 @@ def run_key(model: RetrievalModel, train_split: Split, val_split: Split, cfg: Tr
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def cached_run_dir(model: RetrievalModel, train_split: Split, val_split: Split, cfg: TrainConfig) -> Path:
-    """`cache_dir()/runs/<method>-<first 16 hex of run_key>`."""
-    return cache_dir() / "runs" / f"{model.name}-{run_key(model, train_split, val_split, cfg)[:16]}"
+def cached_run_dir(model: RetrievalModel, key: str) -> Path:
+    """`cache_dir()/runs/<method>-<first 16 hex of the run key>` (`run_key`)."""
+    return cache_dir() / "runs" / f"{model.name}-{key[:16]}"
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
@@ -317,9 +317,9 @@ def _cached_base(model: RetrievalModel, train_split: Split, val_split: Split,
     result), or None. An extended run is that run plus the extension epochs, so it starts from there."""
     if not cfg.extend_epochs:
         return None
-    base_dir = cached_run_dir(model, train_split, val_split, dataclasses.replace(cfg, extend_epochs=0))
-    result = _finished(base_dir, run_key(model, train_split, val_split, dataclasses.replace(cfg, extend_epochs=0)))
-    return None if result is None else (base_dir, result)
+    key = run_key(model, train_split, val_split, dataclasses.replace(cfg, extend_epochs=0))
+    result = _finished(cached_run_dir(model, key), key)
+    return None if result is None else (cached_run_dir(model, key), result)
 
 
 def _adopt_base(run_dir: Path, key: str, base: tuple[Path, dict[str, Any]], cfg: TrainConfig) -> dict[str, Any]:
@@ -369,7 +369,7 @@ def fit(
     if env.distributed and device.type == "cuda":
         device = torch.device("cuda", env.local_rank)
     key = run_key(model, train_split, val_split, cfg)
-    run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, train_split, val_split, cfg)
+    run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, key)
     done = _finished(run_dir, key)
     base = _cached_base(model, train_split, val_split, cfg) if done is None and out_dir is None and not resume else None
     if base is not None and not _extends(base[1]):  # the schedule's own run already stopped short of its end
