@@ -17,11 +17,13 @@ from xmr_core.ceiling import bayes_ceiling
 from xmr_core.chapters import leaderboard
 from xmr_core.chapters.leaderboard import (
     METRICS,
+    BookData,
     ceiling_row,
     cross_method_claims,
     heatmap_figure,
     leaderboard_rows,
     model_summary,
+    same_test_split,
     tune_fast_rerank,
 )
 from xmr_core.chapters.protocols import ChapterData
@@ -103,10 +105,13 @@ def test_ceiling_row_is_the_bayes_ceiling_and_the_table_puts_it_first():
     ceiling = bayes_ceiling(TEST)
     assert row["i2t R@1"] == ceiling["i2t/R@1"] and row["t2i R@10"] == ceiling["t2i/R@10"]
     assert row["rSum"] == ceiling["rsum"] and row["% of ceiling"] == 100.0 and np.isnan(row["i2t PMRP"])
-    per_run = pd.DataFrame([{"model": m, "FR": False, "seed": s, **{c: v for c in [*METRICS, "% of ceiling"]}}
-                            for m, vals in (("A", (1.0, 3.0)), ("B", (5.0,))) for s, v in enumerate(vals)])
+    per_run = pd.DataFrame([{"model": m, "protocol": p, "FR": False, "seed": s,
+                             **{c: v for c in [*METRICS, "% of ceiling"]}}
+                            for m, p, vals in (("A", "zero-shot, grid", (1.0, 3.0)), ("B", "all classes, regions", (5.0,)))
+                            for s, v in enumerate(vals)])
     table = model_summary(per_run, TEST)
     assert list(table["model"]) == ["Bayes ceiling", "A", "B"]
+    assert list(table["protocol"]) == ["", "zero-shot, grid", "all classes, regions"]
     assert list(table["seeds"]) == [0, 2, 1]
     assert table.loc[1, "rSum"] == 2.0 and table.loc[2, "t2i PMRP"] == 5.0
 
@@ -133,7 +138,9 @@ def test_cross_method_claims_on_hand_built_seeds():
     # rSum: MSRM above PCME by 1 with seed std 1 -> within noise; FR: +3 on VSE0 (std 1) but -5 on PCME
     rsum = {"VSE0": [100, 101, 102], "VSE0 + FR": [103, 104, 105], "PCME mu only": [90, 90, 90],
             "PCME mu only + FR": [95, 95, 95], "PCME": [110, 111, 112], "PCME + FR": [105, 106, 107],
-            "MSRM": [111, 112, 113], "MSRM + FR": [120, 120, 120]}
+            "MSRM": [111, 112, 113], "MSRM + FR": [120, 120, 120],
+            # HREM over VSE++ (its relation-free base): fusion +10 (std 1) held, standalone +1 within noise
+            "VSE++": [80, 81, 82], "HREM fusion": [90, 91, 92], "HREM standalone": [81, 82, 83]}
     frame = pd.DataFrame(rows).merge(pd.DataFrame(_runs(rsum, "rSum")), how="outer",
                                      on=["model", "FR", "seed", "converged"])
     claims = {c.source: c for c in cross_method_claims(frame)}
@@ -142,7 +149,9 @@ def test_cross_method_claims_on_hand_built_seeds():
     # best deterministic = PCME mu only (45.5): PCME +5.5, MSRM +10.5, both beyond spread 1 -> held
     assert prob.verdict == "held"
     assert "PCME - PCME mu only = +5.50" in prob.evidence and "MSRM - PCME mu only = +10.50" in prob.evidence
-    assert rel.verdict == "within noise" and "MSRM - PCME = +1.00 (spread 1.00)" in rel.evidence
+    assert rel.verdict == "within noise" and "MSRM - PCME = +1.00 (spread 1.00): within noise" in rel.evidence
+    assert "HREM fusion - VSE++ = +10.00 (spread 1.00): held" in rel.evidence
+    assert "HREM standalone - VSE++ = +1.00 (spread 1.00): within noise" in rel.evidence
     assert fr.verdict == "did not hold" and "PCME + FR - PCME = -5.00" in fr.evidence
 
 
@@ -159,27 +168,44 @@ def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
     trained = []
 
     def train(chapter, name, k, data, tuned, enc, run, seed):
-        trained.append((chapter, name, k, seed))
+        trained.append((chapter, name, k, seed, data, enc["e"]))
         return f"{name}{k}", SimpleNamespace(converged=seed == 0, cached=True)
 
     def rows(label, seed, model, data, device, converged):
-        return [{"model": label, "seed": seed, "built": model, "converged": converged}]
+        return [{"model": label, "seed": seed, "built": model, "data": data, "converged": converged}]
 
-    monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("pcme", "PVSE", 2), ("msrm", "MSRM", 1)])
+    monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("pcme", "PVSE", 2), ("hrem", "HREM fusion", 1)])
     monkeypatch.setattr(leaderboard, "train_book_model", train)
     monkeypatch.setattr(leaderboard, "leaderboard_rows", rows)
-    out = leaderboard.score_book([0, 1], None, {}, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
-    assert trained == [("pcme", "PVSE", 2, 0), ("pcme", "PVSE", 2, 1), ("msrm", "MSRM", 1, 0), ("msrm", "MSRM", 1, 1)]
+    book = BookData(grid="grid data", grid_enc={"e": "grid"}, regions="region data", region_enc={"e": "regions"})
+    out = leaderboard.score_book([0, 1], book, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
+    # each chapter's model is trained and scored on its own protocol's data and encoders
+    assert trained == [("pcme", "PVSE", 2, 0, "grid data", "grid"), ("pcme", "PVSE", 2, 1, "grid data", "grid"),
+                       ("hrem", "HREM fusion", 1, 0, "region data", "regions"),
+                       ("hrem", "HREM fusion", 1, 1, "region data", "regions")]
+    grid, regions = "zero-shot, grid", "all classes, regions"
     assert out.to_dict("records") == [
-        {"model": "PVSE K=2", "seed": 0, "built": "PVSE2", "converged": True},
-        {"model": "PVSE K=2", "seed": 1, "built": "PVSE2", "converged": False},
-        {"model": "MSRM", "seed": 0, "built": "MSRM1", "converged": True},
-        {"model": "MSRM", "seed": 1, "built": "MSRM1", "converged": False}]
+        {"model": "PVSE K=2", "seed": 0, "built": "PVSE2", "data": "grid data", "converged": True, "protocol": grid},
+        {"model": "PVSE K=2", "seed": 1, "built": "PVSE2", "data": "grid data", "converged": False, "protocol": grid},
+        {"model": "HREM fusion", "seed": 0, "built": "HREM fusion1", "data": "region data", "converged": True,
+         "protocol": regions},
+        {"model": "HREM fusion", "seed": 1, "built": "HREM fusion1", "data": "region data", "converged": False,
+         "protocol": regions}]
+
+
+def test_the_leaderboard_refuses_test_splits_that_differ():
+    same_test_split(TEST, dataclasses.replace(TEST, name="test-regions"))  # same images and captions: fine
+    other = dataclasses.replace(TEST, captions=[*TEST.captions[:-1], TEST.captions[-1] + " again"])
+    with pytest.raises(ValueError, match="'test' and 'test' differ in captions"):
+        same_test_split(TEST, other)
+    shuffled = dataclasses.replace(TEST, image_ids=list(reversed(TEST.image_ids)))
+    with pytest.raises(ValueError, match="differ in image_ids"):
+        same_test_split(TEST, shuffled)
 
 
 def test_heatmap_figure_draws_the_models_and_names_the_ceiling():
-    per_run = pd.DataFrame([{"model": m, "FR": False, "seed": 0, **{c: v for c in [*METRICS, "% of ceiling"]}}
-                            for m, v in (("A", 1.0), ("B", 5.0))])
+    per_run = pd.DataFrame([{"model": m, "protocol": "p", "FR": False, "seed": 0,
+                             **{c: v for c in [*METRICS, "% of ceiling"]}} for m, v in (("A", 1.0), ("B", 5.0))])
     fig = heatmap_figure(model_summary(per_run, TEST), "scenes")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["A", "B"]

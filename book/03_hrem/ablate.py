@@ -60,7 +60,6 @@ N_SEEDS = 3  # must match train.py, whose runs are reused
 import matplotlib.pyplot as plt
 
 from xmr_core.chapters.hrem import (
-    DATA_FORMAT,
     FIG6_GRIDS,
     TABLE3_ROWS,
     TABLE4_PERCENTS,
@@ -73,8 +72,7 @@ from xmr_core.chapters.hrem import (
     fig6_summary,
     fig7_curves,
     fig7_figure,
-    hrem_data,
-    hrem_encoders,
+    hrem_setup,
     table3,
     table3_runs,
     table4_runs,
@@ -84,7 +82,6 @@ from xmr_core.chapters.hrem import (
 )
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -95,10 +92,8 @@ print(f"Table 3 rows: {TABLE3_ROWS[PROFILE]}; Figure 6 grids: {FIG6_GRIDS[PROFIL
 training_runs(PROFILE, N_SEEDS)
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, progress=PROGRESS, seed=DATA_SEED)
-data = hrem_data(corpus)
+corpus, data, enc = hrem_setup(run)
 test = data.test
-enc = hrem_encoders(PROFILE, test.regions.shape[2])
 tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
 device = run.torch_device
 label = DATASET

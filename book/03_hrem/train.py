@@ -59,14 +59,12 @@ N_SEEDS = 3  # seeds of every compared model (cpu / paper); smoke uses 1
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     BERT_PROFILES,
-    DATA_FORMAT,
     MODELS,
     ORDER,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
     flickr_columns,
-    hrem_data,
-    hrem_encoders,
+    hrem_setup,
     hrem_table,
     region_bert,
     split_sizes,
@@ -78,7 +76,6 @@ from xmr_core.chapters.hrem import (
 from xmr_core.chapters.pcme import LEARNING_RATES, train_config
 from xmr_core.chapters.summary import ceiling_note, dataset_note, write_ceiling_table
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.results import write_table
 from xmr_core.tuning import tuning_frame
 
@@ -95,10 +92,8 @@ training_runs(PROFILE, N_SEEDS)
 # ## Data: region features and GloVe words
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, progress=PROGRESS, seed=DATA_SEED)
-data = hrem_data(corpus)
+corpus, data, enc = hrem_setup(run)
 test = data.test
-enc = hrem_encoders(PROFILE, test.regions.shape[2])
 print(f"regions: {test.regions.shape[1]} per image x {test.regions.shape[2]} dims; vocabulary {len(data.vocab)} words "
       f"({100 * data.coverage:.1f}% in GloVe); encoders: {enc}")
 split_sizes(data)

@@ -43,22 +43,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from xmr_core.chapters.hrem import (
-    DATA_FORMAT,
     association_figure,
     association_stats,
     batch_figure,
     batch_graph,
     claims_preamble,
     draw_pairs,
-    hrem_data,
-    hrem_encoders,
+    hrem_setup,
     neighbour_count,
     region_matching_figure,
     train_model,
     tune_methods,
 )
 from xmr_core.config import RunConfig
-from xmr_core.data.load import load_corpus
 from xmr_core.results import (
     Claim,
     claims_frame,
@@ -74,10 +71,8 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
 print(run.describe())
 
 # %%
-corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, progress=PROGRESS, seed=DATA_SEED)
-data = hrem_data(corpus)
+corpus, data, enc = hrem_setup(run)
 test = data.test
-enc = hrem_encoders(PROFILE, test.regions.shape[2])
 tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
 device = run.torch_device
 hrem, _ = train_model("HREM fusion", data, tuned, enc, run, SEED)

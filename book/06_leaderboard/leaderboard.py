@@ -21,9 +21,12 @@
 # per model on the validation split). The Bayes ceiling, the best any scorer can reach on this split, is the top
 # row, and every model gets its share of it.
 #
-# The models are the chapters' own runs (zero-shot protocol: trained on the seen classes at each chapter's tuned
-# setting, `N_SEEDS` seeds), loaded from the run cache: run the chapters first, or this notebook trains them.
-# Then three claims that should hold across methods, not only in the paper that made them, are checked over seeds.
+# The models are the chapters' own runs at each chapter's tuned setting with `N_SEEDS` seeds, loaded from the run
+# cache (run the chapters first, or this notebook trains them), each under its chapter's protocol (the `protocol`
+# column): the PCME, MSRM and DVSE models on the frozen trunk's grid features, trained on the seen classes
+# (zero-shot); the HREM chapter's models on region features, trained on every class (COCO-style). All are scored on
+# the same test split; a claim compares models of one protocol only. Then three claims that should hold across
+# methods, not only in the paper that made them, are checked over seeds.
 #
 # **Data.** Scenes is a synthetic benchmark, neither COCO nor CUB: the values are not the papers', the
 # orderings and the distance to the ceiling are what this page is for.
@@ -47,13 +50,13 @@ from xmr_core.ceiling import bayes_ceiling
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
+    book_setup,
     cross_method_claims,
     heatmap_figure,
     model_summary,
     score_book,
     tune_book,
 )
-from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import ceiling_frame
 from xmr_core.config import RunConfig
 from xmr_core.results import claims_frame, write_claims, write_figure, write_table
@@ -67,23 +70,24 @@ print(f"seeds = {seeds}; Fast Re-ranking temperatures tried on validation: {FR_G
 pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 
 # %% [markdown]
-# ## Data, the pretrained trunk and each method's tuned setting (the chapters' own, from the cache)
+# ## Data (both protocols), the pretrained trunk and each method's tuned setting (the chapters' own, from the cache)
 
 # %%
-corpus, trunk, data, enc = chapter_setup(run)
-tuned = tune_book(run, enc, data)
+book = book_setup(run)
+test = book.grid.test  # the same test split as book.regions.test (checked)
+tuned = tune_book(run, book)
 write_table(tuning_frame(tuned), "leaderboard/tuning", run=run,
             caption=("Each method's tuning runs on the validation split, its chapter's (loaded from the run cache): "
                      "learning rates at the default weight, then the weight at the best learning rate; 'chosen' = "
                      "the setting every seed is trained with. FR temperatures are tuned per model in per_seed."))
-print(f"test split: {data.test.n_images} images, {data.test.n_captions} captions, views {data.test.views()}")
+print(f"test split: {test.n_images} images, {test.n_captions} captions, views {test.views()}")
 
 # %% [markdown]
 # ## Every model and seed, with and without Fast Re-ranking
 
 # %%
-per_run = score_book(seeds, data, tuned, enc, run)
-ceiling_table = ceiling_frame(per_run, "rSum", bayes_ceiling(data.test)["rsum"])
+per_run = score_book(seeds, book, tuned, run)
+ceiling_table = ceiling_frame(per_run, "rSum", bayes_ceiling(test)["rsum"])
 write_table(ceiling_table, "leaderboard/ceiling", run=run, caption=(
     f"Each model's instance rSum on the whole {DATASET} test split as a share of the Bayes ceiling, per seed, "
     f"with and without Fast Re-ranking (profile {PROFILE})."))
@@ -98,10 +102,10 @@ write_table(per_run, "leaderboard/per_seed", run=run, caption=(
 # computed ceiling; `% of ceiling` is the model's instance rSum over the ceiling's.
 
 # %%
-board = model_summary(per_run, data.test)
+board = model_summary(per_run, test)
 write_table(board, "leaderboard/leaderboard", run=run, caption=(
-    f"Every trained model of the book on one {DATASET} test split ({data.test.n_images} images, "
-    f"{data.test.n_captions} captions; synthetic, NOT COCO or CUB: compare orderings, not values), profile "
+    f"Every trained model of the book on one {DATASET} test split ({test.n_images} images, "
+    f"{test.n_captions} captions; synthetic, NOT COCO or CUB: compare orderings, not values), profile "
     f"{PROFILE}; mean over seeds. Instance R@K and rSum, exact-view and class R-Precision, plausible PMRP; '+ FR' = "
     "Fast Re-ranking with validation-tuned temperatures. Top row: the Bayes ceiling (xmr_core.ceiling)."))
 board

@@ -67,6 +67,7 @@ from xmr_core.chapters.summary import (
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
+from xmr_core.data.load import load_corpus
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
@@ -178,6 +179,23 @@ def hrem_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str
     embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[check_profile(profile)]
     text = BertEncoderConfig() if bert else TextEncoderConfig(hidden=hidden)
     return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
+
+
+class HREMSetup(NamedTuple):
+    """What every HREM notebook (and the leaderboard's HREM rows) starts from: `corpus, data, enc = hrem_setup(run)`."""
+
+    corpus: Corpus
+    data: ChapterData  # `hrem_data`: every class in every split, region features
+    enc: dict[str, object]  # `hrem_encoders(profile, region_dim)`
+
+
+def hrem_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> HREMSetup:
+    """Load `run`'s data set in `DATA_FORMAT` (SCAN's precomp regions; generated from `run.data_seed`), the
+    chapter's data protocol (`hrem_data`) and the encoders of `run.profile` on its region features."""
+    corpus = load_corpus(run.dataset, run.data_root, run.profile, format=DATA_FORMAT, progress=run.progress,
+                         seed=run.data_seed)
+    data = hrem_data(corpus, word_vectors)
+    return HREMSetup(corpus, data, hrem_encoders(run.profile, data.test.regions.shape[2]))
 
 
 def split_sizes(data: ChapterData) -> pd.DataFrame:

@@ -2,11 +2,14 @@
 every relevance view, with and without Fast Re-ranking, the Bayes ceiling on top, and the claims that should
 hold across methods.
 
-Models. Each chapter's compared models, trained as that chapter trains them (zero-shot protocol: seen classes,
-the chapter's tuned setting, the same seeds), so every run is the chapter's own run loaded from the cache.
-They are scored on the whole test split (the COCO-style protocol of Tables 3), which holds every relevance
-view: instance (R@K, rSum, % of the Bayes ceiling), exact (the captions whose logical form holds in the image:
-R-Precision), plausible (PMRP over zeta) and class (R-Precision).
+Models. Each chapter's compared models, trained as that chapter trains them (its protocol, its tuned setting,
+the same seeds), so every run is the chapter's own run loaded from the cache: the PCME, MSRM and DVSE models on
+the frozen trunk's grid features under the zero-shot protocol (seen classes), the HREM chapter's models on region
+features under the COCO-style protocol (every class in training; `PROTOCOLS`). All are scored on the same whole
+test split (the same images and captions, checked: `same_test_split`), which holds every relevance view:
+instance (R@K, rSum, % of the Bayes ceiling), exact (the captions whose logical form holds in the image:
+R-Precision), plausible (PMRP over zeta) and class (R-Precision). A claim compares models of one protocol only.
+The HREM ensemble (two models' scores averaged, no model of its own) stays in the HREM chapter.
 
 Fast Re-ranking (DVSE, Eq. 13-15) is applied to every model's own per-direction scores. Its temperatures are
 tuned per model and seed on the validation split, as any hyperparameter: the i2t ranking depends only on
@@ -14,7 +17,7 @@ tuned per model and seed on the validation split, as any hyperparameter: the i2t
 gamma1 = gamma2) by the validation R@1 + R@5 + R@10 of its own direction. The test split is never used to
 choose them.
 
-The notebook calls, in order: `tune_book`, `score_book` (every model and seed, `leaderboard_rows`),
+The notebook calls, in order: `book_setup`, `tune_book`, `score_book` (every model and seed, `leaderboard_rows`),
 `model_summary` (the table), `heatmap_figure` and `cross_method_claims`.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -31,9 +35,10 @@ from matplotlib.figure import Figure
 
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
 from xmr_core.chapters import dvse as dvse_chapter
+from xmr_core.chapters import hrem as hrem_chapter
 from xmr_core.chapters import msrm as msrm_chapter
 from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.protocols import ChapterData, chapter_setup
 from xmr_core.chapters.summary import compare_models, converged_by_model
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
@@ -51,12 +56,18 @@ from xmr_core.viz import heatmap
 BOOK_MODELS: list[tuple[str, str, int]] = [
     ("pcme", "VSE0", 1), ("pcme", "PVSE", 1), ("pcme", "PVSE", 2), ("pcme", "PVSE", 4),
     ("pcme", "PCME mu only", 1), ("pcme", "PCME", 1), ("msrm", "MSRM", 1), ("dvse", "DVSE", 1),
+    ("hrem", "VSE++", 1), ("hrem", "GPO", 1), ("hrem", "HREM standalone", 1), ("hrem", "HREM fusion", 1),
 ]
-# The families the cross-method claims compare (model labels).
+# Each chapter's training protocol and image input (the leaderboard's "protocol" column).
+PROTOCOLS: dict[str, str] = {**dict.fromkeys(("pcme", "msrm", "dvse"), "zero-shot, grid"),
+                             "hrem": "all classes, regions"}
+# The families the cross-method claims compare (model labels), each within the zero-shot grid protocol.
 PROBABILISTIC: tuple[str, ...] = ("PCME", "MSRM")
 DETERMINISTIC: tuple[str, ...] = ("VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "DVSE")
-# A relation-modelling model -> the model it extends without the relations (same encoders and scoring).
-RELATIONAL: dict[str, str] = {"MSRM": "PCME"}
+# A relation-modelling model -> the model it extends without the relations (same protocol, features and loss):
+# MSRM's hypergraph on PCME; HREM's fragment- and instance-level relations on VSE++'s region + BiGRU embedding
+# with the same hinge loss.
+RELATIONAL: dict[str, str] = {"MSRM": "PCME", "HREM standalone": "VSE++", "HREM fusion": "VSE++"}
 # Tied Fast Re-ranking temperatures tried on the validation split (gamma1 = gamma2 for i2t, lambda1 = lambda2 for
 # t2i); a wide log grid because the models' score scales differ (cosines, match probabilities, -d^2).
 FR_GRID: tuple[float, ...] = (1.0, 3.0, 10.0, 30.0, 100.0)
@@ -72,19 +83,55 @@ METRICS: dict[str, str] = {
 VIEWS: tuple[str, ...] = ("instance", "exact", "plausible", "class")
 
 
-def tune_book(run: RunConfig, enc: dict, data: ChapterData) -> dict[str, TuningResult]:
+class BookData(NamedTuple):
+    """The data and encoder sizes of each protocol of `PROTOCOLS` (`book_setup`)."""
+
+    grid: ChapterData  # `protocols.chapter_setup`: zero-shot splits, the frozen trunk's grid features
+    grid_enc: dict[str, object]
+    regions: ChapterData  # `hrem.hrem_setup`: every class in every split, region features
+    region_enc: dict[str, object]
+
+    def of(self, chapter: str) -> tuple[ChapterData, dict[str, object]]:
+        """The data and encoders `chapter` trains on."""
+        return (self.regions, self.region_enc) if chapter == "hrem" else (self.grid, self.grid_enc)
+
+
+def same_test_split(a: Split, b: Split) -> None:
+    """Raise unless the two test splits hold the same images and captions in the same order (the leaderboard
+    scores every protocol's models on one test split)."""
+    for field in ("image_ids", "captions", "caption_image"):
+        if list(getattr(a, field)) != list(getattr(b, field)):
+            raise ValueError(f"leaderboard: the test splits '{a.name}' and '{b.name}' differ in {field}; every "
+                             "model must be scored on the same test split (same data set and DATA_SEED)")
+
+
+def book_setup(run: RunConfig) -> BookData:
+    """The zero-shot grid data (`chapter_setup`) and the HREM chapter's region data (`hrem_setup`) of `run`, their
+    test splits checked to be the same (`same_test_split`)."""
+    _, _, grid, grid_enc = chapter_setup(run)
+    _, regions, region_enc = hrem_chapter.hrem_setup(run)
+    same_test_split(grid.test, regions.test)
+    return BookData(grid, grid_enc, regions, region_enc)
+
+
+def tune_book(run: RunConfig, book: BookData) -> dict[str, TuningResult]:
     """Every method's tuned setting, from each chapter's own tuning (`pcme.tune_methods` of `msrm.COMPARED`, the
-    PCME chapter's methods and MSRM, and of `dvse.COMPARED` for DVSE): cached runs, loaded; trained if missing."""
+    PCME chapter's methods and MSRM, of `dvse.COMPARED` for DVSE, and `hrem.tune_methods`): cached runs, loaded;
+    trained if missing."""
+    data, enc = book.grid, book.grid_enc
     args = (run.profile, enc, data.word_vectors, data.train, data.val, data.vocab, run.seed)
     opts = {"device": run.device, "progress": run.progress}
     return {**pcme_chapter.tune_methods(*args, compared=msrm_chapter.COMPARED, **opts),
-            "DVSE": pcme_chapter.tune_methods(*args, compared=dvse_chapter.COMPARED, **opts)["DVSE"]}
+            "DVSE": pcme_chapter.tune_methods(*args, compared=dvse_chapter.COMPARED, **opts)["DVSE"],
+            **hrem_chapter.tune_methods(run.profile, book.region_enc, book.regions, seed=run.seed, **opts)}
 
 
 def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
                      enc: dict, run: RunConfig, seed: int) -> tuple[RetrievalModel, FitResult]:
-    """One model of `BOOK_MODELS` trained as its chapter trains it (zero-shot protocol, tuned setting), i.e. the
-    chapter's own run loaded from the cache."""
+    """One model of `BOOK_MODELS` trained as its chapter trains it (its protocol `data`, its tuned setting), i.e.
+    the chapter's own run loaded from the cache."""
+    if chapter == "hrem":
+        return hrem_chapter.train_model(name, data, tuned, enc, run, seed)
     if chapter == "dvse":
         return dvse_chapter.train_model(name, k, data, tuned, enc, run, seed)
     return msrm_chapter.train_model(name, k, data, tuned, enc, run, seed)
@@ -139,18 +186,19 @@ def leaderboard_rows(label: str, seed: int, model: RetrievalModel, data: Chapter
     return rows
 
 
-def score_book(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-               run: RunConfig) -> pd.DataFrame:
-    """Every model of `BOOK_MODELS` with every seed (`train_book_model`: its chapter's run, loaded or trained),
-    scored without and with Fast Re-ranking (`leaderboard_rows`), printing a line per run: one row per model,
-    seed and FR."""
+def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResult], run: RunConfig) -> pd.DataFrame:
+    """Every model of `BOOK_MODELS` with every seed (`train_book_model` on its chapter's protocol data: its
+    chapter's run, loaded or trained), scored without and with Fast Re-ranking (`leaderboard_rows`), printing a
+    line per run: one row per model, seed and FR, with the model's protocol (`PROTOCOLS`)."""
     rows = []
     for chapter, name, k in BOOK_MODELS:
         label = pcme_chapter.model_label(name, k)
+        data, enc = book.of(chapter)
         for seed in seeds:
             t0 = time.perf_counter()
             model, result = train_book_model(chapter, name, k, data, tuned, enc, run, seed)
-            rows += leaderboard_rows(label, seed, model, data, run.torch_device, result.converged)
+            rows += [{**row, "protocol": PROTOCOLS[chapter]}
+                     for row in leaderboard_rows(label, seed, model, data, run.torch_device, result.converged)]
             print(f"{chapter}: {label} seed {seed} ({'cached' if result.cached else 'trained'}) "
                   f"scored in {time.perf_counter() - t0:.1f} s")
     return pd.DataFrame(rows)
@@ -160,7 +208,7 @@ def ceiling_row(test: Split) -> dict[str, object]:
     """The leaderboard's top row: the Bayes ceiling's instance R@K and rSum (100% of itself); the other views
     have no ceiling computed (NaN)."""
     ceiling = bayes_ceiling(test)
-    row: dict[str, object] = {"model": "Bayes ceiling", "seeds": 0}
+    row: dict[str, object] = {"model": "Bayes ceiling", "protocol": "", "seeds": 0}
     row.update({col: ceiling[key.removeprefix("instance/")] if key.startswith("instance/") else float("nan")
                 for col, key in METRICS.items()})
     row["rSum"] = ceiling["rsum"]
@@ -208,7 +256,7 @@ def cross_method_claims(per_run: pd.DataFrame) -> list[Claim]:
         checks = [_check(plain, p, best, pmrp, converged) for p in PROBABILISTIC if p in present]
     claims.append(Claim(
         claim="Probabilistic embeddings help plausible-match metrics: every probabilistic model beats the best "
-              "deterministic one in PMRP (mean of i2t and t2i).",
+              "deterministic one in PMRP (mean of i2t and t2i; the zero-shot grid protocol's models).",
         source="PCME Sec. 5, MSRM Sec. 4.3",
         evidence="; ".join(c.evidence() for c in checks) or "no probabilistic and deterministic models to compare",
         verdict=universal_verdict([c.verdict for c in checks])))
@@ -216,12 +264,10 @@ def cross_method_claims(per_run: pd.DataFrame) -> list[Claim]:
     checks = [_check(plain, m, base, ["rSum"], converged) for m, base in RELATIONAL.items()
               if m in present and base in present]
     claims.append(Claim(
-        claim="Relations help instance metrics: every relation-modelling model beats the model it extends in "
-              "instance rSum.",
+        claim="Relations help instance metrics: every relation-modelling model beats the model it extends (same "
+              "protocol, features and loss: MSRM over PCME, HREM standalone and fusion over VSE++) in instance rSum.",
         source="MSRM Sec. 3.3, HREM Sec. 4",
-        evidence="; ".join(c.evidence() for c in checks) + " (HREM is not in the leaderboard yet: its chapter "
-                 "trains on region features under its own protocol)" if checks else
-                 "no relation-modelling model and its base trained",
+        evidence="; ".join(c.evidence() for c in checks) or "no relation-modelling model and its base trained",
         verdict=universal_verdict([c.verdict for c in checks])))
 
     bases = list(dict.fromkeys(plain["model"]))
@@ -236,13 +282,15 @@ def cross_method_claims(per_run: pd.DataFrame) -> list[Claim]:
 
 def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
     """The leaderboard table: the Bayes ceiling row, then per model (book order, each followed by its + FR row)
-    the mean over seeds of every column, with the number of seeds."""
+    its protocol, the number of seeds and the mean over seeds of every column."""
     cols = [*METRICS, "% of ceiling"]
     grouped = per_run.groupby("model", sort=False)
     table = grouped[cols].mean()
     table.insert(0, "seeds", grouped.size())
+    table.insert(0, "protocol", grouped["protocol"].first())
     table = table.reset_index()
-    return pd.concat([pd.DataFrame([ceiling_row(test)]), table], ignore_index=True)[["model", "seeds", *cols]]
+    return pd.concat([pd.DataFrame([ceiling_row(test)]), table],
+                     ignore_index=True)[["model", "protocol", "seeds", *cols]]
 
 
 def heatmap_figure(board: pd.DataFrame, dataset: str) -> Figure:
