@@ -152,6 +152,13 @@ def test_uniformity_matches_pairwise_loop() -> None:
     vals = [math.exp(-2.0 * float(((pts[i] - pts[j]) ** 2).sum())) for i in range(6) for j in range(i + 1, 6)]
     assert float(L.uniformity_loss(z, t=2.0)) == pytest.approx(math.log(sum(vals) / len(vals)))
     torch.testing.assert_close(L.uniformity_loss(z), L.uniformity_loss(pts))
+    # its gradient is the pair loop's (autograd through the explicit i < j sum)
+    leaf = pts.clone().requires_grad_(True)
+    L.uniformity_loss(leaf, t=2.0).backward()
+    ref_leaf = pts.clone().requires_grad_(True)
+    pairs = [(-2.0 * ((ref_leaf[i] - ref_leaf[j]) ** 2).sum()).exp() for i in range(6) for j in range(i + 1, 6)]
+    torch.log(torch.stack(pairs).mean()).backward()
+    torch.testing.assert_close(leaf.grad, ref_leaf.grad)
     # Far-apart points: exp underflows in the loop but the logsumexp form stays finite.
     assert torch.isfinite(L.uniformity_loss(torch.tensor([[0.0], [100.0]]), t=2.0))
 
