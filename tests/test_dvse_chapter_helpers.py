@@ -415,9 +415,10 @@ def test_caption_gallery_checks_its_shapes():
 def test_training_runs_counts_the_grids():
     cpu = training_runs("cpu", 3)
     own = cpu[~cpu["shared with PCME chapter"]]
-    # train: DVSE tuning 3 lrs + 2 margins, 2 more seeds, 1 region run; ablate: Table V 6 combinations x 3 seeds,
-    # w/o SE x 3 seeds, K = 2, 4, 8, 12, beta 0.2, 0.6, 0.8, eta 0.2, 0.4, 0.8
-    assert own.groupby("notebook")["runs"].sum().to_dict() == {"train": 8, "ablate": 18 + 3 + 4 + 3 + 3, "visualise": 0}
+    # train: DVSE tuning 3 lrs + 2 margins, 2 more seeds, 3 region runs (one a seed); ablate: Table V 6 combinations
+    # x 3 seeds, w/o SE x 3 seeds, K = 2, 4, 8, 12, beta 0.2, 0.6, 0.8, eta 0.2, 0.4, 0.8
+    assert own.groupby("notebook")["runs"].sum().to_dict() == {"train": 5 + 2 + 3, "ablate": 18 + 3 + 4 + 3 + 3,
+                                                              "visualise": 0}
     assert cpu[cpu["shared with PCME chapter"]]["runs"].sum() == 4 * 5 + 6 * 3 - 4
     smoke = training_runs("smoke")
     assert smoke[~smoke["shared with PCME chapter"]]["runs"].sum() == 1 + 0 + 1 + 1 + 1  # tune, region, combo 5, w/o SE
@@ -476,10 +477,10 @@ def test_write_region_tables_only_with_region_features(tmp_path: Path):
     run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
     per_run = pd.DataFrame([{"model": m, "seed": 0, **{c: v for c in {**TABLE1_COLUMNS, **TABLE3_COLUMNS}}}
                             for m, v in ((REGIONS, 7.0), (REGIONS + " + FR", 9.0))])
-    note = write_region_tables(per_run, _data(_split()), "scenes", 0, run)
+    note = write_region_tables(per_run, _data(_split()), "scenes", [0], run)
     assert "no region features" in note.iloc[0, 0] and not (tmp_path / "res").exists()
     with_regions = dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32))
-    table = write_region_tables(per_run, _data(with_regions), "scenes", 0, run).set_index("model")
+    table = write_region_tables(per_run, _data(with_regions), "scenes", [0], run).set_index("model")
     assert table.loc["DVSE", "all rSum (scenes)"] == 7.0 and table.loc["DVSE + FR", "1K rSum (scenes)"] == 9.0
     for key in ("table1_regions", "table2_regions"):
         assert (tmp_path / "res" / "dvse" / f"{key}.csv").is_file()
@@ -821,3 +822,32 @@ def test_claims_preamble():
     assert "NOT COCO, Flickr30K or CUB" in claims_preamble("cpu", "scenes")
     assert "NOT COCO" not in claims_preamble("paper", "cub") and "profile `paper`, dataset `cub`" in claims_preamble(
         "paper", "cub")
+
+
+def test_train_and_score_trains_the_region_dvse_with_every_seed(monkeypatch):
+    from xmr_core.chapters import dvse as chapter
+
+    trained = []
+
+    def train(name, k, data, tuned, enc, run, seed, config=None):
+        trained.append((name, k, seed, config))
+        return SimpleNamespace(), SimpleNamespace(converged=True, cached=True, best_epoch=1, history=[1],
+                                                  train_seconds=1.0, pairs_per_second=1.0, run_dir=Path("r"))
+
+    monkeypatch.setattr(chapter, "SPECS", [("VSE0", 1)])
+    monkeypatch.setattr(chapter, "train_model", train)
+    monkeypatch.setattr(chapter, "region_config", lambda data, tuned, enc: "region config")
+    monkeypatch.setattr(chapter, "model_scores", lambda model, data, device: None)
+    monkeypatch.setattr(chapter, "score_rows", lambda label, seed, converged, scores, data: [{"model": label,
+                                                                                             "seed": seed}])
+    tuned = {"VSE0": SimpleNamespace(lr=1e-3, weight=0.2, weight_name="margin"),
+             "DVSE": SimpleNamespace(lr=2e-3, weight=0.4, weight_name="margin")}
+    run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
+    with_regions = _data(dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32)))
+    out = chapter.train_and_score([0, 1, 2], with_regions, tuned, {}, run)
+    assert [(r["model"], r["seed"]) for r in out.per_run.to_dict("records")] == \
+        [("VSE0", s) for s in (0, 1, 2)] + [(REGIONS, s) for s in (0, 1, 2)]
+    assert [t for t in trained if t[3] == "region config"] == [("DVSE", 1, s, "region config") for s in (0, 1, 2)]
+    trained.clear()
+    without = chapter.train_and_score([0, 1], _data(_split()), tuned, {}, run)
+    assert set(without.per_run["model"]) == {"VSE0"} and all(t[3] is None for t in trained)
