@@ -1,0 +1,44 @@
+"""`python -m xmr_core.bench cold`: an empty run cache and a private results directory for the timed run, the
+per-notebook times and the verdict against the target (the book run itself replaced by a recorder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from xmr_core import book
+from xmr_core.bench import cold
+
+
+def _fake_run(seen: dict, seconds: tuple[float, ...], status: str = "passed"):
+    def run_book(names, profile, force, root, params):
+        cache = Path(os.environ["XMR_CACHE"])
+        seen.update(names=list(names), profile=profile, force=force, params=params, cache=cache,
+                    cache_empty=not cache.exists() or not any(cache.iterdir()))
+        nbs = [book.Notebook("00_benchmark", f"nb{i}", Path(f"nb{i}.py")) for i in range(len(seconds))]
+        return book.RunSummary([book.Outcome(nb, status, s, Path("out")) for nb, s in zip(nbs, seconds)])
+    return run_book
+
+
+def test_cold_runs_on_an_empty_cache_and_private_results(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "user-cache"))
+    seen: dict = {}
+    monkeypatch.setattr(cold.book, "run_book", _fake_run(seen, (600.0, 1500.0)))
+    cold.main(["00_benchmark", "01_pcme", "--target-min", "45"])
+    assert seen["names"] == ["00_benchmark", "01_pcme"] and seen["profile"] == "cpu" and seen["force"]
+    assert seen["cache"] != tmp_path / "user-cache" and seen["cache_empty"]
+    assert Path(seen["params"]["RESULTS_DIR"]).parent == seen["cache"].parent  # a temporary dir, not results/
+    assert os.environ["XMR_CACHE"] == str(tmp_path / "user-cache")  # restored
+    out = capsys.readouterr().out.splitlines()
+    assert "total 35.0 min (target <= 45 min): met" in out
+    assert out[-1].startswith("total_s=2100.0 target_s=2700 met=True notebooks=2 failed=0")
+
+
+@pytest.mark.parametrize("seconds, status", [((2000.0, 800.0), "passed"), ((10.0,), "failed")])
+def test_cold_says_not_met_when_slow_or_failed(monkeypatch, capsys, seconds, status):
+    monkeypatch.setattr(cold.book, "run_book", _fake_run({}, seconds, status))
+    cold.main(["--target-min", "45"])
+    out = capsys.readouterr().out
+    assert "(target <= 45 min): NOT met" in out and "met=False" in out.splitlines()[-1]
