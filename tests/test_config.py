@@ -71,7 +71,7 @@ def test_every_chapter_generates_its_data_from_DATA_SEED(notebook: Path) -> None
     text = notebook.read_text()
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     calls = re.findall(r"(?:load_corpus|scenes_config)\([^)]*\)", code)  # the benchmark builds its own configs
-    setups = re.findall(r"chapter_setup\(run\)", code)  # loads with run.data_seed (tested below)
+    setups = re.findall(r"(?:chapter|hrem|book)_setup\(run\)", code)  # load with run.data_seed (tested below)
     assert "DATA_SEED = " in text and (calls or setups)
     assert all("seed=DATA_SEED" in call for call in calls), calls
     assert not setups or "DATA_SEED=DATA_SEED" in code  # the run that chapter_setup reads holds DATA_SEED
@@ -94,6 +94,29 @@ def test_chapter_setup_loads_the_corpus_of_the_data_seed(monkeypatch) -> None:
     with pytest.raises(Loaded):
         protocols.chapter_setup(RunConfig.from_params(PROFILE="smoke", SEED=5, DATA_SEED=2, PROGRESS=False))
     assert seen == {"dataset": "scenes", "profile": "smoke", "seed": 2}
+
+
+def test_hrem_and_book_setups_load_the_corpus_of_the_data_seed(monkeypatch) -> None:
+    from xmr_core.chapters import hrem, leaderboard
+    from xmr_core.config import RunConfig
+
+    seen = []
+
+    class Loaded(Exception):
+        pass
+
+    def fake_load_corpus(dataset, data_root, profile, **kwargs):
+        seen.append((dataset, profile, kwargs["seed"], kwargs.get("format")))
+        raise Loaded
+
+    run = RunConfig.from_params(PROFILE="smoke", SEED=5, DATA_SEED=2, PROGRESS=False)
+    monkeypatch.setattr(hrem, "load_corpus", fake_load_corpus)
+    with pytest.raises(Loaded):
+        hrem.hrem_setup(run)
+    monkeypatch.setattr(leaderboard, "chapter_setup", lambda r: ("corpus", "trunk", "grid", {"seed": r.data_seed}))
+    with pytest.raises(Loaded):
+        leaderboard.book_setup(run)  # the grid data from chapter_setup(run), then the region data of the same run
+    assert seen == [("scenes", "smoke", 2, hrem.DATA_FORMAT)] * 2
 
 
 def test_run_seeds_count_from_the_training_seed_and_smoke_keeps_one():
