@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -202,6 +204,24 @@ def test_table4_ablations_build_and_train() -> None:
     assert all(p.grad is not None for p in mu_only.parameters() if p.requires_grad)
     # its score is minus the squared Euclidean distance of the means, in both directions
     torch.testing.assert_close(mu_only.score(img, cap, "t2i"), -torch.cdist(img, cap).square(), rtol=1e-4, atol=1e-4)
+
+
+def test_without_l_d_the_loss_is_l_h_even_when_l_d_is_not_finite(monkeypatch) -> None:
+    # "w/o L_d" (gamma = 0): L_d is left out, not multiplied by 0 (0 * NaN = NaN would end the run)
+    model, batch = tiny_model(tiny_config(gamma=0.0)), tiny_batch()
+    original = model.direction_losses
+
+    def nan_l_d(*args, **kwargs):
+        loss_d, loss_h, p = original(*args, **kwargs)
+        return loss_d * float("nan"), loss_h, p
+
+    monkeypatch.setattr(model, "direction_losses", nan_l_d)
+    loss, logs = model.loss(model.encode_images(batch), model.encode_captions(batch), batch)
+    assert math.isnan(logs["L_d"]) and torch.isfinite(loss) and loss.item() == pytest.approx(logs["L_h"], rel=1e-6)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    with pytest.raises(ValueError, match="gamma = 0 without the hypergraph leaves no loss"):
+        tiny_config(gamma=0.0, hypergraph=False)
 
 
 def test_loss_is_eq12_of_the_four_direction_terms() -> None:

@@ -137,6 +137,8 @@ class MSRMConfig:
             raise ValueError(f"MSRMConfig: unknown reduction {self.reduction!r}; choose 'mean' or 'sum'")
         if self.gamma < 0:
             raise ValueError(f"MSRMConfig: gamma must be >= 0, got {self.gamma}")
+        if self.gamma == 0 and not self.hypergraph:
+            raise ValueError("MSRMConfig: gamma = 0 without the hypergraph leaves no loss (Eq. 12 is gamma L_d + L_h)")
 
     def head_config(self) -> PCMEConfig:
         """The PCME config whose heads MSRM uses (`pcme.build_head`)."""
@@ -339,7 +341,9 @@ class MSRM(TwoTower):
         d_v2t, h_v2t, p_v2t = self.direction_losses(img, cap[0], matched, self.hgnn_cap if hg else None)
         d_t2v, h_t2v, p_t2v = self.direction_losses(cap, img[0], matched.T, self.hgnn_img if hg else None)
         loss_d = d_v2t + d_t2v  # Eq. (7)
-        total = cfg.gamma * loss_d
+        # gamma = 0 ("w/o L_d") leaves L_d out of the loss rather than multiplying it by 0: once a query's
+        # variance collapses (only S trains it then), d_m^2 overflows, L_d is NaN and 0 * NaN would poison L_h.
+        total = cfg.gamma * loss_d if cfg.gamma > 0 else loss_d.new_zeros(())
         tau, lam, alpha = self.temperatures()
         logs: dict[str, float] = {"L_d": loss_d.item(), "tau": tau.item()}
         if hg:
