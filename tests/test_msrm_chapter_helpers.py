@@ -460,3 +460,30 @@ def test_incidence_stats_and_figure():
     assert ax.get_title() == "Soft incidence S (Eq. 8), learned alpha 1.23"
     assert [t.get_text() for t in ax.get_yticklabels()] == ["image 0", "image 1", "image 0"]
     assert ax.get_xticklabels()[0].get_text() == "a red circle on… (img 0)"
+
+
+def test_an_ablation_that_diverges_in_its_first_epoch_is_a_listed_outcome(monkeypatch):
+    calls = []
+
+    def train_model(name, k, data, tuned, enc, run, seed, config=None, **overrides):
+        calls.append((seed, config.gamma, overrides["on_nonfinite"]))
+        if config.gamma == 0.0:
+            raise FloatingPointError("msrm: loss nan at epoch 1 step 8")
+        return object(), type("Fit", (), {"converged": True, "best_epoch": 3, "stopped": "patience",
+                                          "stop_message": "", "cached": True})()
+
+    monkeypatch.setattr(chapter, "train_model", train_model)
+    monkeypatch.setattr(chapter, "class_row", lambda model, split, vocab, device, prefix: {
+        c: 50.0 + len(calls) for c in chapter.TABLE4_COLUMNS})
+    data = ChapterData(None, None, None, None, None, None, 1.0)
+    variants = {"MSRM": tiny_config(), "w/o L_d": tiny_config(gamma=0.0), "w/o L_h": tiny_config(hypergraph=False),
+                "mu only": tiny_config(mu_only=True)}
+    runs = chapter.table4_runs(variants, [0, 1], data, {}, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
+    assert [c for c in calls if c[1] == 0.0] == [(0, 0.0, "stop"), (1, 0.0, "stop")] and len(calls) == 8
+    diverged = runs[runs["model"] == "w/o L_d"]
+    assert list(diverged["stopped"]) == ["diverged in epoch 1"] * 2 and not diverged["converged"].any()
+    assert diverged[list(chapter.TABLE4_COLUMNS)].isna().all().all()
+    assert list(diverged["stop message"]) == ["msrm: loss nan at epoch 1 step 8"] * 2
+    assert runs[runs["model"] == "MSRM"]["converged"].all()
+    claims = {c["claim"]: c["verdict"] for c in chapter.table4_claims(runs)}
+    assert claims["Removing L_d lowers performance."] == "not tested"

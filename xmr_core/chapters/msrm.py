@@ -326,13 +326,29 @@ def table4_variants(base: MSRMConfig) -> dict[str, MSRMConfig]:
             "w/o L_d": dataclasses.replace(base, gamma=0.0), "w/o L_h": dataclasses.replace(base, hypergraph=False)}
 
 
+class EarlyDivergence(NamedTuple):
+    """An ablation run whose loss became NaN/inf before its first epoch ended: no epoch to score (`fit` raises
+    then, even with on_nonfinite="stop"). Stands where `ablation_run` returns a `FitResult`."""
+
+    stop_message: str
+    converged: bool = False
+    best_epoch: int = 0
+    stopped: str = "diverged in epoch 1"
+    cached: bool = False
+
+
 def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-                 run: RunConfig, **train_overrides: object) -> tuple[FitResult, dict[str, float]]:
+                 run: RunConfig, **train_overrides: object) -> tuple[FitResult | EarlyDivergence, dict[str, float]]:
     """Train (or load) one MSRM of `config` at MSRM's tuned learning rate, a NaN/inf loss ending the run (an
     outcome: scored at its best epoch before it), and score it with class relevance on `data.test_unseen`
-    (`class_row`, no prefix). Returns the fit and the scores."""
-    model, result = train_model("MSRM", 1, data, tuned, enc, run, seed, config=config, on_nonfinite="stop",
-                                **train_overrides)
+    (`class_row`, no prefix). A run that diverges in its first epoch is an outcome too: `EarlyDivergence`
+    with NaN scores (never converged, so every claim on it is "not tested"). Returns the fit and the scores."""
+    try:
+        model, result = train_model("MSRM", 1, data, tuned, enc, run, seed, config=config, on_nonfinite="stop",
+                                    **train_overrides)
+    except FloatingPointError as err:
+        print(f"MSRM ablation (seed {seed}) diverged in its first epoch: {err}")
+        return EarlyDivergence(str(err)), dict.fromkeys(TABLE4_COLUMNS, float("nan"))
     return result, class_row(model, data.test_unseen, data.vocab, run.torch_device, prefix="")
 
 
