@@ -462,7 +462,7 @@ def test_incidence_stats_and_figure():
     assert ax.get_xticklabels()[0].get_text() == "a red circle on… (img 0)"
 
 
-def test_an_ablation_that_diverges_in_its_first_epoch_is_a_listed_outcome(monkeypatch):
+def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_outcome(monkeypatch):
     calls = []
 
     def train_model(name, k, data, tuned, enc, run, seed, config=None, **overrides):
@@ -472,9 +472,13 @@ def test_an_ablation_that_diverges_in_its_first_epoch_is_a_listed_outcome(monkey
         return object(), type("Fit", (), {"converged": True, "best_epoch": 3, "stopped": "patience",
                                           "stop_message": "", "cached": True})()
 
+    def class_row(model, split, vocab, device, prefix):
+        if calls[-1][1] == 0.8 and calls[-1][0] == 1:  # seed 1's MSRM: a collapsed variance, inf scores
+            raise ValueError("data.json: split 'test': scores: query row 3 contains a NaN or inf score")
+        return {c: 50.0 + len(calls) for c in chapter.TABLE4_COLUMNS}
+
     monkeypatch.setattr(chapter, "train_model", train_model)
-    monkeypatch.setattr(chapter, "class_row", lambda model, split, vocab, device, prefix: {
-        c: 50.0 + len(calls) for c in chapter.TABLE4_COLUMNS})
+    monkeypatch.setattr(chapter, "class_row", class_row)
     data = ChapterData(None, None, None, None, None, None, 1.0)
     variants = {"MSRM": tiny_config(), "w/o L_d": tiny_config(gamma=0.0), "w/o L_h": tiny_config(hypergraph=False),
                 "mu only": tiny_config(mu_only=True)}
@@ -484,6 +488,10 @@ def test_an_ablation_that_diverges_in_its_first_epoch_is_a_listed_outcome(monkey
     assert list(diverged["stopped"]) == ["diverged in epoch 1"] * 2 and not diverged["converged"].any()
     assert diverged[list(chapter.TABLE4_COLUMNS)].isna().all().all()
     assert list(diverged["stop message"]) == ["msrm: loss nan at epoch 1 step 8"] * 2
-    assert runs[runs["model"] == "MSRM"]["converged"].all()
+    msrm = runs[runs["model"] == "MSRM"].set_index("seed")
+    assert msrm.loc[0, "converged"] and msrm.loc[0, "stopped"] == "patience"
+    assert not msrm.loc[1, "converged"] and msrm.loc[1, "stopped"] == "patience; non-finite test scores"
+    assert msrm.loc[1, "best epoch"] == 3 and "query row 3" in msrm.loc[1, "stop message"]
+    assert msrm.loc[1, list(chapter.TABLE4_COLUMNS)].isna().all()
     claims = {c["claim"]: c["verdict"] for c in chapter.table4_claims(runs)}
     assert claims["Removing L_d lowers performance."] == "not tested"

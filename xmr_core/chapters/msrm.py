@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import matplotlib.pyplot as plt
@@ -56,6 +56,7 @@ from xmr_core.chapters.pcme import (
 from xmr_core.chapters.pcme import SPECS as PCME_SPECS
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import (
+    Comparison,
     best_other_margin,
     compare_models,
     converged_by_model,
@@ -71,7 +72,7 @@ from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, msrm_config, soft_incidence
-from xmr_core.results import Claim, require_converged, verdict, write_table
+from xmr_core.results import Claim, Verdict, require_converged, verdict, write_table
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 from xmr_core.viz import heatmap
@@ -326,30 +327,42 @@ def table4_variants(base: MSRMConfig) -> dict[str, MSRMConfig]:
             "w/o L_d": dataclasses.replace(base, gamma=0.0), "w/o L_h": dataclasses.replace(base, hypergraph=False)}
 
 
-class EarlyDivergence(NamedTuple):
-    """An ablation run whose loss became NaN/inf before its first epoch ended: no epoch to score (`fit` raises
-    then, even with on_nonfinite="stop"). Stands where `ablation_run` returns a `FitResult`."""
+class UnscoredRun(NamedTuple):
+    """An ablation run with no scores: its loss became NaN/inf before its first epoch ended (`fit` raises then,
+    even with on_nonfinite="stop"), or its best weights give NaN/inf test scores (a collapsed variance). Stands
+    where `ablation_run` returns a `FitResult`; never converged, so every claim on it is "not tested"."""
 
     stop_message: str
-    converged: bool = False
+    stopped: str
     best_epoch: int = 0
-    stopped: str = "diverged in epoch 1"
     cached: bool = False
+    converged: bool = False
+
+
+NONFINITE_SCORES = "contains a NaN or inf score"  # `metrics`' message for a ranking that cannot be made
 
 
 def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-                 run: RunConfig, **train_overrides: object) -> tuple[FitResult | EarlyDivergence, dict[str, float]]:
+                 run: RunConfig, **train_overrides: object) -> tuple[FitResult | UnscoredRun, dict[str, float]]:
     """Train (or load) one MSRM of `config` at MSRM's tuned learning rate, a NaN/inf loss ending the run (an
     outcome: scored at its best epoch before it), and score it with class relevance on `data.test_unseen`
-    (`class_row`, no prefix). A run that diverges in its first epoch is an outcome too: `EarlyDivergence`
-    with NaN scores (never converged, so every claim on it is "not tested"). Returns the fit and the scores."""
+    (`class_row`, no prefix). A run that diverges in its first epoch, or whose weights score some test query
+    NaN/inf, is an outcome too: an `UnscoredRun` with NaN scores. Returns the fit and the scores."""
+    unscored = dict.fromkeys(TABLE4_COLUMNS, float("nan"))
     try:
         model, result = train_model("MSRM", 1, data, tuned, enc, run, seed, config=config, on_nonfinite="stop",
                                     **train_overrides)
     except FloatingPointError as err:
         print(f"MSRM ablation (seed {seed}) diverged in its first epoch: {err}")
-        return EarlyDivergence(str(err)), dict.fromkeys(TABLE4_COLUMNS, float("nan"))
-    return result, class_row(model, data.test_unseen, data.vocab, run.torch_device, prefix="")
+        return UnscoredRun(str(err), "diverged in epoch 1"), unscored
+    try:
+        return result, class_row(model, data.test_unseen, data.vocab, run.torch_device, prefix="")
+    except ValueError as err:
+        if NONFINITE_SCORES not in str(err):
+            raise
+        print(f"MSRM ablation (seed {seed}, {result.stopped} at epoch {result.best_epoch}) is not scored: {err}")
+        return UnscoredRun(str(err), f"{result.stopped}; non-finite test scores", result.best_epoch,
+                           result.cached), unscored
 
 
 def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: ChapterData,
@@ -473,15 +486,25 @@ def fig7_figure(fig7: pd.DataFrame) -> Figure:
 TABLE4_REMOVED: dict[str, str] = {"w/o L_d": "L_d", "w/o L_h": "L_h", "mu only": "the query variance (mu only)"}
 
 
+def converged_comparison(runs: pd.DataFrame, a: str, b: str, converged: Mapping[str, bool],
+                         evidence: Callable[[Comparison], str]) -> tuple[Verdict, str]:
+    """"`a` is above `b`" on the mean of `TABLE4_COLUMNS` (`summary.compare_models`, evidence rendered by
+    `evidence`), judged only when every run of both converged (`results.require_converged`); otherwise "not
+    tested" without comparing (an unconverged run may have no scores: `UnscoredRun`)."""
+    if not (converged[a] and converged[b]):
+        return require_converged("not tested", f"{a} against {b} not compared", [a, b], dict(converged))
+    c = compare_models(runs, a, b, list(TABLE4_COLUMNS))
+    return require_converged(c.verdict, evidence(c), [a, b], dict(converged))
+
+
 def table4_claims(t4_runs: pd.DataFrame) -> list[dict[str, str]]:
     """Table 4's claims: MSRM is above each ablated row (`TABLE4_REMOVED`) on the mean of R-P and R@1
     (`summary.compare_models`); "not tested" when a run of either did not converge."""
     converged = converged_by_model(t4_runs)
     claims = []
     for name, removed in TABLE4_REMOVED.items():
-        c = compare_models(t4_runs, "MSRM", name, list(TABLE4_COLUMNS))
-        v, e = require_converged(c.verdict, f"MSRM - {name} = {c.diff:+.2f} pp (mean of R-P and R@1; spread "
-                                            f"{c.spread:.2f})", ["MSRM", name], converged)
+        v, e = converged_comparison(t4_runs, "MSRM", name, converged, lambda c, name=name: (
+            f"MSRM - {name} = {c.diff:+.2f} pp (mean of R-P and R@1; spread {c.spread:.2f})"))
         claims.append({"claim": f"Removing {removed} lowers performance.", "source": "Sec. 4.4, Table 4",
                        "evidence": e, "verdict": v})
     return claims
@@ -492,9 +515,8 @@ def bipolar_claim(sweep: pd.DataFrame, t4_runs: pd.DataFrame, init_alpha: float)
     (Table 4's MSRM rows at the tuned `init_alpha`), as `table4_claims` judges."""
     alphas = sweep[sweep["parameter"] == "alpha"].assign(model=lambda d: d["value"].map(lambda a: f"alpha {a:g}"))
     runs = pd.concat([alphas, t4_runs[t4_runs["model"] == "MSRM"].assign(model="MSRM")])
-    c = compare_models(runs, "MSRM", "alpha 0", list(TABLE4_COLUMNS))
-    v, e = require_converged(c.verdict, f"MSRM (alpha {init_alpha:g}) - bipolar = {c.diff:+.2f} pp (spread "
-                                        f"{c.spread:.2f})", ["MSRM", "alpha 0"], converged_by_model(runs))
+    v, e = converged_comparison(runs, "MSRM", "alpha 0", converged_by_model(runs), lambda c: (
+        f"MSRM (alpha {init_alpha:g}) - bipolar = {c.diff:+.2f} pp (spread {c.spread:.2f})"))
     return {"claim": "The bipolar incidence (alpha = 0) is inferior to the soft one.", "source": "Sec. 4.4, Table 5",
             "evidence": e, "verdict": v}
 
