@@ -336,12 +336,14 @@ def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tu
         per_run += score_rows(label, seed, result.converged, scores, data)
         if name == "DVSE":
             t4 += [{**row, "seed": seed} for row in rerank_rows(scores, data.test, table4_rerankers())]
-    for seed in seeds if data.test.regions is not None else ():
+    if data.test.regions is not None:
         config = region_config(data, tuned, enc)
-        t0 = time.perf_counter()
-        model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
-        fits.append(fit_row(REGIONS, seed, tuned["DVSE"], result, time.perf_counter() - t0))
-        per_run += score_rows(REGIONS, seed, result.converged, model_scores(model, data, run.torch_device), data)
+        for seed in seeds:
+            t0 = time.perf_counter()
+            model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
+            fits.append(fit_row(REGIONS, seed, tuned["DVSE"], result, time.perf_counter() - t0))
+            per_run += score_rows(REGIONS, seed, result.converged, model_scores(model, data, run.torch_device),
+                                  data)
     return ChapterRuns(pd.DataFrame(per_run), pd.DataFrame(fits), pd.DataFrame(t4))
 
 
