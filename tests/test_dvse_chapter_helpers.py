@@ -363,6 +363,22 @@ def test_attention_heat_sums_the_weights_of_the_covering_boxes():
         attention_heat(weights, boxes[:1], 4)
 
 
+def test_attention_heat_max_is_the_best_covering_box_per_pixel():
+    rng = np.random.default_rng(3)
+    size, n_boxes = 8, 5
+    corners = rng.integers(0, size + 1, (n_boxes, 2, 2))
+    boxes = np.concatenate([corners.min(1), corners.max(1)], 1)  # x0, y0, x1, y1 (some empty)
+    weights = rng.normal(size=(n_boxes, 2))
+    heat = attention_heat(weights, boxes, size, reduce="max")
+    for k in range(2):  # brute force: every pixel against every box
+        for y in range(size):
+            for x in range(size):
+                covering = [weights[r, k] for r, (x0, y0, x1, y1) in enumerate(boxes) if x0 <= x < x1 and y0 <= y < y1]
+                assert heat[k, y, x] == pytest.approx(max(covering) if covering else 0.0)
+    with pytest.raises(ValueError, match="reduce"):
+        attention_heat(weights, boxes, size, reduce="mean")
+
+
 def test_sub_embeddings_returns_the_unmasked_residuals_attention_and_mask():
     rng = np.random.default_rng(0)
     split = Split("t", "mem", ["a", "b", "c"], ["x", "y", "z"], ["x", "y", "z"], np.arange(3),

@@ -34,7 +34,7 @@ import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -888,17 +888,26 @@ def grid_boxes(cells: int, image_size: int) -> np.ndarray:
     return np.array([[c * step, r * step, (c + 1) * step, (r + 1) * step] for r in range(side) for c in range(side)])
 
 
-def attention_heat(weights: np.ndarray, boxes: np.ndarray, image_size: int) -> np.ndarray:
-    """Figure 10: the heat of each pixel for each sub-embedding, the sum of the attention weights of the local
-    features (grid cells or regions) whose box covers it. weights (R, K), boxes (R, 4) pixels -> (K, S, S)."""
+def attention_heat(weights: np.ndarray, boxes: np.ndarray, image_size: int,
+                   reduce: Literal["sum", "max"] = "sum") -> np.ndarray:
+    """Figure 10: the heat of each pixel for each sub-embedding from the weights of the local features (grid cells
+    or regions) whose box covers it: their sum (attention weights, a distribution over the features), or their
+    max (per-feature scores such as match cosines, where a sum would light up where boxes overlap); 0 where no
+    box covers the pixel. weights (R, K), boxes (R, 4) pixels -> (K, S, S)."""
     weights, boxes = np.asarray(weights, dtype=np.float64), np.asarray(boxes, dtype=np.float64)
     if weights.ndim != 2 or boxes.shape != (weights.shape[0], 4):
         raise ValueError(f"attention_heat: weights {weights.shape} and boxes {boxes.shape}: expected (R, K), (R, 4)")
+    if reduce not in ("sum", "max"):
+        raise ValueError(f"attention_heat: reduce must be 'sum' or 'max', got {reduce!r}")
     centres = np.arange(image_size) + 0.5
     inside_x = (centres[None, :] >= boxes[:, :1]) & (centres[None, :] < boxes[:, 2:3])  # (R, S)
     inside_y = (centres[None, :] >= boxes[:, 1:2]) & (centres[None, :] < boxes[:, 3:4])
     cover = inside_y[:, :, None] & inside_x[:, None, :]  # (R, S_y, S_x)
-    return np.einsum("rk,ryx->kyx", weights, cover.astype(np.float64))
+    if reduce == "sum":
+        return np.einsum("rk,ryx->kyx", weights, cover.astype(np.float64))
+    per_box = np.where(cover[:, None], weights[:, :, None, None], -np.inf)  # (R, K, S_y, S_x)
+    heat = per_box.max(0) if len(weights) else np.full((weights.shape[1], image_size, image_size), -np.inf)
+    return np.where(np.isfinite(heat), heat, 0.0)
 
 
 def random_images(rng: np.random.Generator, split: Split, n: int) -> list[int]:

@@ -716,20 +716,22 @@ def association_stats(graph: AssociationGraph, attention: np.ndarray, tau: float
 def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, captions: Sequence[int],
                            device: torch.device | str) -> Figure:
     """Eq. (7) over the image, one panel per caption: each region's best word cosine with the caption
-    (`region_word_matching`; negative as 0), summed over the pixels its box covers (`dvse.attention_heat`), over
-    the caption's own image."""
+    (`region_word_matching`; negative as 0) painted over the pixels its box covers, each pixel showing the best
+    region that covers it (`dvse.attention_heat`, reduce "max": a sum would light up where boxes overlap), over
+    the caption's own image, with a colour bar (cosine)."""
     size = split.images.shape[1]
     fig, axes = plt.subplots(1, len(captions), figsize=(3.2 * len(captions), 3.8), squeeze=False)
     for ax, c in zip(axes[0], captions):
         i = int(split.caption_image[c])
         match = region_word_matching(model, split, vocab, c, device)  # (R,) NaN on padding
-        heat = attention_heat(np.nan_to_num(match, nan=0.0).clip(min=0.0)[:, None], split.region_boxes[i], size)[0]
+        heat = attention_heat(np.nan_to_num(match, nan=0.0).clip(min=0.0)[:, None], split.region_boxes[i], size,
+                              reduce="max")[0]
         ax.imshow(split.images[i])
-        ax.imshow(heat, cmap="jet", alpha=0.5, vmin=0.0)
+        shown = ax.imshow(heat, cmap="jet", alpha=0.5, vmin=0.0, vmax=1.0)
         ax.set_title("\n".join(textwrap.wrap(f"image {i}: {split.captions[c]}", 30)), fontsize=7)
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.tight_layout()
+    fig.colorbar(shown, ax=axes[0].tolist(), shrink=0.8, label="best word cosine of the region")
     return fig
 
 
