@@ -543,7 +543,9 @@ def test_batch_and_region_matching_figures_show_each_caption_over_its_own_image(
     np.testing.assert_array_equal(fig.axes[1].images[0].get_array(), split.images[2])  # caption 4 -> image 2
     plt.close(fig)
     fig = region_matching_figure(model, split, vocab, [1, 4], "cpu")
-    assert len(fig.axes) == 2 and all(len(ax.images) == 2 for ax in fig.axes)  # the image and the heat
+    panels, colour_bar = fig.axes[:2], fig.axes[2]
+    assert len(fig.axes) == 3 and all(len(ax.images) == 2 for ax in panels)  # the image and the heat, a colour bar
+    assert colour_bar.get_ylabel() == "best word cosine of the region"
     assert fig.axes[1].get_title().startswith("image 2:")
     np.testing.assert_array_equal(fig.axes[1].images[0].get_array(), split.images[2])
     plt.close(fig)
