@@ -715,19 +715,22 @@ def association_stats(graph: AssociationGraph, attention: np.ndarray, tau: float
 
 def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, captions: Sequence[int],
                            device: torch.device | str) -> Figure:
-    """Eq. (7) over the image, one panel per caption: each region's best word cosine with the caption
-    (`region_word_matching`; negative as 0) painted over the pixels its box covers, each pixel showing the best
-    region that covers it (`dvse.attention_heat`, reduce "max": a sum would light up where boxes overlap), over
-    the caption's own image, with a colour bar (cosine)."""
+    """Eq. (7) over the image, one panel per caption: each real region's best word cosine with the caption
+    (`region_word_matching`) painted over the pixels its box covers, each pixel showing the best region that
+    covers it (`dvse.attention_heat`, reduce "max": a sum would light up where boxes overlap), over the caption's
+    own image; pixels no region covers are left clear. One colour scale, the panels' range of cosines."""
     size = split.images.shape[1]
+    images = [int(split.caption_image[c]) for c in captions]
+    matches = [region_word_matching(model, split, vocab, c, device) for c in captions]  # (R,) each, NaN on padding
+    real = np.concatenate([m[~np.isnan(m)] for m in matches])
     fig, axes = plt.subplots(1, len(captions), figsize=(3.2 * len(captions), 3.8), squeeze=False)
-    for ax, c in zip(axes[0], captions):
-        i = int(split.caption_image[c])
-        match = region_word_matching(model, split, vocab, c, device)  # (R,) NaN on padding
-        heat = attention_heat(np.nan_to_num(match, nan=0.0).clip(min=0.0)[:, None], split.region_boxes[i], size,
-                              reduce="max")[0]
+    for ax, c, i, match in zip(axes[0], captions, images, matches):
+        boxes = split.region_boxes[i][~np.isnan(match)]
+        heat = attention_heat(match[~np.isnan(match)][:, None], boxes, size, reduce="max")[0]
+        covered = attention_heat(np.ones((len(boxes), 1)), boxes, size, reduce="max")[0] > 0
         ax.imshow(split.images[i])
-        shown = ax.imshow(heat, cmap="jet", alpha=0.5, vmin=0.0, vmax=1.0)
+        shown = ax.imshow(np.ma.masked_where(~covered, heat), cmap="jet", alpha=0.5, vmin=real.min(),
+                          vmax=real.max())
         ax.set_title("\n".join(textwrap.wrap(f"image {i}: {split.captions[c]}", 30)), fontsize=7)
         ax.set_xticks([])
         ax.set_yticks([])
