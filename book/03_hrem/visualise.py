@@ -121,8 +121,8 @@ heat_captions = draw_pairs(test, N_HEAT, rng)
 fig = region_matching_figure(hrem, test, data.vocab, heat_captions, device)
 write_figure(fig, "hrem/region_matching", run=run, caption=(
     f"Eq. (7) over the image: for {N_HEAT} {DATASET} test captions and their own images, each region's best cosine "
-    f"with the caption's words (HREM fusion, seed {SEED}, initial fragments), summed over the pixels each region box "
-    "covers (negative cosines drawn as 0)."))
+    f"with the caption's words (HREM fusion, seed {SEED}, initial fragments); each pixel shows the best region whose "
+    "box covers it (pixels no region covers: clear); one colour scale for the panels."))
 plt.show()
 
 # %% [markdown]
