@@ -193,6 +193,28 @@ def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
          "protocol": regions}]
 
 
+def test_the_region_dvse_is_the_dvse_chapters_region_run_with_its_own_protocol(monkeypatch):
+    calls = []
+
+    def train(name, k, data, tuned, enc, run, seed, config=None):
+        calls.append((name, k, seed, config))
+        return "model", SimpleNamespace(converged=True, cached=True)
+
+    monkeypatch.setattr(leaderboard.dvse_chapter, "train_model", train)
+    monkeypatch.setattr(leaderboard.dvse_chapter, "region_config", lambda data, tuned, enc: ("regions of", data))
+    for name in ("DVSE", "DVSE (regions)"):
+        leaderboard.train_book_model("dvse", name, 1, "grid data", {}, {}, None, 2)
+    # the plain DVSE is the chapter's compared model; the region DVSE is DVSE at the region config, same seed
+    assert calls == [("DVSE", 1, 2, None), ("DVSE", 1, 2, ("regions of", "grid data"))]
+    monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("dvse", "DVSE", 1), ("dvse", "DVSE (regions)", 1)])
+    monkeypatch.setattr(leaderboard, "leaderboard_rows",
+                        lambda label, seed, model, data, device, converged: [{"model": label}])
+    book = BookData(grid="grid data", grid_enc={}, regions="region data", region_enc={})
+    out = leaderboard.score_book([0], book, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
+    assert out.to_dict("records") == [{"model": "DVSE", "protocol": "zero-shot, grid"},
+                                      {"model": "DVSE (regions)", "protocol": "zero-shot, regions"}]
+
+
 def test_the_leaderboard_refuses_test_splits_that_differ():
     same_test_split(TEST, dataclasses.replace(TEST, name="test-regions"))  # same images and captions: fine
     other = dataclasses.replace(TEST, captions=[*TEST.captions[:-1], TEST.captions[-1] + " again"])
