@@ -73,3 +73,29 @@ def tune(method: str, build: Callable[[float], RetrievalModel], train_config: Ca
 def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
     """Every tuning run of every method (`TuningResult.frame`) in one table, methods in `tuned`'s order."""
     return pd.concat([t.frame() for t in tuned.values()], ignore_index=True)
+
+
+def _edge(value: float, tried: Sequence[float]) -> str:
+    """'low' / 'high' when `value` is the smallest / largest of several `tried` values, else ''."""
+    values = sorted(set(tried))
+    if len(values) < 2:
+        return ""
+    return "low" if value == values[0] else "high" if value == values[-1] else ""
+
+
+def grid_edges(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per method of a `tuning_frame` (its rows in order): the chosen learning rate and weight, and whether each is
+    the smallest ('low') or largest ('high') value the search tried ('' inside the grid, or when one value was
+    tried). The weights tried are the lr stage's default plus the weight stage's values. A choice on the edge says
+    the optimum may lie beyond the grid: the budget was the same for every method, but did not bracket it."""
+    rows = []
+    for method, runs in frame.groupby("method", sort=False):
+        chosen = runs[runs["chosen"].astype(bool)]
+        if len(chosen) != 1:
+            raise ValueError(f"grid_edges: method {method!r} has {len(chosen)} chosen runs, expected 1")
+        best = chosen.iloc[0]
+        lrs = runs.loc[runs["stage"] == "lr", "lr"].tolist()
+        weights = runs["value"].tolist()
+        rows.append({"method": method, "lr": best["lr"], "lr edge": _edge(best["lr"], lrs), "weight": best["weight"],
+                     "value": best["value"], "weight edge": _edge(best["value"], weights)})
+    return pd.DataFrame(rows, columns=["method", "lr", "lr edge", "weight", "value", "weight edge"])
