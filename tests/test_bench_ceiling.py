@@ -30,3 +30,26 @@ def test_targets_met_and_missed(tmp_path, capsys) -> None:
 def test_missing_file_names_it(tmp_path) -> None:
     with pytest.raises(SystemExit, match="ceiling.csv: not found"):
         main(["pcme", "--results", str(tmp_path)])
+
+
+def test_a_chapter_with_its_own_baselines_is_judged_on_them(tmp_path, capsys) -> None:
+    path = tmp_path / "hrem" / "ceiling.csv"
+    path.parent.mkdir(parents=True)
+    pd.DataFrame([("VSE++", 0, 300, 400, 75.0, True), ("GPO", 0, 340, 400, 85.0, True),
+                  ("HREM fusion", 0, 360, 400, 90.0, True)],
+                 columns=["model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged"]
+                 ).to_csv(path, index=False)
+    main(["hrem", "--results", str(tmp_path)])
+    # the best of HREM's baselines (GPO 85 %), not the PCME chapter's (none here, which gave NaN)
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "best_baseline_percent=85.00 lowest_percent=75.00 all_converged=True"
+
+
+def test_a_table_of_another_layout_is_refused_by_name(tmp_path) -> None:
+    path = tmp_path / "hmrn" / "ceiling.csv"
+    path.parent.mkdir(parents=True)
+    pd.DataFrame([("HMRN I-T", 0, 1, True, 0.4, 1.2, 33.3)],
+                 columns=["model", "seed", "round", "converged", "R@1", "ceiling R@1", "R@1 % of ceiling"]
+                 ).to_csv(path, index=False)
+    with pytest.raises(SystemExit, match=r"hmrn/ceiling.csv: no column\(s\) rsum, ceiling_rsum, percent_of_ceiling"):
+        main(["hmrn", "--results", str(tmp_path)])
