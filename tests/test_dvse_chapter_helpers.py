@@ -375,6 +375,7 @@ def test_attention_heat_max_is_the_best_covering_box_per_pixel():
             for x in range(size):
                 covering = [weights[r, k] for r, (x0, y0, x1, y1) in enumerate(boxes) if x0 <= x < x1 and y0 <= y < y1]
                 assert heat[k, y, x] == pytest.approx(max(covering) if covering else 0.0)
+    assert not attention_heat(np.zeros((0, 2)), np.zeros((0, 4)), size, reduce="max").any()  # no box: all clear
     with pytest.raises(ValueError, match="reduce"):
         attention_heat(weights, boxes, size, reduce="mean")
 

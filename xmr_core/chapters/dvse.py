@@ -906,7 +906,7 @@ def attention_heat(weights: np.ndarray, boxes: np.ndarray, image_size: int,
     if reduce == "sum":
         return np.einsum("rk,ryx->kyx", weights, cover.astype(np.float64))
     per_box = np.where(cover[:, None], weights[:, :, None, None], -np.inf)  # (R, K, S_y, S_x)
-    heat = per_box.max(0) if len(weights) else np.full((weights.shape[1], image_size, image_size), -np.inf)
+    heat = per_box.max(0, initial=-np.inf)  # no box at all: -inf everywhere
     return np.where(np.isfinite(heat), heat, 0.0)
 
 
