@@ -725,9 +725,10 @@ def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, caption
     real = np.concatenate([m[~np.isnan(m)] for m in matches])
     fig, axes = plt.subplots(1, len(captions), figsize=(3.2 * len(captions), 3.8), squeeze=False)
     for ax, c, i, match in zip(axes[0], captions, images, matches):
-        boxes = split.region_boxes[i][~np.isnan(match)]
-        heat = attention_heat(match[~np.isnan(match)][:, None], boxes, size, reduce="max")[0]
-        covered = attention_heat(np.ones((len(boxes), 1)), boxes, size, reduce="max")[0] > 0
+        real_match = match[~np.isnan(match)]
+        columns = np.stack([real_match, np.ones_like(real_match)], 1)  # the heat, and 1 where a box covers
+        heat, cover = attention_heat(columns, split.region_boxes[i][~np.isnan(match)], size, reduce="max")
+        covered = cover > 0
         ax.imshow(split.images[i])
         shown = ax.imshow(np.ma.masked_where(~covered, heat), cmap="jet", alpha=0.5, vmin=real.min(),
                           vmax=real.max())
