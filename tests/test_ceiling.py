@@ -16,6 +16,7 @@ from xmr_core.ceiling import (
     fold_ceiling,
     multi_round_ceiling,
     percent_of_ceiling,
+    query_ceiling,
     split_ceiling,
 )
 from xmr_core.data.corpus import Split
@@ -71,8 +72,8 @@ def test_hand_worked_split():
         assert got[key] == pytest.approx(value, abs=1e-9), key
 
 
-def brute_i2t(exact: np.ndarray, caption_image: np.ndarray, ks) -> dict[str, float]:
-    """Mean over images of the fraction of tie-breaking orders (all orders within every group of equally
+def brute_i2t_hits(exact: np.ndarray, caption_image: np.ndarray, ks) -> np.ndarray:
+    """(N, len(ks)): per image, the fraction of tie-breaking orders (all orders within every group of equally
     specific candidates) that put an own caption in the top K."""
     n_pos = exact.sum(1)
     per_image = []
@@ -82,16 +83,37 @@ def brute_i2t(exact: np.ndarray, caption_image: np.ndarray, ks) -> dict[str, flo
         within = itertools.product(*[itertools.permutations(g) for g in groups])  # an order per group
         orders = [list(itertools.chain(*parts)) for parts in within]
         per_image.append([np.mean([any(caption_image[c] == i for c in o[:k]) for o in orders]) for k in ks])
-    return {f"R@{k}": 100 * v for k, v in zip(ks, np.mean(per_image, 0))}
+    return np.array(per_image)
 
 
-def brute_t2i(exact: np.ndarray, caption_image: np.ndarray, ks) -> dict[str, float]:
-    """Mean over captions of the fraction of orders of its exact positives that put its own image in the top K."""
+def brute_t2i_hits(exact: np.ndarray, caption_image: np.ndarray, ks) -> np.ndarray:
+    """(M, len(ks)): per caption, the fraction of orders of its exact positives that put its own image in the top K."""
     per_caption = []
     for m in range(exact.shape[0]):
         orders = list(itertools.permutations(np.flatnonzero(exact[m])))
         per_caption.append([np.mean([caption_image[m] in o[:k] for o in orders]) for k in ks])
-    return {f"R@{k}": 100 * v for k, v in zip(ks, np.mean(per_caption, 0))}
+    return np.array(per_caption)
+
+
+def brute_i2t(exact: np.ndarray, caption_image: np.ndarray, ks) -> dict[str, float]:
+    return {f"R@{k}": 100 * v for k, v in zip(ks, brute_i2t_hits(exact, caption_image, ks).mean(0))}
+
+
+def brute_t2i(exact: np.ndarray, caption_image: np.ndarray, ks) -> dict[str, float]:
+    return {f"R@{k}": 100 * v for k, v in zip(ks, brute_t2i_hits(exact, caption_image, ks).mean(0))}
+
+
+def test_query_ceiling_is_each_query_s_brute_force_hit_probability():
+    rng = np.random.default_rng(5)
+    caption_image = np.repeat(np.arange(6), 3)
+    exact = rng.random((18, 6)) < 0.3
+    exact[np.arange(18), caption_image] = True
+    ks = (1, 2, 5)
+    got = query_ceiling(make_split(exact, caption_image.tolist(), 6), ks)
+    np.testing.assert_allclose(got["i2t"], brute_i2t_hits(exact, caption_image, ks), atol=1e-12)
+    np.testing.assert_allclose(got["t2i"], brute_t2i_hits(exact, caption_image, ks), atol=1e-12)
+    with pytest.raises(ValueError, match="no exact relevance"):
+        query_ceiling(make_split(None, caption_image.tolist(), 6))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

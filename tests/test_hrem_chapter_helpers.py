@@ -13,8 +13,10 @@ import pytest
 import torch
 from fixtures.corpora import synthetic_corpus, synthetic_split
 
+from xmr_core.ceiling import bayes_ceiling, query_ceiling
 from xmr_core.chapters.hrem import (
     BERT_ORDER,
+    CEILING_SI,
     ENSEMBLE,
     FIG6_DEFAULTS,
     FIG6_GRIDS,
@@ -196,9 +198,22 @@ def test_special_recall_is_r_at_1_of_the_selected_queries_only() -> None:
     assert got["i2t R@1"] == pytest.approx(50.0)  # images 0 (hit) and 1 (miss)
     # caption 0: miss; caption 2 (image 1): column [0.8, 0.1, 0.0] ranks image 0 first -> miss
     assert got["t2i R@1"] == pytest.approx(0.0)
-    rows = table4_rows(split, (torch.randn(3, 4), torch.randn(6, 4)), {"m": scores}, seed=7, percents=(50,))
-    assert [(r["samples"], r["percent"], r["model"], r["seed"]) for r in rows] == [("hard", 50, "m", 7),
-                                                                                  ("infrequent", 50, "m", 7)]
+    selector = (torch.randn(3, 4), torch.randn(6, 4))
+    rows = table4_rows(split, selector, {"m": scores}, seed=7, percents=(50, 100))
+    assert [(r["samples"], r["percent"], r["model"], r["seed"]) for r in rows] == [
+        (kind, p, m, 7) for kind in ("hard", "infrequent") for p in (50, 100) for m in ("m", CEILING_SI)]
+    # the ceiling row: the mean of the selected queries' ceiling hit probabilities (query_ceiling, brute-force
+    # tested in test_ceiling.py); over every query (100 %) it is the split's Bayes ceiling
+    hits = query_ceiling(split, ks=(1,))
+    for r in rows[1::2]:
+        masks = {d: top_percent(mean_negative_similarity(*selector, split.caption_image, r["samples"], d), r["percent"])
+                 for d in ("i2t", "t2i")}
+        for d in ("i2t", "t2i"):
+            assert r[f"{d} R@1"] == pytest.approx(100 * hits[d][masks[d], 0].mean())
+            if r["percent"] == 100:
+                assert r[f"{d} R@1"] == pytest.approx(bayes_ceiling(split, ks=(1,))[f"{d}/R@1"])
+    no_exact = dataclasses.replace(split, exact=None)
+    assert [r["model"] for r in table4_rows(no_exact, selector, {"m": scores}, seed=7, percents=(50,))] == ["m", "m"]
 
 
 # -------------------------------------------------------------------------------------------- Figure 7
@@ -404,24 +419,31 @@ def test_fig6_summary_and_figure() -> None:
     summary = fig6_summary(_sweeps())
     assert summary[["param", "value"]].values.tolist() == [["lam", 0.0], ["lam", 1.5], ["topk", 2], ["topk", 10],
                                                            ["topk", 15], ["tau", 0.1], ["tau", 0.5], ["tau", 0.9]]
-    assert summary["mean"].tolist()[:2] == [290.0, 302.0] and summary["count"].tolist()[:2] == [1, 3]
-    assert summary["std"][1] == pytest.approx(2.0)
+    # every point is seed 0's run, the default included (300, not the mean 302 over seeds 0-2)
+    assert summary["rSum"].tolist() == [290.0, 300.0, 295.0, 300.0, 296.0, 310.0, 300.0, 290.0]
+    assert summary["default mean"].tolist()[1] == 302.0 and summary["default seeds"].tolist()[1] == 3
+    assert summary["default std"][1] == pytest.approx(2.0) and summary["default mean"].isna().tolist() == \
+        [True, False, True, False, True, True, False, True]
     fig = fig6_figure(summary, "scenes")
     assert [ax.get_title() for ax in fig.axes] == list(FIG6_TITLES.values())
     assert fig.axes[0].get_ylabel() == "rSum, whole test split (scenes)"
-    np.testing.assert_allclose(np.asarray(fig.axes[1].lines[0].get_ydata(), dtype=float), [295.0, 302.0, 296.0])
+    np.testing.assert_allclose(np.asarray(fig.axes[1].lines[0].get_ydata(), dtype=float), [295.0, 300.0, 296.0])
     plt.close(fig)
+    two_seeds = _sweeps()
+    two_seeds.loc[two_seeds["value"] == 0.9, "seed"] = 1
+    with pytest.raises(ValueError, match="must share one seed"):
+        fig6_summary(two_seeds)
 
 
 def test_fig6_claims_by_hand() -> None:
     claims = fig6_claims(_sweeps())
-    # λ: 302 - 290 = +12 against the default's seed std 2; K peaks inside (302 - 296 = +6); τ peaks at its end
-    # (302 - 310 = -8); ranges: λ 12, K 7, τ 20
+    # all seed 0: λ: 300 - 290 = +10 against the default's seed std 2; K peaks inside (300 - 296 = +4); τ peaks at
+    # its end (300 - 310 = -10); ranges: λ 10, K 5, τ 20
     assert [c["verdict"] for c in claims] == ["held", "held", "did not hold", "not tested"]
-    assert "= +12.00" in claims[0]["evidence"] and "seed std 2.00" in claims[0]["evidence"]
-    assert "best topk = 10.0;" in claims[1]["evidence"] and "= +6.00" in claims[1]["evidence"]  # a float column
-    assert "best tau = 0.1;" in claims[2]["evidence"] and "= -8.00" in claims[2]["evidence"]
-    assert "lam 12.0; topk 7.0; tau 20.0" in claims[3]["evidence"]
+    assert "= +10.00 (both seed 0" in claims[0]["evidence"] and "seed std 2.00" in claims[0]["evidence"]
+    assert "best topk = 10.0;" in claims[1]["evidence"] and "= +4.00" in claims[1]["evidence"]  # a float column
+    assert "best tau = 0.1;" in claims[2]["evidence"] and "= -10.00" in claims[2]["evidence"]
+    assert "lam 10.0; topk 5.0; tau 20.0" in claims[3]["evidence"]
     assert [c["verdict"] for c in fig6_claims(_sweeps(converged=False))][:3] == ["not tested"] * 3
 
 
@@ -436,9 +458,17 @@ def test_fig7_curves_figure_and_claim_by_hand() -> None:
     curves = fig7_curves(fits, [0, 1])
     assert curves["seed"].tolist() == [0, 0, 1, 1] and curves["initial"].tolist() == [1.0, 0.8, 1.0, 0.6]
     fig = fig7_figure(curves)
-    enhanced, initial = fig.axes[0].lines
-    np.testing.assert_allclose(initial.get_ydata(), [1.0, 0.7])
-    np.testing.assert_allclose(enhanced.get_ydata()[1:], [0.45])
+    _, initial0, enhanced1, initial1 = fig.axes[0].lines  # one line per seed and term, no mean over seeds
+    np.testing.assert_allclose(initial0.get_ydata(), [1.0, 0.8])
+    np.testing.assert_allclose(initial1.get_ydata(), [1.0, 0.6])
+    np.testing.assert_allclose(enhanced1.get_ydata()[1:], [0.4])
+    plt.close(fig)
+    # a seed that stopped later is drawn over its own epochs only
+    longer = {**fits, ("HREM", 1): SimpleNamespace(history=[*fits["HREM", 1].history,
+                                                            {"epoch": 3, "train/triplet_initial": 0.2,
+                                                             "train/triplet_enhanced": 0.3}])}
+    fig = fig7_figure(fig7_curves(longer, [0, 1]))
+    assert [line.get_xdata().tolist() for line in fig.axes[0].lines] == [[1, 2], [1, 2], [1, 2, 3], [1, 2, 3]]
     plt.close(fig)
     # epochs with both terms: initial 0.8 / 0.6, enhanced 0.5 / 0.4 -> diff 0.70 - 0.45; spread std(0.8, 0.6)
     claim = fig7_claim(curves, {"HREM": True})

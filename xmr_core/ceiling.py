@@ -42,6 +42,7 @@ API:
     bayes_ceiling(split, ks=(1, 5, 10))             -> {"i2t/R@1", ..., "t2i/R@10", "rsum"}
     ceiling_t2i(exact (M, N), ks)                   -> {"R@1", ...}
     ceiling_i2t(exact (M, N), caption_image (M,), ks) -> {"R@1", ...}
+    query_ceiling(split, ks)                        -> {"i2t": (N, len(ks)), "t2i": (M, len(ks))} hit probabilities
     percent_of_ceiling(value, ceiling)              -> 100 · value / ceiling
     fold_ceiling(split, n_folds=5, ks)              -> bayes_ceiling averaged over the COCO 1K folds
     split_ceiling(split, whole)                     -> {"1K": fold_ceiling, whole: bayes_ceiling} or None
@@ -67,13 +68,19 @@ def _check_ks(ks: Sequence[int]) -> None:
         raise ValueError(f"ks must be positive cut-offs, got {list(ks)}")
 
 
-def ceiling_t2i(exact: np.ndarray, ks: Sequence[int] = RSUM_KS) -> dict[str, float]:
-    """Ceiling text→image R@K (percent) from exact relevance `(M, N)` bool: 100 · mean_m min(1, K / n_m)."""
+def query_hits_t2i(exact: np.ndarray, ks: Sequence[int] = RSUM_KS) -> np.ndarray:
+    """Each caption's ceiling hit probability at every K from exact relevance `(M, N)` bool: min(1, K / n_m),
+    shape (M, len(ks))."""
     _check_ks(ks)
     n_pos = np.asarray(exact, dtype=bool).sum(1)  # (M,) images each caption holds in
     if (n_pos == 0).any():
         raise ValueError(f"caption {int(np.flatnonzero(n_pos == 0)[0])} holds in no image")
-    return {f"R@{k}": 100.0 * float(np.minimum(1.0, k / n_pos).mean()) for k in ks}
+    return np.minimum(1.0, np.asarray(ks, dtype=np.float64)[None, :] / n_pos[:, None])
+
+
+def ceiling_t2i(exact: np.ndarray, ks: Sequence[int] = RSUM_KS) -> dict[str, float]:
+    """Ceiling text→image R@K (percent) from exact relevance `(M, N)` bool: 100 · mean_m min(1, K / n_m)."""
+    return {f"R@{k}": 100.0 * float(h) for k, h in zip(ks, query_hits_t2i(exact, ks).mean(0))}
 
 
 def _image_hit(spec: np.ndarray, own: np.ndarray, ks: Sequence[int]) -> list[float]:
@@ -96,8 +103,9 @@ def _image_hit(spec: np.ndarray, own: np.ndarray, ks: Sequence[int]) -> list[flo
     return out
 
 
-def ceiling_i2t(exact: np.ndarray, caption_image: np.ndarray, ks: Sequence[int] = RSUM_KS) -> dict[str, float]:
-    """Ceiling image→text R@K (percent) from exact relevance `(M, N)` bool and the caption→image map `(M,)`."""
+def query_hits_i2t(exact: np.ndarray, caption_image: np.ndarray, ks: Sequence[int] = RSUM_KS) -> np.ndarray:
+    """Each image's ceiling hit probability at every K (an own caption in the top K) from exact relevance
+    `(M, N)` bool and the caption→image map `(M,)`, shape (N, len(ks))."""
     _check_ks(ks)
     exact = np.asarray(exact, dtype=bool)
     cap_img = np.asarray(caption_image, dtype=np.int64)
@@ -116,7 +124,20 @@ def ceiling_i2t(exact: np.ndarray, caption_image: np.ndarray, ks: Sequence[int] 
     for i in range(n_img):
         cand = np.flatnonzero(by_image[i])  # captions that hold in image i
         hits[i] = _image_hit(n_pos[cand], cap_img[cand] == i, ks)
-    return {f"R@{k}": 100.0 * float(h) for k, h in zip(ks, hits.mean(0))}
+    return hits
+
+
+def ceiling_i2t(exact: np.ndarray, caption_image: np.ndarray, ks: Sequence[int] = RSUM_KS) -> dict[str, float]:
+    """Ceiling image→text R@K (percent) from exact relevance `(M, N)` bool and the caption→image map `(M,)`."""
+    return {f"R@{k}": 100.0 * float(h) for k, h in zip(ks, query_hits_i2t(exact, caption_image, ks).mean(0))}
+
+
+def query_ceiling(split: Split, ks: Sequence[int] = RSUM_KS) -> dict[str, np.ndarray]:
+    """Every query's ceiling hit probability: {"i2t": (N, len(ks)), "t2i": (M, len(ks))}. The ceiling scorer ranks
+    each query's gallery on its own, so its R@K on a subset of queries is 100 · the mean of their rows."""
+    if split.exact is None:
+        raise ValueError(f"{split.source}: split {split.name!r} has no exact relevance, so no Bayes ceiling")
+    return {"i2t": query_hits_i2t(split.exact, split.caption_image, ks), "t2i": query_hits_t2i(split.exact, ks)}
 
 
 def bayes_ceiling(split: Split, ks: Sequence[int] = RSUM_KS) -> dict[str, float]:
@@ -125,10 +146,8 @@ def bayes_ceiling(split: Split, ks: Sequence[int] = RSUM_KS) -> dict[str, float]
     Returns {"i2t/R@1": ..., "i2t/R@5": ..., "i2t/R@10": ..., "t2i/R@1": ..., ..., "rsum": ...};
     "rsum" only when `ks` holds 1, 5 and 10.
     """
-    if split.exact is None:
-        raise ValueError(f"{split.source}: split {split.name!r} has no exact relevance, so no Bayes ceiling")
-    out = {f"i2t/{key}": v for key, v in ceiling_i2t(split.exact, split.caption_image, ks).items()}
-    out |= {f"t2i/{key}": v for key, v in ceiling_t2i(split.exact, ks).items()}
+    out = {f"{d}/R@{k}": 100.0 * float(h) for d, hits in query_ceiling(split, ks).items()
+           for k, h in zip(ks, hits.mean(0))}
     if set(RSUM_KS) <= set(ks):
         out["rsum"] = rsum(out)
     return out

@@ -127,15 +127,16 @@ table3b
 # %% [markdown]
 # ## Figure 6 — λ, K and τ
 #
-# One seed per non-default value; the default (λ 1.5, K 10, τ 0.5) is HREM fusion, mean ± seed std. rSum on the
-# whole test split.
+# One seed per non-default value; each curve is that seed's runs, its default (λ 1.5, K 10, τ 0.5) being Table 3's
+# HREM fusion of the same seed, so each step is a difference between runs of one seed. Grey: the default's mean ±
+# std over every seed, the spread those differences are judged against. rSum on the whole test split.
 
 # %%
 sweeps = fig6_runs(t3.per_seed, SEED, data, tuned, enc, run)
 fig6 = fig6_figure(fig6_summary(sweeps), DATASET)
 write_figure(fig6, "hrem/fig6", run=run, caption=(
     f"Figure 6 analogue: HREM fusion's rSum on the whole {DATASET} test split against λ, K and τ (Region + BiGRU; "
-    f"non-default values: seed {SEED}; default, dotted: mean ± std over seeds {seeds})."))
+    f"line: seed {SEED} at every value; grey at the default, dotted: mean ± std over seeds {seeds})."))
 write_table(sweeps, "hrem/fig6", run=run, caption="Figure 6 runs: rSum per swept value and seed.")
 plt.show()
 
@@ -143,14 +144,15 @@ plt.show()
 # ## Figure 7 — the triplet loss of the enhanced and the initial embeddings
 #
 # Per epoch, the training means of L(v̄, ū) and L(v, u) (Eq. 13 with distance-weighted negatives, the loss HREM
-# trains), mean over the HREM fusion seeds.
+# trains), each HREM fusion seed drawn whole: the seeds stop at different epochs, so a mean over seeds would mix
+# runs. The claim compares each seed's mean over its own epochs.
 
 # %%
 curves = fig7_curves(t3.fits, seeds)
 fig7 = fig7_figure(curves)
 write_figure(fig7, "hrem/fig7", run=run, caption=(
-    f"Figure 7 analogue: triplet loss of the enhanced and of the initial embeddings per epoch, HREM fusion, mean over "
-    f"seeds {seeds} ({DATASET}, Region + BiGRU, distance-weighted negatives)."))
+    f"Figure 7 analogue: triplet loss of the enhanced and of the initial embeddings per epoch, HREM fusion, one line "
+    f"per seed ({seeds}; each until its run stopped), {DATASET}, Region + BiGRU, distance-weighted negatives."))
 write_table(curves, "hrem/fig7", run=run, caption="Figure 7: the triplet loss terms per epoch and seed.", float_digits=3)
 plt.show()
 
@@ -158,7 +160,8 @@ plt.show()
 # ## Table 4 — hard and infrequent samples
 #
 # The queries are selected on VSE++'s embeddings of each seed (`train.py`'s, from the cache); HREM fusion and
-# "w/o instance level" are scored on them with Table 3's scores.
+# "w/o instance level" are scored on them with Table 3's scores. The Bayes ceiling row is the ceiling scorer's R@1
+# on the same queries: hard and infrequent captions are often the ambiguous ones, which no scorer can place first.
 
 # %%
 t4 = table4_runs(seeds, t3.kept, data, tuned, enc, run)
@@ -166,7 +169,8 @@ table4 = table4_summary(t4)
 write_table(table4, "hrem/table4", run=run, caption=(
     f"HREM Table 4 analogue: R@1 on the hardest and the most 'infrequent' test queries (top 5/10/20% by the mean "
     f"cosine to their negatives, on VSE++'s embeddings of the same seed; definitions in ablate.py), {DATASET}"
-    f"{not_f30k}, whole test split, mean and std over seeds {seeds}. The paper's Table 4 (Flickr30K and COCO 5K) is "
+    f"{not_f30k}, whole test split, mean and std over seeds {seeds}; the Bayes ceiling row: the ceiling scorer's "
+    "R@1 on the same queries (exact relevance). The paper's Table 4 (Flickr30K and COCO 5K) is "
     "not transcribed: in our copy of the paper its rows lost their structure (10 value rows for 12 labels)."))
 write_table(t4, "hrem/table4_per_seed", run=run, caption="Table 4 per kind, percent, model and seed.")
 table4
