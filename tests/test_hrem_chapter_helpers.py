@@ -388,6 +388,12 @@ def test_table3_variants_and_table_follow_the_profile() -> None:
     assert t3a["model"].tolist() == ["HREM", "w/o instance level"]
     assert t3a.loc[1, "all i2t R@1 (scenes)"] == 41.0 and t3a.loc[0, "all rSum (scenes)"] == 150.0
     assert table3(per_seed, "table3b", "scenes")["model"].tolist() == ["HREM", "w/o connection A"]
+    ceiling = {"all": {f"{d}/R@{k}": 90.0 for d in ("i2t", "t2i") for k in (1, 5, 10)} | {"rsum": 400.0}}
+    with_ceiling = table3(per_seed, "table3a", "scenes", ceiling)
+    assert with_ceiling["model"].tolist() == ["Bayes ceiling", "HREM", "w/o instance level"]
+    assert with_ceiling.loc[0, "all i2t R@5 (scenes)"] == 90.0 and with_ceiling.loc[0, "all rSum (scenes)"] == 400.0
+    # rSum 3 · 40 = 120 on both seeds of "w/o instance level": 30 % of 400
+    assert with_ceiling["all rSum % of ceiling"].tolist() == pytest.approx([100.0, 37.5, 30.0])
 
 
 def test_table3_claims_by_hand() -> None:

@@ -429,12 +429,14 @@ def table3_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
     return Table3Runs(pd.DataFrame(rows), fits, kept)
 
 
-def table3(per_seed: pd.DataFrame, part: Literal["table3a", "table3b"], label: str) -> pd.DataFrame:
+def table3(per_seed: pd.DataFrame, part: Literal["table3a", "table3b"], label: str,
+           ceiling: SplitCeiling | None = None) -> pd.DataFrame:
     """Table 3a (relation levels) or 3b (components): HREM, then the part's rows trained in this run, mean over
-    seeds beside the paper's R@1 and R@5 (`hrem_table`), with our rSum."""
+    seeds beside the paper's R@1 and R@5 (`hrem_table`), with our rSum; the Bayes ceiling row on top and each
+    row's rSum as % of it when `ceiling` (`split_ceiling(test, "all")`) is given."""
     rows = {"table3a": TABLE3A, "table3b": TABLE3B}[part]
     order = ["HREM"] + [name for name in rows if name in set(per_seed["model"])]
-    return hrem_table(per_seed, order, part, TABLE3_WITH_RSUM, label)
+    return hrem_table(per_seed, order, part, TABLE3_WITH_RSUM, label, ceiling)
 
 
 def fig6_runs(table3_per_seed: pd.DataFrame, seed: int, data: ChapterData, tuned: dict[str, TuningResult],
