@@ -910,7 +910,7 @@ def fig6_claims(sweeps: pd.DataFrame) -> list[dict[str, object]]:
     summary = fig6_summary(sweeps)
     lam = FIG6_DEFAULTS["lam"]
     seed = int(summary["seed"].iloc[0])
-    default_std = float(sweeps[(sweeps["param"] == "lam") & (sweeps["value"] == lam)]["all rSum"].std())
+    default_std = float(summary[(summary["param"] == "lam") & (summary["value"] == lam)]["default std"].iloc[0])
     by_param = {p: summary[summary["param"] == p].set_index("value")["rSum"].to_dict()
                 for p in summary["param"].unique()}
     converged = bool(sweeps["converged"].all())
