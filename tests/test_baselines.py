@@ -11,7 +11,7 @@ import torch
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.base import in_batch_positives
-from xmr_core.methods.pvse import PVSE, PVSEConfig, diversity_loss, mmd_loss
+from xmr_core.methods.pvse import PVSE, PVSEConfig, diversity_loss, mil_ranking_loss, mmd_loss
 from xmr_core.methods.vse import VSE, HingeSchedule, VSEConfig, vse0_config, vse_pp_config
 from xmr_core.similarity import max_pair_cosine
 
@@ -129,6 +129,8 @@ def test_vse_loss_gradients_reach_both_encoders() -> None:
 #   v0 = {(1,0), (0,1)}, v1 = {(.6,.8), (.6,.8)};  t0 = {(.8,.6), (.8,.6)}, t1 = {(0,1), (0,1)}
 #   s(0,0) = max(.8, .6) = .8   s(0,1) = max(0, 1) = 1   s(1,0) = .48+.48 = .96   s(1,1) = .8
 #   B = 2 (one negative each): i2t .2-.8+1 = .4, .2-.8+.96 = .36; t2i .2-.8+.96 = .36, .2-.8+1 = .4 -> 1.52
+#   summed over the queries; PVSE's code (the default) averages: all negatives summed (the default hinge) ->
+#   mean over the B² = 4 cost-matrix entries per direction = 1.52 / 4 = .38.
 PV_V = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[0.6, 0.8], [0.6, 0.8]]])
 PV_T = torch.tensor([[[0.8, 0.6], [0.8, 0.6]], [[0.0, 1.0], [0.0, 1.0]]])
 
@@ -137,9 +139,58 @@ def test_pvse_mil_loss_on_hand_worked_batch() -> None:
     model = PVSE(PVSEConfig(n_embeds=2, div_weight=0.0, mmd_weight=0.0), WORDS)
     zeros = torch.zeros_like(PV_V)
     loss, parts = model.loss((PV_V, zeros), (PV_T, zeros), _batch([0, 1]))
-    assert loss.item() == pytest.approx(1.52, abs=1e-5)
+    assert loss.item() == pytest.approx(0.38, abs=1e-5)
+    summed = PVSE(PVSEConfig(n_embeds=2, div_weight=0.0, mmd_weight=0.0, ranking_reduction="sum"), WORDS)
+    assert summed.loss((PV_V, zeros), (PV_T, zeros), _batch([0, 1]))[0].item() == pytest.approx(1.52, abs=1e-5)
     assert set(parts) == {"mil", "max_weight", "sim_std"}
     assert torch.allclose(model.score((PV_V, zeros), (PV_T, zeros)), torch.tensor([[0.8, 1.0], [0.96, 0.8]]))
+
+
+@pytest.mark.parametrize(
+    ("hinge", "expected"),
+    [
+        # HAND_S above: summed negatives 1.44 over the 3 x 3 entries of each direction's cost matrix
+        (HingeSchedule(negatives="sum", mask_positives=False), 1.44 / 9),
+        # hardest negative: (.08 + .4 + .04) / 3 + (.4 + .24 + 0) / 3, the mean over the B queries
+        (HingeSchedule(negatives="max", mask_positives=False), 1.16 / 3),
+        # k = round(.5 (B - 1)) = 1: the hardest negative again; the divisor follows the hinge, not the epoch's weight
+        (HingeSchedule(negatives="topk", topk_fraction=0.5, mask_positives=False), 1.16 / 3),
+    ],
+)
+def test_pvse_ranking_loss_is_averaged_as_pvse_code(hinge: HingeSchedule, expected: float) -> None:
+    batch = _batch([0, 1, 2])
+    assert mil_ranking_loss(hinge, HAND_S, batch, epoch=5.0).item() == pytest.approx(expected, abs=1e-6)
+    assert mil_ranking_loss(hinge, HAND_S, batch, 5.0, "sum").item() == pytest.approx(expected * (
+        9 if hinge.negatives == "sum" else 3), abs=1e-6)
+    # PVSE's loss.py, written out: cost matrices with the diagonal zeroed, max over negatives with
+    # --max_violation, then .mean() over what is left, i2t + t2i
+    d = HAND_S.diagonal()
+    eye = torch.eye(3, dtype=torch.bool)
+    cost_i2t = (0.2 + HAND_S - d[:, None]).clamp_min(0).masked_fill(eye, 0.0)
+    cost_t2i = (0.2 + HAND_S - d[None, :]).clamp_min(0).masked_fill(eye, 0.0)
+    if hinge.negatives == "sum":
+        official = cost_i2t.mean() + cost_t2i.mean()
+    else:
+        official = cost_i2t.amax(1).mean() + cost_t2i.amax(0).mean()
+    assert mil_ranking_loss(hinge, HAND_S, batch, 5.0).item() == pytest.approx(official.item(), abs=1e-6)
+
+
+def test_pvse_ranking_reduction_is_checked_and_enters_the_run_key() -> None:
+    # The loss code is not part of `run_key`; the reduction is a config field, so a run cached with the summed
+    # ranking loss (before issue 33) is not reused for the averaged one.
+    from fixtures.corpora import word_split
+
+    from xmr_core.train import TrainConfig, run_key
+
+    with pytest.raises(ValueError, match="ranking_reduction"):
+        PVSEConfig(ranking_reduction="avg")  # type: ignore[arg-type]
+    train, val, cfg = word_split("train", 8, 0), word_split("val", 4, 1), TrainConfig(epochs=1, batch_size=4)
+
+    def key(reduction: str) -> str:
+        torch.manual_seed(0)  # the same initial weights: only the reduction differs
+        return run_key(PVSE(PVSEConfig(embed_dim=12, ranking_reduction=reduction, **SMALL), WORDS), train, val, cfg)
+
+    assert key("mean") == key("mean") != key("sum")
 
 
 def test_pvse_score_is_best_of_k_pairs_brute_force() -> None:

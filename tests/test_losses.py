@@ -146,6 +146,37 @@ def test_kl_matches_torch_distributions() -> None:
     assert float(L.kl_to_standard_normal(torch.zeros(2, 3), torch.zeros(2, 3))) == 0.0
 
 
+def test_kl_is_the_papers_and_pulls_log_sigma_twice_as_hard_as_pcme_code_for_small_sigma() -> None:
+    # Hand-worked, one item, D = 2: mu = (0.6, 0), sigma = (e^-3, 1), i.e. logvar = (-6, 0):
+    # KL = 1/2 [(.36 + e^-6 - 1 + 6) + (0 + 1 - 1 - 0)] = 1/2 (5.36 + e^-6).
+    mu, logvar = torch.tensor([[0.6, 0.0]], dtype=torch.float64), torch.tensor([[-6.0, 0.0]], dtype=torch.float64)
+    assert float(L.kl_to_standard_normal(mu, logvar, "sum")) == pytest.approx(0.5 * (5.36 + math.exp(-6.0)))
+    # Gradient on log sigma = logvar / 2: d/d log sigma 1/2 (sigma^2 - 1 - 2 log sigma) = sigma^2 - 1 -> -1 as
+    # sigma -> 0. PCME's code evaluates 1/2 (sigma - 1 - log sigma) (log sigma where log sigma^2 belongs):
+    # its derivative (sigma - 1) / 2 -> -1/2. Both are 0 at sigma = 1.
+    log_sigma = torch.tensor([[-6.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    L.kl_to_standard_normal(mu, 2.0 * log_sigma, "sum").backward()
+    book = log_sigma.grad.clone()
+    log_sigma.grad = None
+    (-0.5 * (1 + log_sigma - mu.square() - log_sigma.exp()).sum()).backward()  # PCME's kl_divergence, transcribed
+    code = log_sigma.grad
+    assert book[0, 0].item() == pytest.approx(math.exp(-12.0) - 1.0)
+    assert code[0, 0].item() == pytest.approx(0.5 * (math.exp(-6.0) - 1.0))
+    assert book[0, 0].item() / code[0, 0].item() == pytest.approx(2.0, rel=1e-2)
+    assert book[0, 1].item() == code[0, 1].item() == 0.0
+
+
+def test_uniformity_is_exact_above_128_points() -> None:
+    # PCME's code estimates the loss on 128 points drawn with replacement once there are more than 128; the book's
+    # is the exact all-pairs value: equal to the pair loop, and the same on every call.
+    z = torch.randn(150, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    sq = ((z[:, None] - z[None]) ** 2).sum(-1)
+    pairs = [float(torch.exp(-2.0 * sq[i, j])) for i in range(150) for j in range(i + 1, 150)]
+    assert len(pairs) == 150 * 149 // 2
+    assert float(L.uniformity_loss(z)) == pytest.approx(math.log(sum(pairs) / len(pairs)), rel=1e-10)
+    assert float(L.uniformity_loss(z)) == float(L.uniformity_loss(z))
+
+
 def test_uniformity_matches_pairwise_loop() -> None:
     z = torch.randn(3, 2, 4, dtype=torch.float64)
     pts = z.reshape(6, 4)

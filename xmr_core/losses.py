@@ -145,7 +145,13 @@ def soft_contrastive_loss(
 def kl_to_standard_normal(mu: Tensor, logvar: Tensor, reduction: Reduction = "mean") -> Tensor:
     """`KL(N(mu, diag e^logvar) || N(0, I)) = 1/2 sum_d (mu^2 + e^logvar - 1 - logvar)` per item.
 
-    PCME's regulariser (after Hedged Instance Embeddings); mu, logvar `(N, D)` -> scalar (mean or sum over N).
+    PCME's regulariser as its paper states it (after Hedged Instance Embeddings); mu, logvar `(N, D)` -> scalar
+    (mean or sum over N). PCME's code computes another function: its head outputs log sigma (it samples
+    mu + e^(log sigma) eps) but its KL is this formula with log sigma in place of log sigma^2, i.e.
+    1/2 sum_d (m^2 + sigma - 1 - log sigma), and with m the mean of the J samples rather than mu. Both are
+    minimal at sigma = 1, but as sigma -> 0 the derivative in log sigma is -1 here against -1/2 in the code
+    (here d/d log sigma = sigma^2 - 1, the code's (sigma - 1) / 2), and 4x the code's curvature at sigma = 1:
+    a KL weight tuned in the book is not the code's `vib_beta` (`docs/methods.md`).
     """
     if mu.shape != logvar.shape or mu.ndim != 2:
         raise ValueError(f"kl_to_standard_normal: mu {tuple(mu.shape)} and logvar {tuple(logvar.shape)} must be equal (N, D)")
@@ -154,9 +160,11 @@ def kl_to_standard_normal(mu: Tensor, logvar: Tensor, reduction: Reduction = "me
 
 
 def uniformity_loss(z: Tensor, t: float = 2.0) -> Tensor:
-    """Wang & Isola (ICML 2020) uniformity: `log mean_{i<j} exp(-t ||z_i - z_j||^2)`.
+    """Wang & Isola (ICML 2020) uniformity: `log mean_{i<j} exp(-t ||z_i - z_j||^2)`, exact over all pairs.
 
-    z `(N, D)` or samples `(N, J, D)` (all N J points are used, as PCME does) -> scalar. Needs >= 2 points.
+    z `(N, D)` or samples `(N, J, D)` (all N J points) -> scalar. Needs >= 2 points. PCME applies it to the samples
+    of both modalities too, but above 128 points its code estimates it on 128 points drawn with replacement (a
+    repeated point adds a pair at distance 0); this is the exact all-pairs value that estimate aims at.
     """
     points = z.reshape(-1, z.shape[-1])
     n = len(points)

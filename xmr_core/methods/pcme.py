@@ -13,7 +13,8 @@ Read top to bottom, this file follows the paper's Section 3:
    learnable a, b, and the NLL `-log p` for matches / `-log(1 - p)` otherwise, over *every* pair of the
    batch: B matching pairs (plus in-batch duplicates, which are matches too) and the rest non-matching.
 3. Sec. 3.2.1 "Additional regularization": KL(N(mu, sigma^2) || N(0, I)) and the uniformity loss of
-   Wang & Isola over all samples of the batch (both modalities together, as PCME's code does).
+   Wang & Isola over all samples of the batch (both modalities together, as PCME's code does), both as the
+   paper states them; PCME's code computes each differently (see the conventions below).
 4. Sec. 3.2.1 "Measuring instance-wise uncertainty": the geometric mean of the sigmas.
 5. Sec. 3.2.3 and Table 1: test-time similarities (mean only, ELK, JS, 2-Wasserstein, average L2, match
    probability), with the space each needs per gallery item.
@@ -23,10 +24,19 @@ Conventions and deviations, stated once: the sigmoid is the standard logistic s(
 code uses 1/(1+e^-2x), so its CUB a = b = 5 is a = b = 10 here. The loss is reduced as in PCME's code: the
 pair NLL is *summed* over the B^2 pairs, twice (its i2t and t2i terms are the same number, issue #3), the KL
 is summed over the 2B items, and the uniformity loss is a log-mean; so `kl_weight` and `uniformity_weight`
-are PCME's `vib_beta` and `uniform_lambda` as they are. A per-pair *mean* is not a harmless rescaling: it
+weigh their terms against the NLL as PCME's `vib_beta` and `uniform_lambda` do (the terms themselves differ
+slightly, below). A per-pair *mean* is not a harmless rescaling: it
 shrinks every gradient by 2B^2 = 32768 (B = 128), down to the size of Adam's epsilon (1e-8) for the trunks'
 weights, and on the scenes benchmark the model then did not learn (validation rSum 3 after 3 epochs against
 27 with the sum; `docs/training.md`).
+
+Two regularisers differ from PCME's code, which computes other functions than the paper's (`docs/methods.md`):
+- KL: the book's is the paper's KL(N(mu, sigma^2) || N(0, I)) (`losses.kl_to_standard_normal`). The code
+  passes log sigma where its formula expects log sigma^2 (and the mean of the J samples for mu), so for small
+  sigma the book's gradient on log sigma is about twice the code's (-1 against -1/2 per dimension), and 4x its
+  curvature at sigma = 1: the tuned `kl_weight` is not directly comparable with the paper's `vib_beta`.
+- Uniformity: the book's is exact over all 2 B J samples (`losses.uniformity_loss`); above 128 points the code
+  estimates it on 128 points drawn with replacement.
 """
 
 from __future__ import annotations
@@ -81,7 +91,7 @@ class PCMEConfig:
     init_scale: float = 10.0  # a of Eq. (3), learnable
     init_shift: float = 10.0  # b of Eq. (3), learnable
     init_logvar: float = -8.0  # initial log sigma^2 (bias of h^sigma): small noise, so early p(m) is not ~0
-    kl_weight: float = 1e-3  # PCME's vib_beta (CUB): weight of KL(N(mu, sigma^2) || N(0, I)), summed over items
+    kl_weight: float = 1e-3  # PCME's vib_beta (CUB) value: weight of KL(N(mu, sigma^2) || N(0, I)), summed over items
     uniformity_weight: float = 10.0  # PCME's uniform_lambda (CUB): weight of the uniformity loss
     local_attention: bool = True  # the local attention branch of Fig. 3(a)
     mu_only: bool = False  # deterministic "PCME mu only": sigma = 0, J = 1, no KL

@@ -17,11 +17,22 @@ Objective (PVSE Sec. 3.3; official `loss.py`):
   distance is not squared);
 - total L = L_mil + λ_div L_div + λ_mmd L_mmd (official COCO run: λ_div 0.1, λ_mmd 0.01, margin 0.1,
   K = 2, hardest negatives). As in the official code the regularisers are off when K = 1.
+
+Reductions, as the official `loss.py` (`PVSELoss(reduction="mean")`, what its `train.py` builds): L_div is
+averaged over the items, L_mmd over the kernel entries, and the ranking loss is *averaged* too (`mil_ranking_loss`):
+over the B hardest-negative hinges of each direction (`--max_violation`, its COCO setting), over the B² entries
+of the cost matrix when all negatives are summed. So λ_div and λ_mmd weigh the regularisers against the ranking
+term as in the paper's recipe. Until issue 33 the book summed the ranking loss over the batch (as VSE++'s code
+does), which at B = 128 weighed it 128x (16,384x with summed negatives) more against the regularisers than the
+paper tuned λ_div, λ_mmd for: the regularisers were nearly off. `ranking_reduction="sum"` keeps that form.
+The divisor follows the hinge's configured negatives (B for "max" / "topk", B² for "sum"), so it stays the same
+through the warm-up and the ramp of the book's from-scratch schedule (which the official code does not have).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -50,6 +61,11 @@ class PVSEConfig:
     mmd_weight: float = 0.01
     mmd_gamma: float = 0.5
     dropout: float = 0.0
+    ranking_reduction: Literal["mean", "sum"] = "mean"  # `mil_ranking_loss`: "mean" as PVSE's code
+
+    def __post_init__(self) -> None:
+        if self.ranking_reduction not in ("mean", "sum"):
+            raise ValueError(f"PVSEConfig: unknown ranking_reduction {self.ranking_reduction!r}; choose 'mean' or 'sum'")
 
 
 def pvse_config(n_embeds: int = 2, hard_negatives: bool = True, **overrides: object) -> PVSEConfig:
@@ -57,6 +73,19 @@ def pvse_config(n_embeds: int = 2, hard_negatives: bool = True, **overrides: obj
     from-scratch hardest-negative recipe of `xmr_core.methods.vse`, otherwise all negatives are summed."""
     hinge = scratch_hard_negatives() if hard_negatives else HingeSchedule(negatives="sum")
     return PVSEConfig(n_embeds=n_embeds, hinge=hinge, **overrides)  # type: ignore[arg-type]
+
+
+def mil_ranking_loss(hinge: HingeSchedule, scores: Tensor, batch: dict[str, Tensor], epoch: float,
+                     reduction: Literal["mean", "sum"] = "mean") -> Tensor:
+    """The bidirectional hinge of `hinge` on the MIL scores (B, B) -> scalar. "sum": summed over the B queries of
+    each direction (`HingeSchedule.loss`); "mean": PVSE's code, divided by B² when `hinge` sums all negatives
+    (its mean over the (B, B) cost matrix, masked entries included) and by B when it keeps hard negatives (its
+    mean over the B hardest hinges of each direction), whatever the schedule's weight at `epoch`."""
+    total = hinge.loss(scores, batch, epoch)
+    if reduction == "sum":
+        return total
+    b = len(scores)
+    return total / (b * b if hinge.negatives == "sum" else b)
 
 
 def diversity_loss(residuals: Tensor) -> Tensor:
@@ -110,7 +139,7 @@ class PVSE(TwoTower):
         (v, v_res), (t, t_res) = img_emb, cap_emb
         b, k, d = v.shape
         scores = self.batch_scores(img_emb, cap_emb)
-        mil = self.config.hinge.loss(scores, batch, self.epoch)
+        mil = mil_ranking_loss(self.config.hinge, scores, batch, self.epoch, self.config.ranking_reduction)
         loss, parts = mil, {"mil": mil.item(), "max_weight": self.config.hinge.max_weight(self.epoch)}
         if k > 1 and self.config.div_weight > 0:
             div = diversity_loss(v_res) + diversity_loss(t_res)
