@@ -42,8 +42,9 @@ Choices the paper leaves open, made here once:
     `HingeSchedule`: `dvse_config(hard_negatives=True)` uses the from-scratch recipe of
     `xmr_core.methods.vse` (the single hardest negative collapses on scenes); `paper_hinge=True` is Eq. (10)'s
     single hardest negative.
- 7. Reductions: L_var and L_dc are both summed over the batch (Eq. 11 sums over i; Eq. 4 is per image). With
-    the orthogonal term off, L = L_var (η only balances two terms).
+ 7. Reductions: L_var and L_dc are both summed over the batch (Eq. 11 sums over i; Eq. 4 is per image), so η
+    balances them the same way at any batch size. With the orthogonal term off, L = L_var (η only balances two
+    terms).
  8. Test-time score: the paper does not state how K sub-embeddings and one caption embedding give one score;
     we take the best sub-embedding, s(x, y) = max_k cos(v^k, t) (PVSE's MIL score, the set-based convention
     the paper compares with), `pool="mean"` averages instead. The training score is the same max.

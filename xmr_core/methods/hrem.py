@@ -56,7 +56,9 @@ Choices the paper leaves open, each stated once ("the code": CrossmodalGroup/HRE
     into the embeddings (the code); A carries none.
  9. Eq. (11): L_kl(S, S^g) = KL(softmax(S) || softmax(S^g)), softmax over each row, S^g detached, averaged
     over the rows (the code's `batchmean`). The paper combines L_cross and L_reg with no weight
-    (`reg_weight=1`); the code weights L_reg by 10.
+    (`reg_weight=1`); the code weights L_reg by 10. The reductions are the code's (the triplet terms summed over
+    the positive pairs, L_reg averaged over the rows, each summed over its two directions), so `reg_weight=10`
+    is the code's balance exactly (`docs/methods.md`).
 10. Eq. (12): the same λS is added to every head's logits, d_k = d / heads, entries outside A get -inf. In
     the standalone mechanism each modality has its own branch (its own weights): the image branch attends
     from v to the u's with A_I→T, S_I→T, then among the v's with A_I→I, S_I→I; the text branch the other
