@@ -9,7 +9,9 @@ margin at the best learning rate. The weights:
   K = 1 and its K = 2 and 4 rows reuse the tuned values (PVSE's paper uses one setting for every K).
 - PCME μ-only: the uniformity weight (1, 10, 100; PCME's CUB value 10 in the middle), its only weight.
 - PCME: the KL weight (1e-5, 1e-4, 1e-3: PCME's COCO and CUB values and the one between); the
-  uniformity weight stays at PCME's CUB value 10.
+  uniformity weight stays at PCME's CUB value 10. The values are the code's `vib_beta`, but the book's KL is the
+  paper's, which pulls log sigma about twice as hard as the code's at small sigma (`docs/methods.md`): a KL
+  weight of w here acts there like about 2w, so the grid is compared with the paper's values in that sense.
 
 smoke runs one setting per method (every code path, seconds).
 
