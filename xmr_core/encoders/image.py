@@ -26,6 +26,8 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
+from xmr_core.encoders.trunk_cache import load_trunk_state
+
 
 class Features(NamedTuple):
     """Local + global features of a batch. local (B, L, C), mask (B, L) bool (True = real), global_ (B, D)."""
@@ -197,10 +199,6 @@ class ImageEncoder(nn.Module):
         if config.kind == "cnn":
             self.net: nn.Module = SmallCNN(embed_dim, tuple(config.widths), config.hidden, config.image_size)
             if config.trunk:
-                from xmr_core.encoders.trunk import (
-                    load_trunk_state,  # the trunk cache imports the scenes generator
-                )
-
                 self.net.features.load_state_dict(load_trunk_state(config.trunk))
         elif config.kind == "grid":
             if config.grid_dim <= 0 or config.grid_cells <= 0:

@@ -24,19 +24,18 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from xmr_core.config import cache_dir
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import DataFormatError, Split, split_fingerprint
 from xmr_core.data.scenes import GENERATOR_VERSION, Layout, ScenesConfig, generate_pretraining_set
 from xmr_core.encoders.attributes import AttributeTraining, fit_attribute_classifier
 from xmr_core.encoders.image import GridHead, ResNetEncoder, conv_trunk, grid_side, grid_to_sequence
+from xmr_core.encoders.trunk_cache import load_trunk_state, trunk_dir
 from xmr_core.io import atomic_write, atomic_write_text
 
 TRUNK_VERSION = 1  # bump when pretraining changes for the same config
@@ -128,22 +127,6 @@ class PretrainedTrunk:
     @property
     def cells(self) -> int:
         return int(self.meta["cells"])
-
-
-def trunk_dir(key: str) -> Path:
-    return cache_dir() / "trunks" / key
-
-
-def load_trunk_state(key: str) -> dict[str, Tensor]:
-    """The cached trunk's state dict (`weights_only=True`); a missing or unreadable file is named."""
-    path = trunk_dir(key) / "trunk.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: pretrained trunk {key!r} not in the cache; build it with "
-                                f"xmr_core.encoders.trunk.pretrained_trunk")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise RuntimeError(f"{path}: not a readable trunk state dict ({type(err).__name__}: {err})") from None
 
 
 def pretrained_trunk(scenes: ScenesConfig, cfg: TrunkConfig | None = None, progress: bool = True) -> PretrainedTrunk:
