@@ -9,7 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from fixtures.trees import (
+    CUB_CLASSES,
+    CUB_IMAGES,
+    FIXTURES,
+    cub_tree,
+    drilldown_tree,
+    karpathy_tree,
+    make_precomp,
+)
 
 from xmr_core.data.corpus import DataFormatError
 from xmr_core.data.formats.coco_instances import coco_image_labels, read_coco_instances, write_coco_instances
@@ -17,8 +25,6 @@ from xmr_core.data.formats.cub import read_cub
 from xmr_core.data.formats.drilldown import read_drilldown, read_drilldown_split
 from xmr_core.data.formats.karpathy import read_karpathy
 from xmr_core.data.formats.precomp import read_precomp, read_precomp_split
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:
@@ -28,18 +34,6 @@ def one_line(err: pytest.ExceptionInfo) -> str:
 
 
 # ------------------------------------------------------------------------------------------ precomp
-
-
-def make_precomp(
-    root: Path, n: int = 2, k: int = 5, shape: tuple = (3, 4), ids: list[str] | None = None
-) -> np.ndarray:
-    root.mkdir(parents=True, exist_ok=True)
-    feats = np.arange(n * int(np.prod(shape)), dtype=np.float32).reshape(n, *shape)
-    np.save(root / "test_ims.npy", feats)
-    (root / "test_caps.txt").write_text("".join(f"caption {j} of image {j // k}\n" for j in range(n * k)))
-    if ids is not None:
-        (root / "test_ids.txt").write_text("".join(f"{i}\n" for i in ids))
-    return feats
 
 
 def test_precomp_reads_scan_layout(tmp_path: Path) -> None:
@@ -60,7 +54,7 @@ def test_precomp_ids_per_caption_and_capids(tmp_path: Path) -> None:
     assert split.image_ids == ["a", "b"]
     assert split.caption_ids[9] == "c9"
     (tmp_path / "test_ids.txt").write_text("".join(f"{i}\n" for i in ["a"] * 4 + ["b"] * 6))
-    with pytest.raises(DataFormatError, match=r"test_ids.txt: line 1: ids of image row 0 differ"):
+    with pytest.raises(DataFormatError, match=r"test_ids.txt: line 5: ids of image row 0 differ"):
         read_precomp_split(tmp_path, "test", "test")
 
 
@@ -113,19 +107,6 @@ def test_precomp_bad_input(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------- karpathy
-
-
-def karpathy_tree(tmp_path: Path, name: str = "dataset_coco.json") -> Path:
-    shutil.copy(FIXTURES / "karpathy" / name, tmp_path / name)
-    images = {
-        "dataset_coco.json": ["val2014/COCO_val2014_000000000042.jpg", "train2014/COCO_train2014_000000000007.jpg",
-                              "val2014/COCO_val2014_000000000099.jpg", "val2014/COCO_val2014_000000000005.jpg"],
-        "dataset_flickr30k.json": ["1000092795.jpg", "10002456.jpg"],
-    }[name]  # fmt: skip
-    for i, rel in enumerate(images):
-        (tmp_path / "images" / rel).parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.full((4, 6, 3), 40 * i, np.uint8)).save(tmp_path / "images" / rel, format="PNG")
-    return tmp_path / name
 
 
 def test_karpathy_coco(tmp_path: Path) -> None:
@@ -225,27 +206,6 @@ def test_coco_instances_write_read(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- CUB
 
-CUB_CLASSES = ["001.Black_footed_Albatross", "002.Laysan_Albatross", "003.Sooty_Albatross"]
-CUB_IMAGES = {0: ["Black_Footed_Albatross_0001_796111", "Black_Footed_Albatross_0002_55"],
-              1: ["Laysan_Albatross_0001_545"], 2: ["Sooty_Albatross_0001_1071", "Sooty_Albatross_0002_796"]}  # fmt: skip
-
-
-def cub_tree(root: Path, k: int = 10) -> Path:
-    for c, stems in CUB_IMAGES.items():
-        for stem in stems:
-            (root / "images" / CUB_CLASSES[c]).mkdir(parents=True, exist_ok=True)
-            Image.fromarray(np.full((5, 5, 3), c, np.uint8)).save(
-                root / "images" / CUB_CLASSES[c] / f"{stem}.jpg", format="PNG"
-            )
-            (root / "text_c10" / CUB_CLASSES[c]).mkdir(parents=True, exist_ok=True)
-            (root / "text_c10" / CUB_CLASSES[c] / f"{stem}.txt").write_text(
-                "".join(f"{stem} says {j}\n" for j in range(k))
-            )
-    (root / "trainvalclasses.txt").write_text(f"{CUB_CLASSES[0]}\n{CUB_CLASSES[1]}\n")
-    (root / "testclasses.txt").write_text(f"{CUB_CLASSES[2]}\n")
-    (root / "seen_test_images.txt").write_text(f"{CUB_CLASSES[0]}/{CUB_IMAGES[0][1]}.jpg\n")
-    return root
-
 
 def test_cub_pcme_split(tmp_path: Path) -> None:
     corpus = read_cub(cub_tree(tmp_path), load_images=True)
@@ -263,7 +223,8 @@ def test_cub_pcme_split(tmp_path: Path) -> None:
 
 def test_cub_images_txt_sets_order(tmp_path: Path) -> None:
     cub_tree(tmp_path)
-    rels = [f"{CUB_CLASSES[2]}/{CUB_IMAGES[2][1]}.jpg", f"{CUB_CLASSES[2]}/{CUB_IMAGES[2][0]}.jpg"]
+    rels = [f"{CUB_CLASSES[c]}/{stem}.jpg" for c in (0, 1) for stem in CUB_IMAGES[c]]
+    rels += [f"{CUB_CLASSES[2]}/{CUB_IMAGES[2][1]}.jpg", f"{CUB_CLASSES[2]}/{CUB_IMAGES[2][0]}.jpg"]
     (tmp_path / "images.txt").write_text("".join(f"{i + 1} {r}\n" for i, r in enumerate(rels)))
     assert read_cub(tmp_path, ["test"])["test"].image_ids == CUB_IMAGES[2][::-1]
 
@@ -304,24 +265,6 @@ def test_cub_missing_caption_file(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------- Drill-down
-
-
-def drilldown_tree(root: Path, n_regions: int = 4, dims: int = 3) -> dict[int, np.ndarray]:
-    shutil.copytree(FIXTURES / "drilldown", root, dirs_exist_ok=True)
-    feats = {}
-    for index in (3, 11):
-        f = np.random.default_rng(index).standard_normal((n_regions, dims)).astype(np.float32)
-        boxes = np.tile(np.arange(4, dtype=np.float32), (n_regions, 1)) * index
-        path = root / "vg" / "region_36_final" / f"{index:012d}.npy"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as fh:  # Drill-down's files: a pickled dict, despite the .npy name
-            pickle.dump(
-                {"region_feats": f, "region_boxes": boxes, "region_clses": np.zeros(n_regions, np.int64)},
-                fh,
-                protocol=2,
-            )
-        feats[index] = f
-    return feats
 
 
 def test_drilldown_reads_vg_layout(tmp_path: Path) -> None:

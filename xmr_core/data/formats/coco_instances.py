@@ -15,19 +15,66 @@ from pathlib import Path
 import numpy as np
 
 from xmr_core.data.corpus import DataFormatError
-from xmr_core.data.formats.common import decode_utf8, require, write_text
+from xmr_core.data.formats.common import (
+    first_repeat,
+    json_field,
+    json_id,
+    json_int,
+    json_record,
+    json_text,
+    read_json,
+    write_text,
+)
 
 
-def _load(path: Path) -> dict:
-    path = require(path, "COCO instances annotations")
-    try:
-        data = json.loads(decode_utf8(path.read_bytes(), path))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(f"{path}: line {e.lineno}: invalid JSON ({e.msg})") from None
+def _checked(path: Path) -> tuple[list[tuple[int, str]], list[str], list[tuple[str, str, int]]]:
+    """The file's format rules (docs/data.md): (categories as (id, name) in file order, image ids,
+    annotations as (record name, image id, category id)); ids as written, never coerced."""
+    data = read_json(path, "COCO instances annotations")
+    if not isinstance(data, dict):
+        raise DataFormatError(f"{path}: not a COCO instances file (a {type(data).__name__}, not a record)")
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
             raise DataFormatError(f"{path}: no {key!r} list (not a COCO instances file)")
-    return data
+    cats: list[tuple[int, str]] = []
+    for i, c in enumerate(data["categories"]):
+        where = f"{path}: categories[{i}]"
+        c = json_record(c, where)
+        cats.append(
+            (
+                json_int(json_field(c, "id", where), where, "id"),
+                json_text(json_field(c, "name", where), where, "name"),
+            )
+        )
+    for k, what in ((0, "id"), (1, "name")):
+        repeat = first_repeat([c[k] for c in cats])
+        if repeat is not None:
+            i, j = repeat
+            raise DataFormatError(f"{path}: categories[{i}]: {what} {cats[i][k]!r} repeats categories[{j}]")
+    image_ids: dict[int | str, str] = {}  # as written (42 and "42" differ) -> id string
+    listed: set[str] = set()
+    for i, im in enumerate(data["images"]):
+        where = f"{path}: images[{i}]"
+        raw = json_field(json_record(im, where), "id", where)
+        image_id = json_id(raw, where, "id")
+        if image_id in listed:
+            raise DataFormatError(f"{path}: image {image_id} listed twice")
+        listed.add(image_id)
+        image_ids[raw] = image_id
+    ann = []
+    cat_ids = {cid for cid, _ in cats}
+    for i, a in enumerate(data["annotations"]):
+        a = json_record(a, f"{path}: annotations[{i}]")
+        where = f"{path}: annotation {a['id']}" if "id" in a else f"{path}: annotations[{i}]"
+        raw = json_field(a, "image_id", where)
+        json_id(raw, where, "image_id")
+        cid = json_int(json_field(a, "category_id", where), where, "category_id")
+        if cid not in cat_ids:
+            raise DataFormatError(f"{where}: unknown category id {cid}")
+        if raw not in image_ids:
+            raise DataFormatError(f"{where}: image {raw!r} is not in the file's images")
+        ann.append((where, image_ids[raw], cid))
+    return cats, list(image_ids.values()), ann
 
 
 def read_coco_instances(paths: Sequence[str | Path]) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -35,33 +82,20 @@ def read_coco_instances(paths: Sequence[str | Path]) -> tuple[dict[str, np.ndarr
     labels: dict[str, np.ndarray] = {}
     names: list[str] | None = None
     for path in map(Path, paths):
-        data = _load(path)
-        try:
-            cats = sorted((int(c["id"]), str(c["name"])) for c in data["categories"])
-            image_ids = [str(im["id"]) for im in data["images"]]
-            ann = [(a.get("id"), str(a["image_id"]), int(a["category_id"])) for a in data["annotations"]]
-        except (KeyError, TypeError, ValueError) as e:
-            raise DataFormatError(f"{path}: malformed record ({type(e).__name__}: {e})") from None
+        cats, image_ids, ann = _checked(path)
+        cats = sorted(cats)
         if names is None:
             names = [n for _, n in cats]
         elif names != [n for _, n in cats]:
             raise DataFormatError(f"{path}: categories differ from those of {paths[0]}")
         cat_index = {cid: i for i, (cid, _) in enumerate(cats)}
-        rows = {}
         for im in image_ids:
-            if im in labels or im in rows:
+            if im in labels:
                 raise DataFormatError(f"{path}: image {im} listed twice")
-            rows[im] = len(rows)
+        rows = {im: r for r, im in enumerate(image_ids)}
         file_labels = np.zeros((len(rows), len(cats)), dtype=np.uint8)
-        for ann_id, im, cid in ann:
-            if cid not in cat_index:
-                raise DataFormatError(f"{path}: annotation {ann_id}: unknown category id {cid}")
-            if im not in rows:
-                raise DataFormatError(f"{path}: annotation {ann_id}: image {im} is not in the file's images")
-        if ann:
-            r = np.fromiter((rows[im] for _, im, _ in ann), dtype=np.int64, count=len(ann))
-            c = np.fromiter((cat_index[cid] for _, _, cid in ann), dtype=np.int64, count=len(ann))
-            file_labels[r, c] = 1
+        for _, im, cid in ann:
+            file_labels[rows[im], cat_index[cid]] = 1
         labels.update(zip(image_ids, file_labels))
     return labels, names or []
 

@@ -1,16 +1,17 @@
-"""What every reader and writer of the real formats shares: strict text, existence, pixels and finiteness.
+"""What every reader and writer of the real formats shares: strict text, JSON fields, existence, pixels, finiteness.
 
 Every failure is one `DataFormatError` line naming the file and the record (line number, image id);
-nothing is skipped, padded or truncated here. Writers write plain files (`write_file`): an export is made
+nothing is skipped, padded, truncated or coerced here (an id of 42.0 is not the id 42, nor "42.0"). Writers write plain files (`write_file`): an export is made
 atomic as a whole by `xmr_core.data.export`, which writes into a staging directory and renames it, so
 tens of thousands of small files do not each pay an fsync.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -18,15 +19,30 @@ from tqdm import tqdm
 
 from xmr_core.data.corpus import DataFormatError
 
+if TYPE_CHECKING:
+    from xmr_core.data.corpus import Split
+
 DOCS = "docs/data.md"
 IMAGE_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png")
 
 
 def require(path: str | Path, what: str) -> Path:
-    """`path` if it exists, else a `DataFormatError` saying what it should hold and where the docs are."""
+    """`path` if it is a file, else a `DataFormatError` saying what it should hold and where the docs are."""
     path = Path(path)
     if not path.exists():
         raise DataFormatError(f"{path}: missing ({what}); see {DOCS}")
+    if not path.is_file():
+        raise DataFormatError(f"{path}: not a file ({what}); see {DOCS}")
+    return path
+
+
+def require_dir(path: str | Path, what: str) -> Path:
+    """`path` if it is a directory, else a `DataFormatError` as `require`."""
+    path = Path(path)
+    if not path.exists():
+        raise DataFormatError(f"{path}: missing ({what}); see {DOCS}")
+    if not path.is_dir():
+        raise DataFormatError(f"{path}: not a directory ({what}); see {DOCS}")
     return path
 
 
@@ -52,6 +68,87 @@ def read_lines(path: str | Path, what: str, *, allow_empty: bool = False) -> lis
         if empty:
             raise DataFormatError(f"{path}: line {empty[0] + 1}: empty {what} line")
     return lines
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """The parsed UTF-8 JSON file `path` (NaN and Infinity parse as floats: the field rules reject them)."""
+    path = require(path, what)
+    try:
+        return json.loads(decode_utf8(path.read_bytes(), path))
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{path}: line {e.lineno}: invalid JSON ({e.msg})") from None
+
+
+def json_record(value: Any, where: str) -> dict:
+    """`value` if it is a JSON object; `where` is the error's prefix (file and record)."""
+    if not isinstance(value, dict):
+        raise DataFormatError(f"{where}: not a record")
+    return value
+
+
+def json_field(record: dict, key: str, where: str) -> Any:
+    if key not in record:
+        raise DataFormatError(f"{where}: no {key!r}")
+    return record[key]
+
+
+def json_int(value: Any, where: str, what: str) -> int:
+    """An integer exactly: 6.9, 42.0, "42", true and NaN are errors, not 6, 42 or 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DataFormatError(f"{where}: {what} {value!r} is not an integer")
+    return value
+
+
+def json_id(value: Any, where: str, what: str) -> str:
+    """An id written as an integer or as text (non-empty, no surrounding space), as a string."""
+    if isinstance(value, str) and value and value == value.strip():
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DataFormatError(f"{where}: {what} {value!r} is not an integer or text")
+    return str(value)
+
+
+def json_text(value: Any, where: str, what: str) -> str:
+    """Non-empty text, stripped."""
+    if not isinstance(value, str):
+        raise DataFormatError(f"{where}: {what} is not text")
+    if not value.strip():
+        raise DataFormatError(f"{where}: empty {what}")
+    return value.strip()
+
+
+def first_repeat(items: Sequence[Hashable]) -> tuple[int, int] | None:
+    """(i, j) with items[i] the first item equal to an earlier one, items[j]; None if all differ."""
+    first: dict[Hashable, int] = {}
+    for i, item in enumerate(items):
+        if item in first:
+            return i, first[item]
+        first[item] = i
+    return None
+
+
+def check_disjoint(splits: Mapping[str, Split]) -> None:
+    """No image id in two splits. Only splits whose ids come from a file (`meta["image_ids_file"]`) count:
+    the row numbers a format falls back on repeat in every split by design."""
+    owner: dict[str, str] = {}
+    for name, split in splits.items():
+        source = split.meta.get("image_ids_file")
+        if source is None:
+            continue
+        for row, image_id in enumerate(split.image_ids):
+            if image_id in owner:
+                raise DataFormatError(
+                    f"{source}: image {image_id!r} (row {row}) of split {name!r} is also in split {owner[image_id]!r}"
+                )
+        owner.update(dict.fromkeys(split.image_ids, name))
+
+
+def check_numeric(values: Any, path: str | Path, what: str) -> np.ndarray:
+    """`values` as an array of numbers (int, uint or float); text, objects and booleans are errors."""
+    array = np.asarray(values)
+    if array.dtype.kind not in "iuf":
+        raise DataFormatError(f"{path}: {what} of dtype {array.dtype}, expected numbers")
+    return array
 
 
 def write_file(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +31,12 @@ from tqdm import tqdm
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.formats.common import (
     IMAGE_SUFFIXES,
+    check_disjoint,
+    first_repeat,
     load_pixels,
     read_lines,
     require,
+    require_dir,
     write_lines,
     write_png,
 )
@@ -41,49 +45,145 @@ from xmr_core.data.formats.sidecar import apply_sidecar
 TRAINVAL_CLASSES = "trainvalclasses.txt"
 TEST_CLASSES = "testclasses.txt"
 SEEN_TEST_IMAGES = "seen_test_images.txt"
-CLASS_DIR = re.compile(r"^(\d+)\.(.+)$")
+CLASS_DIR = re.compile(r"^([0-9]+)\.(.+)$")
+SPLITS = ("train", "val", "test")
 
 
-def _classes(images_dir: Path) -> list[str]:
-    """Class directory names in numeric order; any other directory is an error."""
-    dirs = sorted(p.name for p in images_dir.iterdir() if p.is_dir())
-    for d in dirs:
-        if not CLASS_DIR.match(d):
-            raise DataFormatError(f"{images_dir / d}: unknown class directory (expected NNN.Class_Name)")
-    return sorted(dirs, key=lambda d: int(CLASS_DIR.match(d).group(1)))
+@dataclass
+class _Layout:
+    """A checked CUB tree: class directories in numeric order, image paths `<class dir>/<file>` in order,
+    the class split, the seen-class test images (PCME) and, with `image_lists`, each split's image list."""
+
+    class_dirs: list[str]
+    rels: list[str]
+    trainval: set[str]
+    test: set[str]
+    seen: list[str] | None
+    lists: dict[str, list[str]]
 
 
-def _image_list(root: Path, images_dir: Path, class_dirs: list[str]) -> list[str]:
-    """Relative image paths `<class dir>/<file>`, in `images.txt` order when it exists."""
-    listing = root / "images.txt"
-    if not listing.exists():
-        return [
-            f"{d}/{f.name}"
-            for d in class_dirs
-            for f in sorted((images_dir / d).iterdir())
-            if f.suffix.lower() in IMAGE_SUFFIXES
-        ]
+def _checked(root: Path, images_dir: Path, image_lists: bool, splits: Sequence[str]) -> _Layout:
+    """Every rule of the layout (docs/data.md) except the caption files, which are checked as they are read."""
+    for s in splits:
+        if s not in SPLITS:
+            raise DataFormatError(f"{root}: no split {s!r} (CUB splits: {', '.join(SPLITS)})")
+    class_dirs = []
+    for p in sorted(images_dir.iterdir()):
+        if not p.is_dir():
+            raise DataFormatError(f"{p}: not in a class directory (expected images/NNN.Class_Name/<image>)")
+        if not CLASS_DIR.match(p.name):
+            raise DataFormatError(f"{p}: unknown class directory (expected NNN.Class_Name)")
+        class_dirs.append(p.name)
+    class_dirs.sort(key=lambda d: int(CLASS_DIR.match(d).group(1)))
+    numbers = [int(CLASS_DIR.match(d).group(1)) for d in class_dirs]
+    repeat = first_repeat(numbers)
+    if repeat is not None:
+        raise DataFormatError(
+            f"{images_dir / class_dirs[repeat[0]]}: class number {numbers[repeat[0]]} repeats {class_dirs[repeat[1]]}"
+        )
+    on_disk = []
+    for d in class_dirs:
+        for f in sorted((images_dir / d).iterdir()):
+            if f.name.startswith("."):
+                continue
+            if not f.is_file() or f.suffix.lower() not in IMAGE_SUFFIXES:
+                raise DataFormatError(f"{f}: not an image ({', '.join(IMAGE_SUFFIXES)})")
+            on_disk.append(f"{d}/{f.name}")
+    rels = (
+        _image_listing(root / "images.txt", set(class_dirs), on_disk)
+        if (root / "images.txt").exists()
+        else on_disk
+    )
+    stems = [Path(r).stem for r in rels]
+    repeat = first_repeat(stems)
+    if repeat is not None:
+        raise DataFormatError(
+            f"{images_dir / rels[repeat[0]]}: image id {stems[repeat[0]]} is also {rels[repeat[1]]}"
+        )
+
     known = set(class_dirs)
+    trainval = _listed(root / TRAINVAL_CLASSES, "class", known)
+    test = _listed(root / TEST_CLASSES, "class", known)
+    for i, name in enumerate(test):
+        if name in trainval:
+            raise DataFormatError(
+                f"{root / TEST_CLASSES}: line {i + 1}: class {name!r} is also a trainval class ({TRAINVAL_CLASSES})"
+            )
+    for rel in rels:
+        d = rel.split("/", 1)[0]
+        if d not in trainval and d not in test:
+            raise DataFormatError(
+                f"{images_dir / d}: class of image {Path(rel).stem} is in neither {TRAINVAL_CLASSES} nor {TEST_CLASSES}"
+            )
+
+    seen = None
+    seen_path = root / SEEN_TEST_IMAGES
+    if not image_lists and ("val" in splits or ("train" in splits and seen_path.exists())):
+        seen = _listed(require(seen_path, "seen-class test images (PCME)"), "image", set(rels))
+        for i, rel in enumerate(seen):
+            if rel.split("/", 1)[0] in test:
+                raise DataFormatError(
+                    f"{seen_path}: line {i + 1}: image {rel} is of a test class ({TEST_CLASSES})"
+                )
+    lists: dict[str, list[str]] = {}
+    if image_lists:
+        owner: dict[str, str] = {}
+        for s in SPLITS:
+            path = root / f"{s}_images.txt"
+            if s not in splits and not path.exists():
+                continue
+            lists[s] = _listed(path, "image", set(rels))
+            for i, rel in enumerate(lists[s]):
+                if rel in owner:
+                    raise DataFormatError(f"{path}: line {i + 1}: image {rel} is also in {owner[rel]}")
+                owner[rel] = path.name
+        for rel in rels:
+            if rel not in owner:
+                raise DataFormatError(
+                    f"{root / 'images.txt'}: image {rel} is in no split list ({', '.join(owner.values())})"
+                )
+    return _Layout(class_dirs, rels, set(trainval), set(test), seen, lists)
+
+
+def _image_listing(listing: Path, known: set[str], on_disk: list[str]) -> list[str]:
+    """`images.txt`: line i is `i <class dir>/<file>`, every image under images/ exactly once."""
     rels = []
+    exists = set(on_disk)
     for i, line in enumerate(read_lines(listing, "image listing")):
         parts = line.split(maxsplit=1)
-        rel = parts[-1]
-        if len(parts) != 2 or "/" not in rel or rel.split("/", 1)[0] not in known:
+        if len(parts) != 2 or "/" not in parts[1] or parts[1].split("/", 1)[0] not in known:
             raise DataFormatError(f"{listing}: line {i + 1}: unknown class in {line!r}")
-        if not (images_dir / rel).is_file():
+        if parts[0] != str(i + 1):
+            raise DataFormatError(f"{listing}: line {i + 1}: {line!r} is not '<line number> <class>/<image>'")
+        if parts[1] not in exists:
             raise DataFormatError(
-                f"{images_dir / rel}: missing image file (listed at {listing.name} line {i + 1})"
+                f"{listing.parent / 'images' / parts[1]}: missing image file (listed at {listing.name} line {i + 1})"
             )
-        rels.append(rel)
+        rels.append(parts[1])
+    repeat = first_repeat(rels)
+    if repeat is not None:
+        raise DataFormatError(
+            f"{listing}: line {repeat[0] + 1}: image {rels[repeat[0]]} repeats line {repeat[1] + 1}"
+        )
+    missing = sorted(exists - set(rels))
+    if missing:
+        raise DataFormatError(
+            f"{listing}: image {missing[0]} is not listed ({len(missing)} images under images/ are not)"
+        )
     return rels
 
 
-def _class_file(path: Path, known: set[str]) -> set[str]:
-    names = read_lines(path, "class name")
+def _listed(path: Path, what: str, known: set[str]) -> list[str]:
+    """The lines of a class list (`what` "class") or an image list ("image"): each known, none twice."""
+    names = read_lines(path, {"class": "class name", "image": "image path"}[what])
     for i, name in enumerate(names):
         if name not in known:
-            raise DataFormatError(f"{path}: line {i + 1}: unknown class {name!r}")
-    return set(names)
+            raise DataFormatError(f"{path}: line {i + 1}: unknown {what} {name!r}")
+    repeat = first_repeat(names)
+    if repeat is not None:
+        i, j = repeat
+        raise DataFormatError(f"{path}: line {i + 1}: {what} {names[i]!r} repeats line {j + 1}")
+    return names
 
 
 def read_cub(
@@ -98,41 +198,26 @@ def read_cub(
 ) -> Corpus:
     """Read the requested CUB splits (image paths, captions, classes); pixels too when `load_images`."""
     root = Path(root)
-    images_dir = require(root / "images", "CUB-200-2011 images/<class>/<image>.jpg")
-    text_dir = require(text_dir or root / "text_c10", "CUB captions text_c10/<class>/<image>.txt")
-    class_dirs = _classes(images_dir)
-    known = set(class_dirs)
-    trainval = _class_file(root / TRAINVAL_CLASSES, known)
-    test = _class_file(root / TEST_CLASSES, known)
-    rels = _image_list(root, images_dir, class_dirs)
-    seen: set[str] = set()
-    if not image_lists and ("val" in splits or "train" in splits):
-        seen_path = root / SEEN_TEST_IMAGES
-        if "val" in splits or seen_path.exists():
-            seen = set(read_lines(require(seen_path, "seen-class test images (PCME)"), "image path"))
-            unknown = seen - set(rels)
-            if unknown:
-                raise DataFormatError(f"{seen_path}: image {min(unknown)!r} is not a CUB image")
-    class_index = {d: i for i, d in enumerate(class_dirs)}
-    class_names = [CLASS_DIR.match(d).group(2) for d in class_dirs]
+    images_dir = require_dir(root / "images", "CUB-200-2011 images/<class>/<image>.jpg")
+    text_dir = require_dir(text_dir or root / "text_c10", "CUB captions text_c10/<class>/<image>.txt")
+    layout = _checked(root, images_dir, image_lists, splits)
+    seen = set(layout.seen or ())
+    class_index = {d: i for i, d in enumerate(layout.class_dirs)}
+    class_names = [CLASS_DIR.match(d).group(2) for d in layout.class_dirs]
     members = {
-        "train": lambda cls, rel: cls in trainval and rel not in seen,
-        "val": lambda cls, rel: cls in trainval and rel in seen,
-        "test": lambda cls, rel: cls in test,
+        "train": lambda cls, rel: cls in layout.trainval and rel not in seen,
+        "val": lambda cls, rel: cls in layout.trainval and rel in seen,
+        "test": lambda cls, rel: cls in layout.test,
     }
     out = {}
     for s in splits:
-        if s not in members:
-            raise ValueError(f"CUB has splits train / val / test, not {s!r}")
         if image_lists:
-            chosen = read_lines(root / f"{s}_images.txt", f"image path of split {s!r}")
-            unknown = set(chosen) - set(rels)
-            if unknown:
-                raise DataFormatError(
-                    f"{root / f'{s}_images.txt'}: image {min(unknown)!r} is not a listed CUB image"
-                )
+            chosen, source = layout.lists[s], root / f"{s}_images.txt"
         else:
-            chosen = [rel for rel in rels if members[s](rel.split("/", 1)[0], rel)]
+            chosen = [rel for rel in layout.rels if members[s](rel.split("/", 1)[0], rel)]
+            source = root / {"train": TRAINVAL_CLASSES, "val": SEEN_TEST_IMAGES, "test": TEST_CLASSES}[s]
+        if not chosen:
+            raise DataFormatError(f"{source}: no images in split {s!r}")
         stems = [Path(rel).stem for rel in chosen]
         captions, caption_ids = [], []
         for rel, stem in zip(chosen, tqdm(stems, desc=f"read {s} captions", disable=not progress)):
@@ -154,15 +239,19 @@ def read_cub(
             image_paths=[str(images_dir / rel) for rel in chosen],
             image_class=np.array([class_index[rel.split("/", 1)[0]] for rel in chosen], dtype=np.int64),
             class_names=list(class_names),
-            meta={"format": "cub"},
+            meta={"format": "cub", "image_ids_file": str(source)},
         )
         if load_images:
             split.images = load_pixels(split.image_paths, progress=progress)
         out[s] = apply_sidecar(split, root, s).validate()
+    check_disjoint(out)
     return Corpus(
         name="cub",
         splits=out,
-        meta={"format": "cub", "class_split": {"trainval": sorted(trainval), "test": sorted(test)}},
+        meta={
+            "format": "cub",
+            "class_split": {"trainval": sorted(layout.trainval), "test": sorted(layout.test)},
+        },
     )
 
 
@@ -178,8 +267,8 @@ def write_cub(
     Needs pixels, classes shared by all splits (`class_names`) and k captions per image in image order.
     When test classes are disjoint from train and val classes, `val` becomes `seen_test_images.txt`;
     otherwise every split is listed in `<split>_images.txt` (read back with `image_lists=True`).
-    `class_split` ({"trainval": [...], "test": [...]} class indices) sets the class files; by default
-    the classes of the train/val and of the test split."""
+    `class_split` ({"trainval": [...], "test": [...]} class indices, disjoint) sets the class files; a class
+    it leaves out (all of them by default) joins trainval if train or val has it, else test."""
     root = Path(root)
     names = splits[0].class_names
     for split in splits:
@@ -195,12 +284,20 @@ def write_cub(
     by_split = {s.name: s for s in splits}
     used_seen = {int(c) for s in splits if s.name != "test" for c in np.unique(s.image_class)}
     used_test = {int(c) for c in np.unique(by_split["test"].image_class)} if "test" in by_split else set()
-    seen_classes, test_classes = used_seen, used_test
+    seen_classes, test_classes = set(), set()
     if class_split is not None:
         seen_classes, test_classes = set(class_split["trainval"]), set(class_split["test"])
-    # The class files reproduce the splits only when each split's classes sit on its side of a disjoint
-    # class split; otherwise every split is listed image by image.
-    image_lists = bool(seen_classes & test_classes) or not (used_seen <= seen_classes and used_test <= test_classes)
+    if seen_classes & test_classes:
+        raise ValueError(
+            f"{splits[0].source}: classes {sorted(seen_classes & test_classes)} on both sides of the class split"
+        )
+    # A class the class split leaves out joins trainval if train or val has it, else test (disjoint)
+    left_out = (used_seen | used_test) - seen_classes - test_classes
+    seen_classes |= left_out & used_seen
+    test_classes |= left_out - used_seen
+    # The class files reproduce the splits only when each split's classes sit on its side of the class
+    # split; otherwise every split is listed image by image.
+    image_lists = not (used_seen <= seen_classes and used_test <= test_classes)
     for d in class_dirs:
         (root / "images" / d).mkdir(parents=True, exist_ok=True)
     listing, lists = [], {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,10 +29,17 @@ from tqdm import tqdm
 
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.formats.common import (
+    check_disjoint,
     check_finite,
-    decode_utf8,
+    check_numeric,
     find_image,
+    first_repeat,
+    json_field,
+    json_int,
+    json_record,
+    json_text,
     load_pixels,
+    read_json,
     read_lines,
     require,
     write_file,
@@ -42,6 +50,7 @@ from xmr_core.data.formats.common import (
 from xmr_core.data.formats.sidecar import apply_sidecar
 from xmr_core.io import atomic_write
 
+INDEX = re.compile(r"0|[1-9][0-9]*")
 _NUMPY_GLOBALS = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
@@ -64,7 +73,8 @@ def region_file(root: Path, index: int) -> Path:
     return root / "vg" / "region_36_final" / f"{index:012d}.npy"
 
 
-def _read_regions(path: Path) -> dict:
+def _read_regions(path: Path, n_regions: int, dims: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """One image's checked (R, D) float32 features and (R, 4) boxes (None when the file has none)."""
     require(path, "Drill-down region features")
     try:
         with open(path, "rb") as fh:
@@ -73,28 +83,69 @@ def _read_regions(path: Path) -> dict:
         raise DataFormatError(f"{path}: unreadable region pickle ({e})") from None
     if not isinstance(data, dict) or "region_feats" not in data:
         raise DataFormatError(f"{path}: no 'region_feats' in the region pickle")
-    return data
+    feats = check_numeric(data["region_feats"], path, "region_feats").astype(np.float32)
+    want = (n_regions, dims if dims is not None else "D")
+    if feats.ndim != 2 or feats.shape[0] != n_regions or (dims is not None and feats.shape[1] != dims):
+        raise DataFormatError(f"{path}: region_feats of shape {feats.shape}, expected ({want[0]}, {want[1]})")
+    check_finite(feats[None], path, [path.stem.lstrip("0") or "0"])
+    if "region_boxes" not in data:
+        return feats, None
+    boxes = check_numeric(data["region_boxes"], path, "region_boxes").astype(np.float32)
+    if boxes.shape != (n_regions, 4):
+        raise DataFormatError(f"{path}: region_boxes of shape {boxes.shape}, expected ({n_regions}, 4)")
+    if not np.isfinite(boxes).all():
+        raise DataFormatError(f"{path}: region_boxes contain NaN or inf")
+    return feats, boxes
 
 
-def _queries(path: Path, dedupe: bool, min_queries: int) -> tuple[list[int], list[str]]:
-    require(path, "Drill-down region graph")
-    try:
-        regions = json.loads(decode_utf8(path.read_bytes(), path))["regions"]
-        pairs = sorted((int(r["region_id"]), r["phrase"]) for r in regions)
-    except json.JSONDecodeError as e:
-        raise DataFormatError(f"{path}: line {e.lineno}: invalid JSON ({e.msg})") from None
-    except (KeyError, TypeError, ValueError) as e:
-        raise DataFormatError(f"{path}: malformed region record ({type(e).__name__}: {e})") from None
+def _split_indices(path: Path, split: str) -> list[int]:
+    """The split file: one image index a line (digits, no sign or leading zero), none twice, at least one."""
+    lines = read_lines(path, f"image index of split {split!r}")
+    for i, line in enumerate(lines):
+        if not INDEX.fullmatch(line):
+            raise DataFormatError(f"{path}: line {i + 1}: {line!r} is not an image index")
+    repeat = first_repeat(lines)
+    if repeat is not None:
+        raise DataFormatError(
+            f"{path}: line {repeat[0] + 1}: image {lines[repeat[0]]} repeats line {repeat[1] + 1}"
+        )
+    if not lines:
+        raise DataFormatError(f"{path}: no images in split {split!r}")
+    return [int(line) for line in lines]
+
+
+def _queries(path: Path, index: int, dedupe: bool, min_queries: int) -> tuple[list[int], list[str]]:
+    """The region graph's checked (region ids, phrases) in region-id order, deduplicated when `dedupe`."""
+    data = read_json(path, "Drill-down region graph")
+    if not isinstance(data, dict) or not isinstance(data.get("regions"), list):
+        raise DataFormatError(f"{path}: no 'regions' list (not a Drill-down region graph)")
+    if "image_id" in data and data["image_id"] != index:
+        raise DataFormatError(f"{path}: image_id {data['image_id']!r} is not the file's image {index}")
+    pairs = []
+    for i, region in enumerate(data["regions"]):
+        where = f"{path}: regions[{i}]"
+        rid = json_int(json_field(json_record(region, where), "region_id", where), where, "region_id")
+        pairs.append(
+            (
+                rid,
+                json_text(
+                    json_field(region, "phrase", f"{path}: region {rid}"), f"{path}: region {rid}", "caption"
+                ),
+            )
+        )
+    repeat = first_repeat([rid for rid, _ in pairs])
+    if repeat is not None:
+        raise DataFormatError(
+            f"{path}: regions[{repeat[0]}]: region_id {pairs[repeat[0]][0]} repeats regions[{repeat[1]}]"
+        )
     rids, phrases, seen = [], [], set()
-    for rid, phrase in pairs:
-        if not isinstance(phrase, str) or not phrase.strip():
-            raise DataFormatError(f"{path}: region {rid}: empty caption")
+    for rid, phrase in sorted(pairs):
         if dedupe:
-            if phrase.strip().lower() in seen:
+            if phrase.lower() in seen:
                 continue
-            seen.add(phrase.strip().lower())
+            seen.add(phrase.lower())
         rids.append(rid)
-        phrases.append(phrase.strip())
+        phrases.append(phrase)
     if len(phrases) < min_queries:
         raise DataFormatError(f"{path}: {len(phrases)} region captions, expected at least {min_queries}")
     return rids, phrases
@@ -115,16 +166,11 @@ def read_drilldown_split(
     (memory-mapped: the full VG train split is 27 GB) and read from it on later calls."""
     root = Path(root)
     split_file = root / "caches" / f"vg_{split}.txt"
-    ids = read_lines(split_file, f"image index of split {split!r}")
-    indices = []
-    for i, line in enumerate(ids):
-        if not line.isdigit():
-            raise DataFormatError(f"{split_file}: line {i + 1}: {line!r} is not an image index")
-        indices.append(int(line))
+    indices = _split_indices(split_file, split)
     image_ids = [str(i) for i in indices]
     queries, caption_ids = [], []
     for index in tqdm(indices, desc=f"read {split} region graphs", disable=not progress):
-        rids, phrases = _queries(root / "vg" / "rg_jsons" / f"{index}.json", dedupe, min_queries)
+        rids, phrases = _queries(root / "vg" / "rg_jsons" / f"{index}.json", index, dedupe, min_queries)
         queries.append(phrases)
         caption_ids.extend(f"{index}/{rid}" for rid in rids)
     regions, boxes = _features(root, indices, n_regions, features_cache, progress)
@@ -150,7 +196,7 @@ def read_drilldown_split(
         regions=regions,
         region_boxes=boxes,
         queries=queries,
-        meta={"format": "drilldown"},
+        meta={"format": "drilldown", "image_ids_file": str(split_file)},
     )
     if load_images:
         out.images = load_pixels(image_paths, progress=progress)
@@ -177,12 +223,7 @@ def _features(
     try:
         for row, index in enumerate(tqdm(indices, desc="read region features", disable=not progress)):
             path = region_file(root, index)
-            data = _read_regions(path)
-            f = np.asarray(data["region_feats"], dtype=np.float32)
-            if f.ndim != 2 or f.shape[0] != n_regions or (feats is not None and f.shape[1] != feats.shape[2]):
-                want = f"({n_regions}, {feats.shape[2] if feats is not None else 'D'})"
-                raise DataFormatError(f"{path}: region_feats of shape {f.shape}, expected {want}")
-            check_finite(f[None], path, [str(index)])
+            f, b = _read_regions(path, n_regions, feats.shape[2] if feats is not None else None)
             if feats is None:
                 shape = (len(indices), n_regions, f.shape[1])
                 feats = (
@@ -190,15 +231,10 @@ def _features(
                     if tmp
                     else np.empty(shape, np.float32)
                 )
-                boxes = np.empty((len(indices), n_regions, 4), np.float32) if "region_boxes" in data else None
-            if ("region_boxes" in data) != (boxes is not None):
+                boxes = np.empty((len(indices), n_regions, 4), np.float32) if b is not None else None
+            if (b is None) != (boxes is None):
                 raise DataFormatError(f"{path}: region_boxes present in some region files and not in others")
             if boxes is not None:
-                b = np.asarray(data["region_boxes"], dtype=np.float32)
-                if b.shape != (n_regions, 4):
-                    raise DataFormatError(
-                        f"{path}: region_boxes of shape {b.shape}, expected ({n_regions}, 4)"
-                    )
                 boxes[row] = b
             feats[row] = f
     except BaseException:
@@ -236,6 +272,7 @@ def read_drilldown(
         )
         for s in splits
     }  # fmt: skip
+    check_disjoint(out)
     return Corpus(name="vg", splits=out, meta={"format": "drilldown"})
 
 

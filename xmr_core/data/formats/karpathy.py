@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +21,33 @@ from tqdm import tqdm
 
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.formats.coco_instances import coco_image_labels
-from xmr_core.data.formats.common import decode_utf8, load_pixels, require, write_png, write_text
+from xmr_core.data.formats.common import (
+    check_disjoint,
+    json_field,
+    json_id,
+    json_int,
+    json_record,
+    json_text,
+    load_pixels,
+    read_json,
+    write_png,
+    write_text,
+)
 from xmr_core.data.formats.sidecar import apply_sidecar
 
 KARPATHY_SPLITS = ("train", "val", "test", "restval")
+
+
+@dataclass
+class _Image:
+    """One checked record of the json."""
+
+    index: int
+    image_id: str
+    split: str
+    path: str
+    caption_ids: list[str]
+    captions: list[str]
 
 
 def read_karpathy(
@@ -39,70 +63,116 @@ def read_karpathy(
     progress: bool = False,
 ) -> Corpus:
     """Read the requested splits; `image_paths` always, pixels too when `load_images` (equal sizes only)."""
-    json_path = require(json_path, "Karpathy split file")
-    image_dir = Path(image_dir)
-    try:
-        data = json.loads(decode_utf8(json_path.read_bytes(), json_path))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(f"{json_path}: line {e.lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
-        raise DataFormatError(f"{json_path}: no 'images' list (not a Karpathy split file)")
-    parts: dict[str, dict[str, list]] = {
-        s: {"ids": [], "paths": [], "cids": [], "caps": [], "cimg": []} for s in splits
-    }
-    for i, img in enumerate(data["images"]):
-        where = f"{json_path}: images[{i}]"
-        try:
-            split = img["split"]
-            if split not in KARPATHY_SPLITS:
-                raise DataFormatError(f"{where}: unknown split {split!r}")
-            part = parts.get(restval if split == "restval" else split)
-            if part is None:
-                continue
-            image_id = str(img["cocoid"]) if "cocoid" in img else Path(img["filename"]).stem
-            where = f"{json_path}: image {image_id}"
-            sentences = img["sentences"]
-            if not sentences or (captions_per_image is not None and len(sentences) != captions_per_image):
-                want = captions_per_image if captions_per_image is not None else "at least 1"
-                raise DataFormatError(f"{where}: {len(sentences)} captions, expected {want}")
-            row = len(part["ids"])
-            for sent in sentences:
-                raw = sent["raw"]
-                if not isinstance(raw, str) or not raw.strip():
-                    raise DataFormatError(f"{where}: sentence {sent.get('sentid')}: empty caption")
-                part["caps"].append(raw.strip())
-                part["cids"].append(str(sent["sentid"]))
-            part["cimg"].extend([row] * len(sentences))
-            part["ids"].append(image_id)
-            part["paths"].append(str(image_dir / img.get("filepath", "") / img["filename"]))
-        except (KeyError, TypeError) as e:
-            raise DataFormatError(f"{where}: malformed record ({type(e).__name__}: {e})") from None
+    json_path = Path(json_path)
+    data = read_json(json_path, "Karpathy split file")
+    images = _checked(data, json_path, Path(image_dir), captions_per_image)
+    for s in splits:
+        if s not in KARPATHY_SPLITS:
+            raise DataFormatError(
+                f"{json_path}: no split {s!r} (Karpathy splits: {', '.join(KARPATHY_SPLITS)})"
+            )
+    if restval not in KARPATHY_SPLITS:
+        raise DataFormatError(
+            f"{json_path}: restval={restval!r} is not a split ({', '.join(KARPATHY_SPLITS)})"
+        )
+    if "restval" in splits and restval != "restval":
+        raise DataFormatError(
+            f"{json_path}: split 'restval' asked for, but restval={restval!r} moves its images to {restval!r}"
+        )
     out = {}
-    for s, part in parts.items():
+    for s in splits:
+        chosen = [im for im in images if (restval if im.split == "restval" else im.split) == s]
+        if not chosen:
+            raise DataFormatError(f"{json_path}: no image has split {s!r}")
         if check_images:
-            for image_id, p in zip(
-                part["ids"], tqdm(part["paths"], desc=f"check {s} images", disable=not progress)
-            ):
-                if not Path(p).is_file():
+            for im in tqdm(chosen, desc=f"check {s} images", disable=not progress):
+                if not Path(im.path).is_file():
                     raise DataFormatError(
-                        f"{p}: missing image file of image {image_id} ({json_path.name}); see docs/data.md"
+                        f"{im.path}: missing image file of image {im.image_id} ({json_path.name}); see docs/data.md"
                     )
         split = Split(
             name=s,
             source=str(json_path),
-            image_ids=part["ids"],
-            caption_ids=part["cids"],
-            captions=part["caps"],
-            caption_image=np.asarray(part["cimg"], dtype=np.int64),
-            image_paths=part["paths"],
-            meta={"format": "karpathy"},
+            image_ids=[im.image_id for im in chosen],
+            caption_ids=[c for im in chosen for c in im.caption_ids],
+            captions=[c for im in chosen for c in im.captions],
+            caption_image=np.repeat(
+                np.arange(len(chosen), dtype=np.int64), [len(im.captions) for im in chosen]
+            ),
+            image_paths=[im.path for im in chosen],
+            meta={"format": "karpathy", "image_ids_file": str(json_path)},
         )
         if instances:
             split.image_labels, split.meta["label_names"] = coco_image_labels(instances, split.image_ids)
         if load_images:
             split.images = load_pixels(split.image_paths, progress=progress)
         out[s] = apply_sidecar(split, json_path.parent, s).validate()
+    check_disjoint(out)
     return Corpus(name=str(data.get("dataset", json_path.stem)), splits=out, meta={"format": "karpathy"})
+
+
+def _checked(data: object, json_path: Path, image_dir: Path, captions_per_image: int | None) -> list[_Image]:
+    """Every image record of the file (all splits) checked against the format rules (docs/data.md)."""
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise DataFormatError(f"{json_path}: no 'images' list (not a Karpathy split file)")
+    images: list[_Image] = []
+    first_image: dict[str, _Image] = {}
+    sentence_image: dict[str, str] = {}
+    for i, img in enumerate(data["images"]):
+        where = f"{json_path}: images[{i}]"
+        img = json_record(img, where)
+        split = json_field(img, "split", where)
+        if split not in KARPATHY_SPLITS:
+            raise DataFormatError(f"{where}: unknown split {split!r}")
+        filename = json_field(img, "filename", where)
+        if not isinstance(filename, str) or not Path(filename).stem:
+            raise DataFormatError(f"{where}: filename {filename!r} is not a file name")
+        filepath = img.get("filepath", "")
+        if not isinstance(filepath, str):
+            raise DataFormatError(f"{where}: filepath {filepath!r} is not a directory name")
+        image_id = str(json_int(img["cocoid"], where, "cocoid")) if "cocoid" in img else Path(filename).stem
+        if image_id in first_image:
+            other = first_image[image_id]
+            raise DataFormatError(
+                f"{json_path}: image {image_id}: images[{i}] (split {split!r}) has the id of "
+                f"images[{other.index}] (split {other.split!r})"
+            )
+        where = f"{json_path}: image {image_id}"
+        sentences = json_field(img, "sentences", where)
+        if not isinstance(sentences, list):
+            raise DataFormatError(f"{where}: sentences is not a list")
+        if not sentences or (captions_per_image is not None and len(sentences) != captions_per_image):
+            want = captions_per_image if captions_per_image is not None else "at least 1"
+            raise DataFormatError(f"{where}: {len(sentences)} captions, expected {want}")
+        caption_ids, captions = [], []
+        for j, sent in enumerate(sentences):
+            sent = json_record(sent, f"{where}: sentences[{j}]")
+            sid = json_id(
+                json_field(sent, "sentid", f"{where}: sentences[{j}]"), f"{where}: sentences[{j}]", "sentid"
+            )
+            if sid in sentence_image:
+                raise DataFormatError(
+                    f"{where}: sentence {sid}: sentid already used by image {sentence_image[sid]}"
+                )
+            sentence_image[sid] = image_id
+            if "imgid" in sent and "imgid" in img and sent["imgid"] != img["imgid"]:
+                raise DataFormatError(
+                    f"{where}: sentence {sid}: imgid {sent['imgid']!r} is not the image's imgid {img['imgid']!r}"
+                )
+            captions.append(
+                json_text(
+                    json_field(sent, "raw", f"{where}: sentence {sid}"), f"{where}: sentence {sid}", "caption"
+                )
+            )
+            caption_ids.append(sid)
+        if "sentids" in img and img["sentids"] != [s["sentid"] for s in sentences]:
+            raise DataFormatError(
+                f"{where}: sentids {img['sentids']!r} are not its sentences' sentids {[s['sentid'] for s in sentences]!r}"
+            )
+        image = _Image(i, image_id, split, str(image_dir / filepath / filename), caption_ids, captions)
+        first_image[image_id] = image
+        images.append(image)
+    return images
 
 
 def write_karpathy(

@@ -13,12 +13,13 @@ the gallery axis plus its shape; `queries` (N lists of strings) as one flat arra
 from __future__ import annotations
 
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from xmr_core.data.corpus import DataFormatError, Split
-from xmr_core.data.formats.common import write_file
+from xmr_core.data.formats.common import first_repeat, write_file
 
 STRING_FIELDS = ("image_ids", "caption_ids", "captions", "class_names", "caption_level")
 ARRAY_FIELDS = ("caption_image", "images", "regions", "region_boxes", "image_class", "image_labels")
@@ -58,8 +59,116 @@ def write_sidecar(
     return write_file(sidecar_path(directory, name or split.name), lambda fh: np.savez(fh, **arrays))
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """What one stored array must be: its dtype kinds (numpy `dtype.kind`), number of axes and the size of
+    its last axis (None: any). Its length is checked against the split (`PER_IMAGE`, `PER_CAPTION`)."""
+
+    kinds: str
+    ndim: int
+    last: int | None = None
+
+
+_KIND_NAMES = {"U": "text", "iu": "integers", "f": "float", "u": "uint8", "iub": "0/1 integers"}
+RULES: dict[str, _Rule] = {
+    "image_ids": _Rule("U", 1),
+    "caption_ids": _Rule("U", 1),
+    "captions": _Rule("U", 1),
+    "class_names": _Rule("U", 1),
+    "caption_level": _Rule("U", 1),
+    "caption_image": _Rule("iu", 1),
+    "images": _Rule("u", 4, 3),
+    "regions": _Rule("f", 3),
+    "region_boxes": _Rule("f", 3, 4),
+    "image_class": _Rule("iu", 1),
+    "image_labels": _Rule("iub", 2),
+    "exact_bits": _Rule("u", 2),
+    "exact_shape": _Rule("iu", 1),
+    "queries_flat": _Rule("U", 1),
+    "queries_offsets": _Rule("iu", 1),
+}
+PAIRS = (("exact_bits", "exact_shape"), ("queries_flat", "queries_offsets"))
+
+
+def _check_arrays(path: Path, raw: dict[str, np.ndarray]) -> None:
+    """The rules of the stored arrays on their own: known fields, paired fields together, dtype and axes."""
+    for key in raw:
+        if key not in RULES:
+            raise DataFormatError(f"{path}: unknown sidecar field {key!r}")
+    for a, b in PAIRS:
+        if (a in raw) != (b in raw):
+            have, missing = (a, b) if a in raw else (b, a)
+            raise DataFormatError(f"{path}: {have} without {missing}")
+    for key, value in raw.items():
+        rule = RULES[key]
+        if value.dtype.kind not in rule.kinds or (key == "images" and value.dtype != np.uint8):
+            raise DataFormatError(
+                f"{path}: field {key!r} of dtype {value.dtype}, expected {_KIND_NAMES[rule.kinds]}"
+            )
+        if value.ndim != rule.ndim or (rule.last is not None and value.shape[-1] != rule.last):
+            axes = {"images": "(N, H, W, 3)", "region_boxes": "(N, R, 4)"}.get(key, f"{rule.ndim} axes")
+            raise DataFormatError(f"{path}: field {key!r} of shape {value.shape}, expected {axes}")
+    if "exact_bits" in raw:
+        shape = raw["exact_shape"].tolist()
+        if len(shape) != 2 or raw["exact_bits"].shape != (shape[0], -(-shape[1] // 8)):
+            raise DataFormatError(
+                f"{path}: exact_bits of shape {raw['exact_bits'].shape} for exact_shape {shape}"
+            )
+    if "queries_offsets" in raw:
+        offsets = raw["queries_offsets"]
+        if (
+            len(offsets) == 0
+            or offsets[0] != 0
+            or (np.diff(offsets) < 0).any()
+            or offsets[-1] != len(raw["queries_flat"])
+        ):
+            raise DataFormatError(
+                f"{path}: queries_offsets {offsets} do not rise from 0 to {len(raw['queries_flat'])} (the queries)"
+            )
+
+
+def _check_split(path: Path, split: Split, fields: dict) -> None:
+    """The rules against the split: one entry per image or caption, ids unique, values in range and finite."""
+    n, m = split.n_images, split.n_captions
+    for key, value in fields.items():
+        expected = n if key in PER_IMAGE else m if key in PER_CAPTION else len(value)
+        if len(value) != expected:
+            per = "images" if key in PER_IMAGE else "captions"
+            raise DataFormatError(f"{path}: field {key!r} has {len(value)} entries for {expected} {per}")
+    for key in ("image_ids", "caption_ids"):
+        repeat = first_repeat(fields.get(key, []))
+        if repeat is not None:
+            i, j = repeat
+            raise DataFormatError(f"{path}: {key}[{i}] {fields[key][i]!r} repeats {key}[{j}]")
+    if "exact" in fields and fields["exact"].shape[1] != n:
+        raise DataFormatError(f"{path}: exact relevance of {fields['exact'].shape[1]} images for {n}")
+    if "caption_image" in fields:
+        bad = np.flatnonzero((fields["caption_image"] < 0) | (fields["caption_image"] >= n))
+        if bad.size:
+            raise DataFormatError(
+                f"{path}: caption {split.caption_ids[bad[0]]!r}: caption_image {fields['caption_image'][bad[0]]} is not one of {n} images"
+            )
+    if "image_class" in fields:
+        classes = len(split.class_names or [])
+        bad = np.flatnonzero((fields["image_class"] < 0) | (fields["image_class"] >= classes))
+        if bad.size:
+            raise DataFormatError(
+                f"{path}: image {split.image_ids[bad[0]]!r}: image_class {fields['image_class'][bad[0]]} is not one of the {classes} class_names"
+            )
+    if "image_labels" in fields:
+        bad = np.flatnonzero(~np.isin(fields["image_labels"], (0, 1)).all(1))
+        if bad.size:
+            raise DataFormatError(f"{path}: image {split.image_ids[bad[0]]!r}: image_labels are not 0/1")
+    for key in ("regions", "region_boxes"):
+        if key in fields:
+            ok = np.isfinite(fields[key].reshape(n, -1)).all(1)
+            if not ok.all():
+                bad = int(np.flatnonzero(~ok)[0])
+                raise DataFormatError(f"{path}: image {split.image_ids[bad]!r}: {key} contain NaN or inf")
+
+
 def read_sidecar(directory: str | Path, split: str) -> dict | None:
-    """The decoded fields of `xmr_<split>.npz`, or None when there is no sidecar."""
+    """The decoded fields of `xmr_<split>.npz` (its arrays checked, `RULES`), or None when there is none."""
     path = sidecar_path(directory, split)
     if not path.exists():
         return None
@@ -68,6 +177,7 @@ def read_sidecar(directory: str | Path, split: str) -> dict | None:
             raw = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataFormatError(f"{path}: unreadable sidecar ({e})") from None
+    _check_arrays(path, raw)
     out: dict = {}
     for key, value in raw.items():
         if key in STRING_FIELDS:
@@ -80,24 +190,18 @@ def read_sidecar(directory: str | Path, split: str) -> dict | None:
         elif key == "queries_offsets":
             flat = [str(s) for s in raw["queries_flat"].tolist()]
             out["queries"] = [flat[a:b] for a, b in zip(value[:-1].tolist(), value[1:].tolist())]
-        elif key not in ("exact_shape", "queries_flat"):
-            raise DataFormatError(f"{path}: unknown sidecar field {key!r}")
     return out
 
 
 def apply_sidecar(split: Split, directory: str | Path, name: str | None = None) -> Split:
-    """Set the fields found in `xmr_<name>.npz` on `split` (checking their lengths); return the split."""
+    """Set the fields found in `xmr_<name>.npz` on `split` and check them against it; return the split."""
     fields = read_sidecar(directory, name or split.name)
     if fields is None:
         return split
     path = sidecar_path(directory, name or split.name)
     for key, value in fields.items():
         setattr(split, key, value)
-    n, m = split.n_images, split.n_captions
-    for key in fields:
-        size = len(fields[key])
-        expected = n if key in PER_IMAGE else m if key in PER_CAPTION else None
-        if expected is not None and size != expected:
-            per = "images" if key in PER_IMAGE else "captions"
-            raise DataFormatError(f"{path}: field {key!r} has {size} entries for {expected} {per}")
+    if "image_ids" in fields:
+        split.meta["image_ids_file"] = str(path)
+    _check_split(path, split, fields)
     return split
