@@ -861,12 +861,12 @@ def images_of_three_dims(tmp):
     return sidecar(tmp, images=np.zeros((2, 4, 4), np.uint8))
 
 
-@case("sidecar", "dropped", r"xmr_test.npz: queries_offsets \[0 2 1 3\] do not rise from 0 to 3")
+@case("sidecar", "dropped", r"xmr_test.npz: queries_offsets\[2\] = 1: the offsets must rise from 0 to 3")
 def offsets_overlap(tmp):
     return sidecar(tmp, queries_flat=QUERIES["queries_flat"], queries_offsets=np.array([0, 2, 1, 3]))
 
 
-@case("sidecar", "dropped", r"xmr_test.npz: queries_offsets \[0 1 2\] do not rise from 0 to 3")
+@case("sidecar", "dropped", r"xmr_test.npz: queries_offsets\[2\] = 2: the offsets must rise from 0 to 3")
 def offsets_short_of_the_end(tmp):
     return sidecar(tmp, queries_flat=QUERIES["queries_flat"], queries_offsets=np.array([0, 1, 2]))
 

@@ -102,9 +102,10 @@ def _checked(root: Path, images_dir: Path, image_lists: bool, splits: Sequence[s
         )
 
     known = set(class_dirs)
-    trainval = _listed(root / TRAINVAL_CLASSES, "class", known)
-    test = _listed(root / TEST_CLASSES, "class", known)
-    for i, name in enumerate(test):
+    trainval = set(_listed(root / TRAINVAL_CLASSES, "class", known))
+    test_lines = _listed(root / TEST_CLASSES, "class", known)
+    test = set(test_lines)
+    for i, name in enumerate(test_lines):
         if name in trainval:
             raise DataFormatError(
                 f"{root / TEST_CLASSES}: line {i + 1}: class {name!r} is also a trainval class ({TRAINVAL_CLASSES})"
@@ -142,7 +143,7 @@ def _checked(root: Path, images_dir: Path, image_lists: bool, splits: Sequence[s
                 raise DataFormatError(
                     f"{root / 'images.txt'}: image {rel} is in no split list ({', '.join(owner.values())})"
                 )
-    return _Layout(class_dirs, rels, set(trainval), set(test), seen, lists)
+    return _Layout(class_dirs, rels, trainval, test, seen, lists)
 
 
 def _image_listing(listing: Path, known: set[str], on_disk: list[str]) -> list[str]:

@@ -73,8 +73,10 @@ def region_file(root: Path, index: int) -> Path:
     return root / "vg" / "region_36_final" / f"{index:012d}.npy"
 
 
-def _read_regions(path: Path, n_regions: int, dims: int | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """One image's checked (R, D) float32 features and (R, 4) boxes (None when the file has none)."""
+def _read_regions(
+    path: Path, index: int, n_regions: int, dims: int | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Image `index`'s checked (R, D) float32 features and (R, 4) boxes (None when the file has none)."""
     require(path, "Drill-down region features")
     try:
         with open(path, "rb") as fh:
@@ -87,7 +89,7 @@ def _read_regions(path: Path, n_regions: int, dims: int | None) -> tuple[np.ndar
     want = (n_regions, dims if dims is not None else "D")
     if feats.ndim != 2 or feats.shape[0] != n_regions or (dims is not None and feats.shape[1] != dims):
         raise DataFormatError(f"{path}: region_feats of shape {feats.shape}, expected ({want[0]}, {want[1]})")
-    check_finite(feats[None], path, [path.stem.lstrip("0") or "0"])
+    check_finite(feats[None], path, [str(index)])
     if "region_boxes" not in data:
         return feats, None
     boxes = check_numeric(data["region_boxes"], path, "region_boxes").astype(np.float32)
@@ -119,20 +121,14 @@ def _queries(path: Path, index: int, dedupe: bool, min_queries: int) -> tuple[li
     data = read_json(path, "Drill-down region graph")
     if not isinstance(data, dict) or not isinstance(data.get("regions"), list):
         raise DataFormatError(f"{path}: no 'regions' list (not a Drill-down region graph)")
-    if "image_id" in data and data["image_id"] != index:
+    if "image_id" in data and json_int(data["image_id"], str(path), "image_id") != index:
         raise DataFormatError(f"{path}: image_id {data['image_id']!r} is not the file's image {index}")
     pairs = []
     for i, region in enumerate(data["regions"]):
         where = f"{path}: regions[{i}]"
         rid = json_int(json_field(json_record(region, where), "region_id", where), where, "region_id")
-        pairs.append(
-            (
-                rid,
-                json_text(
-                    json_field(region, "phrase", f"{path}: region {rid}"), f"{path}: region {rid}", "caption"
-                ),
-            )
-        )
+        where = f"{path}: region {rid}"
+        pairs.append((rid, json_text(json_field(region, "phrase", where), where, "caption")))
     repeat = first_repeat([rid for rid, _ in pairs])
     if repeat is not None:
         raise DataFormatError(
@@ -223,7 +219,7 @@ def _features(
     try:
         for row, index in enumerate(tqdm(indices, desc="read region features", disable=not progress)):
             path = region_file(root, index)
-            f, b = _read_regions(path, n_regions, feats.shape[2] if feats is not None else None)
+            f, b = _read_regions(path, index, n_regions, feats.shape[2] if feats is not None else None)
             if feats is None:
                 shape = (len(indices), n_regions, f.shape[1])
                 feats = (

@@ -115,15 +115,14 @@ def _check_arrays(path: Path, raw: dict[str, np.ndarray]) -> None:
                 f"{path}: exact_bits of shape {raw['exact_bits'].shape} for exact_shape {shape}"
             )
     if "queries_offsets" in raw:
-        offsets = raw["queries_offsets"]
-        if (
-            len(offsets) == 0
-            or offsets[0] != 0
-            or (np.diff(offsets) < 0).any()
-            or offsets[-1] != len(raw["queries_flat"])
-        ):
+        offsets, total = raw["queries_offsets"].tolist(), len(raw["queries_flat"])
+        # image i's queries are flat[offsets[i]:offsets[i + 1]]: the offsets start at 0 and never fall
+        bad = [i for i, o in enumerate(offsets) if (o != 0 if i == 0 else o < offsets[i - 1])]
+        if bad or not offsets or offsets[-1] != total:
+            i = bad[0] if bad else len(offsets) - 1
             raise DataFormatError(
-                f"{path}: queries_offsets {offsets} do not rise from 0 to {len(raw['queries_flat'])} (the queries)"
+                f"{path}: queries_offsets[{i}] = {offsets[i] if offsets else None}: "
+                f"the offsets must rise from 0 to {total} (the queries)"
             )
 
 
