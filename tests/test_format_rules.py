@@ -190,6 +190,18 @@ def empty_caption(tmp):
     return read
 
 
+@case("precomp", "malformed", r"test_ims.npy: unreadable feature array")
+def features_pickled(tmp):
+    read = precomp(tmp)
+    np.save(tmp / "test_ims.npy", np.array([{"a": 1}, {"b": 2}], dtype=object), allow_pickle=True)
+    return read
+
+
+@case("precomp", "malformed", r"test_ims.npy: 3 regions per image, expected 36")
+def wrong_region_count(tmp):
+    return precomp(tmp, n_regions=36)
+
+
 # ----------------------------------------------------------------------------------------- karpathy
 def karpathy(
     tmp: Path, change: Callable[[dict], object] | None = None, name: str = "dataset_coco.json", **kw
@@ -355,6 +367,30 @@ def invalid_json(tmp):
     return lambda: read_karpathy(path, tmp / "images")
 
 
+@case("karpathy", "malformed", r"dataset_coco.json: images\[1\]: filepath 5 is not a directory name")
+def filepath_not_text(tmp):
+    return karpathy(tmp, set_image(1, "filepath", 5))
+
+
+@case("karpathy", "malformed", r"dataset_coco.json: image 7: sentences is not a list")
+def sentences_not_a_list(tmp):
+    return karpathy(tmp, set_image(1, "sentences", "A cat."))
+
+
+@case("karpathy", "malformed", r"dataset_coco.json: no 'images' list \(not a Karpathy split file\)")
+def no_images_list(tmp):
+    return karpathy(tmp, lambda d: d.pop("images"))
+
+
+@case(
+    "karpathy",
+    "absent",
+    r"dataset_coco.json: split 'restval' asked for, but restval='train' moves its images",
+)
+def restval_split_moved(tmp):
+    return karpathy(tmp, splits=["train", "restval"])
+
+
 # ---------------------------------------------------------------------------------- COCO instances
 def instances(tmp: Path, change: Callable[[dict], object] | None = None, copies: int = 1):
     paths = []
@@ -464,6 +500,16 @@ def category_without_name(tmp):
 @case("coco_instances", "malformed", r"instances_1.json: categories differ from those of .*instances_0.json")
 def categories_differ(tmp):
     return instances(tmp, set_record("categories", 2, "name", "cat"), copies=2)
+
+
+@case("coco_instances", "malformed", r"instances_0.json: images\[1\]: not a record")
+def instances_image_not_a_record(tmp):
+    return instances(tmp, lambda d: d["images"].__setitem__(1, 99))
+
+
+@case("coco_instances", "malformed", r"instances_0.json: annotation 503: no 'category_id'")
+def annotation_without_category(tmp):
+    return instances(tmp, lambda d: d["annotations"][2].pop("category_id"))
 
 
 # ---------------------------------------------------------------------------------------------- CUB
@@ -646,6 +692,38 @@ def unknown_class(tmp):
     return read
 
 
+@case("cub", "dropped", r"images/stray.jpg: not in a class directory")
+def image_outside_class_directories(tmp):
+    read = cub(tmp)
+    (tmp / "images" / "stray.jpg").write_bytes(b"")
+    return read
+
+
+@case("cub", "leak", r"images.txt: line 6: image .*Sooty_Albatross_0002_796.jpg repeats line 5")
+def image_listed_twice(tmp):
+    read = cub(tmp)
+    listing(tmp, ALL_CUB + [ALL_CUB[-1]])
+    return read
+
+
+@case("cub", "malformed", r"images.txt: line 2: unknown class in '2 004.Nope/x.jpg'")
+def listing_unknown_class(tmp):
+    read = cub(tmp)
+    (tmp / "images.txt").write_text(f"1 {ALL_CUB[0]}\n2 004.Nope/x.jpg\n")
+    return read
+
+
+@case(
+    "cub",
+    "absent",
+    r"images/001.Black_footed_Albatross/Nope.jpg: missing image file \(listed at images.txt line 2\)",
+)
+def listing_missing_file(tmp):
+    read = cub(tmp)
+    (tmp / "images.txt").write_text(f"1 {ALL_CUB[0]}\n2 {CUB_CLASSES[0]}/Nope.jpg\n")
+    return read
+
+
 # ---------------------------------------------------------------------------------------- Drill-down
 def drilldown(tmp: Path, split: str = "test", **kw):
     drilldown_tree(tmp)
@@ -818,6 +896,27 @@ def region_graph_is_a_list(tmp):
     return read
 
 
+@case("drilldown", "crash", r"000000000003.npy: region_boxes of shape \(4, 5\), expected \(4, 4\)")
+def region_boxes_of_another_shape(tmp):
+    read = drilldown(tmp)
+    write_pickle(tmp, 3, {"region_feats": FEATS, "region_boxes": np.zeros((4, 5), np.float32)})
+    return read
+
+
+@case("drilldown", "malformed", r"000000000003.npy: no 'region_feats' in the region pickle")
+def region_pickle_without_features(tmp):
+    read = drilldown(tmp)
+    write_pickle(tmp, 3, {"region_boxes": BOXES})
+    return read
+
+
+@case("drilldown", "malformed", r"vg_test.txt: line 1: '-3' is not an image index")
+def negative_index(tmp):
+    read = drilldown(tmp)
+    (tmp / "caches" / "vg_test.txt").write_text("-3\n11\n")
+    return read
+
+
 # ------------------------------------------------------------------------------------------ sidecar
 def sidecar(tmp: Path, **arrays) -> Callable[[], object]:
     """A precomp test split (2 images, 5 captions each) with `xmr_test.npz` holding `arrays`, written by hand."""
@@ -926,6 +1025,21 @@ def sidecar_not_a_zip(tmp):
     make_precomp(tmp)
     (tmp / "xmr_test.npz").write_text("not a zip")
     return lambda: read_precomp_split(tmp, "test", "test")
+
+
+@case("sidecar", "absent", r"xmr_test.npz: caption '7': caption_image 2 is not one of 2 images")
+def caption_of_no_image(tmp):
+    return sidecar(tmp, caption_image=np.array([0] * 5 + [1, 1, 2, 1, 1]))
+
+
+@case("sidecar", "dropped", r"xmr_test.npz: caption_ids\[3\] 'b' repeats caption_ids\[1\]")
+def sidecar_caption_id_twice(tmp):
+    return sidecar(tmp, caption_ids=np.array(["a", "b", "c", "b", "e", "f", "g", "h", "i", "j"]))
+
+
+@case("sidecar", "crash", r"xmr_test.npz: exact relevance of 3 images for 2")
+def exact_of_other_images(tmp):
+    return sidecar(tmp, exact_bits=np.packbits(np.ones((10, 3), bool), axis=1), exact_shape=np.array([10, 3]))
 
 
 @pytest.mark.parametrize("reader, kind, build, expected", CASES)

@@ -64,8 +64,6 @@ def read_karpathy(
 ) -> Corpus:
     """Read the requested splits; `image_paths` always, pixels too when `load_images` (equal sizes only)."""
     json_path = Path(json_path)
-    data = read_json(json_path, "Karpathy split file")
-    images = _checked(data, json_path, Path(image_dir), captions_per_image)
     for s in splits:
         if s not in KARPATHY_SPLITS:
             raise DataFormatError(
@@ -79,6 +77,8 @@ def read_karpathy(
         raise DataFormatError(
             f"{json_path}: split 'restval' asked for, but restval={restval!r} moves its images to {restval!r}"
         )
+    data = read_json(json_path, "Karpathy split file")
+    images = _checked(data, json_path, Path(image_dir), captions_per_image)
     out = {}
     for s in splits:
         chosen = [im for im in images if (restval if im.split == "restval" else im.split) == s]
