@@ -8,7 +8,9 @@ supports (pixels or paths, region features, classes, concept labels, exact relev
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -19,6 +21,18 @@ Direction = Literal["i2t", "t2i"]
 
 class DataFormatError(ValueError):
     """Malformed or inconsistent input; the message names the file (or source) and the record."""
+
+
+def check_finite(features: np.ndarray, path: str | Path, image_ids: Sequence[str], chunk: int = 4096) -> None:
+    """Raise naming the first image whose features hold NaN or inf (scanned in chunks: works on memmaps)."""
+    for start in range(0, features.shape[0], chunk):
+        block = np.asarray(features[start : start + chunk])
+        ok = np.isfinite(block.reshape(block.shape[0], -1)).all(1)
+        if not ok.all():
+            row = start + int(np.flatnonzero(~ok)[0])
+            raise DataFormatError(
+                f"{path}: image {image_ids[row]!r} (row {row}): features contain NaN or inf"
+            )
 
 
 @dataclass
@@ -93,14 +107,10 @@ class Split:
         if self.regions is not None:
             if self.regions.ndim != 3 or self.regions.shape[0] != n:
                 fail(f"regions have shape {self.regions.shape}, expected ({n}, R, D)")
-            from xmr_core.data.formats.common import check_finite  # chunked: memory-mapped arrays stay cheap
-
             check_finite(self.regions, f"{self.source}: split {self.name!r}: regions", self.image_ids)
         if self.grid is not None:
             if self.grid.ndim != 3 or self.grid.shape[0] != n:
                 fail(f"grid features have shape {self.grid.shape}, expected ({n}, L, C)")
-            from xmr_core.data.formats.common import check_finite
-
             check_finite(self.grid, f"{self.source}: split {self.name!r}: grid features", self.image_ids)
         if self.image_class is not None and np.asarray(self.image_class).shape != (n,):
             fail(f"image_class has shape {np.asarray(self.image_class).shape}, expected ({n},)")

@@ -172,18 +172,6 @@ def write_lines(path: str | Path, lines: Sequence[str], what: str) -> Path:
     return write_text(path, "".join(f"{line}\n" for line in lines))
 
 
-def check_finite(features: np.ndarray, path: str | Path, image_ids: Sequence[str], chunk: int = 4096) -> None:
-    """Raise naming the first image whose features hold NaN or inf (scanned in chunks: works on memmaps)."""
-    for start in range(0, features.shape[0], chunk):
-        block = np.asarray(features[start : start + chunk])
-        ok = np.isfinite(block.reshape(block.shape[0], -1)).all(1)
-        if not ok.all():
-            row = start + int(np.flatnonzero(~ok)[0])
-            raise DataFormatError(
-                f"{path}: image {image_ids[row]!r} (row {row}): features contain NaN or inf"
-            )
-
-
 def find_image(stem: Path) -> Path | None:
     """The existing image file `stem` + one of `IMAGE_SUFFIXES`, or None."""
     for suffix in IMAGE_SUFFIXES:

@@ -27,10 +27,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from xmr_core.data.corpus import Corpus, DataFormatError, Split
+from xmr_core.data.corpus import Corpus, DataFormatError, Split, check_finite
 from xmr_core.data.formats.common import (
     check_disjoint,
-    check_finite,
     check_numeric,
     find_image,
     first_repeat,

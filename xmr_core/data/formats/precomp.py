@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from xmr_core.data.corpus import Corpus, DataFormatError, Split
+from xmr_core.data.corpus import Corpus, DataFormatError, Split, check_finite
 from xmr_core.data.formats.common import (
     check_disjoint,
-    check_finite,
     first_repeat,
     read_lines,
     require,
