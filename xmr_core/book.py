@@ -24,7 +24,8 @@ from typing import Any
 
 from xmr_core.config import check_profile
 from xmr_core.io import atomic_write_text
-from xmr_core.results import NOTEBOOK_ENV, project_root
+from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
+from xmr_core.sources import fingerprint, package_files
 
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
 SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
@@ -125,12 +126,8 @@ def parse_value(text: str) -> Any:
 
 def library_fingerprint(root: Path | None = None) -> str:
     """Hash of every `xmr_core` source and data file: a change anywhere reruns every notebook."""
-    pkg = (root or project_root()) / "xmr_core"
-    digest = hashlib.sha256()
-    for path in sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix in {".py", ".csv", ".json"}):
-        digest.update(path.relative_to(pkg).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    root = root or project_root()
+    return fingerprint(package_files(root), root / "xmr_core")
 
 
 def input_fingerprint(nb: Notebook, parameters: dict[str, Any], library: str) -> str:
@@ -166,8 +163,9 @@ def execute_notebook(nb: Notebook, output: Path, parameters: dict[str, Any]) -> 
     output.parent.mkdir(parents=True, exist_ok=True)
     source_nb = output.with_name(f".{output.stem}.input.ipynb")
     nbformat.write(_to_notebook(nb.source), source_nb)
-    previous = os.environ.get(NOTEBOOK_ENV)
+    previous = {name: os.environ.get(name) for name in (NOTEBOOK_ENV, PARAMETERS_ENV)}
     os.environ[NOTEBOOK_ENV] = nb.source.relative_to(nb.source.parents[2]).as_posix()
+    os.environ[PARAMETERS_ENV] = json.dumps(parameters, sort_keys=True, default=repr)
     try:
         papermill.execute_notebook(
             str(source_nb),
@@ -179,10 +177,11 @@ def execute_notebook(nb: Notebook, output: Path, parameters: dict[str, Any]) -> 
         )
     finally:
         source_nb.unlink(missing_ok=True)
-        if previous is None:
-            os.environ.pop(NOTEBOOK_ENV, None)
-        else:
-            os.environ[NOTEBOOK_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def run_book(

@@ -1,5 +1,6 @@
 """`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`,
-`xmr book build [--profile P]` (the HTML book from the executed notebooks)."""
+`xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
+`xmr results check [--results DIR]` (the results whose inputs changed since they were written)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--profile", choices=PROFILES, default="cpu", help="whose executed notebooks (default cpu)")
     build.add_argument("--verbose", action="store_true", help="show Sphinx's messages")
+    results = sub.add_parser("results", help="check the committed results").add_subparsers(dest="action", required=True)
+    check = results.add_parser("check", help="list the results whose inputs changed since they were written; "
+                                             "exit 1 if any is stale or cannot be checked")
+    check.add_argument("--results", default="results", help="results folder (default results/)")
     return parser
+
+
+def results_check(folder: str) -> int:
+    from pathlib import Path
+
+    from xmr_core.results import project_root
+    from xmr_core.staleness import check_results, print_report
+
+    root = project_root()
+    path = Path(folder) if Path(folder).is_absolute() else root / folder
+    if not path.is_dir():
+        raise SystemExit(f"xmr results check: no results folder {path}")
+    report = check_results(path, root)
+    print_report(report)
+    return 0 if report.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     from xmr_core import book
 
     args = build_parser().parse_args(argv)
+    if args.command == "results":
+        return results_check(args.results)
     if args.action == "list":
         book.list_book()
         return 0

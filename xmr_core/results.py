@@ -28,6 +28,7 @@ import pandas as pd
 from xmr_core.config import RunConfig
 
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
+PARAMETERS_ENV = "XMR_PARAMETERS"  # set by the runner to the parameters it injected (JSON)
 PAPER_VALUES_DIR = Path(__file__).parent / "paper_values"
 
 
@@ -62,12 +63,42 @@ def git_commit(root: Path | None = None) -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def _current_cell() -> str | None:
+    """The digest of the code cell being executed (IPython's input history), None outside IPython: the
+    static book places the result after the cell with this digest."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    if not history:
+        return None
+    from xmr_core.sources import digest_bytes
+
+    return digest_bytes(history[-1].strip().encode("utf-8"))
+
+
+def _notebook_inputs(notebook: str | None) -> dict[str, Any]:
+    """The notebook's parameters (as the runner injected them) and what it imports (`sources.notebook_inputs`)."""
+    if not notebook or not (project_root() / notebook).is_file():
+        return {}
+    from xmr_core.sources import notebook_inputs
+
+    injected = os.environ.get(PARAMETERS_ENV)
+    return {"parameters": json.loads(injected) if injected else None,
+            **notebook_inputs(project_root() / notebook, project_root()), "cell": _current_cell()}
+
+
 def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, Any]:
-    """What produced an artefact."""
+    """What produced an artefact: the run's settings, the commit, and what the notebook computed it from
+    (its injected parameters, its code cells' digest, the digest of each `xmr_core` file it imports, and the
+    digest of the cell that wrote it)."""
     import torch
 
     from xmr_core import __version__
 
+    notebook = os.environ.get(NOTEBOOK_ENV)
     return {
         "key": key,
         "kind": kind,
@@ -79,11 +110,12 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
         "wall_s": round(run.elapsed_s(), 2),
         "xmr_version": __version__,
         "git_commit": git_commit(),
-        "notebook": os.environ.get(NOTEBOOK_ENV),
+        "notebook": notebook,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
+        **_notebook_inputs(notebook),
     }
 
 
