@@ -2,10 +2,13 @@
 
 A tiny project is made in tmp: chapter `01_demo` with executed notebooks `train` and `ablate` (a title, a
 Markdown table, a PNG figure output of one known colour), chapter `02_later` never executed, and a
-results folder with one table, one figure (another known colour) and the chapter's claims. The book is
-built with the CLI, then Chromium dumps the DOM of the train page and the results page and screenshots
-them: the test finds the title, the table's cells and the figure (its exact colour, over about its area,
-in the screenshot's pixels). Skipped, with the reason, only when no Chromium can be found.
+results folder with one table, one figure (another known colour) and the chapter's claims, and the
+committed results of `02_later/train` (a table and a figure of a third colour). The book is built with
+the CLI, then Chromium dumps the DOM of the executed train page, the page of `02_later/train` rendered
+from its source and the results, and the results page, and screenshots them: the test finds the title,
+the table's cells and the figure (its exact colour, over about its area, in the screenshot's pixels),
+and on the page rendered from source each result after the cell that wrote it, with its provenance.
+Skipped, with the reason, only when no Chromium can be found.
 """
 
 from __future__ import annotations
@@ -29,6 +32,29 @@ from xmr_core import book_html
 ROOT = Path(__file__).resolve().parents[1]
 NB_COLOUR = (13, 200, 77)  # the notebook figure's colour, a colour no theme uses
 RESULT_COLOUR = (201, 17, 160)  # the results figure's colour
+LATER_COLOUR = (250, 140, 7)  # the figure of the chapter rendered from source
+LATER_SOURCE = '''# %% [markdown]
+# # Later chapter
+#
+# Narration of the later chapter.
+
+# %% tags=["parameters"]
+PROFILE = "cpu"
+
+# %%
+rates = compute_rates()
+write_table(rates, "later/rates", run=run, caption="Rates of the later chapter.")
+
+# %% [markdown]
+# Then a figure.
+
+# %%
+fig = draw_shape()
+write_figure(fig, "later/shape", run=run, caption="A later shape.")
+
+# %%
+print("the end of the later chapter")
+'''
 FIG_W, FIG_H = 160, 100
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -61,10 +87,10 @@ def _executed(title: str, rows: list[tuple[str, str]], figure: bytes | None) -> 
     return nb
 
 
-def _meta(key: str, kind: str, wall: float, caption: str) -> str:
+def _meta(key: str, kind: str, wall: float, caption: str, notebook: str = "book/01_demo/train.py") -> str:
     return json.dumps(
         {"key": key, "kind": kind, "profile": "cpu", "dataset": "scenes", "seed": 7, "device": "cpu",
-         "wall_s": wall, "git_commit": COMMIT, "notebook": "book/01_demo/train.py",
+         "wall_s": wall, "git_commit": COMMIT, "notebook": notebook,
          "created_utc": "2026-01-02T03:04:05+00:00", "caption": caption}
     )
 
@@ -94,6 +120,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (res / "curve.json").write_text(_meta("demo/curve", "figure", 56.78, "A demo curve."))
     (res / "claims.md").write_text("# Claims of the demo chapter\n\n| # | claim | verdict |\n|---|---|---|\n"
                                    "| 1 | Demo holds. | **held** |\n")
+    (root / "book" / "02_later" / "train.py").write_text(LATER_SOURCE)
+    later = root / "results" / "later"
+    later.mkdir()
+    (later / "rates.md").write_text("# later/rates\n\nRates of the later chapter.\n\n| rate | value |\n|:--|--:|\n"
+                                    "| gamma | 61.875 |\n| delta | 3.0625 |\n")
+    (later / "rates.json").write_text(_meta("later/rates", "table", 7.5, "Rates.", "book/02_later/train.py"))
+    (later / "shape.png").write_bytes(_png(LATER_COLOUR))
+    (later / "shape.json").write_text(_meta("later/shape", "figure", 8.25, "A later shape.", "book/02_later/train.py"))
     return root
 
 
@@ -107,7 +141,7 @@ def _cli(project: Path, *args: str) -> subprocess.CompletedProcess:
 def built(project: Path) -> Path:
     done = _cli(project, "build", "--profile", "cpu")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "left out: 02_later/train" in done.stdout
+    assert "rendered from source and results: 02_later/train" in done.stdout
     return project / "book" / "_build" / "cpu" / "html"
 
 
@@ -141,13 +175,14 @@ def _cells(dom: str) -> list[str]:
 
 
 def test_pages_in_book_order_with_claims_and_results(built: Path) -> None:
-    for page in ("01_demo/train.html", "01_demo/ablate.html", "01_demo/claims.html", "results.html"):
+    for page in ("01_demo/train.html", "01_demo/ablate.html", "01_demo/claims.html", "02_later/train.html",
+                 "results.html"):
         assert (built / page).is_file(), page
-    assert not (built / "02_later").exists()  # never executed: left out
     intro = (built / "intro.html").read_text()
     # the runner's order (train, then ablate), not the alphabetical one
-    assert intro.index("01_demo/train.html") < intro.index("01_demo/ablate.html") < intro.index("results.html")
-    assert "02_later/train" in intro  # named as not executed yet
+    assert intro.index("01_demo/train.html") < intro.index("01_demo/ablate.html") < intro.index("02_later/train.html")
+    assert intro.index("02_later/train.html") < intro.index("results.html")
+    assert "<code class=\"docutils literal notranslate\"><span class=\"pre\">02_later/train</span></code>" in intro
 
 
 def test_no_asset_from_another_host(built: Path) -> None:
@@ -187,14 +222,34 @@ def test_results_page_lists_provenance_table_and_figure(built: Path, tmp_path: P
     assert _pixels(shot, RESULT_COLOUR) >= 0.9 * FIG_W * FIG_H
 
 
+def test_page_rendered_from_source_places_results_after_their_cells(built: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "later.png"
+    dom = _browse(built / "02_later" / "train.html", shot, 3000)
+    assert re.search(r"<h1[^>]*>\s*Later chapter", dom)
+    text = re.sub(r"<[^>]+>", "", dom)
+    assert "not executed" in text and "Narration of the later chapter." in text
+    order = ['"later/rates"', "results/later/rates", "61.875", "draw_shape()", "results/later/shape",
+             "the end of the later chapter"]
+    positions = [text.find(marker) for marker in order]
+    assert -1 not in positions and positions == sorted(positions), dict(zip(order, positions))
+    assert {"gamma", "61.875", "delta", "3.0625"} <= set(_cells(dom))
+    assert COMMIT[:12] in text and "7.5 s" in text  # the provenance of the table
+    assert "not a git checkout" in text  # the staleness of these results cannot be checked here: it says so
+    src = re.findall(r'<img[^>]+src="([^"]+\.png)"', dom)
+    assert src and (built / "02_later" / src[0]).resolve().is_file()
+    assert text.find("the end of the later chapter") > text.find("results/later/shape")
+    assert _pixels(shot, LATER_COLOUR) >= 0.9 * FIG_W * FIG_H
+
+
 def test_claims_page(built: Path) -> None:
     page = (built / "01_demo" / "claims.html").read_text()
     assert "Claims of the demo chapter" in page and "Demo holds." in page
 
 
-def test_missing_executed_notebooks_is_one_clear_line(project: Path) -> None:
+def test_no_executed_notebooks_and_no_results_is_one_clear_line(project: Path) -> None:
     done = _cli(project, "build", "--profile", "smoke")
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last == (f"xmr book build: no executed notebooks in {project / 'book' / '_build' / 'smoke'}; "
+    assert last == (f"xmr book build: no executed notebooks in {project / 'book' / '_build' / 'smoke'} and no "
+                    f"results in {project / 'book' / '_build' / 'smoke' / 'results'}; "
                     "run `xmr book run --profile smoke` first")

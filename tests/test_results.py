@@ -47,6 +47,16 @@ def test_small_values_are_not_rounded_to_zero_in_markdown(run: RunConfig) -> Non
     assert cells == [["0.0005", "1e-05", "12.3"], ["0.002", "0", "56.8"]]
 
 
+def test_a_pipe_in_a_column_name_or_cell_stays_in_its_cell(run: RunConfig) -> None:
+    from markdown_it import MarkdownIt
+
+    df = pd.DataFrame({"model": ["a"], "mean |corr|": [0.5], "evidence": ["|W2 - mean| = 0.03"]})
+    md = results.write_table(df, "demo/pipes", run=run).with_suffix(".md").read_text()
+    page = MarkdownIt("commonmark").enable("table").render(md)
+    cells = [c.strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", page)]
+    assert cells == ["model", "mean |corr|", "evidence", "a", "0.5", "|W2 - mean| = 0.03"]
+
+
 def test_failed_write_leaves_old_files_intact(run: RunConfig, monkeypatch) -> None:
     csv = results.write_table(pd.DataFrame({"x": [1]}), "demo/t", run=run)
     before = {p.name: p.read_bytes() for p in csv.parent.iterdir()}

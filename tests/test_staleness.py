@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import cli, sources, staleness
+from xmr_core import book_html, cli, sources, staleness
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -199,3 +199,20 @@ def test_a_notebook_run_records_what_it_was_computed_from(tmp_path: Path, monkey
     (tmp_path / "xmr_core" / "results.py").write_text("# stand-in, edited\n")
     code, out = check(tmp_path, monkeypatch, capsys)
     assert code == 1 and "changed since: xmr_core/results.py" in out
+
+
+def test_built_pages_mark_stale_results(project: Path) -> None:
+    """After an imported file changes, the page of the notebook (rendered from source) and the results page
+    both say its table is stale and name the file."""
+
+    def stage() -> tuple[str, str]:
+        staged = project / "book" / "_build" / "cpu" / "_html_src"
+        book_html.stage("cpu", project, staged)
+        return (staged / "01_demo" / "train.ipynb").read_text(), (staged / "results.md").read_text()
+
+    page, results_md = stage()
+    assert "results/demo/table1" in page and "Stale" not in page and "Stale" not in results_md
+    (project / "xmr_core" / "b.py").write_text("X = 3\n")
+    page, results_md = stage()
+    assert "Stale result" in page and "xmr_core/b.py" in page
+    assert ":::{warning}\n**Stale**" in results_md and "`xmr_core/b.py`" in results_md

@@ -45,9 +45,13 @@ class Notebook:
 
     def declared_results(self) -> list[str]:
         """Result keys this notebook writes, read from its `write_*` calls."""
-        text = self.source.read_text(encoding="utf-8")
-        keys = _RESULT_CALL.findall(text) + [f"{c}/claims.md" for c in _CLAIMS_CALL.findall(text)]
-        return sorted(set(keys))
+        return written_keys(self.source.read_text(encoding="utf-8"))
+
+
+def written_keys(text: str) -> list[str]:
+    """Result keys that the `write_*` calls in `text` (a notebook or one of its cells) write."""
+    keys = _RESULT_CALL.findall(text) + [f"{c}/claims.md" for c in _CLAIMS_CALL.findall(text)]
+    return sorted(set(keys))
 
 
 @dataclass

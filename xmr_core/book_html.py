@@ -1,9 +1,12 @@
-"""`xmr book build`: an offline HTML book (Jupyter Book 1.x, Sphinx) from the already executed notebooks.
+"""`xmr book build`: an offline HTML book (Jupyter Book 1.x, Sphinx) from the executed notebooks, or from
+the notebooks' sources and the committed results.
 
-Nothing is executed again. The pages are, in book order (the runner's chapter and notebook order), every
-executed notebook under `book/_build/<profile>/<chapter>/`, each chapter's `claims.md`, and a results
-page that lists every table and figure of the profile's results folder (`results/`, or
-`book/_build/smoke/results` for `smoke`) with its provenance, read from the `.json` beside it.
+Nothing is executed. The pages are, in book order (the runner's chapter and notebook order), every notebook
+of the book: its executed copy under `book/_build/<profile>/<chapter>/` when there is one, else its
+py:percent source with the results it wrote placed after the cells that wrote them (`book_static`); then
+each chapter's `claims.md`, and a results page that lists every table and figure of the profile's results
+folder (`results/`, or `book/_build/smoke/results` for `smoke`) with its provenance, read from the `.json`
+beside it. Results that `xmr results check` finds stale are marked as such on every page.
 
 The sources are staged in `book/_build/<profile>/_html_src/` and the HTML written to
 `book/_build/<profile>/html/` (open `index.html`). The theme's network features (launch buttons,
@@ -23,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from xmr_core.book import SMOKE_RESULTS_DIR, Notebook, chapters
+from xmr_core.book_static import provenance_line, stale_note, static_notebook
 from xmr_core.config import check_profile
 from xmr_core.results import project_root
+from xmr_core.staleness import Verdict, check_results, result_metas
 
 SOURCE_DIR = "_html_src"
 HTML_DIR = "html"
@@ -89,8 +94,9 @@ _CONFIG = {
 class BuildSummary:
     html: Path  # book/_build/<profile>/html
     pages: list[str]  # document names in book order, e.g. "01_pcme/train"
-    missing: list[str]  # notebooks of the book with no executed notebook (e.g. "01_pcme/ablate")
+    from_source: list[str]  # notebooks with no executed copy, rendered from source and results (e.g. "01_pcme/ablate")
     results: int  # tables and figures listed on the results page
+    stale: int  # results of the results folder that are stale or could not be checked
     seconds: float
 
 
@@ -124,20 +130,6 @@ def result_items(results: Path) -> list[tuple[Path, dict[str, Any]]]:
     return items
 
 
-def _provenance(meta: dict[str, Any]) -> str:
-    fields = [
-        ("profile", meta.get("profile")),
-        ("dataset", meta.get("dataset")),
-        ("seed", meta.get("seed")),
-        ("device", meta.get("device")),
-        ("commit", (meta.get("git_commit") or "-")[:12]),
-        ("wall time", f"{meta['wall_s']} s" if meta.get("wall_s") is not None else None),
-        ("written (UTC)", meta.get("created_utc")),
-        ("notebook", meta.get("notebook")),
-    ]
-    return " · ".join(f"{name} `{value}`" for name, value in fields if value not in (None, ""))
-
-
 def _escape_html(line: str) -> str:
     """`<` and `>` outside code spans as Markdown escapes, so `images/<img>` is text, not an HTML tag."""
     parts = line.split("`")
@@ -155,8 +147,9 @@ def _table_body(md: str) -> str:
     )
 
 
-def results_page(results: Path, staged: Path, profile: str) -> tuple[str, int]:
-    """The results page (MyST markdown): every table and figure with its provenance, by chapter."""
+def results_page(results: Path, staged: Path, profile: str, verdicts: dict[str, Verdict]) -> tuple[str, int]:
+    """The results page (MyST markdown): every table and figure with its provenance and, where `verdicts`
+    (key -> staleness) says so, a stale warning, by chapter."""
     items = result_items(results)
     out = [
         "# Results",
@@ -192,7 +185,9 @@ def results_page(results: Path, staged: Path, profile: str) -> tuple[str, int]:
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(target, copy)
         anchor = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
-        out += [f"({anchor})=", f"### {key}", "", _provenance(meta), ""]
+        out += [f"({anchor})=", f"### {key}", "", provenance_line(meta), ""]
+        if note := stale_note(verdicts.get(key)):
+            out += [":::{warning}", note, ":::", ""]
         if meta["kind"] == "figure":
             caption = (meta.get("caption") or key).replace("\n", " ")
             out += [f"![{caption}](results/{rel.as_posix()})", "", caption, ""]
@@ -211,48 +206,69 @@ def _write_yaml(path: Path, data: Any) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
-def stage(profile: str, root: Path, staged: Path) -> tuple[list[str], list[str], int]:
-    """Write the book's sources into `staged`: config, table of contents, pages. Returns (pages, missing,
-    number of results)."""
+def _verdicts(results: Path, root: Path) -> dict[str, Verdict]:
+    """key -> staleness of every result under `results` (`xmr results check`)."""
+    if not results.is_dir():
+        return {}
+    try:
+        return {r.key: r.verdict for r in check_results(results, root).results}
+    except ValueError as exc:
+        raise SystemExit(f"xmr book build: {exc}") from None
+
+
+def stage(profile: str, root: Path, staged: Path) -> tuple[list[str], list[str], int, int]:
+    """Write the book's sources into `staged`: config, table of contents, pages. Returns (pages, notebooks
+    rendered from source, number of results, number of stale or unchecked results)."""
+    import nbformat
+
     executed = root / "book" / "_build" / profile
     found: dict[str, list[Notebook]] = chapters(root / "book")
-    present = {ch: [nb for nb in nbs if (executed / ch / f"{nb.name}.ipynb").is_file()] for ch, nbs in found.items()}
-    missing = [nb.label for nbs in found.values() for nb in nbs if nb not in present[nb.chapter]]
-    if not any(present.values()):
+    results = results_dir(profile, root)
+    verdicts = _verdicts(results, root)
+    from_source = [nb.label for nbs in found.values() for nb in nbs
+                   if not (executed / nb.chapter / f"{nb.name}.ipynb").is_file()]
+    if len(from_source) == sum(map(len, found.values())) and not verdicts:
         raise SystemExit(
-            f"xmr book build: no executed notebooks in {executed}; run `xmr book run --profile {profile}` first"
+            f"xmr book build: no executed notebooks in {executed} and no results in {results}; "
+            f"run `xmr book run --profile {profile}` first"
         )
     if staged.exists():
         shutil.rmtree(staged)
     staged.mkdir(parents=True)
-    results = results_dir(profile, root)
+    metas = dict(result_metas(results)) if verdicts else {}
     pages: list[str] = []
     parts = []
-    for chapter, notebooks in present.items():
+    for chapter, notebooks in found.items():
         entries = []
+        (staged / chapter).mkdir()
         for nb in notebooks:
-            (staged / chapter).mkdir(exist_ok=True)
-            shutil.copy2(executed / chapter / f"{nb.name}.ipynb", staged / chapter / f"{nb.name}.ipynb")
+            target = staged / chapter / f"{nb.name}.ipynb"
+            if nb.label in from_source:
+                relative = nb.source.relative_to(root).as_posix()
+                mine = {k: m for k, m in metas.items() if m.get("notebook") == relative}
+                nbformat.write(static_notebook(nb, relative, results, mine, verdicts), target)
+            else:
+                shutil.copy2(executed / chapter / f"{nb.name}.ipynb", target)
             entries.append({"file": f"{chapter}/{nb.name}"})
         claims = results / _chapter_results(chapter) / "claims.md"
         if claims.is_file():
-            (staged / chapter).mkdir(exist_ok=True)
             shutil.copy2(claims, staged / chapter / "claims.md")
             entries.append({"file": f"{chapter}/claims"})
-        if entries:
-            parts.append({"caption": chapter, "chapters": entries})
-            pages += [e["file"] for e in entries]
-    text, n_results = results_page(results, staged, profile)
+        parts.append({"caption": chapter, "chapters": entries})
+        pages += [e["file"] for e in entries]
+    text, n_results = results_page(results, staged, profile, verdicts)
     (staged / "results.md").write_text(text, encoding="utf-8")
     parts.append({"caption": "Results", "chapters": [{"file": "results"}]})
     pages.append("results")
+    n_stale = sum(v.status != "fresh" for v in verdicts.values())
     intro = [
         f"# {TITLE}",
         "",
         (
-            f"The executed notebooks of profile `{profile}` (from `book/_build/{profile}/`), each chapter's"
-            " claims, and every table and figure with its provenance. Built by `xmr book build`"
-            f" on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; nothing was re-executed."
+            f"The notebooks of profile `{profile}`, each chapter's claims, and every table and figure with its"
+            f" provenance. Built by `xmr book build` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())};"
+            f" nothing was executed: a notebook run under `book/_build/{profile}/` is shown as executed, any"
+            " other from its source with the results it wrote placed after the cells that wrote them."
         ),
         "",
         "| chapter | pages |",
@@ -261,13 +277,16 @@ def stage(profile: str, root: Path, staged: Path) -> tuple[list[str], list[str],
     for part in parts:
         links = ", ".join(f"[{Path(e['file']).name}]({e['file']})" for e in part["chapters"])
         intro.append(f"| {part['caption']} | {links} |")
-    if missing:
-        intro += ["", f"Not executed yet under `{profile}` (run `xmr book run --profile {profile}`): "
-                  + ", ".join(f"`{m}`" for m in missing) + "."]
+    if from_source:
+        intro += ["", f"Rendered from source and the committed results (not executed under `{profile}`; "
+                  f"`xmr book run --profile {profile}` executes them): " + ", ".join(f"`{m}`" for m in from_source) + "."]
+    if n_stale:
+        intro += ["", f"{n_stale} of {len(verdicts)} results are stale or could not be checked (`xmr results check`"
+                  " lists them); their pages say so."]
     (staged / "intro.md").write_text("\n".join(intro) + "\n", encoding="utf-8")
     _write_yaml(staged / "_toc.yml", {"format": "jb-book", "root": "intro", "parts": parts})
     _write_yaml(staged / "_config.yml", _CONFIG)
-    return pages, missing, n_results
+    return pages, from_source, n_results, n_stale
 
 
 _EXTERNAL = re.compile(
@@ -295,9 +314,11 @@ def build_html(
     start = time.time()
     base = root / "book" / "_build" / profile
     staged, html = base / SOURCE_DIR, base / HTML_DIR
-    pages, missing, n_results = stage(profile, root, staged)
-    if missing:
-        echo(f"xmr book build: not executed yet, left out: {', '.join(missing)}")
+    pages, from_source, n_results, n_stale = stage(profile, root, staged)
+    if from_source:
+        echo(f"xmr book build: not executed, rendered from source and results: {', '.join(from_source)}")
+    if n_stale:
+        echo(f"xmr book build: {n_stale} result(s) stale or not checked (`xmr results check` lists them)")
     if html.exists():
         shutil.rmtree(html)
     echo(f"xmr book build: {len(pages)} page(s), {n_results} result(s), profile {profile} -> {html}")
@@ -318,6 +339,6 @@ def build_html(
     leaks = external_assets(html)
     if leaks:
         echo("xmr book build: warning, pages load assets from other hosts:\n  " + "\n  ".join(leaks[:10]))
-    summary = BuildSummary(html, pages, missing, n_results, time.time() - start)
+    summary = BuildSummary(html, pages, from_source, n_results, n_stale, time.time() - start)
     echo(f"xmr book build: done in {summary.seconds:.1f} s; open {html / 'index.html'}")
     return summary

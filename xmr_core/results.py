@@ -190,6 +190,9 @@ def write_table(
         formats.append("g" if small else f".{float_digits}f")
         if pd.api.types.is_numeric_dtype(values):
             shown[col] = values.astype(object)
+        else:  # a '|' in a cell would end it: escaped, as Markdown tables read it
+            shown[col] = values.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)
+    shown.columns = [str(c).replace("|", "\\|") for c in shown.columns]
     table = shown.to_markdown(index=False, floatfmt=formats)
     header = f"# {key}\n\n" + (f"{caption}\n\n" if caption else "")
     stamp = f"\n\n_profile `{run.profile}`, dataset `{run.dataset}`, seed {run.seed}; provenance in `{base.name}.json`._\n"

@@ -128,6 +128,8 @@ class Checker:
         return Verdict("stale", tuple(changed)) if changed else Verdict("fresh")
 
     def _by_git(self, notebook: str, commit: str) -> Verdict:
+        if _git(self.root, "rev-parse", "--git-dir").returncode != 0:
+            return Verdict("unknown", reason=f"written at commit {commit[:12]}, and {self.root} is not a git checkout")
         if _git(self.root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
             return Verdict("unknown", reason=f"commit {commit[:12]} is not in this clone's history "
                                              "(a shallow clone? `git fetch --unshallow`)")
