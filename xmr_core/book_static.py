@@ -15,6 +15,7 @@ its provenance, and a warning where `xmr results check` finds it stale. The cell
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,15 @@ def stale_note(verdict: Verdict | None) -> str | None:
     return f"**Not checked**: {verdict.reason}."
 
 
-def _markdown_to_html(text: str) -> str:
+@functools.cache
+def _markdown() -> Any:
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
+
+
+def _markdown_to_html(text: str) -> str:
+    return _markdown().render(text)
 
 
 def _html_output(html: str) -> dict[str, Any]:
