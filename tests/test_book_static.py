@@ -66,7 +66,7 @@ def committed_book(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, book
 
 @pytest.mark.slow
 def test_the_cpu_book_from_committed_results(committed_book: tuple[Path, book_html.BuildSummary]) -> None:
-    root, summary = committed_book
+    _, summary = committed_book
     notebooks = sorted((ROOT / "book").glob("[0-9][0-9]_*/*.py"))
     assert len(summary.from_source) == len(notebooks) > 10
     broken: list[str] = []
@@ -86,7 +86,7 @@ def test_the_cpu_book_from_committed_results(committed_book: tuple[Path, book_ht
             if len(re.split(r"(?<!\\)\|", md_header.strip().strip("|"))) != len(header):
                 broken.append(key)  # a '|' in a column name, written before write_table escaped it
                 continue
-            headers = {re.sub(r"<[^>]+>", "", h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", page, re.S)}
+            headers = {re.sub(r"<[^>]+>", "", h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", page, re.DOTALL)}
             assert {html.escape(c, quote=False).strip() for c in header} <= headers, key
     for chapter_page in {p.parent.name for p in notebooks}:
         figures = [m for m in (ROOT / "results").glob("*/*.png")

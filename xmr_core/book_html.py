@@ -281,8 +281,8 @@ def stage(profile: str, root: Path, staged: Path) -> tuple[list[str], list[str],
         intro += ["", f"Rendered from source and the committed results (not executed under `{profile}`; "
                   f"`xmr book run --profile {profile}` executes them): " + ", ".join(f"`{m}`" for m in from_source) + "."]
     if n_stale:
-        intro += ["", f"{n_stale} of {len(verdicts)} results are stale or could not be checked (`xmr results check`"
-                  " lists them); their pages say so."]
+        intro += ["", (f"{n_stale} of {len(verdicts)} results are stale or could not be checked"
+                       " (`xmr results check` lists them); their pages say so.")]
     (staged / "intro.md").write_text("\n".join(intro) + "\n", encoding="utf-8")
     _write_yaml(staged / "_toc.yml", {"format": "jb-book", "root": "intro", "parts": parts})
     _write_yaml(staged / "_config.yml", _CONFIG)

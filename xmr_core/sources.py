@@ -75,18 +75,27 @@ def _parse(path: Path, text: str) -> ast.AST:
         raise ValueError(f"{path}:{exc.lineno}: cannot parse its imports ({exc.msg})") from None
 
 
-def notebook_sources(notebook: Path, root: Path, cache: dict[Path, set[str]] | None = None) -> list[Path]:
+_IMPORTS: dict[tuple[Path, str, int, int], set[str]] = {}  # (file, module, mtime_ns, size) -> its imports
+
+
+def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
+    """`_imported_modules` of a file, parsed again only when its modification time or size changed (a
+    notebook writing many results parses the package once)."""
+    stat = path.stat()
+    key = (path, module, stat.st_mtime_ns, stat.st_size)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = _imported_modules(_parse(path, path.read_text(encoding="utf-8")), module, is_package)
+    return _IMPORTS[key]
+
+
+def notebook_sources(notebook: Path, root: Path) -> list[Path]:
     """The `xmr_core` files under `root` that the notebook `notebook` (py:percent) imports, directly or
-    through the package, plus the package's data files; sorted. `cache` (file -> the modules it imports)
-    may be shared between calls on an unchanged tree."""
-    cache = {} if cache is None else cache
+    through the package, plus the package's data files; sorted."""
     pending = [(notebook, "__notebook__", False)]
     seen: set[Path] = set()
     while pending:
         path, module, is_package = pending.pop()
-        if path not in cache:
-            cache[path] = _imported_modules(_parse(path, path.read_text(encoding="utf-8")), module, is_package)
-        for name in cache[path]:
+        for name in _imports_of(path, module, is_package):
             parts = name.split(".")
             if parts[0] != PACKAGE:
                 continue

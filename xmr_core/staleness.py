@@ -77,7 +77,7 @@ def result_metas(results: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
 
 
 class Checker:
@@ -86,13 +86,12 @@ class Checker:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._sources: dict[str, list[Path]] = {}
-        self._imports: dict[Path, set[str]] = {}
         self._code: dict[str, str] = {}
         self._by_commit: dict[tuple[str, str], Verdict] = {}
 
     def sources(self, notebook: str) -> list[Path]:
         if notebook not in self._sources:
-            self._sources[notebook] = notebook_sources(self.root / notebook, self.root, self._imports)
+            self._sources[notebook] = notebook_sources(self.root / notebook, self.root)
         return self._sources[notebook]
 
     def code(self, notebook: str) -> str:
