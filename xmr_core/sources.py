@@ -88,6 +88,15 @@ def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
     return _IMPORTS[key]
 
 
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """{module: the package's modules it imports anywhere in its body} for every module of the package under
+    `root` (`_imported_modules`: a lazy import inside a function counts, `from a import b` counts a and a.b)."""
+    files = {p: ".".join(p.relative_to(root).with_suffix("").parts) for p in sorted((root / PACKAGE).rglob("*.py"))}
+    names = {p: m.removesuffix(".__init__") for p, m in files.items()}
+    modules = set(names.values())
+    return {m: (_imports_of(p, m, p.name == "__init__.py") & modules) - {m} for p, m in names.items()}
+
+
 def notebook_sources(notebook: Path, root: Path) -> list[Path]:
     """The `xmr_core` files under `root` that the notebook `notebook` (py:percent) imports, directly or
     through the package, plus the package's data files; sorted."""
