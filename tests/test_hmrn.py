@@ -61,20 +61,26 @@ def _unit(*rows: tuple[float, ...]) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- a hand-built image and set
 # regions v1 = v3 = (1, 0), v2 = (0, 1), v4 padding; queries t1 = (1, 0), t2 = (0, -1), t3 absent.
-# clipped cosines [s(v_i, t_j)]_+: v1: (1, 0), v2: (0, 0) (s(v2, t2) = -1 clipped), v3: (1, 0)
+# clipped cosines [s(v_i, t_j)]_+ as the paper prints them (max(s, 0), slope 0): v1: (1, 0), v2: (0, 0)
+# (s(v2, t2) = -1 clipped), v3: (1, 0); with the code's LeakyReLU(0.1) (the default, choice 11) v2: (0, -0.1)
 V = torch.cat([_unit((1, 0), (0, 1), (1, 0)), torch.zeros(1, 2, dtype=torch.float64)])[None]  # (1, 4, 2)
 REGION_MASK = torch.tensor([[True, True, True, False]])
 T = torch.cat([_unit((1, 0), (0, -1)), torch.zeros(1, 2, dtype=torch.float64)])[None]  # (1, 3, 2)
 QUERY_MASK = torch.tensor([[True, True, False]])
 
 
-def _pos() -> torch.Tensor:
-    return clipped_cosines(V, REGION_MASK, T, QUERY_MASK)
+def _pos(slope: float = 0.0) -> torch.Tensor:
+    return clipped_cosines(V, REGION_MASK, T, QUERY_MASK, slope)
 
 
 def test_clipped_cosines_by_hand():
     expected = torch.tensor([[1, 0, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.float64)
     torch.testing.assert_close(_pos()[0, 0], expected)
+    expected[1, 1] = -0.1  # LeakyReLU(0.1) of s(v2, t2) = -1; padding stays 0
+    torch.testing.assert_close(_pos(0.1)[0, 0], expected)
+    assert HMRNConfig().clip_slope == 0.1 and HMRNConfig(clip="relu").clip_slope == 0.0
+    with pytest.raises(ValueError, match="unknown clip"):
+        HMRNConfig(clip="abs")
 
 
 def test_local_image_text_by_hand():
@@ -91,11 +97,24 @@ def test_local_text_image_by_hand():
     torch.testing.assert_close(got, torch.tensor([[3 / 7]], dtype=torch.float64))
 
 
+def test_leaky_local_levels_by_hand():
+    # the leaky clip (slope 0.1): only s(v2, t2) changes, to -0.1. T-I, λ2 = ln 3: t1 as before, 6/7; t2 weighs
+    # v1, v2, v3 as 1 : 3^-0.1 : 1 -> -0.1 · 3^-0.1 / (2 + 3^-0.1); S_T-I = the mean of the two.
+    # I-T, λ1 = ln 3: v1, v3 as before, 3/4 each; v2 weighs t1, t2 as 1 : 3^-0.1 -> -0.1 · 3^-0.1 / (1 + 3^-0.1)
+    w = 3 ** -0.1
+    t_i = (6 / 7 - 0.1 * w / (2 + w)) / 2
+    i_t = (3 / 4 + 3 / 4 - 0.1 * w / (1 + w)) / 3
+    torch.testing.assert_close(local_text_image(_pos(0.1), REGION_MASK, QUERY_MASK, LN3),
+                               torch.tensor([[t_i]], dtype=torch.float64))
+    torch.testing.assert_close(local_image_text(_pos(0.1), REGION_MASK, QUERY_MASK, LN3),
+                               torch.tensor([[i_t]], dtype=torch.float64))
+
+
 def test_one_query_local_levels_reduce_to_plain_cosines():
     # with one query the I-T softmax has a single entry: S_I-T = the mean clipped cosine over the regions
     t = _unit((0.6, 0.8))[None]
     mask = torch.tensor([[True]])
-    pos = clipped_cosines(V, REGION_MASK, t, mask)
+    pos = clipped_cosines(V, REGION_MASK, t, mask, 0.1)
     torch.testing.assert_close(local_image_text(pos, REGION_MASK, mask, 5.0),
                                torch.tensor([[(0.6 + 0.8 + 0.6) / 3]], dtype=torch.float64))
 
@@ -175,7 +194,8 @@ def reference_levels(model: HMRN, img, queries) -> tuple[np.ndarray, np.ndarray,
         v_glo = _pool_ref(regions, model.image_pool)
         for q in range(len(t)):
             ts = [t[q, n] for n in range(t.shape[1]) if query_mask[q, n]]
-            s = [[max(0.0, float(r @ x)) for x in ts] for r in regions]  # [region][query]
+            s = [[float(r @ x) for x in ts] for r in regions]  # [region][query]
+            s = [[x if x > 0 else cfg.clip_slope * x for x in row] for row in s]  # [s]_+ (choice 11)
             if cfg.local == "I-T":
                 local = np.mean([sum(a * x for a, x in zip(_softmax([cfg.lambda1 * x for x in row]), row))
                                  for row in s])
@@ -215,9 +235,10 @@ def _random_embeddings(model: HMRN, seed: int = 0):
     return (v, region_mask, model.image_pool(v, region_mask)), (t, query_mask)
 
 
+@pytest.mark.parametrize("clip", ["leaky", "relu"])
 @pytest.mark.parametrize("local", ["I-T", "T-I"])
-def test_every_level_against_a_loop_reference(local):
-    model = _model(local=local).double()
+def test_every_level_against_a_loop_reference(local, clip):
+    model = _model(local=local, clip=clip).double()
     img, queries = _random_embeddings(model)
     with torch.no_grad():
         levels = model.levels(img, queries)
@@ -238,6 +259,47 @@ def test_a_level_of_weight_zero_is_not_computed_and_the_others_are_unchanged():
     torch.testing.assert_close(a.local, b.local)
     assert not b.global_.any() and not b.reasoning.any()
     assert full.config.level_weights() == {"local": 0.5, "global": 0.0, "reasoning": 0.5}
+
+
+@pytest.mark.parametrize("local", ["I-T", "T-I"])
+def test_local_scores_do_not_die_when_every_cosine_is_negative(local):
+    # Table 6's local-only rows (α = 1, β = 0) with every region-query cosine negative (regions near e_1, queries
+    # near -e_1: the state one Adam step put the cpu profile's S_T-I in). The paper's max(s, 0) makes every
+    # score exactly 0 with no gradient (a dead ReLU: training cannot leave it); the leaky clip keeps the scores
+    # apart and the gradient alive.
+    g = torch.Generator().manual_seed(0)
+    base = torch.zeros(D, dtype=torch.float64)
+    base[0] = 1.0
+    v = F.normalize(base + 0.15 * torch.randn(3, 4, D, generator=g, dtype=torch.float64), dim=-1)
+    t = F.normalize(-base + 0.15 * torch.randn(3, 2, D, generator=g, dtype=torch.float64), dim=-1)
+    assert (torch.einsum("ikd,qnd->iqkn", v, t) < 0).all()
+    batch = {"image_index": torch.arange(3)}
+    for clip, alive in (("leaky", True), ("relu", False)):
+        model = _model(local=local, alpha=1.0, beta=0.0, clip=clip).double()
+        v_, t_ = v.clone().requires_grad_(), t.clone().requires_grad_()
+        img, queries = (v_, torch.ones(3, 4, dtype=torch.bool), None), (t_, torch.ones(3, 2, dtype=torch.bool))
+        scores = model.score(img, queries)
+        model.loss(img, queries, batch)[0].backward()
+        assert (scores.std() > 1e-4) == alive, (clip, scores)
+        assert (v_.grad.abs().max() > 1e-4 and t_.grad.abs().max() > 1e-4) == alive, clip
+
+
+def test_a_few_adam_steps_keep_the_local_scores_apart():
+    # S_T-I (α = 1) from five initialisations on regions with a common direction (non-negative features, as the
+    # scenes region encoder's): after 5 Adam steps no model scores every pair alike (with max(s, 0) seed 4 did:
+    # every cosine negative, every score 0)
+    train = dataclasses.replace(TRAIN, regions=np.abs(TRAIN.regions) + 1.0)
+    batch = next(iter(query_loader(train, VOCAB, 8, visual="regions")))
+    for seed in range(5):
+        torch.manual_seed(seed)
+        model = HMRN(hmrn_config(ENCODERS, local="T-I", alpha=1.0, beta=0.0, tau=80.0), VECTORS)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        for _ in range(5):
+            optimizer.zero_grad()
+            model.loss(*model(batch), batch)[0].backward()
+            optimizer.step()
+        with torch.no_grad():
+            assert model.score(*model(batch)).std() > 1e-4, seed
 
 
 def test_padding_never_changes_a_score():

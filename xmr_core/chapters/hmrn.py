@@ -646,7 +646,7 @@ def query_attention(model: HMRN, split: Split, vocab: Vocabulary, image: int) ->
     img, sets, one = _one_image(model, split, vocab, image)
     v, region_mask, _ = img
     t, query_mask = sets
-    pos = clipped_cosines(v, region_mask, t, query_mask)
+    pos = clipped_cosines(v, region_mask, t, query_mask, model.config.clip_slope)
     weights = text_image_weights(pos, region_mask, model.config.lambda2)[0, 0]  # (R, N)
     weights = weights[:, query_mask[0]].numpy()
     if one.images is None:
@@ -661,7 +661,7 @@ def correlation_graph(model: HMRN, split: Split, vocab: Vocabulary, image: int) 
     global node last."""
     img, sets, _ = _one_image(model, split, vocab, image)
     t, query_mask = sets
-    pos = clipped_cosines(img[0], img[1], t, query_mask)
+    pos = clipped_cosines(img[0], img[1], t, query_mask, model.config.clip_slope)
     c, nodes = model.correlation_nodes(pos, img, sets, model.query_pool(t, query_mask))
     graphs = []
     for step in model.inter:

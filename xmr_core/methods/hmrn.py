@@ -9,7 +9,7 @@ scored block by block (`xmr_core.evaluate.multi_query_scores`). Read top to bott
 
 1. Sec. 3.1, Eq. (1)-(2): regions through a linear layer to D, v_i (K, D); each query through a BiGRU whose
    forward and backward states are averaged (Eq. 2), t_j = h_M, the last word's (N, D).
-2. Sec. 3.2.1, Eq. (3)-(8): local-level matching on the clipped cosines [s(v_i, t_j)]_+. Image-Text (I-T):
+2. Sec. 3.2.1, Eq. (3)-(8): local-level matching on the clipped cosines [s(v_i, t_j)]_+ (choice 11). Image-Text (I-T):
    each region attends over the queries (softmax with λ1), averaged over the regions (S_I-T). Text-Image
    (T-I): each query attends over the regions (softmax with λ2), averaged over the queries (S_T-I).
 3. Sec. 3.2.2, Eq. (9)-(11): global-level matching: self-attention pooling of the regions (and, with its own
@@ -71,6 +71,15 @@ Choices the paper leaves open, each stated once ("the code": LZH-053/HMRN, read 
     score is S_1 + S_2 (Eq. 17) with both local similarities (I-T with λ1, T-I with λ2) and one shared set of
     encoders, global pooling and reasoning module, trained on the sum of the two models' losses (Eq. 21 each:
     α L_I-T + α L_T-I + 2β L_SR + 2(1 - α - β) L_SG). "Split" is the ensemble of two separately trained models.
+11. The clip [s(v_i, t_j)]_+ of Eq. (3)-(8) and (12): the code's LeakyReLU(0.1) (`compute_pairwise_similarity`,
+    `SCAN_attention`; SCAN's code does the same) by default; the paper prints max(s, 0) (`clip="relu"`). Reason:
+    with max(s, 0), once every region-query cosine of a batch is negative every local score is exactly 0 and
+    nothing gets a gradient again (a dead ReLU), and the start is close to that state: the regions share a
+    common direction and so do the queries, so their cosines share a sign (measured: scenes `multi`, the cpu
+    encoders, HMRN T-I local only (Table 6's S_T-I), τ 80, lr 2e-3, seed 0: 26% of the cosines positive at
+    initialisation, none after the first Adam step, and every score tied at 0 for the rest of training; the cpu
+    profile's S_T-I row scored R@K = 0 on every seed). With the leaky clip a negative cosine keeps a tenth of
+    its slope, so the scores never tie and the model climbs out.
 """
 
 from __future__ import annotations
@@ -92,13 +101,15 @@ from xmr_core.methods.registry import register_method
 
 LocalDirection = Literal["I-T", "T-I", "joint"]
 EPS = 1e-8  # Eq. (12)'s normalisation of a region that matches no query (choice 2)
+LEAKY_SLOPE = 0.1  # the code's LeakyReLU(0.1) for [s]_+ (choice 11)
 ImageEmbedding = tuple[Tensor, Tensor, Tensor]  # v (n, K, D) unit, region mask (n, K), v_glo (n, D) unit
 QueryEmbedding = tuple[Tensor, Tensor]  # t (n, T, D) unit (0 where absent), query mask (n, T)
 
 
 @dataclass
 class HMRNConfig:
-    """HMRN hyperparameters; defaults: the paper's (Sec. 4.2, 4.5), except `reasoning_activation` (choice 4)."""
+    """HMRN hyperparameters; defaults: the paper's (Sec. 4.2, 4.5), except `reasoning_activation` (choice 4) and
+    `clip` (choice 11)."""
 
     embed_dim: int = 256  # D
     image: ImageEncoderConfig = field(default_factory=lambda: ImageEncoderConfig(kind="regions", region_dim=2048))
@@ -114,6 +125,8 @@ class HMRNConfig:
     max_queries: int = 10  # N: the most queries a set holds (training draws this many)
     intra_mode: Literal["subtract", "concat"] = "subtract"  # Eq. (14) or Table 7's concatenation
     reasoning_activation: Literal["relu", "sigmoid"] = "sigmoid"  # S_R: the code's sigmoid or the paper's ReLU
+    clip: Literal["leaky", "relu"] = "leaky"  # [s]_+ of Eq. (3)-(8), (12): the code's LeakyReLU(0.1) or the paper's
+    # max(s, 0) (choice 11)
 
     def __post_init__(self) -> None:
         checks = [
@@ -126,6 +139,7 @@ class HMRNConfig:
             (self.intra_mode in ("subtract", "concat"), f"unknown intra_mode {self.intra_mode!r}"),
             (self.reasoning_activation in ("relu", "sigmoid"),
              f"unknown reasoning_activation {self.reasoning_activation!r}"),
+            (self.clip in ("leaky", "relu"), f"unknown clip {self.clip!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -135,6 +149,11 @@ class HMRNConfig:
         """Eq. (18)-(19), (21): {"local": α, "global": 1 - α - β, "reasoning": β}."""
         rest = max(0.0, round(1.0 - self.alpha - self.beta, 12))
         return {"local": self.alpha, "global": rest, "reasoning": self.beta}
+
+    @property
+    def clip_slope(self) -> float:
+        """The slope of [s]_+ below 0 (choice 11): 0.1 (`clip="leaky"`) or 0 (`"relu"`, max(s, 0))."""
+        return LEAKY_SLOPE if self.clip == "leaky" else 0.0
 
 
 def hmrn_config(encoders: Mapping[str, object], **overrides: object) -> HMRNConfig:
@@ -163,11 +182,11 @@ class QueryEncoder(BiGRUTextEncoder):
 
 
 # ------------------------------------------------------------------- Sec. 3.2.1: local level, Eq. (3)-(8)
-def clipped_cosines(v: Tensor, region_mask: Tensor, t: Tensor, query_mask: Tensor) -> Tensor:
-    """[s(v_i, t_j)]_+ for every image x query set: v (I, K, D), t (Q, N, D) unit -> (I, Q, K, N), 0 wherever
-    the region or the query is padding."""
+def clipped_cosines(v: Tensor, region_mask: Tensor, t: Tensor, query_mask: Tensor, slope: float) -> Tensor:
+    """[s(v_i, t_j)]_+ for every image x query set, a negative cosine times `slope` (choice 11; 0: max(s, 0)):
+    v (I, K, D), t (Q, N, D) unit -> (I, Q, K, N), 0 wherever the region or the query is padding."""
     pair = region_mask[:, None, :, None] & query_mask[None, :, None, :]
-    return torch.einsum("ikd,qnd->iqkn", v, t).clamp_min(0.0).masked_fill(~pair, 0.0)
+    return F.leaky_relu(torch.einsum("ikd,qnd->iqkn", v, t), slope).masked_fill(~pair, 0.0)
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
@@ -358,7 +377,7 @@ class HMRN(RetrievalModel):
         v, region_mask, v_glo = img
         t, query_mask = queries
         weights, cfg = self.config.level_weights(), self.config
-        pos = clipped_cosines(v, region_mask, t, query_mask)  # (I, Q, K, N)
+        pos = clipped_cosines(v, region_mask, t, query_mask, cfg.clip_slope)  # (I, Q, K, N)
         zero = pos.new_zeros(len(v), len(t))
         local, local_ti = zero, None
         if weights["local"] > 0:
