@@ -284,6 +284,19 @@ def test_local_scores_do_not_die_when_every_cosine_is_negative(local):
         assert (v_.grad.abs().max() > 1e-4 and t_.grad.abs().max() > 1e-4) == alive, clip
 
 
+def test_eq12_gradient_is_finite_for_a_region_that_matches_no_query():
+    # with max(s, 0), region -e_1 of image 0 matches no query of set 0 (its one query is e_1): its row of Eq. (12)
+    # is s̃ = 0 / (0 + ε), whose gradient must be finite (sqrt(Σ s²) at 0 gave NaN, and NaN weights after a step)
+    e = torch.eye(D, dtype=torch.float64)
+    v = torch.stack([torch.stack([-e[0], e[1]]), torch.stack([e[0], e[2]])]).requires_grad_()  # (2 images, 2, D)
+    t = torch.stack([e[:1], e[1:2]]).requires_grad_()  # (2 sets, 1 query, D)
+    model = _model(clip="relu").double()
+    region_mask, query_mask = torch.ones(2, 2, dtype=torch.bool), torch.ones(2, 1, dtype=torch.bool)
+    assert not clipped_cosines(v, region_mask, t, query_mask, 0.0)[0, 0, 0].any()
+    model.score((v, region_mask, model.image_pool(v, region_mask)), (t, query_mask)).sum().backward()
+    assert torch.isfinite(v.grad).all() and torch.isfinite(t.grad).all()
+
+
 def test_a_few_adam_steps_keep_the_local_scores_apart():
     # S_T-I (α = 1) from five initialisations on regions with a common direction (non-negative features, as the
     # scenes region encoder's): after 5 Adam steps no model scores every pair alike (with max(s, 0) seed 4 did:

@@ -241,7 +241,9 @@ class SelfAttentionPool(nn.Module):
 def project_regions(pos: Tensor, v: Tensor, region_mask: Tensor, lam: float) -> Tensor:
     """Eq. (12)-(13): v_j^p = Σ_i α_ji^p v_i, α^p = softmax over the real regions of λ2 s̃(t_j, v_i), s̃ = [s]_+
     L2-normalised over the set's queries. pos (I, Q, K, N), v (I, K, D) -> V_loc^p (I, Q, N, D)."""
-    s_tilde = pos / (pos.square().sum(-1, keepdim=True).sqrt() + EPS)  # Eq. (12)'s s̃ (absent queries hold 0)
+    # Eq. (12)'s s̃ (absent queries hold 0); vector_norm: a zero row (max(s, 0) of a region that matches no query)
+    # has a finite gradient, where sqrt(Σ s²) would give 0 / 0 = NaN
+    s_tilde = pos / (torch.linalg.vector_norm(pos, dim=-1, keepdim=True) + EPS)
     alpha = (lam * s_tilde).masked_fill(~region_mask[:, None, :, None], float("-inf")).softmax(2)
     return torch.einsum("iqkn,ikd->iqnd", alpha, v)  # Eq. (13)
 
