@@ -1,22 +1,74 @@
 """Atomic file writes: a temp file in the target directory, fsync, then `os.replace`.
 
-A run that fails midway never leaves a half-written table, figure or checkpoint behind.
+A run that fails midway never leaves a half-written table, figure or checkpoint behind. The temp file is
+`.<name>.<owner tag>.<random>.tmp` (`xmr_core.liveness.Owner.tag`: host, pid, start time), created with the
+permissions of an ordinary file (0666 less the umask). A writer killed midway leaves its temp file behind;
+the next successful write of the same file removes it: a temp file of this host whose writer no longer runs,
+or one of another host untouched for `FOREIGN_TEMP_AGE_S`. A temp file whose writer still runs is never
+removed.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Callable
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
+from xmr_core.liveness import Owner, host_tag, pid_alive
+
+FOREIGN_TEMP_AGE_S = 24 * 3600  # another host's temp file older than this is a dead writer's (no write takes a day)
+_TEMP = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]+\.tmp(?:\.bak)?")
+
+
+def temp_beside(path: Path) -> tuple[int, Path]:
+    """Create `.<name>.<owner tag>.<random>.tmp` beside `path` (exclusively, mode 0666 less the umask):
+    (an fd open for writing, its path)."""
+    tag = Owner.current().tag()
+    while True:
+        tmp = path.parent / f".{path.name}.{tag}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:  # the same random suffix twice: draw again
+            continue
+
+
+def _stale(name: str, here: str, now: float, mtime: Callable[[], float]) -> bool:
+    m = _TEMP.fullmatch(name)
+    if m is None:
+        return False
+    if m["host"] == here:
+        return not pid_alive(int(m["pid"]), m["start"])
+    return now - mtime() > FOREIGN_TEMP_AGE_S
+
+
+def remove_stale_temps(paths: Iterable[Path]) -> None:
+    """Remove the temp files that killed writers of `paths` left behind (see the module docstring)."""
+    by_dir: dict[Path, set[str]] = {}
+    for path in paths:
+        by_dir.setdefault(path.parent, set()).add(path.name)
+    here, now = host_tag(Owner.current().host), time.time()
+    for folder, names in by_dir.items():
+        for entry in os.scandir(folder):
+            for name in names:
+                prefix = f".{name}."
+                try:
+                    if entry.name.startswith(prefix) and _stale(entry.name[len(prefix):], here, now,
+                                                                lambda e=entry: e.stat().st_mtime):
+                        Path(entry.path).unlink()
+                except FileNotFoundError:  # another writer cleaned it up first
+                    pass
+
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call `write(fh)` on a temp file beside `path`, then rename it onto `path`."""
+    """Call `write(fh)` on a temp file beside `path`, then rename it onto `path`; then remove the temp files
+    killed writers of `path` left."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
@@ -24,9 +76,9 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
+    remove_stale_temps([path])
     return path
 
 

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -26,6 +25,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from xmr_core.config import RunConfig
+from xmr_core.io import remove_stale_temps, temp_beside
 
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
 PARAMETERS_ENV = "XMR_PARAMETERS"  # set by the runner to the parameters it injected (JSON)
@@ -125,13 +125,13 @@ def _commit_files(files: dict[Path, bytes]) -> None:
     If a rename fails part-way, the files already replaced are restored from backups, so either every
     file of the artefact is new or every file is as it was.
     """
-    staged: list[tuple[str, Path]] = []
+    staged: list[tuple[Path, Path]] = []
     backups: dict[Path, str] = {}
     replaced: list[Path] = []
     try:
         for path, data in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            fd, tmp = temp_beside(path)
             staged.append((tmp, path))
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -156,6 +156,7 @@ def _commit_files(files: dict[Path, bytes]) -> None:
         for tmp in [t for t, _ in staged] + list(backups.values()):
             if os.path.exists(tmp):
                 os.unlink(tmp)
+    remove_stale_temps(files)
 
 
 def _json_bytes(obj: dict[str, Any]) -> bytes:

@@ -57,6 +57,7 @@ from xmr_core.data.text import Vocabulary
 from xmr_core.distributed import DistEnv, ShardedSampler, all_reduce_sum, barrier, current_env, wrap_model
 from xmr_core.io import atomic_write_bytes, atomic_write_text
 from xmr_core.methods.base import RetrievalModel
+from xmr_core.runcache import Claim, acquire
 
 CHECKPOINT_FORMAT = 1
 
@@ -123,6 +124,8 @@ class FitResult:
     # "extension": the schedule ended on its best epoch and an extension epoch was no better (`extend_epochs`);
     # "diverged": a NaN/inf loss ended the run (`on_nonfinite="stop"`)
     stop_message: str = ""  # why a diverged run ended: the loss, epoch, step and terms
+    best_state: str = ""  # `state_fingerprint` of the best epoch's weights, which `model` holds (runs from before
+    # the field: "")
 
     @property
     def converged(self) -> bool:
@@ -339,7 +342,30 @@ def _result_from(run_dir: Path, result: dict[str, Any], cached: bool) -> FitResu
                      best_metrics=result["best_metrics"], history=result["history"],
                      train_seconds=result["train_seconds"], pairs_per_second=result["pairs_per_second"],
                      cached=cached, stopped=result.get("stopped", "max_epochs"),
-                     stop_message=result.get("stop_message", ""))
+                     stop_message=result.get("stop_message", ""), best_state=result.get("best_state", ""))
+
+
+def _load_best(model: RetrievalModel, run_dir: Path, result: dict[str, Any]) -> None:
+    """Load `run_dir/best.pt` into `model` after checking that it is the checkpoint `result` describes: its
+    epoch and score, and its weights' `state_fingerprint` when the result records one."""
+    path = run_dir / "best.pt"
+    ckpt = load_checkpoint(path, ("model", "epoch", "score"))
+    if (ckpt["epoch"], float(ckpt["score"])) != (result["best_epoch"], float(result["best_score"])):
+        raise CheckpointError(f"{path}: epoch {ckpt['epoch']} (score {ckpt['score']}), but {run_dir / 'result.json'} "
+                              f"describes epoch {result['best_epoch']} (score {result['best_score']})")
+    model.load_state_dict(ckpt["model"])
+    if result.get("best_state") and state_fingerprint(model) != result["best_state"]:
+        raise CheckpointError(f"{path}: its weights are not the ones {run_dir / 'result.json'} describes "
+                              f"(state fingerprint {state_fingerprint(model)[:16]}, result {result['best_state'][:16]})")
+
+
+def _claim(run_dir: Path, key: str, env: DistEnv) -> Claim | None:
+    """Rank 0 claims `run_dir` for this run (`xmr_core.runcache`), waiting while a live worker holds it; None
+    when the run is finished (by this or another worker) and on the other ranks, which wait at a barrier until
+    rank 0 holds the claim or has found the run finished."""
+    claim = acquire(run_dir, lambda: _finished(run_dir, key) is not None, log=tqdm.write) if env.is_main else None
+    barrier(env)
+    return claim
 
 
 # ---------------------------------------------------------------------------------------------------- fit
@@ -357,27 +383,56 @@ def fit(
     on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None,
     validate: Callable[[RetrievalModel, Split], dict[str, float]] | None = None,
 ) -> FitResult:
-    """Train `model` on `train_split`, validating on `val_split` each epoch; returns the best epoch's result.
+    """Train `model` on `train_split`, validating on `val_split` each epoch; returns the best epoch's result,
+    `model` holding that epoch's weights (`FitResult.best_state` is their fingerprint).
 
     out_dir: the run directory (default: the run cache, see the module docstring). A finished run with the
-    same key there is loaded instead of retrained. resume: continue from `out_dir/last.pt`.
+    same key there is loaded instead of retrained. The run directory is claimed before training
+    (`xmr_core.runcache`): while another live process trains the same run, this one waits for it and then
+    loads its result. resume: continue from `out_dir/last.pt`.
     on_epoch_end(epoch, row): called after each epoch's checkpoint (e.g. to log, or to stop a run).
     validate(model, split) -> metrics: replaces `evaluate_model` (must return `cfg.select`).
     """
     env: DistEnv = current_env()
+    key = run_key(model, train_split, val_split, cfg)
+    run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, key)
+    claim = _claim(run_dir, key, env)
+    try:
+        return _fit(model, train_split, val_split, cfg, run_dir, key, out_dir is None, resume, claim, env,
+                    vocab=vocab, on_epoch_end=on_epoch_end, validate=validate)
+    finally:
+        if claim is not None:
+            claim.release(finished=(run_dir / "result.json").is_file())
+
+
+def _fit(
+    model: RetrievalModel,
+    train_split: Split,
+    val_split: Split,
+    cfg: TrainConfig,
+    run_dir: Path,
+    key: str,
+    in_cache: bool,
+    resume: bool,
+    claim: Claim | None,
+    env: DistEnv,
+    *,
+    vocab: Vocabulary,
+    on_epoch_end: Callable[[int, dict[str, Any]], None] | None,
+    validate: Callable[[RetrievalModel, Split], dict[str, float]] | None,
+) -> FitResult:
+    """`fit` in a run directory this process has claimed (rank 0; `claim` None on the other ranks)."""
     device = select_device(cfg.device)
     if env.distributed and device.type == "cuda":
         device = torch.device("cuda", env.local_rank)
-    key = run_key(model, train_split, val_split, cfg)
-    run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, key)
     done = _finished(run_dir, key)
-    base = _cached_base(model, train_split, val_split, cfg) if done is None and out_dir is None and not resume else None
+    base = _cached_base(model, train_split, val_split, cfg) if done is None and in_cache and not resume else None
     if base is not None and not _extends(base[1]):  # the schedule's own run already stopped short of its end
         done = _adopt_base(run_dir, key, base, cfg)
     if done is not None:
         if done.get("stopped") == "diverged" and cfg.on_nonfinite == "raise":
             raise FloatingPointError(f"{done.get('stop_message')} (the finished run in {run_dir})")
-        model.load_state_dict(load_checkpoint(run_dir / "best.pt")["model"])
+        _load_best(model, run_dir, done)
         return _result_from(run_dir, done, cached=True)
 
     model.to(device)
@@ -503,6 +558,8 @@ def fit(
                 raise KeyError(f"validation returned no {cfg.select!r} (has {sorted(metrics)[:8]} ...)")
             row.update({f"val/{k}": float(v) for k, v in metrics.items()})
             history.append(row)
+            if claim is not None:  # another host took the run over (this process's heartbeat went stale): stop
+                claim.check()
             _write_history(run_dir / "metrics.csv", history)
             if metrics[cfg.select] > improved_score + cfg.min_delta:
                 improved_score, improved_epoch = float(metrics[cfg.select]), epoch + 1
@@ -535,7 +592,13 @@ def fit(
               "best_metrics": best_metrics, "history": history, "train_seconds": train_seconds,
               "pairs_per_second": pairs_seen / max(train_seconds, 1e-9)}
     if env.is_main:
+        _load_best(model, run_dir, result)
+        result["best_state"] = state_fingerprint(model)
+        if claim is not None:
+            claim.check()
         atomic_write_text(run_dir / "result.json", json.dumps(result, indent=1, default=str))
     barrier(env)
-    model.load_state_dict(load_checkpoint(run_dir / "best.pt")["model"])
+    if not env.is_main:  # only rank 0 validated: its result is the run's
+        result = json.loads((run_dir / "result.json").read_text())
+        _load_best(model, run_dir, result)
     return _result_from(run_dir, result, cached=False)
