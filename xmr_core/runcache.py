@@ -162,12 +162,6 @@ class Claim:
         elif self.held() and _create(self.run_dir / f"claim.{self.number + 1}", _record(released=True)):
             _remove_below(self.run_dir, self.number + 1)
 
-    def __enter__(self) -> Claim:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release(finished=False)
-
 
 def _record(released: bool) -> dict:
     return {"owner": asdict(Owner.current()), "claimed_at": time.time(), "released": released}
