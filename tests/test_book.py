@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ NOTEBOOK = '''# %% [markdown]
 PROFILE = "cpu"
 OUT = ""
 N = 1
+RATE = 0.5
 FAIL = False
 
 # %%
@@ -116,3 +120,65 @@ def test_parse_value() -> None:
     assert book.parse_value("3") == 3 and book.parse_value("0.5") == 0.5
     assert book.parse_value("True") is True and book.parse_value("[1, 2]") == [1, 2]
     assert book.parse_value("cuda:0") == "cuda:0" and book.parse_value("'x'") == "x"
+
+
+# ------------------------------------------------------------- parameters checked before any kernel starts
+
+
+def _no_kernel(nb, output, parameters) -> None:
+    raise AssertionError(f"a kernel started for {nb.label}")
+
+
+def _refused(project: Path, names: list[str], params: dict) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        run(project, names=names, profile="smoke", params=params, execute=_no_kernel)
+    message = str(exit_.value.code)
+    assert "\n" not in message
+    return message
+
+
+def test_unknown_parameter_is_one_line_naming_it_and_who_declares_it(project: Path) -> None:
+    message = _refused(project, [], {"NOPE": 1})
+    assert message == ("xmr book: unknown parameter -p NOPE: none of the selected notebooks (01_demo/train) "
+                       "declares it; no notebook of the book declares it")
+    other = project / "book" / "02_other"
+    other.mkdir()
+    (other / "visualise.py").write_text(NOTEBOOK.replace("N = 1\n", "N = 1\nN_HEAT = 4\n"))
+    message = _refused(project, ["demo"], {"OUT": "x", "N_HEAT": 2})
+    assert message.endswith("(01_demo/train) declares it; only 02_other/visualise declares it")
+
+
+def test_a_value_of_another_type_than_the_declared_literal_is_refused(project: Path) -> None:
+    (project / "book" / "01_demo" / "ablate.py").write_text(NOTEBOOK)
+    assert _refused(project, [], {"N": "three"}) == (
+        "xmr book: parameter -p N 'three' is of type str, but 01_demo/train, 01_demo/ablate declare N = 1 "
+        "(of type int)")
+    assert "declare N = 1 (of type int)" in _refused(project, [], {"N": True})  # a bool is no int
+    assert "declare N = 1 (of type int)" in _refused(project, [], {"N": 2.0})
+    assert "declare FAIL = False (of type bool)" in _refused(project, [], {"FAIL": 1})
+    assert _refused(project, ["demo/ablate"], {"OUT": 3}) == (
+        "xmr book: parameter -p OUT 3 is of type int, but 01_demo/ablate declares OUT = '' (of type str); "
+        "quote a string: -p OUT \"'3'\"")
+    seen: dict[str, dict] = {}
+    summary, _ = run(project, profile="smoke", params={"N": 2, "RATE": 1, "FAIL": True},
+                     execute=lambda nb, out, params: seen.setdefault(nb.label, params))
+    assert summary.ok and seen["01_demo/train"]["RATE"] == 1  # an int where a float is declared
+
+
+def test_a_parameter_goes_only_to_the_notebooks_that_declare_it(project: Path) -> None:
+    (project / "book" / "01_demo" / "ablate.py").write_text(NOTEBOOK.replace("N = 1\n", "N = 1\nN_HEAT = 4\n"))
+    seen: dict[str, dict] = {}
+    run(project, profile="smoke", params={"N_HEAT": 2, "N": 3},
+        execute=lambda nb, out, params: seen.setdefault(nb.label, params))
+    assert seen["01_demo/ablate"] == {"PROFILE": "smoke", "RESULTS_DIR": book.SMOKE_RESULTS_DIR, "N_HEAT": 2, "N": 3}
+    assert seen["01_demo/train"] == {"PROFILE": "smoke", "RESULTS_DIR": book.SMOKE_RESULTS_DIR, "N": 3}
+
+
+def test_the_command_line_exits_non_zero_with_one_line(project: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "xmr_core.cli", "book", "run", "--profile", "smoke",
+                           "-p", "N", "many"], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "xmr book: parameter -p N 'many' is of type str, but 01_demo/train declares N = 1 (of type int)"]

@@ -1,8 +1,11 @@
 """The book runner: jupytext py:percent chapters executed with papermill.
 
 `book/<NN_chapter>/*.py` are the sources (notebooks `train`, `ablate`, `visualise` first, in that order,
-then any other in name order). `run_book` converts each to a notebook with kernel `python3`, injects
-`PROFILE` and the user's parameters into its `parameters` cell, executes it into
+then any other in name order). `run_book` first checks the user's parameters against the `parameters`
+cells of the selected notebooks, before any kernel starts: a name no selected notebook declares, or a value
+whose type is not that of the declared literal, stops the run with one line naming the parameter and the
+notebooks that declare it. It then converts each notebook to one with kernel `python3`, injects `PROFILE`
+and the user's parameters that it declares into its `parameters` cell, executes it into
 `book/_build/<profile>/<chapter>/<notebook>.ipynb` (git-ignored; never onto a tracked file), prints one
 status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
 its parameters, the `xmr_core` sources) are unchanged since its last successful run is skipped unless
@@ -28,6 +31,7 @@ from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
 from xmr_core.sources import fingerprint, package_files
 
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
+UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
 SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
 _RESULT_CALL = re.compile(r"""write_(?:table|figure|text)\(\s*[^,()]+,\s*f?["']([^"']+)["']""")
 _CLAIMS_CALL = re.compile(r"""write_claims\(\s*[^,()]+,\s*["']([^"']+)["']""")
@@ -42,6 +46,28 @@ class Notebook:
     @property
     def label(self) -> str:
         return f"{self.chapter}/{self.name}"
+
+    def parameters(self) -> dict[str, Any]:
+        """NAME -> the value its `parameters` cell assigns (`UNCHECKED` when not a literal); {} without one."""
+        import jupytext
+
+        cells = [c for c in jupytext.read(self.source, fmt="py:percent").cells
+                 if "parameters" in c.metadata.get("tags", [])]
+        declared: dict[str, Any] = {}
+        for node in ast.parse(cells[0].source if cells else "", filename=str(self.source)).body:
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets = [node.target]
+            else:
+                continue
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    try:
+                        declared[target.id] = ast.literal_eval(node.value)
+                    except (ValueError, TypeError, SyntaxError):
+                        declared[target.id] = UNCHECKED
+        return declared
 
     def declared_results(self) -> list[str]:
         """Result keys this notebook writes, read from its `write_*` calls."""
@@ -128,6 +154,44 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def _declare(labels: list[str]) -> str:
+    return f"{', '.join(labels)} declare{'s' if len(labels) == 1 else ''}"
+
+
+def _fits(value: Any, declared: Any) -> bool:
+    """Whether `value` may replace the declared literal: the same type (an int where a float is declared; a
+    None or non-literal declaration accepts anything)."""
+    if declared is None or declared is UNCHECKED:
+        return True
+    if isinstance(declared, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(declared, bool)
+    if isinstance(declared, float):
+        return isinstance(value, (int, float))
+    return type(value) is type(declared)
+
+
+def check_parameters(notebooks: list[Notebook], params: dict[str, Any], book: Path) -> dict[str, dict[str, Any]]:
+    """Each notebook's share of `params` (label -> the parameters it declares), after checking every one:
+    declared by a selected notebook, with a value of the declared literal's type. Otherwise SystemExit with one
+    line naming the parameter and the notebooks that declare it (or that none does)."""
+    declared = {nb.label: nb.parameters() for nb in notebooks}
+    for name, value in params.items():
+        owners = [label for label, names in declared.items() if name in names]
+        if not owners:
+            elsewhere = [nb.label for nbs in chapters(book).values() for nb in nbs
+                         if nb.label not in declared and name in nb.parameters()]
+            where = f"only {_declare(elsewhere)} it" if elsewhere else "no notebook of the book declares it"
+            raise SystemExit(f"xmr book: unknown parameter -p {name}: none of the selected notebooks "
+                             f"({', '.join(declared) or 'none'}) declares it; {where}")
+        wrong = [label for label in owners if not _fits(value, declared[label][name])]
+        if wrong:
+            literal = declared[wrong[0]][name]
+            hint = f"; quote a string: -p {name} \"'{value}'\"" if isinstance(literal, str) else ""
+            raise SystemExit(f"xmr book: parameter -p {name} {value!r} is of type {type(value).__name__}, but "
+                             f"{_declare(wrong)} {name} = {literal!r} (of type {type(literal).__name__}){hint}")
+    return {label: {k: v for k, v in params.items() if k in names} for label, names in declared.items()}
+
+
 def library_fingerprint(root: Path | None = None) -> str:
     """Hash of every `xmr_core` source and data file: a change anywhere reruns every notebook."""
     root = root or project_root()
@@ -200,20 +264,21 @@ def run_book(
     """Run the named chapters (all when empty) under `profile`; returns every notebook's outcome."""
     root = root or project_root()
     check_profile(profile)
-    parameters: dict[str, Any] = {"PROFILE": profile}
+    runner: dict[str, Any] = {"PROFILE": profile}  # the runner's own parameters, given to every notebook
     if profile == "smoke":
-        parameters["RESULTS_DIR"] = SMOKE_RESULTS_DIR
-    parameters.update(params or {})
+        runner["RESULTS_DIR"] = SMOKE_RESULTS_DIR
+    notebooks = resolve_chapters(names, root / "book")
+    own = check_parameters(notebooks, params or {}, root / "book")
     build = root / "book" / "_build" / profile
     state_path = root / "book" / "_build" / "state.json"
     state: dict[str, str] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     library = library_fingerprint(root)
     summary = RunSummary()
-    notebooks = resolve_chapters(names, root / "book")
-    echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {parameters}")
+    echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {runner | (params or {})}")
     for nb in notebooks:
         output = build / nb.chapter / f"{nb.name}.ipynb"
         key = f"{profile}:{nb.label}"
+        parameters = runner | own[nb.label]
         fingerprint = input_fingerprint(nb, parameters, library)
         if not force and state.get(key) == fingerprint and output.is_file():
             summary.outcomes.append(Outcome(nb, "skipped", 0.0, output))
