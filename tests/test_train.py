@@ -16,7 +16,8 @@ from xmr_core.distributed import DistEnv, ShardedSampler
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.train import CheckpointError, TrainConfig, fit, load_checkpoint, lr_factor, run_key
+from xmr_core.train import (CheckpointError, TrainConfig, fit, load_checkpoint, lr_factor, run_key, save_checkpoint,
+                            state_fingerprint)
 
 TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
 VOCAB = Vocabulary.build(TRAIN.captions)
@@ -131,6 +132,27 @@ def test_finished_run_is_loaded_not_retrained(tmp_path, monkeypatch) -> None:
     assert run_key(_model(embed_dim=6), TRAIN, VAL, CFG) != base
     assert run_key(_model(), word_split("train", 24, 9), VAL, CFG) != base
     assert run_key(_model(), TRAIN, VAL, TrainConfig(**{**CFG.__dict__, "progress": True})) == base
+
+
+def test_fit_returns_the_weights_its_result_describes_or_refuses(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
+    cfg = TrainConfig(**{**CFG.__dict__, "epochs": 3})
+    states: list[str] = []
+    trained = _model()
+    result = fit(trained, TRAIN, VAL, cfg, vocab=VOCAB, validate=_scripted([1.0, 3.0, 2.0])[0],
+                 on_epoch_end=lambda e, row: states.append(state_fingerprint(trained)))
+    assert result.best_epoch == 2 and result.best_state == states[1] == state_fingerprint(trained) != states[2]
+    again = _model()
+    cached = fit(again, TRAIN, VAL, cfg, vocab=VOCAB, validate=_scripted([])[0])
+    assert cached.cached and cached.best_state == result.best_state == state_fingerprint(again)
+    best = load_checkpoint(result.run_dir / "best.pt")
+    last = load_checkpoint(result.run_dir / "last.pt")
+    save_checkpoint(result.run_dir / "best.pt", {**best, "epoch": 3})  # another epoch's file
+    with pytest.raises(CheckpointError, match="epoch 3 .* describes epoch 2"):
+        fit(_model(), TRAIN, VAL, cfg, vocab=VOCAB, validate=_scripted([])[0])
+    save_checkpoint(result.run_dir / "best.pt", {**best, "model": last["model"]})  # other weights, same epoch
+    with pytest.raises(CheckpointError, match="not the ones .*result.json describes"):
+        fit(_model(), TRAIN, VAL, cfg, vocab=VOCAB, validate=_scripted([])[0])
 
 
 def test_resume_with_another_initial_model_is_refused(tmp_path) -> None:

@@ -24,7 +24,10 @@
 - Run cache: without `out_dir`, the run lives in `cache_dir()/runs/<method>-<key>/`, the key hashing the
   method config, the model's initial state (word vectors, initial weights), the train config, the data
   (content fingerprints of both splits) and the seed; a finished
-  run there is loaded, never retrained.
+  run there is loaded, never retrained. A run directory is claimed before training (`xmr_core.runcache`): of
+  any number of processes asking for one run, one trains it and the others wait for it, then load it; a dead
+  worker's claim is taken over. `fit` returns exactly the weights its `result.json` describes (`best_state`,
+  checked whenever `best.pt` is loaded).
 - DDP through `torchrun` (`xmr_core.distributed`); deterministic on CPU for a seed.
 """
 
