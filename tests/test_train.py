@@ -16,8 +16,16 @@ from xmr_core.distributed import DistEnv, ShardedSampler
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.train import (CheckpointError, TrainConfig, fit, load_checkpoint, lr_factor, run_key, save_checkpoint,
-                            state_fingerprint)
+from xmr_core.train import (
+    CheckpointError,
+    TrainConfig,
+    fit,
+    load_checkpoint,
+    lr_factor,
+    run_key,
+    save_checkpoint,
+    state_fingerprint,
+)
 
 TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
 VOCAB = Vocabulary.build(TRAIN.captions)
