@@ -57,14 +57,17 @@ def test_next_write_removes_dead_writers_temps_and_keeps_live_ones(tmp_path: Pat
         "foreign fresh": f".ckpt.pt.{host_tag('elsewhere')}-7-99.abcdef01.tmp",
         "foreign old": f".ckpt.pt.{host_tag('elsewhere')}-8-99.abcdef02.tmp",
         "another file's": f".other.pt.{here}-{dead}-0.00aa11cc.tmp",
+        "mkstemp fresh": ".ckpt.pt.k2_x9abc.tmp",  # named as before the owner tag: judged by age
+        "mkstemp old": ".ckpt.pt.zz0_q1rs.tmp",
         "not a temp": ".ckpt.pt.notes",
     }
     for name in names.values():
         (tmp_path / name).write_text("debris")
     old = time.time() - FOREIGN_TEMP_AGE_S - 60
     os.utime(tmp_path / names["foreign old"], (old, old))
+    os.utime(tmp_path / names["mkstemp old"], (old, old))
     atomic_write_text(target, "new")
-    kept = {"live", "foreign fresh", "another file's", "not a temp"}
+    kept = {"live", "foreign fresh", "another file's", "not a temp", "mkstemp fresh"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name] + [names[k] for k in kept])
     assert target.read_text() == "new"
 

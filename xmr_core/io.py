@@ -4,8 +4,8 @@ A run that fails midway never leaves a half-written table, figure or checkpoint 
 `.<name>.<owner tag>.<random>.tmp` (`xmr_core.liveness.Owner.tag`: host, pid, start time), created with the
 permissions of an ordinary file (0666 less the umask). A writer killed midway leaves its temp file behind;
 the next successful write of the same file removes it: a temp file of this host whose writer no longer runs,
-or one of another host untouched for `FOREIGN_TEMP_AGE_S`. A temp file whose writer still runs is never
-removed.
+or one of another host (or one named by `tempfile.mkstemp`, as before the owner tag) untouched for
+`FOREIGN_TEMP_AGE_S`. A temp file whose writer still runs is never removed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import IO
 from xmr_core.liveness import Owner, host_tag, pid_alive
 
 FOREIGN_TEMP_AGE_S = 24 * 3600  # another host's temp file older than this is a dead writer's (no write takes a day)
-_TEMP = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]+\.tmp(?:\.bak)?")
+_TEMP = re.compile(r"(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]+|[a-z0-9_]{8})\.tmp(?:\.bak)?")
 
 
 def temp_beside(path: Path) -> tuple[int, Path]:
@@ -40,7 +40,7 @@ def _stale(name: str, here: str, now: float, mtime: Callable[[], float]) -> bool
     m = _TEMP.fullmatch(name)
     if m is None:
         return False
-    if m["host"] == here:
+    if m["host"] == here:  # (a mkstemp name has no host: judged by its age, as another host's)
         return not pid_alive(int(m["pid"]), m["start"])
     return now - mtime() > FOREIGN_TEMP_AGE_S
 

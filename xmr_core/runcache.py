@@ -39,6 +39,7 @@ from xmr_core.io import remove_stale_temps, temp_beside
 from xmr_core.liveness import Owner
 
 _CLAIM = re.compile(r"claim\.(\d+)")
+_RETRY_S = 0.02  # a lost race is looked at again after this (a directory listing may lag on NFS)
 
 
 @dataclass(frozen=True)
@@ -183,11 +184,13 @@ def try_claim(run_dir: str | Path, policy: ClaimPolicy = ClaimPolicy()) -> Claim
             return None
         number = 0 if top is None else top.number + 1
         if not _create(run_dir / f"claim.{number}", _record(released=False)):
-            continue  # another process claimed this number first: look again
+            time.sleep(_RETRY_S)  # another process claimed this number first: look again
+            continue
         numbers = _numbers(run_dir)
         if numbers[-1:] != [number]:  # created from an old listing, below the current claim (or the run
             # finished and its claims were removed meanwhile): withdraw
             (run_dir / f"claim.{number}").unlink(missing_ok=True)
+            time.sleep(_RETRY_S)
             continue
         _remove_below(run_dir, number)
         return Claim(run_dir, number, policy, top if top is not None and not top.released else None)
