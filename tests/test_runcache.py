@@ -15,6 +15,7 @@ import pytest
 
 from xmr_core.liveness import Owner
 from xmr_core.runcache import ClaimLost, ClaimPolicy, acquire, current, try_claim
+from xmr_core.train import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -197,9 +198,9 @@ def reference(ctx, tmp_path_factory) -> str:
     return report["returned"]
 
 
-def _check_run(reports: list[dict], reference: str) -> Path:
+def _check_run(reports: list[dict], reference: str, first_epoch: int = 0) -> Path:
     """Every worker returned the weights the run's result.json describes, which are the uninterrupted run's;
-    one worker trained the whole run, the others loaded it. Returns the run directory."""
+    one worker trained the run (from `first_epoch`), the others loaded it. Returns the run directory."""
     run_dirs = {r["run_dir"] for r in reports}
     assert len(run_dirs) == 1
     run_dir = Path(run_dirs.pop())
@@ -208,7 +209,7 @@ def _check_run(reports: list[dict], reference: str) -> Path:
     assert [r["returned"] for r in reports] == [described] * len(reports)
     assert [r["best_state"] for r in reports] == [described] * len(reports)
     assert sorted(r["cached"] for r in reports) == [False] + [True] * (len(reports) - 1)
-    assert [r["epochs"] for r in reports if not r["cached"]] == [[0, 1, 2, 3]]
+    assert [r["epochs"] for r in reports if not r["cached"]] == [list(range(first_epoch, 4))]
     assert all(r["epochs"] == [] for r in reports if r["cached"])
     assert sorted(p.name for p in run_dir.iterdir()) == ["best.pt", "last.pt", "metrics.csv", "result.json"]
     return run_dir
@@ -231,7 +232,8 @@ def test_workers_started_at_staggered_times_train_the_run_once(ctx, tmp_path: Pa
 @pytest.mark.parametrize("epoch_sleep", [1.0, 0.0])
 def test_a_killed_workers_claim_is_taken_over(ctx, tmp_path: Path, reference: str, epoch_sleep: float) -> None:
     """kill -9 a worker after its first epoch (in its pause after the epoch, or wherever its second epoch has
-    got to); of two workers started next, one takes the run over and trains it whole, the other waits."""
+    got to); of two workers started next, one takes the run over and goes on from its last checkpoint, the
+    other waits; the run ends with the weights of the uninterrupted run."""
     cache, go = tmp_path / "cache", tmp_path / "go"
     victim = _worker(ctx, tmp_path / "victim.json", cache, epoch_sleep=epoch_sleep)
     progress = tmp_path / "victim.epochs"
@@ -242,9 +244,11 @@ def test_a_killed_workers_claim_is_taken_over(ctx, tmp_path: Path, reference: st
     victim.join()
     run_dir = next((cache / "runs").iterdir())
     assert _claims(run_dir) == ["claim.0"] and not (run_dir / "result.json").exists()
+    resumed_at = load_checkpoint(run_dir / "last.pt")["epoch"]
+    assert resumed_at >= 1
     reports = [tmp_path / f"w{i}.json" for i in range(2)]
     workers = [_worker(ctx, r, cache, epoch_sleep=0.3, go=go, delay=d) for r, d in zip(reports, (0.0, 0.5))]
     outputs = _go(workers, reports, go)
-    assert _check_run([json.loads(r.read_text()) for r in reports], reference) == run_dir
+    assert _check_run([json.loads(r.read_text()) for r in reports], reference, resumed_at) == run_dir
     assert sum(f"took over the dead claim of {Owner.current().host} pid {victim.pid}" in out
-               for out in outputs) == 1, outputs
+               and f"going on from the dead worker's last.pt (epoch {resumed_at})" in out for out in outputs) == 1, outputs

@@ -26,7 +26,7 @@
   (content fingerprints of both splits) and the seed; a finished
   run there is loaded, never retrained. A run directory is claimed before training (`xmr_core.runcache`): of
   any number of processes asking for one run, one trains it and the others wait for it, then load it; a dead
-  worker's claim is taken over. `fit` returns exactly the weights its `result.json` describes (`best_state`,
+  worker's claim is taken over, and its cached run goes on from its `last.pt`. `fit` returns exactly the weights its `result.json` describes (`best_state`,
   checked whenever `best.pt` is loaded).
 - DDP through `torchrun` (`xmr_core.distributed`); deterministic on CPU for a seed.
 """
@@ -429,6 +429,8 @@ def _fit(
     if env.distributed and device.type == "cuda":
         device = torch.device("cuda", env.local_rank)
     done = _finished(run_dir, key)
+    taken_over = in_cache and claim is not None and claim.took_over is not None
+    resume = resume or taken_over  # a dead worker's cached run goes on from its last checkpoint
     base = _cached_base(model, train_split, val_split, cfg) if done is None and in_cache and not resume else None
     if base is not None and not _extends(base[1]):  # the schedule's own run already stopped short of its end
         done = _adopt_base(run_dir, key, base, cfg)
@@ -469,6 +471,8 @@ def _fit(
         best_score, best_epoch, best_metrics = ckpt["best_score"], ckpt["best_epoch"], dict(ckpt["best_metrics"])
         improved_score, improved_epoch = ckpt["improved_score"], ckpt["improved_epoch"]
         train_seconds, pairs_seen = ckpt["train_seconds"], ckpt["pairs_seen"]
+        if taken_over:
+            tqdm.write(f"{run_dir}: going on from the dead worker's {start[0].name} (epoch {start_epoch})")
     else:
         seed_everything(cfg.seed)
 
