@@ -1,0 +1,503 @@
+"""Claims as data and the one verdict protocol of the book (the reasons are in `docs/claims.md`).
+
+A paper's claim is declared once as a `ClaimSpec` (its text, section, kind, metric, the compared models or
+variants, the claimed direction, and a margin where the kind has one) and judged by `judge` against the
+`Evidence` of each compared model on this run: its per-seed scores, optionally the per-query values they are
+the mean of, the seeds and test split they came from, whether every run converged and whether it collapsed.
+
+    detect_collapse(scores (Q, G), relevance (Q, G) | None) -> "" or why the run learnt nothing
+    judge(spec, {model: Evidence}, dataset=, profile=)      -> Judgement (verdict, effect, interval, pairing)
+    can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
+    judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
+    render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
+    write_judgements(judgements, chapter, part, run)        -> `<chapter>/judgements_<part>.{csv,md,json}`
+
+Kinds (the effect is oriented so that > 0 favours the claim; `direction` "greater" or "less"):
+
+    superiority      models (a, b): a is greater (less) than b         effect = ±(a - b)
+    non-inferiority  models (a, b): a at least as good as b, margin m   effect = ±(a - b), compared with -m
+    equivalence      models (a, b): no real difference, margin m        effect = a - b, compared with [-m, m]
+    trend            models x1..xn (ordered): rises (falls) at every step   effect = the smallest oriented step
+    peak             models x1..xn, `peak` among them: the best of all   effect = ±peak - max(±others)
+    universal        `pairs` ((a1, b1), ...): `each` kind holds for every pair; one refutation refutes it
+
+The interval of the effect is a percentile bootstrap at `CONFIDENCE` with `N_RESAMPLES` resamples and a fixed
+generator seed (deterministic): over seeds, over queries, or both (crossed: the same resampled queries for
+every seed, since every seed scores the same test queries). Sides share the resampled seeds when they have the
+same seeds and split (paired by seed), and the resampled queries when they score the same queries (paired by
+query). Verdicts: held / did not hold when the interval excludes zero (or the margin) on one side, otherwise
+within noise; not tested, with the reason, when a compared run did not converge, collapsed, is missing, or
+the claim needs a data set or profile this run does not have.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats
+
+from xmr_core.metrics import Relevance, ranking_stats
+
+if TYPE_CHECKING:
+    from xmr_core.config import RunConfig
+
+Verdict = Literal["held", "did not hold", "within noise", "not tested"]
+VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "within noise", "not tested")
+Kind = Literal["superiority", "non-inferiority", "equivalence", "trend", "peak", "universal"]
+KINDS: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence", "trend", "peak", "universal")
+PAIRWISE: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence")
+Pairing = Literal["seed+query", "seed", "query", "none"]
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+CHANCE_Z = 3.0  # a run whose mean best rank is not this many standard errors better than chance collapsed
+
+
+def verdict(held: bool | None) -> Verdict:
+    """The verdict of a yes/no check; None = not tested on this run."""
+    return "not tested" if held is None else ("held" if held else "did not hold")
+
+
+def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict of "X holds for every model" from the verdict per model: one counterexample refutes it
+    ("did not hold"); else a model not tested leaves it "not tested"; else any within noise makes it "within
+    noise"; else "held"."""
+    if not verdicts:
+        return verdict(None)
+    for outcome in ("did not hold", "not tested", "within noise"):
+        if outcome in verdicts:
+            return outcome  # type: ignore[return-value]
+    return "held"
+
+
+# ------------------------------------------------------------------------------------------- collapse
+
+
+def detect_collapse(scores: np.ndarray | torch.Tensor, relevance: Relevance | None = None) -> str:
+    """Why the run that produced `scores (Q, G)` learnt nothing, or "" when it learnt something.
+
+    Collapsed: every query's scores are tied across the gallery (to 1e-6 of the largest |score|); or every
+    query ranks the gallery by the same scores (the scores do not depend on the query); or, with a bool
+    `relevance (Q, G)`, the mean best rank (pessimistic ties, `metrics.ranking_stats`) is not `CHANCE_Z`
+    standard errors better than a random ranking's: a query with P positives among G has, under a random
+    ranking, best rank mean (G+1)/(P+1) and variance P(G+1)(G-P) / ((P+1)^2 (P+2)).
+    """
+    s = torch.as_tensor(scores).double()
+    if s.ndim != 2 or s.numel() == 0:
+        raise ValueError(f"detect_collapse: scores must be a non-empty (Q, G) matrix, got shape {tuple(s.shape)}")
+    tol = 1e-6 * max(float(s.abs().max()), 1e-12)
+    if bool((s.amax(1) - s.amin(1) <= tol).all()):
+        return "every query's scores are tied across the gallery"
+    if s.shape[0] > 1 and bool(((s - s[:1]).abs() <= tol).all()):
+        return "every query gets the same scores: they do not depend on the query"
+    if relevance is None:
+        return ""
+    st = ranking_stats(s, {"r": relevance})["r"]
+    g, p, rank = s.shape[1], st.n_positives.double(), st.best_rank.double()
+    chance_mean = (g + 1) / (p + 1)
+    chance_var = p * (g + 1) * (g - p) / ((p + 1) ** 2 * (p + 2))
+    se = math.sqrt(float(chance_var.sum())) / len(rank)
+    gain = float(chance_mean.mean() - rank.mean())  # > 0: better (lower) ranks than chance
+    if se == 0.0 or gain / se < CHANCE_Z:
+        return (f"chance-level ranking: mean best rank {float(rank.mean()):.1f} against {float(chance_mean.mean()):.1f} "
+                f"for a random ranking (z = {gain / se if se else 0.0:.1f} < {CHANCE_Z:g})")
+    return ""
+
+
+# ------------------------------------------------------------------------------------------- evidence
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One compared model or variant on one metric: `values` (S,) its score per seed, or (S, Q) the per-query
+    values whose mean over the Q queries is each seed's score (e.g. per-query R@1 hits × 100). `split` names
+    the test queries (split, direction, protocol): two sides score the same queries only when it is equal."""
+
+    seeds: tuple[int, ...]
+    values: np.ndarray
+    split: str = "test"
+    converged: bool = True  # every run converged (`FitResult.converged`)
+    collapse: str = ""  # why the runs learnt nothing (`detect_collapse`); "" when they learnt something
+
+    def __post_init__(self) -> None:
+        v = np.asarray(self.values, dtype=np.float64)
+        if v.ndim not in (1, 2) or v.shape[0] != len(self.seeds) or v.size == 0:
+            raise ValueError(f"Evidence: values must be (S,) or (S, Q) with S = {len(self.seeds)} seeds, "
+                             f"got shape {v.shape}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"Evidence: repeated seeds {self.seeds}")
+        if not np.isfinite(v).all():
+            raise ValueError(f"Evidence: non-finite value in seed row {int(np.argwhere(~np.isfinite(v))[0][0])}")
+        object.__setattr__(self, "values", v)
+
+    @property
+    def per_seed(self) -> np.ndarray:
+        """(S,) the score of each seed."""
+        return self.values if self.values.ndim == 1 else self.values.mean(1)
+
+    @property
+    def n_queries(self) -> int:
+        return 0 if self.values.ndim == 1 else self.values.shape[1]
+
+
+# ------------------------------------------------------------------------------------------- claims
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim of a paper, declared once (see the module docstring for the kinds)."""
+
+    key: str  # unique within its chapter
+    text: str  # what the paper says, in one sentence
+    source: str  # where it says it (section / table / figure)
+    kind: Kind
+    metric: str  # what is compared, with its unit (e.g. "mean of i2t/t2i R-P, pp")
+    models: tuple[str, ...] = ()  # pairwise: (a, b); trend: the ordered sweep; peak: the sweep
+    direction: Literal["greater", "less"] = "greater"
+    margin: float = 0.0  # non-inferiority / equivalence, in the metric's unit, declared with the claim
+    peak: str = ""  # peak: the model claimed best
+    pairs: tuple[tuple[str, str], ...] = ()  # universal: the (a, b) pairs
+    each: Kind = "superiority"  # universal: the kind of each pair's claim
+    datasets: tuple[str, ...] = ()  # the data sets the claim can be tested on (empty: any)
+    profiles: tuple[str, ...] = ()  # the profiles the claim can be tested on (empty: any)
+
+    def __post_init__(self) -> None:
+        def bad(why: str) -> ValueError:
+            return ValueError(f"claim {self.key!r}: {why}")
+
+        if self.kind not in KINDS:
+            raise bad(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.direction not in ("greater", "less"):
+            raise bad(f"direction must be 'greater' or 'less', got {self.direction!r}")
+        has_margin = self.kind in ("non-inferiority", "equivalence") or (
+            self.kind == "universal" and self.each in ("non-inferiority", "equivalence"))
+        if has_margin and not self.margin > 0:
+            raise bad(f"a {self.kind} claim needs a margin > 0 declared with it, got {self.margin}")
+        if not has_margin and self.margin != 0:
+            raise bad(f"a {self.kind} claim has no margin, got {self.margin}")
+        if self.kind == "universal":
+            if not self.pairs or self.each not in PAIRWISE or any(a == b for a, b in self.pairs):
+                raise bad(f"universal needs pairs of two different models and `each` in {PAIRWISE}")
+            return
+        if len(set(self.models)) != len(self.models):
+            raise bad(f"repeated model in {self.models}")
+        if self.kind in PAIRWISE and len(self.models) != 2:
+            raise bad(f"{self.kind} compares exactly two models, got {self.models}")
+        if self.kind in ("trend", "peak") and len(self.models) < 3:
+            raise bad(f"{self.kind} needs at least three models (two is a superiority claim), got {self.models}")
+        if (self.kind == "peak") != bool(self.peak) or (self.peak and self.peak not in self.models):
+            raise bad(f"`peak` must name one of the models of a peak claim (and only of one), got {self.peak!r}")
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        """Every model the claim reads, in order."""
+        return tuple(dict.fromkeys(m for p in self.pairs for m in p)) if self.kind == "universal" else self.models
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What one run's evidence says of one claim. `effect` is oriented (> 0 favours the claim) and described
+    by `effect_of`; [low, high] is its interval at `confidence`; `noise` says what the interval covers."""
+
+    spec: ClaimSpec
+    verdict: Verdict
+    effect: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    effect_of: str = ""
+    n_seeds: int = 0  # the fewest seeds of a compared model
+    n_queries: int = 0  # the fewest queries of a compared model (0: seed scores only)
+    paired: Pairing = "none"
+    noise: str = ""  # "seeds+queries", "seeds", "queries (one seed: test sampling only)"
+    confidence: float = CONFIDENCE
+    reason: str = ""  # why not tested, or what decided the verdict
+    unconverged: tuple[str, ...] = ()
+    collapsed: tuple[str, ...] = ()
+    parts: tuple[Judgement, ...] = field(default=(), repr=False)  # universal: one judgement per pair
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+
+# ------------------------------------------------------------------------------------------- bootstrap
+
+
+def _pairing(sides: Sequence[Evidence]) -> tuple[bool, bool]:
+    """(paired by seed, paired by query) of the compared sides."""
+    first = sides[0]
+    same_split = all(e.split == first.split for e in sides)
+    by_seed = same_split and len(first.seeds) > 1 and all(e.seeds == first.seeds for e in sides)
+    by_query = same_split and first.n_queries > 1 and all(e.n_queries == first.n_queries for e in sides)
+    return by_seed, by_query
+
+
+def _counts(rng: np.random.Generator, n_items: int, n_draws: int) -> np.ndarray:
+    """(n_draws, n_items) how often each item is drawn in each of `n_draws` resamples of `n_items` with
+    replacement."""
+    idx = rng.integers(0, n_items, size=(n_draws, n_items)) + n_items * np.arange(n_draws)[:, None]
+    return np.bincount(idx.ravel(), minlength=n_draws * n_items).reshape(n_draws, n_items).astype(np.float64)
+
+
+def _crossed_means(sides: Sequence[Evidence], by_seed: bool, by_query: bool, n: int, rng: np.random.Generator,
+                   seeds: bool = True, queries: bool = True, chunk: int = 250) -> np.ndarray:
+    """(K, n) each side's mean under `n` two-level resamples: seeds and queries drawn with replacement, the
+    same query draw for every seed of a side (the seeds score the same test queries), shared between sides
+    when paired by seed / by query. `seeds` / `queries` False keeps that level as it is (no resampling)."""
+    out = np.empty((len(sides), n))
+    for start in range(0, n, chunk):
+        b = min(chunk, n - start)
+
+        def draw(n_items: int, resample: bool) -> np.ndarray:
+            return _counts(rng, n_items, b) if resample else np.ones((b, n_items))
+
+        shared_s = draw(len(sides[0].seeds), seeds) if by_seed else None
+        shared_q = draw(sides[0].n_queries, queries) if by_query else None
+        for k, e in enumerate(sides):
+            cs = shared_s if shared_s is not None else draw(len(e.seeds), seeds)  # (b, S)
+            cq = shared_q if shared_q is not None else draw(e.n_queries, queries)  # (b, Q)
+            out[k, start:start + b] = np.einsum("bs,bs->b", cs, cq @ e.values.T) / (cs.shape[1] * cq.shape[1])
+    return out
+
+
+def _expansion(v_seed: float, n_seeds: int, v_query: float, n_queries: int) -> float:
+    """The factor widening a percentile interval to small-sample width: a bootstrap over n units estimates the
+    variance of a mean (n-1)/n too small, and its normal-like quantiles ignore that the seed variance rests on
+    n_seeds - 1 degrees of freedom. With v_seed, v_query the bootstrap variances of the effect from resampling
+    seeds alone and queries alone (0 for a level not resampled), the factor is
+    t(df) / z * sqrt(corrected / plug-in variance), df by Welch-Satterthwaite over the two levels."""
+    parts = [(v * n / (n - 1), n - 1) for v, n in ((v_seed, n_seeds), (v_query, n_queries)) if n > 1 and v > 0]
+    total, plugin = sum(v for v, _ in parts), v_seed + v_query
+    if not parts or plugin <= 0:
+        return 1.0
+    df = total ** 2 / sum(v ** 2 / d for v, d in parts)
+    level = 1 - (1 - CONFIDENCE) / 2
+    return float(stats.t.ppf(level, df) / stats.norm.ppf(level) * math.sqrt(total / plugin))
+
+
+def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.ndarray]
+              ) -> tuple[float, float, float, Pairing, str] | str:
+    """(effect, low, high, paired, noise) of `statistic` (K side means (K, ...) -> (...)) over the sides, or why
+    no interval can be had: the percentile bootstrap interval widened about the effect by `_expansion`.
+    One-level cases use `scipy.stats.bootstrap`; seeds × queries use `_crossed_means`."""
+    by_seed, by_query = _pairing(sides)
+    with_queries = all(e.n_queries > 1 for e in sides)
+    one_seed = [i for i, e in enumerate(sides) if len(e.seeds) < 2]
+    n_seeds, n_queries = min(len(e.seeds) for e in sides), min(e.n_queries for e in sides)
+    effect = float(statistic(np.array([e.per_seed.mean() for e in sides])))
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    alpha = (1 - CONFIDENCE) / 2
+    if with_queries and len(one_seed) < len(sides):  # seeds and queries: the crossed two-level bootstrap
+        dist = statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng))
+        v_seed = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, queries=False))))
+        v_query = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, seeds=False))))
+        low, high = np.quantile(dist, [alpha, 1 - alpha])
+        k = _expansion(v_seed, n_seeds, v_query, n_queries)
+        paired: Pairing = "seed+query" if by_seed and by_query else "seed" if by_seed else "query" if by_query else "none"
+        noise = "seeds+queries" + (" (one seed for some: their training noise not covered)" if one_seed else "")
+        return effect, effect - k * (effect - float(low)), effect + k * (float(high) - effect), paired, noise
+    if with_queries:  # one seed everywhere: test sampling only
+        data, paired, noise = [e.values[0] for e in sides], ("query" if by_query else "none"), \
+            "queries (one seed: test sampling only)"
+        is_paired, n_units = by_query, n_queries
+    elif not one_seed:
+        data, paired, noise, is_paired, n_units = [e.per_seed for e in sides], ("seed" if by_seed else "none"), \
+            "seeds", by_seed, n_seeds
+    else:
+        return "one seed and no per-query values: no interval can be had"
+
+    def stat(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
+        return statistic(np.stack([x.mean(axis=axis) for x in xs]))
+
+    res = stats.bootstrap(tuple(data), stat, n_resamples=N_RESAMPLES, paired=is_paired, vectorized=True,
+                          confidence_level=CONFIDENCE, method="percentile", rng=rng)
+    k = _expansion(float(np.var(res.bootstrap_distribution)), n_units, 0.0, 0)
+    ci = res.confidence_interval
+    return effect, effect - k * (effect - float(ci.low)), effect + k * (float(ci.high) - effect), paired, noise
+
+
+# ------------------------------------------------------------------------------------------- the judge
+
+
+def _statistic(spec: ClaimSpec, models: Sequence[str]) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """The oriented effect of a non-universal claim as a function of the side means (K, ...) in `models` order,
+    and its description."""
+    sign = 1.0 if spec.direction == "greater" else -1.0
+    if spec.kind in PAIRWISE:
+        a, b = models
+        if spec.kind == "equivalence":
+            return (lambda m: m[0] - m[1]), f"{a} − {b}"
+        return (lambda m: sign * (m[0] - m[1])), (f"{a} − {b}" if sign > 0 else f"{b} − {a}")
+    if spec.kind == "trend":
+        return (lambda m: (sign * np.diff(m, axis=0)).min(0)), \
+            f"smallest step {'up' if sign > 0 else 'down'} along {' → '.join(models)}"
+    p = models.index(spec.peak)
+    rest = [i for i in range(len(models)) if i != p]
+    return (lambda m: sign * m[p] - (sign * m[rest]).max(0)), \
+        f"{spec.peak} − the {'best' if sign > 0 else 'lowest'} of the others"
+
+
+def _decide(kind: Kind, margin: float, low: float, high: float) -> tuple[Verdict, str]:
+    """The verdict of an oriented effect with interval [low, high]."""
+    if kind == "equivalence":
+        if -margin < low and high < margin:
+            return "held", f"interval inside ±{margin:g}"
+        if low > margin or high < -margin:
+            return "did not hold", f"interval outside ±{margin:g}"
+        return "within noise", f"interval overlaps the margin ±{margin:g}"
+    bound = -margin if kind == "non-inferiority" else 0.0
+    if low > bound:
+        return "held", f"interval above {bound:g}"
+    if high < bound:
+        return "did not hold", f"interval below {bound:g}"
+    return "within noise", f"interval spans {bound:g}: effects outside [{low:+.3g}, {high:+.3g}] ruled out"
+
+
+def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | None = None,
+          profile: str | None = None) -> Judgement:
+    """Judge `spec` on this run's `evidence` ({model: Evidence} holding every model in `spec.compared`)."""
+    if spec.datasets and dataset not in spec.datasets:
+        return Judgement(spec, "not tested", reason=f"needs data set {' or '.join(spec.datasets)}; this run has {dataset}")
+    if spec.profiles and profile not in spec.profiles:
+        return Judgement(spec, "not tested", reason=f"needs profile {' or '.join(spec.profiles)}; this run has {profile}")
+    missing = [m for m in spec.compared if m not in evidence]
+    if missing:
+        return Judgement(spec, "not tested", reason=f"this run has no {', '.join(missing)}")
+    if spec.kind == "universal":
+        parts = tuple(judge(ClaimSpec(f"{spec.key}[{a} vs {b}]", spec.text, spec.source, spec.each, spec.metric,
+                                      (a, b), spec.direction, spec.margin), evidence) for a, b in spec.pairs)
+        order = {"did not hold": 0, "not tested": 1, "within noise": 2, "held": 3}
+        worst = min(parts, key=lambda j: (order[j.verdict], j.effect if math.isfinite(j.effect) else math.inf))
+        tested = [j for j in parts if j.verdict != "not tested"]
+        return Judgement(
+            spec, universal_verdict([j.verdict for j in parts]), worst.effect, worst.low, worst.high,
+            f"weakest pair: {worst.effect_of or worst.spec.models}",
+            min((j.n_seeds for j in tested), default=0), min((j.n_queries for j in tested), default=0),
+            worst.paired, worst.noise, reason="; ".join(f"{' vs '.join(j.spec.models)}: {j.verdict}"
+                                                        + (f" ({j.reason})" if j.verdict == "not tested" else "")
+                                                        for j in parts),
+            unconverged=tuple(sorted({m for j in parts for m in j.unconverged})),
+            collapsed=tuple(sorted({m for j in parts for m in j.collapsed})), parts=parts)
+    sides = [evidence[m] for m in spec.models]
+    unconverged = tuple(m for m, e in zip(spec.models, sides) if not e.converged)
+    collapsed = tuple(m for m, e in zip(spec.models, sides) if e.collapse)
+    counts = dict(n_seeds=min(len(e.seeds) for e in sides), n_queries=min(e.n_queries for e in sides))
+    if unconverged or collapsed:
+        why = [f"{m} did not converge" for m in unconverged] + [f"{m} collapsed ({evidence[m].collapse})"
+                                                                for m in collapsed]
+        return Judgement(spec, "not tested", reason="; ".join(why), unconverged=unconverged, collapsed=collapsed,
+                         **counts)
+    statistic, effect_of = _statistic(spec, spec.models)
+    found = _interval(sides, statistic)
+    if isinstance(found, str):
+        return Judgement(spec, "not tested", effect_of=effect_of, reason=found, **counts)
+    effect, low, high, paired, noise = found
+    outcome, reason = _decide(spec.kind, spec.margin, low, high)
+    return Judgement(spec, outcome, effect, low, high, effect_of, paired=paired, noise=noise, reason=reason, **counts)
+
+
+# ------------------------------------------------------------------------------------------- can it fail?
+
+
+def _constructed(spec: ClaimSpec, wins: bool, n_seeds: int = 3, n_queries: int = 40) -> dict[str, Evidence]:
+    """Evidence on which `spec`'s claimed side clearly wins (`wins`) or clearly loses: per-query values of
+    `n_seeds` shared seeds, a common noise pattern plus a per-model shift far beyond the noise and margin."""
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0.0, 0.1, size=(n_seeds, n_queries))
+    step = 10.0 * (1.0 + spec.margin)
+    sign = (1.0 if spec.direction == "greater" else -1.0) * (1.0 if wins else -1.0)
+    if spec.kind == "universal":
+        shift = {}
+        for i, (a, b) in enumerate(spec.pairs):  # losing: the first pair alone is refuted
+            shift.setdefault(b, 0.0)
+            ok = wins or i > 0
+            if spec.each == "equivalence":
+                shift[a] = shift[b] + (0.0 if ok else step)
+            else:
+                shift[a] = shift[b] + (1.0 if spec.direction == "greater" else -1.0) * (step if ok else -step)
+    elif spec.kind == "equivalence":
+        shift = {spec.models[0]: 0.0 if wins else step, spec.models[1]: 0.0}
+    elif spec.kind == "peak":
+        shift = {m: sign * step if m == spec.peak else 0.0 for m in spec.models}
+    elif spec.kind == "trend":
+        shift = {m: sign * step * i for i, m in enumerate(spec.models)}
+    else:
+        shift = {spec.models[0]: sign * step, spec.models[1]: 0.0}
+    seeds = tuple(range(n_seeds))
+    return {m: Evidence(seeds, 50.0 + s + noise) for m, s in shift.items()}
+
+
+def can_fail(spec: ClaimSpec) -> str:
+    """"" when `judge` says "held" of `spec` on evidence where its claimed side clearly wins and "did not hold"
+    where it clearly loses; otherwise why not (a claim that cannot fail, or cannot hold, is a defect)."""
+    got = {wins: judge(spec, _constructed(spec, wins)).verdict for wins in (True, False)}
+    if got == {True: "held", False: "did not hold"}:
+        return ""
+    return f"claim {spec.key!r}: clear win judged {got[True]!r}, clear loss judged {got[False]!r}"
+
+
+# ------------------------------------------------------------------------------------------- rendering
+
+
+COLUMNS = ("key", "claim", "source", "kind", "metric", "effect of", "effect", "low", "high", "confidence",
+           "n seeds", "n queries", "paired", "noise", "margin", "verdict", "reason", "unconverged", "collapsed")
+
+
+def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
+    """One row per judgement, columns `COLUMNS` (margin NaN for kinds without one)."""
+    rows = []
+    for j in judgements:
+        s = j.spec
+        rows.append(dict(zip(COLUMNS, (
+            s.key, s.text, s.source, s.kind if s.kind != "universal" else f"universal ({s.each})", s.metric,
+            j.effect_of, j.effect, j.low, j.high, j.confidence, j.n_seeds, j.n_queries, j.paired, j.noise,
+            s.margin if s.margin > 0 else math.nan, j.verdict, j.reason, ", ".join(j.unconverged),
+            ", ".join(j.collapsed)))))
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _effect_cell(j: Judgement) -> str:
+    if not math.isfinite(j.effect):
+        return "-"
+    pct = round(100 * j.confidence)
+    return f"{j.effect_of}: {j.effect:+.2f} [{j.low:+.2f}, {j.high:+.2f}] ({pct}% interval over {j.noise})"
+
+
+def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str, dataset: str,
+                  preamble: str = "") -> str:
+    """The chapter's claims page: per claim its kind, the effect with its interval, n seeds / n queries,
+    the pairing, the margin and the verdict with its reason; then the count of each verdict."""
+    lines = [f"# Claims of the paper tested by the `{chapter}` chapter", ""]
+    if preamble:
+        lines += [preamble, ""]
+    lines += ["Judged by `xmr_core.claims.judge` (`docs/claims.md`): the effect is oriented so that > 0 favours "
+              "the claim.", "",
+              "| # | claim | source | kind | metric | effect [interval] | seeds / queries | paired | margin | verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, j in enumerate(judgements, 1):
+        s = j.spec
+        kind = s.kind if s.kind != "universal" else f"universal ({s.each})"
+        why = f"**{j.verdict}**" + (f": {j.reason}" if j.reason else "")
+        cells = [str(i), s.text, s.source, kind, s.metric, _effect_cell(j), f"{j.n_seeds} / {j.n_queries}",
+                 j.paired, f"{s.margin:g}" if s.margin > 0 else "-", why]
+        lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    counts = ", ".join(f"{sum(j.verdict == v for j in judgements)} {v}" for v in VERDICTS)
+    lines += ["", f"Of {len(judgements)} claims on this run (profile `{profile}`, dataset `{dataset}`): {counts}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_judgements(judgements: Sequence[Judgement], chapter: str, part: str, run: RunConfig) -> Path:
+    """Write `<results>/<chapter>/judgements_<part>.{csv,md,json}` (`judgements_frame`), which
+    `python -m xmr_core.bench claims` reads."""
+    from xmr_core.results import write_table  # results imports this module's verdicts
+
+    return write_table(judgements_frame(judgements), f"{chapter}/judgements_{part}", run=run, float_digits=2,
+                       caption=f"The claims of `{chapter}` ({part}) judged by `xmr_core.claims.judge`.")
