@@ -6,6 +6,7 @@ variants, the claimed direction, and a margin where the kind has one) and judged
 the mean of, the seeds and test split they came from, whether every run converged and whether it collapsed.
 
     detect_collapse(scores (Q, G), relevance (Q, G) | None) -> "" or why the run learnt nothing
+    chance_best_rank(n_positives (Q,), gallery)             -> (mean, variance) of the best rank at random
     judge(spec, {model: Evidence}, dataset=, profile=)      -> Judgement (verdict, effect, interval, pairing)
     can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
@@ -81,14 +82,22 @@ def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
 # ------------------------------------------------------------------------------------------- collapse
 
 
+def chance_best_rank(n_positives: np.ndarray, gallery: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, variance) of a query's best rank (1-based) under a uniformly random ranking of a gallery of
+    `gallery` items of which `n_positives` (Q,) are positive: the minimum of P positions drawn without
+    replacement from 1..G has mean (G+1)/(P+1) and variance P(G+1)(G-P) / ((P+1)^2 (P+2))."""
+    p = np.asarray(n_positives, dtype=np.float64)
+    g = float(gallery)
+    return (g + 1) / (p + 1), p * (g + 1) * (g - p) / ((p + 1) ** 2 * (p + 2))
+
+
 def detect_collapse(scores: np.ndarray | torch.Tensor, relevance: Relevance | None = None) -> str:
     """Why the run that produced `scores (Q, G)` learnt nothing, or "" when it learnt something.
 
     Collapsed: every query's scores are tied across the gallery (to 1e-6 of the largest |score|); or every
     query ranks the gallery by the same scores (the scores do not depend on the query); or, with a bool
     `relevance (Q, G)`, the mean best rank (pessimistic ties, `metrics.ranking_stats`) is not `CHANCE_Z`
-    standard errors better than a random ranking's: a query with P positives among G has, under a random
-    ranking, best rank mean (G+1)/(P+1) and variance P(G+1)(G-P) / ((P+1)^2 (P+2)).
+    standard errors better than under a random ranking (`chance_best_rank`).
     """
     s = torch.as_tensor(scores).double()
     if s.ndim != 2 or s.numel() == 0:
@@ -101,14 +110,13 @@ def detect_collapse(scores: np.ndarray | torch.Tensor, relevance: Relevance | No
     if relevance is None:
         return ""
     st = ranking_stats(s, {"r": relevance})["r"]
-    g, p, rank = s.shape[1], st.n_positives.double(), st.best_rank.double()
-    chance_mean = (g + 1) / (p + 1)
-    chance_var = p * (g + 1) * (g - p) / ((p + 1) ** 2 * (p + 2))
-    se = math.sqrt(float(chance_var.sum())) / len(rank)
-    gain = float(chance_mean.mean() - rank.mean())  # > 0: better (lower) ranks than chance
-    if se == 0.0 or gain / se < CHANCE_Z:
-        return (f"chance-level ranking: mean best rank {float(rank.mean()):.1f} against {float(chance_mean.mean()):.1f} "
-                f"for a random ranking (z = {gain / se if se else 0.0:.1f} < {CHANCE_Z:g})")
+    rank = st.best_rank.double().numpy()
+    mean, var = chance_best_rank(st.n_positives.numpy(), s.shape[1])
+    se = math.sqrt(float(var.sum())) / len(rank)
+    z = float(mean.mean() - rank.mean()) / se if se > 0 else 0.0  # > 0: better (lower) ranks than chance
+    if z < CHANCE_Z:
+        return (f"chance-level ranking: mean best rank {rank.mean():.1f} against {mean.mean():.1f} under a random "
+                f"ranking (z = {z:.1f} < {CHANCE_Z:g})")
     return ""
 
 
@@ -240,9 +248,11 @@ def _pairing(sides: Sequence[Evidence]) -> tuple[bool, bool]:
     return by_seed, by_query
 
 
-def _counts(rng: np.random.Generator, n_items: int, n_draws: int) -> np.ndarray:
+def _counts(rng: np.random.Generator, n_items: int, n_draws: int, resample: bool = True) -> np.ndarray:
     """(n_draws, n_items) how often each item is drawn in each of `n_draws` resamples of `n_items` with
-    replacement."""
+    replacement (all ones when not `resample`)."""
+    if not resample:
+        return np.ones((n_draws, n_items))
     idx = rng.integers(0, n_items, size=(n_draws, n_items)) + n_items * np.arange(n_draws)[:, None]
     return np.bincount(idx.ravel(), minlength=n_draws * n_items).reshape(n_draws, n_items).astype(np.float64)
 
@@ -255,15 +265,11 @@ def _crossed_means(sides: Sequence[Evidence], by_seed: bool, by_query: bool, n: 
     out = np.empty((len(sides), n))
     for start in range(0, n, chunk):
         b = min(chunk, n - start)
-
-        def draw(n_items: int, resample: bool) -> np.ndarray:
-            return _counts(rng, n_items, b) if resample else np.ones((b, n_items))
-
-        shared_s = draw(len(sides[0].seeds), seeds) if by_seed else None
-        shared_q = draw(sides[0].n_queries, queries) if by_query else None
+        shared_s = _counts(rng, len(sides[0].seeds), b, seeds) if by_seed else None
+        shared_q = _counts(rng, sides[0].n_queries, b, queries) if by_query else None
         for k, e in enumerate(sides):
-            cs = shared_s if shared_s is not None else draw(len(e.seeds), seeds)  # (b, S)
-            cq = shared_q if shared_q is not None else draw(e.n_queries, queries)  # (b, Q)
+            cs = shared_s if shared_s is not None else _counts(rng, len(e.seeds), b, seeds)  # (b, S)
+            cq = shared_q if shared_q is not None else _counts(rng, e.n_queries, b, queries)  # (b, Q)
             out[k, start:start + b] = np.einsum("bs,bs->b", cs, cq @ e.values.T) / (cs.shape[1] * cq.shape[1])
     return out
 
@@ -389,7 +395,7 @@ def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | N
     sides = [evidence[m] for m in spec.models]
     unconverged = tuple(m for m, e in zip(spec.models, sides) if not e.converged)
     collapsed = tuple(m for m, e in zip(spec.models, sides) if e.collapse)
-    counts = dict(n_seeds=min(len(e.seeds) for e in sides), n_queries=min(e.n_queries for e in sides))
+    counts = {"n_seeds": min(len(e.seeds) for e in sides), "n_queries": min(e.n_queries for e in sides)}
     if unconverged or collapsed:
         why = [f"{m} did not converge" for m in unconverged] + [f"{m} collapsed ({evidence[m].collapse})"
                                                                 for m in collapsed]
@@ -478,8 +484,8 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
     lines = [f"# Claims of the paper tested by the `{chapter}` chapter", ""]
     if preamble:
         lines += [preamble, ""]
-    lines += ["Judged by `xmr_core.claims.judge` (`docs/claims.md`): the effect is oriented so that > 0 favours "
-              "the claim.", "",
+    lines += [("Judged by `xmr_core.claims.judge` (`docs/claims.md`): the effect is oriented so that > 0 favours "
+              "the claim."), "",
               "| # | claim | source | kind | metric | effect [interval] | seeds / queries | paired | margin | verdict |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for i, j in enumerate(judgements, 1):

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from xmr_core.claims import VERDICTS, Verdict, universal_verdict, verdict
+from xmr_core.claims import VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (the chapters import them from here)
 from xmr_core.config import RunConfig
 from xmr_core.io import remove_stale_temps, temp_beside
 

@@ -1,0 +1,321 @@
+"""The one verdict protocol (`xmr_core.claims`): every kind reaches every verdict on synthetic evidence, the
+intervals are the ones derived by hand, pairing narrows them, collapse is detected on real score matrices."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fixtures.corpora import synthetic_split
+from scipy import stats
+
+from xmr_core import claims
+from xmr_core.claims import ClaimSpec, Evidence, can_fail, detect_collapse, judge
+from xmr_core.config import RunConfig
+from xmr_core.data.text import Vocabulary
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.evaluate import direction_scores, embed_split
+from xmr_core.methods.registry import create_method
+from xmr_core.results import difference_verdict
+
+SEEDS = (0, 1, 2)
+
+
+def spec(kind: str, direction: str = "greater", **kw: object) -> ClaimSpec:
+    """A claim of `kind` over models A, B (C for trend / peak; peak at B), margin 1 where the kind needs one."""
+    if kind in ("trend", "peak"):
+        kw.setdefault("models", ("A", "B", "C"))
+    elif kind == "universal":
+        kw.setdefault("pairs", (("A", "B"), ("C", "B")))
+    else:
+        kw.setdefault("models", ("A", "B"))
+    if kind == "peak":
+        kw.setdefault("peak", "B")
+    if kind in ("non-inferiority", "equivalence") or kw.get("each") in ("non-inferiority", "equivalence"):
+        kw.setdefault("margin", 1.0)
+    return ClaimSpec(f"{kind}-{direction}", f"a {kind} claim", "Sec. 0", kind, "R@1, pp", direction=direction, **kw)
+
+
+def seeds_only(*per_seed: float, seeds: tuple[int, ...] = SEEDS, **kw: object) -> Evidence:
+    return Evidence(seeds, np.array(per_seed, dtype=float), **kw)
+
+
+def interval_by_hand(d: np.ndarray) -> tuple[float, float, float]:
+    """The seed-only interval of a paired effect over 3 seeds, derived by hand: the 2.5% and 97.5% percentiles
+    of the bootstrap mean of 3 values are their min and max (each all-equal resample has probability 1/27 >
+    2.5%), widened about the mean by t(2)/z * sqrt(3/2)."""
+    k = stats.t.ppf(0.975, 2) / stats.norm.ppf(0.975) * math.sqrt(3 / 2)
+    m = float(d.mean())
+    return m, m - k * (m - d.min()), m + k * (d.max() - m)
+
+
+# ------------------------------------------------------------------------------ the interval, by hand
+
+
+def test_paired_seed_interval_is_the_widened_range_of_the_seed_differences() -> None:
+    a, b = np.array([52.0, 52.5, 53.0]), np.array([50.0, 50.5, 50.2])
+    j = judge(spec("superiority"), {"A": seeds_only(*a), "B": seeds_only(*b)})
+    effect, low, high = interval_by_hand(a - b)
+    assert (j.effect, j.low, j.high) == pytest.approx((effect, low, high))
+    assert (j.paired, j.noise, j.n_seeds, j.n_queries, j.verdict) == ("seed", "seeds", 3, 0, "held")
+    flipped = judge(spec("superiority", "less"), {"A": seeds_only(*a), "B": seeds_only(*b)})
+    assert (flipped.effect, flipped.low, flipped.high) == pytest.approx((-effect, -high, -low))
+    assert flipped.verdict == "did not hold" and flipped.effect_of == "B − A"
+
+
+def test_the_old_rule_calls_held_what_the_paired_interval_calls_within_noise() -> None:
+    # a - b per seed: +2, +2, +0.1: the seed means differ by 1.37 > the larger seed std 1.10, so the old rule
+    # (`results.difference_verdict`) says held; three seeds this uneven cannot rule out a null effect
+    a, b = np.array([52.0, 52.0, 50.1]), np.array([50.0, 50.0, 50.0])
+    assert difference_verdict(a.mean() - b.mean(), max(a.std(ddof=1), b.std(ddof=1))) == "held"
+    j = judge(spec("superiority"), {"A": seeds_only(*a), "B": seeds_only(*b)})
+    assert j.verdict == "within noise" and j.low < 0 < j.high
+    assert "ruled out" in j.reason
+
+
+def test_unpaired_when_the_seeds_or_the_split_differ() -> None:
+    a, b = seeds_only(51.0, 52.0, 53.0), seeds_only(50.0, 50.5, 49.0)
+    assert judge(spec("superiority"), {"A": a, "B": dataclasses.replace(b, seeds=(3, 4, 5))}).paired == "none"
+    assert judge(spec("superiority"), {"A": a, "B": dataclasses.replace(b, split="val")}).paired == "none"
+
+
+def test_crossed_bootstrap_variance_matches_the_additive_model_by_hand() -> None:
+    # values[s, q] = seed effect + query effect: resampling S seeds and Q queries independently gives the mean a
+    # variance of var_pop(seed effects) / S + var_pop(query effects) / Q (the two draws are independent)
+    rng = np.random.default_rng(0)
+    seed_fx, query_fx = rng.normal(0, 2, 4), rng.normal(0, 5, 60)
+    e = Evidence((0, 1, 2, 3), seed_fx[:, None] + query_fx[None, :])
+    means = claims._crossed_means([e], False, False, 20000, np.random.default_rng(1))[0]
+    expected = seed_fx.var() / 4 + query_fx.var() / 60
+    assert means.var() == pytest.approx(expected, rel=0.05)
+    assert means.mean() == pytest.approx(e.values.mean(), abs=0.05)
+    seeds_fixed = claims._crossed_means([e], False, False, 20000, np.random.default_rng(1), seeds=False)[0]
+    assert seeds_fixed.var() == pytest.approx(query_fx.var() / 60, rel=0.05)
+
+
+def test_pairing_by_query_removes_the_shared_query_noise() -> None:
+    # B scores the very same queries as A (e.g. A = B re-ranked) and beats it on every query by 0.5, under a
+    # query-to-query spread of 20: paired by query the effect is exact; scored on different queries it is noise
+    rng = np.random.default_rng(0)
+    base = rng.normal(50, 20, size=(3, 300))
+    a, b = Evidence(SEEDS, base + 0.5), Evidence(SEEDS, base)
+    paired = judge(spec("superiority"), {"A": a, "B": b})
+    assert paired.paired == "seed+query" and paired.noise == "seeds+queries" and paired.verdict == "held"
+    assert paired.effect == pytest.approx(0.5) and paired.low == pytest.approx(0.5) and paired.high == pytest.approx(0.5)
+    apart = judge(spec("superiority"), {"A": a, "B": Evidence(SEEDS, rng.normal(50, 20, size=(3, 300)), split="other")})
+    assert apart.paired == "none" and apart.verdict == "within noise" and apart.width > 3
+
+
+def test_one_seed_uses_test_sampling_only_and_says_so() -> None:
+    rng = np.random.default_rng(2)
+    q = rng.normal(0, 1, size=(1, 400))
+    j = judge(spec("superiority"), {"A": Evidence((0,), q + 1.0), "B": Evidence((0,), q)})
+    assert j.verdict == "held" and j.paired == "query" and j.noise.startswith("queries (one seed")
+    none = judge(spec("superiority"), {"A": seeds_only(51.0, seeds=(0,)), "B": seeds_only(50.0, seeds=(0,))})
+    assert none.verdict == "not tested" and "one seed" in none.reason
+
+
+def test_judging_is_deterministic() -> None:
+    rng = np.random.default_rng(3)
+    ev = {"A": Evidence(SEEDS, rng.normal(1, 1, (3, 50))), "B": Evidence(SEEDS, rng.normal(0, 1, (3, 50)))}
+    assert judge(spec("superiority"), ev) == judge(spec("superiority"), ev)
+
+
+# ------------------------------------------------------------------------------ every kind, every verdict
+
+
+def evidence_for(kind: str, outcome: str) -> dict[str, Evidence]:
+    """Seed-only evidence on which `spec(kind)` (direction "greater") reaches `outcome`."""
+    noise = np.array([0.0, 0.3, -0.3])
+    clear, unclear = 10.0, np.array([2.0, -2.0, 0.3])  # far beyond / across the noise and the margin of 1
+    if kind == "equivalence":
+        shift = {"held": 0.0 * noise, "did not hold": clear + noise, "within noise": 1.0 + unclear}[outcome]
+        return {"A": seeds_only(*(50 + shift)), "B": seeds_only(50.0, 50.0, 50.0)}
+    sign = {"held": 1.0, "did not hold": -1.0}.get(outcome, 0.0)
+    step = sign * (clear + noise) + (unclear if outcome == "within noise" else 0.0)
+    if kind == "non-inferiority":  # the bound is -margin: shift by -1 so "within noise" straddles it
+        step = step - (1.0 if outcome == "within noise" else 0.0)
+    if kind in ("superiority", "non-inferiority"):
+        return {"A": seeds_only(*(50 + step)), "B": seeds_only(50.0, 50.0, 50.0)}
+    if kind == "trend":
+        return {"A": seeds_only(50.0, 50.0, 50.0), "B": seeds_only(*(50 + step)), "C": seeds_only(*(50 + 2 * step))}
+    if kind == "peak":
+        return {"A": seeds_only(50.0, 50.0, 50.0), "B": seeds_only(*(50 + step)), "C": seeds_only(49.0, 49.0, 49.0)}
+    # universal: A vs B and C vs B; not held unless both pairs hold
+    return {"A": seeds_only(*(50 + step)), "B": seeds_only(50.0, 50.0, 50.0), "C": seeds_only(60.0, 60.0, 60.5)}
+
+
+@pytest.mark.parametrize("kind", claims.KINDS)
+@pytest.mark.parametrize("outcome", ["held", "did not hold", "within noise"])
+def test_every_kind_reaches_every_verdict(kind: str, outcome: str) -> None:
+    j = judge(spec(kind), evidence_for(kind, outcome))
+    assert j.verdict == outcome, j
+    assert math.isfinite(j.effect) and j.low <= j.high and j.n_seeds == 3
+    if outcome == "held" and kind != "equivalence":
+        assert j.low > (-1.0 if kind == "non-inferiority" else 0.0)
+
+
+@pytest.mark.parametrize("kind", claims.KINDS)
+def test_every_kind_is_not_tested_on_unconverged_collapsed_or_missing_runs(kind: str) -> None:
+    ev = evidence_for(kind, "held")
+    s = spec(kind)
+    unconverged = {**ev, "B": dataclasses.replace(ev["B"], converged=False)}
+    j = judge(s, unconverged)
+    assert j.verdict == "not tested" and "B did not converge" in j.reason and j.unconverged == ("B",)
+    collapsed = {**ev, "A": dataclasses.replace(ev["A"], collapse="every query's scores are tied")}
+    j = judge(s, collapsed)
+    assert j.verdict == "not tested" and "A collapsed" in j.reason and j.collapsed == ("A",)
+    j = judge(s, {m: e for m, e in ev.items() if m != "A"})
+    assert j.verdict == "not tested" and "no A" in j.reason
+    restricted = dataclasses.replace(s, datasets=("coco",), profiles=("paper",))
+    assert "needs data set coco" in judge(restricted, ev, dataset="scenes", profile="paper").reason
+    assert "needs profile paper" in judge(restricted, ev, dataset="coco", profile="cpu").reason
+    assert judge(restricted, ev, dataset="coco", profile="paper").verdict == "held"
+
+
+def test_trend_and_peak_are_judged_on_their_weakest_point() -> None:
+    # a sweep that rises A -> B clearly but B -> C only by noise: the trend is within noise, not held
+    ev = {"A": seeds_only(40.0, 40.2, 39.8), "B": seeds_only(50.0, 50.2, 49.8), "C": seeds_only(52.0, 48.0, 50.3)}
+    j = judge(spec("trend"), ev)
+    assert j.verdict == "within noise" and j.effect == pytest.approx(np.mean([2.0, -2.2, 0.5]))
+    # the claimed peak B against the best of the others (C) in each resample: C ties it, so it cannot hold
+    j = judge(spec("peak"), ev)
+    assert j.verdict == "within noise" and j.effect == pytest.approx(50.0 - np.mean([52.0, 48.0, 50.3]))
+
+
+def test_universal_one_refutation_refutes_and_reports_the_weakest_pair() -> None:
+    ev = {"A": seeds_only(60.0, 60.5, 59.5), "B": seeds_only(50.0, 50.0, 50.0), "C": seeds_only(40.0, 40.3, 39.9)}
+    j = judge(spec("universal"), ev)
+    assert j.verdict == "did not hold" and [p.verdict for p in j.parts] == ["held", "did not hold"]
+    assert j.effect == pytest.approx(j.parts[1].effect) and "C vs B: did not hold" in j.reason
+    ev["C"] = dataclasses.replace(ev["C"], converged=False)
+    j = judge(spec("universal"), ev)
+    assert j.verdict == "not tested" and j.unconverged == ("C",)
+
+
+@pytest.mark.parametrize(("verdicts", "expected"), [
+    (["held", "held"], "held"), (["held", "within noise"], "within noise"), (["within noise", "not tested"],
+     "not tested"), (["not tested", "did not hold", "held"], "did not hold"), ([], "not tested"),
+])
+def test_universal_verdict(verdicts: list, expected: str) -> None:
+    assert claims.universal_verdict(verdicts) == expected
+
+
+# ------------------------------------------------------------------------------ can it fail?
+
+
+@pytest.mark.parametrize("kind", claims.KINDS)
+@pytest.mark.parametrize("direction", ["greater", "less"])
+def test_every_kind_can_hold_and_fail(kind: str, direction: str) -> None:
+    assert can_fail(spec(kind, direction)) == ""
+    if kind == "universal":
+        assert can_fail(spec(kind, direction, each="non-inferiority")) == ""
+        assert can_fail(spec(kind, direction, each="equivalence")) == ""
+
+
+def test_can_fail_flags_a_judge_that_cannot_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(claims, "_decide", lambda kind, margin, low, high: ("held", "always"))
+    assert "clear loss judged 'held'" in can_fail(spec("superiority"))
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"kind": "equivalence", "models": ("A", "B")}, "margin > 0"),
+    ({"kind": "non-inferiority", "models": ("A", "B"), "margin": -1.0}, "margin > 0"),
+    ({"kind": "superiority", "models": ("A", "B"), "margin": 1.0}, "has no margin"),
+    ({"kind": "superiority", "models": ("A", "A")}, "repeated model"),
+    ({"kind": "superiority", "models": ("A", "B", "C")}, "exactly two"),
+    ({"kind": "trend", "models": ("A", "B")}, "at least three"),
+    ({"kind": "peak", "models": ("A", "B", "C"), "peak": "D"}, "`peak` must name"),
+    ({"kind": "universal", "pairs": (("A", "A"),)}, "two different models"),
+    ({"kind": "rises", "models": ("A", "B")}, "kind must be one of"),
+])
+def test_declarations_that_cannot_be_judged_are_refused(kw: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ClaimSpec("bad", "t", "s", metric="m", **kw)
+
+
+def test_evidence_refuses_bad_values() -> None:
+    with pytest.raises(ValueError, match="S = 3 seeds"):
+        Evidence(SEEDS, np.zeros(2))
+    with pytest.raises(ValueError, match="non-finite value in seed row 1"):
+        Evidence(SEEDS, np.array([[0.0, 1.0], [np.nan, 1.0], [0.0, 0.0]]))
+    with pytest.raises(ValueError, match="repeated seeds"):
+        Evidence((0, 0), np.zeros(2))
+
+
+# ------------------------------------------------------------------------------ collapse
+
+
+def test_chance_best_rank_matches_every_ranking_enumerated() -> None:
+    for g, p in ((5, 1), (6, 2), (7, 3)):
+        ranks = [1 + min(order.index(i) for i in range(p)) for order in itertools.permutations(range(g))]
+        mean, var = claims.chance_best_rank(np.array([p]), g)
+        assert mean[0] == pytest.approx(np.mean(ranks)) and var[0] == pytest.approx(np.var(ranks))
+
+
+def _tiny_scores() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+    """A real VSE's image and caption embeddings of a 40-image synthetic split, and its relevance (i2t)."""
+    rng = np.random.default_rng(0)
+    split = dataclasses.replace(test := synthetic_split("test", 40, rng),
+                                grid=rng.standard_normal((40, 4, 6)).astype(np.float32)).validate()
+    vocab = Vocabulary.build(test.captions)
+    vectors = np.random.default_rng(3).standard_normal((len(vocab), 8)).astype(np.float32)
+    torch.manual_seed(0)
+    model = create_method("vse", vectors, embed_dim=8, text=TextEncoderConfig(hidden=8),
+                          image=ImageEncoderConfig(kind="grid", hidden=8, grid_dim=6, grid_cells=4)).eval()
+    img, cap = embed_split(model, split, vocab)
+    relevance = np.zeros((40, 200), dtype=bool)
+    relevance[split.caption_image, np.arange(200)] = True
+    return model, img, cap, relevance.copy()
+
+
+def test_detect_collapse_on_real_score_matrices() -> None:
+    model, img, cap, rel = _tiny_scores()
+    # learnt: each image embedded where its own captions are (their mean), scored by the model
+    own = torch.stack([cap[rel[i]].mean(0) for i in range(len(rel))])
+    learnt, _ = direction_scores(model, torch.nn.functional.normalize(own, dim=-1), cap)
+    assert detect_collapse(learnt, rel) == "" and detect_collapse(learnt.T, rel.T) == ""
+    # collapsed image encoder: every image gets the same embedding
+    same = img.mean(0, keepdim=True).expand_as(img).contiguous()
+    collapsed, _ = direction_scores(model, same, cap)
+    assert "do not depend on the query" in detect_collapse(collapsed, rel)
+    assert "tied across the gallery" in detect_collapse(collapsed.T, rel.T)
+    # a ranking unrelated to the relevance (the learnt scores with the gallery shuffled): chance level
+    shuffled = learnt[:, torch.from_numpy(np.random.default_rng(1).permutation(200))]
+    assert detect_collapse(shuffled, rel).startswith("chance-level ranking")
+    assert detect_collapse(shuffled) == ""  # without relevance only ties and query-independence are seen
+    with pytest.raises(ValueError, match="non-empty"):
+        detect_collapse(torch.zeros(3))
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def test_claims_page_and_table_show_effect_interval_counts_pairing_and_margin(tmp_path: Path) -> None:
+    judged = [judge(spec("superiority"), evidence_for("superiority", "held")),
+              judge(spec("equivalence"), evidence_for("equivalence", "within noise")),
+              judge(spec("trend"), {**evidence_for("trend", "held"), "C": seeds_only(1.0, 2.0, 3.0, seeds=(7, 8, 9))}),
+              judge(spec("peak"), {m: dataclasses.replace(e, converged=m != "C") for m, e in
+                                   evidence_for("peak", "held").items()})]
+    frame = claims.judgements_frame(judged)
+    assert list(frame.columns) == list(claims.COLUMNS)
+    assert list(frame["verdict"]) == ["held", "within noise", "did not hold", "not tested"]
+    assert list(frame["paired"]) == ["seed", "seed", "none", "none"] and frame["margin"].iloc[1] == 1.0
+    assert frame["unconverged"].iloc[3] == "C" and math.isnan(frame["margin"].iloc[0])
+    page = claims.render_claims(judged, "demo", profile="cpu", dataset="scenes")
+    row = next(line for line in page.splitlines() if line.startswith("| 2 |"))
+    eq = judged[1]
+    assert f"[{eq.low:+.2f}, {eq.high:+.2f}]" in row and "| 3 / 0 |" in row and "| seed |" in row and "| 1 |" in row
+    assert "Of 4 claims" in page and "1 held, 1 did not hold, 1 within noise, 1 not tested" in page
+    run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
+    csv = claims.write_judgements(judged, "demo", "train", run)
+    assert csv.name == "judgements_train.csv"
+    back = pd.read_csv(csv)
+    assert list(back["verdict"]) == list(frame["verdict"]) and back["low"].iloc[0] == pytest.approx(judged[0].low)
