@@ -1,0 +1,97 @@
+"""`python -m xmr_core.bench claims`, and the can-fail test of every claim the book declares."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import xmr_core.chapters
+from xmr_core import claims
+from xmr_core.bench import claims as bench
+from xmr_core.claims import ClaimSpec, Evidence, can_fail, judge
+from xmr_core.config import RunConfig
+
+
+def test_every_declared_claim_of_the_book_can_hold_and_fail() -> None:
+    for info in pkgutil.iter_modules(xmr_core.chapters.__path__):
+        module = importlib.import_module(f"xmr_core.chapters.{info.name}")
+        specs = list(getattr(module, "CLAIMS", []))
+        assert len({s.key for s in specs}) == len(specs), f"{info.name}: repeated claim keys"
+        for spec in specs:
+            assert can_fail(spec) == "", f"{info.name}: {spec.key}"
+
+
+SPECS = [
+    ClaimSpec("beats", "A beats B", "Table 1", "superiority", "R@1, pp", ("A", "B")),
+    ClaimSpec("rises", "R@1 rises with K", "Table 2", "trend", "R@1, pp", ("A", "B", "C")),
+]
+
+
+@pytest.fixture()
+def demo_chapter(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    module = types.ModuleType("xmr_core.chapters.demo")
+    module.CLAIMS = SPECS  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "xmr_core.chapters.demo", module)
+    return module
+
+
+def _judge_demo(tmp_path: Path) -> Path:
+    s = (0, 1, 2)
+    ev = {"A": Evidence(s, np.array([50.0, 50.5, 49.5])), "B": Evidence(s, np.array([40.0, 40.5, 39.8])),
+          "C": Evidence((5, 6, 7), np.array([30.0, 30.1, 29.9]))}
+    judged = [judge(SPECS[0], ev), judge(SPECS[1], ev)]
+    run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
+    return claims.write_judgements(judged, "demo", "train", run)
+
+
+def test_migrated_chapter_summary(tmp_path: Path, demo_chapter: types.ModuleType, capsys: pytest.CaptureFixture) -> None:
+    csv = _judge_demo(tmp_path)
+    (tmp_path / "demo" / "claims.md").write_text("# claims\n")
+    bench.main(["--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    frame = pd.read_csv(csv)
+    widths = frame["high"] - frame["low"]
+    assert "demo: 2 declared claims" in out
+    assert "superiority: 1 (1 held)" in out and "trend: 1 (1 did not hold)" in out  # C is below B: falls
+    assert f"paired: 1 of 2; median interval width {widths.median():.3g}" in out
+    assert out.strip().splitlines()[-1] == "chapters=1 migrated=1 claims=2 judged=2 paired=1 failures=0"
+
+
+def test_verdict_on_an_unconverged_run_fails(tmp_path: Path, demo_chapter: types.ModuleType,
+                                             capsys: pytest.CaptureFixture) -> None:
+    csv = _judge_demo(tmp_path)
+    frame = pd.read_csv(csv, dtype={"unconverged": str})
+    frame.loc[0, "unconverged"] = "B"  # a verdict written by hand past the judge
+    frame.to_csv(csv, index=False)
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["demo", "--results", str(tmp_path)])
+    assert stop.value.code == 1
+    assert "claim 'beats' is 'held' on a run that did not converge (B)" in capsys.readouterr().out
+
+
+def test_a_claim_that_cannot_fail_fails_the_bench(tmp_path: Path, demo_chapter: types.ModuleType,
+                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(claims, "_decide", lambda kind, margin, low, high: ("held", "always"))
+    with pytest.raises(SystemExit):
+        bench.main(["demo", "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "claim 'beats': clear win judged 'held', clear loss judged 'held'" in out
+    assert "no judgements yet" in out
+
+
+def test_unmigrated_chapter_counts_its_old_claims_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "pcme").mkdir()
+    (tmp_path / "pcme" / "claims.md").write_text(
+        "# Claims\n\n| # | claim | source | evidence | verdict |\n|---|---|---|---|---|\n"
+        "| 1 | a | b | c | **held** |\n| 2 | d | e | f | **within noise** |\n\nOf 2 claims.\n")
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--results", str(tmp_path)])
+    assert stop.value.code == 1
+    assert "pcme: not migrated: 2 claims in its committed claims.md judged by the old rule" in capsys.readouterr().out
