@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from fixtures.corpora import CLASS_NAMES, synthetic_split
+from scipy import stats
 
 from xmr_core.chapters import pcme as chapter
 from xmr_core.chapters.pcme import (
@@ -29,6 +30,7 @@ from xmr_core.chapters.pcme import (
     table3_ceiling_row,
 )
 from xmr_core.chapters.protocols import ChapterData, word_table
+from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
@@ -204,23 +206,40 @@ def _claims_runs(changes: dict[tuple[str, int], dict[str, object]] | None = None
     return pd.DataFrame(rows)
 
 
-def test_train_claims_verdicts():
-    claims = chapter.train_claims(_claims_runs(), 2)
-    # PCME - mu only: R-P 51 - 21 = 30 > std(50, 52) = 1.41; PMRP 42 - 11 = 31 > std(40, 44) = 2.83; PVSE R@1
-    # 30 > 20 with R-P 33 <= 35; every PVSE R-P (35, 34, 33) < VSE0's 40; PCME's R-P 51 and PMRP 42 above the best
-    # other (VSE0: 40 and 30) by more than the spread
-    assert claims["verdict"].tolist() == ["held"] * 6
-    assert "+30.00 pp of mean R-P over 2 seeds (largest seed std 1.41)" in claims["evidence"][0]
-    assert "+31.00 pp of 5K-analogue PMRP over 2 seeds (largest seed std 2.83)" in claims["evidence"][1]
-    assert "K=1: R@1 20.0, R-P 35.0; K=2: R@1 25.0, R-P 34.0; K=4: R@1 30.0, R-P 33.0" in claims["evidence"][2]
-    assert "PCME - best other = +11.00" in claims["evidence"][4]
-    # swap PCME and mu only in R-P: the first claim fails; an unconverged VSE0 leaves its three claims not tested
+def test_train_judgements_by_hand():
+    run = RunConfig.from_params(PROFILE="cpu", DATASET="scenes")
+    judged = chapter.train_judgements(_claims_runs(), run)
+    assert [j.spec.key for j in judged] == [s.key for s in chapter.CLAIMS]
+    # two seeds, paired: the percentile interval of a mean of two values is their range (each all-equal resample
+    # has probability 1/4), widened about the mean by t(1)/z * sqrt(2) (docs/claims.md)
+    k = stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975) * math.sqrt(2)
+    expected = [  # (effect, half-width of the range, verdict)
+        (30.0, 0.0, "held"),  # R-P: PCME - mu only = 30 on both seeds
+        (31.0, 1.0, "held"),  # PMRP: 30 and 32
+        (5.0, 0.0, "held"),  # PVSE R@1 20 -> 25 -> 30: the smaller step
+        (2.0, 0.0, "held"),  # PVSE R-P K=1 - K=4 = 35 - 33 > -1 (the margin)
+        (5.0, 0.0, "held"),  # VSE0 - PVSE R-P = 5, 6, 7: the weakest pair
+        (11.0, 1.0, "held"),  # PCME R-P - VSE0's 40: 10 and 12
+        (12.0, 2.0, "within noise"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
+    ]
+    for j, (effect, half, outcome) in zip(judged, expected):
+        assert (j.effect, j.low, j.high, j.verdict) == pytest.approx((effect, effect - k * half, effect + k * half,
+                                                                      outcome)), j.spec.key
+        assert (j.n_seeds, j.paired) == (2, "seed")
+    rows = claim_rows(judged)
+    assert rows["verdict"].tolist() == [j.verdict for j in judged] and "[+21.83, +40.17]" in rows["evidence"][1]
+    # swap PCME and mu only in R-P: the first claim does not hold
     swapped = {(model, s): {"T2 i2t R-P": base + 2 * s, "T2 t2i R-P": base + 2 * s}
                for model, base in (("PCME", 20), ("PCME mu only", 50)) for s in (0, 1)}
-    assert chapter.train_claims(_claims_runs(swapped), 2)["verdict"][0] == "did not hold"
-    unconverged = chapter.train_claims(_claims_runs({("VSE0", 1): {"converged": False}}), 2)
-    assert unconverged["verdict"].tolist() == ["held", "held", "held", "not tested", "not tested", "not tested"]
-    assert "VSE0 not converged" in unconverged["evidence"][3]
+    assert chapter.train_judgements(_claims_runs(swapped), run)[0].verdict == "did not hold"
+    # an unconverged VSE0 leaves its three claims not tested; a collapsed PCME run its four
+    unconverged = chapter.train_judgements(_claims_runs({("VSE0", 1): {"converged": False}}), run)
+    assert [j.verdict for j in unconverged] == ["held"] * 4 + ["not tested"] * 3
+    assert "VSE0 did not converge" in unconverged[4].reason
+    collapsed = chapter.train_judgements(_claims_runs({("PCME", 0): {"collapse": "every query's scores are tied"}}),
+                                         run)
+    assert [j.verdict for j in collapsed] == ["not tested"] * 2 + ["held"] * 3 + ["not tested"] * 2
+    assert "PCME collapsed (every query's scores are tied)" in collapsed[0].reason
 
 
 # ----------------------------------------------------------------------------------------- ablate.py

@@ -9,7 +9,9 @@ the mean of, the seeds and test split they came from, whether every run converge
     chance_best_rank(n_positives (Q,), gallery)             -> (mean, variance) of the best rank at random
     judge(spec, {model: Evidence}, dataset=, profile=)      -> Judgement (verdict, effect, interval, pairing)
     can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
+    seed_evidence(per_run, cols, split=)                    -> {model: Evidence} from a chapter's per-run table
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
+    claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
     write_judgements(judgements, chapter, part, run)        -> `<chapter>/judgements_<part>.{csv,md,json}`
 
@@ -154,6 +156,21 @@ class Evidence:
     @property
     def n_queries(self) -> int:
         return 0 if self.values.ndim == 1 else self.values.shape[1]
+
+
+def seed_evidence(per_run: pd.DataFrame, cols: Sequence[str], *, split: str = "test") -> dict[str, Evidence]:
+    """{model: Evidence} from a chapter's per-run table (one row per model and seed: `model`, `seed`, `converged`,
+    optionally `collapse`, and metric columns): each seed's score is the mean of `cols` (e.g. the i2t and t2i
+    values of one metric); a model is converged when every run is, collapsed when any run is."""
+    missing = [c for c in ("model", "seed", "converged", *cols) if c not in per_run.columns]
+    if missing:
+        raise KeyError(f"seed_evidence: the per-run table has no column(s) {missing}")
+    out = {}
+    for model, rows in per_run.groupby("model", sort=False):
+        collapse = [str(c) for c in rows["collapse"] if isinstance(c, str) and c] if "collapse" in rows else []
+        out[str(model)] = Evidence(tuple(int(s) for s in rows["seed"]), rows[list(cols)].mean(axis=1).to_numpy(),
+                                   split=split, converged=bool(rows["converged"].all()), collapse="; ".join(collapse))
+    return out
 
 
 # ------------------------------------------------------------------------------------------- claims
@@ -475,6 +492,18 @@ def _effect_cell(j: Judgement) -> str:
         return "-"
     pct = round(100 * j.confidence)
     return f"{j.effect_of}: {j.effect:+.2f} [{j.low:+.2f}, {j.high:+.2f}] ({pct}% interval over {j.noise})"
+
+
+def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
+    """The judgements in the layout `results.notebook_claims` collects (claim, source, evidence, verdict), for a
+    chapter whose claims page is still assembled from per-notebook claim tables."""
+    rows = []
+    for j in judgements:
+        margin = f"; margin {j.spec.margin:g}" if j.spec.margin > 0 else ""
+        evidence = (f"{j.spec.metric}: {_effect_cell(j)}; {j.n_seeds} seeds / {j.n_queries} queries, paired: "
+                    f"{j.paired}{margin}; {j.reason}")
+        rows.append({"claim": j.spec.text, "source": j.spec.source, "evidence": evidence, "verdict": j.verdict})
+    return pd.DataFrame(rows, columns=["claim", "source", "evidence", "verdict"])
 
 
 def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str, dataset: str,

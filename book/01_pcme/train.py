@@ -62,7 +62,7 @@ from xmr_core.chapters.pcme import (
     per_run_frame,
     split_sizes,
     table3_frame,
-    train_claims,
+    train_judgements,
     train_models,
     tune_methods,
     weight_grids,
@@ -71,6 +71,7 @@ from xmr_core.chapters.pcme import (
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import ceiling_note, dataset_note, seed_summary, with_ceiling_share, with_paper
+from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame
@@ -224,12 +225,18 @@ fits
 # %% [markdown]
 # ## Claims checked here
 #
-# A claim resting on a difference between PCME and μ-only holds only when the difference of the seed means
-# exceeds the larger of the two seed standard deviations; a difference inside that spread is "within noise".
-# PVSE and VSE0 are single runs.
+# The claims are declared once (`CLAIMS` in `xmr_core.chapters.pcme`) and judged by the book's one verdict
+# protocol (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval over the seeds,
+# paired by seed (every model trains on the same seeds and is scored on the same test split); held or did not
+# hold only when the interval excludes zero (or the declared margin), otherwise within noise with the interval;
+# not tested when a compared run did not converge or collapsed (`collapse` in the per-seed table), or with one
+# seed. These claims use each seed's score only (no per-query values yet), so their intervals cover training
+# noise, not test sampling.
 
 # %%
-claims = train_claims(per_run, len(seeds))
+judged = train_judgements(per_run, run)
+write_judgements(judged, "pcme", "train", run)
+claims = claim_rows(judged)
 write_table(claims, "pcme/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
-claims
+judgements_frame(judged)
