@@ -53,7 +53,7 @@ def _judge_demo(tmp_path: Path) -> Path:
 
 def test_migrated_chapter_summary(tmp_path: Path, demo_chapter: types.ModuleType, capsys: pytest.CaptureFixture) -> None:
     csv = _judge_demo(tmp_path)
-    (tmp_path / "demo" / "claims.md").write_text("# claims\n")
+    (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n| 2 | R@1 rises | y |\n")
     bench.main(["--results", str(tmp_path)])
     out = capsys.readouterr().out
     frame = pd.read_csv(csv)
@@ -87,11 +87,20 @@ def test_a_claim_that_cannot_fail_fails_the_bench(tmp_path: Path, demo_chapter: 
 
 
 def test_unmigrated_chapter_counts_its_old_claims_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    (tmp_path / "pcme").mkdir()
-    (tmp_path / "pcme" / "claims.md").write_text(
+    (tmp_path / "nochapter").mkdir()  # no module declares its claims
+    (tmp_path / "nochapter" / "claims.md").write_text(
         "# Claims\n\n| # | claim | source | evidence | verdict |\n|---|---|---|---|---|\n"
         "| 1 | a | b | c | **held** |\n| 2 | d | e | f | **within noise** |\n\nOf 2 claims.\n")
     with pytest.raises(SystemExit) as stop:
         bench.main(["--results", str(tmp_path)])
     assert stop.value.code == 1
-    assert "pcme: not migrated: 2 claims in its committed claims.md judged by the old rule" in capsys.readouterr().out
+    assert "nochapter: not migrated: 2 claims in its committed claims.md judged by the old rule" in capsys.readouterr().out
+
+
+def test_a_page_with_more_claims_than_judgements_is_partly_migrated(tmp_path: Path, demo_chapter: types.ModuleType,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    _judge_demo(tmp_path)
+    (tmp_path / "demo" / "claims.md").write_text("".join(f"| {i} | claim {i} | x |\n" for i in range(1, 6)))
+    with pytest.raises(SystemExit):
+        bench.main(["demo", "--results", str(tmp_path)])
+    assert "demo: partly migrated: 3 claims in its committed claims.md judged by the old rule" in capsys.readouterr().out
