@@ -56,6 +56,7 @@ VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "within noise", "not te
 Kind = Literal["superiority", "non-inferiority", "equivalence", "trend", "peak", "universal"]
 KINDS: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence", "trend", "peak", "universal")
 PAIRWISE: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence")
+UNIVERSAL_ORDER: tuple[Verdict, ...] = ("did not hold", "not tested", "within noise", "held")  # first one present wins
 Pairing = Literal["seed+query", "seed", "query", "none"]
 
 CONFIDENCE = 0.95
@@ -73,12 +74,7 @@ def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
     """The verdict of "X holds for every model" from the verdict per model: one counterexample refutes it
     ("did not hold"); else a model not tested leaves it "not tested"; else any within noise makes it "within
     noise"; else "held"."""
-    if not verdicts:
-        return verdict(None)
-    for outcome in ("did not hold", "not tested", "within noise"):
-        if outcome in verdicts:
-            return outcome  # type: ignore[return-value]
-    return "held"
+    return min(verdicts, key=UNIVERSAL_ORDER.index, default=verdict(None))
 
 
 # ------------------------------------------------------------------------------------------- collapse
@@ -397,13 +393,12 @@ def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | N
     if spec.kind == "universal":
         parts = tuple(judge(ClaimSpec(f"{spec.key}[{a} vs {b}]", spec.text, spec.source, spec.each, spec.metric,
                                       (a, b), spec.direction, spec.margin), evidence) for a, b in spec.pairs)
-        order = {"did not hold": 0, "not tested": 1, "within noise": 2, "held": 3}
-        worst = min(parts, key=lambda j: (order[j.verdict], j.effect if math.isfinite(j.effect) else math.inf))
-        tested = [j for j in parts if j.verdict != "not tested"]
+        worst = min(parts, key=lambda j: (UNIVERSAL_ORDER.index(j.verdict),
+                                          j.effect if math.isfinite(j.effect) else math.inf))
         return Judgement(
             spec, universal_verdict([j.verdict for j in parts]), worst.effect, worst.low, worst.high,
-            f"weakest pair: {worst.effect_of or worst.spec.models}",
-            min((j.n_seeds for j in tested), default=0), min((j.n_queries for j in tested), default=0),
+            f"weakest pair: {worst.effect_of or ' vs '.join(worst.spec.models)}",
+            min(j.n_seeds for j in parts), min(j.n_queries for j in parts),
             worst.paired, worst.noise, reason="; ".join(f"{' vs '.join(j.spec.models)}: {j.verdict}"
                                                         + (f" ({j.reason})" if j.verdict == "not tested" else "")
                                                         for j in parts),

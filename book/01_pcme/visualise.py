@@ -179,6 +179,9 @@ claims += visualise_claims(corr_i2t, corr_t2i, fig7_df, by_level, rho, generic_s
 preamble = (f"Run: profile `{PROFILE}`, dataset `{DATASET}`"
             + dataset_note(DATASET, compare="the paper's claims are about orderings and signs, which carry across "
                                             "data sets; its absolute numbers do not")
-            + ". A claim resting on a difference between models holds only when the difference exceeds the seed spread.")
+            + ". The claims of train.py are judged by the book's verdict protocol (docs/claims.md: an interval for "
+              "each effect, paired by seed, margins declared with the claim, not tested on runs that did not "
+              "converge or collapsed); the others still by the old rule: a difference between models holds only "
+              "when it exceeds the seed spread.")
 write_claims(claims, "pcme", run=run, preamble=preamble)
 claims_frame(claims)
