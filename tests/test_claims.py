@@ -333,3 +333,18 @@ def test_three_seed_intervals_cover_the_true_effect_at_about_their_level(monkeyp
         j = judge(spec("superiority"), {"A": Evidence(SEEDS, a), "B": Evidence(SEEDS, np.zeros((3, 50)))})
         covered += j.low <= 0 <= j.high
     assert 0.9 <= covered / 200 <= 0.995
+
+
+def test_seed_evidence_reads_a_per_run_table() -> None:
+    per_run = pd.DataFrame({"model": ["A", "A", "B", "B"], "seed": [0, 1, 0, 1], "converged": [True, True, True, False],
+                            "collapse": ["", "", "every query's scores are tied", np.nan],
+                            "i2t": [10.0, 20.0, 30.0, 40.0], "t2i": [20.0, 30.0, 50.0, 60.0]})
+    ev = claims.seed_evidence(per_run, ["i2t", "t2i"], split="test unseen")
+    assert ev["A"].seeds == (0, 1) and ev["A"].per_seed.tolist() == [15.0, 25.0] and ev["A"].split == "test unseen"
+    assert ev["A"].converged and ev["A"].collapse == ""
+    assert not ev["B"].converged and ev["B"].collapse == "every query's scores are tied"
+    with pytest.raises(KeyError, match="no column"):
+        claims.seed_evidence(per_run, ["R@1"])
+    per_run.loc[3, "i2t"] = np.nan
+    with pytest.raises(ValueError, match="model 'B', columns \\['i2t', 't2i'\\]: Evidence: non-finite value in seed row 1"):
+        claims.seed_evidence(per_run, ["i2t", "t2i"])  # a missing value is an error, not skipped in the mean
