@@ -165,9 +165,9 @@ def seed_evidence(per_run: pd.DataFrame, cols: Sequence[str], *, split: str = "t
     for model, rows in per_run.groupby("model", sort=False):
         collapse = [str(c) for c in rows["collapse"] if isinstance(c, str) and c] if "collapse" in rows else []
         try:
-            out[str(model)] = Evidence(tuple(int(s) for s in rows["seed"]), rows[list(cols)].mean(axis=1, skipna=False).to_numpy(),
-                                       split=split, converged=bool(rows["converged"].all()),
-                                       collapse="; ".join(collapse))
+            values = rows[list(cols)].mean(axis=1, skipna=False).to_numpy()
+            out[str(model)] = Evidence(tuple(int(s) for s in rows["seed"]), values, split=split,
+                                       converged=bool(rows["converged"].all()), collapse="; ".join(collapse))
         except ValueError as err:
             raise ValueError(f"seed_evidence: model {model!r}, columns {list(cols)}: {err}") from None
     return out
