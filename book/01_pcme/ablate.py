@@ -39,7 +39,7 @@ N_SEEDS = 3  # must match train.py, whose PCME / mu-only runs are reused
 import dataclasses
 
 from xmr_core.chapters.pcme import (
-    ablate_claims,
+    ablate_judgements,
     ablation_frame,
     table1_frame,
     table1_runs,
@@ -50,6 +50,7 @@ from xmr_core.chapters.pcme import (
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.chapters.summary import dataset_note
+from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.results import write_table
 
@@ -112,11 +113,15 @@ table_ab
 # %% [markdown]
 # ## Claims checked here
 #
-# Each similarity's R-P is the mean of its i2t and t2i R-P over the seeds. A difference holds when it exceeds
-# the largest seed std of PCME's similarities; "close" means within the larger of that std and 0.5 pp.
+# Declared once (`ABLATE_CLAIMS` in `xmr_core.chapters.pcme`) and judged by the book's verdict protocol
+# (`xmr_core.claims.judge`, `docs/claims.md`): each similarity's score is the mean of its i2t and t2i R-P; every
+# similarity of a seed scores the same trained PCME, so they are paired by seed; a 95% bootstrap interval for each
+# effect; "close" and "at least as good" use the 0.5 pp margin declared with the claim, never the run's noise.
 
 # %%
-claims = ablate_claims(t1_runs)
+judged = ablate_judgements(t1_runs, run)
+write_judgements(judged, "pcme", "ablate", run)
+claims = claim_rows(judged)
 write_table(claims, "pcme/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")
-claims
+judgements_frame(judged)

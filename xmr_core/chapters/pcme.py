@@ -69,7 +69,6 @@ from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import (
     Claim,
-    difference_verdict,
     paper_values,
     verdict,
     write_figure,
@@ -244,11 +243,21 @@ def scored_row(model: RetrievalModel, data: ChapterData, device: torch.device | 
     return row, i2t
 
 
-def table1_rows(variant: str, seed: int, per_method: dict[str, dict[str, float]]) -> list[dict[str, object]]:
+def table1_rows(variant: str, seed: int, per_method: dict[str, dict[str, float]], converged: bool,
+                collapse: str) -> list[dict[str, object]]:
     """Table 1 rows of one model and seed: per test-time similarity (`evaluate_similarities` with class
-    relevance) its i2t and t2i R-Precision, labelled as in the paper."""
-    return [{"variant": variant, "similarity": TEST_TIME_SIMILARITIES[m][0], "seed": seed,
-             "i2t R-P": v["class/i2t/R-P"], "t2i R-P": v["class/t2i/R-P"]} for m, v in per_method.items()]
+    relevance) its i2t and t2i R-Precision, labelled as in the paper, with whether the run converged and why it
+    collapsed ("" when it did not: `run_collapse`)."""
+    return [{"variant": variant, "similarity": TEST_TIME_SIMILARITIES[m][0], "seed": seed, "converged": converged,
+             "collapse": collapse, "i2t R-P": v["class/i2t/R-P"], "t2i R-P": v["class/t2i/R-P"]}
+            for m, v in per_method.items()]
+
+
+def run_collapse(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str) -> str:
+    """`claims.detect_collapse` of `model`'s image-to-text scores on `split` under instance relevance."""
+    img, cap = embed_split(model, split, vocab, device=device)
+    i2t, _ = direction_scores(model, img, cap)
+    return detect_collapse(i2t, split.relevance("instance", "i2t"))
 
 
 def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
@@ -446,7 +455,7 @@ CLAIM_METRICS: dict[str, tuple[list[str], str]] = {  # a claim's metric -> (per-
 
 # The claims of Sec. 4.2-4.3 judged on train.py's runs (`xmr_core.claims`, docs/claims.md). The margin of "R-P
 # does not rise with K" is 1 pp: the paper calls PCME's +1.2 and +1.6 pp of R-P over mu only "some margin".
-CLAIMS: list[ClaimSpec] = [
+TRAIN_CLAIMS: list[ClaimSpec] = [
     ClaimSpec("rp-over-mu-only", "PCME improves on its deterministic version (mu only) in R-Precision (CUB-style, "
               "class relevance).", "Sec. 4.2, Table 2", "superiority", RP, ("PCME", "PCME mu only")),
     ClaimSpec("pmrp-over-mu-only", "PCME improves on mu only in PMRP (COCO-style plausible matches).",
@@ -466,10 +475,10 @@ CLAIMS: list[ClaimSpec] = [
 
 
 def train_judgements(per_run: pd.DataFrame, run: RunConfig) -> list[Judgement]:
-    """Every claim of `CLAIMS` judged (`claims.judge`) on train.py's runs (`per_run_frame`), each model's per-seed
+    """Every claim of `TRAIN_CLAIMS` judged (`claims.judge`) on train.py's runs (`per_run_frame`), each model's per-seed
     score the mean of the claim's columns (`CLAIM_METRICS`, `claims.seed_evidence`)."""
     out = []
-    for spec in CLAIMS:
+    for spec in TRAIN_CLAIMS:
         cols, split = CLAIM_METRICS[spec.metric]
         out.append(judge(spec, seed_evidence(per_run, cols, split=split), dataset=run.dataset, profile=run.profile))
     return out
@@ -489,16 +498,18 @@ def table1_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
                 run: RunConfig) -> pd.DataFrame:
     """Table 1's per-seed rows (`table1_rows`): train.py's mu-only model scored with the mean only and its PCME with
     every test-time similarity (`TEST_TIME_SIMILARITIES`), class relevance on the unseen classes, every seed (runs
-    loaded from the cache)."""
+    loaded from the cache), each run checked for collapse on the same split (`run_collapse`)."""
     rows: list[dict[str, object]] = []
+    device, split = run.torch_device, data.test_unseen
     for seed in seeds:
-        mu_model, _ = train_model("PCME mu only", 1, data, tuned, enc, run, seed)
+        mu_model, mu_fit = train_model("PCME mu only", 1, data, tuned, enc, run, seed)
         rows += table1_rows("mu only", seed, evaluate_similarities(
-            mu_model, data.test_unseen, data.vocab, ["mean_cosine"], views=["class"], device=run.torch_device))
-        pcme_model, _ = train_model("PCME", 1, data, tuned, enc, run, seed)
+            mu_model, split, data.vocab, ["mean_cosine"], views=["class"], device=device),
+            mu_fit.converged, run_collapse(mu_model, split, data.vocab, device))
+        pcme_model, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, seed)
         rows += table1_rows("PCME", seed, evaluate_similarities(
-            pcme_model, data.test_unseen, data.vocab, list(TEST_TIME_SIMILARITIES), views=["class"],
-            device=run.torch_device))
+            pcme_model, split, data.vocab, list(TEST_TIME_SIMILARITIES), views=["class"], device=device),
+            pcme_fit.converged, run_collapse(pcme_model, split, data.vocab, device))
     return pd.DataFrame(rows)
 
 
@@ -513,36 +524,33 @@ def ablation_frame(ablations: Sequence[tuple[str, PCMEConfig, Mapping[str, objec
     return pd.DataFrame(rows)
 
 
-def ablate_claims(t1_runs: pd.DataFrame) -> pd.DataFrame:
-    """The claims of Sec. 4.2 on Table 1 (`table1_runs`), each similarity's R-P the mean of i2t and t2i. The spread
-    is the largest seed std of PCME's similarities; "close" means within max(spread, 0.5 pp)."""
-    cols = ["i2t R-P", "t2i R-P"]
-    means = t1_runs.groupby(["variant", "similarity"])[cols].mean()
-    stds = t1_runs.groupby(["variant", "similarity"])[cols].std(ddof=1).fillna(0.0)
-    avg = means.loc["PCME"].mean(axis=1)
-    best = avg.idxmax()
-    spread = float(stds.loc["PCME"].mean(axis=1).max())
-    mp_margin = float(avg["Match prob"] - avg.drop("Match prob").max())  # > 0: the match probability is the best
-    w2_gap = float(abs(avg["2-Wasserstein"] - avg["Mean only"]))
-    mu_avg = float(means.loc[("mu only", "Mean only")].mean())
-    above = int((avg - mu_avg > spread).sum())
-    return pd.DataFrame([
-        {"claim": "At test time the match probability is the best similarity for PCME.",
-         "source": "Sec. 4.2, Table 1",
-         "evidence": "mean of i2t/t2i R-P per similarity: " + ", ".join(f"{k} {v:.2f}" for k, v in avg.items())
-                     + f"; best = {best}; match prob - best other = {mp_margin:+.2f} (largest seed std {spread:.2f})",
-         "verdict": difference_verdict(mp_margin, spread)},
-        {"claim": "2-Wasserstein (2x storage) performs close to the mean-only similarity.",
-         "source": "Sec. 4.2, Table 1",
-         "evidence": f"|W2 - mean only| = {w2_gap:.2f} pp of R-P (seed std up to {spread:.2f}; close = within "
-                     f"max(seed std, 0.5 pp))",
-         "verdict": verdict(w2_gap <= max(spread, 0.5))},
-        {"claim": "PCME with any test-time similarity mostly improves over mu-only training.",
-         "source": "Sec. 4.2, Table 1",
-         "evidence": f"mu-only mean R-P {mu_avg:.2f}; PCME similarities above it by more than the seed std "
-                     f"{spread:.2f}: {above} of {len(avg)}",
-         "verdict": verdict(above > len(avg) / 2)},
-    ])
+T1 = "Table 1 R-P (class relevance, unseen classes; mean of i2t and t2i), pp"
+PCME_SIMILARITIES = tuple(f"PCME: {label}" for label, _, _ in TEST_TIME_SIMILARITIES.values())
+MU_ONLY = "mu only: Mean only"
+
+# The claims of Sec. 4.2 on Table 1, judged on ablate.py's runs: every similarity of one trained PCME per seed,
+# so the similarities are paired by seed. The margin of "close" and "at least as good" is 0.5 pp: in the paper's
+# Table 1 the similarities it calls reasonable (2-Wasserstein, Average L2) are within 0.2 pp of the best, ELK and
+# JS-divergence, which it does not, 0.9 to 1.2 pp below.
+ABLATE_CLAIMS: list[ClaimSpec] = [
+    ClaimSpec("match-prob-best", "At test time the match probability is the best similarity for PCME.",
+              "Sec. 4.2, Table 1", "peak", T1, PCME_SIMILARITIES, peak="PCME: Match prob"),
+    ClaimSpec("w2-close-to-mean-only", "2-Wasserstein (2x storage) performs close to the mean-only similarity.",
+              "Sec. 4.2, Table 1", "equivalence", T1, ("PCME: 2-Wasserstein", "PCME: Mean only"), margin=0.5),
+    ClaimSpec("any-similarity-over-mu-only", "PCME with any test-time similarity mostly improves over mu-only "
+              "training (declared: every similarity at least as good as mu only, within 0.5 pp).", "Sec. 4.2, Table 1",
+              "universal", T1, pairs=tuple((m, MU_ONLY) for m in PCME_SIMILARITIES), each="non-inferiority",
+              margin=0.5),
+]
+CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS  # every claim of the chapter declared so far
+
+
+def ablate_judgements(t1_runs: pd.DataFrame, run: RunConfig) -> list[Judgement]:
+    """Every claim of `ABLATE_CLAIMS` judged (`claims.judge`) on Table 1's runs (`table1_runs`): each
+    "<variant>: <similarity>" a compared model, its per-seed score the mean of its i2t and t2i R-P."""
+    runs = t1_runs.assign(model=t1_runs["variant"] + ": " + t1_runs["similarity"])
+    evidence = seed_evidence(runs, ["i2t R-P", "t2i R-P"], split="test unseen classes")
+    return [judge(spec, evidence, dataset=run.dataset, profile=run.profile) for spec in ABLATE_CLAIMS]
 
 
 # ==================================================================================================
