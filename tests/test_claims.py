@@ -348,3 +348,28 @@ def test_seed_evidence_reads_a_per_run_table() -> None:
     per_run.loc[3, "i2t"] = np.nan
     with pytest.raises(ValueError, match="model 'B', columns \\['i2t', 't2i'\\]: Evidence: non-finite value in seed row 1"):
         claims.seed_evidence(per_run, ["i2t", "t2i"])  # a missing value is an error, not skipped in the mean
+
+
+def test_strata_weigh_each_stratum_equally_and_are_resampled_within() -> None:
+    # 10 image queries at 80 and 40 caption queries at 20 (+- noise): the score is (80 + 20) / 2 = 50, not the
+    # pooled mean 32; resampled within strata the mean's variance is sum_h var_pop(x_h) / (H^2 n_h), with none of
+    # the between-strata spread a pooled resampling would add
+    rng = np.random.default_rng(4)
+    x = np.concatenate([80 + rng.normal(0, 3, 10), 20 + rng.normal(0, 3, 40)])[None, :]
+    strata = np.array([0] * 10 + [1] * 40)
+    e = Evidence((0,), x, strata=strata)
+    assert e.per_seed[0] == pytest.approx((x[0, :10].mean() + x[0, 10:].mean()) / 2)
+    means = claims._crossed_means([e], False, False, 20000, np.random.default_rng(1))[0]
+    expected = (x[0, :10].var() / 10 + x[0, 10:].var() / 40) / 4
+    assert means.var() == pytest.approx(expected, rel=0.05)
+    pooled = claims._crossed_means([Evidence((0,), x)], False, False, 20000, np.random.default_rng(1))[0]
+    assert pooled.var() > 10 * means.var()
+    # paired by query only when both sides have the same strata; judged through the crossed bootstrap (scipy
+    # cannot stratify), labelled as test sampling only
+    j = judge(spec("superiority"), {"A": Evidence((0,), x + 1.0, strata=strata), "B": e})
+    assert (j.paired, j.noise, j.verdict) == ("query", "queries (one seed: test sampling only)", "held")
+    assert j.effect == pytest.approx(1.0) and j.low == pytest.approx(1.0) and j.high == pytest.approx(1.0)
+    other = judge(spec("superiority"), {"A": Evidence((0,), x + 1.0, strata=1 - strata), "B": e})
+    assert other.paired == "none"
+    with pytest.raises(ValueError, match="strata must be"):
+        Evidence((0,), x, strata=strata[:5])

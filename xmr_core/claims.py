@@ -124,14 +124,17 @@ def detect_collapse(scores: np.ndarray | torch.Tensor, relevance: Relevance | No
 @dataclass(frozen=True)
 class Evidence:
     """One compared model or variant on one metric: `values` (S,) its score per seed, or (S, Q) the per-query
-    values whose mean over the Q queries is each seed's score (e.g. per-query R@1 hits × 100). `split` names
-    the test queries (split, direction, protocol): two sides score the same queries only when it is equal."""
+    values whose mean over the Q queries is each seed's score (e.g. per-query R@1 hits × 100). With `strata` (Q,)
+    (e.g. 0 for the image queries, 1 for the caption queries of a metric averaged over both directions) a seed's
+    score is the mean of its strata's means, and queries are resampled within their stratum. `split` names the
+    test queries (split, direction, protocol): two sides score the same queries only when it is equal."""
 
     seeds: tuple[int, ...]
     values: np.ndarray
     split: str = "test"
     converged: bool = True  # every run converged (`FitResult.converged`)
     collapse: str = ""  # why the runs learnt nothing (`detect_collapse`); "" when they learnt something
+    strata: np.ndarray | None = None  # (Q,) the stratum of each query; None: one stratum
 
     def __post_init__(self) -> None:
         v = np.asarray(self.values, dtype=np.float64)
@@ -143,11 +146,25 @@ class Evidence:
         if not np.isfinite(v).all():
             raise ValueError(f"Evidence: non-finite value in seed row {int(np.argwhere(~np.isfinite(v))[0][0])}")
         object.__setattr__(self, "values", v)
+        if self.strata is not None:
+            strata = np.asarray(self.strata, dtype=np.int64)
+            if v.ndim != 2 or strata.shape != (v.shape[1],):
+                raise ValueError(f"Evidence: strata must be (Q,) with Q = {v.shape[-1]} per-query values, "
+                                 f"got shape {strata.shape}")
+            object.__setattr__(self, "strata", strata)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """(Q,) each query's weight in its seed's score: 1/Q, or 1/(H n_h) for a query of stratum h of H."""
+        if self.strata is None:
+            return np.full(self.n_queries, 1.0 / self.n_queries)
+        _, inverse, sizes = np.unique(self.strata, return_inverse=True, return_counts=True)
+        return 1.0 / (len(sizes) * sizes[inverse])
 
     @property
     def per_seed(self) -> np.ndarray:
         """(S,) the score of each seed."""
-        return self.values if self.values.ndim == 1 else self.values.mean(1)
+        return self.values if self.values.ndim == 1 else self.values @ self.weights
 
     @property
     def n_queries(self) -> int:
@@ -261,8 +278,13 @@ def _pairing(sides: Sequence[Evidence]) -> tuple[bool, bool]:
     first = sides[0]
     same_split = all(e.split == first.split for e in sides)
     by_seed = same_split and len(first.seeds) > 1 and all(e.seeds == first.seeds for e in sides)
-    by_query = same_split and first.n_queries > 1 and all(e.n_queries == first.n_queries for e in sides)
+    by_query = same_split and first.n_queries > 1 and all(
+        e.n_queries == first.n_queries and _same_strata(e.strata, first.strata) for e in sides)
     return by_seed, by_query
+
+
+def _same_strata(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
 def _counts(rng: np.random.Generator, n_items: int, n_draws: int, resample: bool = True) -> np.ndarray:
@@ -274,20 +296,31 @@ def _counts(rng: np.random.Generator, n_items: int, n_draws: int, resample: bool
     return np.bincount(idx.ravel(), minlength=n_draws * n_items).reshape(n_draws, n_items).astype(np.float64)
 
 
+def _query_counts(rng: np.random.Generator, e: Evidence, n_draws: int, resample: bool) -> np.ndarray:
+    """`_counts` of `e`'s queries, drawn within each stratum."""
+    if e.strata is None:
+        return _counts(rng, e.n_queries, n_draws, resample)
+    out = np.empty((n_draws, e.n_queries))
+    for h in np.unique(e.strata):
+        cols = np.flatnonzero(e.strata == h)
+        out[:, cols] = _counts(rng, len(cols), n_draws, resample)
+    return out
+
+
 def _crossed_means(sides: Sequence[Evidence], by_seed: bool, by_query: bool, n: int, rng: np.random.Generator,
                    seeds: bool = True, queries: bool = True, chunk: int = 250) -> np.ndarray:
     """(K, n) each side's mean under `n` two-level resamples: seeds and queries drawn with replacement, the
-    same query draw for every seed of a side (the seeds score the same test queries), shared between sides
-    when paired by seed / by query. `seeds` / `queries` False keeps that level as it is (no resampling)."""
+    same query draw for every seed of a side (the seeds score the same test queries), within each stratum,
+    shared between sides when paired by seed / by query. `seeds` / `queries` False keeps that level as it is."""
     out = np.empty((len(sides), n))
     for start in range(0, n, chunk):
         b = min(chunk, n - start)
         shared_s = _counts(rng, len(sides[0].seeds), b, seeds) if by_seed else None
-        shared_q = _counts(rng, sides[0].n_queries, b, queries) if by_query else None
+        shared_q = _query_counts(rng, sides[0], b, queries) if by_query else None
         for k, e in enumerate(sides):
             cs = shared_s if shared_s is not None else _counts(rng, len(e.seeds), b, seeds)  # (b, S)
-            cq = shared_q if shared_q is not None else _counts(rng, e.n_queries, b, queries)  # (b, Q)
-            out[k, start:start + b] = np.einsum("bs,bs->b", cs, cq @ e.values.T) / (cs.shape[1] * cq.shape[1])
+            cq = shared_q if shared_q is not None else _query_counts(rng, e, b, queries)  # (b, Q)
+            out[k, start:start + b] = np.einsum("bs,bs->b", cs, (cq * e.weights) @ e.values.T) / cs.shape[1]
     return out
 
 
@@ -318,16 +351,18 @@ def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.nd
     effect = float(statistic(np.array([e.per_seed.mean() for e in sides])))
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     alpha = (1 - CONFIDENCE) / 2
-    if with_queries and len(one_seed) < len(sides):  # seeds and queries: the crossed two-level bootstrap
+    stratified = any(e.strata is not None for e in sides)  # scipy cannot resample within strata
+    if with_queries and (len(one_seed) < len(sides) or stratified):  # the crossed two-level bootstrap
         dist = statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng))
         v_seed = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, queries=False))))
         v_query = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, seeds=False))))
         low, high = np.quantile(dist, [alpha, 1 - alpha])
         k = _expansion(v_seed, n_seeds, v_query, n_queries)
         paired: Pairing = "seed+query" if by_seed and by_query else "seed" if by_seed else "query" if by_query else "none"
-        noise = "seeds+queries" + (" (one seed for some: their training noise not covered)" if one_seed else "")
+        noise = ("queries (one seed: test sampling only)" if len(one_seed) == len(sides) else "seeds+queries"
+                 + (" (one seed for some: their training noise not covered)" if one_seed else ""))
         return effect, effect - k * (effect - float(low)), effect + k * (float(high) - effect), paired, noise
-    if with_queries:  # one seed everywhere: test sampling only
+    if with_queries:  # one seed everywhere, one stratum: test sampling only
         data, paired, noise = [e.values[0] for e in sides], ("query" if by_query else "none"), \
             "queries (one seed: test sampling only)"
         is_paired, n_units = by_query, n_queries
