@@ -373,3 +373,16 @@ def test_strata_weigh_each_stratum_equally_and_are_resampled_within() -> None:
     assert other.paired == "none"
     with pytest.raises(ValueError, match="strata must be"):
         Evidence((0,), x, strata=strata[:5])
+
+
+def test_query_evidence_reads_per_query_arrays_one_stratum_a_column() -> None:
+    per_run = pd.DataFrame({"model": ["A", "A"], "seed": [0, 1], "converged": [True, True],
+                            "i2t": [np.array([10.0, 30.0]), np.array([20.0, 20.0])],
+                            "t2i": [np.array([0.0, 0.0, 60.0]), np.array([30.0, 30.0, 30.0])]})
+    e = claims.query_evidence(per_run, ["i2t", "t2i"])["A"]
+    assert e.values.tolist() == [[10.0, 30.0, 0.0, 0.0, 60.0], [20.0, 20.0, 30.0, 30.0, 30.0]]
+    assert e.strata.tolist() == [0, 0, 1, 1, 1]
+    assert e.per_seed.tolist() == pytest.approx([(20.0 + 20.0) / 2, (20.0 + 30.0) / 2])
+    per_run.at[1, "t2i"] = np.array([30.0, 30.0])
+    with pytest.raises(ValueError, match="model 'A', columns \\['i2t', 't2i'\\]: the runs score different numbers"):
+        claims.query_evidence(per_run, ["i2t", "t2i"])

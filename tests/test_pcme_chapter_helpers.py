@@ -35,7 +35,7 @@ from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
-from xmr_core.evaluate import score_matrix
+from xmr_core.evaluate import evaluate_similarities, score_matrix
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.methods.vse import vse0_config
 from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
@@ -67,12 +67,14 @@ def test_table3_ceiling_row():
 
 
 def test_table1_rows_and_frame():
-    metrics = {m: {"class/i2t/R-P": float(k), "class/t2i/R-P": float(10 + k)}
+    metrics = {m: (np.array([float(k), float(k)]), np.array([10.0 + k, 9.0 + k, 11.0 + k]))
                for k, m in enumerate(TEST_TIME_SIMILARITIES)}
-    rows = table1_rows("mu only", 0, {"mean_cosine": {"class/i2t/R-P": 1.0, "class/t2i/R-P": 2.0}}, True, "")
-    assert rows == [{"variant": "mu only", "similarity": "Mean only", "seed": 0, "converged": True, "collapse": "",
-                     "i2t R-P": 1.0, "t2i R-P": 2.0}]
-    rows += table1_rows("mu only", 1, {"mean_cosine": {"class/i2t/R-P": 3.0, "class/t2i/R-P": 2.0}}, True, "")
+    rows = table1_rows("mu only", 0, {"mean_cosine": (np.array([0.0, 2.0]), np.array([2.0]))}, True, "")
+    assert {k: v for k, v in rows[0].items() if "per query" not in k} == {
+        "variant": "mu only", "similarity": "Mean only", "seed": 0, "converged": True, "collapse": "",
+        "i2t R-P": 1.0, "t2i R-P": 2.0}
+    assert rows[0]["i2t R-P per query"].tolist() == [0.0, 2.0] and rows[0]["t2i R-P per query"].tolist() == [2.0]
+    rows += table1_rows("mu only", 1, {"mean_cosine": (np.array([3.0]), np.array([2.0]))}, True, "")
     rows += table1_rows("PCME", 0, metrics, False, "tied")
     assert rows[-1]["converged"] is False and rows[-1]["collapse"] == "tied"
     frame = table1_frame(pd.DataFrame(rows), "scenes")
@@ -246,11 +248,14 @@ def test_train_judgements_by_hand():
 
 # ----------------------------------------------------------------------------------------- ablate.py
 def _t1_runs(pcme: dict[str, tuple[float, float]], mu: tuple[float, float]) -> pd.DataFrame:
-    """Seeds 0 and 1 of each similarity, i2t = t2i = the value of that seed, every run converged."""
-    rows = [{"variant": "mu only", "similarity": "Mean only", "seed": s, "converged": True, "collapse": "",
-             "i2t R-P": v, "t2i R-P": v} for s, v in enumerate(mu)]
-    rows += [{"variant": "PCME", "similarity": sim, "seed": s, "converged": True, "collapse": "", "i2t R-P": v,
-              "t2i R-P": v} for sim, values in pcme.items() for s, v in enumerate(values)]
+    """Seeds 0 and 1 of each similarity, every one of 4 image and 8 caption queries at the value of that seed (so
+    test sampling adds nothing), every run converged."""
+    def row(variant: str, similarity: str, seed: int, v: float) -> dict[str, object]:
+        return {"variant": variant, "similarity": similarity, "seed": seed, "converged": True, "collapse": "",
+                "i2t R-P": v, "t2i R-P": v, "i2t R-P per query": np.full(4, v), "t2i R-P per query": np.full(8, v)}
+
+    rows = [row("mu only", "Mean only", s, v) for s, v in enumerate(mu)]
+    rows += [row("PCME", sim, s, v) for sim, values in pcme.items() for s, v in enumerate(values)]
     return pd.DataFrame(rows)
 
 
@@ -266,7 +271,8 @@ def test_ablate_judgements_by_hand():
     assert (judged[0].effect, judged[0].low, judged[0].high) == pytest.approx((8.7, 8.7 - 0.2 * k, 8.7 + 0.2 * k))
     assert (judged[1].effect, judged[1].low, judged[1].high) == pytest.approx((0.2, 0.2, 0.2))
     assert (judged[2].effect, judged[2].low, judged[2].high) == pytest.approx((9.0, 9.0, 9.0))
-    assert [j.verdict for j in judged] == ["held"] * 3 and all(j.paired == "seed" for j in judged)
+    assert [j.verdict for j in judged] == ["held"] * 3 and all(j.paired == "seed+query" for j in judged)
+    assert all((j.n_seeds, j.n_queries, j.noise) == (2, 12, "seeds+queries") for j in judged)
     # match prob lowest, W2 5 pp from the mean, mu only 25 above JS-divergence's 19
     pcme.update({"Match prob": (15.0, 15.0), "2-Wasserstein": (25.0, 25.0)})
     judged = chapter.ablate_judgements(_t1_runs(pcme, (25.0, 25.0)), run)
@@ -311,6 +317,16 @@ def test_mixed_and_erased():
     assert (images["mix"][:, :, :3] == 10).all() and (images["mix"][:, :, 3:] == 200).all()
     # a quarter of the pixels of a 4-pixel-high image: a centred square of side round(0.5 * 4) = 2
     assert (images["erase"] == GREY).all(axis=-1).sum() == 2 * 2 * 2 and (a == 10).all()
+
+
+def test_similarity_rp_per_query_agrees_with_evaluate_similarities():
+    model, split, vocab = _tiny_pcme()
+    per_query = chapter.similarity_rp(model, split, vocab, list(TEST_TIME_SIMILARITIES), "cpu")
+    reference = evaluate_similarities(model, split, vocab, list(TEST_TIME_SIMILARITIES), views=["class"])
+    for m, (i2t, t2i) in per_query.items():
+        assert (i2t.shape, t2i.shape) == ((split.n_images,), (split.n_captions,))
+        assert i2t.mean() == pytest.approx(reference[m]["class/i2t/R-P"])
+        assert t2i.mean() == pytest.approx(reference[m]["class/t2i/R-P"])
 
 
 def _tiny_pcme() -> tuple[PCME, object, Vocabulary]:

@@ -10,6 +10,7 @@ the mean of, the seeds and test split they came from, whether every run converge
     judge(spec, {model: Evidence}, dataset=, profile=)      -> Judgement (verdict, effect, interval, pairing)
     can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
     seed_evidence(per_run, cols, split=)                    -> {model: Evidence} from a chapter's per-run table
+    query_evidence(per_run, array cols, split=)             -> the same from per-query values, one stratum a column
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
@@ -171,23 +172,48 @@ class Evidence:
         return 0 if self.values.ndim == 1 else self.values.shape[1]
 
 
-def seed_evidence(per_run: pd.DataFrame, cols: Sequence[str], *, split: str = "test") -> dict[str, Evidence]:
-    """{model: Evidence} from a chapter's per-run table (one row per model and seed: `model`, `seed`, `converged`,
-    optionally `collapse`, and metric columns): each seed's score is the mean of `cols` (e.g. the i2t and t2i
-    values of one metric); a model is converged when every run is, collapsed when any run is."""
+def _model_evidence(per_run: pd.DataFrame, cols: Sequence[str], split: str,
+                    values: Callable[[pd.DataFrame], tuple[np.ndarray, np.ndarray | None]]) -> dict[str, Evidence]:
+    """{model: Evidence} of a per-run table (one row per model and seed: `model`, `seed`, `converged`, optionally
+    `collapse`, and `cols`), each model's (values, strata) read from its rows by `values`; a model is converged
+    when every run is, collapsed when any run is."""
     missing = [c for c in ("model", "seed", "converged", *cols) if c not in per_run.columns]
     if missing:
-        raise KeyError(f"seed_evidence: the per-run table has no column(s) {missing}")
+        raise KeyError(f"the per-run table has no column(s) {missing}")
     out = {}
     for model, rows in per_run.groupby("model", sort=False):
         collapse = [str(c) for c in rows["collapse"] if isinstance(c, str) and c] if "collapse" in rows else []
         try:
-            values = rows[list(cols)].mean(axis=1, skipna=False).to_numpy()
-            out[str(model)] = Evidence(tuple(int(s) for s in rows["seed"]), values, split=split,
+            v, strata = values(rows)
+            out[str(model)] = Evidence(tuple(int(s) for s in rows["seed"]), v, split=split, strata=strata,
                                        converged=bool(rows["converged"].all()), collapse="; ".join(collapse))
         except ValueError as err:
-            raise ValueError(f"seed_evidence: model {model!r}, columns {list(cols)}: {err}") from None
+            raise ValueError(f"model {model!r}, columns {list(cols)}: {err}") from None
     return out
+
+
+def seed_evidence(per_run: pd.DataFrame, cols: Sequence[str], *, split: str = "test") -> dict[str, Evidence]:
+    """{model: Evidence} from a chapter's per-run table (one row per model and seed: `model`, `seed`, `converged`,
+    optionally `collapse`, and metric columns): each seed's score is the mean of `cols` (e.g. the i2t and t2i
+    values of one metric); a model is converged when every run is, collapsed when any run is."""
+    return _model_evidence(per_run, cols, split,
+                           lambda rows: (rows[list(cols)].mean(axis=1, skipna=False).to_numpy(), None))
+
+
+def query_evidence(per_run: pd.DataFrame, cols: Sequence[str], *, split: str = "test") -> dict[str, Evidence]:
+    """`seed_evidence` from per-query values: each of `cols` holds, per run, a (Q_c,) array of one stratum's
+    per-query values (e.g. the i2t and the t2i R-P of each query), so a seed's score is the mean of the columns'
+    means and the queries are resampled within their column (`Evidence.strata`)."""
+
+    def values(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        parts = [[np.asarray(a, dtype=np.float64) for a in rows[c]] for c in cols]  # per column, per run
+        sizes = [{len(a) for a in part} for part in parts]
+        if any(len(n) != 1 for n in sizes):
+            raise ValueError(f"the runs score different numbers of queries ({dict(zip(cols, sizes))})")
+        stacked = np.stack([np.concatenate([part[i] for part in parts]) for i in range(len(rows))])
+        return stacked, np.concatenate([np.full(next(iter(n)), h) for h, n in enumerate(sizes)])
+
+    return _model_evidence(per_run, cols, split, values)
 
 
 # ------------------------------------------------------------------------------------------- claims

@@ -115,8 +115,9 @@ table_ab
 #
 # Declared once (`ABLATE_CLAIMS` in `xmr_core.chapters.pcme`) and judged by the book's verdict protocol
 # (`xmr_core.claims.judge`, `docs/claims.md`): each similarity's score is the mean of its i2t and t2i R-P; every
-# similarity of a seed scores the same trained PCME, so they are paired by seed; a 95% bootstrap interval for each
-# effect; "close" and "at least as good" use the 0.5 pp margin declared with the claim, never the run's noise.
+# similarity of a seed scores the same trained PCME on the same test queries, so they are paired by seed and by
+# query; a 95% bootstrap interval for each effect over the seeds and the queries (resampled within each
+# direction); "close" and "at least as good" use the 0.5 pp margin declared with the claim, never the run's noise.
 
 # %%
 judged = ablate_judgements(t1_runs, run)
