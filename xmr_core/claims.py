@@ -48,34 +48,21 @@ import torch
 from scipy import stats
 
 from xmr_core.metrics import Relevance, ranking_stats
+from xmr_core.results import write_table
+from xmr_core.verdicts import UNIVERSAL_ORDER, VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from xmr_core.config import RunConfig
 
-Verdict = Literal["held", "did not hold", "within noise", "not tested"]
-VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "within noise", "not tested")
 Kind = Literal["superiority", "non-inferiority", "equivalence", "trend", "peak", "universal"]
 KINDS: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence", "trend", "peak", "universal")
 PAIRWISE: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence")
-UNIVERSAL_ORDER: tuple[Verdict, ...] = ("did not hold", "not tested", "within noise", "held")  # first one present wins
 Pairing = Literal["seed+query", "seed", "query", "none"]
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CHANCE_Z = 3.0  # a run whose mean best rank is not this many standard errors better than chance collapsed
-
-
-def verdict(held: bool | None) -> Verdict:
-    """The verdict of a yes/no check; None = not tested on this run."""
-    return "not tested" if held is None else ("held" if held else "did not hold")
-
-
-def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
-    """The verdict of "X holds for every model" from the verdict per model: one counterexample refutes it
-    ("did not hold"); else a model not tested leaves it "not tested"; else any within noise makes it "within
-    noise"; else "held"."""
-    return min(verdicts, key=UNIVERSAL_ORDER.index, default=verdict(None))
 
 
 # ------------------------------------------------------------------------------------------- collapse
@@ -592,7 +579,6 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
 def write_judgements(judgements: Sequence[Judgement], chapter: str, part: str, run: RunConfig) -> Path:
     """Write `<results>/<chapter>/judgements_<part>.{csv,md,json}` (`judgements_frame`), which
     `python -m xmr_core.bench claims` reads."""
-    from xmr_core.results import write_table  # results imports this module's verdicts
 
     return write_table(judgements_frame(judgements), f"{chapter}/judgements_{part}", run=run, float_digits=2,
                        caption=f"The claims of `{chapter}` ({part}) judged by `xmr_core.claims.judge`.")

@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from xmr_core.claims import VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (the chapters import them from here)
 from xmr_core.config import RunConfig
 from xmr_core.io import remove_stale_temps, temp_beside
+from xmr_core.verdicts import VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (the chapters import them from here)
 
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
 PARAMETERS_ENV = "XMR_PARAMETERS"  # set by the runner to the parameters it injected (JSON)
