@@ -9,7 +9,8 @@ and the user's parameters that it declares into its `parameters` cell, executes 
 `book/_build/<profile>/<chapter>/<notebook>.ipynb` (git-ignored; never onto a tracked file), prints one
 status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
 its parameters, the `xmr_core` sources) are unchanged since its last successful run is skipped unless
-`force=True`.
+`force=True`. Each execution writes its run log beside the notebook (`xmr_core.runlog`: the runs it trained
+or loaded, and their frozen inputs), and its status line says how many runs it trained and loaded.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from xmr_core.config import check_profile
 from xmr_core.io import atomic_write_text
 from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
+from xmr_core.runlog import RUN_LOG_ENV, describe, log_path
 from xmr_core.sources import fingerprint, package_files
 
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
@@ -231,9 +233,11 @@ def execute_notebook(nb: Notebook, output: Path, parameters: dict[str, Any]) -> 
     output.parent.mkdir(parents=True, exist_ok=True)
     source_nb = output.with_name(f".{output.stem}.input.ipynb")
     nbformat.write(_to_notebook(nb.source), source_nb)
-    previous = {name: os.environ.get(name) for name in (NOTEBOOK_ENV, PARAMETERS_ENV)}
+    previous = {name: os.environ.get(name) for name in (NOTEBOOK_ENV, PARAMETERS_ENV, RUN_LOG_ENV)}
     os.environ[NOTEBOOK_ENV] = nb.source.relative_to(nb.source.parents[2]).as_posix()
     os.environ[PARAMETERS_ENV] = json.dumps(parameters, sort_keys=True, default=repr)
+    log_path(output).write_text("")  # this execution's run log (`xmr_core.runlog`): the runs it trains or loads
+    os.environ[RUN_LOG_ENV] = str(log_path(output).resolve())
     try:
         papermill.execute_notebook(
             str(source_nb),
@@ -298,7 +302,7 @@ def run_book(
             seconds = time.time() - start
             summary.outcomes.append(Outcome(nb, "passed", seconds, output))
             state[key] = fingerprint
-            echo(f"[ ok ] {nb.label} in {seconds:.1f} s -> {output}")
+            echo(f"[ ok ] {nb.label} in {seconds:.1f} s{describe(log_path(output))} -> {output}")
         atomic_write_text(state_path, json.dumps(state, indent=1, sort_keys=True))
     echo(summary.line())
     return summary

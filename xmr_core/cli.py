@@ -1,6 +1,8 @@
 """`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`,
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
-`xmr results check [--results DIR]` (the results whose inputs changed since they were written)."""
+`xmr results check [--results DIR]` (the results whose inputs changed since they were written);
+`xmr runs pack --profile P [-o FILE]`, `xmr runs unpack ARCHIVE`, `xmr runs ls [--profile P]` (the run archive:
+`xmr_core.runarchive`)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = results.add_parser("check", help="list the results whose inputs changed since they were written; "
                                              "exit 1 if any is stale or cannot be checked")
     check.add_argument("--results", default="results", help="results folder (default results/)")
+    runs = sub.add_parser("runs", help="the run cache and its archive").add_subparsers(dest="action", required=True)
+    pack = runs.add_parser("pack", help="the runs a profile's executed notebooks load, with their inputs, into one "
+                                        "archive")
+    pack.add_argument("--profile", choices=PROFILES, default="cpu", help="whose executed notebooks (default cpu)")
+    pack.add_argument("-o", "--output", help="archive path (default xmr-runs-<profile>.tar.gz)")
+    unpack = runs.add_parser("unpack", help="verify an archive and restore it into the cache ($XMR_CACHE)")
+    unpack.add_argument("archive")
+    ls = runs.add_parser("ls", help="what the cache holds; with --profile, what each notebook needs and lacks")
+    ls.add_argument("--profile", choices=PROFILES, help="also list each executed notebook's runs")
     return parser
 
 
@@ -50,12 +61,31 @@ def results_check(folder: str) -> int:
     return 0 if report.ok else 1
 
 
+def runs_main(args: argparse.Namespace) -> int:
+    from xmr_core import runarchive
+
+    try:
+        if args.action == "pack":
+            runarchive.pack(args.profile, args.output or f"xmr-runs-{args.profile}.tar.gz")
+        elif args.action == "unpack":
+            runarchive.unpack(args.archive)
+        else:
+            missing = runarchive.list_cache(args.profile)
+            return 1 if any(missing.values()) else 0
+    except runarchive.ArchiveError as err:
+        print(f"xmr runs {args.action}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from xmr_core import book
 
     args = build_parser().parse_args(argv)
     if args.command == "results":
         return results_check(args.results)
+    if args.command == "runs":
+        return runs_main(args)
     if args.action == "list":
         book.list_book()
         return 0

@@ -61,6 +61,7 @@ from xmr_core.distributed import DistEnv, ShardedSampler, all_reduce_sum, barrie
 from xmr_core.io import atomic_write_bytes, atomic_write_text
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.runcache import Claim, acquire
+from xmr_core.runlog import log_run, trained_at
 
 CHECKPOINT_FORMAT = 1
 
@@ -401,8 +402,11 @@ def fit(
     run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, key)
     claim = _claim(run_dir, key, env)
     try:
-        return _fit(model, train_split, val_split, cfg, run_dir, key, out_dir is None, resume, claim, env,
-                    vocab=vocab, on_epoch_end=on_epoch_end, validate=validate)
+        result = _fit(model, train_split, val_split, cfg, run_dir, key, out_dir is None, resume, claim, env,
+                      vocab=vocab, on_epoch_end=on_epoch_end, validate=validate)
+        if env.is_main:  # the notebook's run log (`xmr_core.runlog`)
+            log_run(run_dir, key, model.name, cfg.seed, trained=not result.cached)
+        return result
     finally:
         if claim is not None:
             claim.release(finished=(run_dir / "result.json").is_file())
@@ -597,7 +601,7 @@ def _fit(
     result = {"key": key, "run": config_record, "best_epoch": best_epoch, "best_score": best_score,
               "stopped": stopped, "stop_message": stop_message,
               "best_metrics": best_metrics, "history": history, "train_seconds": train_seconds,
-              "pairs_per_second": pairs_seen / max(train_seconds, 1e-9)}
+              "pairs_per_second": pairs_seen / max(train_seconds, 1e-9), "trained_at": trained_at()}
     if env.is_main:
         _load_best(model, run_dir, result)
         result["best_state"] = state_fingerprint(model)

@@ -1,0 +1,264 @@
+"""The run archive (`xmr runs pack / unpack / ls`) on a cache of real tiny `fit` runs: the round trip, and bad
+archives (truncated, a flipped byte, a path outside the cache, runs of other code, a conflicting run), each a
+one-line error that leaves the target cache as it was."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fixtures.corpora import word_split
+
+from xmr_core import cli, runarchive, runlog
+from xmr_core.data.text import Vocabulary
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.methods.vse import VSE, vse0_config
+from xmr_core.runarchive import ArchiveError, list_cache, pack, unpack
+from xmr_core.train import TrainConfig, fit, state_fingerprint
+
+TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
+VOCAB = Vocabulary.build(TRAIN.captions)
+VECTORS = np.random.default_rng(2).normal(size=(len(VOCAB), 6)).astype(np.float32)
+CFG = TrainConfig(epochs=2, batch_size=8, progress=False, device="cpu")
+LOG = "book/_build/smoke/01_demo/train.runs.jsonl"
+
+
+def _model() -> VSE:
+    torch.manual_seed(0)
+    cfg = vse0_config(embed_dim=8, image=ImageEncoderConfig(widths=(4, 8), hidden=16, image_size=16),
+                      text=TextEncoderConfig(hidden=4))
+    return VSE(cfg, VECTORS)
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def cache_a(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Cache A: a run a notebook trained (logged), a run no notebook loads (a record), and the frozen inputs
+    the notebook logged (a trunk's files, a features file, a region folder)."""
+    tmp = tmp_path_factory.mktemp("runarchive")
+    cache, root = tmp / "cache_a", tmp / "root"
+    log = root / LOG
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XMR_CACHE", str(cache))
+        mp.setenv(runlog.RUN_LOG_ENV, str(log))
+        used = _model()
+        result = fit(used, TRAIN, VAL, CFG, vocab=VOCAB)
+        trunk, region = cache / "trunks" / "t1", cache / "scenes" / "s1" / "regions-r1"
+        for path, data in ((trunk / "trunk.pt", b"weights"), (trunk / "meta.json", b"{}"),
+                           (trunk / "features" / "train-abc.npy", b"features"), (trunk / "features" / "x.npy", b"x"),
+                           (region / "train_regions.npy", b"regions"), (region / "regions_meta.json", b"{}")):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        runlog.log_input(trunk, ["trunk.pt", "meta.json"])
+        runlog.log_input(trunk / "features", ["train-abc.npy"])
+        runlog.log_input(region)
+        mp.delenv(runlog.RUN_LOG_ENV)
+        other = fit(_model(), TRAIN, VAL, replace(CFG, seed=1), vocab=VOCAB)  # in no notebook's log
+    archive = tmp / "runs.tar.gz"
+    manifest = pack("smoke", archive, root=root, cache=cache, echo=lambda _: None)
+    return {"cache": cache, "root": root, "archive": archive, "manifest": manifest, "run": result.run_dir.name,
+            "other": other.run_dir.name, "state": state_fingerprint(used), "tmp": tmp}
+
+
+def _unchanged_after_error(target: Path, archive: Path, match: str) -> str:
+    """Unpack `archive` into `target` expecting a one-line `ArchiveError` matching `match`; the target's files
+    stay as they were. Returns the message."""
+    before = _digests(target)
+    with pytest.raises(ArchiveError, match=match) as err:
+        unpack(archive, cache=target, echo=lambda _: None)
+    message = str(err.value)
+    assert "\n" not in message and str(archive) in message
+    assert _digests(target) == before and not list(target.glob(".unpack-*"))
+    return message
+
+
+def _repack(src: Path, dst: Path, edit) -> Path:
+    """Rewrite archive `src` into `dst`: `edit(members)` changes the [(TarInfo, bytes)] list."""
+    with tarfile.open(src, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar]
+    members = edit(members)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for info, data in members:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    dst.write_bytes(gzip.compress(buf.getvalue()))
+    return dst
+
+
+def test_round_trip_restores_runs_records_and_inputs(cache_a: dict, tmp_path: Path, monkeypatch) -> None:
+    a, b = cache_a["cache"], tmp_path / "cache_b"
+    manifest = cache_a["manifest"]
+    assert manifest["notebooks"] == {"01_demo/train": [cache_a["run"]]}
+    run = next(u for u in manifest["units"] if u["kind"] == "run")
+    assert run["run"]["seed"] == 0 and run["run"]["method"] == "vse" and run["run"]["key"].startswith(
+        cache_a["run"].split("-")[-1])
+    assert run["run"]["source"] == runlog.source_fingerprint()
+
+    restored = unpack(cache_a["archive"], cache=b, echo=lambda _: None)
+    assert (restored.runs, restored.records, restored.input_files, restored.skipped_units) == (1, 1, 5, 0)
+    got, want = _digests(b), _digests(a)
+    # the used run with its weights (never last.pt), the other one's results only, under run-records/
+    for name in runarchive.RUN_FILES:
+        assert got[f"runs/{cache_a['run']}/{name}"] == want[f"runs/{cache_a['run']}/{name}"]
+    assert not (b / "runs" / cache_a["run"] / "last.pt").exists() and (a / "runs" / cache_a["run"] / "last.pt").exists()
+    assert not (b / "runs" / cache_a["other"]).exists()
+    assert sorted(p.name for p in (b / "run-records" / cache_a["other"]).iterdir()) == ["metrics.csv", "result.json"]
+    # the logged inputs, and only those (features/x.npy was not logged)
+    for rel in ("trunks/t1/trunk.pt", "trunks/t1/meta.json", "trunks/t1/features/train-abc.npy",
+                "scenes/s1/regions-r1/train_regions.npy", "scenes/s1/regions-r1/regions_meta.json"):
+        assert got[rel] == want[rel]
+    assert "trunks/t1/features/x.npy" not in got
+
+    # fit on cache B trains nothing: it loads the same weights, and the run log says so
+    log = tmp_path / "again.runs.jsonl"
+    monkeypatch.setenv("XMR_CACHE", str(b))
+    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    model = _model()
+    again = fit(model, TRAIN, VAL, CFG, vocab=VOCAB)
+    assert again.cached and again.run_dir.name == cache_a["run"] and state_fingerprint(model) == cache_a["state"]
+    assert runlog.describe(log) == ", trained 0 runs, loaded 1"
+
+    # a second unpack restores nothing and changes nothing
+    before = _digests(b)
+    assert unpack(cache_a["archive"], cache=b, echo=lambda _: None).skipped_units == len(manifest["units"])
+    assert _digests(b) == before
+
+
+def test_pack_is_deterministic(cache_a: dict, tmp_path: Path) -> None:
+    again = tmp_path / "again.tar.gz"
+    pack("smoke", again, root=cache_a["root"], cache=cache_a["cache"], echo=lambda _: None)
+    assert again.read_bytes() == cache_a["archive"].read_bytes()
+
+
+def test_ls_lists_runs_and_what_each_notebook_lacks(cache_a: dict, tmp_path: Path) -> None:
+    lines: list[str] = []
+    assert list_cache("smoke", root=cache_a["root"], cache=tmp_path / "empty", echo=lines.append) == {
+        "01_demo/train": [cache_a["run"]]}
+    assert any("1 missing" in line for line in lines)
+    lines.clear()
+    assert list_cache("smoke", root=cache_a["root"], cache=cache_a["cache"], echo=lines.append) == {
+        "01_demo/train": []}
+    assert lines[0].startswith(f"{cache_a['cache']}: 2 finished runs, 0 unfinished")
+    assert sum("trained by this code" in line for line in lines) == 2
+    # without the logs, the restored archive's manifest says what each notebook needs
+    b = tmp_path / "b"
+    unpack(cache_a["archive"], cache=b, echo=lambda _: None)
+    assert list_cache("smoke", root=tmp_path / "no_root", cache=b, echo=lambda _: None) == {"01_demo/train": []}
+
+
+def test_truncated_archive_is_refused_and_nothing_restored(cache_a: dict, tmp_path: Path) -> None:
+    data = cache_a["archive"].read_bytes()
+    target = tmp_path / "b"
+    target.mkdir()
+    (target / "keep.txt").write_text("a user's file")
+    for cut in (len(data) // 2, len(data) - 30, 40):
+        bad = tmp_path / f"cut{cut}.tar.gz"
+        bad.write_bytes(data[:cut])
+        _unchanged_after_error(target, bad, "truncated")
+    # the command prints one line and exits 1
+    assert cli.main(["runs", "unpack", str(tmp_path / f"cut{len(data) // 2}.tar.gz")]) == 1
+
+
+def test_flipped_byte_is_refused(cache_a: dict, tmp_path: Path) -> None:
+    target = tmp_path / "b"
+    target.mkdir()
+    data = bytearray(cache_a["archive"].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # in the compressed stream: a gzip or checksum error, whichever comes first
+    bad = tmp_path / "flipped.tar.gz"
+    bad.write_bytes(bytes(data))
+    _unchanged_after_error(target, bad, "corrupt|checksum")
+    # a byte of a run's weights, in a well-formed gzip: the member's SHA-256 catches it
+    best = f"runs/{cache_a['run']}/best.pt"
+
+    def flip(members):
+        return [(m, d[:100] + bytes([d[100] ^ 1]) + d[101:] if m.name == best else d) for m, d in members]
+
+    message = _unchanged_after_error(target, _repack(cache_a["archive"], tmp_path / "f2.tar.gz", flip), "checksum")
+    assert best in message
+
+
+def test_member_outside_the_cache_is_refused(cache_a: dict, tmp_path: Path) -> None:
+    target = tmp_path / "cache" / "b"
+    target.mkdir(parents=True)
+
+    def extra(members):  # a member the manifest does not list, writing above the cache
+        return [*members, (tarfile.TarInfo("../evil.txt"), b"evil")]
+
+    _unchanged_after_error(target, _repack(cache_a["archive"], tmp_path / "t1.tar.gz", extra), "not in its manifest")
+
+    def listed(members):  # the manifest lists it too, with its right checksum
+        manifest = json.loads(members[0][1])
+        manifest["units"].append({"kind": "input", "dir": "runs/..", "whole": True, "run": None, "files": [
+            {"name": "evil.txt", "size": 4, "sha256": hashlib.sha256(b"evil").hexdigest()}]})
+        return [(members[0][0], json.dumps(manifest).encode()), *members[1:],
+                (tarfile.TarInfo("runs/../evil.txt"), b"evil")]
+
+    _unchanged_after_error(target, _repack(cache_a["archive"], tmp_path / "t2.tar.gz", listed), "outside")
+
+    def link(members):  # a symlink named like a listed member
+        info = tarfile.TarInfo(members[1][0].name)
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        return [members[0], (info, b""), *members[2:]]
+
+    _unchanged_after_error(target, _repack(cache_a["archive"], tmp_path / "t3.tar.gz", link), "not a regular file")
+    assert not (tmp_path / "cache" / "evil.txt").exists() and not (tmp_path / "evil.txt").exists()
+
+
+def test_runs_of_other_code_are_refused(cache_a: dict, tmp_path: Path, monkeypatch) -> None:
+    target = tmp_path / "b"
+    target.mkdir()
+    monkeypatch.setattr(runarchive, "source_fingerprint", lambda: "0" * 64)  # this code's training sources changed
+    _unchanged_after_error(target, cache_a["archive"], "trained by other code")
+    with pytest.raises(ArchiveError, match="retrain it with this code"):
+        pack("smoke", tmp_path / "x.tar.gz", root=cache_a["root"], cache=cache_a["cache"], echo=lambda _: None)
+    assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_conflicting_run_in_the_cache_is_an_error(cache_a: dict, tmp_path: Path) -> None:
+    target = tmp_path / "b"
+    run = target / "runs" / cache_a["run"]
+    run.mkdir(parents=True)
+    for name in runarchive.RUN_FILES:
+        (run / name).write_bytes((cache_a["cache"] / "runs" / cache_a["run"] / name).read_bytes())
+    (run / "best.pt").write_bytes(b"other weights")
+    message = _unchanged_after_error(target, cache_a["archive"], "conflicts with")
+    assert "best.pt" in message and not (target / "trunks").exists()
+
+
+def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, monkeypatch) -> None:
+    pkg = tmp_path / "xmr_core"
+    (pkg / "methods").mkdir(parents=True)
+    (pkg / "bench").mkdir()
+    for rel in ("train.py", "methods/vse.py", "book.py", "bench/cold.py", "runlog.py"):
+        (pkg / rel).write_text("x = 1\n")
+    monkeypatch.setattr(runlog, "__file__", str(pkg / "runlog.py"))
+
+    def fingerprint() -> str:
+        runlog.source_fingerprint.cache_clear()
+        return runlog.source_fingerprint()
+
+    base = fingerprint()
+    for rel in ("book.py", "bench/cold.py"):  # the runner and the benchmarks change no run
+        (pkg / rel).write_text("x = 2\n")
+        assert fingerprint() == base
+    for rel in ("train.py", "methods/vse.py"):
+        (pkg / rel).write_text("x = 3\n")
+        assert fingerprint() != base
+        base = fingerprint()
+    runlog.source_fingerprint.cache_clear()
