@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xmr_core.data.corpus import DataFormatError, Split
+from xmr_core.data.corpus import DataFormatError, Split, split_fingerprint
 
 
 def make_split(n: int = 7, per: int = 3, c: int = 5, seed: int = 0) -> Split:
@@ -75,3 +75,20 @@ def test_class_subset_keeps_images_captions_and_exact_relevance_aligned() -> Non
     np.testing.assert_array_equal(sub.exact, exact[np.ix_([0, 1, 4, 5], [0, 2])])  # rows c0 c1 c4 c5, cols a c
     with pytest.raises(ValueError, match="empty"):
         split.class_subset([7], "none")
+
+
+def test_fingerprint_ignores_where_pixels_came_from_but_not_what_they_are() -> None:
+    """Run keys hash `split_fingerprint`: the same pixels read from another cache (other image paths) keep the
+    key; other pixels, or other paths of a split without pixels, change it."""
+    import dataclasses
+
+    a = make_split()
+    a.images = np.random.default_rng(1).integers(0, 256, (a.n_images, 4, 4, 3), dtype=np.uint8)
+    a.image_paths = [f"/home/a/.cache/xmr/scenes-export/x/{i}.png" for i in range(a.n_images)]
+    b = dataclasses.replace(a, image_paths=[p.replace("/home/a", "/tmp/b") for p in a.image_paths])
+    assert a.images is not None and split_fingerprint(a) == split_fingerprint(b)
+    other = a.images.copy()
+    other[0, 0, 0, 0] ^= 1
+    assert split_fingerprint(dataclasses.replace(a, images=other)) != split_fingerprint(a)
+    paths_only = [dataclasses.replace(s, images=None) for s in (a, b)]
+    assert split_fingerprint(paths_only[0]) != split_fingerprint(paths_only[1])

@@ -210,14 +210,17 @@ class Corpus:
 
 
 def split_fingerprint(split: Split) -> str:
-    """sha256 of a split's content: captions, caption→image map, image ids and pixels / paths / regions /
-    grid features. Arrays over 64 MB are fingerprinted by shape, dtype and 256 evenly spaced items."""
+    """sha256 of a split's content: captions, caption→image map, image ids and pixels / regions / grid
+    features, and the image paths when it holds no pixels. With pixels the paths are left out: they say where
+    a cache or data root happens to be (a scenes export lives in the run cache), so run keys stay the same
+    in another cache or on another machine. Arrays over 64 MB are fingerprinted by shape, dtype and 256
+    evenly spaced items."""
     h = hashlib.sha256()
     for text in (split.name, "\n".join(split.image_ids), "\n".join(split.captions)):
         h.update(text.encode("utf-8"))
         h.update(b"\0")
     h.update(np.ascontiguousarray(split.caption_image, dtype=np.int64).tobytes())
-    if split.image_paths is not None:
+    if split.image_paths is not None and split.images is None:
         h.update("\n".join(split.image_paths).encode("utf-8"))
     for arr in (split.images, split.regions, split.grid):
         if arr is None:
