@@ -225,7 +225,7 @@ def test_runs_of_other_code_are_refused(cache_a: dict, tmp_path: Path, monkeypat
     target.mkdir()
     monkeypatch.setattr(runarchive, "source_fingerprint", lambda: "0" * 64)  # this code's training sources changed
     _unchanged_after_error(target, cache_a["archive"], "trained by other code")
-    with pytest.raises(ArchiveError, match="retrain it with this code"):
+    with pytest.raises(ArchiveError, match="delete it and rerun its notebook"):
         pack("smoke", tmp_path / "x.tar.gz", root=cache_a["root"], cache=cache_a["cache"], echo=lambda _: None)
     assert not (tmp_path / "x.tar.gz").exists()
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -16,6 +17,8 @@ from xmr_core import book, runarchive, runlog
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "01_pcme/train"  # one notebook keeps CI short; it trains several methods and writes tables and figures
 TIMES = ("wall_s", "created_utc")  # provenance fields that differ between two executions
+# table columns that describe the execution, not the result: whether it trained a run, seconds it took
+EXECUTION = ("cached", "wall s", "written (UTC)")
 
 
 def _run(root: Path, cache: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
@@ -28,8 +31,25 @@ def _run(root: Path, cache: Path, results: Path, monkeypatch: pytest.MonkeyPatch
     return runlog.read_log(runlog.log_path(summary.outcomes[0].output))
 
 
+def _markdown_without_execution(text: str) -> list:
+    """A markdown page's lines, its tables' rows as cells without the `EXECUTION` columns."""
+    out: list = []
+    keep: list[int] | None = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            keep = None
+            out.append(line)
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if keep is None:  # a table's header row
+            keep = [i for i, c in enumerate(cells) if c not in EXECUTION]
+        out.append([cells[i] for i in keep if i < len(cells)])
+    return out
+
+
 def _same_results(a: Path, b: Path) -> None:
-    """Tables and texts byte for byte, figures pixel for pixel, provenance but for its times."""
+    """Figures pixel for pixel; tables and texts byte for byte but for the columns that describe the execution
+    (`EXECUTION`); provenance but for its times."""
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     assert files and files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
     for rel in files:
@@ -39,6 +59,14 @@ def _same_results(a: Path, b: Path) -> None:
         elif rel.suffix == ".json":
             ja, jb = (json.loads((d / rel).read_text()) for d in (a, b))
             assert {k: v for k, v in ja.items() if k not in TIMES} == {k: v for k, v in jb.items() if k not in TIMES}, rel
+        elif rel.suffix == ".csv":
+            ta, tb = (pd.read_csv(d / rel, dtype=str, keep_default_na=False) for d in (a, b))
+            assert list(ta.columns) == list(tb.columns), rel
+            same = [c for c in ta.columns if c not in EXECUTION]
+            assert ta[same].equals(tb[same]), rel
+        elif rel.suffix == ".md":
+            assert _markdown_without_execution((a / rel).read_text()) == _markdown_without_execution(
+                (b / rel).read_text()), rel
         else:
             assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
 

@@ -158,7 +158,7 @@ def collect(profile: str, root: Path, cache: Path, echo: Callable[[str], None] =
                     raise ArchiveError(f"{log}: input {folder / name} is not in the cache")
                 if name not in [f["name"] for f in unit.files]:
                     unit.files.append(_file_entry(folder / name))
-    records = []
+    records, left_out = [], []
     for run_dir in sorted((cache / "runs").glob("*/")):
         rel = run_dir.relative_to(cache).as_posix()
         if rel in runs or not (run_dir / "result.json").is_file():
@@ -166,13 +166,17 @@ def collect(profile: str, root: Path, cache: Path, echo: Callable[[str], None] =
         unit = _run_unit("record", run_dir, RECORD_FILES, str(run_dir), dest=f"{RECORDS}/{run_dir.name}")
         problem = _code_problem(unit.run or {})
         if problem:
-            echo(f"not packed: the results of {run_dir.name}, which {problem}")
+            left_out.append(f"{run_dir.name}, which {problem}")
             continue
         records.append(unit)
+    if left_out:
+        echo(f"not packed: the results of {len(left_out)} other finished runs of other or unknown code (the first: "
+             f"{left_out[0]})")
     for unit in runs.values():
         problem = _code_problem(unit.run or {})
         if problem:
-            raise ArchiveError(f"{cache / unit.dir}: {problem}; retrain it with this code before packing")
+            raise ArchiveError(f"{cache / unit.dir}: {problem}; to pack it, delete it and rerun its notebook, "
+                               f"which retrains it with this code")
     return [*inputs.values(), *runs.values(), *records], notebooks
 
 
