@@ -262,3 +262,23 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
         assert fingerprint() != base
         base = fingerprint()
     runlog.source_fingerprint.cache_clear()
+
+
+def test_runs_from_before_the_training_source_are_not_packed(tmp_path: Path, monkeypatch) -> None:
+    """A run whose result.json records no training source (trained before the field) cannot be vouched for:
+    `pack` refuses it when a notebook loads it, `ls` says so."""
+    cache, root = tmp_path / "cache", tmp_path / "root"
+    log = root / LOG
+    log.parent.mkdir(parents=True)
+    monkeypatch.setenv("XMR_CACHE", str(cache))
+    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    run_dir = fit(_model(), TRAIN, VAL, CFG, vocab=VOCAB).run_dir
+    result = json.loads((run_dir / "result.json").read_text())
+    del result["trained_at"]
+    (run_dir / "result.json").write_text(json.dumps(result))
+    with pytest.raises(ArchiveError, match="records no training source") as err:
+        pack("smoke", tmp_path / "old.tar.gz", root=root, cache=cache, echo=lambda _: None)
+    assert str(run_dir) in str(err.value) and not (tmp_path / "old.tar.gz").exists()
+    lines: list[str] = []
+    list_cache(root=root, cache=cache, echo=lines.append)
+    assert "records no training source" in lines[1]

@@ -21,14 +21,14 @@ TIMES = ("wall_s", "created_utc")  # provenance fields that differ between two e
 EXECUTION = ("cached", "wall s", "written (UTC)")
 
 
-def _run(root: Path, cache: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
-    """Execute NOTEBOOK under smoke with `cache` and `results`; its run log's records."""
+def _run(root: Path, cache: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict], list[str]]:
+    """Execute NOTEBOOK under smoke with `cache` and `results`: its run log's records, the runner's lines."""
     monkeypatch.setenv("XMR_CACHE", str(cache))
     lines: list[str] = []
     summary = book.run_book([NOTEBOOK], profile="smoke", params={"RESULTS_DIR": str(results)}, force=True,
                             root=root, echo=lines.append)
     assert summary.ok and summary.count("passed") == 1, "\n".join(lines)
-    return runlog.read_log(runlog.log_path(summary.outcomes[0].output))
+    return runlog.read_log(runlog.log_path(summary.outcomes[0].output)), lines
 
 
 def _markdown_without_execution(text: str) -> list:
@@ -79,15 +79,17 @@ def test_restored_archive_reruns_the_notebook_without_training(tmp_path: Path, m
     shutil.copytree(ROOT / "book" / chapter, root / "book" / chapter)
     a, b = tmp_path / "cache_a", tmp_path / "cache_b"
 
-    log_a = _run(root, a, tmp_path / "results_a", monkeypatch)
+    log_a, _ = _run(root, a, tmp_path / "results_a", monkeypatch)
     trained = {r["name"] for r in log_a if r["kind"] == "run" and r["trained"]}
     assert trained, "the notebook trained nothing on an empty cache"
     archive = tmp_path / "smoke.tar.gz"
     runarchive.pack("smoke", archive, root=root, cache=a)
     runarchive.unpack(archive, cache=b)
 
-    log_b = _run(root, b, tmp_path / "results_b", monkeypatch)
+    log_b, lines = _run(root, b, tmp_path / "results_b", monkeypatch)
     assert not [r["name"] for r in log_b if r["kind"] == "run" and r["trained"]]
+    loaded = len({r["name"] for r in log_b if r["kind"] == "run"})
+    assert any(line.startswith(f"[ ok ] {NOTEBOOK}") and f"trained 0 runs, loaded {loaded} " in line for line in lines)
     assert {r["name"] for r in log_b if r["kind"] == "run"} == {r["name"] for r in log_a if r["kind"] == "run"}
     assert not (b / "runs").exists() or not any((b / "runs").glob("*/last.pt"))  # nothing trained on B
     _same_results(tmp_path / "results_a", tmp_path / "results_b")
