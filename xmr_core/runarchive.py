@@ -337,8 +337,11 @@ def _plan(units: list[Unit], staging: Path, cache: Path, archive: Path) -> list[
                                        f"(an unfinished run?); remove {target} to restore it (nothing restored)")
                 moves.append((staging / unit.dir / f["name"], path))
             elif path.stat().st_size != f["size"] or sha256_file(path) != f["sha256"]:
+                why = ("this cache pretrained its own frozen inputs, on which its own runs rest: restore into an "
+                       f"empty cache (set XMR_CACHE) or remove {target}" if unit.kind == "input"
+                       else f"remove {target} to restore it")
                 raise ArchiveError(f"{archive}: member {unit.dir}/{f['name']} conflicts with {path}, which holds "
-                                   f"other bytes (nothing restored)")
+                                   f"other bytes; {why} (nothing restored)")
     return moves
 
 
