@@ -369,9 +369,13 @@ def unpack(archive: str | Path, *, cache: Path | None = None, echo: Callable[[st
                 raise ArchiveError(f"{archive}: run {PurePosixPath(unit.dir).name} {problem}; use the archive "
                                    f"with its commit's code")
         moves = _plan(units, staging, cache, archive)
-        for src, dst in moves:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(src, dst)
+        for n, (src, dst) in enumerate(moves):
+            try:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(src, dst)
+            except OSError as err:  # e.g. another process created `dst` meanwhile
+                raise ArchiveError(f"{archive}: restoring {dst} failed ({type(err).__name__}: {err}); the {n} "
+                                   f"units and files before it were restored whole, nothing after it") from None
         atomic_write(cache / RESTORED_MANIFESTS / f"{manifest['profile']}.json",
                      lambda fh: fh.write(json.dumps(manifest, indent=1).encode()))
     finally:
