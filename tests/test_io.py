@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.corpora import synthetic_corpus
 
 from xmr_core import results
 from xmr_core.config import RunConfig
+from xmr_core.data.export import export_corpus
 from xmr_core.io import FOREIGN_TEMP_AGE_S, atomic_write, atomic_write_text
 from xmr_core.liveness import Owner, host_tag
 
@@ -131,3 +133,35 @@ def test_writers_killed_at_random_moments_never_tear_the_file_nor_leave_debris(t
         atomic_write(target, lambda fh: fh.write(b"parent"))
         assert list(tmp_path.iterdir()) == [target] and target.read_bytes() == b"parent"
     assert debris >= 1  # some kill landed mid-write (a write takes most of the loop's time)
+
+
+EXPORTER = """
+import sys, time
+from pathlib import Path
+import xmr_core.data.export as export
+from fixtures.corpora import synthetic_corpus
+def stall(*args, **kwargs):
+    print("staged", flush=True)
+    time.sleep(120)
+export.write_sidecar = stall  # hangs once the format's own files are in the staging folder
+export.export_corpus(synthetic_corpus(seed=1), Path(sys.argv[1]), "precomp", progress=False)
+"""
+
+
+def test_a_killed_export_leaves_a_staging_folder_that_the_next_export_removes(tmp_path: Path, umask) -> None:
+    out = tmp_path / "precomp"
+    env = {**ENV, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    exporter = subprocess.Popen([sys.executable, "-c", EXPORTER, str(out)], env=env,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert exporter.stdout.readline().strip() == "staged"
+        staged = [p for p in tmp_path.iterdir() if p.name.startswith(".precomp.")]
+        assert len(staged) == 1 and staged[0].is_dir() and any(staged[0].iterdir())
+        export_corpus(synthetic_corpus(seed=2), out, "precomp", progress=False)  # the exporter is alive: kept
+        assert staged[0].exists()
+    finally:
+        exporter.kill()
+        exporter.wait()
+    export_corpus(synthetic_corpus(seed=3), out, "precomp", progress=False)
+    assert list(tmp_path.iterdir()) == [out]
+    assert out.stat().st_mode & 0o777 == 0o755  # an ordinary folder under umask 022, not mkdtemp's 0700

@@ -8,6 +8,8 @@ import gzip
 import hashlib
 import io
 import json
+import subprocess
+import sys
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +23,7 @@ from xmr_core import cli, runarchive, runlog
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.liveness import Owner, host_tag
 from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.runarchive import ArchiveError, list_cache, pack, unpack
 from xmr_core.train import TrainConfig, fit, state_fingerprint
@@ -83,7 +86,7 @@ def _unchanged_after_error(target: Path, archive: Path, match: str) -> str:
         unpack(archive, cache=target, echo=lambda _: None)
     message = str(err.value)
     assert "\n" not in message and str(archive) in message
-    assert _digests(target) == before and not list(target.glob(".unpack-*"))
+    assert _digests(target) == before and not list(target.glob(".unpack.*"))
     return message
 
 
@@ -282,3 +285,15 @@ def test_runs_from_before_the_training_source_are_not_packed(tmp_path: Path, mon
     lines: list[str] = []
     list_cache(root=root, cache=cache, echo=lines.append)
     assert "records no training source" in lines[1]
+
+
+def test_a_killed_unpacks_staging_folder_is_removed_by_the_next_unpack(cache_a: dict, tmp_path: Path) -> None:
+    target = tmp_path / "cache_c"
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)  # a pid that has exited: the killed unpack's
+    here = host_tag(Owner.current().host)
+    debris = target / f".{runarchive.UNPACK_STAGING}.{here}-{int(done.stdout)}-0.0badcafe.tmp"
+    (debris / "runs").mkdir(parents=True)
+    (debris / "runs" / "half.pt").write_bytes(b"half")
+    unpack(cache_a["archive"], cache=target, echo=lambda _: None)
+    assert not debris.exists() and not list(target.glob(".unpack.*"))

@@ -1,11 +1,13 @@
-"""Atomic file writes: a temp file in the target directory, fsync, then `os.replace`.
+"""Atomic file writes: a temp file in the target directory, fsync, then `os.replace`; and staging folders for
+what is written as a whole folder (an export, a restored archive), renamed into place when complete.
 
 A run that fails midway never leaves a half-written table, figure or checkpoint behind. The temp file is
 `.<name>.<owner tag>.<random>.tmp` (`xmr_core.liveness.Owner.tag`: host, pid, start time), created with the
 permissions of an ordinary file (0666 less the umask). A writer killed midway leaves its temp file behind;
 the next successful write of the same file removes it: a temp file of this host whose writer no longer runs,
 or one of another host (or one named by `tempfile.mkstemp`, as before the owner tag) untouched for
-`FOREIGN_TEMP_AGE_S`. A temp file whose writer still runs is never removed.
+`FOREIGN_TEMP_AGE_S`. A temp file whose writer still runs is never removed. A staging folder is named the same
+way (`staging_dir`) and removed by the same rule (`remove_stale_temps`) after the next complete write.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,15 +27,30 @@ FOREIGN_TEMP_AGE_S = 24 * 3600  # another host's temp file older than this is a 
 _TEMP = re.compile(r"(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]+|[a-z0-9_]{8})\.tmp(?:\.bak)?")
 
 
+def temp_name(path: Path) -> Path:
+    """`.<name>.<owner tag>.<random>.tmp` beside `path` (not created)."""
+    return path.parent / f".{path.name}.{Owner.current().tag()}.{secrets.token_hex(4)}.tmp"
+
+
 def temp_beside(path: Path) -> tuple[int, Path]:
-    """Create `.<name>.<owner tag>.<random>.tmp` beside `path` (exclusively, mode 0666 less the umask):
-    (an fd open for writing, its path)."""
-    tag = Owner.current().tag()
+    """Create `temp_name(path)` (exclusively, mode 0666 less the umask): (an fd open for writing, its path)."""
     while True:
-        tmp = path.parent / f".{path.name}.{tag}.{secrets.token_hex(4)}.tmp"
+        tmp = temp_name(path)
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
         except FileExistsError:  # the same random suffix twice: draw again
+            continue
+
+
+def staging_dir(path: Path) -> Path:
+    """Create an empty folder `temp_name(path)` (mode 0777 less the umask) in which to build `path` whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        stage = temp_name(path)
+        try:
+            stage.mkdir()
+            return stage
+        except FileExistsError:
             continue
 
 
@@ -46,7 +64,8 @@ def _stale(name: str, here: str, now: float, mtime: Callable[[], float]) -> bool
 
 
 def remove_stale_temps(paths: Iterable[Path]) -> None:
-    """Remove the temp files that killed writers of `paths` left behind (see the module docstring)."""
+    """Remove the temp files (and staging folders) that killed writers of `paths` left behind (see the module
+    docstring)."""
     by_dir: dict[Path, set[str]] = {}
     for path in paths:
         by_dir.setdefault(path.parent, set()).add(path.name)
@@ -58,7 +77,10 @@ def remove_stale_temps(paths: Iterable[Path]) -> None:
                 try:
                     if entry.name.startswith(prefix) and _stale(entry.name[len(prefix):], here, now,
                                                                 lambda e=entry: e.stat().st_mtime):
-                        Path(entry.path).unlink()
+                        if entry.is_dir(follow_symlinks=False):
+                            shutil.rmtree(entry.path)
+                        else:
+                            Path(entry.path).unlink()
                 except FileNotFoundError:  # another writer cleaned it up first
                     pass
 

@@ -37,7 +37,6 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -46,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from xmr_core.config import cache_dir
-from xmr_core.io import atomic_write
+from xmr_core.io import atomic_write, remove_stale_temps, staging_dir
 from xmr_core.runlog import read_log, source_fingerprint, trained_at
 
 ARCHIVE_FORMAT = 1
@@ -54,6 +53,7 @@ MANIFEST = "manifest.json"
 RUN_FILES = ("best.pt", "result.json", "metrics.csv")
 RECORD_FILES = ("result.json", "metrics.csv")
 RECORDS = "run-records"
+UNPACK_STAGING = "unpack"  # unpack stages into `.unpack.<owner tag>.<random>.tmp` in the cache (`io.staging_dir`)
 RESTORED_MANIFESTS = "run-archives"  # unpack keeps each archive's manifest here (`xmr runs ls`)
 _TOP = ("runs", RECORDS, "trunks", "scenes")  # the only cache folders an archive may write into
 _CHUNK = 1 << 20
@@ -360,7 +360,7 @@ def unpack(archive: str | Path, *, cache: Path | None = None, echo: Callable[[st
         raise ArchiveError(f"{archive}: no such archive")
     t0 = time.perf_counter()
     cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=cache))
+    staging = staging_dir(cache / UNPACK_STAGING)  # a killed unpack's folder is removed by the next one
     try:
         manifest, units = _extract(archive, staging)
         for unit in units:
@@ -380,6 +380,7 @@ def unpack(archive: str | Path, *, cache: Path | None = None, echo: Callable[[st
                      lambda fh: fh.write(json.dumps(manifest, indent=1).encode()))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    remove_stale_temps([cache / UNPACK_STAGING])
     moved = {dst for _, dst in moves}
     restored = Restored(
         runs=sum(u.kind == "run" and cache / u.dir in moved for u in units),

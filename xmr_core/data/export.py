@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from xmr_core.data.formats.karpathy import read_karpathy, write_karpathy
 from xmr_core.data.formats.precomp import NATIVE_FIELDS as PRECOMP_FIELDS
 from xmr_core.data.formats.precomp import read_precomp, write_precomp_split
 from xmr_core.data.formats.sidecar import SIDECAR_FIELDS, write_sidecar
+from xmr_core.io import remove_stale_temps, staging_dir, temp_name
 
 FORMATS: tuple[str, ...] = ("precomp", "karpathy", "cub", "drilldown")
 MANIFEST = "xmr_export.json"
@@ -136,7 +136,7 @@ def export_corpus(corpus: Corpus, out_dir: str | Path, fmt: str, *, progress: bo
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.partial-"))
+    stage = staging_dir(out_dir)  # a killed export's folder is removed by the next complete one
     try:
         native, reader_args = _WRITERS[fmt](corpus, stage, progress)
         sidecar_dir = stage / "caches" if fmt == "drilldown" else stage
@@ -155,13 +155,14 @@ def export_corpus(corpus: Corpus, out_dir: str | Path, fmt: str, *, progress: bo
             "meta": jsonable_meta(corpus.meta),
         }
         write_text(stage / MANIFEST, json.dumps(manifest, indent=1))
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        old = temp_name(out_dir)
         if out_dir.exists():
             os.replace(out_dir, old)
         os.replace(stage, out_dir)
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+    remove_stale_temps([out_dir])
     return out_dir
 
 
