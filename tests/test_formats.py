@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pickle
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,7 @@ from xmr_core.data.formats.cub import read_cub
 from xmr_core.data.formats.drilldown import read_drilldown, read_drilldown_split
 from xmr_core.data.formats.karpathy import read_karpathy
 from xmr_core.data.formats.precomp import read_precomp, read_precomp_split
+from xmr_core.liveness import Owner, host_tag
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:
@@ -287,6 +290,11 @@ def test_drilldown_reads_vg_layout(tmp_path: Path) -> None:
 def test_drilldown_feature_cache(tmp_path: Path) -> None:
     feats = drilldown_tree(tmp_path / "vg_root")
     cache = tmp_path / "cache" / "test.npy"
+    cache.parent.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    debris = cache.parent / f".test.npy.{host_tag(Owner.current().host)}-{dead}-0.0badcafe.tmp"  # a killed reader's
+    debris.write_bytes(b"half")
     first = read_drilldown_split(
         tmp_path / "vg_root", "test", n_regions=4, min_queries=3, features_cache=cache
     )
@@ -296,6 +304,7 @@ def test_drilldown_feature_cache(tmp_path: Path) -> None:
     )
     np.testing.assert_array_equal(again.regions[0], feats[11])
     np.testing.assert_array_equal(again.region_boxes, first.region_boxes)
+    assert sorted(p.name for p in cache.parent.iterdir()) == ["test.boxes.npy", "test.npy"]  # no debris
 
 
 def test_drilldown_bad_input(tmp_path: Path) -> None:

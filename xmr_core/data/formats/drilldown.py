@@ -47,7 +47,7 @@ from xmr_core.data.formats.common import (
     write_text,
 )  # fmt: skip
 from xmr_core.data.formats.sidecar import apply_sidecar
-from xmr_core.io import atomic_write
+from xmr_core.io import atomic_write, remove_stale_temps, temp_name
 
 INDEX = re.compile(r"0|[1-9][0-9]*")
 _NUMPY_GLOBALS = {
@@ -212,7 +212,7 @@ def _features(
         boxes_path = cache.with_suffix(".boxes.npy")
         return feats, np.load(boxes_path) if boxes_path.exists() else None
     feats = boxes = None
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npy") if cache is not None else None
+    tmp = temp_name(cache) if cache is not None else None  # a killed reader's is removed by the next (`io`)
     if tmp is not None:
         tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -243,6 +243,7 @@ def _features(
         if boxes is not None:
             atomic_write(cache.with_suffix(".boxes.npy"), lambda fh: np.save(fh, boxes))
         os.replace(tmp, cache)
+        remove_stale_temps([cache])
         feats = np.load(cache, mmap_mode="r")
     return feats, boxes
 
