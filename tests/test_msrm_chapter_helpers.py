@@ -23,6 +23,7 @@ from xmr_core.chapters.msrm import (
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import table3_frame, weight_grids
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.claims import can_fail, detect_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.text import Vocabulary
@@ -219,47 +220,6 @@ def test_write_optional_table_writes_only_a_table(tmp_path):
     assert pd.read_csv(tmp_path / "res" / "msrm" / "some.csv")["a"].tolist() == [1.0]
 
 
-def _claim_values(rp: float, r1: float, pm: float, ir1: float) -> dict[str, float]:
-    return {"T2 i2t R-P": rp, "T2 t2i R-P": rp, "T2 i2t R@1": r1, "T2 t2i R@1": r1, "T3 5K i2t PMRP": pm,
-            "T3 5K t2i PMRP": pm, "T3 5K i2t R@1": ir1, "T3 5K t2i R@1": ir1}
-
-
-def test_train_claims_by_hand():
-    zs = _runs({"VSE0": _claim_values(10, 10, 10, 10), "PVSE K=1": _claim_values(30, 10, 10, 10),
-                "PVSE K=2": _claim_values(25, 15, 10, 10), "PVSE K=4": _claim_values(20, 20, 10, 10),
-                "PCME mu only": _claim_values(35, 35, 40, 35), "PCME": _claim_values(40, 40, 40.2, 40),
-                "MSRM": _claim_values(50, 50, 50, 30)}, unconverged=("PVSE K=2",))
-    ac = _runs({"PCME": {c: 45.0 for c in TABLE1_COLUMNS}, "MSRM": {c: 45.0 for c in TABLE1_COLUMNS}},
-               protocol="all classes")
-    runs = chapter.ChapterRuns(pd.concat([zs, ac], ignore_index=True), zs, ac, pd.DataFrame())
-    claims = chapter.train_claims(runs, [0, 1])
-    assert claims.columns.tolist() == ["claim", "source", "evidence", "verdict"]
-    assert claims["verdict"].tolist() == [
-        "not tested",  # PVSE: K=4 has the higher R@1 (20 > 10) and lower R-P (20 < 30), but K=2 did not converge
-        "held",  # MSRM - PCME = +10 on T2 (spread sqrt 2)
-        "not tested",  # best R-P of all: PVSE K=2 among "all"
-        "held",  # PCME - mu only = +0.2 PMRP, within max(sqrt 2, 0.5)
-        "held",  # MSRM - PCME = +9.8 PMRP
-        "not tested",  # best PMRP of all
-        "did not hold",  # MSRM - PCME = -10 instance R@1
-        "within noise",  # all classes: MSRM - PCME = 0
-        "not tested", "not tested",  # models not built
-    ]
-    assert claims["evidence"][0].startswith("K=1: R@1 10.0, R-P 30.0; K=2: R@1 15.0, R-P 25.0; K=4: R@1 20.0, R-P 20.0")
-    assert "not tested: PVSE K=2 not converged" in claims["evidence"][0]
-    assert claims["evidence"][1] == "MSRM - PCME = +10.00 pp (largest seed std 1.41)"
-    assert claims["evidence"][6] == "MSRM - PCME = -10.00 pp of 5K instance R@1 (spread 1.41)"
-    one_seed = chapter.train_claims(runs, [0])
-    assert one_seed["verdict"][3] == "not tested"  # "differ very little" needs a seed spread
-
-
-def test_train_claims_without_all_classes_runs():
-    zs = _runs({m: _claim_values(10, 10, 10, 10) for m in ORDER})
-    runs = chapter.ChapterRuns(zs, zs, pd.DataFrame(), pd.DataFrame())
-    claims = chapter.train_claims(runs, [0, 1])
-    assert len(claims) == 7 + 2 and not claims["source"].str.contains("Table 1$").any()
-
-
 def test_table4_variants_change_one_field_each():
     base = tiny_config()
     variants = chapter.table4_variants(base)
@@ -290,7 +250,7 @@ def _sweep_rows(parameter: str, values: list[float], means: list[float], seeds: 
     rows = []
     for k, (value, mean) in enumerate(zip(values, means)):
         seed = 0 if seeds is None else seeds[k]
-        rows.append({"parameter": parameter, "value": value, "seed": seed, "converged": converged,
+        rows.append({"parameter": parameter, "value": value, "seed": seed, "converged": converged, "collapse": "",
                      "i2t R-P": mean + 1, "i2t R@1": mean - 1, "t2i R-P": mean + 1, "t2i R@1": mean - 1})
     return rows
 
@@ -303,60 +263,19 @@ def test_table5_frame_means_each_alpha():
     assert table["i2t R-P"].tolist() == [13.0, 21.0] and table["t2i R@1"].tolist() == [11.0, 19.0]
 
 
-def test_range_and_peak_claims_by_hand():
-    sweep = pd.DataFrame(_sweep_rows("alpha", [0.0, 1.0, 2.0, 4.0], [0.0, 10.0, 11.0, 12.5])
-                         + _sweep_rows("gamma", [2.0, 0.5, 0.8], [2.0, 1.0, 3.0])
-                         + _sweep_rows("layers", [1, 2, 3], [1.0, 2.0, 3.0]))
-    alpha = chapter.range_claim(sweep, "alpha", "little effect", "Table 5", spread=1.5)
-    # alpha 0 left out: range 12.5 - 10 = 2.5 <= 2 * 1.5
-    assert alpha["verdict"] == "held"
-    assert alpha["evidence"] == ("range over alpha [1.0, 2.0, 4.0] = 2.50 pp (one seed each; MSRM's seed std 1.50; "
-                                 "little = within 2 seed std)")
-    assert chapter.range_claim(sweep, "alpha", "c", "s", spread=1.0)["verdict"] == "did not hold"
-    assert chapter.range_claim(sweep, "alpha", "c", "s", spread=float("nan"))["verdict"] == "not tested"
-    gamma = chapter.peak_claim(sweep, "gamma", "peak", "Figure 4", spread=1.0)
-    assert gamma["verdict"] == "held"  # sorted 0.5, 0.8, 2.0 -> 1, 3, 2: best 0.8 inside
-    assert gamma["evidence"] == "mean R-P/R@1 per gamma: 0.5: 1.00, 0.8: 3.00, 2: 2.00; best 0.8; one seed each " \
-                                "(MSRM's seed std 1.00)"
-    assert chapter.peak_claim(sweep, "layers", "two", "Figure 5", 1.0, best_value=2)["verdict"] == "did not hold"
-    assert chapter.peak_claim(sweep, "gamma", "peak", "Figure 4", 1.0, best_value=2)["verdict"] == "did not hold"
-    assert chapter.peak_claim(sweep, "gamma", "peak", "Figure 4", float("nan"))["verdict"] == "not tested"
-    two = pd.DataFrame(_sweep_rows("gamma", [0.5, 0.8], [1.0, 3.0]))
-    assert chapter.peak_claim(two, "gamma", "peak", "Figure 4", 1.0)["verdict"] == "not tested"
-
-
-def _t4_runs(means: dict[str, float], unconverged: tuple[str, ...] = ()) -> pd.DataFrame:
-    return _runs({m: {c: v for c in chapter.TABLE4_COLUMNS} for m, v in means.items()}, unconverged, protocol="all classes")
-
-
-def test_table4_and_bipolar_claims_by_hand():
-    t4 = _t4_runs({"MSRM": 20.0, "mu only": 10.0, "w/o L_d": 20.5, "w/o L_h": 10.0}, unconverged=("w/o L_h",))
-    claims = chapter.table4_claims(t4)
-    assert [c["claim"] for c in claims] == ["Removing L_d lowers performance.", "Removing L_h lowers performance.",
-                                            "Removing the query variance (mu only) lowers performance."]
-    assert [c["verdict"] for c in claims] == ["within noise", "not tested", "held"]
-    assert claims[2]["evidence"] == "MSRM - mu only = +10.00 pp (mean of R-P and R@1; spread 1.41)"
-    sweep = pd.DataFrame(_sweep_rows("alpha", [0.0, 0.0, 2.0], [9.0, 11.0, 30.0], seeds=[0, 1, 0]))
-    bipolar = chapter.bipolar_claim(sweep, t4, init_alpha=2.0)
-    assert bipolar["verdict"] == "held"  # MSRM 19, 21 against alpha 0 at 9, 11
-    assert bipolar["evidence"] == "MSRM (alpha 2) - bipolar = +10.00 pp (spread 1.41)"
-    diverged = pd.DataFrame(_sweep_rows("alpha", [0.0, 0.0], [9.0, 11.0], seeds=[0, 1], converged=False))
-    assert chapter.bipolar_claim(diverged, t4, init_alpha=2.0)["verdict"] == "not tested"
-
-
 def _zeta_runs() -> pd.DataFrame:
     """MSRM: i2t zeta z = 10 + z, t2i = 20 + z at seed 0, both + 2 at seed 1 (mean 16 + z); PCME: 10 lower."""
     rows = []
     for model, base in (("MSRM", 10.0), ("PCME", 0.0)):
         for seed, delta in ((0, 0.0), (1, 2.0)):
-            row = {"model": model, "seed": seed}
+            row = {"model": model, "seed": seed, "converged": True, "collapse": ""}
             for z in chapter.FIG7_ZETAS:
                 row[f"i2t zeta{z}"], row[f"t2i zeta{z}"] = base + z + delta, base + 10 + z + delta
             rows.append(row)
     return pd.DataFrame(rows)
 
 
-def test_fig7_frame_table_and_claim():
+def test_fig7_frame_and_table():
     fig7 = chapter.fig7_frame(_zeta_runs())
     assert len(fig7) == len(ORDER) * len(chapter.FIG7_ZETAS)
     msrm = fig7[fig7["model"] == "MSRM"]
@@ -366,27 +285,6 @@ def test_fig7_frame_table_and_claim():
     assert table.columns.tolist() == ["model", "zeta 0", "zeta 1", "zeta 2", "zeta 3", "zeta 4"]
     assert table["model"].tolist() == ORDER
     assert table.set_index("model").loc["PCME", "zeta 4"] == 10.0
-    claim = chapter.fig7_claim(fig7, [0, 1])
-    assert claim["verdict"] == "held"
-    assert claim["evidence"] == "MSRM - PCME per zeta: 0: +10.00, 1: +10.00, 2: +10.00, 3: +10.00, 4: +10.00 " \
-                                "(mean over seeds [0, 1])"
-    assert chapter.fig7_claim(fig7, [0])["verdict"] == "not tested"
-
-
-def test_ablate_claims_in_the_papers_order():
-    t4 = _t4_runs({"MSRM": 20.0, "mu only": 10.0, "w/o L_d": 10.0, "w/o L_h": 10.0})
-    sweep = pd.DataFrame(_sweep_rows("alpha", [0.0, 0.0, 2.0, 4.0], [9.0, 11.0, 20.0, 20.5], seeds=[0, 1, 0, 0])
-                         + _sweep_rows("gamma", [0.5, 0.8, 2.0], [1.0, 3.0, 2.0])
-                         + _sweep_rows("layers", [1, 2, 3], [1.0, 3.0, 2.0])
-                         + _sweep_rows("batch", [32, 64], [5.0, 9.0]))
-    fig7 = chapter.fig7_frame(_zeta_runs())
-    claims = chapter.ablate_claims(t4, sweep, fig7, 2.0, [0, 1])
-    assert claims["source"].tolist() == ["Sec. 4.4, Table 4"] * 3 + [
-        "Sec. 4.4, Table 5", "Sec. 4.4, Table 5", "Sec. 4.4, Figure 6", "Sec. 4.4, Figure 4", "Sec. 4.4, Figure 5", "Sec. 4.4, Figure 7"]
-    # MSRM's seed std sqrt 2: alpha range 0.5 is within 2 sqrt 2, batch range 4 is not
-    assert claims["verdict"].tolist() == ["held"] * 5 + ["did not hold", "held", "held", "held"]
-    one_seed = chapter.ablate_claims(t4, sweep, fig7, 2.0, [0])
-    assert one_seed["verdict"].tolist()[4:] == ["not tested"] * 5  # no seed spread for the one-seed sweeps
 
 
 def test_sweep_and_fig7_figures():
@@ -439,11 +337,6 @@ def test_model_lists_figure_and_summary():
     assert summary.loc[("A", "i2t")].tolist() == [1.5, 0.0, 0.0]
     assert summary.loc[("A", "t2i")].tolist() == [1.0, 0.5, 0.5]
     assert summary.loc[("B", "i2t")].tolist() == [0.5, 0.5, 0.5]
-    claim = chapter.lists_claim(chapter.list_summary(lists), ["A", "B"], 1)
-    assert claim.verdict == "not tested"
-    assert claim.evidence == ("A i2t: GT share 0.00, mean zeta 1.50; A t2i: GT share 0.50, mean zeta 1.00; "
-                              "B i2t: GT share 0.50, mean zeta 0.50; B t2i: GT share 0.50, mean zeta 0.50 "
-                              "(2 queries: illustrative, not a test)")
 
 
 def test_incidence_stats_and_figure():
@@ -477,8 +370,15 @@ def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_
             raise ValueError("data.json: split 'test': scores: query row 3 contains a NaN or inf score")
         return {c: 50.0 + len(calls) for c in chapter.TABLE4_COLUMNS}
 
+    collapse_calls = []
+
+    def run_collapse(model, split, vocab, device):
+        collapse_calls.append(calls[-1][0])
+        return ""
+
     monkeypatch.setattr(chapter, "train_model", train_model)
     monkeypatch.setattr(chapter, "class_row", class_row)
+    monkeypatch.setattr(chapter, "run_collapse", run_collapse)
     data = ChapterData(None, None, None, None, None, None, 1.0)
     variants = {"MSRM": tiny_config(), "w/o L_d": tiny_config(gamma=0.0), "w/o L_h": tiny_config(hypergraph=False),
                 "mu only": tiny_config(mu_only=True)}
@@ -493,5 +393,191 @@ def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_
     assert not msrm.loc[1, "converged"] and msrm.loc[1, "stopped"] == "patience; non-finite test scores"
     assert msrm.loc[1, "best epoch"] == 3 and "query row 3" in msrm.loc[1, "stop message"]
     assert msrm.loc[1, list(chapter.TABLE4_COLUMNS)].isna().all()
-    claims = {c["claim"]: c["verdict"] for c in chapter.table4_claims(runs)}
-    assert claims["Removing L_d lowers performance."] == "not tested"
+    assert list(runs["collapse"]) == ["", ""] * 4  # the scored runs learnt something; the unscored are not checked
+    assert collapse_calls == [0, 0, 0]  # every scored run checked: seed 0's three (seed 1's gamma 0.8 runs score NaN)
+    judged = {j.spec.key: j for j in chapter.ablate_judgements(runs, _sweep_for_claims(), _zeta_runs(), RUN)}
+    assert judged["without-l-d-lower"].verdict == "not tested"
+    assert judged["without-l-d-lower"].reason == "w/o L_d did not converge: no run scored"
+    assert judged["without-l-h-lower"].verdict == "not tested"  # their seed 1 was not scored: not converged
+    assert judged["without-l-h-lower"].unconverged == ("MSRM", "w/o L_h")
+
+
+# ------------------------------------------------------------------------------------ the claims (xmr_core.claims)
+RUN = RunConfig.from_params(PROFILE="cpu", DATASET="scenes", DEVICE="cpu")
+NOISE = (-1.0, 0.0, 2.0)  # every model's seed offset: paired by seed, a difference is the same on every seed
+
+
+def _seeded(values: dict[str, dict[str, float]], own: dict[str, dict[str, tuple[float, ...]]] | None = None,
+            unconverged: tuple[str, ...] = (), collapsed: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Three seeds per model: value + NOISE[seed] in every column, plus `own[model][column][seed]` (a model's
+    own seed noise); the first seed of `unconverged` did not converge, the second of `collapsed` collapsed."""
+    own = own or {}
+    rows = []
+    for model, cols in values.items():
+        for seed, delta in enumerate(NOISE):
+            rows.append({"model": model, "seed": seed, "converged": not (model in unconverged and seed == 0),
+                         "collapse": "tied scores" if model in collapsed and seed == 1 else "",
+                         **{c: v + delta + own.get(model, {}).get(c, (0.0,) * 3)[seed] for c, v in cols.items()}})
+    return pd.DataFrame(rows)
+
+
+def _zero_shot_values(rp: float, r1: float, pmrp: float, ir1: float) -> dict[str, float]:
+    out = {f"T2 {d} R-P": rp for d in ("i2t", "t2i")} | {f"T2 {d} R@1": r1 for d in ("i2t", "t2i")}
+    for p in ("1K", "5K"):
+        out |= {f"T3 {p} {d} PMRP": pmrp for d in ("i2t", "t2i")} | {f"T3 {p} {d} R@1": ir1 for d in ("i2t", "t2i")}
+    return out
+
+
+def test_every_declared_claim_can_hold_and_fail():
+    assert [s.key for s in chapter.CLAIMS] == [s.key for s in chapter.TRAIN_CLAIMS + chapter.ABLATE_CLAIMS
+                                               + chapter.VISUALISE_CLAIMS]
+    assert len({s.key for s in chapter.CLAIMS}) == len(chapter.CLAIMS) == 22
+    assert [can_fail(s) for s in chapter.CLAIMS] == [""] * 22
+    assert all(s.metric in chapter.CLAIM_METRICS for s in chapter.TRAIN_CLAIMS + chapter.ABLATE_CLAIMS)
+
+
+def test_claim_evidence_per_part_and_unscored_runs():
+    runs = _seeded({"A": {"x": 1.0, "y": 3.0}, "B": {"x": 5.0, "y": 5.0}, "C": {"x": 0.0, "y": 0.0}},
+                   unconverged=("B",))
+    runs.loc[(runs["model"] == "B") & (runs["seed"] == 0), ["x", "y"]] = np.nan  # B's unconverged seed: unscored
+    runs.loc[runs["model"] == "C", "converged"] = False
+    runs.loc[runs["model"] == "C", ["x"]] = np.nan  # C: no run scored
+    mean = chapter.ClaimMetric("t", "test", {"": ("x", "y")})
+    evidence, unscored = chapter.claim_evidence(runs, mean)
+    assert unscored == {"C": "did not converge: no run scored"} and set(evidence) == {"A", "B"}
+    assert evidence["A"].per_seed.tolist() == [1.0, 2.0, 4.0]  # (1 + 3) / 2 + NOISE
+    assert evidence["B"].seeds == (1, 2) and evidence["B"].per_seed.tolist() == [5.0, 7.0]
+    assert not evidence["B"].converged and evidence["A"].converged and evidence["A"].split == "test"
+    parts = chapter.ClaimMetric("t", "test", {"x": ("x",), "y": ("y",)})
+    evidence, _ = chapter.claim_evidence(runs[runs["model"] == "A"], parts)
+    assert evidence["A · x"].per_seed.tolist() == [0.0, 1.0, 3.0]
+    assert evidence["A · y"].per_seed.tolist() == [2.0, 3.0, 5.0]
+    runs.loc[(runs["model"] == "A") & (runs["seed"] == 2), "y"] = np.nan
+    with pytest.raises(ValueError, match="model 'A', seed 2: a converged run with a missing score"):
+        chapter.claim_evidence(runs, mean)
+
+
+def test_train_claims_judged_by_hand():
+    zs = {"VSE0": _zero_shot_values(10, 10, 10, 10),
+          "PVSE K=1": _zero_shot_values(30, 10, 10, 10), "PVSE K=2": _zero_shot_values(20, 20, 10, 10),
+          "PVSE K=4": _zero_shot_values(25, 30, 10, 10), "PCME mu only": _zero_shot_values(40, 40, 40, 40),
+          "PCME": _zero_shot_values(40, 40, 40.2, 40), "MSRM": _zero_shot_values(50, 50, 50, 40)}
+    zs["MSRM"]["T2 t2i R@1"] = 35.0  # below PCME's 40 on one column of Table 2
+    pmrp = ("T3 5K i2t PMRP", "T3 5K t2i PMRP")
+    own = {"PCME mu only": {c: (-3.0, 0.0, 3.0) for c in pmrp},  # PCME - mu only = 3.2, 0.2, -2.8 over the seeds
+           "MSRM": {c: (-2.0, 0.0, 2.0) for c in _zero_shot_values(0, 0, 0, 0) if "T3" in c and "R@1" in c}}
+    ac = _seeded({"PCME": {c: 40.0 for c in TABLE1_COLUMNS}, "MSRM": {c: 45.0 for c in TABLE1_COLUMNS}},
+                 collapsed=("MSRM",))
+    runs = chapter.ChapterRuns(pd.DataFrame(), _seeded(zs, own), ac, pd.DataFrame())
+    judged = {j.spec.key: j for j in chapter.train_judgements(runs, RUN)}
+    assert list(judged) == [s.key for s in chapter.TRAIN_CLAIMS]
+    verdicts = {k: j.verdict for k, j in judged.items()}
+    assert verdicts == {
+        "pvse-r1-rises-with-m": "held",  # 10 -> 20 -> 30
+        "pvse-rp-falls-with-m": "did not hold",  # 30 -> 20 -> 25: the step 20 -> 25 rises by 5
+        "msrm-over-pcme-zero-shot": "did not hold",  # t2i R@1 35 < 40
+        "msrm-best-rp": "held",  # 50 against 40
+        "msrm-over-pcme-all-classes": "not tested",  # MSRM's seed 1 collapsed
+        "pcme-close-to-mu-only-pmrp": "within noise",  # 0.2 on average, but 3.2 and -2.8 on two seeds
+        "msrm-over-pcme-pmrp": "held",  # 50 against 40.2 on every PMRP column
+        "msrm-best-pmrp": "held",
+        "msrm-over-pcme-r1": "within noise",  # -2, 0, +2
+        "vsrn-aoq-weaker-pmrp": "not tested", "msrm-over-p2rm": "not tested",  # not built
+    }
+    rp = judged["pvse-rp-falls-with-m"]
+    assert rp.effect == pytest.approx(-5.0) and rp.paired == "seed" and rp.n_seeds == 3 and rp.n_queries == 0
+    assert judged["msrm-over-pcme-zero-shot"].effect == pytest.approx(-5.0)  # the weakest column
+    assert judged["msrm-over-pcme-all-classes"].collapsed == ("MSRM · i2t R-P", "MSRM · i2t R@1", "MSRM · t2i R-P",
+                                                              "MSRM · t2i R@1")
+    assert judged["pcme-close-to-mu-only-pmrp"].effect == pytest.approx(0.2)
+    assert judged["msrm-over-p2rm"].reason == "this run has no P2RM"
+    unconverged = chapter.ChapterRuns(pd.DataFrame(), _seeded(zs, own, unconverged=("PCME mu only",)),
+                                      pd.DataFrame(), pd.DataFrame())
+    again = {j.spec.key: j for j in chapter.train_judgements(unconverged, RUN)}
+    assert again["pcme-close-to-mu-only-pmrp"].verdict == "not tested"
+    assert again["pcme-close-to-mu-only-pmrp"].reason == "PCME mu only did not converge"
+    assert again["msrm-over-pcme-all-classes"].reason.startswith("this run has no MSRM · i2t R-P")  # no Table 1
+
+
+def _sweep_for_claims(n_seeds: int = 3) -> pd.DataFrame:
+    """Every sweep setting of the claims at `n_seeds` seeds (mean of the four columns = the value below + NOISE)."""
+    points = {"alpha": {0.0: 10.0, 1.0: 20.2, 2.0: 20.0, 4.0: 19.9}, "batch": {32: 23.0, 64: 20.0, 128: 20.0},
+              "gamma": {0.5: 15.0, 0.8: 20.0, 2.0: 18.0}, "layers": {1: 25.0, 2: 20.0, 3: 18.0}}
+    rows = []
+    for parameter, means in points.items():
+        for seed in range(n_seeds):
+            rows += _sweep_rows(parameter, list(means), [m + NOISE[seed] for m in means.values()],
+                                seeds=[seed] * len(means))
+    return pd.DataFrame(rows)
+
+
+def test_ablate_claims_judged_by_hand():
+    t4 = _seeded({m: {c: v for c in chapter.TABLE4_COLUMNS} for m, v in
+                  {"MSRM": 20.0, "mu only": 10.0, "w/o L_d": 20.0, "w/o L_h": 10.0}.items()}, collapsed=("w/o L_h",))
+    judged = {j.spec.key: j for j in chapter.ablate_judgements(t4, _sweep_for_claims(), _zeta_runs(), RUN)}
+    assert list(judged) == [s.key for s in chapter.ABLATE_CLAIMS]
+    assert {k: j.verdict for k, j in judged.items()} == {
+        "without-l-d-lower": "within noise",  # equal on every seed: the interval is [0, 0]
+        "without-l-h-lower": "not tested",  # collapsed
+        "without-variance-lower": "held",  # 20 against 10
+        "bipolar-inferior": "held",  # MSRM 20 against alpha 0 at 10
+        "alpha-little-effect": "held",  # +0.2 and -0.1, inside +-0.5
+        "batch-insensitive": "did not hold",  # batch 32 is 3 above batch 128
+        "gamma-peak": "held",  # 0.8: 20 against 18
+        "two-layers-best": "did not hold",  # 1 layer: 25
+        "msrm-over-pcme-every-zeta": "held",  # 10 above at every zeta
+    }
+    assert judged["without-l-h-lower"].reason == "w/o L_h collapsed (tied scores)"
+    assert judged["two-layers-best"].effect == pytest.approx(-5.0)
+    one_seed = {j.spec.key: j for j in chapter.ablate_judgements(t4, _sweep_for_claims(1), _zeta_runs(), RUN)}
+    for key in ("bipolar-inferior", "alpha-little-effect", "batch-insensitive", "gamma-peak", "two-layers-best"):
+        assert one_seed[key].verdict == "not tested"  # a side of one seed: no interval from seed scores
+    assert one_seed["gamma-peak"].reason == "one seed and no per-query values: no interval can be had"
+    assert one_seed["without-variance-lower"].verdict == "held"
+
+
+def _list_frame(gain: dict[str, float], n_i2t: int = 30, n_t2i: int = 10) -> pd.DataFrame:
+    """`query_lists`-shaped rows of PCME (GT share 20 + a query pattern, zeta 2) and MSRM (PCME + gain[direction]
+    on the GT share, minus gain / 10 on zeta), one seed."""
+    pattern = np.random.default_rng(0).normal(0.0, 1.0, n_i2t + n_t2i)
+    direction = ["i2t"] * n_i2t + ["t2i"] * n_t2i
+    rows = []
+    for model in ("PCME", "MSRM"):
+        shift = np.array([gain[d] if model == "MSRM" else 0.0 for d in direction])
+        rows.append(pd.DataFrame({"model": model, "seed": 0, "converged": True, "collapse": "",
+                                  "direction": direction, "query": np.r_[np.arange(n_i2t), np.arange(n_t2i)],
+                                  chapter.GT_TOP6: 20 + pattern + shift, chapter.ZETA_TOP6: 2 + pattern - shift / 10}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_visualise_claims_on_every_query_with_strata():
+    judged = chapter.visualise_judgements(_list_frame({"i2t": 10.0, "t2i": 30.0}), RUN)
+    assert [j.verdict for j in judged] == ["held", "held"]
+    gt = judged[0]
+    # strata weigh i2t and t2i equally: (10 + 30) / 2 = 20, not the pooled (30 * 10 + 10 * 30) / 40 = 15
+    assert gt.effect == pytest.approx(20.0) and judged[1].effect == pytest.approx(2.0)
+    assert gt.paired == "query" and gt.n_seeds == 1 and gt.n_queries == 40
+    assert gt.noise == "queries (one seed: test sampling only)"
+    worse = chapter.visualise_judgements(_list_frame({"i2t": -10.0, "t2i": -30.0}), RUN)
+    assert [j.verdict for j in worse] == ["did not hold", "did not hold"]
+    collapsed = _list_frame({"i2t": 10.0, "t2i": 30.0})
+    collapsed.loc[collapsed["model"] == "PCME", "collapse"] = "every query's scores are tied across the gallery"
+    assert [j.verdict for j in chapter.visualise_judgements(collapsed, RUN)] == ["not tested", "not tested"]
+    two_seeds = _list_frame({"i2t": 1.0, "t2i": 1.0})
+    two_seeds.loc[two_seeds.index[:5], "seed"] = 1
+    with pytest.raises(ValueError, match="model 'PCME' has seeds"):
+        chapter.visualise_judgements(two_seeds, RUN)
+
+
+def test_query_lists_by_hand():
+    split = _list_split()  # caption k is image k's; labels (1, 0), (1, 1), (0, 1)
+    i2t = torch.tensor([[0.1, 0.9, 0.5], [0.2, 0.3, 1.0], [0.3, 0.2, 0.1]])
+    t2i = torch.tensor([[0.2, 0.1, 0.9], [0.1, 0.8, 0.5], [0.7, 0.3, 0.4]])  # column q: caption q's images
+    lists = chapter.query_lists({"A": (i2t, t2i)}, split, {"A": False}, seed=4, k=2)
+    assert lists["direction"].tolist() == ["i2t"] * 3 + ["t2i"] * 3 and lists["query"].tolist() == [0, 1, 2] * 2
+    # image 0: captions 1, 2 (no hit; zeta 1, 2); image 1: captions 2, 1 (one hit; 1, 0); image 2: 0, 1 (2, 1);
+    # caption 0: images 2, 0 (one hit; 2, 0); caption 1: images 1, 2 (one hit; 0, 1); caption 2: 0, 1 (2, 1)
+    assert lists[chapter.GT_TOP6].tolist() == [0.0, 50.0, 0.0, 50.0, 50.0, 0.0]
+    assert lists[chapter.ZETA_TOP6].tolist() == [1.5, 0.5, 1.5, 1.0, 0.5, 1.5]
+    assert set(lists["seed"]) == {4} and not lists["converged"].any()
+    assert set(lists["collapse"]) == {detect_collapse(i2t, split.relevance("instance", "i2t"))}
