@@ -27,6 +27,7 @@ from xmr_core.claims import can_fail, detect_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.text import Vocabulary
+from xmr_core.evaluate import direction_scores, embed_split
 from xmr_core.methods.msrm import MSRM
 from xmr_core.results import paper_values
 
@@ -365,24 +366,20 @@ def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_
         return object(), type("Fit", (), {"converged": True, "best_epoch": 3, "stopped": "patience",
                                           "stop_message": "", "cached": True})()
 
-    def class_row(model, split, vocab, device, prefix):
+    def class_queries(model, split, vocab, device):
         if calls[-1][1] == 0.8 and calls[-1][0] == 1:  # seed 1's MSRM: a collapsed variance, inf scores
             raise ValueError("data.json: split 'test': scores: query row 3 contains a NaN or inf score")
-        return {c: 50.0 + len(calls) for c in chapter.TABLE4_COLUMNS}
-
-    collapse_calls = []
-
-    def run_collapse(model, split, vocab, device):
-        collapse_calls.append(calls[-1][0])
-        return ""
+        value = 50.0 + len(calls)
+        return chapter.QueryScores(dict.fromkeys(chapter.TABLE4_COLUMNS, value), np.full(4, value),
+                                   np.array([0, 0, 1, 1]), "")
 
     monkeypatch.setattr(chapter, "train_model", train_model)
-    monkeypatch.setattr(chapter, "class_row", class_row)
-    monkeypatch.setattr(chapter, "run_collapse", run_collapse)
+    monkeypatch.setattr(chapter, "class_queries", class_queries)
     data = ChapterData(None, None, None, None, None, None, 1.0)
     variants = {"MSRM": tiny_config(), "w/o L_d": tiny_config(gamma=0.0), "w/o L_h": tiny_config(hypergraph=False),
                 "mu only": tiny_config(mu_only=True)}
-    runs = chapter.table4_runs(variants, [0, 1], data, {}, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
+    t4 = chapter.table4_runs(variants, [0, 1], data, {}, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
+    runs = t4.runs
     assert [c for c in calls if c[1] == 0.0] == [(0, 0.0, "stop"), (1, 0.0, "stop")] and len(calls) == 8
     diverged = runs[runs["model"] == "w/o L_d"]
     assert list(diverged["stopped"]) == ["diverged in epoch 1"] * 2 and not diverged["converged"].any()
@@ -393,9 +390,10 @@ def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_
     assert not msrm.loc[1, "converged"] and msrm.loc[1, "stopped"] == "patience; non-finite test scores"
     assert msrm.loc[1, "best epoch"] == 3 and "query row 3" in msrm.loc[1, "stop message"]
     assert msrm.loc[1, list(chapter.TABLE4_COLUMNS)].isna().all()
-    assert list(runs["collapse"]) == ["", ""] * 4  # the scored runs learnt something; the unscored are not checked
-    assert collapse_calls == [0, 0, 0]  # every scored run checked: seed 0's three (seed 1's gamma 0.8 runs score NaN)
-    judged = {j.spec.key: j for j in chapter.ablate_judgements(runs, _sweep_for_claims(), _zeta_runs(), RUN)}
+    assert list(runs["collapse"]) == [""] * 8
+    # per-query values of the scored runs only: seed 0's three (seed 1's gamma 0.8 runs score NaN)
+    assert sorted(t4.queries) == [("MSRM", 0), ("mu only", 0), ("w/o L_h", 0)]
+    judged = {j.spec.key: j for j in chapter.ablate_judgements(t4, _sweep_for_claims(), _zeta_runs(), RUN)}
     assert judged["without-l-d-lower"].verdict == "not tested"
     assert judged["without-l-d-lower"].reason == "w/o L_d did not converge: no run scored"
     assert judged["without-l-h-lower"].verdict == "not tested"  # their seed 1 was not scored: not converged
@@ -499,7 +497,7 @@ def test_train_claims_judged_by_hand():
     assert again["msrm-over-pcme-all-classes"].reason.startswith("this run has no MSRM · i2t R-P")  # no Table 1
 
 
-def _sweep_for_claims(n_seeds: int = 3) -> pd.DataFrame:
+def _sweep_for_claims(n_seeds: int = 3) -> chapter.AblationRuns:
     """Every sweep setting of the claims at `n_seeds` seeds (mean of the four columns = the value below + NOISE)."""
     points = {"alpha": {0.0: 10.0, 1.0: 20.2, 2.0: 20.0, 4.0: 19.9}, "batch": {32: 23.0, 64: 20.0, 128: 20.0},
               "gamma": {0.5: 15.0, 0.8: 20.0, 2.0: 18.0}, "layers": {1: 25.0, 2: 20.0, 3: 18.0}}
@@ -508,12 +506,25 @@ def _sweep_for_claims(n_seeds: int = 3) -> pd.DataFrame:
         for seed in range(n_seeds):
             rows += _sweep_rows(parameter, list(means), [m + NOISE[seed] for m in means.values()],
                                 seeds=[seed] * len(means))
-    return pd.DataFrame(rows)
+    return chapter.AblationRuns(pd.DataFrame(rows), {})
+
+
+PATTERN = np.random.default_rng(0).normal(0.0, 1.0, 40)
+PATTERN -= np.r_[np.full(30, PATTERN[:30].mean()), np.full(10, PATTERN[30:].mean())]  # mean 0 in each stratum
+STRATA = np.repeat([0, 1], [30, 10])
+
+
+def _with_queries(runs: chapter.AblationRuns, labels: list[str]) -> chapter.AblationRuns:
+    """`runs` with per-query values for each run: its four columns' mean + PATTERN (30 image, 10 caption queries)."""
+    frame = runs.runs
+    mean = frame[list(chapter.TABLE4_COLUMNS)].mean(axis=1)
+    return chapter.AblationRuns(frame, {(label, int(seed)): (m + PATTERN, STRATA)
+                                        for label, seed, m in zip(labels, frame["seed"], mean)})
 
 
 def test_ablate_claims_judged_by_hand():
-    t4 = _seeded({m: {c: v for c in chapter.TABLE4_COLUMNS} for m, v in
-                  {"MSRM": 20.0, "mu only": 10.0, "w/o L_d": 20.0, "w/o L_h": 10.0}.items()}, collapsed=("w/o L_h",))
+    t4 = chapter.AblationRuns(_seeded({m: {c: v for c in chapter.TABLE4_COLUMNS} for m, v in {
+        "MSRM": 20.0, "mu only": 10.0, "w/o L_d": 20.0, "w/o L_h": 10.0}.items()}, collapsed=("w/o L_h",)), {})
     judged = {j.spec.key: j for j in chapter.ablate_judgements(t4, _sweep_for_claims(), _zeta_runs(), RUN)}
     assert list(judged) == [s.key for s in chapter.ABLATE_CLAIMS]
     assert {k: j.verdict for k, j in judged.items()} == {
@@ -534,6 +545,24 @@ def test_ablate_claims_judged_by_hand():
         assert one_seed[key].verdict == "not tested"  # a side of one seed: no interval from seed scores
     assert one_seed["gamma-peak"].reason == "one seed and no per-query values: no interval can be had"
     assert one_seed["without-variance-lower"].verdict == "held"
+    # with each test query's values, one seed still gives an interval: over test sampling only
+    sweep = _sweep_for_claims(1)
+    sweep = _with_queries(sweep, [chapter.sweep_label(p, v) for p, v in zip(sweep.runs["parameter"],
+                                                                             sweep.runs["value"])])
+    t4q = _with_queries(t4, list(t4.runs["model"]))
+    per_query = {j.spec.key: j for j in chapter.ablate_judgements(t4q, sweep, _zeta_runs(), RUN)}
+    assert {k: per_query[k].verdict for k in ("alpha-little-effect", "batch-insensitive", "gamma-peak",
+                                              "two-layers-best", "without-variance-lower")} == {
+        "alpha-little-effect": "held", "batch-insensitive": "did not hold", "gamma-peak": "held",
+        "two-layers-best": "did not hold", "without-variance-lower": "held"}
+    gamma = per_query["gamma-peak"]
+    assert gamma.paired == "query" and gamma.n_queries == 40 and gamma.noise == "queries (one seed: test sampling only)"
+    assert gamma.effect == pytest.approx(2.0)
+    assert per_query["without-variance-lower"].paired == "seed+query"
+    assert per_query["bipolar-inferior"].noise.startswith("seeds+queries (one seed for some")  # alpha 0: one seed
+    t4q.queries["mu only", 1] = (t4q.queries["mu only", 1][0] + 1.0, STRATA)
+    with pytest.raises(ValueError, match="model 'mu only': the per-query values average to"):
+        chapter.ablate_judgements(t4q, sweep, _zeta_runs(), RUN)
 
 
 def _list_frame(gain: dict[str, float], n_i2t: int = 30, n_t2i: int = 10) -> pd.DataFrame:
@@ -581,3 +610,25 @@ def test_query_lists_by_hand():
     assert lists[chapter.ZETA_TOP6].tolist() == [1.5, 0.5, 1.5, 1.0, 0.5, 1.5]
     assert set(lists["seed"]) == {4} and not lists["converged"].any()
     assert set(lists["collapse"]) == {detect_collapse(i2t, split.relevance("instance", "i2t"))}
+
+
+def test_class_queries_average_to_evaluates_class_metrics():
+    rng = np.random.default_rng(1)
+    split = Split("t", "mem", [f"i{k}" for k in range(6)], [f"c{k}" for k in range(12)],
+                  [["red circle", "blue square", "green star", "red square"][k % 4] for k in range(12)],
+                  np.arange(12) % 6, images=rng.integers(0, 255, (6, 16, 16, 3), dtype=np.uint8),
+                  image_class=np.array([0, 1, 0, 1, 2, 2]))
+    vocab = Vocabulary.build(split.captions)
+    model = MSRM(tiny_config(), rng.standard_normal((len(vocab), 8)).astype(np.float32))
+    scored = chapter.class_queries(model, split, vocab, "cpu")
+    expected = chapter.class_row(model, split, vocab, "cpu", prefix="")  # evaluate_model's class metrics
+    assert scored.row == pytest.approx(expected)
+    assert scored.strata.tolist() == [0] * 6 + [1] * 12
+    image_mean, caption_mean = scored.values[:6].mean(), scored.values[6:].mean()
+    assert (image_mean + caption_mean) / 2 == pytest.approx(np.mean(list(expected.values())))
+    assert scored.collapse == detect_collapse(*_msrm_i2t(model, split, vocab))
+
+
+def _msrm_i2t(model: MSRM, split: Split, vocab: Vocabulary) -> tuple[torch.Tensor, np.ndarray]:
+    img, cap = embed_split(model, split, vocab, device="cpu")
+    return direction_scores(model, img, cap)[0], split.relevance("instance", "i2t")

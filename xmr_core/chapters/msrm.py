@@ -63,6 +63,7 @@ from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores
+from xmr_core.metrics import ranking_stats
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, msrm_config, soft_incidence
 from xmr_core.results import write_table
@@ -257,6 +258,9 @@ class ClaimMetric(NamedTuple):
     parts: dict[str, tuple[str, ...]]
 
 
+QueryValues = dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]  # (run label, seed) -> (values, strata) (Q,)
+
+
 def _directions(fmt: str) -> tuple[str, ...]:
     return tuple(fmt.format(d=d) for d in ("i2t", "t2i"))
 
@@ -328,12 +332,14 @@ TRAIN_CLAIMS: list[ClaimSpec] = [
 ]
 
 
-def claim_evidence(runs: pd.DataFrame, metric: ClaimMetric) -> tuple[dict[str, Evidence], dict[str, str]]:
+def claim_evidence(runs: pd.DataFrame, metric: ClaimMetric, queries: QueryValues | None = None
+                   ) -> tuple[dict[str, Evidence], dict[str, str]]:
     """({model: Evidence}, {model as in the table: why it has no scores}) of one claim metric from a per-run table (model, seed,
     converged, optionally collapse, the metric's columns): per part (`ClaimMetric.parts`) each seed's score is the
     mean of the part's columns (`claims.seed_evidence`). A run with a missing score must be one that did not
     converge (`UnscoredRun`): it is left out and its model marked unconverged; a model with no scored run at all
-    is returned with the reason instead of evidence."""
+    is returned with the reason instead of evidence. With `queries` holding every scored run of a model (a metric
+    of one part), its evidence is those per-query values, whose stratified means must be the seeds' scores."""
     cols = sorted({c for part in metric.parts.values() for c in part})
     unscored = runs[cols].isna().any(axis=1)
     bad = runs[unscored & runs["converged"].astype(bool)]
@@ -349,19 +355,36 @@ def claim_evidence(runs: pd.DataFrame, metric: ClaimMetric) -> tuple[dict[str, E
     for part, part_cols in metric.parts.items():
         for model, e in seed_evidence(scored, list(part_cols), split=metric.split).items():
             key = f"{model} · {part}" if part else model
-            evidence[key] = dataclasses.replace(e, converged=e.converged and model not in unconverged)
+            e = dataclasses.replace(e, converged=e.converged and model not in unconverged)
+            if queries is not None and not part and all((model, s) in queries for s in e.seeds):
+                e = _query_evidence(e, model, queries)
+            evidence[key] = e
     return evidence, missing
 
 
-def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame], run: RunConfig) -> list[Judgement]:
+def _query_evidence(e: Evidence, model: str, queries: QueryValues) -> Evidence:
+    """`e` with the per-query values of its runs (`queries`), checked against its per-seed scores."""
+    values = np.stack([queries[model, s][0] for s in e.seeds])
+    strata = queries[model, e.seeds[0]][1]
+    out = dataclasses.replace(e, values=values, strata=strata)
+    if not np.allclose(out.per_seed, e.per_seed):
+        raise ValueError(f"claim evidence: model {model!r}: the per-query values average to {out.per_seed} but the "
+                         f"per-run table has {e.per_seed}")
+    return out
+
+
+def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame], run: RunConfig,
+                 queries: Mapping[str, QueryValues] | None = None) -> list[Judgement]:
     """Every claim of `specs` judged (`claims.judge`) on the per-run tables it reads ({`ClaimMetric.table`: per-run
-    table}; a table absent or empty: its claims' models are missing from this run). A claim on a model none of
-    whose runs was scored is "not tested", naming it (`claim_evidence`)."""
+    table}; a table absent or empty: its claims' models are missing from this run), with the per-query values of a
+    table's runs where `queries` has them (`claim_evidence`). A claim on a model none of whose runs was scored is
+    "not tested", naming it."""
     out = []
     for spec in specs:
         metric = CLAIM_METRICS[spec.metric]
         table = tables.get(metric.table)
-        evidence, unscored = claim_evidence(table, metric) if table is not None and len(table) else ({}, {})
+        evidence, unscored = claim_evidence(table, metric, (queries or {}).get(metric.table)) \
+            if table is not None and len(table) else ({}, {})
         dead = [m for m in spec.compared if m.split(" · ")[0] in unscored]
         if dead:
             out.append(Judgement(spec, "not tested", reason="; ".join(f"{m} {unscored[m.split(' · ')[0]]}" for m in dead),
@@ -411,14 +434,49 @@ class UnscoredRun(NamedTuple):
 NONFINITE_SCORES = "contains a NaN or inf score"  # `metrics`' message for a ranking that cannot be made
 
 
+class QueryScores(NamedTuple):
+    """One run scored with class relevance on a split: `TABLE4_COLUMNS` (`row`), the same per query (`values`
+    (Q,): each query's mean of its R-P and R@1, %, the image queries then the caption queries, `strata` (Q,) 0 and
+    1), so that the mean of the strata's means is the mean of the four columns; and why the run collapsed."""
+
+    row: dict[str, float]
+    values: np.ndarray
+    strata: np.ndarray
+    collapse: str
+
+
+def class_queries(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str) -> QueryScores:
+    """`model`'s own per-direction scores on `split` ranked with class relevance (`metrics.ranking_stats`, the
+    statistics `evaluate` averages), per query and averaged, and `claims.detect_collapse` of its i2t scores under
+    instance relevance."""
+    img, cap = embed_split(model.to(device).eval(), split, vocab, device=device)
+    i2t, t2i = direction_scores(model, img, cap)
+    row, values = {}, []
+    for direction, scores in (("i2t", i2t), ("t2i", t2i.T)):
+        stats = ranking_stats(scores, {"class": split.relevance("class", direction)})["class"]
+        rp = 100 * stats.r_precision.double().numpy()
+        r1 = 100 * (stats.best_rank <= 1).double().numpy()
+        row[f"{direction} R-P"], row[f"{direction} R@1"] = float(rp.mean()), float(r1.mean())
+        values.append((rp + r1) / 2)
+    strata = np.repeat([0, 1], [len(v) for v in values])
+    return QueryScores(row, np.concatenate(values), strata, detect_collapse(i2t, split.relevance("instance", "i2t")))
+
+
+class AblationRuns(NamedTuple):
+    """Ablation runs: one row per run and, per scored run (its label and seed), its per-query values and their
+    strata (`QueryScores`)."""
+
+    runs: pd.DataFrame
+    queries: QueryValues
+
+
 def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-                 run: RunConfig, **train_overrides: object) -> tuple[FitResult | UnscoredRun, dict[str, float]]:
+                 run: RunConfig, **train_overrides: object) -> tuple[FitResult | UnscoredRun, QueryScores]:
     """Train (or load) one MSRM of `config` at MSRM's tuned learning rate, a NaN/inf loss ending the run (an
     outcome: scored at its best epoch before it), and score it with class relevance on `data.test_unseen`
-    (`class_row`, no prefix), checking it for collapse (`pcme.run_collapse`). A run that diverges in its first
-    epoch, or whose weights score some test query NaN/inf, is an outcome too: an `UnscoredRun` with NaN scores.
-    Returns the fit and {"collapse": why or "", the scores}."""
-    unscored = {"collapse": "", **dict.fromkeys(TABLE4_COLUMNS, float("nan"))}
+    (`class_queries`). A run that diverges in its first epoch, or whose weights score some test query NaN/inf,
+    is an outcome too: an `UnscoredRun` with NaN scores and no per-query values. Returns the fit and the scores."""
+    unscored = QueryScores(dict.fromkeys(TABLE4_COLUMNS, float("nan")), np.empty(0), np.empty(0, np.int64), "")
     try:
         model, result = train_model("MSRM", 1, data, tuned, enc, run, seed, config=config, on_nonfinite="stop",
                                     **train_overrides)
@@ -426,27 +484,29 @@ def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[s
         print(f"MSRM ablation (seed {seed}) diverged in its first epoch: {err}")
         return UnscoredRun(str(err), "diverged in epoch 1"), unscored
     try:
-        scores = class_row(model, data.test_unseen, data.vocab, run.torch_device, prefix="")
+        return result, class_queries(model, data.test_unseen, data.vocab, run.torch_device)
     except ValueError as err:
         if NONFINITE_SCORES not in str(err):
             raise
         print(f"MSRM ablation (seed {seed}, {result.stopped} at epoch {result.best_epoch}) is not scored: {err}")
         return UnscoredRun(str(err), f"{result.stopped}; non-finite test scores", result.best_epoch,
                            result.cached), unscored
-    return result, {"collapse": run_collapse(model, data.test_unseen, data.vocab, run.torch_device), **scores}
 
 
 def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: ChapterData,
-                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> AblationRuns:
     """Every Table 4 variant at every seed (`ablation_run`). Columns: model, seed, converged, best epoch,
-    stopped, stop message, collapse and `TABLE4_COLUMNS`."""
-    rows = []
+    stopped, stop message, collapse and `TABLE4_COLUMNS`; per-query values keyed by (model, seed)."""
+    rows, queries = [], {}
     for seed in seeds:
         for name, config in variants.items():
-            result, scores = ablation_run(config, seed, data, tuned, enc, run)
+            result, scored = ablation_run(config, seed, data, tuned, enc, run)
             rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
-                         "stopped": result.stopped, "stop message": result.stop_message, **scores})
-    return pd.DataFrame(rows)
+                         "stopped": result.stopped, "stop message": result.stop_message,
+                         "collapse": scored.collapse, **scored.row})
+            if len(scored.values):
+                queries[name, seed] = (scored.values, scored.strata)
+    return AblationRuns(pd.DataFrame(rows), queries)
 
 
 class Sweep(NamedTuple):
@@ -475,17 +535,25 @@ def sweep_seeds(setting: Sweep, seeds: Sequence[int], seed: int) -> list[int]:
     return list(seeds) if setting.parameter == "alpha" and setting.value == 0.0 else [seed]
 
 
+def sweep_label(parameter: str, value: float) -> str:
+    """A sweep setting as a compared model of the claims: "<parameter> <value>" (e.g. "alpha 2")."""
+    return f"{parameter} {value:g}"
+
+
 def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], seed: int, data: ChapterData,
-               tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+               tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> AblationRuns:
     """Every sweep setting at its seeds (`sweep_seeds`, `ablation_run`). Columns: parameter, value, seed,
-    converged, stopped, cached, collapse and `TABLE4_COLUMNS`."""
-    rows = []
+    converged, stopped, cached, collapse and `TABLE4_COLUMNS`; per-query values keyed by (`sweep_label`, seed)."""
+    rows, queries = [], {}
     for setting in settings:
         for s in sweep_seeds(setting, seeds, seed):
-            result, scores = ablation_run(setting.config, s, data, tuned, enc, run, **setting.overrides)
+            result, scored = ablation_run(setting.config, s, data, tuned, enc, run, **setting.overrides)
             rows.append({"parameter": setting.parameter, "value": setting.value, "seed": s,
-                         "converged": result.converged, "stopped": result.stopped, "cached": result.cached, **scores})
-    return pd.DataFrame(rows)
+                         "converged": result.converged, "stopped": result.stopped, "cached": result.cached,
+                         "collapse": scored.collapse, **scored.row})
+            if len(scored.values):
+                queries[sweep_label(setting.parameter, setting.value), s] = (scored.values, scored.strata)
+    return AblationRuns(pd.DataFrame(rows), queries)
 
 
 def table5_frame(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -583,19 +651,21 @@ ABLATE_CLAIMS: list[ClaimSpec] = [
 ]
 
 
-def ablation_table(t4_runs: pd.DataFrame, sweep: pd.DataFrame) -> pd.DataFrame:
-    """Table 4's runs and the sweeps' as one per-run table: model (Table 4's row, or "<parameter> <value>"), seed,
+def ablation_table(t4: AblationRuns, sweep: AblationRuns) -> pd.DataFrame:
+    """Table 4's runs and the sweeps' as one per-run table: model (Table 4's row, or `sweep_label`), seed,
     converged, collapse and `TABLE4_COLUMNS`."""
     cols = ["model", "seed", "converged", "collapse", *TABLE4_COLUMNS]
-    sweeps = sweep.assign(model=[f"{p} {v:g}" for p, v in zip(sweep["parameter"], sweep["value"])])
-    return pd.concat([t4_runs[cols], sweeps[cols]], ignore_index=True)
+    sweeps = sweep.runs.assign(model=[sweep_label(p, v) for p, v in zip(sweep.runs["parameter"], sweep.runs["value"])])
+    return pd.concat([t4.runs[cols], sweeps[cols]], ignore_index=True)
 
 
-def ablate_judgements(t4_runs: pd.DataFrame, sweep: pd.DataFrame, fig7_runs: pd.DataFrame,
+def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataFrame,
                       run: RunConfig) -> list[Judgement]:
-    """`ABLATE_CLAIMS` judged on ablate.py's runs (`table4_runs`, `sweep_runs`, `zeta_runs`): per-seed scores (no
-    per-query values), so a one-seed sweep setting gives no interval and its claim is "not tested"."""
-    return judge_claims(ABLATE_CLAIMS, {"ablation": ablation_table(t4_runs, sweep), "zeta": fig7_runs}, run)
+    """`ABLATE_CLAIMS` judged on ablate.py's runs (`table4_runs`, `sweep_runs`, `zeta_runs`): Table 4's rows and the
+    sweeps with their per-query values (i2t and t2i queries two strata), so a one-seed sweep setting still has an
+    interval, over test sampling only; Figure 7 with per-seed scores."""
+    return judge_claims(ABLATE_CLAIMS, {"ablation": ablation_table(t4, sweep), "zeta": fig7_runs}, run,
+                        queries={"ablation": {**t4.queries, **sweep.queries}})
 
 
 def label_distance(labels: np.ndarray, query_image: int, images: np.ndarray) -> np.ndarray:
