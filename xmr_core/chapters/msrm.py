@@ -63,9 +63,9 @@ from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores
-from xmr_core.metrics import ranking_stats
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, msrm_config, soft_incidence
+from xmr_core.metrics import ranking_stats
 from xmr_core.results import write_table
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
