@@ -24,6 +24,11 @@ Notebook helpers. Everything the notebooks compute beyond calls is a function be
 the data and the trained runs, Tables 1-3 and their claims (`train.py`); Table 4, the sweeps of Table 5 and
 Figures 4-6, Figure 7 and their claims (`ablate.py`); Figure 3's lists and the learned incidence
 (`visualise.py`). Figures are returned as matplotlib Figures for the notebook to write.
+
+Claims. Every claim of the paper's Sec. 4.3-4.4 is declared once (`TRAIN_CLAIMS`, `ABLATE_CLAIMS`,
+`VISUALISE_CLAIMS`; `CLAIMS` = all) with the metric it compares (`CLAIM_METRICS`) and judged by the book's one
+verdict protocol (`xmr_core.claims.judge`, docs/claims.md) on the notebooks' per-run tables (`train_judgements`,
+`ablate_judgements`, `visualise_judgements`).
 """
 
 from __future__ import annotations
@@ -192,7 +197,8 @@ def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: to
 # ------------------------------------------------------------------------------------ train.py: runs, Tables 1-3
 class ChapterRuns(NamedTuple):
     """`train.py`'s trained models: one row per model, seed and protocol (model, seed, protocol, converged,
-    collapse and the metric columns), the same rows per protocol, and one training row per run (`pcme.fit_row` + protocol)."""
+    collapse and the metric columns), the same rows per protocol, and one training row per run (`pcme.fit_row`
+    + protocol)."""
 
     per_run: pd.DataFrame
     zero_shot: pd.DataFrame  # Tables 2 and 3: the "T2 ..." and "T3 ..." columns and "rsum 5K"
