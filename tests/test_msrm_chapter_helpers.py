@@ -592,10 +592,16 @@ def test_visualise_claims_on_every_query_with_strata():
     collapsed = _list_frame({"i2t": 10.0, "t2i": 30.0})
     collapsed.loc[collapsed["model"] == "PCME", "collapse"] = "every query's scores are tied across the gallery"
     assert [j.verdict for j in chapter.visualise_judgements(collapsed, RUN)] == ["not tested", "not tested"]
-    two_seeds = _list_frame({"i2t": 1.0, "t2i": 1.0})
-    two_seeds.loc[two_seeds.index[:5], "seed"] = 1
-    with pytest.raises(ValueError, match="model 'PCME' has seeds"):
-        chapter.visualise_judgements(two_seeds, RUN)
+    # three seeds, each seed's lists shifted alike on both models: paired by seed and query, the same effect
+    seeds = pd.concat([_list_frame({"i2t": 10.0, "t2i": 30.0}).assign(
+        seed=seed, **{chapter.GT_TOP6: lambda d, shift=shift: d[chapter.GT_TOP6] + shift})
+        for seed, shift in ((0, 0.0), (1, 5.0), (2, -3.0))], ignore_index=True)
+    three = chapter.visualise_judgements(seeds, RUN)[0]
+    assert three.verdict == "held" and three.effect == pytest.approx(20.0)
+    assert three.paired == "seed+query" and three.n_seeds == 3 and three.noise == "seeds+queries"
+    seeds.loc[(seeds["model"] == "PCME") & (seeds["seed"] == 2), "query"] += 1
+    with pytest.raises(ValueError, match="model 'PCME': its seeds' lists are not of the same queries"):
+        chapter.visualise_judgements(seeds, RUN)
 
 
 def test_query_lists_by_hand():

@@ -811,8 +811,8 @@ def list_summary(lists: pd.DataFrame) -> pd.DataFrame:
 
 GT_TOP6 = "instance ground truths among the top 6, every test query (i2t and t2i strata), % of the list"
 ZETA_TOP6 = "mean zeta of the top 6, every test query (i2t and t2i strata)"
-# Figure 3's claim, which the paper illustrates with one query and we test on every test query of the model
-# Figure 3 shows (visualise.py's seed): per query, its top-6 list (`top_k_lists`).
+# Figure 3's claim, which the paper illustrates with one query and we test on every test query of train.py's
+# zero-shot MSRM and PCME at every seed: per query, its top-6 list (`top_k_lists`).
 VISUALISE_CLAIMS: list[ClaimSpec] = [
     ClaimSpec("top6-more-ground-truths", "Compared with PCME, MSRM's top-6 lists hold more ground truths.",
               "Sec. 4.4, Figure 3", "superiority", GT_TOP6, ("MSRM", "PCME")),
@@ -841,20 +841,34 @@ def query_lists(scores: Mapping[str, tuple[Tensor, Tensor]], split: Split, conve
     return pd.concat(frames, ignore_index=True)
 
 
+def seed_query_lists(names: Sequence[str], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
+                     enc: dict, run: RunConfig, k: int = 6) -> pd.DataFrame:
+    """`query_lists` of `train.py`'s zero-shot models of the methods `names` at every seed of `seeds` (loaded from
+    the run cache, `trained_models`), on the whole test split."""
+    frames = []
+    for seed in seeds:
+        models, converged = trained_models(names, data, tuned, enc, run, seed)
+        scores = split_scores(models, data.test, data.vocab, run.torch_device)
+        frames.append(query_lists(scores, data.test, converged, seed, k))
+    return pd.concat(frames, ignore_index=True)
+
+
 def visualise_judgements(lists: pd.DataFrame, run: RunConfig) -> list[Judgement]:
-    """`VISUALISE_CLAIMS` judged on `query_lists`: each model's per-query values of one seed, i2t and t2i queries
-    two strata (`claims.Evidence`), paired by query (the same test queries), so the interval covers test sampling
-    only."""
+    """`VISUALISE_CLAIMS` judged on `query_lists` (one or several seeds, `seed_query_lists`): each model's per-query
+    values (S seeds, Q queries), i2t and t2i queries two strata (`claims.Evidence`), paired by seed and by query
+    (every seed of every model lists the same test queries)."""
     evidence = {}
     for model, rows in lists.groupby("model", sort=False):
-        seeds = tuple(int(s) for s in rows["seed"].unique())
-        if len(seeds) != 1:
-            raise ValueError(f"visualise_judgements: model {model!r} has seeds {seeds}; the lists are of one seed")
-        strata = (rows["direction"] == "t2i").to_numpy(dtype=np.int64)
+        by_seed = [part for _, part in rows.groupby("seed", sort=True)]
+        queries = [list(zip(part["direction"], part["query"])) for part in by_seed]
+        if any(q != queries[0] for q in queries):
+            raise ValueError(f"visualise_judgements: model {model!r}: its seeds' lists are not of the same queries")
+        seeds = tuple(int(part["seed"].iloc[0]) for part in by_seed)
+        strata = (by_seed[0]["direction"] == "t2i").to_numpy(dtype=np.int64)
         collapse = "; ".join(sorted({c for c in rows["collapse"] if c}))
-        evidence[str(model)] = {metric: Evidence(seeds, rows[metric].to_numpy()[None, :], split="test",
-                                                 converged=bool(rows["converged"].all()), collapse=collapse,
-                                                 strata=strata) for metric in (GT_TOP6, ZETA_TOP6)}
+        evidence[str(model)] = {metric: Evidence(seeds, np.stack([part[metric].to_numpy() for part in by_seed]),
+                                                 split="test", converged=bool(rows["converged"].all()),
+                                                 collapse=collapse, strata=strata) for metric in (GT_TOP6, ZETA_TOP6)}
     return [judge(spec, {m: e[spec.metric] for m, e in evidence.items()}, dataset=run.dataset, profile=run.profile)
             for spec in VISUALISE_CLAIMS]
 
