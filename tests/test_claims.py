@@ -220,6 +220,28 @@ def test_every_kind_can_hold_and_fail(kind: str, direction: str) -> None:
         assert can_fail(spec(kind, direction, each="equivalence")) == ""
 
 
+@pytest.mark.parametrize("direction", ["greater", "less"])
+@pytest.mark.parametrize("each", ["superiority", "non-inferiority", "equivalence"])
+@pytest.mark.parametrize("pairs", [(("A", "B"), ("A", "C")), (("A", "B"), ("B", "C"), ("A", "C")),
+                                   (("B", "A"), ("C", "A"), ("C", "B"))])
+def test_universal_claims_sharing_models_can_hold_and_fail(pairs: tuple, each: str, direction: str) -> None:
+    # a model first in several pairs, or a chain: the constructed win must clear every pair at once
+    universal = ClaimSpec("u", "t", "s", "universal", "m", pairs=pairs, each=each, direction=direction,
+                          margin=0.5 if each != "superiority" else 0.0)
+    assert can_fail(universal) == ""
+
+
+def test_can_fail_judges_a_claim_on_a_run_it_can_be_tested_on() -> None:
+    paper_only = ClaimSpec("p", "t", "s", "superiority", "m", models=("A", "B"), datasets=("coco",),
+                           profiles=("paper",))
+    assert can_fail(paper_only) == ""
+
+
+def test_a_universal_claim_whose_pairs_form_a_circle_cannot_hold() -> None:
+    circle = ClaimSpec("u", "t", "s", "universal", "m", pairs=(("A", "B"), ("B", "A")))
+    assert "clear win judged 'did not hold'" in can_fail(circle)
+
+
 def test_can_fail_flags_a_judge_that_cannot_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(claims, "_decide", lambda kind, margin, low, high: ("held", "always"))
     assert "clear loss judged 'held'" in can_fail(spec("superiority"))
@@ -345,9 +367,13 @@ def test_seed_evidence_reads_a_per_run_table() -> None:
     assert not ev["B"].converged and ev["B"].collapse == "every query's scores are tied"
     with pytest.raises(KeyError, match="no column"):
         claims.seed_evidence(per_run, ["R@1"])
-    per_run.loc[3, "i2t"] = np.nan
-    with pytest.raises(ValueError, match="model 'B', columns \\['i2t', 't2i'\\]: Evidence: non-finite value in seed row 1"):
-        claims.seed_evidence(per_run, ["i2t", "t2i"])  # a missing value is an error, not skipped in the mean
+    per_run.loc[3, "i2t"] = np.nan  # a diverged run has no score: its model is not converged, never judged
+    ev = claims.seed_evidence(per_run, ["i2t", "t2i"])
+    j = judge(ClaimSpec("k", "t", "s", "superiority", "m", models=("A", "B")), ev)
+    assert j.verdict == "not tested" and j.unconverged == ("B",)
+    per_run.loc[1, "i2t"] = np.nan
+    with pytest.raises(ValueError, match="model 'A', columns \\['i2t', 't2i'\\]: Evidence: non-finite value in seed row 1"):
+        claims.seed_evidence(per_run, ["i2t", "t2i"])  # a converged run's missing value is an error, not skipped
 
 
 def test_strata_weigh_each_stratum_equally_and_are_resampled_within() -> None:

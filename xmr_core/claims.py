@@ -131,7 +131,7 @@ class Evidence:
                              f"got shape {v.shape}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"Evidence: repeated seeds {self.seeds}")
-        if not np.isfinite(v).all():
+        if self.converged and not np.isfinite(v).all():  # a diverged run has no scores: never judged (not converged)
             raise ValueError(f"Evidence: non-finite value in seed row {int(np.argwhere(~np.isfinite(v))[0][0])}")
         object.__setattr__(self, "values", v)
         if self.strata is not None:
@@ -477,6 +477,30 @@ def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | N
 # ------------------------------------------------------------------------------------------- can it fail?
 
 
+def _universal_shifts(spec: ClaimSpec, step: float, wins: bool) -> dict[str, float]:
+    """Per-model shifts under which every pair of a universal claim clearly holds (`wins`), or its first pair
+    clearly fails. Winning: a model's shift is `step` times the length of the longest chain of pairs below it
+    (a over b over c ...), so a model that is the first of several pairs clears all of them; for "each"
+    equivalence every shift is 0. Pairs that form a circle (a over b over a) cannot all hold: the circle's models
+    keep the levels reached, and `can_fail` reports the claim."""
+    sign = 1.0 if spec.direction == "greater" else -1.0
+    models = {m for pair in spec.pairs for m in pair}
+    level = dict.fromkeys(models, 0)
+    if spec.each != "equivalence":
+        for _ in range(len(models)):  # Bellman-Ford style relaxation: longest chains, at most |models| rounds
+            changed = False
+            for a, b in spec.pairs:
+                if level[a] < level[b] + 1:
+                    level[a], changed = level[b] + 1, True
+            if not changed:
+                break
+    shift = {m: sign * step * level[m] for m in models}
+    if not wins:
+        a, b = spec.pairs[0]
+        shift[a] = shift[b] + (step if spec.each == "equivalence" else -sign * step)
+    return shift
+
+
 def _constructed(spec: ClaimSpec, wins: bool, n_seeds: int = 3, n_queries: int = 40) -> dict[str, Evidence]:
     """Evidence on which `spec`'s claimed side clearly wins (`wins`) or clearly loses: per-query values of
     `n_seeds` shared seeds, a common noise pattern plus a per-model shift far beyond the noise and margin."""
@@ -485,14 +509,7 @@ def _constructed(spec: ClaimSpec, wins: bool, n_seeds: int = 3, n_queries: int =
     step = 10.0 * (1.0 + spec.margin)
     sign = (1.0 if spec.direction == "greater" else -1.0) * (1.0 if wins else -1.0)
     if spec.kind == "universal":
-        shift = {}
-        for i, (a, b) in enumerate(spec.pairs):  # losing: the first pair alone is refuted
-            shift.setdefault(b, 0.0)
-            ok = wins or i > 0
-            if spec.each == "equivalence":
-                shift[a] = shift[b] + (0.0 if ok else step)
-            else:
-                shift[a] = shift[b] + (1.0 if spec.direction == "greater" else -1.0) * (step if ok else -step)
+        shift = _universal_shifts(spec, step, wins)
     elif spec.kind == "equivalence":
         shift = {spec.models[0]: 0.0 if wins else step, spec.models[1]: 0.0}
     elif spec.kind == "peak":
@@ -508,7 +525,9 @@ def _constructed(spec: ClaimSpec, wins: bool, n_seeds: int = 3, n_queries: int =
 def can_fail(spec: ClaimSpec) -> str:
     """"" when `judge` says "held" of `spec` on evidence where its claimed side clearly wins and "did not hold"
     where it clearly loses; otherwise why not (a claim that cannot fail, or cannot hold, is a defect)."""
-    got = {wins: judge(spec, _constructed(spec, wins)).verdict for wins in (True, False)}
+    where = {"dataset": spec.datasets[0] if spec.datasets else None,  # a run the claim can be tested on
+             "profile": spec.profiles[0] if spec.profiles else None}
+    got = {wins: judge(spec, _constructed(spec, wins), **where).verdict for wins in (True, False)}
     if got == {True: "held", False: "did not hold"}:
         return ""
     return f"claim {spec.key!r}: clear win judged {got[True]!r}, clear loss judged {got[False]!r}"
