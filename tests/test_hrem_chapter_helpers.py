@@ -15,11 +15,14 @@ from fixtures.corpora import synthetic_corpus, synthetic_split
 
 from xmr_core.ceiling import bayes_ceiling, query_ceiling
 from xmr_core.chapters.hrem import (
+    ABLATE_CLAIMS,
     BERT_ORDER,
     CEILING_SI,
+    CLAIMS,
     ENSEMBLE,
     FIG6_DEFAULTS,
     FIG6_GRIDS,
+    FIG6_MARGIN,
     FIG6_TITLES,
     MODELS,
     PAPER_ONLY,
@@ -30,9 +33,11 @@ from xmr_core.chapters.hrem import (
     TABLE3_ROWS,
     TABLE3A,
     TABLE3B,
+    TRAIN_CLAIMS,
     WITH_SI,
     WITHOUT_SI,
     SplitScores,
+    ablate_judgements,
     ablation_config,
     association_figure,
     association_stats,
@@ -42,41 +47,43 @@ from xmr_core.chapters.hrem import (
     compared,
     draw_pairs,
     ensemble,
-    fig5_claims,
     fig5_figure,
     fig5_summary,
-    fig6_claims,
     fig6_figure,
+    fig6_label,
     fig6_summary,
-    fig7_claim,
     fig7_curves,
     fig7_figure,
     flickr_columns,
+    graph_evidence,
     hrem_data,
     hrem_encoders,
     hrem_table,
     longest_caption,
     loss_curves,
     mean_negative_similarity,
+    metric_row,
     neighbour_count,
     not_run_table,
+    query_evidence,
+    query_hits,
+    query_strata,
+    r15_per_query,
     region_bert,
     region_matching_figure,
     region_word_matching,
-    row_comparison,
     special_recall,
     split_sizes,
-    sweep_gain,
     table3,
-    table3_claims,
     table3_variants,
-    table4_claims,
     table4_rows,
     table4_summary,
     top_percent,
-    train_claims,
+    train_judgements,
     training_runs,
+    visualise_judgements,
 )
+from xmr_core.claims import can_fail
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
@@ -267,25 +274,6 @@ def test_not_run_table_shows_the_paper_s_values_and_says_why_ours_are_missing() 
     assert table.loc[BERT_ORDER.index("HREM fusion"), "all i2t R@1 (paper)"] == fusion
 
 
-def test_row_comparison_judges_converged_trained_rows_and_leaves_missing_ones_untested() -> None:
-    per_run = _per_run()
-    converged = {"GPO": True, "HREM fusion": True}
-    v, e = row_comparison(per_run, "HREM fusion", "GPO", ["all rSum"], converged, "rSum")
-    assert v == "held" and "+20.00 rSum" in e  # (119 + 121) / 2 - (99 + 101) / 2, spread 1.41
-    v, e = row_comparison(per_run, "HREM fusion", "VSE++", ["all rSum"], converged, "rSum")
-    assert v == "not tested" and "VSE++ not trained" in e
-    v, _ = row_comparison(per_run, "HREM fusion", "GPO", ["all rSum"], {**converged, "GPO": False}, "rSum")
-    assert v == "not tested"
-
-
-def test_sweep_gain_compares_the_default_with_one_value_against_the_seed_spread() -> None:
-    assert sweep_gain({0.0: 100.0, 1.5: 104.0}, 1.5, 0.0, 3.0) == (4.0, "held")
-    assert sweep_gain({0.0: 100.0, 1.5: 102.0}, 1.5, 0.0, 3.0) == (2.0, "within noise")
-    diff, v = sweep_gain({1.5: 102.0}, 1.5, 0.0, 3.0)
-    assert np.isnan(diff) and v == "not tested"
-    assert sweep_gain({0.0: 100.0, 1.5: 104.0}, 1.5, 0.0, float("nan"))[1] == "not tested"
-
-
 def test_training_runs_count_the_cpu_chapter_by_hand() -> None:
     runs = training_runs("cpu", 3)
     # tuning 4 x (3 lrs + 2 margins) = 20; seeds 4 x 2 = 8; no BERT on cpu; Table 3: 11 rows x 3 = 33;
@@ -347,31 +335,6 @@ def test_region_bert_outside_the_paper_profile_shows_the_paper_s_rows_and_trains
     assert (block.table2.loc[: len(BERT_ORDER) - 1, "1K rSum (scenes)"] == block.why).all()
 
 
-# ------------------------------------------------------------------------------------------- train claims
-def _claims_runs(unconverged: str = "") -> pd.DataFrame:
-    """Two seeds per model; each run's two rSums are equal, seed 1 is 2 above seed 0 (seed std 1.41)."""
-    base = {"VSE++": 100.0, "GPO": 110.0, "HREM standalone": 120.0, "HREM fusion": 130.0, ENSEMBLE: 140.0}
-    return pd.DataFrame([{"model": m, "seed": s, "converged": m != unconverged, "all rSum": b + 2 * s,
-                          "1K rSum": b + 2 * s} for s in (0, 1) for m, b in base.items()])
-
-
-def test_train_claims_by_hand() -> None:
-    claims = train_claims(_claims_runs(), None)
-    assert claims["verdict"].tolist()[:7] == ["held"] * 7 and claims["verdict"].tolist()[7:] == ["not tested"] * 2
-    evidence = claims["evidence"].tolist()
-    assert "best other = +10.00 rSum" in evidence[0] and "largest seed std 1.41" in evidence[0]  # 141 - 131
-    assert "+10.00" in evidence[1]  # fusion 131 - standalone 121
-    assert "HREM standalone - GPO = +10.00" in evidence[2] and "HREM fusion - GPO = +20.00" in evidence[3]
-    assert "fusion - standalone = +10.00" in evidence[4]
-    assert "ensemble - HREM standalone = +20.00" in evidence[5] and "ensemble - HREM fusion = +10.00" in evidence[6]
-    assert evidence[7] == "Region + BERT rows: table1_bert / table2_bert, one tuning for both encoders"
-    claims = train_claims(_claims_runs(unconverged="GPO"), "not run on cpu")
-    # every claim naming GPO (all models, all single models, each HREM against GPO) is not tested; the others held
-    assert claims["verdict"].tolist()[:7] == ["not tested"] * 4 + ["held"] * 3
-    assert "GPO not converged" in claims["evidence"][2]
-    assert claims["evidence"][7] == "Region + BERT rows: not run on cpu"
-
-
 # ----------------------------------------------------------------------------------------- Table 3 claims
 def _table3_runs(rows: dict[str, float]) -> pd.DataFrame:
     """Two seeds per row: every Table 3 column at the row's value (seed 0) and 2 more (seed 1)."""
@@ -394,20 +357,6 @@ def test_table3_variants_and_table_follow_the_profile() -> None:
     assert with_ceiling.loc[0, "all i2t R@5 (scenes)"] == 90.0 and with_ceiling.loc[0, "all rSum (scenes)"] == 400.0
     # rSum 3 · 40 = 120 on both seeds of "w/o instance level": 30 % of 400
     assert with_ceiling["all rSum % of ceiling"].tolist() == pytest.approx([100.0, 37.5, 30.0])
-
-
-def test_table3_claims_by_hand() -> None:
-    claims = pd.DataFrame(table3_claims(_table3_runs({"HREM": 50.0, "w/o instance level": 40.0,
-                                                     "w/o connection A": 45.0})))
-    assert len(claims) == 12
-    assert claims.loc[0, "verdict"] == "held" and "HREM - w/o instance level = +10.00 pp" in claims.loc[0, "evidence"]
-    assert claims.loc[1, "verdict"] == "not tested" and "w/o fragment level not trained" in claims.loc[1, "evidence"]
-    assert claims.loc[6, "verdict"] == "held" and "+5.00" in claims.loc[6, "evidence"]  # connection A
-    assert claims.loc[11, "verdict"] == "not tested" and "only 1 of 6 rows trained" in claims.loc[11, "evidence"]
-    every = {"HREM": 50.0, **{name: 40.0 for name in TABLE3A}}
-    assert table3_claims(_table3_runs(every))[-1]["verdict"] == "held"
-    every["w/o intra-modal"] = 60.0  # one row above HREM refutes "HREM is above every row"
-    assert table3_claims(_table3_runs(every))[-1]["verdict"] == "did not hold"
 
 
 # ----------------------------------------------------------------------------------------------- Figure 6
@@ -441,18 +390,6 @@ def test_fig6_summary_and_figure() -> None:
         fig6_summary(two_seeds)
 
 
-def test_fig6_claims_by_hand() -> None:
-    claims = fig6_claims(_sweeps())
-    # all seed 0: λ: 300 - 290 = +10 against the default's seed std 2; K peaks inside (300 - 296 = +4); τ peaks at
-    # its end (300 - 310 = -10); ranges: λ 10, K 5, τ 20
-    assert [c["verdict"] for c in claims] == ["held", "held", "did not hold", "not tested"]
-    assert "= +10.00 (both seed 0" in claims[0]["evidence"] and "seed std 2.00" in claims[0]["evidence"]
-    assert "best topk = 10.0;" in claims[1]["evidence"] and "= +4.00" in claims[1]["evidence"]  # a float column
-    assert "best tau = 0.1;" in claims[2]["evidence"] and "= -10.00" in claims[2]["evidence"]
-    assert "lam 10.0; topk 5.0; tau 20.0" in claims[3]["evidence"]
-    assert [c["verdict"] for c in fig6_claims(_sweeps(converged=False))][:3] == ["not tested"] * 3
-
-
 # ----------------------------------------------------------------------------------------------- Figure 7
 def test_fig7_curves_figure_and_claim_by_hand() -> None:
     fits = {("HREM", 0): SimpleNamespace(history=[{"epoch": 1, "train/triplet_initial": 1.0},
@@ -476,10 +413,6 @@ def test_fig7_curves_figure_and_claim_by_hand() -> None:
     fig = fig7_figure(fig7_curves(longer, [0, 1]))
     assert [line.get_xdata().tolist() for line in fig.axes[0].lines] == [[1, 2], [1, 2], [1, 2, 3], [1, 2, 3]]
     plt.close(fig)
-    # epochs with both terms: initial 0.8 / 0.6, enhanced 0.5 / 0.4 -> diff 0.70 - 0.45; spread std(0.8, 0.6)
-    claim = fig7_claim(curves, {"HREM": True})
-    assert claim["verdict"] == "held" and "= +0.2500 (largest seed std 0.1414)" in claim["evidence"]
-    assert fig7_claim(curves, {"HREM": False})["verdict"] == "not tested"
 
 
 # ------------------------------------------------------------------------------------------------ Table 4
@@ -500,13 +433,6 @@ def test_table4_summary_and_claims_by_hand() -> None:
     summary = table4_summary(_table4_runs())
     assert summary.loc[0, ["samples", "percent", "model"]].tolist() == ["hard", 5, WITH_SI]
     assert summary.loc[0, "i2t R@1 mean"] == 51.0 and summary.loc[0, "i2t R@1 std"] == pytest.approx(np.sqrt(2))
-    converged = {"HREM": True, "w/o instance level": True}
-    claims = table4_claims(_table4_runs(), converged)
-    # per seed, mean over both directions and percents: with 50 / 52, without 30 / 32
-    assert [c["verdict"] for c in claims] == ["held", "held"] and "= +20.00 pp of R@1" in claims[0]["evidence"]
-    claims = table4_claims(_table4_runs(without=False), {"HREM": True})
-    assert [c["evidence"] for c in claims] == ["w/o instance level not trained in this profile"] * 2
-    assert {c["verdict"] for c in claims} == {"not tested"}
 
 
 # ----------------------------------------------------------------------------------------------- Figure 5
@@ -522,13 +448,6 @@ def test_fig5_summary_figure_and_claims_by_hand() -> None:
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_legend().get_texts()] == summary.index.tolist()
     plt.close(fig)
-    split = SimpleNamespace(n_images=10, n_captions=50)
-    speed, accuracy = fig5_claims(t5, [0, 1], split, "cpu")
-    # time ratios SCAN / HREM: 20 and 15 -> mean 17.5, min 15 > 10
-    assert speed["verdict"] == "held" and "17.5x (min 15.0x over seeds [0, 1]; 10 x 50 on cpu)" in speed["evidence"]
-    assert accuracy["verdict"] == "held" and "HREM fusion - SCAN t2i = +50.00 rSum" in accuracy["evidence"]
-    speed, _ = fig5_claims(t5[t5["seed"] == 0], [0], split, "cpu")
-    assert speed["verdict"] == "not tested" and speed["evidence"].endswith("one timing: not tested")
 
 
 # ------------------------------------------------------------------------------------ visualise helpers, 2
@@ -591,3 +510,172 @@ def test_claims_preamble() -> None:
     assert "NOT COCO or Flickr30K" in claims_preamble("cpu", "scenes")
     assert "NOT COCO" not in claims_preamble("cpu", "coco") and "profile `cpu`, dataset `coco`." in claims_preamble(
         "cpu", "coco")
+
+
+# ------------------------------------------------------------------------------------------------ claims
+def test_every_declared_claim_can_hold_and_fail_and_keys_are_unique() -> None:
+    assert [can_fail(spec) for spec in CLAIMS] == [""] * len(CLAIMS)
+    assert len({spec.key for spec in CLAIMS}) == len(CLAIMS) == len(TRAIN_CLAIMS) + len(ABLATE_CLAIMS) + 1
+    insensitive = next(s for s in CLAIMS if s.key == "insensitive")
+    assert insensitive.margin == FIG6_MARGIN and set(insensitive.compared) <= {
+        fig6_label(p, v) for p, grid in FIG6_GRIDS["cpu"].items() for v in grid}  # the cpu grid holds every point
+
+
+def test_query_hits_are_the_whole_split_recalls_per_query() -> None:
+    split = synthetic_split("test", 10, np.random.default_rng(0), k=2)  # 10 images, 20 captions: 5 folds
+    gen = torch.Generator().manual_seed(0)
+    scores = SplitScores(torch.rand(10, 20, generator=gen), torch.rand(10, 20, generator=gen), 0.0)
+    hits, strata = query_hits(split, scores), query_strata(split)
+    assert hits.shape == (30, 3) and strata.tolist() == [0] * 10 + [1] * 20
+    row = metric_row(split, scores)
+    assert hits[:10].mean(0) == pytest.approx([row[f"all i2t R@{k}"] for k in (1, 5, 10)])
+    assert hits[10:].mean(0) == pytest.approx([row[f"all t2i R@{k}"] for k in (1, 5, 10)])
+    # a seed's score is the mean of its strata's means: rSum, and Table 3's mean of R@1 and R@5 both ways
+    per_run = pd.DataFrame([{"model": "m", "seed": 0, "converged": True, "collapse": ""}])
+    evidence = query_evidence(per_run, {("m", 0): hits}, strata)["m"]
+    assert evidence.per_seed[0] == pytest.approx(row["all rSum"])
+    r15 = query_evidence(per_run, {("m", 0): hits}, strata, r15_per_query)["m"].per_seed[0]
+    assert r15 == pytest.approx(np.mean([row[c] for c in TABLE3_COLUMNS]))
+    with pytest.raises(KeyError, match="no per-query hits of 'm' seeds \\[0\\]"):
+        query_evidence(per_run, {}, strata)
+
+
+def _hits(level: float, seed: int, n: int = 100) -> np.ndarray:
+    """(2n, 3) hits of a model whose best ranks fall as `level` rises: rank 1 + a draw below 60 / 2^level."""
+    rank = 1 + np.random.default_rng(seed).integers(0, max(1, int(60 / 2 ** level)), size=2 * n)
+    return 100.0 * (rank[:, None] <= np.array([1, 5, 10])[None, :])
+
+
+def _train_runs(levels: dict[str, float], unconverged: str = "", collapsed: str = ""):
+    seeds = (0, 1, 2)
+    per_run = pd.DataFrame([{"model": m, "seed": s, "converged": m != unconverged,
+                             "collapse": "every query's scores are tied" if m == collapsed else ""}
+                            for s in seeds for m in levels])
+    hits = {(m, s): _hits(lv, 10 * s + i) for i, (m, lv) in enumerate(levels.items()) for s in seeds}
+    return per_run, hits, np.repeat([0, 1], 100)
+
+
+LEVELS = {"VSE++": 0.0, "GPO": 1.0, "HREM standalone": 2.0, "HREM fusion": 3.0, ENSEMBLE: 4.0}
+
+
+def test_train_judgements_on_constructed_runs() -> None:
+    run = RunConfig.from_params(PROFILE="smoke")
+    per_run, hits, strata = _train_runs(LEVELS)
+    judged = {j.spec.key: j for j in train_judgements(per_run, hits, strata, run)}
+    ordered = ["beats-embedding-methods", "fusion-best-single", "standalone-over-gpo", "fusion-over-gpo",
+               "fusion-over-standalone", "ensemble-over-standalone", "ensemble-over-fusion"]
+    assert [judged[k].verdict for k in ordered] == ["held"] * 7
+    j = judged["fusion-over-gpo"]
+    # the effect by hand: rSum = the sum over both directions and K of the mean hits, mean over seeds
+    rsum = {m: np.mean([hits[m, s][:100].mean(0).sum() + hits[m, s][100:].mean(0).sum() for s in (0, 1, 2)])
+            for m in LEVELS}
+    assert j.effect == pytest.approx(rsum["HREM fusion"] - rsum["GPO"]) and j.paired == "seed+query"
+    assert (j.n_seeds, j.n_queries, j.noise) == (3, 200, "seeds+queries")
+    assert judged["both-text-encoders"].verdict == "not tested"
+    assert "no HREM ensemble (BERT), GPO (BERT)" in judged["both-text-encoders"].reason
+    assert judged["beats-score-based"].verdict == "not tested" and "IMRAM" in judged["beats-score-based"].reason
+    reversed_levels = {m: 4.0 - lv for m, lv in LEVELS.items()}
+    judged = {j.spec.key: j for j in train_judgements(*_train_runs(reversed_levels), run)}
+    assert [judged[k].verdict for k in ordered] == ["did not hold"] * 7
+    judged = {j.spec.key: j for j in train_judgements(*_train_runs(LEVELS, unconverged="GPO",
+                                                                  collapsed="VSE++"), run)}
+    assert [judged[k].verdict for k in ordered] == ["not tested"] * 4 + ["held"] * 3
+    assert judged["fusion-over-gpo"].reason == "GPO did not converge"
+    assert judged["fusion-best-single"].collapsed == ("VSE++",)
+
+
+def test_bert_models_join_the_train_evidence_in_the_paper_profile() -> None:
+    per_run, hits, strata = _train_runs(LEVELS)
+    bert_runs = per_run[per_run["model"] != "VSE++"]
+    bert = SimpleNamespace(why=None, per_run=bert_runs, hits=hits)
+    judged = {j.spec.key: j for j in train_judgements(per_run, hits, strata, RunConfig.from_params(PROFILE="smoke"),
+                                                      bert)}
+    assert judged["both-text-encoders"].verdict == "held"
+    assert [p.spec.models for p in judged["both-text-encoders"].parts][1] == (ENSEMBLE + " (BERT)", "GPO (BERT)")
+
+
+def _ablate_inputs(hrem_level: float = 3.0, default_seed_hits: float = 3.0, sweep_shift: float = 0.0):
+    """Table 3 rows, Figure 6 sweeps (seed 0), Figure 7 curves, Table 4 rows and Figure 5 runs, constructed."""
+    seeds = (0, 1, 2)
+    t3_levels = {"HREM": hrem_level, **{name: 1.0 for name in TABLE3A}, "w/o connection A": 1.0}
+    t3_levels["w/o fragment level"] = 2.0  # instance level matters more: w/o fragment above w/o instance
+    t3_runs = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": ""} for s in seeds
+                            for m in t3_levels])
+    t3_hits = {(m, s): _hits(lv, 10 * s + i) for i, (m, lv) in enumerate(t3_levels.items()) for s in seeds}
+    t3 = SimpleNamespace(per_seed=t3_runs, hits=t3_hits)
+    rows, hits = [], {}
+    for p, grid in FIG6_GRIDS["cpu"].items():
+        for v in grid:
+            default = v == FIG6_DEFAULTS[p]
+            for s in (seeds if default else (0,)):
+                rows.append({"param": p, "value": v, "seed": s, "converged": True, "collapse": "", "all rSum": 0.0})
+            far = v in (0.0, 15, 0.1, 0.9)  # outside the proper range: far below the default
+            hits[fig6_label(p, v), 0] = (t3_hits["HREM", 0] if default or not far and sweep_shift == 0
+                                         else _hits(default_seed_hits - (5 if far else sweep_shift), 99))
+    sweeps = SimpleNamespace(frame=pd.DataFrame(rows), hits=hits)
+    curves = pd.DataFrame([{"epoch": e, "seed": s, "initial": 1.0 + 0.1 * s, "enhanced": 0.5 + 0.1 * s + 0.01 * e}
+                           for s in seeds for e in (1, 2)])
+    t4 = pd.DataFrame([{"samples": k, "percent": p, "model": m, "seed": s, "i2t R@1": v + s, "t2i R@1": v + 2 * s}
+                       for k in ("hard", "infrequent") for p in (5, 10) for s in seeds
+                       for m, v in ((WITH_SI, 50.0 if k == "hard" else 20.0), (WITHOUT_SI, 30.0))])
+    f5_levels = {"VSE++": 0.0, "GPO": 1.0, "HREM standalone": 2.0, "HREM fusion": 3.0, SCAN_MODEL: 0.5}
+    f5 = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": "", "all rSum": 0.0,
+                        "test s": (2.0 + s if m == SCAN_MODEL else 0.1 + 0.01 * s)} for s in seeds for m in f5_levels])
+    f5_hits = {(m, s): _hits(lv, 50 + 10 * s + i) for i, (m, lv) in enumerate(f5_levels.items()) for s in seeds}
+    return t3, sweeps, curves, t4, SimpleNamespace(frame=f5, hits=f5_hits)
+
+
+def test_ablate_judgements_on_constructed_runs() -> None:
+    run = RunConfig.from_params(PROFILE="smoke")
+    judged = {j.spec.key: j for j in ablate_judgements(*_ablate_inputs(), np.repeat([0, 1], 100), run)}
+    assert set(judged) == {s.key for s in ABLATE_CLAIMS}
+    assert judged["instance-level"].verdict == "held" and judged["instance-over-fragment"].verdict == "held"
+    assert judged["all-relations-best"].verdict == "held"
+    assert judged["neighbour-sampling"].verdict == "not tested"  # a Table 3b row not trained in this run
+    assert "no w/o neighbour sampling" in judged["neighbour-sampling"].reason
+    # Figure 6: one seed, paired by query with the default's run of that seed; the proper range is the default's run
+    for key in ("lambda-large-enough", "k-not-too-large", "tau-not-extreme", "insensitive"):
+        assert judged[key].verdict == "held", key
+    assert judged["lambda-large-enough"].noise == "queries (one seed: test sampling only)"
+    assert judged["insensitive"].effect == 0.0 and judged["insensitive"].spec.margin == FIG6_MARGIN
+    # Figure 7: enhanced 0.515 + 0.1 s against initial 1 + 0.1 s, lower is better: +0.485 on every seed
+    assert judged["enhanced-loss-lower"].verdict == "held"
+    assert judged["enhanced-loss-lower"].effect == pytest.approx(0.485) and judged["enhanced-loss-lower"].paired == "seed"
+    # Table 4: hard 50 + 1.5 s against 30 + 1.5 s; infrequent 20 against 30
+    assert judged["hard-samples"].effect == pytest.approx(20.0) and judged["hard-samples"].verdict == "held"
+    assert judged["infrequent-samples"].verdict == "did not hold"
+    # Figure 5: log10(SCAN s) - log10(10 HREM s) = log10((2 + s) / (1 + 0.1 s)), mean over seeds
+    speed = judged["ten-times-faster"]
+    assert speed.effect == pytest.approx(np.mean([np.log10((2 + s) / (1 + 0.1 * s)) for s in (0, 1, 2)]))
+    assert speed.verdict == "held" and judged["above-score-based"].verdict == "held"
+    # a proper-range value far from the default refutes insensitivity; a point below the default refutes nothing
+    far = {j.spec.key: j for j in ablate_judgements(*_ablate_inputs(sweep_shift=3.0), np.repeat([0, 1], 100), run)}
+    assert far["insensitive"].verdict == "did not hold" and far["lambda-large-enough"].verdict == "held"
+
+
+def test_ablate_judgements_leave_unconverged_and_collapsed_rows_untested() -> None:
+    t3, sweeps, curves, t4, f5 = _ablate_inputs()
+    t3.per_seed.loc[(t3.per_seed["model"] == "HREM") & (t3.per_seed["seed"] == 1), "converged"] = False
+    t3.per_seed.loc[t3.per_seed["model"] == "w/o instance level", "collapse"] = "every query's scores are tied"
+    judged = {j.spec.key: j for j in ablate_judgements(t3, sweeps, curves, t4, f5, np.repeat([0, 1], 100),
+                                                       RunConfig.from_params(PROFILE="smoke"))}
+    for key in ("instance-level", "connection-a", "all-relations-best", "enhanced-loss-lower", "hard-samples"):
+        assert judged[key].verdict == "not tested", key
+    assert judged["enhanced-loss-lower"].unconverged == ("enhanced", "initial")
+    assert judged["instance-over-fragment"].collapsed == ("w/o instance level",)
+    assert judged["lambda-large-enough"].verdict == "held"  # the sweep's seed 0 converged
+
+
+def test_graph_evidence_compares_each_image_s_own_caption_with_the_others() -> None:
+    relevance = torch.zeros(6, 6)
+    relevance[:3, 3:] = torch.tensor([[0.9, 0.2, 0.1], [0.3, 0.8, 0.1], [0.0, 0.4, 0.7]])
+    graph = AssociationGraph(torch.ones(6, 6, dtype=torch.bool), relevance, torch.tensor(0.0))
+    evidence = graph_evidence(graph, 0, True, "")
+    np.testing.assert_allclose(evidence["own caption"].values[0], [0.9, 0.8, 0.7])
+    np.testing.assert_allclose(evidence["other captions"].values[0], [0.15, 0.2, 0.2])
+    run = RunConfig.from_params(PROFILE="smoke")
+    (j,) = visualise_judgements(graph, 0, True, "", run)
+    assert j.verdict == "held" and j.effect == pytest.approx(np.mean([0.75, 0.6, 0.5])) and j.paired == "query"
+    flipped = AssociationGraph(graph.connect, -relevance, graph.reg)  # own caption 0.9 -> -0.9, others -> -0.15
+    assert visualise_judgements(flipped, 0, True, "", run)[0].verdict == "did not hold"
+    assert visualise_judgements(graph, 0, False, "", run)[0].verdict == "not tested"

@@ -24,7 +24,9 @@
 # - **Region–word matching over the image** (Fig. 3, Eq. 7): for a caption and its own image, each region's best
 #   cosine with the caption's words (the terms p averages), drawn over the region boxes.
 #
-# The claims of the three notebooks are collected into `results/hrem/claims.md`.
+# The claims of the three notebooks are collected into `results/hrem/claims.md`. This notebook's one claim
+# (Figure 3: the relevance S of each image of the batch to its own caption above that to the other captions) is
+# judged on the batch's images as queries, one seed: its interval covers the choice of images only.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -52,15 +54,18 @@ from xmr_core.chapters.hrem import (
     hrem_setup,
     neighbour_count,
     region_matching_figure,
+    run_collapse,
+    score_split,
     train_model,
     tune_methods,
+    visualise_judgements,
 )
+from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.results import (
     Claim,
     claims_frame,
     notebook_claims,
-    verdict,
     write_claims,
     write_figure,
     write_table,
@@ -75,7 +80,8 @@ corpus, data, enc = hrem_setup(run)
 test = data.test
 tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
 device = run.torch_device
-hrem, _ = train_model("HREM fusion", data, tuned, enc, run, SEED)
+hrem, fit = train_model("HREM fusion", data, tuned, enc, run, SEED)
+collapse = run_collapse(test, score_split(hrem, test, data.vocab, device))  # "" when it learnt something
 rng = np.random.default_rng(SEED)
 
 # %% [markdown]
@@ -130,8 +136,8 @@ plt.show()
 
 # %%
 claims = notebook_claims(run, "hrem")
-claims.append(Claim("Fragment-level matching identifies the inter-modal connections (Fig. 3, Eq. 5-7).",
-                    "Sec. 3.3.1, Figure 3", f"one batch of {BATCH} pairs (graph.png, graph_stats): illustrative, not a "
-                    "test", verdict(None)))
+judged = visualise_judgements(graph, SEED, fit.converged, collapse, run)  # Figure 3: S to the own caption
+write_judgements(judged, "hrem", "visualise", run)
+claims += [Claim(**row) for row in claim_rows(judged).to_dict("records")]
 write_claims(claims, "hrem", run=run, preamble=claims_preamble(PROFILE, DATASET))
 claims_frame(claims)
