@@ -1,5 +1,5 @@
 """The leaderboard's helpers (`xmr_core.chapters.leaderboard`): Fast Re-ranking tuned per direction on validation,
-the rows of one model, the ceiling row, the table and the cross-method claims (hand-built seed values)."""
+the rows of one model, the ceiling row, the table and the cross-method claims (constructed per-query values)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,14 @@ from fixtures.corpora import synthetic_split
 from xmr_core.ceiling import bayes_ceiling
 from xmr_core.chapters import leaderboard
 from xmr_core.chapters.leaderboard import (
+    BOOK_LABELS,
+    CLAIMS,
     METRICS,
+    BoardRows,
     BookData,
+    BookRuns,
     ceiling_row,
-    cross_method_claims,
+    cross_method_judgements,
     heatmap_figure,
     leaderboard_rows,
     model_summary,
@@ -27,6 +31,7 @@ from xmr_core.chapters.leaderboard import (
     tune_fast_rerank,
 )
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.claims import can_fail
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
@@ -87,10 +92,20 @@ def test_fast_rerank_is_tuned_per_direction_on_validation():
 def test_leaderboard_rows_score_the_model_and_its_reranked_scores_on_test():
     model = _model()
     data = ChapterData(VAL, VAL, TEST, TEST, VOCAB, VECTORS, 1.0)
-    plain, fr = leaderboard_rows("VSE0", 3, model, data, "cpu", converged=True, grid=(1.0, 10.0))
+    board = leaderboard_rows("VSE0", 3, model, data, "cpu", converged=True, grid=(1.0, 10.0))
+    plain, fr = board.rows
     img, cap = embed_split(model, TEST, VOCAB)
     i2t, _ = direction_scores(model, img, cap)
     direct = evaluate_scores(TEST, i2t, views=["instance", "exact", "plausible", "class"])
+    # the per-query values: the mean of the image and the caption queries' means is the row's rSum and PMRP
+    n = TEST.n_images
+    assert set(board.queries) == {("rSum", "VSE0"), ("PMRP", "VSE0"), ("rSum", "VSE0 + FR")}
+    for (metric, name), v in board.queries.items():
+        row = plain if name == "VSE0" else fr
+        expected = row["rSum"] if metric == "rSum" else (row["i2t PMRP"] + row["t2i PMRP"]) / 2
+        assert v.shape == (n + TEST.n_captions,) and (v[:n].mean() + v[n:].mean()) / 2 == pytest.approx(
+            expected)
+    assert plain["collapse"] == fr["collapse"]
     assert {col: plain[col] for col in METRICS} == pytest.approx({col: direct[key] for col, key in METRICS.items()})
     assert plain["% of ceiling"] == pytest.approx(100 * direct["rsum"] / bayes_ceiling(TEST)["rsum"])
     reranker = FastReranker((fr["FR gamma"],) * 2, (fr["FR lambda"],) * 2)
@@ -127,41 +142,59 @@ def test_a_claim_about_every_model_is_refuted_by_one_counterexample(verdicts, ex
     assert universal_verdict(verdicts) == expected
 
 
-def _runs(values: dict[str, list[float]], col: str, converged: bool = True) -> list[dict]:
-    return [{"model": m, "FR": m.endswith("+ FR"), "seed": s, "converged": converged, col: v}
-            for m, vs in values.items() for s, v in enumerate(vs)]
+def test_every_cross_method_claim_can_hold_and_fail():
+    assert [can_fail(spec) for spec in CLAIMS] == [""] * len(CLAIMS)
+    fr = next(s for s in CLAIMS if s.key == "fr-improves-any")
+    assert fr.pairs == tuple((f"{m} + FR", m) for m in BOOK_LABELS)  # every model of the board
 
 
-def test_cross_method_claims_on_hand_built_seeds():
-    pmrp = {"VSE0": [40, 41, 42], "PCME mu only": [45, 45.5, 46], "PCME": [50, 51, 52], "MSRM": [55, 56, 57]}
-    rows = [{**r, "t2i PMRP": r["i2t PMRP"]} for r in _runs(pmrp, "i2t PMRP")]
-    # rSum: MSRM above PCME by 1 with seed std 1 -> within noise; FR: +3 on VSE0 (std 1) but -5 on PCME
-    rsum = {"VSE0": [100, 101, 102], "VSE0 + FR": [103, 104, 105], "PCME mu only": [90, 90, 90],
-            "PCME mu only + FR": [95, 95, 95], "PCME": [110, 111, 112], "PCME + FR": [105, 106, 107],
-            "MSRM": [111, 112, 113], "MSRM + FR": [120, 120, 120],
-            # HREM over VSE++ (its relation-free base): fusion +10 (std 1) held, standalone +1 within noise
-            "VSE++": [80, 81, 82], "HREM fusion": [90, 91, 92], "HREM standalone": [81, 82, 83]}
-    frame = pd.DataFrame(rows).merge(pd.DataFrame(_runs(rsum, "rSum")), how="outer",
-                                     on=["model", "FR", "seed", "converged"])
-    claims = {c.source: c for c in cross_method_claims(frame)}
-    prob, rel, fr = claims["PCME Sec. 5, MSRM Sec. 4.3"], claims["MSRM Sec. 3.3, HREM Sec. 4"], \
-        claims["DVSE Sec. IV-D, Table IV"]
-    # best deterministic = PCME mu only (45.5): PCME +5.5, MSRM +10.5, both beyond spread 1 -> held
-    assert prob.verdict == "held"
-    assert "PCME - PCME mu only = +5.50" in prob.evidence and "MSRM - PCME mu only = +10.50" in prob.evidence
-    assert rel.verdict == "within noise" and "MSRM - PCME = +1.00 (spread 1.00): within noise" in rel.evidence
-    assert "HREM fusion - VSE++ = +10.00 (spread 1.00): held" in rel.evidence
-    assert "HREM standalone - VSE++ = +1.00 (spread 1.00): within noise" in rel.evidence
-    assert fr.verdict == "did not hold" and "PCME + FR - PCME = -5.00" in fr.evidence
+def _book_runs(levels: dict[str, float], unconverged: str = "", collapsed: str = "", n: int = 60) -> BookRuns:
+    """Three seeds of every model of `levels`; each query's value is its level + a shared per-query pattern +
+    a per-seed shift + small noise, both metrics."""
+    rng = np.random.default_rng(0)
+    pattern = rng.normal(0, 5, size=2 * n)
+    rows, queries = [], {}
+    for s in range(3):
+        for m, level in levels.items():
+            rows.append({"model": m, "seed": s, "FR": m.endswith(" + FR"), "converged": m != unconverged,
+                         "collapse": "chance-level ranking" if m == collapsed else ""})
+            for metric in ("rSum", "PMRP"):
+                queries[metric, m, s] = level + pattern + s + rng.normal(0, 0.5, size=2 * n)
+    return BookRuns(pd.DataFrame(rows), queries)
 
 
-def test_claims_on_unconverged_models_are_not_tested():
-    pmrp = {"VSE0": [40, 41, 42], "PCME": [50, 51, 52]}
-    frame = pd.DataFrame(_runs(pmrp, "i2t PMRP", converged=False))
-    frame["t2i PMRP"], frame["rSum"] = frame["i2t PMRP"], frame["i2t PMRP"]
-    claims = cross_method_claims(frame)
-    assert claims[0].verdict == "not tested" and claims[2].verdict == "not tested"
-    assert "no relation-modelling model" in claims[1].evidence
+def test_cross_method_judgements_on_constructed_runs():
+    run = RunConfig.from_params(PROFILE="smoke")
+    strata = np.repeat([0, 1], 60)
+    levels = {"VSE0": 40.0, "PVSE K=1": 41.0, "PVSE K=2": 42.0, "PVSE K=4": 43.0, "PCME mu only": 45.0,
+              "DVSE": 44.0, "PCME": 50.0, "MSRM": 55.0, "VSE++": 80.0, "HREM standalone": 90.0, "HREM fusion": 91.0,
+              "DVSE (regions)": 30.0, "GPO": 85.0}
+    levels |= {f"{m} + FR": v + 3.0 for m, v in levels.items()}
+    judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(levels), strata, run)}
+    assert [judged[k].verdict for k in ("pcme-pmrp-over-deterministic", "msrm-pmrp-over-deterministic",
+                                        "relations-help", "fr-improves-any")] == ["held"] * 4
+    # PCME against the best deterministic model (PCME mu only, 45): +5; the shared seeds and queries cancel
+    pcme = judged["pcme-pmrp-over-deterministic"]
+    assert pcme.effect == pytest.approx(5.0, abs=0.3) and pcme.paired == "seed+query"
+    assert judged["fr-improves-any"].effect == pytest.approx(3.0, abs=0.3)  # the weakest model's gain
+    # one model that FR makes worse refutes "FR improves any model"; MSRM below PCME refutes "relations help"
+    worse = levels | {"PCME + FR": 45.0, "MSRM": 48.0, "MSRM + FR": 51.0}
+    judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(worse), strata, run)}
+    assert judged["fr-improves-any"].verdict == "did not hold" and judged["relations-help"].verdict == "did not hold"
+    assert "PCME + FR vs PCME: did not hold" in judged["fr-improves-any"].reason
+    assert judged["msrm-pmrp-over-deterministic"].verdict == "held"  # 48 against 45
+    # unconverged / collapsed runs leave every claim on them untested
+    judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(levels, unconverged="PCME",
+                                                                        collapsed="VSE++"), strata, run)}
+    assert judged["pcme-pmrp-over-deterministic"].verdict == "not tested"
+    assert judged["relations-help"].verdict == "not tested" and judged["relations-help"].collapsed == ("VSE++",)
+    assert judged["msrm-pmrp-over-deterministic"].verdict == "held"
+
+
+def test_cross_method_claims_without_a_model_are_not_tested():
+    levels = {"VSE0": 40.0, "PCME": 50.0, "VSE0 + FR": 43.0, "PCME + FR": 53.0}
+    judged = cross_method_judgements(_book_runs(levels), np.repeat([0, 1], 60), RunConfig.from_params(PROFILE="smoke"))
+    assert {j.verdict for j in judged} == {"not tested"} and "this run has no" in judged[0].reason
 
 
 def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
@@ -172,7 +205,8 @@ def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
         return f"{name}{k}", SimpleNamespace(converged=seed == 0, cached=True)
 
     def rows(label, seed, model, data, device, converged):
-        return [{"model": label, "seed": seed, "built": model, "data": data, "converged": converged}]
+        return BoardRows([{"model": label, "seed": seed, "built": model, "data": data, "converged": converged}],
+                         {("rSum", label): np.array([float(seed)])})
 
     monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("pcme", "PVSE", 2), ("hrem", "HREM fusion", 1)])
     monkeypatch.setattr(leaderboard, "train_book_model", train)
@@ -184,7 +218,9 @@ def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
                        ("hrem", "HREM fusion", 1, 0, "region data", "regions"),
                        ("hrem", "HREM fusion", 1, 1, "region data", "regions")]
     grid, regions = "zero-shot, grid", "all classes, regions"
-    assert out.to_dict("records") == [
+    assert out.queries == {("rSum", "PVSE K=2", 0): [0.0], ("rSum", "PVSE K=2", 1): [1.0],
+                           ("rSum", "HREM fusion", 0): [0.0], ("rSum", "HREM fusion", 1): [1.0]}
+    assert out.per_run.to_dict("records") == [
         {"model": "PVSE K=2", "seed": 0, "built": "PVSE2", "data": "grid data", "converged": True, "protocol": grid},
         {"model": "PVSE K=2", "seed": 1, "built": "PVSE2", "data": "grid data", "converged": False, "protocol": grid},
         {"model": "HREM fusion", "seed": 0, "built": "HREM fusion1", "data": "region data", "converged": True,
@@ -208,10 +244,10 @@ def test_the_region_dvse_is_the_dvse_chapters_region_run_with_its_own_protocol(m
     assert calls == [("DVSE", 1, 2, None), ("DVSE", 1, 2, ("regions of", "grid data"))]
     monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("dvse", "DVSE", 1), ("dvse", "DVSE (regions)", 1)])
     monkeypatch.setattr(leaderboard, "leaderboard_rows",
-                        lambda label, seed, model, data, device, converged: [{"model": label}])
+                        lambda label, seed, model, data, device, converged: BoardRows([{"model": label}], {}))
     book = BookData(grid="grid data", grid_enc={}, regions="region data", region_enc={})
     out = leaderboard.score_book([0], book, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
-    assert out.to_dict("records") == [{"model": "DVSE", "protocol": "zero-shot, grid"},
+    assert out.per_run.to_dict("records") == [{"model": "DVSE", "protocol": "zero-shot, grid"},
                                       {"model": "DVSE (regions)", "protocol": "zero-shot, regions"}]
 
 

@@ -26,8 +26,8 @@
 # column): the PCME, MSRM and DVSE models on the frozen trunk's grid features, trained on the seen classes
 # (zero-shot), and the DVSE chapter's DVSE on region features (zero-shot); the HREM chapter's models on region
 # features, trained on every class (COCO-style). All are scored on the same test split; a claim compares models of
-# one protocol only. Then three claims that should hold across methods, not only in the paper that made them, are
-# checked over seeds.
+# one protocol only. Then the claims that should hold across methods, not only in the paper that made them, are
+# judged over seeds and test queries.
 #
 # Not on the board: HMRN's models (another scenes variant and another task: a set of queries asked over rounds;
 # compared in their own chapter), the HREM ensemble (two models averaged), HREM's SCAN t2i (trained untuned, only to
@@ -52,19 +52,21 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from xmr_core.ceiling import bayes_ceiling
+from xmr_core.chapters.hrem import query_strata
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
     book_setup,
-    cross_method_claims,
+    cross_method_judgements,
     heatmap_figure,
     model_summary,
     score_book,
     tune_book,
 )
 from xmr_core.chapters.summary import ceiling_frame
+from xmr_core.claims import judgements_frame, render_claims, write_judgements
 from xmr_core.config import RunConfig
-from xmr_core.results import claims_frame, write_claims, write_figure, write_table
+from xmr_core.results import write_figure, write_table, write_text
 from xmr_core.tuning import tuning_frame
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -91,7 +93,8 @@ print(f"test split: {test.n_images} images, {test.n_captions} captions, views {t
 # ## Every model and seed, with and without Fast Re-ranking
 
 # %%
-per_run = score_book(seeds, book, tuned, run)
+book_runs = score_book(seeds, book, tuned, run)  # the rows, and the per-query values the claims are judged on
+per_run = book_runs.per_run
 ceiling_table = ceiling_frame(per_run, "rSum", bayes_ceiling(test)["rsum"])
 write_table(ceiling_table, "leaderboard/ceiling", run=run, caption=(
     f"Each model's instance rSum on the whole {DATASET} test split as a share of the Bayes ceiling, per seed, "
@@ -132,13 +135,20 @@ plt.show()
 # %% [markdown]
 # ## Claims that should hold across methods
 #
-# Each claim is judged per model over seeds (a difference holds when it exceeds the larger seed std of the two
-# models compared), then over models: one counterexample refutes a claim about every model; a model not
-# converged leaves it "not tested".
+# Declared once (`CLAIMS` in `xmr_core.chapters.leaderboard`) and judged by the book's verdict protocol
+# (`xmr_core.claims.judge`, `docs/claims.md`): a 95% bootstrap interval of each effect over the seeds and the test
+# queries (each query's share of rSum, or its PMRP; images and captions as two strata). Every model of a protocol
+# trains on the same seeds and scores the same test queries, so the sides are paired by seed and by query; a model
+# and its `+ FR` row are one trained model. "Every probabilistic model beats the best deterministic one" is one peak
+# claim per probabilistic model, the best deterministic model chosen inside each resample; "improves any model" is
+# universal: one model it does not improve refutes it. Not tested when a compared run did not converge or
+# collapsed (`collapse` in the per-seed table).
 
 # %%
-claims = cross_method_claims(per_run)
-write_claims(claims, "leaderboard", run=run, preamble=(
+judged = cross_method_judgements(book_runs, query_strata(test), run)
+write_judgements(judged, "leaderboard", "board", run)
+write_text(render_claims(judged, "leaderboard", profile=PROFILE, dataset=DATASET, preamble=(
     f"Claims across the book's methods, on one {DATASET} test split (profile `{PROFILE}`, seeds {seeds}). "
-    "Synthetic scenes: orderings and signs carry across data sets, absolute numbers do not."))
-claims_frame(claims)
+    "Synthetic scenes: orderings and signs carry across data sets, absolute numbers do not.")),
+    "leaderboard/claims.md", run=run)
+judgements_frame(judged)

@@ -24,21 +24,27 @@ tuned per model and seed on the validation split, as any hyperparameter: the i2t
 gamma1 = gamma2) by the validation R@1 + R@5 + R@10 of its own direction. The test split is never used to
 choose them.
 
+The cross-method claims are declared once (`CLAIMS`) and judged by the book's verdict protocol (`claims.judge`,
+docs/claims.md) on per-query values of the whole test split (`query_values`: each query's share of rSum and its
+PMRP, images and captions as two strata): every model of a protocol scores the same queries with the same seeds,
+so the sides are paired by seed and by query; a model with and without Fast Re-ranking is one trained model.
+
 The notebook calls, in order: `book_setup`, `tune_book`, `score_book` (every model and seed, `leaderboard_rows`),
-`model_summary` (the table), `heatmap_figure` and `cross_method_claims`.
+`model_summary` (the table), `heatmap_figure` and `cross_method_judgements`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
+from torch import Tensor
 
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
 from xmr_core.chapters import dvse as dvse_chapter
@@ -46,14 +52,13 @@ from xmr_core.chapters import hrem as hrem_chapter
 from xmr_core.chapters import msrm as msrm_chapter
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.protocols import ChapterData, chapter_setup
-from xmr_core.chapters.summary import compare_models, converged_by_model
+from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.metrics import RSUM_KS
-from xmr_core.results import Claim, Verdict, require_converged, universal_verdict
+from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
 from xmr_core.similarity import FastReranker
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
@@ -178,46 +183,85 @@ def tune_fast_rerank(model: RetrievalModel, val: Split, vocab: Vocabulary, devic
     return FastReranker((best["i2t"],) * 2, (best["t2i"],) * 2), search
 
 
+def query_values(split: Split, scores_i2t: Tensor, scores_t2i: Tensor,
+                 pmrp: bool = True) -> dict[str, np.ndarray]:
+    """Per-query values of the whole split (N image queries, then M caption queries; `query_strata`), scores
+    (N, M) both: "rSum", each query's share of rSum (`hrem.rsum_per_query` of its instance hits at 1, 5, 10), and
+    with `pmrp` "PMRP", each query's R-Precision under plausible relevance averaged over `DEFAULT_ZETAS`. The mean
+    of the two strata's means is the split's rSum and its mean of i2t and t2i PMRP."""
+    out = {"rSum": hrem_chapter.rsum_per_query(hrem_chapter.query_hits(
+        split, hrem_chapter.SplitScores(scores_i2t, scores_t2i, 0.0)))}
+    if pmrp:
+        labels = np.asarray(split.image_labels)
+        cap_lab = labels[np.asarray(split.caption_image)]
+        parts = []
+        for q_scores, (q_lab, g_lab) in ((scores_i2t, (labels, cap_lab)), (scores_t2i.T, (cap_lab, labels))):
+            stats = ranking_stats(q_scores, {str(z): LabelRelevance(q_lab, g_lab, z) for z in DEFAULT_ZETAS})
+            parts.append(100.0 * np.mean([st.r_precision.double().numpy() for st in stats.values()], axis=0))
+        out["PMRP"] = np.concatenate(parts)
+    return out
+
+
+class BoardRows(NamedTuple):
+    """One trained model's leaderboard rows and per-query values (`leaderboard_rows`)."""
+
+    rows: list[dict[str, object]]  # its own scores, then re-ranked ("<label> + FR")
+    queries: dict[tuple[str, str], np.ndarray]  # (metric, row model) -> (N + M,) `query_values`
+
+
 @torch.no_grad()
 def leaderboard_rows(label: str, seed: int, model: RetrievalModel, data: ChapterData, device: torch.device | str,
-                     converged: bool, grid: Sequence[float] = FR_GRID) -> list[dict[str, object]]:
+                     converged: bool, grid: Sequence[float] = FR_GRID) -> BoardRows:
     """Two rows for one trained model and seed: its own scores and the same scores after Fast Re-ranking (tuned
-    on the validation split, `tune_fast_rerank`), each with every `METRICS` column on the whole test split and
-    its instance rSum as % of the Bayes ceiling."""
+    on the validation split, `tune_fast_rerank`), each with every `METRICS` column on the whole test split, its
+    instance rSum as % of the Bayes ceiling, and whether the model collapsed (`claims.detect_collapse` of its own
+    test scores); and the per-query values of the claims (`query_values`; PMRP of the own scores only)."""
     reranker, _ = tune_fast_rerank(model, data.val, data.vocab, device, grid)
     img, cap = embed_split(model.to(device).eval(), data.test, data.vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap)
     ceiling = bayes_ceiling(data.test)["rsum"]
-    rows = []
+    collapse = detect_collapse(i2t, data.test.relevance("instance", "i2t"))
+    rows, queries = [], {}
     for fr, (s_i2t, s_t2i) in ((False, (i2t, t2i)), (True, (reranker(i2t, "i2t"), reranker(t2i.T, "t2i").T))):
         values = evaluate_scores(data.test, s_i2t, views=list(VIEWS), scores_t2i=s_t2i)
-        row: dict[str, object] = {"model": f"{label} + FR" if fr else label, "base model": label, "FR": fr,
-                                  "seed": seed, "converged": converged}
+        name = f"{label} + FR" if fr else label
+        row: dict[str, object] = {"model": name, "base model": label, "FR": fr, "seed": seed,
+                                  "converged": converged, "collapse": collapse}
         row.update({col: values[key] for col, key in METRICS.items()})
         row["% of ceiling"] = percent_of_ceiling(values["rsum"], ceiling)
         row["FR gamma"] = reranker.gamma[0] if fr else float("nan")
         row["FR lambda"] = reranker.lam[0] if fr else float("nan")
         rows.append(row)
-    return rows
+        queries |= {(metric, name): v for metric, v in query_values(data.test, s_i2t.cpu(), s_t2i.cpu(),
+                                                                     pmrp=not fr).items()}
+    return BoardRows(rows, queries)
 
 
-def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResult], run: RunConfig) -> pd.DataFrame:
+class BookRuns(NamedTuple):
+    """Every model and seed of the book scored (`score_book`)."""
+
+    per_run: pd.DataFrame  # one row per model, seed and FR (`leaderboard_rows`), with its protocol
+    queries: dict[tuple[str, str, int], np.ndarray]  # (metric, model, seed) -> (N + M,) `query_values`
+
+
+def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResult], run: RunConfig) -> BookRuns:
     """Every model of `BOOK_MODELS` with every seed (`train_book_model` on its chapter's protocol data: its
     chapter's run, loaded or trained), scored without and with Fast Re-ranking (`leaderboard_rows`), printing a
     line per run: one row per model, seed and FR, with the model's protocol (`MODEL_PROTOCOLS`, else its
-    chapter's `PROTOCOLS`)."""
-    rows = []
+    chapter's `PROTOCOLS`), and the per-query values."""
+    rows, queries = [], {}
     for chapter, name, k in BOOK_MODELS:
         label = pcme_chapter.model_label(name, k)
         data, enc = book.of(chapter)
         for seed in seeds:
             t0 = time.perf_counter()
             model, result = train_book_model(chapter, name, k, data, tuned, enc, run, seed)
-            rows += [{**row, "protocol": MODEL_PROTOCOLS.get(name, PROTOCOLS[chapter])}
-                     for row in leaderboard_rows(label, seed, model, data, run.torch_device, result.converged)]
+            board = leaderboard_rows(label, seed, model, data, run.torch_device, result.converged)
+            rows += [{**row, "protocol": MODEL_PROTOCOLS.get(name, PROTOCOLS[chapter])} for row in board.rows]
+            queries |= {(metric, m, seed): v for (metric, m), v in board.queries.items()}
             print(f"{chapter}: {label} seed {seed} ({'cached' if result.cached else 'trained'}) "
                   f"scored in {time.perf_counter() - t0:.1f} s")
-    return pd.DataFrame(rows)
+    return BookRuns(pd.DataFrame(rows), queries)
 
 
 def ceiling_row(test: Split) -> dict[str, object]:
@@ -232,69 +276,44 @@ def ceiling_row(test: Split) -> dict[str, object]:
     return row
 
 
-@dataclass(frozen=True)
-class PairCheck:
-    """One model-against-model check of a cross-method claim (`summary.compare_models`: a - b over seeds on the
-    compared columns), "not tested" unless both models converged."""
+BOOK_LABELS: tuple[str, ...] = tuple(pcme_chapter.model_label(name, k) for _, name, k in BOOK_MODELS)
+PMRP = "PMRP on the whole test split, mean of i2t and t2i, pp (per query, images and captions as two strata)"
+RSUM = "instance rSum on the whole test split (per query, images and captions as two strata)"
+FR_RSUM = f"{RSUM}; validation-tuned temperatures"
 
-    a: str
-    b: str
-    diff: float
-    spread: float
-    verdict: Verdict
+# The claims that should generalise across the book's methods. "Every probabilistic model beats the best
+# deterministic one" is one peak claim per probabilistic model (it against every deterministic model, the best
+# chosen inside each resample): a universal claim over all of those pairs would repeat models on both sides.
+CLAIMS: list[ClaimSpec] = [
+    *[ClaimSpec(f"{p.lower()}-pmrp-over-deterministic", f"Probabilistic embeddings help plausible-match metrics: "
+                f"{p} beats the best deterministic model in PMRP (the zero-shot grid protocol's models).",
+                "PCME Sec. 5, MSRM Sec. 4.3", "peak", PMRP, (p, *DETERMINISTIC), peak=p) for p in PROBABILISTIC],
+    ClaimSpec("relations-help", "Relations help instance metrics: every relation-modelling model beats the model it "
+              "extends (same protocol and features: MSRM over PCME; HREM standalone and fusion over VSE++, where "
+              "HREM's pooling and negatives differ too, so its Table 3 isolates the relations) in instance rSum.",
+              "MSRM Sec. 3.3, HREM Sec. 4", "universal", RSUM, pairs=tuple(RELATIONAL.items())),
+    ClaimSpec("fr-improves-any", "Fast Re-ranking improves any model (instance rSum, temperatures tuned on "
+              "validation).", "DVSE Sec. IV-D, Table IV", "universal", FR_RSUM,
+              pairs=tuple((f"{m} + FR", m) for m in BOOK_LABELS)),
+]
+CLAIM_METRICS: dict[str, str] = {PMRP: "PMRP", RSUM: "rSum", FR_RSUM: "rSum"}  # a claim's metric -> `query_values`
 
-    def evidence(self) -> str:
-        return f"{self.a} - {self.b} = {self.diff:+.2f} (spread {self.spread:.2f}): {self.verdict}"
+
+def board_evidence(per_run: pd.DataFrame, queries: Mapping[tuple[str, str, int], np.ndarray], metric: str,
+                   strata: np.ndarray) -> dict[str, Evidence]:
+    """{model: Evidence} of `metric` ("rSum" or "PMRP") for every model of `per_run` whose runs have per-query
+    values (`score_book`), in the strata `strata` (`hrem.query_strata` of the test split)."""
+    values = {(m, s): v for (k, m, s), v in queries.items() if k == metric}
+    have = per_run[[(m, s) in values for m, s in zip(per_run["model"], per_run["seed"])]]
+    return hrem_chapter.query_evidence(have, values, strata, per_query=np.asarray)
 
 
-def _check(per_run: pd.DataFrame, a: str, b: str, cols: Sequence[str], converged: dict[str, bool]) -> PairCheck:
-    diff, spread, outcome = compare_models(per_run, a, b, cols)
-    outcome, _ = require_converged(outcome, "", [a, b], converged)
-    return PairCheck(a, b, diff, spread, outcome)
-
-
-def cross_method_claims(per_run: pd.DataFrame) -> list[Claim]:
-    """The three claims that should generalise across the book's methods, judged over seeds on `per_run` (the
-    `leaderboard_rows` of every model and seed): a difference holds when it exceeds the larger seed std of the
-    two models; a claim over several models is judged by `universal_verdict`; unconverged models are "not
-    tested"."""
-    converged = converged_by_model(per_run)
-    present = set(per_run["model"])
-    plain = per_run[~per_run["FR"].astype(bool)]
-    pmrp = ["i2t PMRP", "t2i PMRP"]
-    claims = []
-
-    deterministic = [m for m in DETERMINISTIC if m in present]
-    checks: list[PairCheck] = []
-    if deterministic:
-        means = {m: float(plain[plain["model"] == m][pmrp].mean(axis=1).mean()) for m in deterministic}
-        best = max(deterministic, key=means.__getitem__)
-        checks = [_check(plain, p, best, pmrp, converged) for p in PROBABILISTIC if p in present]
-    claims.append(Claim(
-        claim="Probabilistic embeddings help plausible-match metrics: every probabilistic model beats the best "
-              "deterministic one in PMRP (mean of i2t and t2i; the zero-shot grid protocol's models).",
-        source="PCME Sec. 5, MSRM Sec. 4.3",
-        evidence="; ".join(c.evidence() for c in checks) or "no probabilistic and deterministic models to compare",
-        verdict=universal_verdict([c.verdict for c in checks])))
-
-    checks = [_check(plain, m, base, ["rSum"], converged) for m, base in RELATIONAL.items()
-              if m in present and base in present]
-    claims.append(Claim(
-        claim="Relations help instance metrics: every relation-modelling model beats the model it extends (same "
-              "protocol and features: MSRM over PCME; HREM standalone and fusion over VSE++, where HREM's pooling "
-              "and negatives differ too, so its Table 3 isolates the relations) in instance rSum.",
-        source="MSRM Sec. 3.3, HREM Sec. 4",
-        evidence="; ".join(c.evidence() for c in checks) or "no relation-modelling model and its base trained",
-        verdict=universal_verdict([c.verdict for c in checks])))
-
-    bases = list(dict.fromkeys(plain["model"]))
-    checks = [_check(per_run, f"{m} + FR", m, ["rSum"], converged) for m in bases if f"{m} + FR" in present]
-    claims.append(Claim(
-        claim="Fast Re-ranking improves any model (instance rSum, temperatures tuned on validation).",
-        source="DVSE Sec. IV-D, Table IV",
-        evidence="; ".join(c.evidence() for c in checks) or "no re-ranked model",
-        verdict=universal_verdict([c.verdict for c in checks])))
-    return claims
+def cross_method_judgements(book_runs: BookRuns, strata: np.ndarray, run: RunConfig) -> list[Judgement]:
+    """`CLAIMS` judged (`claims.judge`) on the book's runs (`score_book`), each on its metric's per-query values."""
+    evidence = {metric: board_evidence(book_runs.per_run, book_runs.queries, metric, strata)
+                for metric in dict.fromkeys(CLAIM_METRICS.values())}
+    return [judge(spec, evidence[CLAIM_METRICS[spec.metric]], dataset=run.dataset, profile=run.profile)
+            for spec in CLAIMS]
 
 
 def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
