@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from xmr_core.chapters.dvse import (
+    ABLATE_CLAIMS,
     ABLATION_GRIDS,
+    CLAIMS,
     COMPARED,
     FR_COCO,
     FR_CUB,
@@ -26,10 +28,13 @@ from xmr_core.chapters.dvse import (
     TABLE2_COLUMNS,
     TABLE3_COLUMNS,
     TABLE6_COLUMNS,
+    TRAIN_CLAIMS,
+    VISUALISE_CLAIMS,
     ModelScores,
     NeighbourReranker,
-    ablate_claims,
+    ablate_judgements,
     attention_heat,
+    beta_range_runs,
     caption_query_figure,
     claims_preamble,
     class_row,
@@ -37,22 +42,22 @@ from xmr_core.chapters.dvse import (
     correlation_figure,
     correlation_matrices,
     data_summary,
-    dvse_seed_std,
     fig6_panels,
     fr_figure,
-    fr_gains,
     fr_grid,
     fr_grid_figure,
     fr_models,
-    fr_scale_claims,
+    fr_scale_runs,
     grid_boxes,
     heat_figure,
     image_query_figure,
+    impact_runs,
     instance_row,
     k_config,
     k_label,
     mean_abs_offdiagonal,
     metric_row,
+    pair_judgements,
     paper_table,
     random_images,
     region_encoders,
@@ -60,28 +65,27 @@ from xmr_core.chapters.dvse import (
     rerank_bench_args,
     rerank_rows,
     retrieval_lists,
+    run_collapse,
     score_rows,
     specific_captions,
     split_sizes,
     sub_embeddings,
-    sweep_claims,
     sweep_figure,
     table1_frame,
     table2_frame,
     table4_frame,
-    table5_claims,
     table5_frame,
-    table6_claims,
     table6_figure,
     table6_frame,
-    train_claims,
+    train_judgements,
     training_runs,
-    visualise_claims,
+    visualise_judgements,
     write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import weight_grids
 from xmr_core.chapters.protocols import ChapterData
+from xmr_core.claims import can_fail
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate
@@ -303,19 +307,6 @@ def test_paper_table_adds_paper_only_rows_with_the_papers_values():
 
 
 # ----------------------------------------------------------------------------------------------- claims
-def test_fr_gains_compares_each_model_with_its_fr_rows():
-    rows = [("A", 0, 10.0), ("A", 1, 12.0), ("A + FR", 0, 20.0), ("A + FR", 1, 21.0),  # +9.5, stds 1.41 / 0.71
-            ("B", 0, 10.0), ("B + FR", 0, 30.0)]  # one seed: not tested
-    per_run = pd.DataFrame([{"model": m, "seed": s, "x": v} for m, s, v in rows])
-    out = fr_gains(per_run, ["A", "B"], ["x"], {"A": True, "B": True}).set_index("model")
-    assert out.loc["A", "diff"] == pytest.approx(9.5) and out.loc["A", "spread"] == pytest.approx(np.sqrt(2))
-    assert out.loc["A", "verdict"] == "held" and out.loc["A", "seeds"] == 2
-    assert out.loc["B", "verdict"] == "not tested" and out.loc["B", "diff"] == pytest.approx(20.0)
-    assert out.loc["B", "not tested"] == "one seed" and out.loc["A", "not tested"] == ""
-    unconverged = fr_gains(per_run, ["A"], ["x"], {"A": False}).iloc[0]
-    assert unconverged["verdict"] == "not tested" and unconverged["not tested"] == "not converged"
-
-
 # --------------------------------------------------------------------------------------------- Figure 7
 def test_fr_grid_is_r1_after_fr_at_each_pair():
     split, i2t, t2i = _split(), _scores(14), _scores(15)
@@ -548,48 +539,97 @@ def test_compared_methods_and_the_data_tables():
     assert data_summary(trunk, _data(with_regions)).endswith("region features: 3 regions x 5 dims")
 
 
+# ----------------------------------------------------------------------------------------- the declared claims
+def test_every_declared_claim_can_fail_and_has_a_unique_key():
+    assert CLAIMS == TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS
+    assert len({s.key for s in CLAIMS}) == len(CLAIMS)
+    assert [can_fail(s) for s in CLAIMS] == [""] * len(CLAIMS)
+
+
+def test_run_collapse_finds_tied_and_chance_scores_but_not_a_learnt_one():
+    split = _split()
+    relevance = torch.as_tensor(split.relevance("instance", "i2t"), dtype=torch.float64)  # (N, M)
+    assert run_collapse(relevance + 0.01 * _scores(1), split) == ""  # every image's own captions on top
+    assert run_collapse(torch.ones(N, N * PER), split) == "every query's scores are tied across the gallery"
+    assert run_collapse(_scores(2)[:1].repeat(N, 1), split).startswith("every query gets the same scores")
+
+
 # ----------------------------------------------------------------------------------------- train.py claims
-_RSUM = {"VSE0": 80, "PVSE K=1": 85, "PVSE K=2": 90, "PVSE K=4": 88, "PCME mu only": 86, "PCME": 87, "DVSE": 100,
-         "DVSE + FR": 110}
+_RSUM = {"VSE0": 80, "PVSE K=1": 85, "PVSE K=2": 90, "PVSE K=4": 88, "PCME mu only": 86, "PCME": 87, "DVSE": 100}
 _CUB = {"PVSE K=1": (10, 30), "PVSE K=2": (12, 28), "PVSE K=4": (14, 26), "DVSE": (20, 35), "PCME": (15, 40),
         "DVSE + FR": (25, 38)}  # (R@1, R-P), both directions
+_JITTER = (-0.1, 0.0, 0.1)  # per seed, alternating sign between models: zero mean, so every effect is exact
 
 
 def _claims_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Two seeds a model: every Table 1 column at the model's _RSUM + 2 * seed (seed std sqrt 2), CUB as _CUB."""
-    per_run = pd.DataFrame([
-        {"model": m, "seed": s, "converged": True, **{c: v + 2.0 * s for c in TABLE1_COLUMNS},
-         **{c: float(_CUB.get(m, (0, 0))[0 if "R@1" in c else 1]) for c in TABLE3_COLUMNS}}
-        for m, v in _RSUM.items() for s in (0, 1)])
-    t4 = pd.DataFrame([{"model": m, "seed": s, "re-rank s": t + 0.001 * s, "all rSum": r + s}
-                       for s in (0, 1) for m, t, r in (("DVSE", 0.0, 100), ("DVSE + RR", 0.5, 105),
-                                                       ("DVSE + MR", 0.9, 104), ("DVSE + FR", 0.01, 110))])
-    return per_run, t4
+    """Three seeds a model and its "+ FR" row (rSum + 5): every Table 1 column at _RSUM + 2 * seed (+ jitter), CUB as
+    _CUB; Table 4: re-rank seconds RR 0.5, MR 0.9, FR 0.01 and whole-split rSum DVSE 100, RR 105, MR 104, FR 110."""
+    rows = []
+    for i, (m, v) in enumerate(_RSUM.items()):
+        for fr in (False, True):
+            name = m + (" + FR" if fr else "")
+            for s in (0, 1, 2):
+                value = v + 5.0 * fr + 2.0 * s + (-1) ** i * _JITTER[s]
+                rows.append({"model": name, "seed": s, "converged": True, "collapse": "",
+                             **{c: value for c in TABLE1_COLUMNS},
+                             **{c: float(_CUB.get(name, (0, 0))[0 if "R@1" in c else 1]) + s for c in TABLE3_COLUMNS}})
+    t4 = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": "", "re-rank s": t + 0.001 * s,
+                        "all rSum": r + s}
+                       for s in (0, 1, 2) for m, t, r in (("DVSE", 0.0, 100), ("DVSE + RR", 0.5, 105),
+                                                          ("DVSE + MR", 0.9, 104), ("DVSE + FR", 0.01, 110))])
+    return pd.DataFrame(rows), t4
 
 
-def test_train_claims_by_hand():
+_RUN = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
+
+
+def test_train_judgements_by_hand():
     per_run, t4 = _claims_runs()
-    gains = pd.DataFrame({"model": ["DVSE"], "seeds": [2], "diff": [10.0], "spread": [1.0], "verdict": ["held"],
-                          "not tested": [""]})
-    converged = {m: True for m in [*MODELS, "DVSE + FR"]}
-    out = train_claims(per_run, t4, gains, converged, _split())
-    assert len(out) == 14 and list(out.columns) == ["claim", "source", "evidence", "verdict"]
-    assert out["verdict"].tolist() == ["held"] * 13 + ["not tested"]  # the last: DiVE, P2RM ... not built
-    ev = out["evidence"].tolist()
-    assert ev[0].startswith("DVSE - PVSE K=2 = +10.00 rSum") and "largest seed std 1.41" in ev[0]
-    assert "+10.00" in ev[1] and "+10.00" in ev[2]  # best other set-based (PVSE K=2); FR on DVSE
-    assert "best in 14 of the 14 Table 1 columns" in ev[3]
-    assert ev[5] == "K=1: R@1 10.0, R-P 30.0; K=2: R@1 12.0, R-P 28.0; K=4: R@1 14.0, R-P 26.0"
-    assert ev[6].startswith("DVSE - best PVSE R-P = +5.00") and "best PVSE (PVSE K=4) 14.0" in ev[6]
-    assert ev[7].startswith("DVSE - PCME = +5.00 R@1") and ev[8].startswith("PCME - DVSE = +5.00 R-P")
-    assert ev[10].startswith("RR - FR = +0.490 s") and ev[10].endswith(f"on {N} x {N * PER}")
-    assert ev[11] == "FR - RR = +5.00 rSum (spread 0.71); FR - MR = +6.00 rSum (spread 0.71)"
-    # PCME not converged: every claim that compares it is not tested, and says so
-    converged["PCME"] = False
-    out = train_claims(per_run, t4, gains, converged, _split())
-    untested = [i for i, v in enumerate(out["verdict"]) if v == "not tested"]
-    assert untested == [1, 3, 7, 8, 13]
-    assert "not tested: PCME not converged" in out["evidence"][7]
+    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
+    assert list(judged) == [s.key for s in TRAIN_CLAIMS]
+    not_built = {"fr-improves-region-dvse", "dvse-r1-over-p2rm", "dvse-over-dive", "bert-close-to-vseinf-dive"}
+    # DVSE's R-P is 5 pp below PCME's: beyond the 1 pp margin of "lags slightly behind"
+    assert {k: j.verdict for k, j in judged.items()} == {
+        k: "not tested" if k in not_built else "did not hold" if k == "dvse-rp-near-pcme" else "held" for k in judged}
+    assert judged["dvse-over-dive"].reason == "this run has no DiVE"
+    assert judged["fr-improves-region-dvse"].reason == f"this run has no {REGIONS} + FR, {REGIONS}"
+    # effects: DVSE - PVSE K=2 = 10; DVSE - the best other set-based (PVSE K=2, 90) = 10; FR on DVSE + 5 (paired)
+    for key, effect in (("dvse-over-pvse", 10.0), ("dvse-best-set-based", 10.0), ("fr-improves-dvse", 5.0),
+                        ("dvse-fr-best", 5.0), ("pvse-r1-rises-with-k", 2.0), ("pvse-rp-falls-with-k", 2.0),
+                        ("dvse-rp-over-pvse", 5.0), ("dvse-r1-similar-to-pvse", 6.0), ("dvse-rp-near-pcme", -5.0),
+                        ("fr-faster", 0.49), ("fr-above-rr-mr", 5.0), ("rr-mr-improve", 4.0)):
+        j = judged[key]
+        assert j.effect == pytest.approx(effect) and j.low <= effect <= j.high and j.n_seeds == 3, key
+    assert judged["fr-improves-dvse"].paired == "seed" and judged["fr-improves-dvse"].effect_of == "DVSE + FR − DVSE"
+    assert judged["fr-faster"].effect_of == "weakest pair: DVSE + RR − DVSE + FR"  # 0.5 - 0.01 below 0.9 - 0.01
+    gains = pair_judgements(list(judged.values()), "fr-improves-any-model")
+    assert gains["effect"].tolist() == pytest.approx([5.0] * len(MODELS)) and set(gains["verdict"]) == {"held"}
+    with pytest.raises(KeyError, match="dvse-over-pvse"):
+        pair_judgements(list(judged.values()), "dvse-over-pvse")  # not a universal claim
+    # the loss flips: FR below DVSE
+    flipped = per_run.copy()
+    flipped.loc[flipped["model"] == "DVSE + FR", list(TABLE1_COLUMNS)] -= 10.0
+    again = {j.spec.key: j for j in train_judgements(flipped, t4, _RUN)}
+    assert again["fr-improves-dvse"].verdict == "did not hold" and again["fr-improves-dvse"].effect == pytest.approx(-5)
+    assert again["fr-improves-any-model"].verdict == "did not hold"
+
+
+def test_train_judgements_not_tested_on_unconverged_or_collapsed_runs():
+    per_run, t4 = _claims_runs()
+    per_run.loc[(per_run["model"] == "PCME") & (per_run["seed"] == 1), "converged"] = False
+    per_run.loc[(per_run["model"] == "PVSE K=4") & (per_run["seed"] == 2), "collapse"] = "tied"
+    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
+    pcme = {"dvse-best-set-based", "dvse-fr-best", "fr-improves-any-model", "dvse-r1-over-pcme", "dvse-rp-near-pcme"}
+    pvse4 = {"dvse-best-set-based", "dvse-fr-best", "fr-improves-any-model", "pvse-r1-rises-with-k",
+             "pvse-rp-falls-with-k", "dvse-rp-over-pvse", "dvse-r1-similar-to-pvse"}
+    for key in pcme | pvse4:
+        assert judged[key].verdict == "not tested", key
+    assert judged["dvse-r1-over-pcme"].reason == "PCME did not converge"
+    assert judged["pvse-r1-rises-with-k"].reason == "PVSE K=4 collapsed (tied)"
+    assert judged["dvse-over-pvse"].verdict == "held" and judged["fr-improves-dvse"].verdict == "held"
+    t4.loc[t4["model"] == "DVSE + MR", "converged"] = False
+    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
+    assert judged["fr-faster"].verdict == "not tested" and judged["fr-faster"].unconverged == ("DVSE + MR",)
 
 
 # ------------------------------------------------------------------------------------------ ablate.py
@@ -642,107 +682,118 @@ def test_sweep_figure_draws_each_parameter_in_order():
     assert eta[0].get_xdata().tolist() == [0.2, 0.8]
 
 
-def test_dvse_seed_std_is_the_std_of_combination_1():
-    runs = pd.DataFrame({"model": ["combination 1", "combination 1", "combination 5"], "a": [10.0, 14.0, 0.0],
-                         "b": [20.0, 20.0, 0.0]})
-    assert dvse_seed_std(runs, ["a"], 2) == pytest.approx(np.sqrt(8))
-    assert dvse_seed_std(runs, ["a", "b"], 2) == pytest.approx(np.sqrt(2))  # per-run means 15, 17
-    assert np.isnan(dvse_seed_std(runs, ["a"], 1))
+def _t5_runs(seeds=(0, 1, 2)) -> pd.DataFrame:
+    rsum = {1: 100.0, 2: 95.0, 3: 80.0, 4: 77.5, 5: 78.0, 6: 90.0, 7: 85.0}
+    return pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "collapse": "",
+                          "all rSum": v + s + (-1) ** c * _JITTER[s]} for c, v in rsum.items() for s in seeds])
 
 
-def _t5_runs(seeds=(0, 1)) -> pd.DataFrame:
-    rsum = {1: 100.0, 2: 95.0, 3: 80.0, 4: 78.5, 5: 78.0, 6: 90.0, 7: 85.0}
-    return pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "all rSum": v + s,
-                          "all i2t R@1": 50.0 + s, "all t2i R@1": 40.0} for c, v in rsum.items() for s in seeds])
+def test_impact_runs_are_the_paired_differences_of_each_seed():
+    runs = _t5_runs()
+    runs.loc[(runs["model"] == "combination 6") & (runs["seed"] == 1), ["converged", "collapse"]] = [False, "tied"]
+    out = impact_runs(runs).set_index(["model", "seed"])
+    # a - b of each seed: combination c carries (-1)^c times the seed's jitter J (-0.1, 0, 0.1)
+    assert out.loc[("impact of L_var", 0), "all rSum"] == pytest.approx(15.0)  # 1 - 7: the jitters cancel
+    assert out.loc[("impact of L_ort", 2), "all rSum"] == pytest.approx(10.0 - 0.2)  # 1 - 6: -J - J, J = 0.1
+    assert out.loc[("impact of SE", 0), "all rSum"] == pytest.approx(-0.5 - 0.2)  # 4 - 5: J + J, J = -0.1
+    assert not out.loc[("impact of L_ort", 1), "converged"] and out.loc[("impact of L_ort", 1), "collapse"] == "tied"
+    assert out.loc[("impact of DM", 1), "converged"] and len(out) == 12
+    assert impact_runs(runs[runs["model"] != "combination 5"])["model"].unique().tolist() == [
+        "impact of L_var", "impact of L_ort", "impact of DM"]
 
 
-def test_table5_claims_by_hand():
-    assert table5_claims(_t5_runs()[lambda d: d["model"].isin(["combination 1", "combination 5"])], (1, 5), 2) == []
-    claims = table5_claims(_t5_runs(), tuple(range(1, 8)), 2)
-    assert [c["evidence"].split(" rSum")[0] for c in claims[:3]] == [
-        "combination 1 - 2 = +5.00", "combination 1 - 6 = +10.00", "combination 1 - 7 = +15.00"]
-    # 4 - 5 = 0.5 within the spread 0.71; 3 nearer 5 than 1; 15 > 10 > 5 > 0.5; 1 beats 2 by 5
-    assert [c["verdict"] for c in claims] == ["held"] * 7
-    assert claims[5]["evidence"].startswith("rSum lost without each: L_var +15.00, L_ort +10.00, DM +5.00, SE +0.50")
-    one_seed = table5_claims(_t5_runs((0,)), tuple(range(1, 8)), 1)
-    assert [c["verdict"] for c in one_seed] == ["not tested"] * 7
-    unconverged = _t5_runs()
-    unconverged.loc[unconverged["model"] == "combination 7", "converged"] = False
-    verdicts = [c["verdict"] for c in table5_claims(unconverged, tuple(range(1, 8)), 2)]
-    assert verdicts == ["held", "held", "not tested", "held", "held", "not tested", "not tested"]
-
-
-def test_table6_claims_by_hand():
-    rows = [(1, 0, 80), (1, 1, 81), (2, 0, 90), (6, 0, 100), (6, 1, 101), (8, 0, 95)]
-    cub = {1: 1.0, 2: 2.0, 6: 3.0, 8: 4.0}  # the class metrics peak at K = 8
-    runs = pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, "converged": True, "all rSum": float(r),
-                          **{c: cub[k] for c in TABLE3_COLUMNS}} for k, s, r in rows])
-    claims = table6_claims(runs, (1, 2, 6, 8), 0, 1.0)
-    assert [c["verdict"] for c in claims] == ["held", "held", "not tested"]
-    assert claims[0]["evidence"] == "K=6 - w/o SE = +20.00 rSum (spread 0.71)"
-    assert claims[1]["evidence"] == ("rSum per K (seed 0): 1: 80.0, 2: 90.0, 6: 100.0, 8: 95.0; best K 6; best inside "
-                                     "- best end = +5.00 (DVSE's seed std 1.00)")  # 100 - max(80, 95)
-    assert claims[2]["evidence"].startswith("best K on the class metrics 8, on the whole-split rSum 6")
-    no_one = table6_claims(runs[runs["K"] != 1], (2, 6, 8), 0, 1.0)
-    assert len(no_one) == 2 and no_one[0]["claim"].startswith("rSum peaks")
-
-
-def _fr_runs(values=(1.0, 25.0, 100.0), diagonal=(40.0, 50.0, 30.0)) -> pd.DataFrame:
+def _fr_runs(values=(1.0, 25.0, 100.0), diagonal=(40.0, 50.0, 30.0), seeds=(0, 1)) -> pd.DataFrame:
     """i2t: the diagonal as given, 20 off it; t2i: 60 above the diagonal (s2 > s1), 40 elsewhere; + seed."""
     rows = []
-    for s in (0, 1):
+    for s in seeds:
         for i, s1 in enumerate(values):
             for s2 in values:
                 rows.append({"direction": "i2t", "s1": s1, "s2": s2, "R@1": (diagonal[i] if s1 == s2 else 20.0) + s,
-                             "seed": s, "converged": True})
+                             "seed": s, "converged": True, "collapse": ""})
                 rows.append({"direction": "t2i", "s1": s1, "s2": s2, "R@1": (60.0 if s2 > s1 else 40.0) + s,
-                             "seed": s, "converged": True})
+                             "seed": s, "converged": True, "collapse": ""})
     return pd.DataFrame(rows)
 
 
-def test_fr_scale_claims_by_hand():
-    claims = fr_scale_claims(_fr_runs(), 2)
-    assert [c["verdict"] for c in claims] == ["held"] * 4
-    assert claims[0]["evidence"] == ("diagonal R@1: 1: 40.5, 25: 50.5, 100: 30.5; best 25; best inside - best end "
-                                     "= +10.00")
-    assert claims[1]["evidence"].startswith("mean R@1 on the diagonal - below it (gamma1 > gamma2) = +20.00")
-    assert claims[3]["evidence"].startswith("best R@1 with lambda1 < lambda2 - best with lambda2 <= lambda1 = +20.00")
-    # an interior peak outside 20..50 is not the paper's peak
-    assert fr_scale_claims(_fr_runs((1.0, 10.0, 100.0)), 2)[0]["verdict"] == "did not hold"
-    unconverged = _fr_runs().assign(converged=[True] * 35 + [False])
-    assert [c["verdict"] for c in fr_scale_claims(unconverged, 2)] == ["not tested"] * 4
+def test_fr_scale_runs_by_hand():
+    runs = _fr_runs((1.0, 25.0, 100.0), (40.0, 50.0, 30.0), seeds=(0,))
+    runs.loc[(runs["direction"] == "t2i") & (runs["s1"] == 100.0) & (runs["s2"] == 1.0), "R@1"] = 45.0
+    out = fr_scale_runs(runs).set_index("model")["R@1"].to_dict()
+    assert out == {"γ=1": 40.0, "γ=25": 50.0, "γ=100": 30.0, "γ1 = γ2": 40.0, "γ1 > γ2": 20.0, "γ1 < γ2": 20.0,
+                   "best λ1 < λ2": 60.0, "best λ1 >= λ2": 45.0}
 
 
-def _sweep(beta_i2t=(50.0, 60.0, 52.0), beta_t2i=(40.0, 42.0, 41.0)) -> pd.DataFrame:
-    rows = [("beta", v, a, b) for v, a, b in zip((0.2, 0.4, 0.6), beta_i2t, beta_t2i)]
-    rows += [("eta", v, a, a) for v, a in zip((0.2, 0.4, 0.6, 0.8), (50.0, 51.0, 52.0, 54.0))]
-    return pd.DataFrame([{"parameter": p, "value": v, "seed": 0, "converged": True, "all i2t R@1": a,
-                          "all i2t R@5": a + 10, "all t2i R@1": b, "all t2i R@5": b + 10} for p, v, a, b in rows])
+def _sweep(seeds=(0,)) -> pd.DataFrame:
+    rows = [("beta", v, a, b) for v, a, b in zip((0.2, 0.4, 0.6, 0.8), (50.0, 52.0, 60.0, 51.0), (40.0, 42.0, 41.0, 40.0))]
+    rows += [("eta", v, a, a) for v, a in zip((0.2, 0.4, 0.6, 0.8), (50.0, 56.0, 52.0, 54.0))]
+    return pd.DataFrame([{"parameter": p, "value": v, "seed": s, "converged": True, "collapse": "",
+                          "all i2t R@1": a + s, "all i2t R@5": a + 10, "all t2i R@1": b + s, "all t2i R@5": b + 10}
+                         for p, v, a, b in rows for s in seeds])
 
 
-def test_sweep_claims_by_hand():
-    claims = sweep_claims(_sweep(), 1.0)
-    # beta: mean R@1 45, 51, 46.5 (4.5 above the best end); eta: 50 ... 54 (the end is best, 2 above the interior)
-    assert [c["verdict"] for c in claims] == ["held", "did not hold", "held"]
-    assert claims[0]["evidence"].startswith("mean R@1 per beta: 0.2: 45.0, 0.4: 51.0, 0.6: 46.5; best 0.4; best inside "
-                                            "- best end = +4.50 (DVSE's seed std 1.00; one seed each)")
-    assert claims[1]["source"] == "Sec. IV-D-3, Figure 9"
-    assert claims[2]["evidence"].startswith("range over beta: i2t 10.00, t2i 2.00")  # 10 - 2 > 1
-    flat = sweep_claims(_sweep((50.0, 50.0, 50.0), (40.0, 40.0, 40.0)), 1.0)
-    assert flat[0]["evidence"].endswith("every beta gave the same metrics (the hinge of Eq. 4 never closed)")
-    assert flat[2]["verdict"] == "within noise"
-    no_spread = sweep_claims(_sweep(), float("nan"))
-    assert [c["verdict"] for c in no_spread] == ["not tested"] * 3
+def test_beta_range_runs_by_hand():
+    out = beta_range_runs(_sweep((0, 1))).set_index(["model", "seed"])["range"]
+    assert out.to_dict() == {("β range: i2t", 0): 10.0, ("β range: t2i", 0): 2.0, ("β range: i2t", 1): 10.0,
+                             ("β range: t2i", 1): 2.0}
 
 
-def test_ablate_claims_run_every_part_in_order():
-    t6 = pd.DataFrame([{"model": k_label(k), "K": k, "seed": 0, "converged": True, "all rSum": 1.0 + k,
-                        **{c: 1.0 for c in TABLE3_COLUMNS}} for k in (1, 6)])
-    grids = {"combination": tuple(range(1, 8)), "K": (1, 6)}
-    out = ablate_claims(_t5_runs(), t6, _fr_runs(), _sweep(), grids, 2, 0)
-    assert len(out) == 7 + 3 + 4 + 3 and list(out.columns) == ["claim", "source", "evidence", "verdict"]
-    assert out["source"].str.extract(r"Sec\. IV-(\w)")[0].tolist() == ["C"] * 7 + ["D"] * 10
-    assert "DVSE's seed std 0.71" in out["evidence"][8]  # Table V combination 1's rSum std: runs 100, 101
+def _t6_runs(all_seeded: bool, class_peak: int = 8) -> pd.DataFrame:
+    """rSum peaks at K = 6, the class metrics at `class_peak`; w/o SE and K = 6 three seeds, the rest one unless
+    `all_seeded`."""
+    ks = ABLATION_GRIDS["cpu"]["K"]
+    return pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, "converged": True, "collapse": "",
+                          "all rSum": 100.0 - abs(k - 6) + s, **{c: 30.0 - abs(k - class_peak) + s for c in TABLE3_COLUMNS}}
+                         for k in ks for s in ((0, 1, 2) if all_seeded or k in (1, 6) else (0,))])
+
+
+def test_ablate_judgements_by_hand():
+    grid = ABLATION_GRIDS["cpu"]["fr"]
+    # rises to 20 (48.1, 48.5, 49, 49.5, 50: smallest step 0.4), falls after 50 (48.5, 48, 47, 44: 0.5)
+    diagonal = tuple(50.0 - abs(s - 20) / 10 if s <= 20 else 49.0 - s / 100 for s in grid)
+    judged = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(False), _fr_runs(grid, diagonal, (0, 1, 2)),
+                                                        _sweep(), _RUN)}
+    assert list(judged) == [s.key for s in ABLATE_CLAIMS]
+    one_seed = {"k-peak-coco", "k-larger-on-homogeneous", "beta-peak", "eta-peak", "beta-affects-i2t-more"}
+    # combination 3 is 2 rSum above 5: outside the 1 rSum margin of "close"
+    assert {k: j.verdict for k, j in judged.items()} == {
+        k: "not tested" if k in one_seed else "did not hold" if k == "no-lvar-dm-close-to-full-ablation" else "held"
+        for k in judged}
+    assert {judged[k].reason for k in one_seed} == {"one seed and no per-query values: no interval can be had"}
+    for key, effect in (("no-dm-lowers-rsum", 5.0), ("no-lvar-lowers-rsum", 15.0), ("se-alone-no-gain", 0.5),
+                        ("no-lvar-dm-close-to-full-ablation", 2.0), ("impact-order", 5.0), ("full-dvse-best", 5.0),
+                        ("se-improves", 5.0), ("fr-diagonal-rises", 0.4), ("fr-diagonal-falls", 0.5),
+                        ("fr-t2i-off-diagonal", 20.0)):
+        j = judged[key]
+        assert j.effect == pytest.approx(effect) and j.low <= effect + 1e-9 and effect - 1e-9 <= j.high, key
+    # every K seeded: the peaks are judged; the class metrics peaking at K = 12 refute "a larger K, 8"
+    seeded = {j.spec.key: j.verdict for j in ablate_judgements(_t5_runs(), _t6_runs(True), _fr_runs(grid, diagonal),
+                                                              _sweep(), _RUN)}
+    assert seeded["k-peak-coco"] == "held" and seeded["k-larger-on-homogeneous"] == "held"
+    refuted = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(True, 12), _fr_runs(grid, diagonal),
+                                                        _sweep(), _RUN)}
+    assert refuted["k-larger-on-homogeneous"].verdict == "did not hold"
+    assert refuted["k-larger-on-homogeneous"].effect == pytest.approx(-4.0)  # K=8: 26 against K=12: 30
+    # the sweeps with three seeds: beta peaks at 0.6 (held), eta at 0.4 (held), beta's i2t range 10 > t2i's 2
+    swept = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(False), _fr_runs(grid, diagonal),
+                                                      _sweep((0, 1, 2)), _RUN)}
+    assert [swept[k].verdict for k in ("beta-peak", "eta-peak", "beta-affects-i2t-more")] == ["held"] * 3
+    assert swept["beta-peak"].effect == pytest.approx((60.0 + 41.0) / 2 - (52.0 + 42.0) / 2)
+    # a smoke grid: the combinations, K and scales the claims name are missing; a 2 x 2 FR grid still has its regions
+    smoke = ablate_judgements(_t5_runs()[lambda d: d["model"].isin(["combination 1", "combination 5"])],
+                              _t6_runs(False)[lambda d: d["K"].isin([1, 6])], _fr_runs((10.0, 25.0)), _sweep(), _RUN)
+    tested = {"se-improves", "fr-gamma1-above-lowers", "fr-gamma1-below-lowers", "fr-t2i-off-diagonal"}
+    assert {j.spec.key: j.verdict for j in smoke} == {s.key: "held" if s.key in tested else "not tested"
+                                                      for s in ABLATE_CLAIMS}
+    assert smoke[0].reason == "this run has no combination 2"
+
+
+def test_ablate_judgements_not_tested_on_a_collapsed_combination():
+    t5 = _t5_runs()
+    t5.loc[(t5["model"] == "combination 7") & (t5["seed"] == 0), "collapse"] = "chance-level ranking"
+    judged = {j.spec.key: j for j in ablate_judgements(t5, _t6_runs(False), _fr_runs(), _sweep(), _RUN)}
+    for key in ("no-lvar-lowers-rsum", "impact-order", "full-dvse-best"):
+        assert judged[key].verdict == "not tested" and "collapsed (chance-level ranking)" in judged[key].reason, key
+    assert judged["no-dm-lowers-rsum"].verdict == "held"
 
 
 # --------------------------------------------------------------------------------------------- Figure 7
@@ -820,19 +871,23 @@ def test_query_figures_show_each_query_under_each_model_in_turn():
     assert [t.get_color() for t in fig12.axes[3].texts] == ["tab:red", "tab:green", "tab:red"]
 
 
-def test_visualise_claims_by_hand():
-    corr = pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "mean |corr|": v + 0.01 * s}
-                         for c, v in ((4, 0.5), (6, 0.3), (2, 0.2), (1, 0.4)) for s in (0, 1)])
-    precision = pd.DataFrame([{"model": m, "seed": s, "converged": True, "t2i P@4": p + s, "i2t P@5": q + s}
-                              for m, p, q in (("DVSE", 30.0, 10.0), ("PVSE K=2", 20.0, 15.0)) for s in (0, 1)])
-    claims = visualise_claims(corr, precision, 4)
-    assert [c.verdict for c in claims] == ["held", "held", "held", "held", "did not hold", "not tested"]
-    assert claims[0].evidence == "mean |corr| 4 - 2 = +0.300 (spread 0.007)"
-    assert claims[3].evidence.startswith("DVSE - PVSE K=2 = +10.00 pp of exact t2i P@4")
-    assert claims[5].evidence == "heat maps of 4 images (fig10_*.png): illustrative, not a test"
-    smoke = visualise_claims(corr[corr["model"] == "combination 1"], precision, 4)
-    assert smoke[0].verdict == "not tested" and smoke[0].evidence == ("combination 4 or 2 not in this profile's "
-                                                                      "ablation grid")
+def test_visualise_judgements_by_hand():
+    corr = pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "collapse": "",
+                          "mean |corr|": v + 0.01 * s + 0.001 * c * (s == 1)}
+                         for c, v in ((4, 0.5), (6, 0.3), (2, 0.2), (1, 0.4)) for s in (0, 1, 2)])
+    precision = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": "", "t2i P@4": p + s,
+                               "i2t P@5": q + s} for m, p, q in (("DVSE", 30.0, 10.0), ("PVSE K=2", 20.0, 15.0))
+                              for s in (0, 1, 2)])
+    judged = visualise_judgements(corr, precision, 4, _RUN)
+    assert [j.spec.key for j in judged] == [s.key for s in VISUALISE_CLAIMS]
+    assert [j.verdict for j in judged] == ["held", "held", "held", "held", "did not hold", "not tested"]
+    assert judged[0].effect == pytest.approx(0.3 + 0.002 / 3) and judged[0].paired == "seed"  # 4 - 2
+    assert judged[4].effect == pytest.approx(-5.0)
+    assert judged[5].reason.startswith("Figure 10's heat maps of 4 images (fig10_*.png) are illustrative")
+    smoke = visualise_judgements(corr[corr["model"] == "combination 1"], precision, 4, _RUN)
+    assert smoke[0].verdict == "not tested" and smoke[0].reason == "this run has no combination 4, combination 2"
+    precision.loc[precision["model"] == "PVSE K=2", "converged"] = False
+    assert [j.verdict for j in visualise_judgements(corr, precision, 4, _RUN)][3:5] == ["not tested"] * 2
 
 
 def test_claims_preamble():

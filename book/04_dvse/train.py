@@ -71,8 +71,8 @@ from xmr_core.chapters.dvse import (
     TABLE4_K,
     data_summary,
     fr_figure,
-    fr_gains,
     fr_models,
+    pair_judgements,
     paper_table,
     rerank_bench_args,
     split_sizes,
@@ -80,20 +80,15 @@ from xmr_core.chapters.dvse import (
     table2_frame,
     table4_frame,
     train_and_score,
-    train_claims,
+    train_judgements,
     training_runs,
     write_region_tables,
 )
 from xmr_core.chapters.pcme import LEARNING_RATES, tune_methods, weight_grids
 from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import (
-    ceiling_note,
-    converged_by_model,
-    dataset_note,
-    with_ceiling_share,
-    write_ceiling_table,
-)
+from xmr_core.chapters.summary import ceiling_note, dataset_note, with_ceiling_share, write_ceiling_table
+from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame
@@ -256,14 +251,6 @@ write_figure(fig, "dvse/fr_any_model", run=run, caption=(
 plt.show()
 
 # %%
-converged = converged_by_model(per_run)
-gains = fr_gains(per_run, models, ["1K rSum", "all rSum"], converged)
-write_table(gains, "dvse/fr_any_model", run=run, caption=(
-    "FR on every model: diff = mean over seeds of (rSum with FR - without), the mean of the 1K and 'all' rSum; "
-    "spread = the larger seed std; verdict as every claim's (one seed or not converged: not tested)."))
-gains
-
-# %%
 write_ceiling_table(per_run, ceiling, "dvse/ceiling", run, protocol="all", rsum_column="all rSum")
 write_table(runs.fits, "dvse/training", run=run,
             caption="Training runs of this notebook (cached = loaded, not retrained).")
@@ -275,11 +262,22 @@ write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per D
 # %% [markdown]
 # ## Claims checked here
 #
-# A difference holds only when the difference of the seed means exceeds the larger seed std of the two models;
-# claims on models that did not converge are "not tested".
+# The claims are declared once (`TRAIN_CLAIMS` in `xmr_core.chapters.dvse`) and judged by the book's one verdict
+# protocol (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval over the seeds,
+# paired by seed where the compared runs share them (a model with and without FR, or re-ranked by RR / MR, is the
+# same trained model, so those claims are paired), "within noise" when the interval spans zero (or the margin);
+# "similar" and "slightly behind" use margins declared with the claim from the paper's tables, never the run's
+# noise. A claim on a model that did not converge or collapsed (`claims.detect_collapse` of its test scores), or
+# that this book does not build (DiVE, P2RM, the BERT block), is "not tested", saying why. The intervals cover
+# training noise only: each seed's score, no per-query values yet.
 
 # %%
-claims_table = train_claims(per_run, runs.table4, gains, converged, data.test)
-write_table(claims_table, "dvse/claims_train", run=run,
+judged = train_judgements(per_run, runs.table4, run)
+write_judgements(judged, "dvse", "train", run)
+write_table(pair_judgements(judged, "fr-improves-any-model"), "dvse/fr_any_model", run=run, caption=(
+    "FR on every model: the claim 'FR can improve any model' judged per model (its rSum with FR against without, "
+    "the mean of the 1K and 'all' rSum, paired by seed)."))
+claims = claim_rows(judged)
+write_table(claims, "dvse/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
-claims_table
+judgements_frame(judged)
