@@ -15,8 +15,11 @@ import torch
 from xmr_core.chapters.dvse import (
     ABLATE_CLAIMS,
     ABLATION_GRIDS,
+    ALL_RSUM,
     CLAIMS,
     COMPARED,
+    CUB_R1,
+    CUB_RP,
     FR_COCO,
     FR_CUB,
     MODELS,
@@ -59,6 +62,7 @@ from xmr_core.chapters.dvse import (
     metric_row,
     pair_judgements,
     paper_table,
+    query_values,
     random_images,
     region_encoders,
     region_runs,
@@ -614,6 +618,47 @@ def test_train_judgements_by_hand():
     assert again["fr-improves-any-model"].verdict == "did not hold"
 
 
+def test_query_values_average_to_the_metric_row_in_each_direction():
+    split = _split()
+    scores = ModelScores((_scores(30), _scores(31)), (_scores(32), _scores(33)), 1.0)
+    for fr in (False, True):
+        values, row = query_values(scores, _data(split), fr), metric_row(scores, _data(split), fr)
+        for metric, expected in ((ALL_RSUM, row["all rSum"]),
+                                 (CUB_RP, (row["CUB i2t R-P"] + row["CUB t2i R-P"]) / 2),
+                                 (CUB_R1, (row["CUB i2t R@1"] + row["CUB t2i R@1"]) / 2)):
+            v, strata = values[metric]
+            assert strata.tolist() == [0] * N + [1] * (N * PER)  # image queries, then caption queries
+            assert (v[strata == 0].mean() + v[strata == 1].mean()) / 2 == pytest.approx(expected), (fr, metric)
+
+
+def _per_query(per_run: pd.DataFrame) -> dict:
+    """Per-query values whose per-stratum means are the per-run values: 4 image and 8 caption queries at the run's
+    value +-1 (alternating, so each stratum's mean is the value)."""
+    strata = np.repeat([0, 1], [4, 8])
+    wiggle = np.tile([1.0, -1.0], 6)
+    cub = {CUB_RP: ["CUB i2t R-P", "CUB t2i R-P"], CUB_R1: ["CUB i2t R@1", "CUB t2i R@1"]}
+    return {(r["model"], r["seed"]): {ALL_RSUM: (r["all rSum"] + wiggle, strata),
+                                      **{m: (np.mean([r[c] for c in cols]) + wiggle, strata) for m, cols in cub.items()}}
+            for r in per_run.to_dict("records")}
+
+
+def test_train_judgements_on_per_query_values_pair_by_seed_and_query():
+    per_run, t4 = _claims_runs()
+    per_query = _per_query(per_run)
+    seed_only = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
+    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN, per_query)}
+    assert {k: j.verdict for k, j in judged.items()} == {k: j.verdict for k, j in seed_only.items()}
+    for key in ("dvse-over-pvse", "fr-improves-dvse", "dvse-rp-near-pcme", "pvse-r1-rises-with-k"):
+        j = judged[key]
+        assert (j.n_queries, j.paired, j.noise) == (12, "seed+query", "seeds+queries"), key
+        assert j.effect == pytest.approx(seed_only[key].effect), key
+    assert judged["fr-above-rr-mr"].n_queries == 0  # Table 4: per-seed scores
+    assert judged["fr-improves-every-cub-metric"].n_queries == 0
+    del per_query["PCME", 1]
+    with pytest.raises(KeyError, match="no per-query values of 'PCME', seed"):
+        train_judgements(per_run, t4, _RUN, per_query)
+
+
 def test_train_judgements_not_tested_on_unconverged_or_collapsed_runs():
     per_run, t4 = _claims_runs()
     per_run.loc[(per_run["model"] == "PCME") & (per_run["seed"] == 1), "converged"] = False
@@ -912,6 +957,7 @@ def test_train_and_score_trains_the_region_dvse_with_every_seed(monkeypatch):
     monkeypatch.setattr(chapter, "model_scores", lambda model, data, device: None)
     monkeypatch.setattr(chapter, "score_rows", lambda label, seed, converged, scores, data: [{"model": label,
                                                                                              "seed": seed}])
+    monkeypatch.setattr(chapter, "score_queries", lambda label, seed, scores, data: {(label, seed): {}})
     tuned = {"VSE0": SimpleNamespace(lr=1e-3, weight=0.2, weight_name="margin"),
              "DVSE": SimpleNamespace(lr=2e-3, weight=0.4, weight_name="margin")}
     run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
@@ -920,6 +966,7 @@ def test_train_and_score_trains_the_region_dvse_with_every_seed(monkeypatch):
     assert [(r["model"], r["seed"]) for r in out.per_run.to_dict("records")] == \
         [("VSE0", s) for s in (0, 1, 2)] + [(REGIONS, s) for s in (0, 1, 2)]
     assert [t for t in trained if t[3] == "region config"] == [("DVSE", 1, s, "region config") for s in (0, 1, 2)]
+    assert list(out.per_query) == [("VSE0", s) for s in (0, 1, 2)] + [(REGIONS, s) for s in (0, 1, 2)]
     trained.clear()
     without = chapter.train_and_score([0, 1], _data(_split()), tuned, {}, run)
     assert set(without.per_run["model"]) == {"VSE0"} and all(t[3] is None for t in trained)

@@ -268,15 +268,17 @@ write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per D
 # same trained model, so those claims are paired), "within noise" when the interval spans zero (or the margin);
 # "similar" and "slightly behind" use margins declared with the claim from the paper's tables, never the run's
 # noise. A claim on a model that did not converge or collapsed (`claims.detect_collapse` of its test scores), or
-# that this book does not build (DiVE, P2RM, the BERT block), is "not tested", saying why. The intervals cover
-# training noise only: each seed's score, no per-query values yet.
+# that this book does not build (DiVE, P2RM, the BERT block), is "not tested", saying why. rSum (whole test split)
+# and the CUB-style R-P and R@1 are judged on each query's values, so their intervals cover test sampling as well
+# as training noise, and every model is paired with every other by query (they score the same queries); the
+# per-direction CUB claim and Table 4's use each seed's score only (training noise).
 
 # %%
-judged = train_judgements(per_run, runs.table4, run)
+judged = train_judgements(per_run, runs.table4, run, runs.per_query)
 write_judgements(judged, "dvse", "train", run)
 write_table(pair_judgements(judged, "fr-improves-any-model"), "dvse/fr_any_model", run=run, caption=(
-    "FR on every model: the claim 'FR can improve any model' judged per model (its rSum with FR against without, "
-    "the mean of the 1K and 'all' rSum, paired by seed)."))
+    "FR on every model: the claim 'FR can improve any model' judged per model (its whole-split rSum with FR against "
+    "without, paired by seed and by query)."))
 claims = claim_rows(judged)
 write_table(claims, "dvse/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")

@@ -86,7 +86,7 @@ from xmr_core.evaluate import (
 )
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config, dvse_config
-from xmr_core.metrics import RSUM_KS, retrieval_metrics
+from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats, retrieval_metrics
 from xmr_core.results import write_figure, write_table
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
 from xmr_core.train import FitResult
@@ -247,6 +247,45 @@ def metric_row(scores: ModelScores, data: ChapterData, fr: bool = False) -> dict
     return {**instance_row(data.test, *whole), **class_row(data.test_unseen, *unseen)}
 
 
+QueryValues = dict[str, tuple[np.ndarray, np.ndarray]]  # claim metric -> (values (Q,), strata (Q,)) of one run
+
+
+def direction_query_values(split: Split, scores_i2t: Tensor, scores_t2i: Tensor, view: str,
+                           value: Callable[[RankingStats], Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """`value` of each query's `metrics.ranking_stats` under `view` on `split`, the image queries (stratum 0) then
+    the caption queries (stratum 1): (values (N + M,), strata (N + M,)). Scores (N, M) both."""
+    parts = []
+    for d, scores in (("i2t", scores_i2t), ("t2i", scores_t2i.T)):
+        stats = ranking_stats(scores, {view: split.relevance(view, d)})[view]
+        parts.append(value(stats).double().numpy())
+    return np.concatenate(parts), np.repeat([0, 1], [len(p) for p in parts])
+
+
+def query_values(scores: ModelScores, data: ChapterData, fr: bool = False) -> QueryValues:
+    """Per-query values of the claims' metrics for one model (`metric_row`'s scores, FR at the same scales), whose
+    per-stratum mean averaged over the two directions is the metric (`claims.Evidence` with `strata`):
+    `ALL_RSUM`: 200 x the hits at R@1, 5, 10 of each query of the whole test split (instance relevance);
+    `CUB_RP`, `CUB_R1`: 100 x each query's R-P and R@1 hit on the unseen classes (class relevance)."""
+    whole, unseen = scores.whole, scores.unseen
+    if fr:
+        whole, unseen = rerank_directions(*whole, FR_COCO), rerank_directions(*unseen, FR_CUB)
+    return {ALL_RSUM: direction_query_values(data.test, *whole, "instance", _rsum_hits),
+            CUB_RP: direction_query_values(data.test_unseen, *unseen, "class", _r_precision),
+            CUB_R1: direction_query_values(data.test_unseen, *unseen, "class", _hit_at_1)}
+
+
+def _rsum_hits(stats: RankingStats) -> Tensor:
+    return 200.0 * sum((stats.best_rank <= k).double() for k in RSUM_KS)
+
+
+def _r_precision(stats: RankingStats) -> Tensor:
+    return 100.0 * stats.r_precision.double()
+
+
+def _hit_at_1(stats: RankingStats) -> Tensor:
+    return 100.0 * (stats.best_rank <= 1).double()
+
+
 # ----------------------------------------------------------------------------------------- Table 4 (re-rankers)
 @dataclass(frozen=True)
 class NeighbourReranker:
@@ -302,12 +341,14 @@ def table4_frame(runs: pd.DataFrame, label: str) -> pd.DataFrame:
 # --------------------------------------------------------------------------- train.py: every model, scored
 class ChapterRuns(NamedTuple):
     """What `train_and_score` returns: the per-run rows (model, seed, converged and every `metric_row` value; each
-    model twice, without and with FR as "<model> + FR"), the fit rows (`pcme.fit_row`) and Table 4's rows
-    (`rerank_rows` of every DVSE seed, with its seed and whether it converged)."""
+    model twice, without and with FR as "<model> + FR"), the fit rows (`pcme.fit_row`), Table 4's rows
+    (`rerank_rows` of every DVSE seed, with its seed and whether it converged) and the per-query values of each
+    per-run row ({(model, seed): `query_values`})."""
 
     per_run: pd.DataFrame
     fits: pd.DataFrame
     table4: pd.DataFrame
+    per_query: dict[tuple[str, int], QueryValues]
 
 
 def score_rows(label: str, seed: int, converged: bool, scores: ModelScores, data: ChapterData
@@ -322,12 +363,19 @@ def score_rows(label: str, seed: int, converged: bool, scores: ModelScores, data
     return rows
 
 
+def score_queries(label: str, seed: int, scores: ModelScores, data: ChapterData
+                  ) -> dict[tuple[str, int], QueryValues]:
+    """The per-query values (`query_values`) of `score_rows`' two rows: {(label, seed): ..., (label + FR, seed): ...}."""
+    return {(label + (" + FR" if fr else ""), seed): query_values(scores, data, fr) for fr in (False, True)}
+
+
 def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                     run: RunConfig) -> ChapterRuns:
     """Train (or load) every model of `SPECS` with every seed (`pcme.chapter_runs`) and score it once on the test
-    split (`model_scores`): `score_rows` per model, and each DVSE seed re-ranked by FR, RR and MR (`rerank_rows`).
+    split (`model_scores`): `score_rows` and `score_queries` per model, and each DVSE seed re-ranked by FR, RR and
+    MR (`rerank_rows`).
     With region features, the region DVSE (`region_config`, every seed) too, as `REGIONS`."""
-    per_run, fits, t4 = [], [], []
+    per_run, fits, t4, per_query = [], [], [], {}
     for name, k, seed in chapter_runs(seeds, SPECS):
         t0 = time.perf_counter()
         model, result = train_model(name, k, data, tuned, enc, run, seed)
@@ -335,6 +383,7 @@ def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tu
         fits.append(fit_row(label, seed, tuned[name], result, time.perf_counter() - t0))
         scores = model_scores(model, data, run.torch_device)
         per_run += score_rows(label, seed, result.converged, scores, data)
+        per_query.update(score_queries(label, seed, scores, data))
         if name == "DVSE":
             t4 += [{**row, "seed": seed, "converged": result.converged}
                    for row in rerank_rows(scores, data.test, table4_rerankers())]
@@ -344,9 +393,10 @@ def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tu
             t0 = time.perf_counter()
             model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
             fits.append(fit_row(REGIONS, seed, tuned["DVSE"], result, time.perf_counter() - t0))
-            per_run += score_rows(REGIONS, seed, result.converged, model_scores(model, data, run.torch_device),
-                                  data)
-    return ChapterRuns(pd.DataFrame(per_run), pd.DataFrame(fits), pd.DataFrame(t4))
+            scores = model_scores(model, data, run.torch_device)
+            per_run += score_rows(REGIONS, seed, result.converged, scores, data)
+            per_query.update(score_queries(REGIONS, seed, scores, data))
+    return ChapterRuns(pd.DataFrame(per_run), pd.DataFrame(fits), pd.DataFrame(t4), per_query)
 
 
 # -------------------------------------------------------------------------------------------- table layout
@@ -408,7 +458,8 @@ def write_region_tables(per_run: pd.DataFrame, data: ChapterData, label: str, se
 
 # ---------------------------------------------------------------------------- FR on every model (train.py)
 def fr_models(data: ChapterData) -> list[str]:
-    """The models FR is applied to in `fr_gains` and `fr_figure`: every trained model, the region DVSE included."""
+    """The models FR is applied to in `fr_figure` (and the claim that FR improves any model): every trained model,
+    the region DVSE included."""
     return MODELS + ([REGIONS] if data.test.regions is not None else [])
 
 
@@ -438,9 +489,11 @@ def rerank_bench_args(profile: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------- claims
 # The claims of the paper, declared once and judged by the book's one verdict protocol (`xmr_core.claims.judge`,
 # docs/claims.md). Each compared model's per-seed score is the mean of the claim metric's columns
-# (`CLAIM_METRICS`); models are paired by seed where they share their seeds (every "+ FR" row is the same trained
-# model re-ranked). The margins are in the metric's unit, from the paper's own words and tables (see each).
-RSUM = "rSum (instance relevance; mean of the 1K and whole-split protocols)"
+# (`CLAIM_METRICS`); where train.py has the score matrices, its per-query values (`query_values`) instead, so the
+# interval covers test sampling too. Models are paired by seed where they share their seeds, and by query where
+# they score the same queries (every "+ FR" row is the same trained model re-ranked). rSum is the whole test
+# split's (the 5K protocol's analogue and Flickr30K's test size). The margins are in the metric's unit, from the
+# paper's own words and tables (see each).
 ALL_RSUM = "rSum (instance relevance, whole test split)"
 CUB_RP = "CUB-style class R-P (unseen classes; mean of i2t and t2i), pp"
 CUB_R1 = "CUB-style class R@1 (unseen classes; mean of i2t and t2i), pp"
@@ -449,11 +502,12 @@ CUB_EACH = "CUB-style class R-P and R@1, each direction (unseen classes), pp"
 RERANK_S = "re-ranking time of both directions, s"
 R1 = "instance R@1 (whole test split; mean of i2t and t2i), pp"
 CLAIM_METRICS: dict[str, tuple[list[str], str]] = {  # a claim's metric -> (per-run columns averaged, test split)
-    RSUM: (["1K rSum", "all rSum"], "test"), ALL_RSUM: (["all rSum"], "test"),
+    ALL_RSUM: (["all rSum"], "test"),
     CUB_RP: (["CUB i2t R-P", "CUB t2i R-P"], "test unseen classes"),
     CUB_R1: (["CUB i2t R@1", "CUB t2i R@1"], "test unseen classes"),
     CUB_ALL: (list(TABLE3_COLUMNS), "test unseen classes"), RERANK_S: (["re-rank s"], "test"),
     R1: (["all i2t R@1", "all t2i R@1"], "test")}
+QUERY_METRICS = (ALL_RSUM, CUB_RP, CUB_R1)  # the claim metrics `query_values` gives per query
 PVSE_ROWS = ("PVSE K=1", "PVSE K=2", "PVSE K=4")
 T4_MODELS = ("DVSE", "DVSE + RR", "DVSE + MR", "DVSE + FR")  # Table 4's rows (`rerank_rows`)
 BERT_DVSE = "DVSE (ResNeXt-101 + BERT)"
@@ -464,18 +518,18 @@ BERT_DVSE = "DVSE (ResNeXt-101 + BERT)"
 # performance" (ResNeXt-101 + BERT, COCO): DVSE's rSum is 2.0-8.5 below VSEinf's and DiVE's: 10 rSum.
 TRAIN_CLAIMS: list[ClaimSpec] = [
     ClaimSpec("dvse-over-pvse", "DVSE outperforms its baseline PVSE (rSum).", "Sec. IV-B-1, Tables I-II",
-              "superiority", RSUM, ("DVSE", "PVSE K=2")),
+              "superiority", ALL_RSUM, ("DVSE", "PVSE K=2")),
     ClaimSpec("dvse-best-set-based", "Without FR, DVSE is above the other set-based and probabilistic models (PVSE, "
-              "PCME) in rSum.", "Sec. IV-B-1, Table I", "peak", RSUM, (*PVSE_ROWS, "PCME", "DVSE"), peak="DVSE"),
-    ClaimSpec("fr-improves-dvse", "FR improves DVSE significantly.", "Sec. IV-B-1, Tables I-II", "superiority", RSUM,
+              "PCME) in rSum.", "Sec. IV-B-1, Table I", "peak", ALL_RSUM, (*PVSE_ROWS, "PCME", "DVSE"), peak="DVSE"),
+    ClaimSpec("fr-improves-dvse", "FR improves DVSE significantly.", "Sec. IV-B-1, Tables I-II", "superiority", ALL_RSUM,
               ("DVSE + FR", "DVSE")),
-    ClaimSpec("dvse-fr-best", "DVSE + FR surpasses every other model.", "Sec. IV-B-1, Table I", "peak", RSUM,
+    ClaimSpec("dvse-fr-best", "DVSE + FR surpasses every other model.", "Sec. IV-B-1, Table I", "peak", ALL_RSUM,
               tuple(ORDER), peak="DVSE + FR"),
     ClaimSpec("fr-improves-any-model", "FR can improve any image-text retrieval model (every model of this chapter, "
-              "its own scores re-ranked).", "Sec. IV-B-1", "universal", RSUM,
+              "its own scores re-ranked).", "Sec. IV-B-1", "universal", ALL_RSUM,
               pairs=tuple((f"{m} + FR", m) for m in MODELS)),
     ClaimSpec("fr-improves-region-dvse", "FR improves DVSE on region features (the paper's Faster R-CNN rows).",
-              "Sec. IV-B-1, Tables I-II", "superiority", RSUM, (f"{REGIONS} + FR", REGIONS)),
+              "Sec. IV-B-1, Tables I-II", "superiority", ALL_RSUM, (f"{REGIONS} + FR", REGIONS)),
     ClaimSpec("pvse-r1-rises-with-k", "PVSE: as K grows, R@1 rises (CUB).", "Sec. IV-B-2, Table III", "trend", CUB_R1,
               PVSE_ROWS),
     ClaimSpec("pvse-rp-falls-with-k", "PVSE: as K grows, R-P falls (CUB).", "Sec. IV-B-2, Table III", "trend", CUB_RP,
@@ -502,9 +556,9 @@ TRAIN_CLAIMS: list[ClaimSpec] = [
     ClaimSpec("rr-mr-improve", "RR and MR improve on DVSE without re-ranking too.", "Sec. IV-B-3, Table IV",
               "universal", ALL_RSUM, pairs=(("DVSE + RR", "DVSE"), ("DVSE + MR", "DVSE"))),
     ClaimSpec("dvse-over-dive", "DVSE outperforms DiVE on Flickr30K in rSum.", "Sec. IV-B-1, Table II",
-              "superiority", RSUM, ("DVSE", "DiVE")),
+              "superiority", ALL_RSUM, ("DVSE", "DiVE")),
     ClaimSpec("bert-close-to-vseinf-dive", "With ResNeXt-101 + BERT, DVSE is only slightly below VSEinf and DiVE "
-              "(declared: VSEinf and DiVE above it by less than 10 rSum).", "Sec. IV-B-1, Table I", "universal", RSUM,
+              "(declared: VSEinf and DiVE above it by less than 10 rSum).", "Sec. IV-B-1, Table I", "universal", ALL_RSUM,
               direction="less", pairs=(("VSEinf (ResNeXt-101 + BERT)", BERT_DVSE), ("DiVE (ResNeXt-101 + BERT)",
                                                                                      BERT_DVSE)),
               each="non-inferiority", margin=10.0),
@@ -526,17 +580,39 @@ def column_evidence(per_run: pd.DataFrame, models: Sequence[str], cols: Sequence
     return {f"{m}: {c}": e for c in cols for m, e in seed_evidence(runs, [c], split=split).items()}
 
 
-def train_judgements(per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig) -> list[Judgement]:
+def query_evidence(per_run: pd.DataFrame, per_query: Mapping[tuple[str, int], QueryValues], metric: str,
+                   split: str) -> dict[str, Evidence]:
+    """{model: Evidence} of each model of `per_run` from its seeds' per-query values of `metric` (`query_values`,
+    stratified by direction), converged and collapsed as `claims.seed_evidence` reads them from `per_run`."""
+    out = {}
+    for model, rows in per_run.groupby("model", sort=False):
+        seeds = tuple(int(s) for s in rows["seed"])
+        missing = [s for s in seeds if (model, s) not in per_query]
+        if missing:
+            raise KeyError(f"query_evidence: no per-query values of {model!r}, seed(s) {missing}")
+        found = [per_query[model, s][metric] for s in seeds]
+        collapse = [str(c) for c in rows["collapse"] if isinstance(c, str) and c] if "collapse" in rows else []
+        out[str(model)] = Evidence(seeds, np.stack([v for v, _ in found]), split=split,
+                                   converged=bool(rows["converged"].all()), collapse="; ".join(collapse),
+                                   strata=found[0][1])
+    return out
+
+
+def train_judgements(per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,
+                     per_query: Mapping[tuple[str, int], QueryValues] | None = None) -> list[Judgement]:
     """Every claim of `TRAIN_CLAIMS` judged on train.py's runs: `per_run` (`train_and_score`'s, "+ FR" rows
-    included) and Table 4's `t4` (`rerank_rows` of every DVSE seed), each compared model's per-seed score the mean
+    included) and Table 4's `t4` (`rerank_rows` of every DVSE seed). Each compared model's evidence is its seeds'
+    per-query values (`query_evidence`) where `per_query` has the claim's metric, else its per-seed score, the mean
     of the claim's columns (`CLAIM_METRICS`); the universal CUB claim per column (`column_evidence`)."""
     out = []
     for spec in TRAIN_CLAIMS:
+        on_t4 = spec.metric == RERANK_S or spec.source.endswith("Table IV")
         if spec.metric == CUB_EACH:
             evidence = column_evidence(per_run, ["DVSE", "DVSE + FR"], list(TABLE3_COLUMNS), "test unseen classes")
+        elif per_query is not None and not on_t4 and spec.metric in QUERY_METRICS:
+            evidence = query_evidence(per_run, per_query, spec.metric, CLAIM_METRICS[spec.metric][1])
         else:
             cols, split = CLAIM_METRICS[spec.metric]
-            on_t4 = spec.metric == RERANK_S or spec.source.endswith("Table IV")
             evidence = seed_evidence(t4 if on_t4 else per_run, cols, split=split)
         out.append(judge(spec, evidence, dataset=run.dataset, profile=run.profile))
     return out
@@ -1125,8 +1201,9 @@ def claims_preamble(profile: str, dataset: str) -> str:
               "verdict protocol (docs/claims.md): the effect with a 95% bootstrap interval over the seeds (paired by "
               "seed where the compared runs share them: a model with and without re-ranking is the same trained "
               "model), margins declared with the claim, and \"not tested\" on runs that did not converge or "
-              "collapsed, on one seed, or on models this book does not build. The intervals cover training noise "
-              "only (per-seed scores; no per-query values yet).")
+              "collapsed, on one seed, or on models this book does not build. The intervals of train.py's rSum and "
+              "CUB-style R-P / R@1 claims cover test sampling too (per-query values, paired by query); the others "
+              "cover training noise only (per-seed scores).")
 
 
 # ------------------------------------------------------------------------------------------ run counts
