@@ -638,7 +638,8 @@ def _per_query(per_run: pd.DataFrame) -> dict:
     wiggle = np.tile([1.0, -1.0], 6)
     cub = {CUB_RP: ["CUB i2t R-P", "CUB t2i R-P"], CUB_R1: ["CUB i2t R@1", "CUB t2i R@1"]}
     return {(r["model"], r["seed"]): {ALL_RSUM: (r["all rSum"] + wiggle, strata),
-                                      **{m: (np.mean([r[c] for c in cols]) + wiggle, strata) for m, cols in cub.items()}}
+                                      **{m: (np.mean([r[c] for c in cols]) + wiggle, strata)
+                                         for m, cols in cub.items()}}
             for r in per_run.to_dict("records")}
 
 
@@ -769,7 +770,8 @@ def test_fr_scale_runs_by_hand():
 
 
 def _sweep(seeds=(0,)) -> pd.DataFrame:
-    rows = [("beta", v, a, b) for v, a, b in zip((0.2, 0.4, 0.6, 0.8), (50.0, 52.0, 60.0, 51.0), (40.0, 42.0, 41.0, 40.0))]
+    rows = [("beta", v, a, b) for v, a, b in zip((0.2, 0.4, 0.6, 0.8), (50.0, 52.0, 60.0, 51.0),
+                                                   (40.0, 42.0, 41.0, 40.0))]
     rows += [("eta", v, a, a) for v, a in zip((0.2, 0.4, 0.6, 0.8), (50.0, 56.0, 52.0, 54.0))]
     return pd.DataFrame([{"parameter": p, "value": v, "seed": s, "converged": True, "collapse": "",
                           "all i2t R@1": a + s, "all i2t R@5": a + 10, "all t2i R@1": b + s, "all t2i R@5": b + 10}
@@ -787,7 +789,8 @@ def _t6_runs(all_seeded: bool, class_peak: int = 8) -> pd.DataFrame:
     `all_seeded`."""
     ks = ABLATION_GRIDS["cpu"]["K"]
     return pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, "converged": True, "collapse": "",
-                          "all rSum": 100.0 - abs(k - 6) + s, **{c: 30.0 - abs(k - class_peak) + s for c in TABLE3_COLUMNS}}
+                          "all rSum": 100.0 - abs(k - 6) + s,
+                          **{c: 30.0 - abs(k - class_peak) + s for c in TABLE3_COLUMNS}}
                          for k in ks for s in ((0, 1, 2) if all_seeded or k in (1, 6) else (0,))])
 
 
