@@ -321,6 +321,9 @@ def test_fr_grid_is_r1_after_fr_at_each_pair():
         a = _fr(i2t.numpy(), s1, s2) if d == "i2t" else i2t.numpy()
         b = _fr(t2i.numpy().T, s1, s2).T if d == "t2i" else t2i.numpy()
         assert r1 == pytest.approx(_recalls(a, b, cap_img)[f"{d} R@1"])
+    for r in out.to_dict("records"):  # one hit (0 or 100) per query of the direction, their mean R@1
+        assert len(r["hits"]) == (N if r["direction"] == "i2t" else N * PER) and set(r["hits"]) <= {0.0, 100.0}
+        assert r["hits"].mean() == pytest.approx(r["R@1"])
 
 
 # -------------------------------------------------------------------------------------- Figures 6 and 10
@@ -767,6 +770,20 @@ def test_fr_scale_runs_by_hand():
     out = fr_scale_runs(runs).set_index("model")["R@1"].to_dict()
     assert out == {"γ=1": 40.0, "γ=25": 50.0, "γ=100": 30.0, "γ1 = γ2": 40.0, "γ1 > γ2": 20.0, "γ1 < γ2": 20.0,
                    "best λ1 < λ2": 60.0, "best λ1 >= λ2": 45.0}
+
+
+def test_fr_scale_runs_with_per_query_hits_pair_figure7_by_seed_and_query():
+    runs = _fr_runs((1.0, 25.0, 100.0), (40.0, 50.0, 30.0), seeds=(0, 1, 2))
+    q = np.arange(100)
+    runs["hits"] = [np.where(q < r, 100.0, 0.0) for r in runs["R@1"]]  # 100 queries: R@1 r -> the first r hit
+    scales = fr_scale_runs(runs).set_index(["model", "seed"])
+    assert scales.loc[("γ1 > γ2", 0), "hits"].tolist() == [100.0] * 20 + [0.0] * 80  # the 3 cells' mean: 20
+    assert scales.loc[("best λ1 < λ2", 1), "hits"].tolist() == [100.0] * 61 + [0.0] * 39  # R@1 60 + seed 1
+    judged = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(False), runs, _sweep(), _RUN)}
+    for key in ("fr-gamma1-above-lowers", "fr-gamma1-below-lowers", "fr-t2i-off-diagonal"):
+        j = judged[key]
+        assert (j.verdict, j.paired, j.n_queries) == ("held", "seed+query", 100), key
+    assert judged["fr-gamma1-above-lowers"].effect == pytest.approx(20.0)  # diagonal 40 (40, 50, 30) vs 20
 
 
 def _sweep(seeds=(0,)) -> pd.DataFrame:

@@ -86,7 +86,7 @@ from xmr_core.evaluate import (
 )
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config, dvse_config
-from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats, retrieval_metrics
+from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats
 from xmr_core.results import write_figure, write_table
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
 from xmr_core.train import FitResult
@@ -724,7 +724,7 @@ def sweep_figure(sweep: pd.DataFrame) -> Figure:
 def fr_grid(scores: ModelScores, split: Split, values: Sequence[float]) -> pd.DataFrame:
     """Figure 7: instance R@1 on the whole test split after FR at every pair of `values`, image queries
     re-ranked with (gamma1, gamma2) = (s1, s2), caption queries with (lambda1, lambda2) = (s1, s2).
-    Columns: direction, s1, s2, R@1."""
+    Columns: direction, s1, s2, R@1 and hits (each query's R@1 hit x 100, (Q,): their mean is R@1)."""
     i2t, t2i = scores.whole
     queries = {"i2t": i2t, "t2i": t2i.T}
     relevance = {d: split.relevance("instance", d) for d in DIRECTIONS}
@@ -732,9 +732,9 @@ def fr_grid(scores: ModelScores, split: Split, values: Sequence[float]) -> pd.Da
     for d in DIRECTIONS:
         for s1 in values:
             for s2 in values:
-                reranked = fast_rerank(queries[d], (s1, s2))
-                rows.append({"direction": d, "s1": s1, "s2": s2,
-                             "R@1": retrieval_metrics(reranked, relevance[d], ks=(1,))["R@1"]})
+                stats = ranking_stats(fast_rerank(queries[d], (s1, s2)), {"instance": relevance[d]})["instance"]
+                hits = _hit_at_1(stats).numpy()
+                rows.append({"direction": d, "s1": s1, "s2": s2, "R@1": float(hits.mean()), "hits": hits})
     return pd.DataFrame(rows)
 
 
@@ -858,16 +858,36 @@ def impact_runs(t5_runs: pd.DataFrame) -> pd.DataFrame:
 
 def fr_scale_runs(fr_runs: pd.DataFrame) -> pd.DataFrame:
     """Figure 7's compared "models" per seed (`fr_grid_runs`): each diagonal scale ("γ=<s>": i2t R@1 at gamma1 =
-    gamma2 = s), the i2t R@1 averaged over the cells "γ1 = γ2", "γ1 > γ2" and "γ1 < γ2", and the best t2i R@1 of the
-    cells "best λ1 < λ2" and "best λ1 >= λ2"."""
+    gamma2 = s), the i2t R@1 averaged over the cells "γ1 = γ2", "γ1 > γ2" and "γ1 < γ2", and the t2i R@1 of the
+    best cell of "best λ1 < λ2" and of "best λ1 >= λ2"; with `fr_grid`'s per-query hits, theirs too (the cells'
+    mean, the best cell's)."""
     keys = ["seed", "converged", "collapse"]
+    per_query = "hits" in fr_runs
     i2t, t2i = (fr_runs[fr_runs["direction"] == d] for d in DIRECTIONS)
-    diagonal = i2t[i2t["s1"] == i2t["s2"]].assign(model=lambda d: [scale_label(s) for s in d["s1"]])
+    rows = [{"model": scale_label(r["s1"]), **{k: r[k] for k in keys}, "R@1": r["R@1"],
+             **({"hits": r["hits"]} if per_query else {})}
+            for r in i2t[i2t["s1"] == i2t["s2"]].to_dict("records")]
     region = np.select([i2t["s1"] > i2t["s2"], i2t["s1"] < i2t["s2"]], ["γ1 > γ2", "γ1 < γ2"], "γ1 = γ2")
-    means = i2t.assign(model=region).groupby(["model", *keys], sort=False)["R@1"].mean().reset_index()
+    for (model, *key), cells in i2t.assign(model=region).groupby(["model", *keys], sort=False):
+        rows.append({"model": model, **dict(zip(keys, key)), "R@1": float(cells["R@1"].mean()),
+                     **({"hits": np.mean(np.stack(cells["hits"].tolist()), axis=0)} if per_query else {})})
     side = np.where(t2i["s1"] < t2i["s2"], "best λ1 < λ2", "best λ1 >= λ2")
-    best = t2i.assign(model=side).groupby(["model", *keys], sort=False)["R@1"].max().reset_index()
-    return pd.concat([p[["model", *keys, "R@1"]] for p in (diagonal, means, best)], ignore_index=True)
+    for (model, *key), cells in t2i.assign(model=side).groupby(["model", *keys], sort=False):
+        best = cells.loc[cells["R@1"].idxmax()]
+        rows.append({"model": model, **dict(zip(keys, key)), "R@1": float(best["R@1"]),
+                     **({"hits": best["hits"]} if per_query else {})})
+    return pd.DataFrame(rows)
+
+
+def frame_query_evidence(runs: pd.DataFrame, column: str, split: str) -> dict[str, Evidence]:
+    """{model: Evidence} of a per-run frame (model, seed, converged, collapse) whose `column` holds each run's
+    per-query values (Q,) (one direction: one stratum)."""
+    out = {}
+    for model, rows in runs.groupby("model", sort=False):
+        collapse = [str(c) for c in rows["collapse"] if isinstance(c, str) and c]
+        out[str(model)] = Evidence(tuple(int(s) for s in rows["seed"]), np.stack(rows[column].tolist()),
+                                   split=split, converged=bool(rows["converged"].all()), collapse="; ".join(collapse))
+    return out
 
 
 def sweep_models(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -892,8 +912,15 @@ def ablate_judgements(t5_runs: pd.DataFrame, t6_runs: pd.DataFrame, fr_runs: pd.
                       run: RunConfig) -> list[Judgement]:
     """Every claim of `ABLATE_CLAIMS` judged on ablate.py's runs: Table V (`table5_runs`, and its per-seed
     `impact_runs`), Table VI (`table6_runs`), Figure 7 (`fr_grid_runs` as `fr_scale_runs`) and Figures 8-9
-    (`sweep_runs`, `beta_range_runs`). A sweep point with one seed and no per-query values is "not tested"."""
-    fr = seed_evidence(fr_scale_runs(fr_runs), ["R@1"], split="test")
+    (`sweep_runs`, `beta_range_runs`). Figure 7's claims use each query's R@1 hit where `fr_runs` has them (the
+    same DVSE seeds re-ranked: paired by seed and query). A sweep point with one seed and no per-query values is
+    "not tested"."""
+    scales = fr_scale_runs(fr_runs)
+    fr = {**seed_evidence(scales, ["R@1"], split="test i2t"),  # the i2t claims' queries are the test images
+          **seed_evidence(scales[scales["model"].str.startswith("best λ")], ["R@1"], split="test t2i")}
+    if "hits" in scales:
+        fr = {**frame_query_evidence(scales[~scales["model"].str.startswith("best λ")], "hits", "test i2t"),
+              **frame_query_evidence(scales[scales["model"].str.startswith("best λ")], "hits", "test t2i")}
     evidence = {
         ALL_RSUM: {**seed_evidence(t5_runs, ["all rSum"], split="test"),
                    **seed_evidence(t6_runs, ["all rSum"], split="test")},
