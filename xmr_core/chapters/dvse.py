@@ -70,6 +70,9 @@ from xmr_core.claims import (
     judgements_frame,
     seed_evidence,
 )
+from xmr_core.claims import (
+    query_evidence as stratified_evidence,  # this module's query_evidence reads QueryValues
+)
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate, image_loader
@@ -879,17 +882,6 @@ def fr_scale_runs(fr_runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def frame_query_evidence(runs: pd.DataFrame, column: str, split: str) -> dict[str, Evidence]:
-    """{model: Evidence} of a per-run frame (model, seed, converged, collapse) whose `column` holds each run's
-    per-query values (Q,) (one direction: one stratum)."""
-    out = {}
-    for model, rows in runs.groupby("model", sort=False):
-        collapse = [str(c) for c in rows["collapse"] if isinstance(c, str) and c]
-        out[str(model)] = Evidence(tuple(int(s) for s in rows["seed"]), np.stack(rows[column].tolist()),
-                                   split=split, converged=bool(rows["converged"].all()), collapse="; ".join(collapse))
-    return out
-
-
 def sweep_models(sweep: pd.DataFrame) -> pd.DataFrame:
     """`sweep_runs`' rows named as the compared models of the beta and eta claims ("β=0.4", "η=0.6")."""
     symbol = {"beta": "β", "eta": "η"}
@@ -919,8 +911,8 @@ def ablate_judgements(t5_runs: pd.DataFrame, t6_runs: pd.DataFrame, fr_runs: pd.
     fr = {**seed_evidence(scales, ["R@1"], split="test i2t"),  # the i2t claims' queries are the test images
           **seed_evidence(scales[scales["model"].str.startswith("best λ")], ["R@1"], split="test t2i")}
     if "hits" in scales:
-        fr = {**frame_query_evidence(scales[~scales["model"].str.startswith("best λ")], "hits", "test i2t"),
-              **frame_query_evidence(scales[scales["model"].str.startswith("best λ")], "hits", "test t2i")}
+        fr = {**stratified_evidence(scales[~scales["model"].str.startswith("best λ")], ["hits"], split="test i2t"),
+              **stratified_evidence(scales[scales["model"].str.startswith("best λ")], ["hits"], split="test t2i")}
     evidence = {
         ALL_RSUM: {**seed_evidence(t5_runs, ["all rSum"], split="test"),
                    **seed_evidence(t6_runs, ["all rSum"], split="test")},
