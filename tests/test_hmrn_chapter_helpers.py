@@ -310,66 +310,186 @@ def test_session_flops_count_one_matrix_product_by_hand():
 
 
 # ---------------------------------------------------------------------------------------------- claims
-def _claim_runs(late_r1: dict[str, float], rsum: dict[str, float]) -> pd.DataFrame:
-    """Two seeds of every model of the tables (3 rounds): round 3's R@1 and Avg. R@Sum given, seed 1 one above
-    seed 0 (seed std 0.71), every run converged."""
-    return pd.DataFrame([{"model": m, "seed": s, "converged": True, "round1/R@1": 1.0, "round2/R@1": 2.0,
-                          "round3/R@1": late_r1[m] + s, "mean/R@1": 10.0, "rsum": rsum[m] + s}
-                         for m in chapter.ORDER for s in (0, 1)])
+# ---------------------------------------------------------------------------------------------- claims
+def test_target_ranks_by_hand_and_as_run_row_counts_them():
+    scores = torch.tensor([[[3.0, 2.0, 1.0], [3.0, 2.0, 1.0], [0.0, 0.0, 5.0]],
+                           [[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [0.0, 0.0, 5.0]]])
+    assert chapter.target_ranks(scores).tolist() == [[1, 2, 1], [1, 1, 1]]  # as in test_run_row_ranks_by_hand
+    tied = torch.tensor([[[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]])
+    assert chapter.target_ranks(tied).tolist() == [[2, 3, 3]]  # ties pessimistic: image q after every tied one
 
 
-def test_train_claims_every_multi_vector_model_above_every_single_vector_one_and_r_hre_above_r_re():
-    complexity = pd.DataFrame([{"model": chapter.ENSEMBLE, "params (M)": 1.0, "MFLOPs per session": 2.0}])
-    late = {"R-RankFusion": 10.0, "R-RE": 20.0, "R-HRE": 30.0, "Drill-down": 40.0, "VSE0*": 50.0, chapter.TI: 60.0,
-            chapter.IT: 70.0, chapter.ENSEMBLE: 80.0}
-    rsum = {**late, "R-HRE": 25.0}  # R-HRE - R-RE = +5 Avg. R@Sum
-    claims = chapter.train_claims(_claim_runs(late, rsum), 3, complexity, 8).set_index("claim")
-    paradigm = claims.loc[claims.index.str.startswith("Multi-vector methods")].iloc[0]
-    assert paradigm["verdict"] == "held"
-    assert "15 of 15 pairs held" in paradigm["evidence"] and "Drill-down - R-HRE = +10.00" in paradigm["evidence"]
-    hre = claims.loc[claims.index.str.startswith("R-HRE is above R-RE")].iloc[0]
-    assert hre["verdict"] == "held" and "+5.00" in hre["evidence"]
-    # one single-vector model above one multi-vector model after round 2 refutes the claim for every pair
-    claims = chapter.train_claims(_claim_runs({**late, "R-HRE": 55.0}, rsum), 3, complexity, 8).set_index("claim")
-    paradigm = claims.loc[claims.index.str.startswith("Multi-vector methods")].iloc[0]
-    assert paradigm["verdict"] == "did not hold" and "13 of 15 pairs held" in paradigm["evidence"]
-    assert "Drill-down - R-HRE = -15.00" in paradigm["evidence"]
-    # HMRN against Drill-down, on our runs: the last round's R@1 and Avg. R@Sum
-    drill = claims.loc[claims.index.str.startswith("HMRN (the ensemble) beats Drill-down")].iloc[0]
-    assert drill["verdict"] == "held" and "ensemble - Drill-down = +40.00 round3/R@1" in drill["evidence"]
+def test_round_metric_rounds_count_back_from_the_last():
+    assert chapter.RoundMetric((1,), 3, 0).rounds(10) == list(range(3, 11))
+    assert chapter.RoundMetric((1,), -1, 0).rounds(10) == [9, 10]
+    assert chapter.RoundMetric((1,), 0, 0).rounds(4) == [4]
+    assert chapter.RoundMetric((1,), 3, 0).rounds(2) == []
 
 
-def test_default_margin_by_hand():
-    assert chapter.default_margin({"a": 10.0, "b": 8.0, "c": 9.0}, "a", 0.5) == (1.0, "held")
-    assert chapter.default_margin({"a": 10.0, "b": 12.0}, "a", 0.5) == (-2.0, "did not hold")
-    assert chapter.default_margin({"a": 10.0}, "a", 0.5)[1] == "not tested"
-    assert chapter.default_margin({"a": 10.0, "b": 8.0}, "a", float("nan")) == (2.0, "not tested")
+@pytest.mark.parametrize("metric", [chapter.RSUM, chapter.AVG_R1, chapter.LAST_R1, chapter.LATE_R1,
+                                    chapter.LAST_TWO_R1])
+def test_a_metric_per_query_averages_to_its_per_seed_value_from_multi_round_metrics(metric):
+    scores = _scores(1.0, 0, rounds=4, n=30)
+    row = pd.DataFrame([chapter.run_row("m", 0, True, chapter.RoundScores(scores, 0.0))])
+    m = chapter.METRICS[metric]
+    per_query = m.per_query(chapter.target_ranks(scores), 4)
+    assert per_query.shape == (30,)
+    assert per_query.mean() == pytest.approx(float(m.per_seed(row, 4).iloc[0]))
+    if metric == chapter.RSUM:  # the table's own Avg. R@Sum (metrics.multi_round)
+        assert per_query.mean() == pytest.approx(row["rsum"].iloc[0])
 
 
-def test_round_gain_by_hand():
-    gain, spread, v = chapter.round_gain(_per_run(), chapter.IT, 2)
-    assert gain == pytest.approx(16.0)  # gains 20 and 12
-    assert spread == pytest.approx(math.sqrt(32.0))  # std (ddof 1) of 20 and 12
-    assert v == "held"
-    assert chapter.round_gain(_per_run().iloc[:1], chapter.IT, 2)[2] == "not tested"
+def test_run_collapse_sees_tied_and_chance_runs_and_a_run_that_learnt_in_some_round():
+    tied = torch.zeros(3, 20, 20)
+    assert "tied" in chapter.run_collapse(tied)
+    row = chapter.run_row("m", 0, True, chapter.RoundScores(tied, 0.0))  # a fully tied model: R@K 0, meanR = G
+    assert row["mean/R@10"] == 0.0 and row["mean/meanR"] == 20.0 and row["collapse"]
+    chance = torch.randn(3, 200, 200, generator=torch.Generator().manual_seed(0))
+    assert "chance-level" in chapter.run_collapse(chance)
+    assert chapter.run_collapse(_scores(3.0, 0)) == ""
+    learnt_late = torch.cat([torch.zeros(1, 40, 40), _scores(3.0, 0)[1:]])  # tied in round 1 only
+    assert chapter.run_collapse(learnt_late) == ""
 
 
-def test_pair_claims_use_the_larger_spread_and_say_what_was_not_trained():
-    runs = pd.DataFrame([{"model": "a", "seed": 0, "rsum": 10.0}, {"model": "b", "seed": 0, "rsum": 7.0}])
-    pairs = {"a > b": ("a", "b", chapter.IT), "a > c": ("a", "c", chapter.IT)}
-    out = chapter.pair_claims(runs, pairs, {chapter.IT: 2.0}, "Table 6")
-    assert out[0]["verdict"] == "held" and "+3.00" in out[0]["evidence"]
-    assert out[1]["verdict"] == "not tested" and "c not trained" in out[1]["evidence"]
-    assert chapter.pair_claims(runs, pairs, {chapter.IT: 4.0}, "Table 6")[0]["verdict"] == "within noise"
-    assert chapter.pair_claims(runs, pairs, {chapter.IT: float("nan")}, "Table 6")[0]["verdict"] == "not tested"
+def _scores(strength: float, seed: int, rounds: int = 3, n: int = 40, growth: float = 0.0) -> torch.Tensor:
+    """(rounds, n, n) noise plus `strength` (+ `growth` per round) on set q's target image q."""
+    g = torch.Generator().manual_seed(seed)
+    lift = torch.tensor([strength + growth * r for r in range(rounds)])[:, None, None]
+    return torch.randn(rounds, n, n, generator=g) + lift * torch.eye(n)
 
 
-def test_sweep_claims_by_hand():
-    lam = {chapter.IT: pd.DataFrame({"lambda1": [1.0, 5.0, 10.0], "rsum": [10.0, 20.0, 15.0]})}
-    tau = {chapter.IT: pd.DataFrame({"tau": [10.0, 40.0], "rsum": [5.0, 20.0]})}
-    out = chapter.sweep_claims(lam, tau, {chapter.IT: 1.0})
-    assert [c["verdict"] for c in out] == ["held", "held"]
-    assert "best lambda1 = 5" in out[0]["evidence"] and "+15.00" in out[1]["evidence"]
+def _runs(strengths: dict[str, float], seeds=(0, 1, 2), converged: dict[str, bool] | None = None,
+          growth: float = 0.0) -> tuple[pd.DataFrame, dict]:
+    """Per-run rows (`run_row`) and scores of models whose target scores are lifted by `strengths` (None: every
+    score tied, a collapsed run), every seed's noise its own."""
+    rows, scores = [], {}
+    for m, lift in strengths.items():
+        for s in seeds:
+            sc = torch.zeros(3, 40, 40) if lift is None else _scores(lift, 100 * s + len(rows), growth=growth)
+            scores[m, s] = chapter.RoundScores(sc, 0.0)
+            rows.append(chapter.run_row(m, s, (converged or {}).get(m, True), scores[m, s]))
+    return pd.DataFrame(rows), scores
+
+
+def _spec(key: str):
+    return next(s for s in chapter.CLAIMS if s.key == key)
+
+
+CPU = RunConfig.from_params(PROFILE="cpu", DATASET="scenes")
+
+
+def test_a_superiority_claim_holds_fails_and_is_not_tested_on_constructed_runs():
+    spec = [_spec("hre-over-re")]
+    per_run, scores = _runs({chapter.HRE: 3.0, chapter.RE: 1.5})
+    held = chapter.judge_claims(spec, per_run, 3, CPU, scores)[0]
+    assert held.verdict == "held" and held.paired == "seed+query" and (held.n_seeds, held.n_queries) == (3, 40)
+    rsum = per_run.groupby("model")["rsum"].mean()
+    assert held.effect == pytest.approx(rsum[chapter.HRE] - rsum[chapter.RE]) and held.low > 0
+    per_run, scores = _runs({chapter.HRE: 1.5, chapter.RE: 3.0})
+    lost = chapter.judge_claims(spec, per_run, 3, CPU, scores)[0]
+    assert lost.verdict == "did not hold" and lost.high < 0
+    # without the scores: the seeds' values alone, paired by seed
+    seeds_only = chapter.judge_claims(spec, per_run, 3, CPU)[0]
+    assert seeds_only.n_queries == 0 and seeds_only.paired == "seed" and seeds_only.noise == "seeds"
+    assert seeds_only.effect == pytest.approx(lost.effect)
+    per_run, scores = _runs({chapter.HRE: 3.0, chapter.RE: None})
+    collapsed = chapter.judge_claims(spec, per_run, 3, CPU, scores)[0]
+    assert collapsed.verdict == "not tested" and collapsed.collapsed == (chapter.RE,) and "tied" in collapsed.reason
+    per_run, scores = _runs({chapter.HRE: 3.0, chapter.RE: 1.5}, converged={chapter.HRE: False})
+    unconverged = chapter.judge_claims(spec, per_run, 3, CPU, scores)[0]
+    assert unconverged.verdict == "not tested" and unconverged.unconverged == (chapter.HRE,)
+
+
+def test_the_collapse_column_read_back_from_a_csv_still_refuses_the_run(tmp_path):
+    per_run, _ = _runs({chapter.HRE: 3.0, chapter.RE: None})
+    per_run.to_csv(tmp_path / "per_seed.csv", index=False)
+    read = pd.read_csv(tmp_path / "per_seed.csv")  # "" reads back as NaN
+    judged = chapter.judge_claims([_spec("hre-over-re")], read, 3, CPU)[0]
+    assert judged.verdict == "not tested" and judged.collapsed == (chapter.RE,)
+
+
+def test_improves_with_queries_compares_the_ensemble_after_the_last_round_with_after_the_first():
+    spec = [_spec("improves-with-queries")]
+    per_run, scores = _runs({chapter.ENSEMBLE: 1.5}, growth=1.5)
+    judged = chapter.judge_claims(spec, per_run, 3, CPU, scores)[0]
+    assert judged.verdict == "held" and judged.paired == "seed+query"
+    r1 = per_run["round3/R@1"].mean() - per_run["round1/R@1"].mean()
+    assert judged.effect == pytest.approx(r1)
+    per_run, scores = _runs({chapter.ENSEMBLE: 4.0}, growth=-1.2)
+    assert chapter.judge_claims(spec, per_run, 3, CPU, scores)[0].verdict == "did not hold"
+
+
+def test_multi_over_single_is_refuted_by_one_multi_vector_model_below_and_needs_round_3():
+    lifts = {**{m: 5.0 for m in chapter.MULTI_VECTOR}, **{s: 1.5 for s in chapter.SINGLE_VECTOR}}
+    specs = [s for s in chapter.TRAIN_CLAIMS if s.key.startswith("multi-over-")]
+    assert len(specs) == len(chapter.SINGLE_VECTOR)
+    assert {p for s in specs for p in s.pairs} == {(m, s) for m in chapter.MULTI_VECTOR for s in chapter.SINGLE_VECTOR}
+    per_run, scores = _runs(lifts)
+    assert [j.verdict for j in chapter.judge_claims(specs, per_run, 3, CPU, scores)] == ["held"] * 3
+    per_run, scores = _runs({**lifts, **{s: 4.0 for s in chapter.SINGLE_VECTOR}, chapter.DRILL: 1.5})  # below each
+    assert [j.verdict for j in chapter.judge_claims(specs, per_run, 3, CPU, scores)] == ["did not hold"] * 3
+    too_few = chapter.judge_claims(specs, per_run[[c for c in per_run if not c.startswith("round3/")]], 2, CPU)
+    assert too_few[0].verdict == "not tested" and "rounds" in too_few[0].reason
+
+
+def test_train_judgements_leave_the_complexity_claim_not_tested_with_our_size():
+    per_run, scores = _runs({m: 2.0 for m in chapter.ORDER}, seeds=(0, 1))
+    complexity = pd.DataFrame([{"model": chapter.ENSEMBLE, "params (M)": 0.22, "MFLOPs per session": 19.7}])
+    judged = {j.spec.key: j for j in chapter.train_judgements(per_run, scores, 3, complexity, 64, CPU)}
+    assert set(judged) == {s.key for s in chapter.TRAIN_CLAIMS}
+    assert judged["lighter-than-itr"].verdict == "not tested" and "0.22 M parameters" in judged["lighter-than-itr"].reason
+    assert judged["ensemble-best"].verdict != "not tested"
+
+
+def test_sweep_claims_are_judged_on_the_points_the_run_has():
+    field = chapter.LAMBDA_FIELD[chapter.IT]
+    spec = _spec(f"f5-{field}-rises-then-falls")
+    labels = {v: chapter.sweep_label(chapter.IT, {field: v}) for v in (2.0, 5.0, 10.0)}
+    assert set(labels.values()) <= set(spec.models) and spec.peak == labels[5.0]
+    narrowed = chapter.on_grid(spec, labels.values())
+    assert narrowed.kind == "peak" and narrowed.models == tuple(labels.values())
+    assert "not inside" in chapter.on_grid(spec, [labels[5.0], labels[10.0]])
+    assert "1 of the claim's points" in chapter.on_grid(spec, [labels[5.0]])
+    icr = _spec("t8-icr-3-best")
+    two = chapter.on_grid(icr, ["ICR step 1", "ICR step 3"])  # cpu's Table 8: L = 1, 3
+    assert (two.kind, two.models) == ("superiority", ("ICR step 3", "ICR step 1"))
+    # one seed and per-query values: an interval over the query sets, paired by query
+    frame = pd.DataFrame({"model": [chapter.IT] * 3, "seed": [0] * 3, field: [2.0, 5.0, 10.0]})
+    per_run, raw = _runs({labels[v]: lift for v, lift in ((2.0, 1.5), (5.0, 4.0), (10.0, 2.0))}, seeds=(0,))
+    sweep = {chapter.IT: {(v,): raw[labels[v], 0] for v in labels}}
+    rows, scores = chapter.sweep_claim_runs(frame.assign(**{"converged": True}), sweep, {chapter.IT: (field,)})
+    assert list(rows["model"]) == list(labels.values()) and set(scores) == {(lab, 0) for lab in labels.values()}
+    judged = chapter.judge_claims([spec], per_run, 3, CPU, scores)[0]
+    assert judged.verdict == "held" and judged.paired == "query" and judged.noise.startswith("queries (one seed")
+    per_run, raw = _runs({labels[v]: lift for v, lift in ((2.0, 1.5), (5.0, 2.0), (10.0, 4.0))}, seeds=(0,))
+    assert chapter.judge_claims([spec], per_run, 3, CPU, {(m, 0): raw[m, 0] for m in labels.values()}
+                                )[0].verdict == "did not hold"
+
+
+def test_tau_levels_off_is_an_equivalence_within_the_declared_margin():
+    spec = _spec("f6-tau-levels-off-I-T")
+    assert (spec.kind, spec.margin) == ("equivalence", chapter.LEVEL_OFF_MARGIN)
+    a, b = spec.models
+    per_run, scores = _runs({a: 2.0, b: 2.0}, seeds=(0,))
+    same = {(m, 0): chapter.RoundScores(scores[b, 0].scores.clone(), 0.0) for m in (a, b)}  # the same model twice
+    assert chapter.judge_claims([spec], per_run, 3, CPU, same)[0].verdict == "held"
+    per_run, scores = _runs({a: 1.5, b: 4.0}, seeds=(0,))
+    assert chapter.judge_claims([spec], per_run, 3, CPU, scores)[0].verdict == "did not hold"
+
+
+def test_the_minilm_claim_needs_the_paper_profile():
+    spec = _spec("t10-bigru-over-minilm")
+    per_run, scores = _runs({chapter.BIGRU: 3.0, chapter.MINILM: 1.5})
+    assert chapter.judge_claims([spec], per_run, 3, CPU, scores)[0].reason == "needs profile paper; this run has cpu"
+    paper = RunConfig.from_params(PROFILE="paper", DATASET="scenes")
+    assert chapter.judge_claims([spec], per_run, 3, paper, scores)[0].verdict == "held"
+
+
+def test_every_declared_claim_can_hold_and_fail():
+    from xmr_core.claims import can_fail
+
+    assert [can_fail(s) for s in chapter.CLAIMS] == [""] * len(chapter.CLAIMS)
+    assert len({s.key for s in chapter.CLAIMS}) == len(chapter.CLAIMS)
 
 
 def test_paper_values_cover_tables_1_to_11():

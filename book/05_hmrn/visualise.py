@@ -121,8 +121,11 @@ plt.show()
 # %%
 claims = notebook_claims(run, "hmrn")
 preamble = (
-    "Each claim of the paper's experiments (Sec. 4) with what this run says of it. A difference holds only when it "
-    "exceeds the seed spread; claims on models that did not converge, or with one seed, are not tested. Scenes numbers "
+    "Each claim of the paper's experiments (Sec. 4) with what this run says of it, judged by the book's verdict "
+    "protocol (docs/claims.md: the effect with a 95% bootstrap interval over the seeds and, where the notebook scored "
+    "the runs, the test query sets, paired where the sides share seeds or query sets; margins declared with the "
+    "claim; not tested on runs that did not converge or collapsed, `claims.detect_collapse` on every round's "
+    "scores). The evidence column gives each claim's effect, interval, seeds / query sets and pairing. Scenes numbers "
     "are not Visual Genome numbers: the claims are orderings and trends.\n\n" + OFFICIAL_CODE_NOTE)
 write_claims(claims, "hmrn", run=run, preamble=preamble)
 claims_frame(claims)
