@@ -4,7 +4,6 @@ tensors and the claim rules, each against values worked out by hand or by brute 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import pandas as pd
@@ -457,7 +456,7 @@ def test_sweep_claims_are_judged_on_the_points_the_run_has():
     frame = pd.DataFrame({"model": [chapter.IT] * 3, "seed": [0] * 3, field: [2.0, 5.0, 10.0]})
     per_run, raw = _runs({labels[v]: lift for v, lift in ((2.0, 1.5), (5.0, 4.0), (10.0, 2.0))}, seeds=(0,))
     sweep = {chapter.IT: {(v,): raw[labels[v], 0] for v in labels}}
-    rows, scores = chapter.sweep_claim_runs(frame.assign(**{"converged": True}), sweep, {chapter.IT: (field,)})
+    rows, scores = chapter.sweep_claim_runs(frame.assign(converged=True), sweep, {chapter.IT: (field,)})
     assert list(rows["model"]) == list(labels.values()) and set(scores) == {(lab, 0) for lab in labels.values()}
     judged = chapter.judge_claims([spec], per_run, 3, CPU, scores)[0]
     assert judged.verdict == "held" and judged.paired == "query" and judged.noise.startswith("queries (one seed")
