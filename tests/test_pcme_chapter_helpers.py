@@ -56,6 +56,7 @@ def test_own_caption_score():
     scores = torch.tensor([[1.0, 3.0, 9.0, 9.0],   # row 0 queries image 0: mean(1, 3) = 2
                            [9.0, 9.0, 9.0, 5.0]])  # row 1 queries image 2: 5
     assert own_caption_score(scores, np.array([0, 2]), caption_image) == pytest.approx((2.0 + 5.0) / 2)
+    assert chapter.own_caption_scores(scores, np.array([0, 2]), caption_image).tolist() == pytest.approx([2.0, 5.0])
 
 
 def test_table3_ceiling_row():
@@ -302,6 +303,12 @@ def test_recall_by_sigma_and_bin_correlation():
     assert i2t["bin"].tolist() == [1, 2] and i2t["R@1"].tolist() == [100.0, 0.0]  # bins {0, 2}, {3, 1}
     assert i2t["sigma"].tolist() == pytest.approx([0.15, 0.35])
     assert t2i["R@1"].tolist() == [100.0, 50.0] and t2i["sigma"].tolist() == pytest.approx([0.15, 0.35])
+    # the per-query hits of the same bins: i2t images (0, 2), (3, 1); t2i captions (3, 2), (1, 0) by increasing σ
+    hits = chapter.sigma_bin_hits(scores, split, np.array([0.1, 0.4, 0.2, 0.3]), np.array([0.4, 0.3, 0.2, 0.1]), 2)
+    assert [b.tolist() for b in hits["i2t"]] == [[100.0, 100.0], [0.0, 0.0]]
+    assert [b.tolist() for b in hits["t2i"]] == [[100.0, 100.0], [0.0, 100.0]]
+    assert [b.mean() for b in hits["i2t"]] == i2t["R@1"].tolist()
+    assert [b.mean() for b in hits["t2i"]] == t2i["R@1"].tolist()
     assert chapter.bin_correlation(pd.DataFrame({"bin": [1, 2, 3, 4], "R@1": [40.0, 30.0, 20.0, 10.0]})) == \
         pytest.approx(-1.0)
     fig = chapter.recall_by_sigma_figure(i2t, t2i)
@@ -353,17 +360,24 @@ def test_set_algebra_against_a_direct_computation():
     p_erase = score_matrix(model, erased, captions).numpy()
     own = lambda p, images: np.mean([np.mean([p[k, c] for c in range(split.n_captions)
                                               if split.caption_image[c] == i]) for k, i in enumerate(images)])
-    wider = (uncertainty(erased[1]) > uncertainty(embed(a)[1])).float().mean().item()
+    sigma_a, sigma_erase = uncertainty(embed(a)[1]).numpy(), uncertainty(erased[1]).numpy()
+    own_row = lambda p, k, i: np.mean([p[k, c] for c in range(split.n_captions) if split.caption_image[c] == i])
+    per_pair = [[own_row(p_mix, k, k) for k in range(3)], [own_row(p_mix, k, k + 3) for k in range(3)], p_mix.mean(1),
+                [own_row(p_erase, k, k) for k in range(3)], p_erase.mean(1), sigma_a, sigma_erase]
+    for got, want in zip(measures, per_pair):
+        assert got.shape == (3,) and got.tolist() == pytest.approx(list(want), rel=1e-5)
+    # the frame the notebook writes: the means over the pairs and the share of images whose sigma grows
     expected = [own(p_mix, [0, 1, 2]), own(p_mix, [3, 4, 5]), p_mix.mean(), own(p_erase, [0, 1, 2]), p_erase.mean(),
-                wider]
-    assert list(measures) == pytest.approx(expected, rel=1e-5)
+                float(np.mean(sigma_erase > sigma_a))]
     frame = measures.frame()
-    assert frame["quantity"].tolist()[0] == "p(mix, captions of A)" and frame["value"].tolist() == list(measures)
+    assert frame["quantity"].tolist()[0] == "p(mix, captions of A)"
+    assert frame["value"].tolist() == pytest.approx(expected, rel=1e-5)
 
 
 def test_sigma_by_erasing_and_generic_caption():
     model, split, vocab = _tiny_pcme()
-    erasing = chapter.sigma_by_erasing(model, split, None, vocab, "cpu", [0.0, 0.5], np.random.default_rng(3))
+    found = chapter.sigma_by_erasing(model, split, None, vocab, "cpu", [0.0, 0.5], np.random.default_rng(3))
+    erasing = found.frame
     img, cap = chapter.embed_gaussians(model, split, vocab, "cpu")
     assert erasing["ratio"].tolist() == [0.0, 0.5]
     assert erasing["image sigma"][0] == pytest.approx(float(uncertainty(img[1]).mean()))
@@ -375,6 +389,13 @@ def test_sigma_by_erasing_and_generic_caption():
     pixels = erase_centre(split.images, 0.5)
     img_half, _ = chapter.embed_gaussians(model, with_images(split, pixels, "half"), vocab, "cpu")
     assert erasing["image sigma"][1] == pytest.approx(float(uncertainty(img_half[1]).mean()))
+    # the per-item σ the frame averages, item by item
+    assert found.image_sigma.shape == (2, split.n_images) and found.caption_sigma.shape == (2, split.n_captions)
+    for got, want in ((found.image_sigma[0], img[1]), (found.image_sigma[1], img_half[1]),
+                      (found.caption_sigma[0], cap[1]), (found.caption_sigma[1], cap_half[1])):
+        np.testing.assert_allclose(got, uncertainty(want).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(found.image_sigma.mean(1), erasing["image sigma"], rtol=1e-12)
+    np.testing.assert_allclose(found.caption_sigma.mean(1), erasing["caption sigma"], rtol=1e-12)
     fig = chapter.erasing_figure(erasing)
     assert [ax.get_title() for ax in fig.axes] == ["images: erased pixels", "captions: erased words"]
     plt.close(fig)
@@ -417,6 +438,10 @@ def test_sigma_by_level_and_correlation():
     by_level = chapter.sigma_by_level(split, sigma)
     assert by_level["level"].tolist() == ["full", "vague"] and by_level["captions"].tolist() == [2, 2]
     assert by_level["sigma"].tolist() == pytest.approx([0.15, 0.6]) and by_level["positives"].tolist() == [1.0, 3.5]
+    per_level = chapter.sigma_per_level(split, sigma)
+    assert list(per_level) == ["full", "vague"]
+    assert per_level["full"].tolist() == pytest.approx([0.1, 0.2]) and per_level["vague"].tolist() == pytest.approx([0.5, 0.7])
+    assert [per_level[lv].mean() for lv in by_level["level"]] == pytest.approx(by_level["sigma"].tolist())
     # ranks: sigma (3, 1, 4, 2), positives (3, 1.5, 4, 1.5): Pearson of the ranks = 4.5 / sqrt(5 * 4.5) = sqrt(0.9)
     assert chapter.sigma_positives_correlation(split, sigma) == pytest.approx(math.sqrt(0.9))
 
@@ -438,18 +463,58 @@ def test_level_gallery_picks_the_first_caption_of_each_level(monkeypatch: pytest
     np.testing.assert_allclose(values, [[0.7, 0.5], [0.95, 0.9]])
 
 
-def test_visualise_claims_verdicts():
-    erasing = pd.DataFrame({"ratio": [0.0, 0.5], "image sigma": [0.1, 0.2], "caption sigma": [0.3, 0.4]})
-    by_level = pd.DataFrame({"level": ["full", "vague"], "sigma": [0.1, 0.5], "positives": [1.0, 30.0]})
-    algebra = chapter.SetAlgebra(0.3, 0.25, 0.2, 0.5, 0.1, 0.4)
-    claims = chapter.visualise_claims(-0.5, -0.2, erasing, by_level, 0.8, 0.9, 0.6, algebra)
-    assert [c.verdict for c in claims] == ["held", "held", "held", "held", "did not hold"]  # sigma grows for 40% only
-    assert claims[0].evidence == "correlation of sigma bin and R@1: i2t -0.50, t2i -0.20"
-    assert claims[1].evidence == "image sigma 0.1000 → 0.2000; caption sigma 0.3000 → 0.4000"
-    assert claims[2].evidence.endswith("; all-unknown caption 0.9000 vs largest test caption 0.6000")
-    # i2t correlation positive, caption sigma falling, full captions widest, the mix below any caption for A, and
-    # the erased image wider for 60% of the images and closer to A's captions
-    falling = erasing.assign(**{"caption sigma": [0.4, 0.3]})
-    other = chapter.visualise_claims(0.1, -0.2, falling, by_level.assign(sigma=[0.5, 0.1]), 0.8, 0.9, 0.6,
-                                     chapter.SetAlgebra(0.1, 0.3, 0.2, 0.5, 0.1, 0.6))
-    assert [c.verdict for c in other] == ["did not hold", "did not hold", "did not hold", "did not hold", "held"]
+def _visualise_inputs(erase_a: float = 0.3) -> dict[str, object]:
+    """Constructed per-query values of every `VISUALISE_CLAIMS` claim: i2t R@1 falling over the thirds of σ, t2i
+    rising; image σ rising at every erased ratio, caption σ falling at the fourth; vague captions the widest; the mix
+    closer to A's and B's captions than to any; erase(A) wider than A but further from A's captions than from any."""
+    rng = np.random.default_rng(0)
+    third = lambda n_hits: np.r_[np.full(n_hits, 100.0), np.zeros(40 - n_hits)]  # 40 queries, n_hits hit
+    base_img, base_cap = rng.uniform(0.5, 1.0, 20), rng.uniform(0.5, 1.0, 30)
+    steps_cap = [0, 1, 2, 1, 3, 4]  # caption σ: +0.1, +0.1, -0.1, +0.2, +0.1
+    erasing = chapter.Erasing(pd.DataFrame({"ratio": list(chapter.ERASE_RATIOS)}),
+                              np.stack([base_img + 0.1 * i for i in range(6)]),
+                              np.stack([base_cap + 0.1 * i for i in steps_cap]))
+    per_level = {lv: centre + rng.normal(0, 0.02, 25) for lv, centre in
+                 (("full", 0.2), ("partial", 0.3), ("relational", 0.25), ("vague", 0.9))}
+    noise = lambda: rng.normal(0, 0.01, 20)
+    sigma_a = rng.uniform(0.5, 1.0, 20)
+    algebra = chapter.SetAlgebra(0.5 + noise(), 0.4 + noise(), 0.2 + noise(), erase_a + noise(), 0.35 + noise(),
+                                 sigma_a, sigma_a + 0.05)
+    return {"hits": {"i2t": [third(36), third(20), third(4)], "t2i": [third(4), third(20), third(36)]},
+            "erasing": erasing, "per_level": per_level, "algebra": algebra}
+
+
+def test_visualise_judgements_on_constructed_values():
+    run = RunConfig.from_params(PROFILE="cpu", DATASET="scenes")
+    inputs = _visualise_inputs()
+    judged = chapter.visualise_judgements(chapter.visualise_evidence(0, True, "", **inputs), run)
+    assert [j.spec.key for j in judged] == [s.key for s in chapter.VISUALISE_CLAIMS]
+    assert [j.verdict for j in judged] == ["held", "did not hold", "held", "did not hold", "held", "held", "held",
+                                           "did not hold"]
+    levels = {lv: v.mean() for lv, v in inputs["per_level"].items()}
+    algebra = inputs["algebra"]
+    expected = [40.0, -40.0, 0.1, -0.1,  # the smallest step: 90 -> 50 -> 10 %; +0.1 each; the fall at the fourth
+                levels["vague"] - levels["partial"],  # vague - the widest other level
+                min(algebra.mix_a.mean(), algebra.mix_b.mean()) - algebra.mix_any.mean(),  # the weakest pair
+                0.05, algebra.erase_a.mean() - algebra.erase_any.mean()]
+    assert [j.effect for j in judged] == pytest.approx(expected)
+    # the same items at every ratio (and the same pairs) are paired; σ thirds and levels hold other queries
+    assert [j.paired for j in judged] == ["none", "none", "query", "query", "none", "query", "query", "query"]
+    assert all(j.n_seeds == 1 and j.noise == "queries (one seed: test sampling only)" for j in judged)
+    assert [j.n_queries for j in judged] == [40, 40, 20, 30, 25, 20, 20, 20]
+    assert (judged[2].low, judged[2].high) == pytest.approx((0.1, 0.1))  # every image rises by exactly 0.1
+    # erase(A) just as close to A's captions as to any caption (each pair's difference is noise): within noise
+    tied = chapter.visualise_evidence(0, True, "", **_visualise_inputs(erase_a=0.35))
+    assert chapter.visualise_judgements(tied, run)[-1].verdict == "within noise"
+    # an unconverged or a collapsed model tests nothing; off scenes the levels claim is not tested
+    for converged, collapse, why in ((False, "", "did not converge"), (True, "every query's scores are tied",
+                                                                      "collapsed (every query's scores are tied)")):
+        out = chapter.visualise_judgements(chapter.visualise_evidence(0, converged, collapse, **inputs), run)
+        assert {j.verdict for j in out} == {"not tested"} and all(why in j.reason for j in out)
+    coco = RunConfig.from_params(PROFILE="cpu", DATASET="coco")
+    off = chapter.visualise_judgements(chapter.visualise_evidence(0, True, "", **inputs), coco)
+    assert off[4].verdict == "not tested" and "needs data set scenes" in off[4].reason
+    assert [j.verdict for j in off[:4] + off[5:]] == [j.verdict for j in judged[:4] + judged[5:]]
+    # the evidence is built from exactly the thirds of SIGMA_THIRDS
+    with pytest.raises(ValueError, match="i2t: 2 σ bins, expected 3"):
+        chapter.visualise_evidence(0, True, "", **{**inputs, "hits": {"i2t": inputs["hits"]["i2t"][:2]}})
