@@ -827,14 +827,17 @@ FIG8 = {"mix_a": "p(mix, A's captions)", "mix_b": "p(mix, B's captions)", "mix_a
 
 
 def sigma_third(direction: str, third: str) -> str:
+    """The compared "model" of Figure 6's claims: one direction's queries in one third of σ."""
     return f"{direction} queries, {third} third of sigma"
 
 
 def erased(modality: str, ratio: float) -> str:
+    """The compared "model" of Figure 7's claims: the images (captions) at one erased ratio."""
     return f"{modality}, {ratio:.0%} erased"
 
 
 def level_captions(level: str) -> str:
+    """The compared "model" of Figure 5's claim: the captions of one specificity level."""
     return f"{level} captions"
 
 
