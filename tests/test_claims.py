@@ -412,3 +412,12 @@ def test_query_evidence_reads_per_query_arrays_one_stratum_a_column() -> None:
     per_run.at[1, "t2i"] = np.array([30.0, 30.0])
     with pytest.raises(ValueError, match="model 'A', columns \\['i2t', 't2i'\\]: the runs score different numbers"):
         claims.query_evidence(per_run, ["i2t", "t2i"])
+
+
+def test_a_reason_shared_by_several_compared_groups_is_said_once() -> None:
+    tied = "every query's scores are tied across the gallery"
+    ev = {m: Evidence(SEEDS, np.array([1.0, 2.0, 3.0]), converged=False, collapse=tied) for m in "ABC"}
+    j = judge(ClaimSpec("t", "t", "s", "trend", "m", models=("A", "B", "C")), ev)
+    assert j.verdict == "not tested" and j.reason == f"A, B, C did not converge; A, B, C collapsed ({tied})"
+    u = judge(ClaimSpec("u", "t", "s", "universal", "m", pairs=(("A", "B"), ("A", "C"))), ev)
+    assert u.reason.count(tied) == 1 and u.reason.startswith("A vs B: not tested; A vs C: not tested (not tested: ")

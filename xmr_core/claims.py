@@ -432,6 +432,26 @@ def _decide(kind: Kind, margin: float, low: float, high: float) -> tuple[Verdict
     return "within noise", f"interval spans {bound:g}: effects outside [{low:+.3g}, {high:+.3g}] ruled out"
 
 
+def _unsound_reason(unconverged: Sequence[str], collapsed: Sequence[str], evidence: Mapping[str, Evidence]) -> str:
+    """Why a claim is not tested on runs that did not converge or collapsed, each reason said once: "A, B did not
+    converge; A, C collapsed (why)"."""
+    why = [f"{', '.join(unconverged)} did not converge"] if unconverged else []
+    by_reason: dict[str, list[str]] = {}
+    for m in collapsed:
+        by_reason.setdefault(evidence[m].collapse, []).append(m)
+    return "; ".join(why + [f"{', '.join(ms)} collapsed ({r})" for r, ms in by_reason.items()])
+
+
+def _universal_reason(parts: Sequence[Judgement], evidence: Mapping[str, Evidence]) -> str:
+    """Each pair's verdict, then why the pairs not tested were not, each unsound run and each other reason once."""
+    verdicts = "; ".join(f"{' vs '.join(j.spec.models)}: {j.verdict}" for j in parts)
+    unconverged = sorted({m for j in parts for m in j.unconverged})
+    collapsed = sorted({m for j in parts for m in j.collapsed})
+    reasons = [_unsound_reason(unconverged, collapsed, evidence)] if unconverged or collapsed else []
+    reasons += dict.fromkeys(j.reason for j in parts if j.verdict == "not tested" and not (j.unconverged or j.collapsed))
+    return verdicts + (f" (not tested: {'; '.join(reasons)})" if reasons else "")
+
+
 def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | None = None,
           profile: str | None = None) -> Judgement:
     """Judge `spec` on this run's `evidence` ({model: Evidence} holding every model in `spec.compared`)."""
@@ -451,9 +471,7 @@ def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | N
             spec, universal_verdict([j.verdict for j in parts]), worst.effect, worst.low, worst.high,
             f"weakest pair: {worst.effect_of or ' vs '.join(worst.spec.models)}",
             min(j.n_seeds for j in parts), min(j.n_queries for j in parts),
-            worst.paired, worst.noise, reason="; ".join(f"{' vs '.join(j.spec.models)}: {j.verdict}"
-                                                        + (f" ({j.reason})" if j.verdict == "not tested" else "")
-                                                        for j in parts),
+            worst.paired, worst.noise, reason=_universal_reason(parts, evidence),
             unconverged=tuple(sorted({m for j in parts for m in j.unconverged})),
             collapsed=tuple(sorted({m for j in parts for m in j.collapsed})), parts=parts)
     sides = [evidence[m] for m in spec.models]
@@ -461,9 +479,8 @@ def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | N
     collapsed = tuple(m for m, e in zip(spec.models, sides) if e.collapse)
     counts = {"n_seeds": min(len(e.seeds) for e in sides), "n_queries": min(e.n_queries for e in sides)}
     if unconverged or collapsed:
-        why = [f"{m} did not converge" for m in unconverged] + [f"{m} collapsed ({evidence[m].collapse})"
-                                                                for m in collapsed]
-        return Judgement(spec, "not tested", reason="; ".join(why), unconverged=unconverged, collapsed=collapsed,
+        return Judgement(spec, "not tested", reason=_unsound_reason(unconverged, collapsed, evidence),
+                         unconverged=unconverged, collapsed=collapsed,
                          **counts)
     statistic, effect_of = _statistic(spec, spec.models)
     found = _interval(sides, statistic)
