@@ -8,19 +8,13 @@ import pandas as pd
 import pytest
 
 from xmr_core.chapters.summary import (
-    Comparison,
-    best_other_margin,
     ceiling_first,
     ceiling_frame,
     ceiling_note,
     ceiling_row,
     ceiling_share,
-    compare_models,
-    converged_by_model,
     dataset_note,
     mean_std,
-    model_means,
-    peak,
     seed_means,
     seed_summary,
     with_ceiling,
@@ -58,35 +52,8 @@ def test_seed_summary_mean_std_seeds_in_order(per_run):
     assert out["seeds"].iloc[1] == 2
 
 
-def test_seed_means_and_model_means(per_run):
+def test_seed_means(per_run):
     assert seed_means(per_run, "A", ["x", "y"]).tolist() == [20.0, 30.0]
-    assert model_means(per_run, ["B", "A"], ["x", "y"]) == {"B": 4.0, "A": 25.0}
-
-
-def test_compare_models_diff_spread_verdict(per_run):
-    c = compare_models(per_run, "A", "B", ["x", "y"])
-    # A per seed: 20, 30 (std sqrt 50); B: 3, 5 (std sqrt 2)
-    assert isinstance(c, Comparison)
-    assert c.diff == pytest.approx(25.0 - 4.0)
-    assert c.spread == pytest.approx(math.sqrt(50.0))
-    assert c.verdict == "held"
-    assert compare_models(per_run, "B", "A", ["x", "y"]).verdict == "did not hold"
-    single = compare_models(per_run, "C", "A", ["x"])
-    assert single.verdict == "not tested" and single.spread == pytest.approx(math.sqrt(50.0))
-
-
-def test_compare_models_within_noise():
-    df = pd.DataFrame({"model": ["A", "A", "B", "B"], "x": [0.0, 10.0, 4.0, 5.0]})
-    c = compare_models(df, "A", "B", ["x"])
-    assert c.diff == pytest.approx(0.5) and c.verdict == "within noise"
-
-
-def test_best_other_margin_picks_the_best_other(per_run):
-    means = model_means(per_run, ["A", "B", "C"], ["x"])  # A 15, B 2, C 50
-    m = best_other_margin(per_run, "A", means, ["x"])
-    assert m.diff == pytest.approx(15.0 - 50.0)
-    m = best_other_margin(per_run, "C", means, ["x"])
-    assert m.diff == pytest.approx(50.0 - 15.0)
 
 
 def test_with_paper_puts_the_paper_value_beside_ours(monkeypatch, per_run):
@@ -102,25 +69,6 @@ def test_with_paper_puts_the_paper_value_beside_ours(monkeypatch, per_run):
     assert math.isnan(out["x std"].iloc[1])  # one seed: no std
     proto = with_paper(summary, "ch", "t", {"x": "1K|x/key"}, "scenes")
     assert proto["x (paper)"].iloc[0] == 2.5
-
-
-def test_peak_inside_the_grid_against_the_spread():
-    # interior best 12 beats the better end 10 by 2: held with spread 1, within noise with spread 3
-    assert peak({8: 10.0, 1: 8.0, 4: 11.0, 2: 12.0}, 1.0) == (2, 2.0, "held")
-    assert peak({1: 8.0, 2: 12.0, 4: 11.0, 8: 10.0}, 3.0)[2] == "within noise"
-    assert peak({1: 15.0, 2: 12.0, 4: 11.0}, 1.0) == (1, -3.0, "did not hold")  # an end is best
-    assert peak({1.0: 10.0, 2.0: 10.0, 3.0: 10.0}, 1.0) == (1.0, 0.0, "within noise")  # a tie: the smallest value
-    best, diff, outcome = peak({1: 8.0, 2: 12.0}, 1.0)  # no interior
-    assert (best, outcome) == (2, "not tested") and math.isnan(diff)
-    assert peak({1: 8.0, 2: 12.0, 3: 9.0}, float("nan"))[::2] == (2, "not tested")  # no seed spread
-    best, diff, outcome = peak({}, 1.0)
-    assert math.isnan(best) and math.isnan(diff) and outcome == "not tested"
-
-
-def test_converged_by_model_needs_every_run_of_a_model():
-    per_run = pd.DataFrame({"model": ["A", "A + FR", "B", "B + FR", "B"],
-                            "converged": [True, True, True, True, False]})
-    assert converged_by_model(per_run) == {"A": True, "A + FR": True, "B": False, "B + FR": True}
 
 
 def test_dataset_note_is_said_on_scenes_only():

@@ -235,30 +235,6 @@ def write_text(text: str, key: str, *, run: RunConfig, caption: str = "") -> Pat
     return path
 
 
-def difference_verdict(diff: float, spread: float) -> Verdict:
-    """The verdict of a claim "X is above Y" whose evidence is `diff` = X - Y with seed spread `spread` (>= 0):
-    held when diff > spread, did not hold when diff < -spread, otherwise within noise. The old rule of the
-    chapters not yet migrated to `xmr_core.claims.judge` (unpaired, no interval: see `docs/claims.md`)."""
-    if not spread >= 0:
-        raise ValueError(f"difference_verdict: spread must be >= 0, got {spread}")
-    return "held" if diff > spread else ("did not hold" if diff < -spread else "within noise")
-
-
-def require_converged(verdict_: Verdict, evidence: str, models: list[str],
-                      converged: dict[str, bool]) -> tuple[Verdict, str]:
-    """A claim comparing `models` is judged only when every run of every one of them converged (stopped on a
-    plateau, or its best epoch is not its last, and it did not diverge: `FitResult.converged`); otherwise it is
-    "not tested" and the evidence says which were not.
-    converged: model -> whether all of its runs converged. Returns (verdict, evidence)."""
-    missing = [m for m in models if m not in converged]
-    if missing:
-        raise KeyError(f"require_converged: no runs of {missing} (have {sorted(converged)})")
-    unconverged = [m for m in models if not converged[m]]
-    if not unconverged:
-        return verdict_, evidence
-    return "not tested", f"{evidence}; not tested: {', '.join(unconverged)} not converged (a run still improving when its schedule ended, or diverged)"
-
-
 @dataclass
 class Claim:
     """One claim of a paper and what this run's evidence says of it."""

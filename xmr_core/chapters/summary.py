@@ -1,4 +1,4 @@
-"""Seed summaries and claim comparisons shared by every chapter's notebooks.
+"""Seed summaries, the paper beside ours and the Bayes ceiling in the tables every chapter's notebooks write.
 
 A chapter's per-run table (`per_run`) has one row per trained model and seed: a `model` column, a `seed`
 column and one column per metric. From it:
@@ -7,11 +7,6 @@ column and one column per metric. From it:
     mean_std(frame, by, cols)                     -> "<col> mean" and "<col> std" per group, in order of appearance
     with_paper(summary, chapter, table, mapping, label) -> the paper's value beside each of ours
     seed_means(per_run, model, cols)              -> (S,) per-seed mean of `cols` for one model
-    model_means(per_run, models, cols)            -> {model: mean over seeds of `seed_means`}
-    compare_models(per_run, a, b, cols)           -> Comparison(diff, spread, verdict) of "a > b"
-    best_other_margin(per_run, model, means, cols) -> `compare_models` of `model` against the best other
-    converged_by_model(per_run)                   -> {model: every run converged} (`results.require_converged`)
-    peak(values, spread)                          -> (best, diff, verdict) of "a one-seed sweep peaks inside its grid"
 
 and, for the captions, `dataset_note(dataset, paper_data)`: the aside saying that scenes is not the paper's data.
 
@@ -29,14 +24,12 @@ The Bayes ceiling in a chapter's tables (`ceiling.split_ceiling`: {protocol: cei
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
 
-import numpy as np
 import pandas as pd
 
 from xmr_core.ceiling import SplitCeiling, percent_of_ceiling
 from xmr_core.config import RunConfig
-from xmr_core.results import Verdict, difference_verdict, paper_values, verdict, write_table
+from xmr_core.results import paper_values, write_table
 
 
 def seed_summary(per_run: pd.DataFrame, cols: Sequence[str], order: Sequence[str]) -> pd.DataFrame:
@@ -90,55 +83,6 @@ def with_paper(summary: pd.DataFrame, chapter: str, table: str, mapping: Mapping
 def seed_means(per_run: pd.DataFrame, model: str, cols: Sequence[str]) -> pd.Series:
     """(S,) the mean of `cols` (e.g. the i2t and t2i values of one metric) in each run of `model`."""
     return per_run[per_run["model"] == model][list(cols)].mean(axis=1)
-
-
-def model_means(per_run: pd.DataFrame, models: Sequence[str], cols: Sequence[str]) -> dict[str, float]:
-    """{model: the mean over seeds of `seed_means`}, in the order of `models`."""
-    return {m: float(seed_means(per_run, m, cols).mean()) for m in models}
-
-
-class Comparison(NamedTuple):
-    """The claim "a is above b": diff = mean(a) - mean(b) over seeds, spread = the larger seed std of the
-    two (0 for a single run), and the verdict (`difference_verdict`; "not tested" when either model has
-    a single run)."""
-
-    diff: float
-    spread: float
-    verdict: Verdict
-
-
-def compare_models(per_run: pd.DataFrame, a: str, b: str, cols: Sequence[str]) -> Comparison:
-    """Compare the per-seed means (`seed_means`) of models `a` and `b` on `cols`: is `a` above `b`?"""
-    x, y = seed_means(per_run, a, cols), seed_means(per_run, b, cols)
-    diff = float(x.mean() - y.mean())
-    spread = float(max(x.std(ddof=1) if len(x) > 1 else 0.0, y.std(ddof=1) if len(y) > 1 else 0.0))
-    return Comparison(diff, spread, difference_verdict(diff, spread) if min(len(x), len(y)) > 1 else verdict(None))
-
-
-def best_other_margin(per_run: pd.DataFrame, model: str, means: Mapping[str, float],
-                      cols: Sequence[str]) -> Comparison:
-    """`compare_models(model, best)` where `best` is the model other than `model` with the highest value
-    in `means` (`model_means`): `diff` > 0 when `model` is the best of all."""
-    best = max((m for m in means if m != model), key=means.__getitem__)
-    return compare_models(per_run, model, best, cols)
-
-
-def peak(values: Mapping[float, float], spread: float) -> tuple[float, float, Verdict]:
-    """The claim "the metric peaks inside the grid" on a one-seed sweep {parameter: metric}: (the best parameter,
-    diff = best interior value − best end value, `difference_verdict(diff, spread)`); `spread` is the seed std of
-    the default setting. Not tested (diff NaN) with fewer than three values or no spread (NaN); no values: best NaN."""
-    xs = sorted(values)
-    ys = [values[x] for x in xs]
-    best = xs[int(np.argmax(ys))] if xs else float("nan")
-    if len(xs) < 3 or not np.isfinite(spread):
-        return best, float("nan"), verdict(None)
-    diff = max(ys[1:-1]) - max(ys[0], ys[-1])
-    return best, diff, difference_verdict(diff, spread)
-
-
-def converged_by_model(per_run: pd.DataFrame) -> dict[str, bool]:
-    """{model: whether every one of its runs converged}, the input of `results.require_converged`."""
-    return per_run.groupby("model")["converged"].all().to_dict()
 
 
 def dataset_note(dataset: str, paper_data: str = "", compare: str = "compare orderings, not values",
