@@ -421,3 +421,14 @@ def test_a_reason_shared_by_several_compared_groups_is_said_once() -> None:
     assert j.verdict == "not tested" and j.reason == f"A, B, C did not converge; A, B, C collapsed ({tied})"
     u = judge(ClaimSpec("u", "t", "s", "universal", "m", pairs=(("A", "B"), ("A", "C"))), ev)
     assert u.reason.count(tied) == 1 and u.reason.startswith("A vs B: not tested; A vs C: not tested (not tested: ")
+
+
+def test_run_evidence_reads_per_query_values_kept_beside_the_per_run_table() -> None:
+    per_run = pd.DataFrame({"model": ["A", "A", "B"], "seed": [0, 1, 0], "converged": [True, True, False],
+                            "collapse": ["", "", "tied"]})
+    values = {("A", 0): [1.0, 3.0], ("A", 1): [5.0, 7.0], ("B", 0): [0.0, 0.0]}
+    ev = claims.run_evidence(per_run, values, strata=np.array([0, 1]), split="test i2t")
+    assert ev["A"].per_seed.tolist() == [2.0, 6.0] and ev["A"].split == "test i2t" and ev["A"].converged
+    assert not ev["B"].converged and ev["B"].collapse == "tied"
+    with pytest.raises(KeyError, match=r"no per-query values of 'A', seed\(s\) \[1\]"):
+        claims.run_evidence(per_run, {k: v for k, v in values.items() if k != ("A", 1)})

@@ -539,7 +539,7 @@ def test_query_hits_are_the_whole_split_recalls_per_query() -> None:
     assert evidence.per_seed[0] == pytest.approx(row["all rSum"])
     r15 = query_evidence(per_run, {("m", 0): hits}, strata, r15_per_query)["m"].per_seed[0]
     assert r15 == pytest.approx(np.mean([row[c] for c in TABLE3_COLUMNS]))
-    with pytest.raises(KeyError, match="no per-query hits of 'm' seeds \\[0\\]"):
+    with pytest.raises(KeyError, match="no per-query values of 'm', seed\\(s\\) \\[0\\]"):
         query_evidence(per_run, {}, strata)
 
 

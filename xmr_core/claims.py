@@ -11,6 +11,7 @@ the mean of, the seeds and test split they came from, whether every run converge
     can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
     seed_evidence(per_run, cols, split=)                    -> {model: Evidence} from a chapter's per-run table
     query_evidence(per_run, array cols, split=)             -> the same from per-query values, one stratum a column
+    run_evidence(per_run, {(model, seed): values}, strata=)   -> the same from per-query values kept beside it
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
@@ -201,6 +202,22 @@ def query_evidence(per_run: pd.DataFrame, cols: Sequence[str], *, split: str = "
         return stacked, np.concatenate([np.full(next(iter(n)), h) for h, n in enumerate(sizes)])
 
     return _model_evidence(per_run, cols, split, values)
+
+
+def run_evidence(per_run: pd.DataFrame, values: Mapping[tuple[str, int], np.ndarray], *,
+                 strata: np.ndarray | None = None, split: str = "test") -> dict[str, Evidence]:
+    """`seed_evidence` from per-query values kept beside the per-run table: `values` {(model, seed): (Q,) values}
+    for every run of `per_run` (one row per model and seed: model, seed, converged, optionally collapse), in the
+    strata `strata` (Q,) (None: one stratum). A run without values is an error naming it."""
+
+    def stacked(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
+        model = rows["model"].iloc[0]
+        missing = [int(s) for s in rows["seed"] if (model, int(s)) not in values]
+        if missing:
+            raise KeyError(f"no per-query values of {model!r}, seed(s) {missing}")
+        return np.stack([np.asarray(values[model, int(s)], dtype=np.float64) for s in rows["seed"]]), strata
+
+    return _model_evidence(per_run, [], split, stacked)
 
 
 # ------------------------------------------------------------------------------------------- claims

@@ -68,6 +68,7 @@ from xmr_core.claims import (
     detect_collapse,
     judge,
     judgements_frame,
+    run_evidence,
     seed_evidence,
 )
 from xmr_core.claims import (
@@ -589,18 +590,9 @@ def query_evidence(per_run: pd.DataFrame, per_query: Mapping[tuple[str, int], Qu
                    split: str) -> dict[str, Evidence]:
     """{model: Evidence} of each model of `per_run` from its seeds' per-query values of `metric` (`query_values`,
     stratified by direction), converged and collapsed as `claims.seed_evidence` reads them from `per_run`."""
-    out = {}
-    for model, rows in per_run.groupby("model", sort=False):
-        seeds = tuple(int(s) for s in rows["seed"])
-        missing = [s for s in seeds if (model, s) not in per_query]
-        if missing:
-            raise KeyError(f"query_evidence: no per-query values of {model!r}, seed(s) {missing}")
-        found = [per_query[model, s][metric] for s in seeds]
-        collapse = [str(c) for c in rows["collapse"] if isinstance(c, str) and c] if "collapse" in rows else []
-        out[str(model)] = Evidence(seeds, np.stack([v for v, _ in found]), split=split,
-                                   converged=bool(rows["converged"].all()), collapse="; ".join(collapse),
-                                   strata=found[0][1])
-    return out
+    values = {key: found[metric] for key, found in per_query.items()}
+    strata = next(iter(values.values()))[1] if values else None  # every run scores the same queries
+    return run_evidence(per_run, {key: v for key, (v, _) in values.items()}, strata=strata, split=split)
 
 
 def train_judgements(per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,

@@ -54,7 +54,15 @@ from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table
 from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, with_margin
 from xmr_core.chapters.protocols import ChapterData, word_table
 from xmr_core.chapters.summary import dataset_note, mean_std, with_ceiling, with_paper
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
+from xmr_core.claims import (
+    ClaimSpec,
+    Evidence,
+    Judgement,
+    detect_collapse,
+    judge,
+    run_evidence,
+    seed_evidence,
+)
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
@@ -976,17 +984,7 @@ def query_evidence(per_run: pd.DataFrame, hits: Mapping[tuple[str, int], np.ndar
                    split: str = "test, whole split") -> dict[str, Evidence]:
     """{model: Evidence} of a per-run table (model, seed, converged, collapse) whose runs' `query_hits` are
     `hits`: each seed's per-query values `per_query(hits)` (S, Q) in the strata `strata` (`query_strata`)."""
-    out = {}
-    for model, rows in per_run.groupby("model", sort=False):
-        seeds = tuple(int(s) for s in rows["seed"])
-        missing = [s for s in seeds if (model, s) not in hits]
-        if missing:
-            raise KeyError(f"query_evidence: no per-query hits of {model!r} seeds {missing}")
-        collapse = [c for c in rows.get("collapse", pd.Series(dtype=object)) if isinstance(c, str) and c]
-        out[str(model)] = Evidence(seeds, np.stack([per_query(hits[model, s]) for s in seeds]), split=split,
-                                   converged=bool(rows["converged"].all()), collapse="; ".join(collapse),
-                                   strata=strata)
-    return out
+    return run_evidence(per_run, {key: per_query(h) for key, h in hits.items()}, strata=strata, split=split)
 
 
 def _judge_all(specs: Sequence[ClaimSpec], evidence: Mapping[str, Evidence], run: RunConfig) -> list[Judgement]:
