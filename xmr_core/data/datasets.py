@@ -17,17 +17,24 @@ rectangle of the normalised image (set to 0) and caption word dropout (each toke
 probability p, then floor(L·p) random tokens deleted). On frozen grid features there are no pixels to
 erase: random erasing then zeroes a random rectangle of grid cells (`erase_cells`), the same Cutout idea
 one level up (a 4×4 scenes grid cell sees a 16×16 pixel patch).
+
+Batches are built on whole arrays (each dataset's `batch`: features gathered by index, captions padded at once): the
+random draws of each item (erasing, word dropout, query order) are still made item by item, in the order
+`__getitem__` makes them, so a batch equals `collate` of its items from the same seed, bit for bit. `BATCHES =
+"items"` builds them item by item instead (the reference, `tests/test_batches.py`; `python -m xmr_core.bench
+throughput`). Pixels are read item by item either way.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 from torchvision import transforms
 
 from xmr_core.data.corpus import DataFormatError, Split
@@ -37,6 +44,9 @@ from xmr_core.data.text import PAD_INDEX, UNK_INDEX, Vocabulary
 Visual = Literal["auto", "pixels", "regions", "grid"]
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+Batches = Literal["arrays", "items"]
+BATCHES: Batches = "arrays"  # how every loader builds batches: on whole arrays (each dataset's `batch`), or
+# "items": `__getitem__` item by item, then `collate` (the reference; the same batches from the same draws)
 
 
 @dataclass
@@ -82,16 +92,32 @@ def resolve_visual(split: Split, visual: Visual = "auto") -> Literal["pixels", "
     return visual
 
 
+def erase_rectangle(side: int, p: float) -> tuple[int, int, int, int] | None:
+    """The random draws of `erase_cells` on a side × side grid (torch's global generator): (top, left, h, w) of
+    the rectangle to zero, or None (not erased, probability 1 - p; no draw at all when p <= 0)."""
+    if p <= 0.0 or float(torch.rand(())) >= p:
+        return None
+    h, w = (int(torch.randint(1, max(2, side // 2 + 1), ())) for _ in range(2))
+    top, left = int(torch.randint(0, side - h + 1, ())), int(torch.randint(0, side - w + 1, ()))
+    return top, left, h, w
+
+
+def grid_side(cells: int) -> int:
+    """The side of a square grid of `cells` cells; a grid that is not square raises `ValueError`."""
+    side = math.isqrt(cells)
+    if side * side != cells:
+        raise ValueError(f"erase_cells needs a square grid, got {cells} cells")
+    return side
+
+
 def erase_cells(grid: torch.Tensor, p: float) -> torch.Tensor:
     """With probability p, zero a random rectangle of cells (1 cell up to half the side each way) of a
     square grid (L, C), L = side²; a copy, the input is not changed."""
-    side = math.isqrt(grid.shape[0])
-    if side * side != grid.shape[0]:
-        raise ValueError(f"erase_cells needs a square grid, got {grid.shape[0]} cells")
-    if p <= 0.0 or float(torch.rand(())) >= p:
+    side = grid_side(grid.shape[0])
+    rect = erase_rectangle(side, p)
+    if rect is None:
         return grid
-    h, w = (int(torch.randint(1, max(2, side // 2 + 1), ())) for _ in range(2))
-    top, left = int(torch.randint(0, side - h + 1, ())), int(torch.randint(0, side - w + 1, ()))
+    top, left, h, w = rect
     out = grid.clone().view(side, side, -1)
     out[top:top + h, left:left + w] = 0
     return out.view(grid.shape)
@@ -113,6 +139,15 @@ def encode_captions(split: Split, vocab: Vocabulary) -> list[torch.Tensor]:
     ]
 
 
+def word_dropout_draws(length: int, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The random draws of `word_dropout` on a caption of `length` tokens (torch's global generator): float32 (L,)
+    uniforms (a token becomes `<unk>` where < p) and int64 (floor(L·p),) the positions removed."""
+    uniforms = torch.rand(length)
+    n_drop = int(length * p)
+    removed = torch.randperm(length)[:n_drop] if n_drop else torch.empty(0, dtype=torch.int64)
+    return uniforms, removed
+
+
 def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
     """PCME caption drop: each token -> `<unk>` with probability p, then floor(L·p) random tokens removed.
 
@@ -120,13 +155,33 @@ def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
     """
     if p <= 0.0:
         return tokens
-    out = torch.where(torch.rand(tokens.shape) < p, torch.full_like(tokens, UNK_INDEX), tokens)
-    n_drop = int(len(out) * p)
-    if n_drop:
-        keep = torch.ones(len(out), dtype=torch.bool)
-        keep[torch.randperm(len(out))[:n_drop]] = False
-        out = out[keep]
-    return out
+    uniforms, removed = word_dropout_draws(len(tokens), p)
+    out = torch.where(uniforms < p, torch.full_like(tokens, UNK_INDEX), tokens)
+    keep = torch.ones(len(out), dtype=torch.bool)
+    keep[removed] = False
+    return out[keep]
+
+
+def word_dropout_batch(tokens: torch.Tensor, lengths: torch.Tensor, draws: list[tuple[torch.Tensor, torch.Tensor]],
+                       p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`word_dropout` of every caption of a padded batch at once, from each caption's `word_dropout_draws`.
+
+    tokens: int64 (B, L) padded with `<pad>`, lengths: int64 (B,) -> the dropped captions padded (B, L') and
+    their lengths (B,): row b equals `word_dropout` of caption b given the same draws.
+    """
+    valid = torch.arange(tokens.shape[1]) < lengths[:, None]  # (B, L)
+    uniforms = torch.ones(tokens.shape)  # padding: 1 >= p, never replaced
+    uniforms[valid] = torch.cat([u for u, _ in draws])
+    removed = torch.zeros(tokens.shape, dtype=torch.bool)
+    n_removed = torch.tensor([len(r) for _, r in draws], dtype=torch.int64)
+    removed[torch.repeat_interleave(torch.arange(len(draws)), n_removed), torch.cat([r for _, r in draws])] = True
+    out = torch.where(uniforms < p, torch.full_like(tokens, UNK_INDEX), tokens)
+    keep = valid & ~removed
+    new_lengths = keep.sum(dim=1)
+    order = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)  # kept tokens first, in caption order
+    out = out.gather(1, order)[:, : int(new_lengths.max())]
+    out[torch.arange(out.shape[1]) >= new_lengths[:, None]] = PAD_INDEX
+    return out, new_lengths
 
 
 class VisualReader:
@@ -197,6 +252,43 @@ class VisualReader:
             x = self.erase(x)
         return {"images": x}
 
+    @property
+    def batches_whole(self) -> bool:
+        """Whether `batch` reads whole batches (grid, regions); pixels are read item by item (`__call__`)."""
+        return self.visual != "pixels"
+
+    def draw(self) -> tuple[int, int, int, int] | None:
+        """The random draws of one item (grid: `erase_rectangle`; regions: none), in `__call__`'s order."""
+        if self.visual == "grid" and self.erase_prob > 0:
+            return erase_rectangle(grid_side(self.split.grid.shape[1]), self.erase_prob)
+        return None
+
+    def batch(self, images: np.ndarray, rects: list[tuple[int, int, int, int] | None] | None = None
+              ) -> dict[str, torch.Tensor]:
+        """Images `images` (B,) read as one batch, equal to stacking `__call__` of each given the same draws
+        (`rects`: each item's `draw()`, grid only): {"grid": (B, L, C)} or {"regions": (B, R, D),
+        "region_mask": (B, R)}. Pixels: not here (`batches_whole` is False)."""
+        if self.visual == "grid":
+            grid = torch.from_numpy(np.ascontiguousarray(self.split.grid[images], dtype=np.float32))
+            side = grid_side(grid.shape[1])
+            cells = grid.view(len(images), side, side, -1)
+            for b, rect in enumerate(rects or []):
+                if rect is not None:
+                    top, left, h, w = rect
+                    cells[b, top:top + h, left:left + w] = 0
+            return {"grid": grid}
+        if self.visual == "regions":
+            regions = torch.from_numpy(np.ascontiguousarray(self.split.regions[images], dtype=np.float32))
+            mask = regions.abs().sum(dim=2) > 0  # (B, R)
+            empty = np.flatnonzero(~mask.any(dim=1).numpy())
+            if len(empty):
+                raise DataFormatError(
+                    f"{self.split.source}: image {self.split.image_ids[int(images[empty[0]])]!r} has only "
+                    "all-zero (padding) regions"
+                )
+            return {"regions": regions, "region_mask": mask}
+        raise ValueError("VisualReader.batch reads grid or region features; pixels are read item by item")
+
 
 class PairDataset(Dataset):
     """Image–caption pairs: item k is caption k with the image it was written for."""
@@ -228,6 +320,26 @@ class PairDataset(Dataset):
             "caption_index": k,
         }
 
+    def batch(self, ks: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Items `ks` as one batch dict, equal to `collate([self[k] for k in ks])` from the same random draws:
+        each item's draws are made in `__getitem__`'s order (erasing, then word dropout), the rest on whole
+        arrays (pixels: item by item)."""
+        if not self.reader.batches_whole:
+            return collate([self[k] for k in ks])
+        ks = np.asarray(ks, dtype=np.int64)
+        images = self.caption_image[ks]
+        rects, drops = [], []
+        if self.reader.erase_prob > 0 or self.word_dropout > 0:
+            for k in ks:
+                rects.append(self.reader.draw())
+                if self.word_dropout > 0:
+                    drops.append(word_dropout_draws(len(self.tokens[k]), self.word_dropout))
+        tokens, lengths = pad_tokens([self.tokens[k] for k in ks])
+        if drops:
+            tokens, lengths = word_dropout_batch(tokens, lengths, drops, self.word_dropout)
+        return {**self.reader.batch(images, rects), "tokens": tokens, "lengths": lengths,
+                "image_index": torch.from_numpy(images), "caption_index": torch.from_numpy(ks)}
+
 
 class ImageDataset(Dataset):
     """Every image of a split once, in split order (evaluation)."""
@@ -244,6 +356,13 @@ class ImageDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         return {**self.reader(i), "image_index": i}
 
+    def batch(self, images: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Images `images` as one batch dict, equal to `collate([self[i] for i in images])`."""
+        if not self.reader.batches_whole:
+            return collate([self[i] for i in images])
+        images = np.asarray(images, dtype=np.int64)
+        return {**self.reader.batch(images), "image_index": torch.from_numpy(images)}
+
 
 class CaptionDataset(Dataset):
     """Every caption of a split once, in split order (evaluation)."""
@@ -257,6 +376,11 @@ class CaptionDataset(Dataset):
 
     def __getitem__(self, k: int) -> dict[str, Any]:
         return {"tokens": self.tokens[k], "caption_index": k}
+
+    def batch(self, ks: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Captions `ks` as one batch dict, equal to `collate([self[k] for k in ks])`."""
+        tokens, lengths = pad_tokens([self.tokens[k] for k in ks])
+        return {"tokens": tokens, "lengths": lengths, "caption_index": torch.as_tensor(ks, dtype=torch.int64)}
 
 
 class MultiQueryDataset(Dataset):
@@ -307,6 +431,39 @@ class MultiQueryDataset(Dataset):
         visual = {} if self.reader is None else self.reader(i)
         return {**visual, "queries": qs[: self.max_queries], "image_index": i}
 
+    def batch(self, images: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Items `images` as one batch dict, equal to `collate([self[i] for i in images])` from the same random
+        draws (each item's query order, then its erasing, as `__getitem__` makes them)."""
+        if self.reader is not None and not self.reader.batches_whole:
+            return collate([self[i] for i in images])
+        images = np.asarray(images, dtype=np.int64)
+        sets, rects = [], []
+        for i in images:
+            qs = self.queries[i]
+            if self.train:
+                qs = [qs[t] for t in torch.randperm(len(qs)).tolist()]
+            if self.reader is not None:
+                rects.append(self.reader.draw())
+            sets.append(qs[: self.max_queries])
+        visual = {} if self.reader is None else self.reader.batch(images, rects)
+        n_queries = torch.tensor([len(qs) for qs in sets], dtype=torch.int64)
+        tokens, lengths = pad_tokens([q for qs in sets for q in qs])
+        present = torch.arange(int(n_queries.max())) < n_queries[:, None]  # (B, T)
+        query_tokens = torch.zeros((*present.shape, tokens.shape[1]), dtype=torch.int64)
+        query_tokens[present] = tokens
+        query_lengths = torch.zeros(present.shape, dtype=torch.int64)
+        query_lengths[present] = lengths
+        return {**visual, "query_tokens": query_tokens, "query_lengths": query_lengths,
+                "query_mask": query_lengths > 0, "image_index": torch.from_numpy(images)}
+
+
+def pad_tokens(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """int64 (B, L_max) padded with `<pad>` and int64 (B,) lengths, on whole arrays (`_pad`'s result)."""
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+    out = torch.full((len(seqs), int(lengths.max())), PAD_INDEX, dtype=torch.int64)
+    out[torch.arange(out.shape[1]) < lengths[:, None]] = torch.cat(seqs)
+    return out, lengths
+
 
 def _pad(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """int64 (B, L_max) padded with `<pad>` and int64 (B,) lengths."""
@@ -343,14 +500,35 @@ def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return batch
 
 
-def _loader(dataset: Dataset, num_workers: int, seed: int, **kw: Any) -> DataLoader:
-    return DataLoader(
-        dataset,
-        collate_fn=collate,
-        num_workers=num_workers,
-        generator=torch.Generator().manual_seed(seed),
-        **kw,
-    )
+class _WholeBatches(Dataset):
+    """A dataset read a batch at a time: item `indices` (a list) is `dataset.batch(indices)`."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        return self.dataset.batch(indices)
+
+
+def _built(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return batch
+
+
+def _loader(dataset: Dataset, batches: Sampler[list[int]], num_workers: int, generator: torch.Generator
+            ) -> DataLoader:
+    """Batches of `dataset` by the batch sampler `batches`: built on whole arrays (`dataset.batch`), or item by
+    item and collated when `BATCHES` is "items"."""
+    if BATCHES == "items":
+        return DataLoader(dataset, batch_sampler=batches, collate_fn=collate, num_workers=num_workers,
+                          generator=generator)
+    if BATCHES != "arrays":
+        raise ValueError(f"datasets.BATCHES must be 'arrays' or 'items', got {BATCHES!r}")
+    return DataLoader(_WholeBatches(dataset), sampler=batches, batch_size=None, collate_fn=_built,
+                      num_workers=num_workers, generator=generator)
+
+
+def _in_order(dataset: Dataset, batch_size: int) -> BatchSampler:
+    return BatchSampler(SequentialSampler(dataset), batch_size, drop_last=False)
 
 
 def image_loader(
@@ -362,12 +540,14 @@ def image_loader(
     num_workers: int = 0,
 ) -> DataLoader:
     """Batches of every image in split order: images or regions+region_mask, image_index."""
-    return _loader(ImageDataset(split, visual, image_config), num_workers, 0, batch_size=batch_size)
+    dataset = ImageDataset(split, visual, image_config)
+    return _loader(dataset, _in_order(dataset, batch_size), num_workers, torch.Generator().manual_seed(0))
 
 
 def caption_loader(split: Split, vocab: Vocabulary, batch_size: int, *, num_workers: int = 0) -> DataLoader:
     """Batches of every caption in split order: tokens, lengths, caption_index."""
-    return _loader(CaptionDataset(split, vocab), num_workers, 0, batch_size=batch_size)
+    dataset = CaptionDataset(split, vocab)
+    return _loader(dataset, _in_order(dataset, batch_size), num_workers, torch.Generator().manual_seed(0))
 
 
 def query_loader(
@@ -391,9 +571,13 @@ def query_loader(
     augmentations applied.
     """
     dataset = MultiQueryDataset(split, vocab, visual, train, augment, image_config, max_queries)
+    generator = torch.Generator().manual_seed(seed)
     if batch_sampler is not None:
-        return _loader(dataset, num_workers, seed, batch_sampler=batch_sampler)
-    return _loader(dataset, num_workers, seed, batch_size=batch_size, shuffle=train)
+        return _loader(dataset, batch_sampler, num_workers, generator)
+    if not train:
+        return _loader(dataset, _in_order(dataset, batch_size), num_workers, generator)
+    order = RandomSampler(dataset, generator=generator)  # what DataLoader(shuffle=True) draws
+    return _loader(dataset, BatchSampler(order, batch_size, drop_last=False), num_workers, generator)
 
 
 def pair_loader(
@@ -423,11 +607,12 @@ def pair_loader(
             raise ValueError(
                 f"batch_size={batch_size} but the batch sampler makes batches of {batch_sampler.batch_size}"
             )
-        return _loader(dataset, num_workers, seed, batch_sampler=batch_sampler)
+        return _loader(dataset, batch_sampler, num_workers, torch.Generator().manual_seed(seed))
     if epoch == "one_per_image":
         sampler: Sampler[int] = OneCaptionPerImageSampler(split.caption_image, split.n_images, seed=seed)
     elif epoch == "all_captions":
         sampler = AllCaptionsSampler(split.n_captions, seed=seed)
     else:
         raise ValueError(f"epoch must be 'one_per_image' or 'all_captions', got {epoch!r}")
-    return _loader(dataset, num_workers, seed, batch_size=batch_size, sampler=sampler, drop_last=drop_last)
+    return _loader(dataset, BatchSampler(sampler, batch_size, drop_last), num_workers,
+                   torch.Generator().manual_seed(seed))
