@@ -1,0 +1,192 @@
+"""`python -m xmr_core.bench throughput`: runs per hour of one representative cpu run of each chapter, side by side.
+
+The representative runs (`REPRESENTATIVE`), built the way the chapters build them on the cpu profile's data
+(`build_run`): VSE0 on the frozen trunk's grid features (the PCME chapter, `pcme.COMPARED`), HREM fusion on region
+features (`hrem.compared`) and HMRN I-T on the multi-query sets (`hmrn.compared`, the chapter's batch 32), each at
+the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no patience, no extension), seed 0, each in its own fresh
+run directory. The cpu data (and the trunk) are generated into the run cache the first time (minutes).
+
+The same list of runs is trained in each mode, each timed on its wall clock (data loading included):
+- `old-serial`: today's serial path, one process with torch's default threads, batches built item by item
+  (`datasets.BATCHES = "items"`, the reference builder);
+- `new-serial`: the same process, batches built on whole arrays (`datasets.BATCHES = "arrays"`, the default);
+- `old-jobs` / `new-jobs`: `--jobs` N worker processes (spawn), one torch thread each (`train_plan`).
+Prints each run's training seconds (`fit`) per mode, and each mode's wall seconds and runs per hour next to
+`old-serial`'s, with the load average (the machine is shared: rerun on a quiet machine for the record). It also
+prints whether each run's result (best validation score, final weights' `state_fingerprint`) is the same in every
+mode: old and new in the same threads must agree bit for bit (`tests/test_batches.py`); torch's CPU kernels may
+sum in another order with another thread count, so serial and one-thread workers may differ in the last bits.
+
+`train_plan(specs, jobs, root)` is the executor that the run plan's `--jobs N` will replace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from xmr_core.data import datasets
+
+Chapter = Literal["pcme", "hrem", "hmrn"]
+REPRESENTATIVE: tuple[Chapter, ...] = ("pcme", "hrem", "hmrn")
+LABELS = {"pcme": "PCME ch.: VSE0, grid", "hrem": "HREM fusion, regions", "hmrn": "HMRN I-T, query sets"}
+LR = 1e-3  # the cpu recipe's learning rate (the middle of the tuning grid)
+MODES = ("old-serial", "new-serial", "old-jobs", "new-jobs")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: a chapter's representative model, its epochs and seed, and how its batches are built."""
+
+    chapter: Chapter
+    epochs: int = 2
+    seed: int = 0
+    batches: datasets.Batches = "arrays"
+    profile: str = "cpu"  # the data and model sizes (smoke: seconds, for tests)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """One finished run: its spec, the seconds `fit` took, its best validation score and final weights' hash."""
+
+    spec: RunSpec
+    fit_seconds: float
+    best_score: float
+    fingerprint: str
+
+
+def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
+    """(model, train split, val split, TrainConfig, vocabulary) of `spec`, from its profile's cached data; the model
+    built after seeding torch with `spec.seed`, as `pcme.train_built` does."""
+    from xmr_core.chapters import hmrn, hrem, pcme
+    from xmr_core.chapters.protocols import chapter_setup
+    from xmr_core.config import RunConfig
+    from xmr_core.data.load import load_corpus
+
+    run = RunConfig(profile=spec.profile, progress=False, device="cpu")
+    overrides: dict[str, object] = {"epochs": spec.epochs, "patience": 0, "extend_epochs": 0, "device": "cpu",
+                                    "progress": False}
+    if spec.chapter == "pcme":
+        _, _, data, enc = chapter_setup(run)
+        compared = pcme.COMPARED["VSE0"]
+        weight = 0.2
+    elif spec.chapter == "hrem":
+        _, data, enc = hrem.hrem_setup(run)
+        compared = hrem.compared(run.profile)["HREM fusion"]
+        weight = 0.2
+    elif spec.chapter == "hmrn":
+        corpus = load_corpus(run.dataset, run.data_root, run.profile, format=hmrn.DATA_FORMAT, variant=hmrn.VARIANT,
+                             progress=False, seed=run.data_seed)
+        data = hmrn.hmrn_data(corpus, run.profile).multi
+        enc = hmrn.hmrn_encoders(run.profile, data.test.regions.shape[2])
+        compared = hmrn.compared()[hmrn.IT]
+        weight = 40.0
+        overrides.update(hmrn.TRAIN_OVERRIDES[run.profile])
+    else:
+        raise ValueError(f"unknown chapter {spec.chapter!r}; choose one of {', '.join(REPRESENTATIVE)}")
+    torch.manual_seed(spec.seed)
+    model = compared.build(enc, data.word_vectors, weight, 1)
+    return model, data.train, data.val, pcme.train_config(run.profile, LR, spec.seed, **overrides), data.vocab
+
+
+def train_run(spec: RunSpec, run_dir: Path) -> RunOutcome:
+    """Train `spec` into `run_dir` with its batch builder (`datasets.BATCHES`, restored after)."""
+    from xmr_core.train import fit, state_fingerprint
+
+    before = datasets.BATCHES
+    datasets.BATCHES = spec.batches
+    try:
+        model, train, val, cfg, vocab = build_run(spec)
+        t0 = time.perf_counter()
+        result = fit(model, train, val, cfg, out_dir=run_dir, vocab=vocab)
+        seconds = time.perf_counter() - t0
+    finally:
+        datasets.BATCHES = before
+    return RunOutcome(spec, seconds, result.best_score, state_fingerprint(model))
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def train_plan(specs: Sequence[RunSpec], jobs: int, root: Path) -> list[RunOutcome]:
+    """Train every run of `specs`, run k in `root/<k>`: in this process (jobs 1, torch's threads as they are) or
+    in `jobs` worker processes (spawn) of one torch thread each. Outcomes in `specs` order."""
+    dirs = [root / str(k) for k in range(len(specs))]
+    if jobs == 1:
+        return [train_run(spec, d) for spec, d in zip(specs, dirs)]
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
+        return list(pool.map(train_run, specs, dirs))
+
+
+def run_mode(mode: str, chapters: Sequence[Chapter], epochs: int, jobs: int, root: Path, profile: str = "cpu"
+             ) -> tuple[float, list[RunOutcome]]:
+    """Wall seconds and outcomes of training `chapters`' runs in `mode` (one of `MODES`)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    batches: datasets.Batches = "items" if mode.startswith("old") else "arrays"
+    specs = [RunSpec(c, epochs=epochs, batches=batches, profile=profile) for c in chapters]
+    t0 = time.perf_counter()
+    outcomes = train_plan(specs, jobs if mode.endswith("jobs") else 1, root / mode)
+    return time.perf_counter() - t0, outcomes
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m xmr_core.bench throughput", description=__doc__.splitlines()[0])
+    parser.add_argument("--chapters", nargs="+", default=list(REPRESENTATIVE), choices=REPRESENTATIVE)
+    parser.add_argument("--epochs", type=int, default=2, help="epochs of each run (the chapters' cpu runs: up to 30)")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes of the *-jobs modes")
+    parser.add_argument("--modes", nargs="+", default=["old-serial", "new-serial", "new-jobs"], choices=MODES)
+    parser.add_argument("--profile", default="cpu", help="data and model sizes (smoke: a check in seconds)")
+    args = parser.parse_args(argv)
+
+    for chapter in args.chapters:  # generate the cpu data (and the trunk) once, outside the timings
+        build_run(RunSpec(chapter, epochs=1, profile=args.profile))
+    walls: dict[str, float] = {}
+    outcomes: dict[str, list[RunOutcome]] = {}
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="xmr-throughput-") as tmp:
+        for mode in args.modes:
+            walls[mode], outcomes[mode] = run_mode(mode, args.chapters, args.epochs, args.jobs, Path(tmp),
+                                                   args.profile)
+    load_after = os.getloadavg()
+
+    n = len(args.chapters)
+    width = max(len(m) for m in args.modes) + 2
+    print(f"{n} runs x {args.epochs} epochs ({args.profile} profile), cpu threads {os.cpu_count()} (serial: torch threads "
+          f"{torch.get_num_threads()}; jobs: {args.jobs} x 1 thread); load average before "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "
+          f"{load_after[2]:.2f}")
+    print(f"{'fit seconds':<24}" + "".join(f"{m:>{width}}" for m in args.modes) + "  same result in every mode")
+    for k, chapter in enumerate(args.chapters):
+        runs = [outcomes[m][k] for m in args.modes]
+        same = len({(r.best_score, r.fingerprint) for r in runs}) == 1
+        print(f"{LABELS[chapter]:<24}" + "".join(f"{r.fit_seconds:>{width}.1f}" for r in runs)
+              + f"  {'yes' if same else 'no: ' + ', '.join(f'{r.best_score:.2f}' for r in runs)}")
+    print(f"{'wall seconds':<24}" + "".join(f"{walls[m]:>{width}.1f}" for m in args.modes))
+    per_hour = {m: 3600.0 * n / walls[m] for m in args.modes}
+    print(f"{'runs per hour':<24}" + "".join(f"{per_hour[m]:>{width}.1f}" for m in args.modes))
+    base = args.modes[0]
+    print(f"{'vs ' + base:<24}" + "".join(f"{per_hour[m] / per_hour[base]:>{width - 1}.2f}x" for m in args.modes))
+    fields = {f"{m.replace('-', '_')}_runs_per_hour": f"{per_hour[m]:.1f}" for m in args.modes}
+    speedup = {f"{m.replace('-', '_')}_vs_{base.replace('-', '_')}": f"{per_hour[m] / per_hour[base]:.2f}"
+               for m in args.modes[1:]}
+    same_items_arrays = all(
+        (a.best_score, a.fingerprint) == (b.best_score, b.fingerprint)
+        for old, new in (("old-serial", "new-serial"), ("old-jobs", "new-jobs")) if old in outcomes and new in outcomes
+        for a, b in zip(outcomes[old], outcomes[new]))
+    print(" ".join(f"{k}={v}" for k, v in {**fields, **speedup}.items())
+          + f" old_new_identical={same_items_arrays} runs={n} epochs={args.epochs} jobs={args.jobs} "
+          f"load1={load[0]:.2f}")
