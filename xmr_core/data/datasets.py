@@ -139,13 +139,12 @@ def encode_captions(split: Split, vocab: Vocabulary) -> list[torch.Tensor]:
     ]
 
 
-def word_dropout_draws(length: int, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+def word_dropout_draws(length: int, p: float) -> tuple[torch.Tensor, list[int]]:
     """The random draws of `word_dropout` on a caption of `length` tokens (torch's global generator): float32 (L,)
-    uniforms (a token becomes `<unk>` where < p) and int64 (floor(L·p),) the positions removed."""
+    uniforms (a token becomes `<unk>` where < p) and the floor(L·p) positions removed."""
     uniforms = torch.rand(length)
     n_drop = int(length * p)
-    removed = torch.randperm(length)[:n_drop] if n_drop else torch.empty(0, dtype=torch.int64)
-    return uniforms, removed
+    return uniforms, torch.randperm(length)[:n_drop].tolist() if n_drop else []
 
 
 def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
@@ -162,7 +161,7 @@ def word_dropout(tokens: torch.Tensor, p: float) -> torch.Tensor:
     return out[keep]
 
 
-def word_dropout_batch(tokens: torch.Tensor, lengths: torch.Tensor, draws: list[tuple[torch.Tensor, torch.Tensor]],
+def word_dropout_batch(tokens: torch.Tensor, lengths: torch.Tensor, draws: list[tuple[torch.Tensor, list[int]]],
                        p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """`word_dropout` of every caption of a padded batch at once, from each caption's `word_dropout_draws`.
 
@@ -173,8 +172,8 @@ def word_dropout_batch(tokens: torch.Tensor, lengths: torch.Tensor, draws: list[
     uniforms = torch.ones(tokens.shape)  # padding: 1 >= p, never replaced
     uniforms[valid] = torch.cat([u for u, _ in draws])
     removed = torch.zeros(tokens.shape, dtype=torch.bool)
-    n_removed = torch.tensor([len(r) for _, r in draws], dtype=torch.int64)
-    removed[torch.repeat_interleave(torch.arange(len(draws)), n_removed), torch.cat([r for _, r in draws])] = True
+    rows = [b for b, (_, r) in enumerate(draws) for _ in r]
+    removed[torch.tensor(rows, dtype=torch.int64), torch.tensor([t for _, r in draws for t in r], dtype=torch.int64)] = True
     out = torch.where(uniforms < p, torch.full_like(tokens, UNK_INDEX), tokens)
     keep = valid & ~removed
     new_lengths = keep.sum(dim=1)
@@ -206,6 +205,7 @@ class VisualReader:
         self.erase_prob = erase
         self.erase = transforms.RandomErasing(p=erase, value=0) if erase > 0 else None
         self.flip = train and augment.horizontal_flip
+        self.side = grid_side(split.grid.shape[1]) if self.visual == "grid" and erase > 0 else 0  # erased grids only
         if self.visual == "pixels" and split.images is None:
             geometry: list[Any]
             if train and augment.random_resized_crop:
@@ -260,7 +260,7 @@ class VisualReader:
     def draw(self) -> tuple[int, int, int, int] | None:
         """The random draws of one item (grid: `erase_rectangle`; regions: none), in `__call__`'s order."""
         if self.visual == "grid" and self.erase_prob > 0:
-            return erase_rectangle(grid_side(self.split.grid.shape[1]), self.erase_prob)
+            return erase_rectangle(self.side, self.erase_prob)
         return None
 
     def batch(self, images: np.ndarray, rects: list[tuple[int, int, int, int] | None] | None = None
@@ -306,6 +306,7 @@ class PairDataset(Dataset):
         self.reader = VisualReader(split, visual, train, augment, image_config)
         self.word_dropout = (augment or Augmentation()).word_dropout if train else 0.0
         self.tokens = encode_captions(split, vocab)
+        self.lengths = [len(t) for t in self.tokens]
         self.caption_image = np.asarray(split.caption_image, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -333,7 +334,7 @@ class PairDataset(Dataset):
             for k in ks:
                 rects.append(self.reader.draw())
                 if self.word_dropout > 0:
-                    drops.append(word_dropout_draws(len(self.tokens[k]), self.word_dropout))
+                    drops.append(word_dropout_draws(self.lengths[k], self.word_dropout))
         tokens, lengths = pad_tokens([self.tokens[k] for k in ks])
         if drops:
             tokens, lengths = word_dropout_batch(tokens, lengths, drops, self.word_dropout)
