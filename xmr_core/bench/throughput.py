@@ -27,7 +27,7 @@ import multiprocessing as mp
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,16 +119,18 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def train_plan(specs: Sequence[RunSpec], jobs: int, root: Path) -> list[RunOutcome]:
-    """Train every run of `specs`, run k in `root/<k>`: in this process (jobs 1, torch's threads as they are) or
-    in `jobs` worker processes (spawn) of one torch thread each. Outcomes in `specs` order."""
-    dirs = [root / str(k) for k in range(len(specs))]
-    if jobs == 1:
-        return [train_run(spec, d) for spec, d in zip(specs, dirs)]
+def train_plan(specs: Sequence[RunSpec], jobs: int, root: Path,
+               train: Callable[[RunSpec, Path], RunOutcome] = train_run) -> list[RunOutcome]:
+    """`train(spec, root/<k>)` for every run k of `specs`: in this process (jobs 1, torch's threads as they are) or
+    in `jobs` worker processes (spawn) of one torch thread each (`train`: a module-level function). Outcomes in
+    `specs` order."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    dirs = [root / str(k) for k in range(len(specs))]
+    if jobs == 1:
+        return [train(spec, d) for spec, d in zip(specs, dirs)]
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
-        return list(pool.map(train_run, specs, dirs))
+        return list(pool.map(train, specs, dirs))
 
 
 def run_mode(mode: str, chapters: Sequence[Chapter], epochs: int, jobs: int, root: Path, profile: str = "cpu"

@@ -1,0 +1,56 @@
+"""`python -m xmr_core.bench throughput`'s executor (`train_plan`): where each run is trained, with how many torch
+threads, in which directory, and the outcomes' order (a stand-in `train` records it; the real runs take minutes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from xmr_core.bench.throughput import RunOutcome, RunSpec, run_mode, train_plan
+from xmr_core.data import datasets
+
+
+def where_trained(spec: RunSpec, run_dir: Path) -> RunOutcome:
+    """A stand-in run: its outcome records the process, its torch threads, the batch builder in force and the run
+    directory (which it creates)."""
+    run_dir.mkdir(parents=True)
+    return RunOutcome(spec, float(torch.get_num_threads()), float(os.getpid()),
+                      f"{datasets.BATCHES}|{spec.batches}|{run_dir}")
+
+
+SPECS = [RunSpec("pcme", epochs=1), RunSpec("hrem", epochs=2), RunSpec("hmrn", epochs=3)]
+
+
+def test_one_job_trains_in_this_process_in_order(tmp_path):
+    outcomes = train_plan(SPECS, 1, tmp_path, where_trained)
+    assert [o.spec for o in outcomes] == SPECS
+    assert {o.best_score for o in outcomes} == {float(os.getpid())}
+    assert [o.fingerprint.split("|")[2] for o in outcomes] == [str(tmp_path / str(k)) for k in range(3)]
+
+
+@pytest.mark.slow
+def test_two_jobs_train_in_two_one_thread_workers(tmp_path):
+    outcomes = train_plan(SPECS * 2, 2, tmp_path, where_trained)
+    assert [o.spec for o in outcomes] == SPECS * 2  # in the specs' order, whichever worker finished first
+    workers = {o.best_score for o in outcomes}
+    assert float(os.getpid()) not in workers and 1 <= len(workers) <= 2
+    assert {o.fit_seconds for o in outcomes} == {1.0}  # one torch thread each
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(str(k) for k in range(6))  # a directory each
+
+
+def test_old_modes_build_batches_item_by_item(tmp_path, monkeypatch):
+    from xmr_core.bench import throughput
+
+    monkeypatch.setattr(throughput, "train_run", where_trained)
+    monkeypatch.setattr(throughput, "train_plan", lambda specs, jobs, root: [where_trained(s, root / "0")
+                                                                             for s in specs])
+    for mode, batches in (("old-serial", "items"), ("new-serial", "arrays")):
+        _, (outcome,) = run_mode(mode, ["pcme"], 1, 2, tmp_path / mode)
+        assert outcome.spec.batches == batches
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        run_mode("fast", ["pcme"], 1, 2, tmp_path)
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        train_plan(SPECS, 0, tmp_path)
