@@ -163,6 +163,7 @@ def main(argv: list[str]) -> None:
         for mode in args.modes:
             walls[mode], outcomes[mode] = run_mode(mode, args.chapters, args.epochs, args.jobs, Path(tmp),
                                                    args.profile)
+            print(f"{mode}: {walls[mode]:.1f} s (load average {os.getloadavg()[0]:.2f})", flush=True)
     load_after = os.getloadavg()
 
     n = len(args.chapters)
