@@ -104,6 +104,13 @@ def test_the_augmentations_were_drawn(monkeypatch):
     assert any((b["tokens"] == UNK_INDEX).any() for b in batches)
 
 
+@pytest.mark.parametrize("mode", ["items", "arrays"])
+def test_a_grid_that_is_not_square_is_refused_either_way(mode, monkeypatch):
+    monkeypatch.setattr(datasets, "BATCHES", mode)
+    with pytest.raises(ValueError, match="square grid, got 6 cells"):
+        next(iter(image_loader(Split(**{**VAL.__dict__, "grid": VAL.grid[:, :6]}), 4, visual="grid")))
+
+
 def test_an_image_without_regions_is_named_in_a_batch(monkeypatch):
     regions = TRAIN.regions.copy()
     regions[3] = 0.0

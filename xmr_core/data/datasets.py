@@ -172,8 +172,8 @@ def word_dropout_batch(tokens: torch.Tensor, lengths: torch.Tensor, draws: list[
     uniforms = torch.ones(tokens.shape)  # padding: 1 >= p, never replaced
     uniforms[valid] = torch.cat([u for u, _ in draws])
     removed = torch.zeros(tokens.shape, dtype=torch.bool)
-    rows = [b for b, (_, r) in enumerate(draws) for _ in r]
-    removed[torch.tensor(rows, dtype=torch.int64), torch.tensor([t for _, r in draws for t in r], dtype=torch.int64)] = True
+    rows = torch.tensor([b for b, (_, r) in enumerate(draws) for _ in r], dtype=torch.int64)
+    removed[rows, torch.tensor([t for _, r in draws for t in r], dtype=torch.int64)] = True
     out = torch.where(uniforms < p, torch.full_like(tokens, UNK_INDEX), tokens)
     keep = valid & ~removed
     new_lengths = keep.sum(dim=1)
@@ -270,12 +270,11 @@ class VisualReader:
         "region_mask": (B, R)}. Pixels: not here (`batches_whole` is False)."""
         if self.visual == "grid":
             grid = torch.from_numpy(np.ascontiguousarray(self.split.grid[images], dtype=np.float32))
-            side = grid_side(grid.shape[1])
-            cells = grid.view(len(images), side, side, -1)
+            side = grid_side(grid.shape[1])  # a grid that is not square is refused, erased or not (`erase_cells`)
             for b, rect in enumerate(rects or []):
                 if rect is not None:
                     top, left, h, w = rect
-                    cells[b, top:top + h, left:left + w] = 0
+                    grid[b].view(side, side, -1)[top:top + h, left:left + w] = 0
             return {"grid": grid}
         if self.visual == "regions":
             regions = torch.from_numpy(np.ascontiguousarray(self.split.regions[images], dtype=np.float32))
