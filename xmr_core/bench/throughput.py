@@ -12,7 +12,8 @@ The same list of runs is trained in each mode, each timed on its wall clock (dat
 - `new-serial`: the same process, batches built on whole arrays (`datasets.BATCHES = "arrays"`, the default);
 - `old-jobs` / `new-jobs`: `--jobs` N worker processes (spawn), one torch thread each (`train_plan`).
 Prints each run's training seconds (`fit`) per mode, and each mode's wall seconds and runs per hour next to
-`old-serial`'s, with the load average (the machine is shared: rerun on a quiet machine for the record). It also
+`old-serial`'s, with the load average (the machine is shared: rerun on a quiet machine for the record; `--repeat`
+R runs every mode R times, the modes interleaved, and reports each mode's fastest round). It also
 prints whether each run's result (best validation score, final weights' `state_fingerprint`) is the same in every
 mode: old and new with the same threads agree bit for bit (`tests/test_batches.py`). Torch's CPU kernels round
 differently with another thread count, so the serial modes (torch's default threads) and the one-thread workers train
@@ -153,35 +154,42 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--epochs", type=int, default=2, help="epochs of each run (the chapters' cpu runs: up to 30)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes of the *-jobs modes")
     parser.add_argument("--modes", nargs="+", default=["old-serial", "new-serial", "new-jobs"], choices=MODES)
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of every mode, interleaved; the fastest round "
+                        "of each mode is reported (a shared machine's load comes and goes)")
     parser.add_argument("--profile", default="cpu", help="data and model sizes (smoke: a check in seconds)")
     args = parser.parse_args(argv)
 
     for chapter in args.chapters:  # generate the cpu data (and the trunk) once, outside the timings
         build_run(RunSpec(chapter, epochs=1, profile=args.profile))
-    walls: dict[str, float] = {}
-    outcomes: dict[str, list[RunOutcome]] = {}
+    walls: dict[str, list[float]] = {m: [] for m in args.modes}
+    rounds: dict[str, list[list[RunOutcome]]] = {m: [] for m in args.modes}
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="xmr-throughput-") as tmp:
-        for mode in args.modes:
-            walls[mode], outcomes[mode] = run_mode(mode, args.chapters, args.epochs, args.jobs, Path(tmp),
-                                                   args.profile)
-            print(f"{mode}: {walls[mode]:.1f} s (load average {os.getloadavg()[0]:.2f})", flush=True)
+        for r in range(args.repeat):
+            for mode in args.modes:
+                wall, outcomes = run_mode(mode, args.chapters, args.epochs, args.jobs, Path(tmp) / str(r), args.profile)
+                walls[mode].append(wall)
+                rounds[mode].append(outcomes)
+                print(f"round {r + 1} {mode}: {wall:.1f} s (load average {os.getloadavg()[0]:.2f})", flush=True)
     load_after = os.getloadavg()
 
     n = len(args.chapters)
     width = max(len(m) for m in args.modes) + 2
-    print(f"{n} runs x {args.epochs} epochs ({args.profile} profile), cpu threads {os.cpu_count()} (serial: torch threads "
-          f"{torch.get_num_threads()}; jobs: {args.jobs} x 1 thread); load average before "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "
+    print(f"{n} runs x {args.epochs} epochs ({args.profile} profile), fastest of {args.repeat} round(s), cpu threads "
+          f"{os.cpu_count()} (serial: torch threads {torch.get_num_threads()}; jobs: {args.jobs} x 1 thread); load "
+          f"average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "
           f"{load_after[2]:.2f}")
     print(f"{'fit seconds':<24}" + "".join(f"{m:>{width}}" for m in args.modes) + "  same result in every mode")
     for k, chapter in enumerate(args.chapters):
-        runs = [outcomes[m][k] for m in args.modes]
+        runs = [o[k] for m in args.modes for o in rounds[m]]
         same = len({(r.best_score, r.fingerprint) for r in runs}) == 1
-        print(f"{LABELS[chapter]:<24}" + "".join(f"{r.fit_seconds:>{width}.1f}" for r in runs)
-              + f"  {'yes' if same else 'no: ' + ', '.join(f'{r.best_score:.2f}' for r in runs)}")
-    print(f"{'wall seconds':<24}" + "".join(f"{walls[m]:>{width}.1f}" for m in args.modes))
-    per_hour = {m: 3600.0 * n / walls[m] for m in args.modes}
+        scores = ", ".join(f"{rounds[m][0][k].best_score:.2f}" for m in args.modes)
+        print(f"{LABELS[chapter]:<24}"
+              + "".join(f"{min(o[k].fit_seconds for o in rounds[m]):>{width}.1f}" for m in args.modes)
+              + f"  {'yes' if same else 'no: ' + scores}")
+    wall = {m: min(walls[m]) for m in args.modes}
+    print(f"{'wall seconds':<24}" + "".join(f"{wall[m]:>{width}.1f}" for m in args.modes))
+    per_hour = {m: 3600.0 * n / wall[m] for m in args.modes}
     print(f"{'runs per hour':<24}" + "".join(f"{per_hour[m]:>{width}.1f}" for m in args.modes))
     base = args.modes[0]
     print(f"{'vs ' + base:<24}" + "".join(f"{per_hour[m] / per_hour[base]:>{width - 1}.2f}x" for m in args.modes))
@@ -190,8 +198,8 @@ def main(argv: list[str]) -> None:
                for m in args.modes[1:]}
     same_items_arrays = all(
         (a.best_score, a.fingerprint) == (b.best_score, b.fingerprint)
-        for old, new in (("old-serial", "new-serial"), ("old-jobs", "new-jobs")) if old in outcomes and new in outcomes
-        for a, b in zip(outcomes[old], outcomes[new]))
+        for old, new in (("old-serial", "new-serial"), ("old-jobs", "new-jobs")) if old in rounds and new in rounds
+        for a, b in zip(rounds[old][0], rounds[new][0]))
     print(" ".join(f"{k}={v}" for k, v in {**fields, **speedup}.items())
           + f" old_new_identical={same_items_arrays} runs={n} epochs={args.epochs} jobs={args.jobs} "
-          f"load1={load[0]:.2f}")
+          f"repeat={args.repeat} load1={load[0]:.2f}")
