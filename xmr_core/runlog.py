@@ -16,11 +16,12 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from xmr_core import sources
 
 RUN_LOG_ENV = "XMR_RUN_LOG"
 # xmr_core paths (files, or folders ending in "/") that do not change what a run computes
@@ -30,17 +31,16 @@ NOT_TRAINING = ("book.py", "book_html.py", "cli.py", "results.py", "viz.py", "cl
 
 @functools.cache
 def source_fingerprint() -> str:
-    """SHA-256 over the training sources of `xmr_core` (`*.py`, `*.csv`, `*.json` outside `NOT_TRAINING`):
-    their paths and bytes, read once a process."""
-    pkg = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix in {".py", ".csv", ".json"}):
+    """`sources.fingerprint` of the training sources of `xmr_core` (`sources.package_files` outside
+    `NOT_TRAINING`), read once a process."""
+    root = Path(__file__).resolve().parent.parent
+    pkg = root / sources.PACKAGE
+
+    def training(path: Path) -> bool:
         rel = path.relative_to(pkg).as_posix()
-        if "__pycache__" in rel or any(rel == n or (n.endswith("/") and rel.startswith(n)) for n in NOT_TRAINING):
-            continue
-        digest.update(rel.encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+        return not any(rel == n or (n.endswith("/") and rel.startswith(n)) for n in NOT_TRAINING)
+
+    return sources.fingerprint([p for p in sources.package_files(root) if training(p)], root)
 
 
 def trained_at() -> dict[str, str | None]:
