@@ -69,7 +69,6 @@ from xmr_core.chapters.dvse import (
     rerank_bench_args,
     rerank_rows,
     retrieval_lists,
-    run_collapse,
     score_rows,
     specific_captions,
     split_sizes,
@@ -89,7 +88,7 @@ from xmr_core.chapters.dvse import (
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import weight_grids
 from xmr_core.chapters.protocols import ChapterData
-from xmr_core.claims import can_fail
+from xmr_core.claims import can_fail, instance_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate
@@ -556,9 +555,9 @@ def test_every_declared_claim_can_fail_and_has_a_unique_key():
 def test_run_collapse_finds_tied_and_chance_scores_but_not_a_learnt_one():
     split = _split()
     relevance = torch.as_tensor(split.relevance("instance", "i2t"), dtype=torch.float64)  # (N, M)
-    assert run_collapse(relevance + 0.01 * _scores(1), split) == ""  # every image's own captions on top
-    assert run_collapse(torch.ones(N, N * PER), split) == "every query's scores are tied across the gallery"
-    assert run_collapse(_scores(2)[:1].repeat(N, 1), split).startswith("every query gets the same scores")
+    assert instance_collapse(relevance + 0.01 * _scores(1), split) == ""  # every image's own captions on top
+    assert instance_collapse(torch.ones(N, N * PER), split) == "every query's scores are tied across the gallery"
+    assert instance_collapse(_scores(2)[:1].repeat(N, 1), split).startswith("every query gets the same scores")
 
 
 # ----------------------------------------------------------------------------------------- train.py claims

@@ -6,6 +6,7 @@ variants, the claimed direction, and a margin where the kind has one) and judged
 the mean of, the seeds and test split they came from, whether every run converged and whether it collapsed.
 
     detect_collapse(scores (Q, G), relevance (Q, G) | None) -> "" or why the run learnt nothing
+    instance_collapse(scores_i2t (N, M), split)             -> the same under the split's instance relevance
     chance_best_rank(n_positives (Q,), gallery)             -> (mean, variance) of the best rank at random
     judge(spec, {model: Evidence}, dataset=, profile=)      -> Judgement (verdict, effect, interval, pairing)
     can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
@@ -54,6 +55,7 @@ from xmr_core.verdicts import UNIVERSAL_ORDER, VERDICTS, Verdict, universal_verd
 
 if TYPE_CHECKING:
     from xmr_core.config import RunConfig
+    from xmr_core.data.corpus import Split
 
 Kind = Literal["superiority", "non-inferiority", "equivalence", "trend", "peak", "universal"]
 KINDS: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence", "trend", "peak", "universal")
@@ -105,6 +107,11 @@ def detect_collapse(scores: np.ndarray | torch.Tensor, relevance: Relevance | No
         return (f"chance-level ranking: mean best rank {rank.mean():.1f} against {mean.mean():.1f} under a random "
                 f"ranking (z = {z:.1f} < {CHANCE_Z:g})")
     return ""
+
+
+def instance_collapse(scores_i2t: np.ndarray | torch.Tensor, split: Split) -> str:
+    """`detect_collapse` of a run's image-to-text scores (N, M) on `split` under instance relevance."""
+    return detect_collapse(scores_i2t, split.relevance("instance", "i2t"))
 
 
 # ------------------------------------------------------------------------------------------- evidence

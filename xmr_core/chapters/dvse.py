@@ -65,7 +65,7 @@ from xmr_core.claims import (
     ClaimSpec,
     Evidence,
     Judgement,
-    detect_collapse,
+    instance_collapse,
     judge,
     judgements_frame,
     run_evidence,
@@ -236,12 +236,6 @@ def class_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str,
     return {c: values[key] for c, key in TABLE3_COLUMNS.items()}
 
 
-def run_collapse(scores_i2t: Tensor, split: Split) -> str:
-    """`claims.detect_collapse` of image-to-text scores (N, M) on `split` under instance relevance: "" when the run
-    learnt something, else why not."""
-    return detect_collapse(scores_i2t, split.relevance("instance", "i2t"))
-
-
 def metric_row(scores: ModelScores, data: ChapterData, fr: bool = False) -> dict[str, float]:
     """Every value of Tables 1-3 for one model: `instance_row` of the whole test split and `class_row` of its
     unseen classes; fr=True re-ranks them first (the COCO scales `FR_COCO`, the CUB scales `FR_CUB`)."""
@@ -314,15 +308,15 @@ def table4_rerankers() -> dict[str, Reranker]:
 def rerank_rows(scores: ModelScores, split: Split, rerankers: Mapping[str, Reranker]) -> list[dict[str, object]]:
     """Table 4 rows of one model: without re-ranking, then each re-ranker on the same whole-split scores, each
     timed (both directions): method ("DVSE", "DVSE + FR", ...), re-rank s, test s (embedding and scoring
-    plus re-ranking), collapse (`run_collapse` of its scores) and the `instance_row` values."""
+    plus re-ranking), collapse (`claims.instance_collapse` of its scores) and the `instance_row` values."""
     rows = [{"model": "DVSE", "re-rank s": 0.0, "test s": scores.seconds,
-             "collapse": run_collapse(scores.whole[0], split), **instance_row(split, *scores.whole)}]
+             "collapse": instance_collapse(scores.whole[0], split), **instance_row(split, *scores.whole)}]
     for name, rerank in rerankers.items():
         t0 = time.perf_counter()
         i2t, t2i = rerank_directions(*scores.whole, rerank)
         seconds = time.perf_counter() - t0
         rows.append({"model": f"DVSE + {name}", "re-rank s": seconds, "test s": scores.seconds + seconds,
-                     "collapse": run_collapse(i2t, split), **instance_row(split, i2t, t2i)})
+                     "collapse": instance_collapse(i2t, split), **instance_row(split, i2t, t2i)})
     return rows
 
 
@@ -358,12 +352,12 @@ class ChapterRuns(NamedTuple):
 def score_rows(label: str, seed: int, converged: bool, scores: ModelScores, data: ChapterData
                ) -> list[dict[str, object]]:
     """The two per-run rows of one trained model: its `metric_row` without FR ("<label>") and with FR
-    ("<label> + FR"), each with `collapse` (`run_collapse` of its own whole-split scores, re-ranked for "+ FR")."""
+    ("<label> + FR"), each with `collapse` (`claims.instance_collapse` of its own whole-split scores, re-ranked for "+ FR")."""
     rows = []
     for fr in (False, True):
         i2t = rerank_directions(*scores.whole, FR_COCO)[0] if fr else scores.whole[0]
         rows.append({"model": label + (" + FR" if fr else ""), "seed": seed, "converged": converged,
-                     "collapse": run_collapse(i2t, data.test), **metric_row(scores, data, fr)})
+                     "collapse": instance_collapse(i2t, data.test), **metric_row(scores, data, fr)})
     return rows
 
 
@@ -623,11 +617,11 @@ SWEEP_COLUMNS = ["all i2t R@1", "all i2t R@5", "all t2i R@1", "all t2i R@5"]  # 
 def ablation_run(fields: Mapping[str, object], config: DVSEConfig, seed: int, data: ChapterData,
                  tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> dict[str, object]:
     """Train (or load) DVSE at `config` (DVSE's tuned learning rate) with `seed` and score it: one row, `fields`
-    then seed, converged, cached, collapse (`run_collapse`) and every `metric_row` value (no FR)."""
+    then seed, converged, cached, collapse (`claims.instance_collapse`) and every `metric_row` value (no FR)."""
     model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
     scores = model_scores(model, data, run.torch_device)
     return {**fields, "seed": seed, "converged": result.converged, "cached": result.cached,
-            "collapse": run_collapse(scores.whole[0], data.test), **metric_row(scores, data)}
+            "collapse": instance_collapse(scores.whole[0], data.test), **metric_row(scores, data)}
 
 
 def combination_label(combination: int) -> str:
@@ -736,13 +730,13 @@ def fr_grid(scores: ModelScores, split: Split, values: Sequence[float]) -> pd.Da
 def fr_grid_runs(values: Sequence[float], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
                  enc: dict, run: RunConfig) -> pd.DataFrame:
     """`fr_grid` of each DVSE seed's test scores (train.py's models, loaded), with its seed, convergence and
-    collapse (`run_collapse` of the scores before re-ranking)."""
+    collapse (`claims.instance_collapse` of the scores before re-ranking)."""
     grids = []
     for seed in seeds:
         model, result = train_model("DVSE", 1, data, tuned, enc, run, seed)
         scores = model_scores(model, data, run.torch_device)
         grids.append(fr_grid(scores, data.test, values).assign(
-            seed=seed, converged=result.converged, collapse=run_collapse(scores.whole[0], data.test)))
+            seed=seed, converged=result.converged, collapse=instance_collapse(scores.whole[0], data.test)))
     return pd.concat(grids, ignore_index=True)
 
 
@@ -999,7 +993,7 @@ def correlation_runs(panels: Mapping[str, int], seeds: Sequence[int], image: int
                      ) -> tuple[pd.DataFrame, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Figure 6: each panel's combination (ablate.py's runs, loaded) with every seed; its sub-embeddings'
     `correlation_matrices` on the test split. Returns (one row per combination and seed: model, panel, seed,
-    converged, collapse (`run_collapse`), "mean |corr|" = `mean_abs_offdiagonal`; {panel: (test `image`'s (K, K)
+    converged, collapse (`claims.instance_collapse`), "mean |corr|" = `mean_abs_offdiagonal`; {panel: (test `image`'s (K, K)
     matrix, the mean (K, K))} of
     the first seed)."""
     rows, maps = [], {}
@@ -1007,7 +1001,7 @@ def correlation_runs(panels: Mapping[str, int], seeds: Sequence[int], image: int
         for name, c in panels.items():
             model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=dvse_ablation_config(c, base))
             corr = correlation_matrices(sub_embeddings(model, data.test, run.torch_device)[0])
-            collapse = run_collapse(model_scores(model, data, run.torch_device).whole[0], data.test)
+            collapse = instance_collapse(model_scores(model, data, run.torch_device).whole[0], data.test)
             rows.append({"model": combination_label(c), "panel": name, "seed": seed, "converged": result.converged,
                          "collapse": collapse, "mean |corr|": mean_abs_offdiagonal(corr)})
             if seed == seeds[0]:
@@ -1148,7 +1142,7 @@ def image_query_figure(lists: pd.DataFrame, split: Split, image_queries: Sequenc
 def precision_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                    run: RunConfig) -> pd.DataFrame:
     """Figures 11-12 over every query: exact-relevance P@4 of caption queries and P@5 of image queries on the whole
-    test split, DVSE and PVSE K=2 (train.py's, loaded) with every seed, no FR, each run's `run_collapse`."""
+    test split, DVSE and PVSE K=2 (train.py's, loaded) with every seed, no FR, each run's `claims.instance_collapse`."""
     whole = dataclasses.replace(data.test, caption_level=None)
     rows = []
     for seed in seeds:
@@ -1157,7 +1151,7 @@ def precision_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tun
             i2t, t2i = model_scores(model, data, run.torch_device).whole
             values = evaluate_scores(whole, i2t, views=["exact"], precision_ks=(4, 5), scores_t2i=t2i)
             rows.append({"model": model_label(name, k), "seed": seed, "converged": result.converged,
-                         "collapse": run_collapse(i2t, data.test), "t2i P@4": values["exact/t2i/P@4"],
+                         "collapse": instance_collapse(i2t, data.test), "t2i P@4": values["exact/t2i/P@4"],
                          "i2t P@5": values["exact/i2t/P@5"]})
     return pd.DataFrame(rows)
 

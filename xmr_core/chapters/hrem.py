@@ -58,7 +58,7 @@ from xmr_core.claims import (
     ClaimSpec,
     Evidence,
     Judgement,
-    detect_collapse,
+    instance_collapse,
     judge,
     run_evidence,
     seed_evidence,
@@ -976,7 +976,7 @@ def r15_per_query(hits: np.ndarray) -> np.ndarray:
 
 def run_collapse(split: Split, scores: SplitScores) -> str:
     """`claims.detect_collapse` of a run's image-to-text test scores under instance relevance."""
-    return detect_collapse(scores.i2t, split.relevance("instance", "i2t"))
+    return instance_collapse(scores.i2t, split)
 
 
 def query_evidence(per_run: pd.DataFrame, hits: Mapping[tuple[str, int], np.ndarray], strata: np.ndarray,

@@ -52,7 +52,7 @@ from xmr_core.chapters import hrem as hrem_chapter
 from xmr_core.chapters import msrm as msrm_chapter
 from xmr_core.chapters import pcme as pcme_chapter
 from xmr_core.chapters.protocols import ChapterData, chapter_setup
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge
+from xmr_core.claims import ClaimSpec, Evidence, Judgement, instance_collapse, judge
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -220,7 +220,7 @@ def leaderboard_rows(label: str, seed: int, model: RetrievalModel, data: Chapter
     img, cap = embed_split(model.to(device).eval(), data.test, data.vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap)
     ceiling = bayes_ceiling(data.test)["rsum"]
-    collapse = detect_collapse(i2t, data.test.relevance("instance", "i2t"))
+    collapse = instance_collapse(i2t, data.test)
     rows, queries = [], {}
     for fr, (s_i2t, s_t2i) in ((False, (i2t, t2i)), (True, (reranker(i2t, "i2t"), reranker(t2i.T, "t2i").T))):
         values = evaluate_scores(data.test, s_i2t, views=list(VIEWS), scores_t2i=s_t2i)

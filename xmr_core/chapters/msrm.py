@@ -62,7 +62,15 @@ from xmr_core.chapters.pcme import (
 from xmr_core.chapters.pcme import SPECS as PCME_SPECS
 from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import seed_means, seed_summary, with_paper
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
+from xmr_core.claims import (
+    ClaimSpec,
+    Evidence,
+    Judgement,
+    detect_collapse,
+    instance_collapse,
+    judge,
+    seed_evidence,
+)
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
@@ -225,7 +233,7 @@ def train_and_score(profile: str, seeds: Sequence[int], data: ChapterData, all_c
         fits.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, time.perf_counter() - t0)})
         if protocol == "zero-shot":
             scores, i2t = scored_row(model, data, device)
-            collapse = detect_collapse(i2t, data.test.relevance("instance", "i2t"))
+            collapse = instance_collapse(i2t, data.test)
         else:
             scores = class_row(model, protocol_data.test_unseen, protocol_data.vocab, device)
             collapse = run_collapse(model, protocol_data.test_unseen, protocol_data.vocab, device)
@@ -465,7 +473,7 @@ def class_queries(model: RetrievalModel, split: Split, vocab: Vocabulary, device
         row[f"{direction} R-P"], row[f"{direction} R@1"] = float(rp.mean()), float(r1.mean())
         values.append((rp + r1) / 2)
     strata = np.repeat([0, 1], [len(v) for v in values])
-    return QueryScores(row, np.concatenate(values), strata, detect_collapse(i2t, split.relevance("instance", "i2t")))
+    return QueryScores(row, np.concatenate(values), strata, instance_collapse(i2t, split))
 
 
 class AblationRuns(NamedTuple):

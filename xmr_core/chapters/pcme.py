@@ -52,6 +52,7 @@ from xmr_core.claims import (
     Evidence,
     Judgement,
     detect_collapse,
+    instance_collapse,
     judge,
     query_evidence,
     seed_evidence,
@@ -275,7 +276,7 @@ def run_collapse(model: RetrievalModel, split: Split, vocab: Vocabulary, device:
     """`claims.detect_collapse` of `model`'s image-to-text scores on `split` under instance relevance."""
     img, cap = embed_split(model, split, vocab, device=device)
     i2t, _ = direction_scores(model, img, cap)
-    return detect_collapse(i2t, split.relevance("instance", "i2t"))
+    return instance_collapse(i2t, split)
 
 
 def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
