@@ -78,8 +78,8 @@ def test_every_chapter_generates_its_data_from_DATA_SEED(notebook: Path) -> None
 
 
 def test_chapter_setup_loads_the_corpus_of_the_data_seed(monkeypatch) -> None:
-    from xmr_core.chapters import protocols
     from xmr_core.config import RunConfig
+    from xmr_core.experiment import protocols
 
     seen = {}
 
@@ -97,8 +97,9 @@ def test_chapter_setup_loads_the_corpus_of_the_data_seed(monkeypatch) -> None:
 
 
 def test_hrem_and_book_setups_load_the_corpus_of_the_data_seed(monkeypatch) -> None:
-    from xmr_core.chapters import hrem, leaderboard
+    from xmr_core.chapters import leaderboard
     from xmr_core.config import RunConfig
+    from xmr_core.experiment import protocols
 
     seen = []
 
@@ -110,13 +111,13 @@ def test_hrem_and_book_setups_load_the_corpus_of_the_data_seed(monkeypatch) -> N
         raise Loaded
 
     run = RunConfig.from_params(PROFILE="smoke", SEED=5, DATA_SEED=2, PROGRESS=False)
-    monkeypatch.setattr(hrem, "load_corpus", fake_load_corpus)
+    monkeypatch.setattr(protocols, "load_corpus", fake_load_corpus)
     with pytest.raises(Loaded):
-        hrem.hrem_setup(run)
+        protocols.hrem_setup(run)
     monkeypatch.setattr(leaderboard, "chapter_setup", lambda r: ("corpus", "trunk", "grid", {"seed": r.data_seed}))
     with pytest.raises(Loaded):
         leaderboard.book_setup(run)  # the grid data from chapter_setup(run), then the region data of the same run
-    assert seen == [("scenes", "smoke", 2, hrem.DATA_FORMAT)] * 2
+    assert seen == [("scenes", "smoke", 2, protocols.DATA_FORMAT)] * 2
 
 
 def test_run_seeds_count_from_the_training_seed_and_smoke_keeps_one():

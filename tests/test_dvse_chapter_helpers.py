@@ -25,7 +25,6 @@ from xmr_core.chapters.dvse import (
     MODELS,
     ORDER,
     PAPER_ONLY,
-    REGIONS,
     SWEEP_COLUMNS,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
@@ -36,7 +35,6 @@ from xmr_core.chapters.dvse import (
     ModelScores,
     NeighbourReranker,
     ablate_judgements,
-    attention_heat,
     beta_range_runs,
     caption_query_figure,
     claims_preamble,
@@ -55,16 +53,13 @@ from xmr_core.chapters.dvse import (
     heat_figure,
     image_query_figure,
     impact_runs,
-    instance_row,
     k_config,
     k_label,
     mean_abs_offdiagonal,
     metric_row,
     pair_judgements,
-    paper_table,
     query_values,
     random_images,
-    region_encoders,
     region_runs,
     rerank_bench_args,
     rerank_rows,
@@ -87,7 +82,7 @@ from xmr_core.chapters.dvse import (
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import weight_grids
-from xmr_core.chapters.protocols import ChapterData
+from xmr_core.chapters.summary import paper_table
 from xmr_core.claims import can_fail, instance_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
@@ -95,11 +90,14 @@ from xmr_core.data.datasets import ImageDataset, collate
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
-from xmr_core.evaluate import rerank_directions
+from xmr_core.evaluate import instance_row, rerank_directions
+from xmr_core.experiment.compared import REGIONS
+from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.recipes import region_encoders
 from xmr_core.methods.dvse import DVSE, dvse_config
 from xmr_core.results import paper_values
 from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
-from xmr_core.viz import caption_gallery
+from xmr_core.viz import attention_heat, caption_gallery
 
 N, PER = 10, 2  # images, captions per image: five 1K-style folds of 2 images and 4 captions
 

@@ -36,7 +36,6 @@ from xmr_core.chapters.hrem import (
     TRAIN_CLAIMS,
     WITH_SI,
     WITHOUT_SI,
-    SplitScores,
     ablate_judgements,
     ablation_config,
     association_figure,
@@ -44,7 +43,6 @@ from xmr_core.chapters.hrem import (
     batch_figure,
     batch_graph,
     claims_preamble,
-    compared,
     draw_pairs,
     ensemble,
     fig5_figure,
@@ -56,8 +54,6 @@ from xmr_core.chapters.hrem import (
     fig7_figure,
     flickr_columns,
     graph_evidence,
-    hrem_data,
-    hrem_encoders,
     hrem_table,
     longest_caption,
     loss_curves,
@@ -66,9 +62,6 @@ from xmr_core.chapters.hrem import (
     neighbour_count,
     not_run_table,
     query_evidence,
-    query_hits,
-    query_strata,
-    r15_per_query,
     region_bert,
     region_matching_figure,
     region_word_matching,
@@ -87,6 +80,10 @@ from xmr_core.claims import can_fail
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
+from xmr_core.evaluate import SplitScores, query_hits, query_strata, r15_per_query
+from xmr_core.experiment.compared import hrem_compared
+from xmr_core.experiment.protocols import hrem_data
+from xmr_core.experiment.recipes import hrem_encoders
 from xmr_core.methods.hrem import HREM, AssociationGraph
 from xmr_core.results import paper_values
 from xmr_core.tuning import TuningResult
@@ -143,7 +140,7 @@ def test_the_unchanged_ablation_config_is_train_py_s_hrem_fusion_so_its_runs_are
     enc = hrem_encoders("smoke", 4)
     vectors = np.zeros((5, 3), dtype=np.float32)
     tuned = _tuned(margin=0.4)
-    built = compared("smoke")["HREM fusion"].build(enc, vectors, 0.4, 1).config
+    built = hrem_compared("smoke")["HREM fusion"].build(enc, vectors, 0.4, 1).config
     assert ablation_config(enc, "smoke", tuned) == built
     changed = ablation_config(enc, "smoke", tuned, intra=False, inter=False)
     assert (changed.intra, changed.inter, changed.hinge.margin) == (False, False, 0.4)

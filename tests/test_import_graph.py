@@ -68,3 +68,42 @@ def test_import_graph_counts_lazy_imports(tmp_path: Path) -> None:
 def test_library_has_no_import_circles() -> None:
     found = cycles(import_graph(ROOT))
     assert not found, "import circles in xmr_core: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+CHAPTERS = ("benchmark", "pcme", "msrm", "hrem", "dvse", "hmrn", "leaderboard")  # the chapter modules
+
+
+def chapter_imports(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{chapter module: the other chapter modules it imports} (non-empty entries only; `import_graph` resolves
+    `from xmr_core.chapters import pcme` to an edge to `xmr_core.chapters.pcme`, lazy imports included)."""
+    modules = {f"xmr_core.chapters.{c}" for c in CHAPTERS}
+    return {m: found for m in sorted(modules & graph.keys()) if (found := (graph[m] & modules) - {m})}
+
+
+def test_chapter_imports_finds_a_planted_chapter_to_chapter_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "xmr_core"
+    (pkg / "chapters").mkdir(parents=True)
+    (pkg / "experiment").mkdir()
+    for f in ("__init__.py", "chapters/__init__.py", "chapters/summary.py", "experiment/__init__.py",
+              "experiment/training.py"):
+        (pkg / f).write_text("")
+    (pkg / "chapters" / "pcme.py").write_text("from xmr_core.experiment.training import x\n")
+    (pkg / "chapters" / "msrm.py").write_text("from xmr_core.chapters.summary import y\n")
+    (pkg / "chapters" / "dvse.py").write_text("def f():\n    from xmr_core.chapters import pcme\n")
+    graph = import_graph(tmp_path)
+    assert chapter_imports(graph) == {"xmr_core.chapters.dvse": {"xmr_core.chapters.pcme"}}
+
+
+def test_no_chapter_module_imports_another() -> None:
+    """The experiment layer (`xmr_core.experiment`) and the library hold what chapters share; chapter modules
+    import those and the shared chapter helpers (`chapters.summary`), never each other."""
+    found = chapter_imports(import_graph(ROOT))
+    assert not found, "chapter modules importing other chapters: " + "; ".join(
+        f"{m} -> {', '.join(sorted(v))}" for m, v in found.items())
+
+
+def test_the_experiment_layer_imports_no_chapter() -> None:
+    graph = import_graph(ROOT)
+    found = {m: {d for d in deps if d.startswith("xmr_core.chapters")} for m, deps in graph.items()
+             if m.startswith("xmr_core.experiment")}
+    assert not {m: d for m, d in found.items() if d}, f"the experiment layer imports chapters: {found}"

@@ -30,13 +30,14 @@ from xmr_core.chapters.leaderboard import (
     same_test_split,
     tune_fast_rerank,
 )
-from xmr_core.chapters.protocols import ChapterData
 from xmr_core.claims import can_fail
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
+from xmr_core.experiment.compared import DVSE_COMPARED
+from xmr_core.experiment.protocols import ChapterData
 from xmr_core.methods.registry import create_method
 from xmr_core.results import universal_verdict
 from xmr_core.similarity import FastReranker
@@ -232,21 +233,24 @@ def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
 def test_the_region_dvse_is_the_dvse_chapters_region_run_with_its_own_protocol(monkeypatch):
     calls = []
 
-    def train(name, k, data, tuned, enc, run, seed, config=None):
-        calls.append((name, k, seed, config))
+    def train(name, k, data, tuned, enc, run, seed, compared):
+        calls.append((name, k, seed, enc["image"].kind, compared["DVSE"]))
         return "model", SimpleNamespace(converged=True, cached=True)
 
-    monkeypatch.setattr(leaderboard.dvse_chapter, "train_model", train)
-    monkeypatch.setattr(leaderboard.dvse_chapter, "region_config", lambda data, tuned, enc: ("regions of", data))
+    monkeypatch.setattr(leaderboard, "train_model", train)
+    grid_data = SimpleNamespace(test=SimpleNamespace(regions=np.zeros((2, 3, 7), np.float32)))
+    run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
     for name in ("DVSE", "DVSE (regions)"):
-        leaderboard.train_book_model("dvse", name, 1, "grid data", {}, {}, None, 2)
-    # the plain DVSE is the chapter's compared model; the region DVSE is DVSE at the region config, same seed
-    assert calls == [("DVSE", 1, 2, None), ("DVSE", 1, 2, ("regions of", "grid data"))]
+        leaderboard.train_book_model("dvse", name, 1, grid_data, {}, {"image": ImageEncoderConfig(kind="grid")}, run, 2)
+    # the plain DVSE is the chapter's compared model; the region DVSE is the same compared DVSE on the region
+    # features' encoders (`region_encoders`), same seed
+    assert calls == [("DVSE", 1, 2, "grid", DVSE_COMPARED), ("DVSE", 1, 2, "regions", DVSE_COMPARED)]
     monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("dvse", "DVSE", 1), ("dvse", "DVSE (regions)", 1)])
     monkeypatch.setattr(leaderboard, "leaderboard_rows",
                         lambda label, seed, model, data, device, converged: BoardRows([{"model": label}], {}))
-    book = BookData(grid="grid data", grid_enc={}, regions="region data", region_enc={})
-    out = leaderboard.score_book([0], book, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
+    book = BookData(grid=grid_data, grid_enc={"image": ImageEncoderConfig(kind="grid")}, regions="region data",
+                    region_enc={})
+    out = leaderboard.score_book([0], book, {}, run)
     assert out.per_run.to_dict("records") == [{"model": "DVSE", "protocol": "zero-shot, grid"},
                                       {"model": "DVSE (regions)", "protocol": "zero-shot, regions"}]
 

@@ -16,18 +16,17 @@ from xmr_core.chapters.msrm import (
     ORDER,
     TABLE1_COLUMNS,
     batch_incidence,
-    label_distance,
-    top_k_lists,
     training_runs,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import table3_frame, weight_grids
-from xmr_core.chapters.protocols import ChapterData
 from xmr_core.claims import can_fail, detect_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.evaluate import direction_scores, embed_split
+from xmr_core.evaluate import direction_scores, embed_split, label_distance, top_k_lists
+from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.scoring import TABLE3_COLUMNS
 from xmr_core.methods.msrm import MSRM
 from xmr_core.results import paper_values
 
@@ -191,7 +190,7 @@ CEILING = {"1K": {"i2t/R@1": 90.0, "t2i/R@1": 80.0, "rsum": 500.0},
 def _zero_shot() -> pd.DataFrame:
     """Every model of ORDER with two seeds, all Table 3 columns at 10 (MSRM: 40); 5K rSum 40 and 80 (PCME: 100
     and 140, MSRM: 200 and 240)."""
-    cols = list(chapter.TABLE3_COLUMNS)
+    cols = list(TABLE3_COLUMNS)
     runs = _runs({m: {c: 40.0 if m == "MSRM" else 10.0 for c in cols} for m in ORDER})
     rsum = {"PCME": [100.0, 140.0], "MSRM": [200.0, 240.0]}
     runs["rsum 5K"] = [rsum.get(m, [40.0, 80.0])[s] for m, s in zip(runs["model"], runs["seed"])]

@@ -20,22 +20,17 @@ from fixtures.corpora import CLASS_NAMES, synthetic_split
 from scipy import stats
 
 from xmr_core.chapters import pcme as chapter
-from xmr_core.chapters.pcme import (
-    TABLE2_COLUMNS,
-    TABLE3_COLUMNS,
-    model_label,
-    own_caption_score,
-    table1_frame,
-    table1_rows,
-    table3_ceiling_row,
-)
-from xmr_core.chapters.protocols import ChapterData, word_table
+from xmr_core.chapters.pcme import own_caption_score, table1_frame, table1_rows, table3_ceiling_row
 from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import evaluate_similarities, score_matrix
+from xmr_core.experiment import compared, training
+from xmr_core.experiment.compared import model_label
+from xmr_core.experiment.protocols import ChapterData, word_table
+from xmr_core.experiment.scoring import TABLE2_COLUMNS, TABLE3_COLUMNS
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.methods.vse import vse0_config
 from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
@@ -100,7 +95,7 @@ def _split(n: int, k: int = 1, seed: int = 0, **fields: object):
 # ------------------------------------------------------------------------------------------ train.py
 def test_with_margin_sets_only_the_hinge_margin():
     cfg = vse0_config(embed_dim=8)
-    out = chapter.with_margin(cfg, 0.37)
+    out = compared.with_margin(cfg, 0.37)
     assert out.hinge.margin == 0.37 and cfg.hinge.margin != 0.37  # a copy; the input is left as it was
     assert out == dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=0.37))
 
@@ -113,7 +108,7 @@ def test_word_table_is_the_vectors_or_the_words():
 
 
 def test_weight_grids_and_tuned_settings():
-    spec = chapter.Compared("X", "margin", (0.1, 0.2), 0.1, lambda *a: None)
+    spec = compared.Compared("X", "margin", (0.1, 0.2), 0.1, lambda *a: None)
     assert chapter.weight_grids({"X": spec}) == "X: margin (0.1, 0.2)"
     assert chapter.weight_grids().startswith("VSE0: margin (0.1, 0.2, 0.4); PVSE: margin")
     tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, [])}
@@ -122,21 +117,21 @@ def test_weight_grids_and_tuned_settings():
 
 def test_chapter_runs_and_order():
     assert chapter.ORDER == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME"]
-    runs = chapter.chapter_runs([3, 4])
+    runs = training.chapter_runs([3, 4])
     assert runs[:6] == [("VSE0", 1, 3), ("PVSE", 1, 3), ("PVSE", 2, 3), ("PVSE", 4, 3), ("PCME mu only", 1, 3),
                         ("PCME", 1, 3)]
     assert runs[6:] == [(name, k, 4) for name, k, _ in runs[:6]] and len(runs) == 12
-    assert chapter.chapter_runs([3, 4], [("X", 2)]) == [("X", 2, 3), ("X", 2, 4)]  # a later chapter's specs
+    assert training.chapter_runs([3, 4], [("X", 2)]) == [("X", 2, 3), ("X", 2, 4)]  # a later chapter's specs
 
 
 def test_tuned_model_builds_from_the_given_methods():
     built = []
-    spec = chapter.Compared("X", "margin", (0.1, 0.2), 0.1, lambda enc, wv, w, k: built.append((w, k)) or "model")
+    spec = compared.Compared("X", "margin", (0.1, 0.2), 0.1, lambda enc, wv, w, k: built.append((w, k)) or "model")
     tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, [])}
-    assert chapter.tuned_model("X", tuned, {}, np.zeros((1, 1)), 4, compared={"X": spec}) == "model"
+    assert training.tuned_model("X", tuned, {}, np.zeros((1, 1)), 4, compared={"X": spec}) == "model"
     assert built == [(0.2, 4)]
     with pytest.raises(KeyError):
-        chapter.tuned_model("X", tuned, {}, np.zeros((1, 1)))  # not one of the PCME chapter's methods
+        training.tuned_model("X", tuned, {}, np.zeros((1, 1)))  # not one of the PCME chapter's methods
 
 
 def test_split_sizes():

@@ -50,7 +50,10 @@ Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 te
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -575,3 +578,95 @@ def multi_round_metrics(scores: Tensor, ks: Sequence[int] = metrics.RSUM_KS) -> 
     out = metrics.multi_round(scores, np.arange(scores.shape[1]), all_ks)
     out["rsum"] = sum(out[f"mean/R@{k}"] for k in metrics.RSUM_KS)
     return out
+
+
+# ------------------------------------------------------------------------------- rows, lists and per-query hits
+RK_COLUMNS = [f"{d} R@{k}" for d in DIRECTIONS for k in metrics.RSUM_KS]  # "i2t R@1", ..., "t2i R@10"
+
+
+def instance_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str, float]:
+    """Instance R@1/5/10 per direction and rSum on `split` under the 1K protocol (five folds) and on the whole
+    split ("all"): {"1K i2t R@1", ..., "1K rSum", "all i2t R@1", ..., "all rSum"}. Scores (N, M) both."""
+    whole = dataclasses.replace(split, caption_level=None)  # no per-level breakdown (a fold may lack a level)
+    out = {}
+    for proto, protocol in (("1K", "coco1k"), ("all", "full")):
+        values = evaluate_scores(whole, scores_i2t, views=["instance"], protocol=protocol, scores_t2i=scores_t2i)
+        out.update({f"{proto} {c}": values[f"instance/{c.replace(' ', '/')}"] for c in RK_COLUMNS})
+        out[f"{proto} rSum"] = values["rsum"]
+    return out
+
+
+def label_distance(labels: np.ndarray, query_image: int, images: np.ndarray) -> np.ndarray:
+    """zeta of Figure 3: the L1 distance between the concept-label vector of `query_image` and that of each of
+    `images` ((N, C) 0/1 labels) -> (len(images),) int."""
+    labels = np.asarray(labels, dtype=np.int64)
+    return np.abs(labels[np.asarray(images)] - labels[query_image][None, :]).sum(1)
+
+
+def top_k_lists(scores_i2t: Tensor, scores_t2i: Tensor, split: Split, image_queries: Sequence[int],
+                caption_queries: Sequence[int], k: int = 6) -> pd.DataFrame:
+    """Figure 3's lists: for each image query its top-k captions (by `scores_i2t` rows) and for each caption
+    query its top-k images (by `scores_t2i` columns), with each result's zeta to the query's image and whether
+    it is an instance positive. Columns: direction, query, rank, result, zeta, instance."""
+    rows = []
+    cap_img = np.asarray(split.caption_image)
+    for q in image_queries:
+        top = torch.topk(torch.as_tensor(scores_i2t)[q], k).indices.numpy()
+        zeta = label_distance(split.image_labels, q, cap_img[top])
+        rows += [{"direction": "i2t", "query": int(q), "rank": r + 1, "result": int(c), "zeta": int(z),
+                  "instance": bool(cap_img[c] == q)} for r, (c, z) in enumerate(zip(top, zeta))]
+    for q in caption_queries:
+        top = torch.topk(torch.as_tensor(scores_t2i)[:, q], k).indices.numpy()
+        zeta = label_distance(split.image_labels, int(cap_img[q]), top)
+        rows += [{"direction": "t2i", "query": int(q), "rank": r + 1, "result": int(i), "zeta": int(z),
+                  "instance": bool(i == cap_img[q])} for r, (i, z) in enumerate(zip(top, zeta))]
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class SplitScores:
+    """One model's test scores in `direction_scores`' layout (i2t, t2i), each (N images, M captions), on the
+    CPU, and the seconds that embedding and scoring the split took."""
+
+    i2t: Tensor
+    t2i: Tensor
+    seconds: float
+
+
+def score_split(model: Any, split: Split, vocab: Any, device: torch.device | str,
+                **score_options: object) -> SplitScores:
+    """Embed and score the whole split with the model's own test-time score, timed (Figure 5's retrieval time:
+    both sides encoded, every image x caption scored)."""
+    model.to(device).eval()
+    t0 = time.perf_counter()
+    img, cap = embed_split(model, split, vocab, device=device)
+    i2t, t2i = (s.cpu() for s in direction_scores(model, img, cap, **score_options))  # on the CPU: waits for a GPU
+    return SplitScores(i2t, t2i, time.perf_counter() - t0)
+
+
+def query_hits(split: Split, scores: SplitScores) -> np.ndarray:
+    """(N + M, 3) 100 · [best rank <= K] for K = 1, 5, 10 of every query of the whole split under instance
+    relevance (`metrics.ranking_stats`, pessimistic ties): the N image queries (i2t), then the M caption queries
+    (t2i). Each direction's column mean is its R@K of `metric_row`'s "all" columns."""
+    parts = []
+    for d, q_scores in (("i2t", scores.i2t), ("t2i", scores.t2i.T)):
+        best = metrics.ranking_stats(q_scores, {"instance": split.relevance("instance", d)})["instance"].best_rank
+        parts.append(100.0 * (best.double().numpy()[:, None] <= np.asarray(metrics.RSUM_KS)[None, :]))
+    return np.concatenate(parts)
+
+
+def query_strata(split: Split) -> np.ndarray:
+    """(N + M,) the stratum of each query of `query_hits`: 0 the images, 1 the captions."""
+    return np.repeat([0, 1], [split.n_images, split.n_captions])
+
+
+def rsum_per_query(hits: np.ndarray) -> np.ndarray:
+    """(Q,) each query's share of rSum: 2 · its hits at 1, 5, 10, so that the mean of the two strata's means is
+    rSum (the sum of R@1, 5, 10 over both directions)."""
+    return 2.0 * hits.sum(1)
+
+
+def r15_per_query(hits: np.ndarray) -> np.ndarray:
+    """(Q,) the mean of each query's hits at 1 and 5: the mean of its two strata's means is Table 3's mean of
+    R@1 and R@5 both ways."""
+    return hits[:, :2].mean(1)

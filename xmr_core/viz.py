@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
+from typing import Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -224,3 +225,25 @@ def caption_gallery(
                          color="tab:green" if relevant[q, j] else "tab:red")
     fig.tight_layout()
     return fig
+
+
+def attention_heat(weights: np.ndarray, boxes: np.ndarray, image_size: int,
+                   reduce: Literal["sum", "max"] = "sum") -> np.ndarray:
+    """Figure 10: the heat of each pixel for each sub-embedding from the weights of the local features (grid cells
+    or regions) whose box covers it: their sum (attention weights, a distribution over the features), or their
+    max (per-feature scores such as match cosines, where a sum would light up where boxes overlap); 0 where no
+    box covers the pixel. weights (R, K), boxes (R, 4) pixels -> (K, S, S)."""
+    weights, boxes = np.asarray(weights, dtype=np.float64), np.asarray(boxes, dtype=np.float64)
+    if weights.ndim != 2 or boxes.shape != (weights.shape[0], 4):
+        raise ValueError(f"attention_heat: weights {weights.shape} and boxes {boxes.shape}: expected (R, K), (R, 4)")
+    if reduce not in ("sum", "max"):
+        raise ValueError(f"attention_heat: reduce must be 'sum' or 'max', got {reduce!r}")
+    centres = np.arange(image_size) + 0.5
+    inside_x = (centres[None, :] >= boxes[:, :1]) & (centres[None, :] < boxes[:, 2:3])  # (R, S)
+    inside_y = (centres[None, :] >= boxes[:, 1:2]) & (centres[None, :] < boxes[:, 3:4])
+    cover = inside_y[:, :, None] & inside_x[:, None, :]  # (R, S_y, S_x)
+    if reduce == "sum":
+        return np.einsum("rk,ryx->kyx", weights, cover.astype(np.float64))
+    per_box = np.where(cover[:, None], weights[:, :, None, None], -np.inf)  # (R, K, S_y, S_x)
+    heat = per_box.max(0, initial=-np.inf)  # no box at all: -inf everywhere
+    return np.where(np.isfinite(heat), heat, 0.0)

@@ -43,15 +43,14 @@ from xmr_core.chapters.pcme import (
     ablation_frame,
     table1_frame,
     table1_runs,
-    tune_methods,
-    tuned_model,
     tuned_settings,
 )
-from xmr_core.chapters.protocols import chapter_setup
-from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.recipes import encoder_configs
+from xmr_core.experiment.training import tune_methods, tuned_model
 from xmr_core.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,

@@ -53,10 +53,7 @@ import matplotlib.pyplot as plt
 from xmr_core.ceiling import bayes_ceiling, split_ceiling
 from xmr_core.chapters.pcme import (
     CEILING_RSUM,
-    LEARNING_RATES,
     ORDER,
-    TABLE2_COLUMNS,
-    chapter_runs,
     learning_curves,
     learning_curves_figure,
     per_run_frame,
@@ -64,15 +61,17 @@ from xmr_core.chapters.pcme import (
     table3_frame,
     train_judgements,
     train_models,
-    tune_methods,
     weight_grids,
     write_ceiling,
 )
-from xmr_core.chapters.protocols import chapter_setup
-from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import ceiling_note, dataset_note, seed_summary, with_ceiling_share, with_paper
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.compared import LEARNING_RATES
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.recipes import pcme_train_config
+from xmr_core.experiment.scoring import TABLE2_COLUMNS
+from xmr_core.experiment.training import chapter_runs, tune_methods
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame
 

@@ -56,16 +56,15 @@ from xmr_core.chapters.pcme import (
     sigma_per_level,
     sigma_positives_correlation,
     spread_classes,
-    train_model,
-    tune_methods,
     visualise_evidence,
     visualise_judgements,
 )
-from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, detect_collapse, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import score_matrix
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.training import train_model, tune_methods
 from xmr_core.methods.pcme import uncertainty
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 from xmr_core.viz import pca_basis

@@ -56,11 +56,11 @@ from xmr_core.chapters.msrm import (
     table5_frame,
     zeta_runs,
 )
-from xmr_core.chapters.pcme import tune_methods, tuned_model
-from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.training import tune_methods, tuned_model
 from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,

@@ -65,9 +65,7 @@ from xmr_core.chapters.msrm import (
     vocabulary_note,
     write_optional_table,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES, table3_frame, tune_methods, weight_grids
-from xmr_core.chapters.protocols import chapter_setup
-from xmr_core.chapters.recipes import pcme_train_config
+from xmr_core.chapters.pcme import table3_frame, weight_grids
 from xmr_core.chapters.summary import (
     ceiling_note,
     dataset_note,
@@ -77,6 +75,10 @@ from xmr_core.chapters.summary import (
 )
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.compared import LEARNING_RATES
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.recipes import pcme_train_config
+from xmr_core.experiment.training import tune_methods
 from xmr_core.results import write_table
 from xmr_core.tuning import tuning_frame
 

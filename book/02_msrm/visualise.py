@@ -51,11 +51,11 @@ from xmr_core.chapters.msrm import (
     trained_models,
     visualise_judgements,
 )
-from xmr_core.chapters.pcme import tune_methods
-from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.training import tune_methods
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,

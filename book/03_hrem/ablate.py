@@ -73,8 +73,6 @@ from xmr_core.chapters.hrem import (
     fig6_summary,
     fig7_curves,
     fig7_figure,
-    hrem_setup,
-    query_strata,
     table3,
     table3_runs,
     table4_runs,
@@ -85,6 +83,8 @@ from xmr_core.chapters.hrem import (
 from xmr_core.chapters.summary import ceiling_note, dataset_note
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.evaluate import query_strata
+from xmr_core.experiment.protocols import hrem_setup
 from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,

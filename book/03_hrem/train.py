@@ -64,10 +64,7 @@ from xmr_core.chapters.hrem import (
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
     flickr_columns,
-    hrem_setup,
     hrem_table,
-    query_hits,
-    query_strata,
     region_bert,
     split_sizes,
     train_and_score,
@@ -75,10 +72,13 @@ from xmr_core.chapters.hrem import (
     training_runs,
     tune_methods,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES, train_config
 from xmr_core.chapters.summary import ceiling_note, dataset_note, write_ceiling_table
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.evaluate import query_hits, query_strata
+from xmr_core.experiment.compared import LEARNING_RATES
+from xmr_core.experiment.protocols import hrem_setup
+from xmr_core.experiment.training import train_config
 from xmr_core.results import write_table
 from xmr_core.tuning import tuning_frame
 

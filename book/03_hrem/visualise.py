@@ -51,17 +51,17 @@ from xmr_core.chapters.hrem import (
     batch_graph,
     claims_preamble,
     draw_pairs,
-    hrem_setup,
     neighbour_count,
     region_matching_figure,
     run_collapse,
-    score_split,
     train_model,
     tune_methods,
     visualise_judgements,
 )
 from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.evaluate import score_split
+from xmr_core.experiment.protocols import hrem_setup
 from xmr_core.results import (
     Claim,
     claims_frame,

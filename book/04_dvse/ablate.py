@@ -48,7 +48,6 @@ import matplotlib.pyplot as plt
 from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
     COMPARED,
-    DVSE_K,
     SWEEP_COLUMNS,
     ablate_judgements,
     fr_grid_figure,
@@ -62,10 +61,11 @@ from xmr_core.chapters.dvse import (
     table6_runs,
     training_runs,
 )
-from xmr_core.chapters.pcme import tune_methods, tuned_model
-from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.compared import DVSE_K
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.training import tune_methods, tuned_model
 from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,

@@ -73,7 +73,6 @@ from xmr_core.chapters.dvse import (
     fr_figure,
     fr_models,
     pair_judgements,
-    paper_table,
     rerank_bench_args,
     split_sizes,
     table1_frame,
@@ -84,12 +83,20 @@ from xmr_core.chapters.dvse import (
     training_runs,
     write_region_tables,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES, tune_methods, weight_grids
-from xmr_core.chapters.protocols import chapter_setup
-from xmr_core.chapters.recipes import pcme_train_config
-from xmr_core.chapters.summary import ceiling_note, dataset_note, with_ceiling_share, write_ceiling_table
+from xmr_core.chapters.pcme import weight_grids
+from xmr_core.chapters.summary import (
+    ceiling_note,
+    dataset_note,
+    paper_table,
+    with_ceiling_share,
+    write_ceiling_table,
+)
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.compared import LEARNING_RATES
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.recipes import pcme_train_config
+from xmr_core.experiment.training import tune_methods
 from xmr_core.results import write_figure, write_table
 from xmr_core.tuning import tuning_frame
 

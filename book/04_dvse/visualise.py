@@ -65,10 +65,10 @@ from xmr_core.chapters.dvse import (
     visualise_judgements,
     write_heat_figures,
 )
-from xmr_core.chapters.pcme import tune_methods, tuned_model
-from xmr_core.chapters.protocols import chapter_setup
 from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.experiment.protocols import chapter_setup
+from xmr_core.experiment.training import tune_methods, tuned_model
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,

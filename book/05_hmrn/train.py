@@ -105,11 +105,11 @@ from xmr_core.chapters.hmrn import (
     tuned_config,
     write_tables,
 )
-from xmr_core.chapters.pcme import LEARNING_RATES
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
+from xmr_core.experiment.compared import LEARNING_RATES
 from xmr_core.results import write_table
 from xmr_core.tuning import tuning_frame
 

@@ -52,7 +52,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from xmr_core.ceiling import bayes_ceiling
-from xmr_core.chapters.hrem import query_strata
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
@@ -66,6 +65,7 @@ from xmr_core.chapters.leaderboard import (
 from xmr_core.chapters.summary import ceiling_frame
 from xmr_core.claims import judgements_frame, render_claims, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.evaluate import query_strata
 from xmr_core.results import write_figure, write_table, write_text
 from xmr_core.tuning import tuning_frame
 

@@ -1,10 +1,10 @@
 """`python -m xmr_core.bench throughput`: runs per hour of one representative cpu run of each chapter, side by side.
 
 The representative runs (`REPRESENTATIVE`), built the way the chapters build them on the cpu profile's data
-(`build_run`): VSE0 on the frozen trunk's grid features (the PCME chapter, `pcme.COMPARED`), HREM fusion on region
-features (`hrem.compared`) and HMRN I-T on the multi-query sets (`hmrn.compared`, the chapter's batch 32), each at
-the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no patience, no extension), seed 0, each in its own fresh
-run directory. The cpu data (and the trunk) are generated into the run cache the first time (minutes).
+(`build_run`): VSE0 on the frozen trunk's grid features (the PCME chapter, `compared.BASELINES`), HREM fusion on
+region features (`compared.hrem_compared`) and HMRN I-T on the multi-query sets (`hmrn.compared`, the chapter's
+batch 32), each at the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no patience, no extension), seed 0,
+each in its own fresh run directory. The cpu data (and the trunk) are generated into the run cache the first time (minutes).
 
 The same list of runs is trained in each mode, each timed on its wall clock (data loading included):
 - `old-serial`: today's serial path, one process with torch's default threads, batches built item by item
@@ -70,22 +70,24 @@ class RunOutcome:
 
 def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
     """(model, train split, val split, TrainConfig, vocabulary) of `spec`, from its profile's cached data; the model
-    built after seeding torch with `spec.seed`, as `pcme.train_built` does."""
-    from xmr_core.chapters import hmrn, hrem, pcme
-    from xmr_core.chapters.protocols import chapter_setup
+    built after seeding torch with `spec.seed`, as `training.train_built` does."""
+    from xmr_core.chapters import hmrn
     from xmr_core.config import RunConfig
     from xmr_core.data.load import load_corpus
+    from xmr_core.experiment.compared import BASELINES, hrem_compared
+    from xmr_core.experiment.protocols import chapter_setup, hrem_setup
+    from xmr_core.experiment.training import train_config
 
     run = RunConfig(profile=spec.profile, progress=False, device="cpu")
     overrides: dict[str, object] = {"epochs": spec.epochs, "patience": 0, "extend_epochs": 0, "device": "cpu",
                                     "progress": False}
     if spec.chapter == "pcme":
         _, _, data, enc = chapter_setup(run)
-        compared = pcme.COMPARED["VSE0"]
+        compared = BASELINES["VSE0"]
         weight = 0.2
     elif spec.chapter == "hrem":
-        _, data, enc = hrem.hrem_setup(run)
-        compared = hrem.compared(run.profile)["HREM fusion"]
+        _, data, enc = hrem_setup(run)
+        compared = hrem_compared(run.profile)["HREM fusion"]
         weight = 0.2
     elif spec.chapter == "hmrn":
         corpus = load_corpus(run.dataset, run.data_root, run.profile, format=hmrn.DATA_FORMAT, variant=hmrn.VARIANT,
@@ -99,7 +101,7 @@ def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
         raise ValueError(f"unknown chapter {spec.chapter!r}; choose one of {', '.join(REPRESENTATIVE)}")
     torch.manual_seed(spec.seed)
     model = compared.build(enc, data.word_vectors, weight, 1)
-    return model, data.train, data.val, pcme.train_config(run.profile, LR, spec.seed, **overrides), data.vocab
+    return model, data.train, data.val, train_config(run.profile, LR, spec.seed, **overrides), data.vocab
 
 
 def train_run(spec: RunSpec, run_dir: Path) -> RunOutcome:

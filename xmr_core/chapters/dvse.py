@@ -5,7 +5,7 @@ DVSE (Wei et al., arXiv 2309.08154 / IEEE TMM 2025) has no public code: `xmr_cor
 re-implementation from the paper's text, and its docstring lists every choice the paper leaves open.
 
 Compared models. VSE0, PVSE (K = 1, 2, 4, hardest negatives), PCME mu-only and PCME are the PCME chapter's
-(`xmr_core.chapters.pcme.COMPARED`): the same builders, recipe and tuning budget, so their runs have the same
+(`xmr_core.experiment.compared.BASELINES`): the same builders, recipe and tuning budget, so their runs have the same
 run keys and are loaded from the cache. DVSE (K = 6, the paper's COCO / Flickr30K value; hardest negatives with
 the library's from-scratch recipe, as PVSE) is added with the same budget (`xmr_core.tuning.tune`): three
 learning rates at its default weight, then three values of its main weight. That weight is the hinge margin
@@ -34,7 +34,7 @@ import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -45,22 +45,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from xmr_core.ceiling import SplitCeiling
-from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.msrm import top_k_lists
-from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import (
-    LEARNING_RATES,
-    Compared,
-    chapter_runs,
-    fit_row,
-    model_label,
-    train_built,
-    tuned_model,
-    with_margin,
-)
-from xmr_core.chapters.pcme import SPECS as PCME_SPECS
-from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.summary import dataset_note, seed_summary, with_ceiling, with_paper
+from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -78,41 +63,48 @@ from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate, image_loader
 from xmr_core.data.text import Vocabulary
-from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
     DIRECTIONS,
+    RK_COLUMNS,
     Reranker,
     direction_scores,
     embed_split,
     evaluate_scores,
+    instance_row,
     rerank_directions,
+    top_k_lists,
 )
+from xmr_core.experiment.compared import (
+    BASELINE_SPECS,
+    BASELINES,
+    DVSE_COMPARED,
+    DVSE_K,
+    LEARNING_RATES,
+    REGIONS,
+    Compared,
+    model_label,
+)
+from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.recipes import region_encoders
+from xmr_core.experiment.training import chapter_runs, fit_row, train_built, tuned_model
+from xmr_core.experiment.training import train_model as train_compared
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config, dvse_config
+from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config
 from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats
 from xmr_core.results import write_figure, write_table
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
-from xmr_core.viz import caption_gallery, heatmap, retrieval_gallery
+from xmr_core.viz import attention_heat, caption_gallery, heatmap, retrieval_gallery
 
-DVSE_K = 6  # the paper's K for COCO and Flickr30K (CUB: 8)
-
-
-def _dvse(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return DVSE(with_margin(dvse_config(n_embeds=DVSE_K, hard_negatives=True, **enc), margin), wv)
-
-
-DVSE_COMPARED = Compared("DVSE", "margin", (0.1, 0.2, 0.4), 0.2, _dvse)
-COMPARED: dict[str, Compared] = {**PCME_COMPARED, "DVSE": DVSE_COMPARED}
+COMPARED: dict[str, Compared] = {**BASELINES, "DVSE": DVSE_COMPARED}
 
 # The trained models of train.py (name, K) and the rows of the tables (PVSE rows carry their K; "+ FR" rows are
 # the same models re-ranked).
-SPECS: list[tuple[str, int]] = [*PCME_SPECS, ("DVSE", 1)]
+SPECS: list[tuple[str, int]] = [*BASELINE_SPECS, ("DVSE", 1)]
 MODELS = [model_label(name, k) for name, k in SPECS]
 ORDER = MODELS + ["DVSE + FR"]
-REGIONS = "DVSE (regions)"  # the region-feature DVSE (the paper's Faster R-CNN rows), every seed
 
 # Fast Re-ranking at the paper's scales (Sec. IV-A-3): (gamma1, gamma2) for image queries, (lambda1, lambda2)
 # for caption queries.
@@ -121,12 +113,11 @@ FR_CUB = FastReranker((9.0, 8.0), (8.0, 17.0))  # CUB: the class table
 TABLE4_K = {"RR": (15, 20), "MR": (30, 30)}  # neighbours (image queries, caption queries): the scripts' values
 
 # Our columns -> the paper's keys ("<protocol>|<key>"; `summary.with_paper`). "all" = the whole test split.
-_RK = [f"{d} R@{k}" for d in DIRECTIONS for k in RSUM_KS]
 TABLE1_COLUMNS: dict[str, str] = {
-    **{f"1K {c}": f"1K|instance/{c.replace(' ', '/')}" for c in _RK}, "1K rSum": "1K|rsum",
-    **{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "5K|rsum",
+    **{f"1K {c}": f"1K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS}, "1K rSum": "1K|rsum",
+    **{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS}, "all rSum": "5K|rsum",
 }
-TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"instance/{c.replace(' ', '/')}" for c in _RK}, "all rSum": "rsum"}
+TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"instance/{c.replace(' ', '/')}" for c in RK_COLUMNS}, "all rSum": "rsum"}
 CEILING_RSUM = {"1K": "1K rSum", "all": "all rSum"}  # protocol -> the per-run rSum column of its ceiling share
 TABLE3_COLUMNS: dict[str, str] = {f"CUB {d} {m}": f"class/{d}/{m}" for d in DIRECTIONS for m in ("R-P", "R@1")}
 TABLE6_COLUMNS: dict[str, str] = {**TABLE3_COLUMNS, "all i2t R@1": "5K|instance/i2t/R@1",
@@ -152,13 +143,6 @@ FIG6_COMBINATIONS = {"(a) SE only (combination 4)": 4, "(b) DM, no L_ort (combin
 
 
 # ---------------------------------------------------------------------------------------- tuning and training
-def region_encoders(enc: dict, region_dim: int) -> dict:
-    """`enc` with the image encoder on precomputed region features (the BUTD analogue, `Split.regions`,
-    (N, R, region_dim)) instead of the trunk's grid; the text encoder and sizes unchanged."""
-    if region_dim <= 0:
-        raise ValueError(f"region_encoders: region_dim must be > 0, got {region_dim}")
-    return {**enc, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim)}
-
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, config: DVSEConfig | None = None, **train_overrides: object
@@ -167,7 +151,7 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
     config: a DVSE config to train instead (ablations, region features), at DVSE's tuned learning rate.
     Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
     if config is None:
-        return pcme_chapter.train_model(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
+        return train_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
     return train_built(lambda: DVSE(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
 
 
@@ -216,17 +200,6 @@ def model_scores(model: RetrievalModel, data: ChapterData, device: torch.device 
     unseen = direction_scores(model, img, cap)
     return ModelScores(tuple(s.cpu() for s in whole), tuple(s.cpu() for s in unseen), seconds)  # type: ignore[arg-type]
 
-
-def instance_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str, float]:
-    """Instance R@1/5/10 per direction and rSum on `split` under the 1K protocol (five folds) and on the whole
-    split ("all"): {"1K i2t R@1", ..., "1K rSum", "all i2t R@1", ..., "all rSum"}. Scores (N, M) both."""
-    whole = dataclasses.replace(split, caption_level=None)  # no per-level breakdown (a fold may lack a level)
-    out = {}
-    for proto, protocol in (("1K", "coco1k"), ("all", "full")):
-        values = evaluate_scores(whole, scores_i2t, views=["instance"], protocol=protocol, scores_t2i=scores_t2i)
-        out.update({f"{proto} {c}": values[f"instance/{c.replace(' ', '/')}"] for c in _RK})
-        out[f"{proto} rSum"] = values["rsum"]
-    return out
 
 
 def class_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str, float]:
@@ -339,7 +312,7 @@ def table4_frame(runs: pd.DataFrame, label: str) -> pd.DataFrame:
 # --------------------------------------------------------------------------- train.py: every model, scored
 class ChapterRuns(NamedTuple):
     """What `train_and_score` returns: the per-run rows (model, seed, converged and every `metric_row` value; each
-    model twice, without and with FR as "<model> + FR"), the fit rows (`pcme.fit_row`), Table 4's rows
+    model twice, without and with FR as "<model> + FR"), the fit rows (`training.fit_row`), Table 4's rows
     (`rerank_rows` of every DVSE seed, with its seed and whether it converged) and the per-query values of each
     per-run row ({(model, seed): `query_values`})."""
 
@@ -370,7 +343,7 @@ def score_queries(label: str, seed: int, scores: ModelScores, data: ChapterData
 
 def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                     run: RunConfig) -> ChapterRuns:
-    """Train (or load) every model of `SPECS` with every seed (`pcme.chapter_runs`) and score it once on the test
+    """Train (or load) every model of `SPECS` with every seed (`training.chapter_runs`) and score it once on the test
     split (`model_scores`): `score_rows` and `score_queries` per model, and each DVSE seed re-ranked by FR, RR and
     MR (`rerank_rows`).
     With region features, the region DVSE (`region_config`, every seed) too, as `REGIONS`."""
@@ -399,19 +372,6 @@ def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tu
 
 
 # -------------------------------------------------------------------------------------------- table layout
-def paper_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping: Mapping[str, str], label: str,
-                paper_only: Sequence[str] = (), chapter: str = "dvse") -> pd.DataFrame:
-    """One of the paper's tables: our rows (`seed_summary` of `per_run` in `order`) with the paper's value
-    beside each (`with_paper`, the paper values of `chapter`), then one row per method of `paper_only` (the
-    paper's rows this book does not build) with the paper's values alone, labelled "<method> (paper only)"."""
-    out = with_paper(seed_summary(per_run, list(mapping), order), chapter, table, mapping, label)
-    if not paper_only:
-        return out
-    blank = pd.DataFrame([{"model": m, "seeds": 0, **{c: float("nan") for c in mapping}} for m in paper_only])
-    extra = with_paper(blank, chapter, table, mapping, label)
-    extra["model"] = [f"{m} (paper only)" for m in paper_only]
-    return pd.concat([out, extra], ignore_index=True)
-
 
 def table1_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None) -> pd.DataFrame:
     """Table 1 (`paper_table` of `ORDER` and the paper-only rows). With a ceiling (`split_ceiling(test, "all")`),
@@ -956,27 +916,6 @@ def grid_boxes(cells: int, image_size: int) -> np.ndarray:
     return np.array([[c * step, r * step, (c + 1) * step, (r + 1) * step] for r in range(side) for c in range(side)])
 
 
-def attention_heat(weights: np.ndarray, boxes: np.ndarray, image_size: int,
-                   reduce: Literal["sum", "max"] = "sum") -> np.ndarray:
-    """Figure 10: the heat of each pixel for each sub-embedding from the weights of the local features (grid cells
-    or regions) whose box covers it: their sum (attention weights, a distribution over the features), or their
-    max (per-feature scores such as match cosines, where a sum would light up where boxes overlap); 0 where no
-    box covers the pixel. weights (R, K), boxes (R, 4) pixels -> (K, S, S)."""
-    weights, boxes = np.asarray(weights, dtype=np.float64), np.asarray(boxes, dtype=np.float64)
-    if weights.ndim != 2 or boxes.shape != (weights.shape[0], 4):
-        raise ValueError(f"attention_heat: weights {weights.shape} and boxes {boxes.shape}: expected (R, K), (R, 4)")
-    if reduce not in ("sum", "max"):
-        raise ValueError(f"attention_heat: reduce must be 'sum' or 'max', got {reduce!r}")
-    centres = np.arange(image_size) + 0.5
-    inside_x = (centres[None, :] >= boxes[:, :1]) & (centres[None, :] < boxes[:, 2:3])  # (R, S)
-    inside_y = (centres[None, :] >= boxes[:, 1:2]) & (centres[None, :] < boxes[:, 3:4])
-    cover = inside_y[:, :, None] & inside_x[:, None, :]  # (R, S_y, S_x)
-    if reduce == "sum":
-        return np.einsum("rk,ryx->kyx", weights, cover.astype(np.float64))
-    per_box = np.where(cover[:, None], weights[:, :, None, None], -np.inf)  # (R, K, S_y, S_x)
-    heat = per_box.max(0, initial=-np.inf)  # no box at all: -inf everywhere
-    return np.where(np.isfinite(heat), heat, 0.0)
-
 
 def random_images(rng: np.random.Generator, split: Split, n: int) -> list[int]:
     """`n` distinct test images of `split` drawn with `rng`, sorted."""
@@ -1077,7 +1016,7 @@ def write_heat_figures(variants: Mapping[str, tuple[DVSE, np.ndarray | None]], d
 def retrieval_lists(scores_i2t: Tensor, scores_t2i: Tensor, split: Split, image_queries: Sequence[int],
                     caption_queries: Sequence[int], k_captions: int = 5, k_images: int = 4) -> pd.DataFrame:
     """Figures 11-12: the top `k_images` images of each caption query and the top `k_captions` captions of each
-    image query (`msrm.top_k_lists`: direction, query, rank, result, zeta, instance) plus `exact`: whether the
+    image query (`evaluate.top_k_lists`: direction, query, rank, result, zeta, instance) plus `exact`: whether the
     caption's logical form holds in the image (scenes' exact relevance; NaN without it)."""
     lists = pd.concat([top_k_lists(scores_i2t, scores_t2i, split, image_queries, [], k_captions),
                        top_k_lists(scores_i2t, scores_t2i, split, [], caption_queries, k_images)], ignore_index=True)

@@ -24,7 +24,7 @@ training images, 128 of 1,000 validation images scored every epoch, 500 of 1,000
 smoke and paper use the whole splits and the recipe's batch.
 
 Compared models, each with the same tuning budget on the validation split (`xmr_core.tuning.tune` through
-`pcme.tune_methods`): three learning rates at the default weight, then three values of the weight at the best
+`training.tune_methods`): three learning rates at the default weight, then three values of the weight at the best
 learning rate. HMRN I-T and HMRN T-I are tuned on the InfoNCE scale τ (20, 40, 80; the paper's 40 in the
 middle), the temperature of their only loss (Eq. 20); R-RE, R-HRE, Drill-down and the baselines' single-query
 model VSE0 on their hinge margin (0.1, 0.2, 0.4; VSE0's grid, the PCME chapter's). "HMRN ensemble" (Eq. 17) sums the two
@@ -62,11 +62,7 @@ from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
 from xmr_core.ceiling import multi_round_ceiling
-from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.dvse import attention_heat, paper_table
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, train_config
-from xmr_core.chapters.protocols import ChapterData, word_table
-from xmr_core.chapters.summary import ceiling_first, ceiling_share
+from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
 from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
@@ -75,7 +71,18 @@ from xmr_core.data.scenes import query_attributes
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
-from xmr_core.evaluate import multi_query_scores, multi_round_metrics
+from xmr_core.evaluate import (
+    multi_query_scores,
+    multi_round_metrics,
+)
+from xmr_core.experiment.compared import (
+    BASELINES,
+    LEARNING_RATES,
+    Compared,
+)
+from xmr_core.experiment.protocols import ChapterData, word_table
+from xmr_core.experiment.training import fit_row, train_built, train_config
+from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.drilldown import DrillDown, DrillDownConfig
 from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config, text_image_weights
@@ -84,7 +91,7 @@ from xmr_core.metrics import ranking_stats
 from xmr_core.results import paper_values, write_figure, write_table
 from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import TuningResult
-from xmr_core.viz import heatmap, retrieval_gallery
+from xmr_core.viz import attention_heat, heatmap, retrieval_gallery
 
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
 VARIANT = "multi"  # the scenes variant with 5-10 objects (region queries) an image
@@ -260,7 +267,7 @@ def _recurrent(name: str):
 def compared() -> dict[str, Compared]:
     """The models trained on the query sets: HMRN I-T and T-I, each tuned on τ (the same grid for both), and R-RE,
     R-HRE and Drill-down, each tuned on its hinge margin (VSE0's grid and default)."""
-    vse0 = pcme_chapter.COMPARED[SINGLE]
+    vse0 = BASELINES[SINGLE]
     return {**{name: Compared(name, "tau", TAUS, 40.0, _hmrn(name)) for name in MODELS},
             **{name: Compared(name, vse0.weight_name, vse0.weights, vse0.default, _recurrent(name))
                for name in RECURRENT}}
@@ -272,16 +279,16 @@ def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_
     with the same budget (cached runs: free the second time, so `ablate.py` and `visualise.py` call this to read
     `train.py`'s choices)."""
     overrides = {**TRAIN_OVERRIDES[check_profile(profile)], **train_overrides}
-    tuned = pcme_chapter.tune_methods(profile, enc, data.multi.word_vectors, data.multi.train, data.multi.val,
+    tuned = tune_compared(profile, enc, data.multi.word_vectors, data.multi.train, data.multi.val,
                                       data.multi.vocab, seed, compared=compared(), **overrides)
-    single = {SINGLE: pcme_chapter.COMPARED[SINGLE]}
-    return {**tuned, **pcme_chapter.tune_methods(profile, enc, data.single.word_vectors, data.single.train,
+    single = {SINGLE: BASELINES[SINGLE]}
+    return {**tuned, **tune_compared(profile, enc, data.single.word_vectors, data.single.train,
                                                  data.single.val, data.single.vocab, seed, compared=single,
                                                  **overrides)}
 
 
 def hmrn_train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
-    """The chapter's recipe: `pcme.train_config` with the profile's `TRAIN_OVERRIDES` (cpu: batch 32)."""
+    """The chapter's recipe: `training.train_config` with the profile's `TRAIN_OVERRIDES` (cpu: batch 32)."""
     return train_config(profile, lr, seed, **{**TRAIN_OVERRIDES[check_profile(profile)], **overrides})
 
 
@@ -293,7 +300,7 @@ def tuned_config(name: str, enc: dict, tuned: Mapping[str, TuningResult], **chan
 def train_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
                   seed: int, bert: bool = False, **changes: object) -> tuple[HMRN, FitResult]:
     """Train (or load from the run cache) HMRN I-T or T-I at its tuned setting with `changes`, at its tuned
-    learning rate (`pcme.train_built`). Returns the model (best weights, eval mode) and the fit."""
+    learning rate (`training.train_built`). Returns the model (best weights, eval mode) and the fit."""
     cfg = tuned_config(name, enc, tuned, **changes)
     wv = word_table(data.multi, bert)
     return train_built(lambda: HMRN(cfg, wv), tuned[name].lr, data.multi, run, seed,  # type: ignore[return-value]
@@ -302,7 +309,7 @@ def train_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], 
 
 def train_recurrent(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
                     seed: int) -> tuple[RetrievalModel, FitResult]:
-    """R-RE, R-HRE or Drill-down on the query sets at its tuned margin and learning rate (`pcme.train_built`)."""
+    """R-RE, R-HRE or Drill-down on the query sets at its tuned margin and learning rate (`training.train_built`)."""
     build = lambda: compared()[name].build(enc, data.multi.word_vectors, tuned[name].weight, 1)
     return train_built(build, tuned[name].lr, data.multi, run, seed, **TRAIN_OVERRIDES[run.profile])
 
@@ -310,7 +317,7 @@ def train_recurrent(name: str, data: HMRNData, tuned: Mapping[str, TuningResult]
 def train_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
                  seed: int) -> tuple[RetrievalModel, FitResult]:
     """VSE0 on the region queries as captions at its tuned margin and learning rate."""
-    build = lambda: pcme_chapter.COMPARED[SINGLE].build(enc, data.single.word_vectors, tuned[SINGLE].weight, 1)
+    build = lambda: BASELINES[SINGLE].build(enc, data.single.word_vectors, tuned[SINGLE].weight, 1)
     return train_built(build, tuned[SINGLE].lr, data.single, run, seed, **TRAIN_OVERRIDES[run.profile])
 
 
@@ -372,7 +379,7 @@ def train_and_score(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, Tu
                     run: RunConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[str, int], RoundScores]]:
     """Train (or load) HMRN I-T, T-I, R-RE, R-HRE, Drill-down and VSE0 with every seed, score each on the test
     gallery, and add each seed's ensemble, VSE0* (score mean) and R-RankFusion (rank mean). Returns (per-run rows,
-    `run_row`; fit rows, `pcme.fit_row`; {(model, seed): RoundScores})."""
+    `run_row`; fit rows, `training.fit_row`; {(model, seed): RoundScores})."""
     per_run, fits, scores = [], [], {}
     test, vocab, device = data.multi.test, data.multi.vocab, run.torch_device
     trainers = {**{name: train_variant for name in MODELS}, **{name: train_recurrent for name in RECURRENT}}
@@ -381,14 +388,14 @@ def train_and_score(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, Tu
         for name, train in trainers.items():
             t0 = time.perf_counter()
             model, result = train(name, data, tuned, enc, run, seed)
-            fits.append(pcme_chapter.fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
+            fits.append(fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
             scores[name, seed], converged[name] = score_rounds(model, test, vocab, device), result.converged
             per_run.append(run_row(name, seed, result.converged, scores[name, seed]))
         scores[ENSEMBLE, seed] = ensemble_scores(scores[IT, seed], scores[TI, seed])
         per_run.append(run_row(ENSEMBLE, seed, converged[IT] and converged[TI], scores[ENSEMBLE, seed]))
         t0 = time.perf_counter()
         single, result = train_single(data, tuned, enc, run, seed)
-        fits.append(pcme_chapter.fit_row(SINGLE, seed, tuned[SINGLE], result, time.perf_counter() - t0))
+        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], result, time.perf_counter() - t0))
         for label, fusion in ((ROUND_MEAN, "scores"), (RANK_FUSION, "ranks")):
             scores[label, seed] = score_rounds(single, test, vocab, device, fusion=fusion)
             per_run.append(run_row(label, seed, result.converged, scores[label, seed]))
@@ -409,7 +416,7 @@ def ceiling_row(ceiling: Mapping[str, float], mapping: Mapping[str, str], label:
 def hmrn_table(per_run: pd.DataFrame, table: str, mapping: Mapping[str, str], label: str,
                ceiling: Mapping[str, float] | None = None, order: Sequence[str] = ORDER,
                paper_only: Sequence[str] = PAPER_ONLY) -> pd.DataFrame:
-    """One of the paper's tables: our rows in `order` with the paper's value beside each (`dvse.paper_table` on
+    """One of the paper's tables: our rows in `order` with the paper's value beside each (`summary.paper_table` on
     the HMRN paper values), the paper-only rows, and the Bayes ceiling row on top when `ceiling` is given."""
     out = paper_table(per_run, order, table, mapping, label, paper_only, chapter="hmrn")
     if ceiling is None:
@@ -655,7 +662,7 @@ def _one_image(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tupl
 @torch.no_grad()
 def query_attention(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Eq. (7)'s T-I cross attention of image `image`'s own queries over its regions, with the model's λ2:
-    (weights (R, N) (0 on padded regions), the heat of each pixel per query (N, S, S), `dvse.attention_heat`; None
+    (weights (R, N) (0 on padded regions), the heat of each pixel per query (N, S, S), `viz.attention_heat`; None
     when the split holds no pixels)."""
     img, sets, one = _one_image(model, split, vocab, image)
     v, region_mask, _ = img

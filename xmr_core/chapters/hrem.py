@@ -10,7 +10,7 @@ through `BertEncoderConfig`) is built in the `paper` profile only (`BERT_PROFILE
 about 15 minutes an epoch on the 2-core CPU the `cpu` profile is sized for, so the cpu and smoke tables carry
 the paper's BERT rows with ours marked "not run on <profile>".
 
-Compared models, each with the same tuning budget (`xmr_core.tuning.tune` through `pcme.tune_methods`): three
+Compared models, each with the same tuning budget (`xmr_core.tuning.tune` through `training.tune_methods`): three
 learning rates at the default margin, then three margins α (0.1, 0.2, 0.4; the papers' 0.2 in the middle) at
 the best learning rate. The margin is every model's tuned weight: all four train a triplet / hinge loss with
 margin α (Eq. 13). VSE++ (hardest negatives, the library's from-scratch recipe), GPO (VSE∞,
@@ -34,7 +34,6 @@ through the cpu schedule's early-stopped runs, the code's epoch 15 of 30 on the 
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,11 +48,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from xmr_core.ceiling import SplitCeiling, query_ceiling
-from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.dvse import attention_heat, instance_row, paper_table
-from xmr_core.chapters.pcme import LEARNING_RATES, Compared, train_built, with_margin
-from xmr_core.chapters.protocols import ChapterData, word_table
-from xmr_core.chapters.summary import dataset_note, mean_std, with_ceiling, with_paper
+from xmr_core.chapters.summary import dataset_note, mean_std, paper_table, with_ceiling, with_paper
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -64,31 +59,47 @@ from xmr_core.claims import (
     seed_evidence,
 )
 from xmr_core.config import RunConfig, check_profile
-from xmr_core.data.corpus import Corpus, Split
+from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import PairDataset, collate
-from xmr_core.data.load import load_corpus
-from xmr_core.data.text import Vocabulary, load_word_vectors
-from xmr_core.encoders.image import ImageEncoderConfig
-from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
-from xmr_core.evaluate import DIRECTIONS, direction_scores, embed_split
+from xmr_core.data.text import Vocabulary
+from xmr_core.evaluate import (
+    DIRECTIONS,
+    RK_COLUMNS,
+    SplitScores,
+    embed_split,
+    instance_row,
+    query_hits,
+    r15_per_query,
+    rsum_per_query,
+    score_split,
+)
+from xmr_core.experiment.compared import (
+    LEARNING_RATES,
+    MARGINS,
+    hrem_compared,
+    hrem_defaults,
+    with_margin,
+)
+from xmr_core.experiment.protocols import (
+    ChapterData,
+    word_table,
+)
+from xmr_core.experiment.recipes import hrem_encoders
+from xmr_core.experiment.training import fit_row, train_built
+from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.methods.gpo import GPOModel, gpo_config
-from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig, hrem_config
+from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig
 from xmr_core.methods.scan import SCAN, scan_config
-from xmr_core.methods.vse import VSE, vse_pp_config
-from xmr_core.metrics import RSUM_KS, ranking_stats
+from xmr_core.metrics import ranking_stats
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
-from xmr_core.viz import heatmap, image_grid
+from xmr_core.viz import attention_heat, heatmap, image_grid
 
 MODELS = ["VSE++", "GPO", "HREM standalone", "HREM fusion"]  # trained, tuned, every seed
 ENSEMBLE = "HREM ensemble"  # the paper's "HREM (Full)*": standalone + fusion similarities averaged
 ORDER = MODELS + [ENSEMBLE]
 SCAN_MODEL = "SCAN t2i"  # Figure 5's score-based matcher
 BERT_PROFILES = ("paper",)  # Region + BERT rows are trained in these profiles only (module docstring)
-MARGINS = (0.1, 0.2, 0.4)
-NEIGHBOUR_FROM = {"smoke": 1, "cpu": 5, "paper": 15}  # first epoch (0-based) with neighbour batches
-DATA_FORMAT = "precomp"  # SCAN's precomputed BUTD regions, what HREM's code reads (scenes: its region features)
 
 # The paper's rows of each table that this book does not build (shown with the paper's values only).
 PAPER_ONLY: dict[str, tuple[str, ...]] = {
@@ -100,12 +111,11 @@ PAPER_ONLY: dict[str, tuple[str, ...]] = {
 BERT_ORDER = ["GPO", "HREM standalone", "HREM fusion", ENSEMBLE]  # the paper's Region + BERT rows we would build
 
 # Our columns ("all" = the whole test split, "1K" = five folds of it) -> the paper's keys ("<protocol>|<key>").
-_RK = [f"{d} R@{k}" for d in DIRECTIONS for k in RSUM_KS]
-TABLE1_COLUMNS: dict[str, str] = {**{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in _RK},
+TABLE1_COLUMNS: dict[str, str] = {**{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS},
                                   "all rSum": "5K|rsum"}
-TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"F30K|instance/{c.replace(' ', '/')}" for c in _RK},
+TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"F30K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS},
                                   "all rSum": "F30K|rsum",
-                                  **{f"1K {c}": f"1K|instance/{c.replace(' ', '/')}" for c in _RK},
+                                  **{f"1K {c}": f"1K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS},
                                   "1K rSum": "1K|rsum"}
 TABLE3_COLUMNS: dict[str, str] = {f"all {d} R@{k}": f"instance/{d}/R@{k}" for d in DIRECTIONS for k in (1, 5)}
 FLICKR_PREFIX = "F30K-size"  # Table 2 shows the whole-split columns under this name
@@ -151,45 +161,8 @@ SpecialKind = Literal["hard", "infrequent"]
 
 
 # ---------------------------------------------------------------------------------------------- data
-def hrem_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> ChapterData:
-    """The COCO-style protocol: train / val / test as the corpus splits them (every class in each), the
-    vocabulary of the training captions and its word vectors; the splits must carry region features."""
-    train, val, test = corpus["train"], corpus["val"], corpus["test"]
-    missing = [s.name for s in (train, val, test) if s.regions is None]
-    if missing:
-        raise ValueError(f"{corpus.meta.get('name', 'this corpus')}: splits {missing} have no region features; HREM "
-                         "reads regions (scenes: generated with them; real data: the precomp *_ims.npy)")
-    vocab = Vocabulary.build(train.captions)
-    vectors = load_word_vectors(vocab, word_vectors, train_captions=train.captions)
-    return ChapterData(train, val, test, test, vocab, vectors.matrix, vectors.coverage)
 
 
-def hrem_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str, object]:
-    """Encoders of every model of the chapter: regions (region_dim D) projected to the embedding size, and the
-    BiGRU over word vectors (or the packaged MiniLM with `bert`, fine-tuned). Sizes: smoke 64 (BiGRU 32), cpu
-    256 (128), paper 1024 (1024, the papers' d)."""
-    if region_dim <= 0:
-        raise ValueError(f"hrem_encoders: region_dim must be > 0, got {region_dim}")
-    embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[check_profile(profile)]
-    text = BertEncoderConfig() if bert else TextEncoderConfig(hidden=hidden)
-    return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
-
-
-class HREMSetup(NamedTuple):
-    """What every HREM notebook (and the leaderboard's HREM rows) starts from: `corpus, data, enc = hrem_setup(run)`."""
-
-    corpus: Corpus
-    data: ChapterData  # `hrem_data`: every class in every split, region features
-    enc: dict[str, object]  # `hrem_encoders(profile, region_dim)`
-
-
-def hrem_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> HREMSetup:
-    """Load `run`'s data set in `DATA_FORMAT` (SCAN's precomp regions; generated from `run.data_seed`), the
-    chapter's data protocol (`hrem_data`) and the encoders of `run.profile` on its region features."""
-    corpus = load_corpus(run.dataset, run.data_root, run.profile, format=DATA_FORMAT, progress=run.progress,
-                         seed=run.data_seed)
-    data = hrem_data(corpus, word_vectors)
-    return HREMSetup(corpus, data, hrem_encoders(run.profile, data.test.regions.shape[2]))
 
 
 def split_sizes(data: ChapterData) -> pd.DataFrame:
@@ -200,39 +173,17 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------- compared models
-def _vse_pp(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return VSE(with_margin(vse_pp_config(**enc), margin), wv)
 
 
-def _gpo(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return GPOModel(with_margin(gpo_config(enc), margin), wv)
 
-
-def hrem_defaults(enc: dict, profile: str, mechanism: str = "fusion", **overrides: object) -> HREMConfig:
-    """HREM at the paper's defaults on the chapter's encoders, neighbour batches from `NEIGHBOUR_FROM`."""
-    return hrem_config(enc, mechanism=mechanism, neighbour_from_epoch=NEIGHBOUR_FROM[check_profile(profile)],
-                       **overrides)
-
-
-def _hrem(mechanism: str, profile: str) -> Callable[[dict, np.ndarray, float, int], RetrievalModel]:
-    def build(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-        return HREM(with_margin(hrem_defaults(enc, profile, mechanism), margin), wv)
-    return build
-
-
-def compared(profile: str) -> dict[str, Compared]:
-    """The four trained models of Tables 1-2, each tuned on its margin (the same grid for all)."""
-    builders = {"VSE++": _vse_pp, "GPO": _gpo, "HREM standalone": _hrem("standalone", profile),
-                "HREM fusion": _hrem("fusion", profile)}
-    return {name: Compared(name, "margin", MARGINS, 0.2, build) for name, build in builders.items()}
 
 
 def tune_methods(profile: str, enc: dict, data: ChapterData, seed: int = 0, bert: bool = False,
                  **train_overrides: object) -> dict[str, TuningResult]:
     """Tune every compared model with the same budget on the validation split (cached runs: free the second
     time, so `ablate.py` and `visualise.py` call this to read `train.py`'s choices)."""
-    return pcme_chapter.tune_methods(profile, enc, word_table(data, bert), data.train, data.val, data.vocab, seed,
-                                     compared=compared(profile), **train_overrides)
+    return tune_compared(profile, enc, word_table(data, bert), data.train, data.val, data.vocab, seed,
+                                     compared=hrem_compared(profile), **train_overrides)
 
 
 def ablation_config(enc: dict, profile: str, tuned: dict[str, TuningResult], **changes: object) -> HREMConfig:
@@ -256,7 +207,7 @@ def build_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
         return HREM(config, wv)
     if name == SCAN_MODEL:
         return SCAN(with_margin(scan_config(enc, max_words=longest_caption(data)), tuned["VSE++"].weight), wv)
-    return compared(profile)[name].build(enc, wv, tuned[name].weight, 1)
+    return hrem_compared(profile)[name].build(enc, wv, tuned[name].weight, 1)
 
 
 def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig, seed: int,
@@ -271,25 +222,6 @@ def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
 
 
 # ------------------------------------------------------------------------------------------ scores and rows
-@dataclasses.dataclass(frozen=True)
-class SplitScores:
-    """One model's test scores in `direction_scores`' layout (i2t, t2i), each (N images, M captions), on the
-    CPU, and the seconds that embedding and scoring the split took."""
-
-    i2t: Tensor
-    t2i: Tensor
-    seconds: float
-
-
-def score_split(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
-                **score_options: object) -> SplitScores:
-    """Embed and score the whole split with the model's own test-time score, timed (Figure 5's retrieval time:
-    both sides encoded, every image x caption scored)."""
-    model.to(device).eval()
-    t0 = time.perf_counter()
-    img, cap = embed_split(model, split, vocab, device=device)
-    i2t, t2i = (s.cpu() for s in direction_scores(model, img, cap, **score_options))  # on the CPU: waits for a GPU
-    return SplitScores(i2t, t2i, time.perf_counter() - t0)
 
 
 def ensemble(a: SplitScores, b: SplitScores) -> SplitScores:
@@ -306,14 +238,14 @@ def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterDa
                     enc: dict, run: RunConfig, bert: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Train (or load) every model of `models` with every seed, score each once on the test split
     (`metric_row`), and add each seed's ensemble of the standalone and fusion models when both are in `models`.
-    Returns (per-run rows: model, seed, converged, collapse (`run_collapse`), metrics; fit rows, `pcme.fit_row`;
+    Returns (per-run rows: model, seed, converged, collapse (`run_collapse`), metrics; fit rows, `training.fit_row`;
     {(model, seed): SplitScores})."""
     per_run, fits, scores = [], [], {}
     for seed in seeds:
         for name in models:
             t0 = time.perf_counter()
             model, result = train_model(name, data, tuned, enc, run, seed, bert=bert)
-            fits.append(pcme_chapter.fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
+            fits.append(fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
             scores[name, seed] = score_split(model, data.test, data.vocab, run.torch_device)
             per_run.append({"model": name, "seed": seed, "converged": result.converged,
                             "collapse": run_collapse(data.test, scores[name, seed]),
@@ -330,7 +262,7 @@ def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterDa
 # ------------------------------------------------------------------------------------------- table layout
 def hrem_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping: Mapping[str, str], label: str,
                ceiling: SplitCeiling | None = None) -> pd.DataFrame:
-    """One of the paper's instance tables (`dvse.paper_table` with the HREM paper values and its paper-only
+    """One of the paper's instance tables (`summary.paper_table` with the HREM paper values and its paper-only
     rows), with the Bayes ceiling row on top and each model's rSum as % of the ceiling per protocol of `mapping`
     (`summary.with_ceiling`) when `ceiling` (`split_ceiling(test, "all")`) is given."""
     out = paper_table(per_run, order, table, mapping, label, PAPER_ONLY.get(table, ()), chapter="hrem")
@@ -771,7 +703,7 @@ def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, caption
                            device: torch.device | str) -> Figure:
     """Eq. (7) over the image, one panel per caption: each real region's best word cosine with the caption
     (`region_word_matching`) painted over the pixels its box covers, each pixel showing the best region that
-    covers it (`dvse.attention_heat`, reduce "max": a sum would light up where boxes overlap), over the caption's
+    covers it (`viz.attention_heat`, reduce "max": a sum would light up where boxes overlap), over the caption's
     own image; pixels no region covers are left clear. One colour scale, the panels' range of cosines."""
     size = split.images.shape[1]
     images = [int(split.caption_image[c]) for c in captions]
@@ -946,37 +878,14 @@ CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS
 HitTable = dict[tuple[str, int], np.ndarray]  # (model, seed) -> `query_hits` of that run
 
 
-def query_hits(split: Split, scores: SplitScores) -> np.ndarray:
-    """(N + M, 3) 100 · [best rank <= K] for K = 1, 5, 10 of every query of the whole split under instance
-    relevance (`metrics.ranking_stats`, pessimistic ties): the N image queries (i2t), then the M caption queries
-    (t2i). Each direction's column mean is its R@K of `metric_row`'s "all" columns."""
-    parts = []
-    for d, q_scores in (("i2t", scores.i2t), ("t2i", scores.t2i.T)):
-        best = ranking_stats(q_scores, {"instance": split.relevance("instance", d)})["instance"].best_rank
-        parts.append(100.0 * (best.double().numpy()[:, None] <= np.asarray(RSUM_KS)[None, :]))
-    return np.concatenate(parts)
 
 
-def query_strata(split: Split) -> np.ndarray:
-    """(N + M,) the stratum of each query of `query_hits`: 0 the images, 1 the captions."""
-    return np.repeat([0, 1], [split.n_images, split.n_captions])
-
-
-def rsum_per_query(hits: np.ndarray) -> np.ndarray:
-    """(Q,) each query's share of rSum: 2 · its hits at 1, 5, 10, so that the mean of the two strata's means is
-    rSum (the sum of R@1, 5, 10 over both directions)."""
-    return 2.0 * hits.sum(1)
-
-
-def r15_per_query(hits: np.ndarray) -> np.ndarray:
-    """(Q,) the mean of each query's hits at 1 and 5: the mean of its two strata's means is Table 3's mean of
-    R@1 and R@5 both ways."""
-    return hits[:, :2].mean(1)
 
 
 def run_collapse(split: Split, scores: SplitScores) -> str:
     """`claims.detect_collapse` of a run's image-to-text test scores under instance relevance."""
     return instance_collapse(scores.i2t, split)
+
 
 
 def query_evidence(per_run: pd.DataFrame, hits: Mapping[tuple[str, int], np.ndarray], strata: np.ndarray,

@@ -47,16 +47,30 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
-from xmr_core.chapters import dvse as dvse_chapter
-from xmr_core.chapters import hrem as hrem_chapter
-from xmr_core.chapters import msrm as msrm_chapter
-from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.protocols import ChapterData, chapter_setup
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, instance_collapse, judge
+from xmr_core.claims import ClaimSpec, Evidence, Judgement, instance_collapse, judge, run_evidence
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
+from xmr_core.evaluate import (
+    SplitScores,
+    direction_scores,
+    embed_split,
+    evaluate_scores,
+    query_hits,
+    rsum_per_query,
+)
+from xmr_core.experiment.compared import (
+    BASELINES,
+    DVSE_COMPARED,
+    MSRM_COMPARED,
+    REGIONS,
+    book_compared,
+    hrem_compared,
+    model_label,
+)
+from xmr_core.experiment.protocols import ChapterData, chapter_setup, hrem_setup
+from xmr_core.experiment.recipes import region_encoders
+from xmr_core.experiment.training import train_model, tune_methods
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
 from xmr_core.similarity import FastReranker
@@ -68,14 +82,14 @@ from xmr_core.viz import heatmap
 BOOK_MODELS: list[tuple[str, str, int]] = [
     ("pcme", "VSE0", 1), ("pcme", "PVSE", 1), ("pcme", "PVSE", 2), ("pcme", "PVSE", 4),
     ("pcme", "PCME mu only", 1), ("pcme", "PCME", 1), ("msrm", "MSRM", 1), ("dvse", "DVSE", 1),
-    ("dvse", dvse_chapter.REGIONS, 1),
+    ("dvse", REGIONS, 1),
     ("hrem", "VSE++", 1), ("hrem", "GPO", 1), ("hrem", "HREM standalone", 1), ("hrem", "HREM fusion", 1),
 ]
 # Each chapter's training protocol and image input (the leaderboard's "protocol" column).
 PROTOCOLS: dict[str, str] = {**dict.fromkeys(("pcme", "msrm", "dvse"), "zero-shot, grid"),
                              "hrem": "all classes, regions"}
 # A model whose protocol is not its chapter's: the DVSE chapter's region-feature DVSE (zero-shot classes, regions).
-MODEL_PROTOCOLS: dict[str, str] = {dvse_chapter.REGIONS: "zero-shot, regions"}
+MODEL_PROTOCOLS: dict[str, str] = {REGIONS: "zero-shot, regions"}
 # The families the cross-method claims compare (model labels), each within the zero-shot grid protocol.
 PROBABILISTIC: tuple[str, ...] = ("PCME", "MSRM")
 DETERMINISTIC: tuple[str, ...] = ("VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "DVSE")
@@ -105,7 +119,7 @@ class BookData(NamedTuple):
 
     grid: ChapterData  # `protocols.chapter_setup`: zero-shot splits, the frozen trunk's grid features
     grid_enc: dict[str, object]
-    regions: ChapterData  # `hrem.hrem_setup`: every class in every split, region features
+    regions: ChapterData  # `protocols.hrem_setup`: every class in every split, region features
     region_enc: dict[str, object]
 
     def of(self, chapter: str) -> tuple[ChapterData, dict[str, object]]:
@@ -126,35 +140,33 @@ def book_setup(run: RunConfig) -> BookData:
     """The zero-shot grid data (`chapter_setup`) and the HREM chapter's region data (`hrem_setup`) of `run`, their
     test splits checked to be the same (`same_test_split`)."""
     _, _, grid, grid_enc = chapter_setup(run)
-    _, regions, region_enc = hrem_chapter.hrem_setup(run)
+    _, regions, region_enc = hrem_setup(run)
     same_test_split(grid.test, regions.test)
     return BookData(grid, grid_enc, regions, region_enc)
 
 
 def tune_book(run: RunConfig, book: BookData) -> dict[str, TuningResult]:
-    """Every method's tuned setting, from each chapter's own tuning (`pcme.tune_methods` of `msrm.COMPARED`, the
-    PCME chapter's methods and MSRM, of `dvse.COMPARED` for DVSE, and `hrem.tune_methods`): cached runs, loaded;
-    trained if missing."""
-    data, enc = book.grid, book.grid_enc
-    args = (run.profile, enc, data.word_vectors, data.train, data.val, data.vocab, run.seed)
+    """Every method's tuned setting, tuned as its chapter tunes it (`experiment.training.tune_methods`): the
+    baselines, MSRM and DVSE on the zero-shot grid data, HREM's chapter's models (`hrem_compared`) on the region
+    data. Cached runs, loaded; trained if missing."""
     opts = {"device": run.device, "progress": run.progress}
-    return {**pcme_chapter.tune_methods(*args, compared=msrm_chapter.COMPARED, **opts),
-            "DVSE": pcme_chapter.tune_methods(*args, compared=dvse_chapter.COMPARED, **opts)["DVSE"],
-            **hrem_chapter.tune_methods(run.profile, book.region_enc, book.regions, seed=run.seed, **opts)}
+    grid, regions = book.grid, book.regions
+    return {**tune_methods(run.profile, book.grid_enc, grid.word_vectors, grid.train, grid.val, grid.vocab, run.seed,
+                           compared={**BASELINES, "MSRM": MSRM_COMPARED, "DVSE": DVSE_COMPARED}, **opts),
+            **tune_methods(run.profile, book.region_enc, regions.word_vectors, regions.train, regions.val,
+                           regions.vocab, run.seed, compared=hrem_compared(run.profile), **opts)}
 
 
 def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
                      enc: dict, run: RunConfig, seed: int) -> tuple[RetrievalModel, FitResult]:
-    """One model of `BOOK_MODELS` trained as its chapter trains it (its protocol `data`, its tuned setting), i.e.
-    the chapter's own run loaded from the cache."""
-    if chapter == "hrem":
-        return hrem_chapter.train_model(name, data, tuned, enc, run, seed)
-    if chapter == "dvse" and name == dvse_chapter.REGIONS:  # DVSE at its tuned setting on the region features
-        return dvse_chapter.train_model("DVSE", 1, data, tuned, enc, run, seed,
-                                        config=dvse_chapter.region_config(data, tuned, enc))
-    if chapter == "dvse":
-        return dvse_chapter.train_model(name, k, data, tuned, enc, run, seed)
-    return msrm_chapter.train_model(name, k, data, tuned, enc, run, seed)
+    """One model of `BOOK_MODELS` trained as its chapter trains it (its protocol `data`, its tuned setting,
+    `experiment.training.train_model` of `book_compared`), i.e. the chapter's own run loaded from the cache. The
+    region DVSE (`REGIONS`) is DVSE at its tuned setting on `region_encoders` of the region features."""
+    compared = book_compared(run.profile)
+    if name == REGIONS:
+        return train_model("DVSE", 1, data, tuned, region_encoders(enc, data.test.regions.shape[2]), run, seed,
+                           compared)
+    return train_model(name, k, data, tuned, enc, run, seed, compared)
 
 
 def _direction_rsum(values: dict[str, float], direction: str) -> float:
@@ -186,11 +198,10 @@ def tune_fast_rerank(model: RetrievalModel, val: Split, vocab: Vocabulary, devic
 def query_values(split: Split, scores_i2t: Tensor, scores_t2i: Tensor,
                  pmrp: bool = True) -> dict[str, np.ndarray]:
     """Per-query values of the whole split (N image queries, then M caption queries; `query_strata`), scores
-    (N, M) both: "rSum", each query's share of rSum (`hrem.rsum_per_query` of its instance hits at 1, 5, 10), and
+    (N, M) both: "rSum", each query's share of rSum (`evaluate.rsum_per_query` of its instance hits at 1, 5, 10), and
     with `pmrp` "PMRP", each query's R-Precision under plausible relevance averaged over `DEFAULT_ZETAS`. The mean
     of the two strata's means is the split's rSum and its mean of i2t and t2i PMRP."""
-    out = {"rSum": hrem_chapter.rsum_per_query(hrem_chapter.query_hits(
-        split, hrem_chapter.SplitScores(scores_i2t, scores_t2i, 0.0)))}
+    out = {"rSum": rsum_per_query(query_hits(split, SplitScores(scores_i2t, scores_t2i, 0.0)))}
     if pmrp:
         labels = np.asarray(split.image_labels)
         cap_lab = labels[np.asarray(split.caption_image)]
@@ -251,7 +262,7 @@ def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResu
     chapter's `PROTOCOLS`), and the per-query values."""
     rows, queries = [], {}
     for chapter, name, k in BOOK_MODELS:
-        label = pcme_chapter.model_label(name, k)
+        label = model_label(name, k)
         data, enc = book.of(chapter)
         for seed in seeds:
             t0 = time.perf_counter()
@@ -276,7 +287,7 @@ def ceiling_row(test: Split) -> dict[str, object]:
     return row
 
 
-BOOK_LABELS: tuple[str, ...] = tuple(pcme_chapter.model_label(name, k) for _, name, k in BOOK_MODELS)
+BOOK_LABELS: tuple[str, ...] = tuple(model_label(name, k) for _, name, k in BOOK_MODELS)
 PMRP = "PMRP on the whole test split, mean of i2t and t2i, pp (per query, images and captions as two strata)"
 RSUM = "instance rSum on the whole test split (per query, images and captions as two strata)"
 FR_RSUM = f"{RSUM}; validation-tuned temperatures"
@@ -302,10 +313,10 @@ CLAIM_METRICS: dict[str, str] = {PMRP: "PMRP", RSUM: "rSum", FR_RSUM: "rSum"}  #
 def board_evidence(per_run: pd.DataFrame, queries: Mapping[tuple[str, str, int], np.ndarray], metric: str,
                    strata: np.ndarray) -> dict[str, Evidence]:
     """{model: Evidence} of `metric` ("rSum" or "PMRP") for every model of `per_run` whose runs have per-query
-    values (`score_book`), in the strata `strata` (`hrem.query_strata` of the test split)."""
+    values (`score_book`), in the strata `strata` (`evaluate.query_strata` of the test split)."""
     values = {(m, s): v for (k, m, s), v in queries.items() if k == metric}
     have = per_run[[(m, s) in values for m, s in zip(per_run["model"], per_run["seed"])]]
-    return hrem_chapter.query_evidence(have, values, strata, per_query=np.asarray)
+    return run_evidence(have, values, strata=strata, split="test, whole split")
 
 
 def cross_method_judgements(book_runs: BookRuns, strata: np.ndarray, run: RunConfig) -> list[Judgement]:

@@ -5,7 +5,7 @@ MSRM (Wang et al., CVPR 2023) has no public code: `xmr_core.methods.msrm` is a r
 paper's text, and its docstring lists every choice the paper leaves open.
 
 Compared models. VSE0, PVSE (K = 1, 2, 4, hardest negatives), PCME mu-only and PCME are the PCME chapter's
-(`xmr_core.chapters.pcme.COMPARED`): the same builders, training recipe and tuning budget, so on the same data
+(`xmr_core.experiment.compared.BASELINES`): the same builders, training recipe and tuning budget, so on the same data
 their runs have the same run keys and are loaded from the cache, never retrained. MSRM is added with the same
 budget (`xmr_core.tuning.tune`): three learning rates at its default weight, then three values of its main
 loss weight at the best learning rate. Its main weight is gamma of Eq. (12), L = gamma L_d + L_h, over
@@ -47,20 +47,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.chapters import pcme as pcme_chapter
-from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import (
-    LEARNING_RATES,
-    Compared,
-    fit_row,
-    model_label,
-    run_collapse,
-    scored_row,
-    train_built,
-    train_config,
-)
-from xmr_core.chapters.pcme import SPECS as PCME_SPECS
-from xmr_core.chapters.protocols import ChapterData
 from xmr_core.chapters.summary import seed_means, seed_summary, with_paper
 from xmr_core.claims import (
     ClaimSpec,
@@ -75,25 +61,32 @@ from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary, load_word_vectors
-from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores
+from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores, top_k_lists
+from xmr_core.experiment.compared import (
+    BASELINE_SPECS,
+    BASELINES,
+    LEARNING_RATES,
+    MSRM_COMPARED,
+    Compared,
+    model_label,
+)
+from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.scoring import TABLE2_COLUMNS, run_collapse, scored_row
+from xmr_core.experiment.training import chapter_runs as model_runs
+from xmr_core.experiment.training import fit_row, train_built, train_config
+from xmr_core.experiment.training import train_model as train_compared
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
-from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, msrm_config, soft_incidence
+from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import write_table
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 from xmr_core.viz import heatmap
 
-
-def _msrm(enc: dict, wv: np.ndarray, gamma: float, k: int) -> RetrievalModel:
-    return MSRM(msrm_config(enc, gamma=gamma), wv)
-
-
-MSRM_COMPARED = Compared("MSRM", "gamma", (0.5, 0.8, 2.0), 0.8, _msrm)
-COMPARED: dict[str, Compared] = {**PCME_COMPARED, "MSRM": MSRM_COMPARED}
+COMPARED: dict[str, Compared] = {**BASELINES, "MSRM": MSRM_COMPARED}
 
 # The rows of Tables 1-3 (PVSE rows carry their K, as in the PCME chapter) and the model specs (name, K).
-SPECS: list[tuple[str, int]] = [*PCME_SPECS, ("MSRM", 1)]
+SPECS: list[tuple[str, int]] = [*BASELINE_SPECS, ("MSRM", 1)]
 ORDER = [model_label(name, k) for name, k in SPECS]
 
 # Table 1 (all classes) per profile: the models and how many of the seeds each gets. Its claim compares MSRM with
@@ -110,15 +103,13 @@ def chapter_runs(profile: str, seeds: Sequence[int]) -> list[tuple[str, str, int
     """The trained models of `train.py`, in training order: (protocol, method, K, seed) with protocol
     "zero-shot" (every model, every seed) or "all classes" (`ALL_CLASSES_SPECS`; the methods outside
     `ALL_CLASSES_SEEDED` with the first seed only)."""
-    runs = [("zero-shot", name, k, seed) for name, k, seed in pcme_chapter.chapter_runs(seeds, SPECS)]
+    runs = [("zero-shot", name, k, seed) for name, k, seed in model_runs(seeds, SPECS)]
     runs += [("all classes", name, k, seed) for seed in seeds for name, k in ALL_CLASSES_SPECS[profile]
              if seed == seeds[0] or name in ALL_CLASSES_SEEDED[profile]]
     return runs
 
 # Our Table 1 (all classes) and Table 2 (zero-shot) columns -> the paper's keys (`summary.with_paper`).
 TABLE1_COLUMNS: dict[str, str] = {f"T1 {d} {m}": f"class/{d}/{m}" for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
-TABLE2_COLUMNS = pcme_chapter.TABLE2_COLUMNS
-TABLE3_COLUMNS = pcme_chapter.TABLE3_COLUMNS
 TABLE4_COLUMNS: dict[str, str] = {f"{d} {m}": f"class/{d}/{m}" for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
 
 # Ablation grids of `ablate.py` (the paper's values; smoke: one or two values a grid, every code path).
@@ -187,10 +178,10 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
                 seed: int, config: MSRMConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
     """Train (or load from the run cache) one compared model at its tuned setting on `data`'s train split
-    (`pcme.train_built`). config: an MSRM config to use instead of the tuned one (the ablations), at MSRM's
+    (`experiment.training.train_built`). config: an MSRM config to use instead of the tuned one (the ablations), at MSRM's
     tuned learning rate. Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
     if config is None:
-        return pcme_chapter.train_model(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
+        return train_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
     return train_built(lambda: MSRM(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
 
 
@@ -205,7 +196,7 @@ def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: to
 # ------------------------------------------------------------------------------------ train.py: runs, Tables 1-3
 class ChapterRuns(NamedTuple):
     """`train.py`'s trained models: one row per model, seed and protocol (model, seed, protocol, converged,
-    collapse and the metric columns), the same rows per protocol, and one training row per run (`pcme.fit_row`
+    collapse and the metric columns), the same rows per protocol, and one training row per run (`training.fit_row`
     + protocol)."""
 
     per_run: pd.DataFrame
@@ -217,7 +208,7 @@ class ChapterRuns(NamedTuple):
 def train_and_score(profile: str, seeds: Sequence[int], data: ChapterData, all_classes: ChapterData | None,
                     tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> ChapterRuns:
     """Train (or load from the run cache) every run of `chapter_runs` (the all-classes ones only with
-    `all_classes`) and score it: a zero-shot model on Tables 2 and 3 (`pcme.scored_row`), an all-classes
+    `all_classes`) and score it: a zero-shot model on Tables 2 and 3 (`scoring.scored_row`), an all-classes
     model with class relevance on the whole test split (`class_row`); each run checked for collapse on the split
     it is scored on (`claims.detect_collapse`, instance relevance)."""
     rows: list[dict[str, object]] = []
@@ -598,7 +589,7 @@ def zeta_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
               run: RunConfig) -> pd.DataFrame:
     """Figure 7's runs: every zero-shot model of `train.py` (`SPECS`, loaded from the run cache) at every seed,
     with PMRP's R-Precision at each zeta on the whole test split (`pmrp_by_zeta`), whether it converged and why it
-    collapsed (`pcme.run_collapse`). Columns: model, seed, converged, collapse, "<direction> zeta<z>"."""
+    collapsed (`scoring.run_collapse`). Columns: model, seed, converged, collapse, "<direction> zeta<z>"."""
     rows = []
     for seed in seeds:
         for name, k in SPECS:
@@ -682,31 +673,6 @@ def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataF
                         queries={"ablation": {**t4.queries, **sweep.queries}})
 
 
-def label_distance(labels: np.ndarray, query_image: int, images: np.ndarray) -> np.ndarray:
-    """zeta of Figure 3: the L1 distance between the concept-label vector of `query_image` and that of each of
-    `images` ((N, C) 0/1 labels) -> (len(images),) int."""
-    labels = np.asarray(labels, dtype=np.int64)
-    return np.abs(labels[np.asarray(images)] - labels[query_image][None, :]).sum(1)
-
-
-def top_k_lists(scores_i2t: Tensor, scores_t2i: Tensor, split: Split, image_queries: Sequence[int],
-                caption_queries: Sequence[int], k: int = 6) -> pd.DataFrame:
-    """Figure 3's lists: for each image query its top-k captions (by `scores_i2t` rows) and for each caption
-    query its top-k images (by `scores_t2i` columns), with each result's zeta to the query's image and whether
-    it is an instance positive. Columns: direction, query, rank, result, zeta, instance."""
-    rows = []
-    cap_img = np.asarray(split.caption_image)
-    for q in image_queries:
-        top = torch.topk(torch.as_tensor(scores_i2t)[q], k).indices.numpy()
-        zeta = label_distance(split.image_labels, q, cap_img[top])
-        rows += [{"direction": "i2t", "query": int(q), "rank": r + 1, "result": int(c), "zeta": int(z),
-                  "instance": bool(cap_img[c] == q)} for r, (c, z) in enumerate(zip(top, zeta))]
-    for q in caption_queries:
-        top = torch.topk(torch.as_tensor(scores_t2i)[:, q], k).indices.numpy()
-        zeta = label_distance(split.image_labels, int(cap_img[q]), top)
-        rows += [{"direction": "t2i", "query": int(q), "rank": r + 1, "result": int(i), "zeta": int(z),
-                  "instance": bool(i == cap_img[q])} for r, (i, z) in enumerate(zip(top, zeta))]
-    return pd.DataFrame(rows)
 
 
 @torch.no_grad()

@@ -1,9 +1,10 @@
-"""The PCME chapter's compared models, their tuning budget and their tuned recipes (one place for the
-three notebooks: `train.py` tunes and trains, `ablate.py` and `visualise.py` load the same cached runs).
+"""The PCME chapter's notebooks' helpers (one place for the three notebooks: `train.py` tunes and trains,
+`ablate.py` and `visualise.py` load the same cached runs).
 
-Every compared method gets the same budget on the seen-class validation split (`xmr_core.tuning.tune`):
-three learning rates at the method's default weight, then three values of its own main loss weight or
-margin at the best learning rate. The weights:
+The compared models are the book's baselines (`xmr_core.experiment.compared.BASELINES`), tuned and trained as
+every chapter does (`xmr_core.experiment.training`): the same budget on the seen-class validation split, three
+learning rates at the method's default weight, then three values of its own main loss weight or margin at the
+best learning rate. The weights:
 
 - VSE0 and PVSE: the hinge margin α (0.1, 0.2, 0.4; the papers' 0.2 in the middle). PVSE is tuned at
   K = 1 and its K = 2 and 4 rows reuse the tuned values (PVSE's paper uses one setting for every K).
@@ -15,19 +16,16 @@ margin at the best learning rate. The weights:
 
 smoke runs one setting per method (every code path, seconds).
 
-Below the recipes, what the chapter's notebooks call so that they hold narration, parameters and calls only:
-training one tuned model (`train_built`, `train_model`, `train_tuned`), the tables' rows and layouts, then a
-section per notebook (train.py, ablate.py, visualise.py) with its tables, figures (returned, never saved) and
-claims.
+Below, what the chapter's notebooks call so that they hold narration, parameters and calls only: training one
+PCME ablation (`train_tuned`), the tables' rows and layouts, then a section per notebook (train.py, ablate.py,
+visualise.py) with its tables, figures (returned, never saved) and claims.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -38,8 +36,6 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from xmr_core.ceiling import SplitCeiling
-from xmr_core.chapters.protocols import ChapterData
-from xmr_core.chapters.recipes import pcme_train_config
 from xmr_core.chapters.summary import (
     ceiling_share,
     mean_std,
@@ -52,7 +48,6 @@ from xmr_core.claims import (
     Evidence,
     Judgement,
     detect_collapse,
-    instance_collapse,
     judge,
     query_evidence,
     seed_evidence,
@@ -63,143 +58,33 @@ from xmr_core.data.scene_grammar import LEVELS
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
-    Reranker,
     direction_scores,
     embed_split,
-    evaluate_model,
-    evaluate_scores,
     evaluate_similarities,
     score_matrix,
 )
+from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared, model_label
+from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.scoring import (
+    TABLE3_COLUMNS,
+    TABLE3_PROTOCOLS,
+    run_collapse,
+    scored_row,
+)
+from xmr_core.experiment.training import fit_row, train_built, train_model
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, pcme_config, uncertainty
-from xmr_core.methods.pvse import PVSE, pvse_config
-from xmr_core.methods.vse import VSE, vse0_config
+from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import paper_values, write_figure
-from xmr_core.train import FitResult, TrainConfig, fit
-from xmr_core.tuning import TuningResult, tune
+from xmr_core.train import FitResult
+from xmr_core.tuning import TuningResult
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
-LEARNING_RATES = {"smoke": (5e-4,), "cpu": (5e-4, 1e-3, 2e-3), "paper": (1e-4,)}
-
-
-@dataclass(frozen=True)
-class Compared:
-    """One compared method: its tuned weight (name, grid, default) and how to build it."""
-
-    name: str
-    weight_name: str
-    weights: tuple[float, ...]
-    default: float
-    build: Callable[[dict, np.ndarray, float, int], RetrievalModel]  # (encoders, word vectors, weight, K)
-
-
-def with_margin(cfg: Any, margin: float) -> Any:
-    """`cfg` (any method config with a `hinge`) with the hinge margin α set: the tuned weight of every hinge loss."""
-    return dataclasses.replace(cfg, hinge=dataclasses.replace(cfg.hinge, margin=margin))
-
-
-def _vse0(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return VSE(with_margin(vse0_config(**enc), margin), wv)
-
-
-def _pvse(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
-    return PVSE(with_margin(pvse_config(n_embeds=k, hard_negatives=True, **enc), margin), wv)
-
-
-def _mu_only(enc: dict, wv: np.ndarray, weight: float, k: int) -> RetrievalModel:
-    return PCME(pcme_config(enc, mu_only=True, uniformity_weight=weight), wv)
-
-
-def _pcme(enc: dict, wv: np.ndarray, weight: float, k: int) -> RetrievalModel:
-    return PCME(pcme_config(enc, kl_weight=weight), wv)
-
-
-COMPARED: dict[str, Compared] = {
-    "VSE0": Compared("VSE0", "margin", (0.1, 0.2, 0.4), 0.2, _vse0),
-    "PVSE": Compared("PVSE", "margin", (0.1, 0.2, 0.4), 0.2, _pvse),
-    "PCME mu only": Compared("PCME mu only", "uniformity weight", (1.0, 10.0, 100.0), 10.0, _mu_only),
-    "PCME": Compared("PCME", "KL weight", (1e-5, 1e-4, 1e-3), 1e-3, _pcme),
-}
-
-
-def train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
-    """The chapter's recipe (`pcme_train_config`) at a learning rate."""
-    return pcme_train_config(profile, seed=seed, lr=lr, **overrides)
-
-
-def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
-                 seed: int = 0, *, compared: dict[str, Compared] | None = None,
-                 **train_overrides: object) -> dict[str, TuningResult]:
-    """Tune every compared method (`compared`, default this chapter's; a later chapter passes these plus its
-    own) with the same budget (cached runs: free the second time)."""
-    lrs = LEARNING_RATES[profile]
-    out = {}
-    for name, spec in (COMPARED if compared is None else compared).items():
-        weights = spec.weights if profile != "smoke" else (spec.default,)
-        out[name] = tune(name, lambda w, spec=spec: spec.build(enc, word_vectors, w, 1),
-                         lambda lr: train_config(profile, lr, seed, **train_overrides), train, val, vocab,
-                         lrs=lrs, weight_name=spec.weight_name, weights=weights, default_weight=spec.default,
-                         seed=seed)
-    return out
-
-
-def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray, k: int = 1,
-                compared: Mapping[str, Compared] = COMPARED) -> RetrievalModel:
-    """A fresh model of a compared method (of `compared`: this chapter's, or a later chapter's `COMPARED`) at its
-    tuned weight (PVSE: with K embeddings)."""
-    return compared[name].build(enc, word_vectors, tuned[name].weight, k)
-
-
-# ==================================================================================================
-# Notebook helpers: training one tuned PCME, scoring the chapter's tables, embedding for the figures.
-# (Appended below the chapter's recipes; the notebooks call these instead of defining functions.)
-# ==================================================================================================
-
-
-# Our Table 2 / Table 3 columns -> the paper's keys ("<protocol>|<key>"; `summary.with_paper`).
-TABLE2_COLUMNS: dict[str, str] = {f"T2 {d} {m}": f"class/{d}/{m}" for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
-TABLE3_COLUMNS: dict[str, str] = {
-    f"T3 {proto} {d} {m}": f"{proto}|{view}/{d}/{m}"
-    for proto in ("1K", "5K") for d in ("i2t", "t2i") for view, m in (("plausible", "PMRP"), ("instance", "R@1"))
-}
-TABLE3_PROTOCOLS = {"1K": "coco1k", "5K": "full"}  # our name -> `evaluate_scores` protocol
+COMPARED = BASELINES  # the chapter's compared methods: the book's baselines (`experiment.compared`)
+SPECS = BASELINE_SPECS  # its trained models (name, K)
 CEILING_RSUM = {"5K": "rsum 5K"}  # protocol -> the per-run rSum column of its ceiling share (`with_ceiling_share`)
-
-
-def model_label(name: str, k: int = 1) -> str:
-    """The table row of a compared method: PVSE rows carry their K."""
-    return f"PVSE K={k}" if name == "PVSE" else name
-
-
-SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1), ("PCME", 1)]
 ORDER: list[str] = [model_label(name, k) for name, k in SPECS]  # the rows of Tables 2 and 3, in the paper's order
-
-
-def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
-                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """Seed with `seed`, build the model, and train it (or load it from the run cache) on `data`'s train and
-    validation splits with the chapter's recipe at learning rate `lr` (`train_config`; `train_overrides` e.g.
-    finetune=True, on_nonfinite="stop"). Every chapter trains through here, so the same model, recipe and seed
-    give the same run key (the tuning run at the chosen setting is the seed's run). Returns the model (best
-    weights, eval mode, on `run.torch_device`) and the fit."""
-    torch.manual_seed(seed)
-    model = build()
-    result = fit(model, data.train, data.val,
-                 train_config(run.profile, lr, seed, device=run.device, progress=run.progress, **train_overrides),
-                 vocab=data.vocab)
-    return model.to(run.torch_device).eval(), result
-
-
-def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
-                seed: int, compared: Mapping[str, Compared] = COMPARED,
-                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight and
-    learning rate (`train_built`)."""
-    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name].lr, data,
-                       run, seed, **train_overrides)
 
 
 def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str, TuningResult], run: RunConfig,
@@ -210,42 +95,7 @@ def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str
                        run.seed if seed is None else seed, **train_overrides)
 
 
-def fit_row(label: str, seed: int, tuning: TuningResult, result: FitResult, wall_s: float) -> dict[str, object]:
-    """One row of the training table: the tuned setting, the best epoch, convergence and the cost."""
-    return {"model": label, "seed": seed, "lr": tuning.lr, tuning.weight_name: tuning.weight, "cached": result.cached,
-            "best epoch": result.best_epoch, "epochs run": len(result.history), "converged": result.converged,
-            "train s": round(result.train_seconds, 1), "images/s": round(result.pairs_per_second, 1),
-            "wall s": round(wall_s, 1), "run": result.run_dir.name}
 
-
-def tables_row(model: RetrievalModel, data: ChapterData, device: torch.device | str,
-               rerank: Reranker | None = None) -> dict[str, float]:
-    """Every Table 2 / Table 3 value of one trained model with its own test-time similarity (per direction,
-    optionally re-ranked): T2 = class R-P and R@1 on the unseen classes; T3 = PMRP and instance R@1 on the
-    whole test split under the 1K (five folds) and 5K (all) protocols; plus `rsum 5K` (instance rSum, 5K)."""
-    return scored_row(model, data, device, rerank)[0]
-
-
-def scored_row(model: RetrievalModel, data: ChapterData, device: torch.device | str,
-               rerank: Reranker | None = None) -> tuple[dict[str, float], Tensor]:
-    """(`tables_row`, the image-to-text scores (N, M) of the whole test split it was computed from)."""
-    model.to(device).eval()
-    unseen = evaluate_model(model, data.test_unseen, data.vocab, device=device, views=["class"], rerank=rerank)
-    img, cap = embed_split(model, data.test, data.vocab, device=device)
-    i2t, t2i = direction_scores(model, img, cap, rerank=rerank)
-    # Table 3 needs no per-level breakdown (a small fold may lack a level): the split without caption levels
-    whole = dataclasses.replace(data.test, caption_level=None)
-    protocols = {proto: evaluate_scores(whole, i2t, views=["instance", "plausible"], protocol=protocol,
-                                        scores_t2i=t2i)
-                 for proto, protocol in TABLE3_PROTOCOLS.items()}
-    row = {"rsum 5K": protocols["5K"]["rsum"]}
-    for direction in ("i2t", "t2i"):
-        row[f"T2 {direction} R-P"] = unseen[f"class/{direction}/R-P"]
-        row[f"T2 {direction} R@1"] = unseen[f"class/{direction}/R@1"]
-        for proto, values in protocols.items():
-            row[f"T3 {proto} {direction} PMRP"] = values[f"plausible/{direction}/PMRP"]
-            row[f"T3 {proto} {direction} R@1"] = values[f"instance/{direction}/R@1"]
-    return row, i2t
 
 
 def table1_rows(variant: str, seed: int, per_method: Mapping[str, tuple[np.ndarray, np.ndarray]], converged: bool,
@@ -271,12 +121,6 @@ def similarity_rp(model: RetrievalModel, split: Split, vocab: Vocabulary, method
                   100.0 * ranking_stats(t2i.T, {"class": rel_t2i})["class"].r_precision.double().numpy())
     return out
 
-
-def run_collapse(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str) -> str:
-    """`claims.detect_collapse` of `model`'s image-to-text scores on `split` under instance relevance."""
-    img, cap = embed_split(model, split, vocab, device=device)
-    i2t, _ = direction_scores(model, img, cap)
-    return instance_collapse(i2t, split)
 
 
 def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
@@ -364,11 +208,6 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
     return pd.DataFrame([(name, s.n_images, s.n_captions) for name, s in splits],
                         columns=["split", "images", "captions"])
 
-
-def chapter_runs(seeds: Sequence[int], specs: Sequence[tuple[str, int]] = SPECS) -> list[tuple[str, int, int]]:
-    """The trained models of `train.py` in training order: (method, K, seed), every model of `specs` (this
-    chapter's `SPECS`, or a later chapter's) every seed."""
-    return [(name, k, seed) for seed in seeds for name, k in specs]
 
 
 class TrainedModels(NamedTuple):

@@ -165,3 +165,17 @@ def write_ceiling_table(per_run: pd.DataFrame, ceiling: SplitCeiling | None, key
 def ceiling_note(ceiling: SplitCeiling | None, detail: str = " (xmr_core.ceiling)") -> str:
     """The captions' sentence on the "Bayes ceiling" row, `detail` before its full stop; "" without a ceiling."""
     return "" if ceiling is None else f" 'Bayes ceiling': the best any scorer can reach on this split{detail}."
+
+
+def paper_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping: Mapping[str, str], label: str,
+                paper_only: Sequence[str] = (), chapter: str = "dvse") -> pd.DataFrame:
+    """One of the paper's tables: our rows (`seed_summary` of `per_run` in `order`) with the paper's value
+    beside each (`with_paper`, the paper values of `chapter`), then one row per method of `paper_only` (the
+    paper's rows this book does not build) with the paper's values alone, labelled "<method> (paper only)"."""
+    out = with_paper(seed_summary(per_run, list(mapping), order), chapter, table, mapping, label)
+    if not paper_only:
+        return out
+    blank = pd.DataFrame([{"model": m, "seeds": 0, **{c: float("nan") for c in mapping}} for m in paper_only])
+    extra = with_paper(blank, chapter, table, mapping, label)
+    extra["model"] = [f"{m} (paper only)" for m in paper_only]
+    return pd.concat([out, extra], ignore_index=True)

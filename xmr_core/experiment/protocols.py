@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xmr_core.chapters.recipes import encoder_configs
 from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.load import load_corpus
@@ -26,6 +25,7 @@ from xmr_core.encoders.trunk import (
     pretrained_trunk,
     trunk_config,
 )
+from xmr_core.experiment.recipes import encoder_configs, hrem_encoders
 
 
 @dataclass
@@ -96,3 +96,37 @@ def chapter_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> Chapter
     trunk = chapter_trunk(run.profile, corpus, progress=run.progress)
     data = load_chapter_data(corpus, word_vectors, trunk=trunk, progress=run.progress)
     return ChapterSetup(corpus, trunk, data, encoder_configs(run.profile, trunk))
+
+
+# ------------------------------------------------------------------------ the region protocol (HREM's chapter)
+DATA_FORMAT = "precomp"  # SCAN's precomputed BUTD regions, what HREM's code reads (scenes: its region features)
+
+
+def hrem_data(corpus: Corpus, word_vectors: str = "glove-6b-50d") -> ChapterData:
+    """The COCO-style protocol: train / val / test as the corpus splits them (every class in each), the
+    vocabulary of the training captions and its word vectors; the splits must carry region features."""
+    train, val, test = corpus["train"], corpus["val"], corpus["test"]
+    missing = [s.name for s in (train, val, test) if s.regions is None]
+    if missing:
+        raise ValueError(f"{corpus.meta.get('name', 'this corpus')}: splits {missing} have no region features; HREM "
+                         "reads regions (scenes: generated with them; real data: the precomp *_ims.npy)")
+    vocab = Vocabulary.build(train.captions)
+    vectors = load_word_vectors(vocab, word_vectors, train_captions=train.captions)
+    return ChapterData(train, val, test, test, vocab, vectors.matrix, vectors.coverage)
+
+
+class HREMSetup(NamedTuple):
+    """What every HREM notebook (and the leaderboard's HREM rows) starts from: `corpus, data, enc = hrem_setup(run)`."""
+
+    corpus: Corpus
+    data: ChapterData  # `hrem_data`: every class in every split, region features
+    enc: dict[str, object]  # `hrem_encoders(profile, region_dim)`
+
+
+def hrem_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> HREMSetup:
+    """Load `run`'s data set in `DATA_FORMAT` (SCAN's precomp regions; generated from `run.data_seed`), the
+    chapter's data protocol (`hrem_data`) and the encoders of `run.profile` on its region features."""
+    corpus = load_corpus(run.dataset, run.data_root, run.profile, format=DATA_FORMAT, progress=run.progress,
+                         seed=run.data_seed)
+    data = hrem_data(corpus, word_vectors)
+    return HREMSetup(corpus, data, hrem_encoders(run.profile, data.test.regions.shape[2]))

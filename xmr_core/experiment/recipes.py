@@ -9,7 +9,7 @@ import importlib.util
 
 from xmr_core.config import check_profile
 from xmr_core.encoders.image import ImageEncoderConfig
-from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.train import TrainConfig
 
@@ -59,3 +59,22 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
         image = ImageEncoderConfig(kind="grid", widths=widths, hidden=hidden, grid_dim=trunk.channels,
                                    grid_cells=trunk.cells, trunk=trunk.key)
     return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}
+
+
+def hrem_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str, object]:
+    """Encoders of every model of the chapter: regions (region_dim D) projected to the embedding size, and the
+    BiGRU over word vectors (or the packaged MiniLM with `bert`, fine-tuned). Sizes: smoke 64 (BiGRU 32), cpu
+    256 (128), paper 1024 (1024, the papers' d)."""
+    if region_dim <= 0:
+        raise ValueError(f"hrem_encoders: region_dim must be > 0, got {region_dim}")
+    embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[check_profile(profile)]
+    text = BertEncoderConfig() if bert else TextEncoderConfig(hidden=hidden)
+    return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
+
+
+def region_encoders(enc: dict, region_dim: int) -> dict:
+    """`enc` with the image encoder on precomputed region features (the BUTD analogue, `Split.regions`,
+    (N, R, region_dim)) instead of the trunk's grid; the text encoder and sizes unchanged."""
+    if region_dim <= 0:
+        raise ValueError(f"region_encoders: region_dim must be > 0, got {region_dim}")
+    return {**enc, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim)}

@@ -1,0 +1,92 @@
+"""Tuning and training the compared methods (`compared`) the same way in every chapter: the recipe at a learning
+rate (`train_config`), the tuning budget (`tune_methods`), one model at its tuned setting (`train_built`,
+`train_model`) and the training table's row (`fit_row`).
+
+Every compared method gets the same budget on the validation split (`xmr_core.tuning.tune`): the learning rates
+of `LEARNING_RATES` at the method's default weight, then the values of its own main loss weight or margin at the
+best learning rate; smoke runs one setting per method (every code path, seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from xmr_core.config import RunConfig
+from xmr_core.data.corpus import Split
+from xmr_core.data.text import Vocabulary
+from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, LEARNING_RATES, Compared
+from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.recipes import pcme_train_config
+from xmr_core.methods.base import RetrievalModel
+from xmr_core.train import FitResult, TrainConfig, fit
+from xmr_core.tuning import TuningResult, tune
+
+
+def train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
+    """The book's recipe (`pcme_train_config`) at a learning rate."""
+    return pcme_train_config(profile, seed=seed, lr=lr, **overrides)
+
+
+def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
+                 seed: int = 0, *, compared: Mapping[str, Compared] | None = None,
+                 **train_overrides: object) -> dict[str, TuningResult]:
+    """Tune every compared method (`compared`, default the baselines; a later chapter passes these plus its
+    own) with the same budget (cached runs: free the second time)."""
+    lrs = LEARNING_RATES[profile]
+    out = {}
+    for name, spec in (BASELINES if compared is None else compared).items():
+        weights = spec.weights if profile != "smoke" else (spec.default,)
+        out[name] = tune(name, lambda w, spec=spec: spec.build(enc, word_vectors, w, 1),
+                         lambda lr: train_config(profile, lr, seed, **train_overrides), train, val, vocab,
+                         lrs=lrs, weight_name=spec.weight_name, weights=weights, default_weight=spec.default,
+                         seed=seed)
+    return out
+
+
+def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray, k: int = 1,
+                compared: Mapping[str, Compared] = BASELINES) -> RetrievalModel:
+    """A fresh model of a compared method (of `compared`: the baselines, or a chapter's set) at its tuned weight
+    (PVSE: with K embeddings)."""
+    return compared[name].build(enc, word_vectors, tuned[name].weight, k)
+
+
+def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
+                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """Seed with `seed`, build the model, and train it (or load it from the run cache) on `data`'s train and
+    validation splits with the book's recipe at learning rate `lr` (`train_config`; `train_overrides` e.g.
+    finetune=True, on_nonfinite="stop"). Every chapter trains through here, so the same model, recipe and seed
+    give the same run key (the tuning run at the chosen setting is the seed's run). Returns the model (best
+    weights, eval mode, on `run.torch_device`) and the fit."""
+    torch.manual_seed(seed)
+    model = build()
+    result = fit(model, data.train, data.val,
+                 train_config(run.profile, lr, seed, device=run.device, progress=run.progress, **train_overrides),
+                 vocab=data.vocab)
+    return model.to(run.torch_device).eval(), result
+
+
+def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
+                seed: int, compared: Mapping[str, Compared] = BASELINES,
+                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight and
+    learning rate (`train_built`)."""
+    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name].lr, data,
+                       run, seed, **train_overrides)
+
+
+def fit_row(label: str, seed: int, tuning: TuningResult, result: FitResult, wall_s: float) -> dict[str, object]:
+    """One row of the training table: the tuned setting, the best epoch, convergence and the cost."""
+    return {"model": label, "seed": seed, "lr": tuning.lr, tuning.weight_name: tuning.weight, "cached": result.cached,
+            "best epoch": result.best_epoch, "epochs run": len(result.history), "converged": result.converged,
+            "train s": round(result.train_seconds, 1), "images/s": round(result.pairs_per_second, 1),
+            "wall s": round(wall_s, 1), "run": result.run_dir.name}
+
+
+def chapter_runs(seeds: Sequence[int], specs: Sequence[tuple[str, int]] = BASELINE_SPECS
+                 ) -> list[tuple[str, int, int]]:
+    """The trained models of a chapter's `train.py` in training order: (method, K, seed), every model of `specs`
+    (the baselines', or a later chapter's) every seed."""
+    return [(name, k, seed) for seed in seeds for name, k in specs]
