@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -412,6 +412,200 @@ def fit(
             claim.release(finished=(run_dir / "result.json").is_file())
 
 
+@dataclass
+class _Progress:
+    """What a run carries from epoch to epoch (and saves in `last.pt`): the epochs done and their history, the
+    best epoch so far, the last epoch that beat its predecessor by more than `min_delta` (the stop rule's), the
+    training time and the pairs seen."""
+
+    epoch: int = 0
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    best_score: float = -math.inf
+    best_epoch: int = -1
+    best_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    improved_score: float = -math.inf
+    improved_epoch: int = 0
+    train_seconds: float = 0.0
+    pairs_seen: int = 0
+
+
+class _Optimisation(NamedTuple):
+    """The optimiser, the learning-rate schedule and the AMP gradient scaler of a run."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+
+
+class _Epoch(NamedTuple):
+    """One epoch of training (`_train_epoch`): summed loss terms over `n_steps` steps, pairs seen (this rank),
+    seconds, and the message of a non-finite loss that stopped it ("" when it finished)."""
+
+    sums: dict[str, float]
+    n_steps: int
+    n_pairs: int
+    seconds: float
+    stop_message: str
+
+
+def _optimisation(model: RetrievalModel, cfg: TrainConfig, use_amp: bool) -> _Optimisation:
+    optimizer = build_optimizer(list(model.parameters()), cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(e, cfg))
+    return _Optimisation(optimizer, scheduler, torch.amp.GradScaler("cuda", enabled=use_amp))
+
+
+def _restore(path: Path, key: str, model: RetrievalModel, opt: _Optimisation) -> _Progress:
+    """Load the checkpoint `path` of run `key` into the model, the optimisation and the RNGs; its progress."""
+    ckpt = load_checkpoint(path, ("model", "optimizer", "scheduler", "epoch", "rng", "run", "improved_score",
+                                  "improved_epoch"))
+    if ckpt["run"]["key"] != key:
+        raise CheckpointError(f"{path}: belongs to another run (method/config/data/seed differ)")
+    model.load_state_dict(ckpt["model"])
+    opt.optimizer.load_state_dict(ckpt["optimizer"])
+    opt.scheduler.load_state_dict(ckpt["scheduler"])
+    opt.scaler.load_state_dict(ckpt["scaler"])
+    _set_rng_state(ckpt["rng"])
+    return _Progress(ckpt["epoch"], list(ckpt["history"]), ckpt["best_score"], ckpt["best_epoch"],
+                     dict(ckpt["best_metrics"]), ckpt["improved_score"], ckpt["improved_epoch"],
+                     ckpt["train_seconds"], ckpt["pairs_seen"])
+
+
+def _train_loader(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: TrainConfig,
+                  env: DistEnv) -> tuple[Any, Any]:
+    """(the training loader, the sampler whose `set_epoch` reshuffles it) of `model` on `split`: the method's own
+    batches (HREM's neighbour batches) or one caption per image / every caption (items are images for a
+    multi-query model), sharded over the processes."""
+    augment = Augmentation(random_erasing_prob=cfg.random_erasing_prob, word_dropout=cfg.word_dropout)
+    multi_query = model.task == "multi_query"
+    if multi_query and cfg.epoch_mode != "one_per_image":
+        raise ValueError(f"{model.name} trains on (image, query set) items, each image once an epoch: epoch_mode "
+                         f"must be 'one_per_image', got {cfg.epoch_mode!r}")
+    batches = model.train_batch_sampler(split, cfg.batch_size, cfg.seed)
+    if batches is not None:  # the method chooses its batches (HREM's neighbour batches)
+        if env.distributed or cfg.epoch_mode != "one_per_image":
+            raise ValueError(f"{model.name} chooses its own training batches: it trains in one process with "
+                             f"epoch_mode 'one_per_image' (got {env.world_size} processes, {cfg.epoch_mode!r})")
+        sampler: Any = batches
+    else:
+        if multi_query:  # every image once (items are images)
+            base: Any = AllCaptionsSampler(split.n_images, seed=cfg.seed)
+        elif cfg.epoch_mode == "one_per_image":
+            base = OneCaptionPerImageSampler(split.caption_image, split.n_images, seed=cfg.seed)
+        else:
+            base = AllCaptionsSampler(split.n_captions, seed=cfg.seed)
+        sampler = ShardedSampler(base, env)
+        batches = BatchSampler(sampler, cfg.batch_size, False)
+    if multi_query:
+        loader = query_loader(split, vocab, cfg.batch_size, train=True, visual=model.visual, augment=augment,
+                              max_queries=model.max_queries, batch_sampler=batches, seed=cfg.seed,
+                              num_workers=cfg.num_workers)
+    else:
+        loader = pair_loader(split, vocab, cfg.batch_size, batch_sampler=batches, augment=augment,
+                             seed=cfg.seed, num_workers=cfg.num_workers, visual=model.visual)
+    return loader, sampler
+
+
+def _train_epoch(model: RetrievalModel, net: nn.Module, loader: Any, opt: _Optimisation, epoch: int,
+                 cfg: TrainConfig, env: DistEnv, device: torch.device, use_amp: bool, best_epoch: int) -> _Epoch:
+    """One pass over `loader`: forward (`net`, the model or its DDP wrapper), the method's loss, backward,
+    clipping and the optimiser step per batch. A non-finite loss raises (`cfg.on_nonfinite` "raise", several
+    processes, or no best epoch yet) or ends the epoch with its message, the best checkpoint standing."""
+    model.train()
+    sums: dict[str, float] = {}
+    n_steps, n_pairs = 0, 0
+    t0 = time.perf_counter()
+    extra = " (extension)" if epoch >= cfg.epochs else ""
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}{extra}", disable=not (cfg.progress and env.is_main))
+    for step, batch in enumerate(bar):
+        model.set_epoch(epoch + step / len(loader))
+        batch = _to_device(batch, device)
+        with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=use_amp):
+            img_emb, cap_emb = net(batch)
+            loss, parts = model.loss(img_emb, cap_emb, batch)
+        if not torch.isfinite(loss):
+            message = f"{model.name}: loss {loss.item()} at epoch {epoch + 1} step {step + 1} (terms: {parts})"
+            if cfg.on_nonfinite == "raise" or env.distributed or best_epoch < 1:
+                raise FloatingPointError(message)
+            return _Epoch(sums, n_steps, n_pairs, time.perf_counter() - t0, message)
+        opt.optimizer.zero_grad(set_to_none=True)
+        opt.scaler.scale(loss).backward()
+        if cfg.grad_clip > 0:
+            opt.scaler.unscale_(opt.optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.scaler.step(opt.optimizer)
+        opt.scaler.update()
+        for name, value in {"loss": loss.item(), **parts}.items():
+            sums[name] = sums.get(name, 0.0) + float(value)
+        n_steps += 1
+        n_pairs += len(batch["image_index"])
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    return _Epoch(sums, n_steps, n_pairs, time.perf_counter() - t0, "")
+
+
+def _record_validation(progress: _Progress, row: dict[str, Any], metrics: dict[str, float], epoch: int,
+                       cfg: TrainConfig) -> bool:
+    """Add epoch `epoch`'s validation `metrics` to its history `row` and the progress (the stop rule's last
+    improvement by more than `min_delta`, the best epoch); True when the epoch is the best so far."""
+    if cfg.select not in metrics:
+        raise KeyError(f"validation returned no {cfg.select!r} (has {sorted(metrics)[:8]} ...)")
+    row.update({f"val/{k}": float(v) for k, v in metrics.items()})
+    progress.history.append(row)
+    if metrics[cfg.select] > progress.improved_score + cfg.min_delta:
+        progress.improved_score, progress.improved_epoch = float(metrics[cfg.select]), epoch + 1
+    if not metrics[cfg.select] > progress.best_score:
+        return False
+    progress.best_score, progress.best_epoch = float(metrics[cfg.select]), epoch + 1
+    progress.best_metrics = {k: float(v) for k, v in metrics.items()}
+    return True
+
+
+def _save_last(run_dir: Path, model: RetrievalModel, opt: _Optimisation, progress: _Progress,
+               config_record: dict[str, Any]) -> None:
+    """`last.pt`: everything `_restore` needs to go on after `progress.epoch` epochs."""
+    save_checkpoint(run_dir / "last.pt", {
+        "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": opt.optimizer.state_dict(),
+        "scheduler": opt.scheduler.state_dict(), "scaler": opt.scaler.state_dict(), "epoch": progress.epoch,
+        "rng": _rng_state(), "run": config_record, "history": progress.history, "best_score": progress.best_score,
+        "best_epoch": progress.best_epoch, "best_metrics": progress.best_metrics,
+        "improved_score": progress.improved_score, "improved_epoch": progress.improved_epoch,
+        "train_seconds": progress.train_seconds, "pairs_seen": progress.pairs_seen})
+
+
+def _stop_rule(progress: _Progress, epoch: int, cfg: TrainConfig, env: DistEnv, device: torch.device) -> str | None:
+    """Why training stops after epoch `epoch` (None: it goes on). "patience": validation has not risen by more
+    than `min_delta` for `patience` epochs. With `extend_epochs`, once the schedule is over an epoch that is not
+    the best ends the run: "extension" when it was an extension epoch, else "max_epochs". Only the main rank
+    validates: it decides, the other ranks follow."""
+    no_progress = env.is_main and cfg.patience > 0 and epoch + 1 - progress.improved_epoch >= cfg.patience
+    if all_reduce_sum(int(no_progress), env, device) > 0:
+        return "patience"
+    no_better = env.is_main and epoch + 1 >= cfg.epochs and progress.best_epoch < epoch + 1  # schedule over
+    if cfg.extend_epochs and all_reduce_sum(int(no_better), env, device) > 0:
+        return "extension" if epoch + 1 > cfg.epochs else "max_epochs"
+    return None
+
+
+def _finish(model: RetrievalModel, run_dir: Path, key: str, config_record: dict[str, Any], progress: _Progress,
+            stopped: str, stop_message: str, claim: Claim | None, env: DistEnv) -> FitResult:
+    """Write `result.json` (rank 0) and load the best weights into `model` (every rank)."""
+    result = {"key": key, "run": config_record, "best_epoch": progress.best_epoch, "best_score": progress.best_score,
+              "stopped": stopped, "stop_message": stop_message,
+              "best_metrics": progress.best_metrics, "history": progress.history,
+              "train_seconds": progress.train_seconds,
+              "pairs_per_second": progress.pairs_seen / max(progress.train_seconds, 1e-9), "trained_at": trained_at()}
+    if env.is_main:
+        _load_best(model, run_dir, result)
+        result["best_state"] = state_fingerprint(model)
+        if claim is not None:
+            claim.check()
+        atomic_write_text(run_dir / "result.json", json.dumps(result, indent=1, default=str))
+    barrier(env)
+    if not env.is_main:  # only rank 0 validated: its result is the run's
+        result = json.loads((run_dir / "result.json").read_text())
+        _load_best(model, run_dir, result)
+    return _result_from(run_dir, result, cached=False)
+
+
 def _fit(
     model: RetrievalModel,
     train_split: Split,
@@ -428,7 +622,10 @@ def _fit(
     on_epoch_end: Callable[[int, dict[str, Any]], None] | None,
     validate: Callable[[RetrievalModel, Split], dict[str, float]] | None,
 ) -> FitResult:
-    """`fit` in a run directory this process has claimed (rank 0; `claim` None on the other ranks)."""
+    """`fit` in a run directory this process has claimed (rank 0; `claim` None on the other ranks): a finished
+    run is loaded; otherwise training starts (or goes on from a checkpoint) and each epoch is trained
+    (`_train_epoch`), validated (`_record_validation`), checkpointed (`best.pt`, `_save_last`) and judged by the
+    stop rule (`_stop_rule`); the result is written last (`_finish`)."""
     device = select_device(cfg.device)
     if env.distributed and device.type == "cuda":
         device = torch.device("cuda", env.local_rank)
@@ -445,72 +642,31 @@ def _fit(
         return _result_from(run_dir, done, cached=True)
 
     model.to(device)
-    optimizer = build_optimizer(list(model.parameters()), cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(e, cfg))
     use_amp = cfg.amp and device.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    opt = _optimisation(model, cfg, use_amp)
     config_record = {"method": model.name, "config": json.loads(json.dumps(dataclasses.asdict(model.config),
                                                                            default=str)),
                      "train": dataclasses.asdict(cfg), "key": key}
 
-    start_epoch, history = 0, []
-    best_score, best_epoch, best_metrics, train_seconds, pairs_seen = -math.inf, -1, {}, 0.0, 0
-    improved_score, improved_epoch = -math.inf, 0  # the last epoch that beat its predecessor by > min_delta
     start = (run_dir / "last.pt", key) if resume and (run_dir / "last.pt").is_file() else None
     if base is not None:  # the first `cfg.epochs` epochs are the cached run without the extension: go on from it
         start = (base[0] / "last.pt", base[1]["key"])
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(run_dir / "best.pt", (base[0] / "best.pt").read_bytes())
     if start is not None:
-        ckpt = load_checkpoint(start[0], ("model", "optimizer", "scheduler", "epoch", "rng", "run",
-                                          "improved_score", "improved_epoch"))
-        if ckpt["run"]["key"] != start[1]:
-            raise CheckpointError(f"{start[0]}: belongs to another run (method/config/data/seed differ)")
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        scaler.load_state_dict(ckpt["scaler"])
-        _set_rng_state(ckpt["rng"])
-        start_epoch, history = ckpt["epoch"], list(ckpt["history"])
-        best_score, best_epoch, best_metrics = ckpt["best_score"], ckpt["best_epoch"], dict(ckpt["best_metrics"])
-        improved_score, improved_epoch = ckpt["improved_score"], ckpt["improved_epoch"]
-        train_seconds, pairs_seen = ckpt["train_seconds"], ckpt["pairs_seen"]
+        progress = _restore(start[0], start[1], model, opt)
         if taken_over:
-            tqdm.write(f"{run_dir}: going on from the dead worker's {start[0].name} (epoch {start_epoch})")
+            tqdm.write(f"{run_dir}: going on from the dead worker's {start[0].name} (epoch {progress.epoch})")
     else:
+        progress = _Progress()
         seed_everything(cfg.seed)
 
-    augment = Augmentation(random_erasing_prob=cfg.random_erasing_prob, word_dropout=cfg.word_dropout)
-    multi_query = model.task == "multi_query"
-    if multi_query and cfg.epoch_mode != "one_per_image":
-        raise ValueError(f"{model.name} trains on (image, query set) items, each image once an epoch: epoch_mode "
-                         f"must be 'one_per_image', got {cfg.epoch_mode!r}")
-    batches = model.train_batch_sampler(train_split, cfg.batch_size, cfg.seed)
-    if batches is not None:  # the method chooses its batches (HREM's neighbour batches)
-        if env.distributed or cfg.epoch_mode != "one_per_image":
-            raise ValueError(f"{model.name} chooses its own training batches: it trains in one process with "
-                             f"epoch_mode 'one_per_image' (got {env.world_size} processes, {cfg.epoch_mode!r})")
-        sampler: Any = batches
-    else:
-        if multi_query:  # every image once (items are images)
-            base: Any = AllCaptionsSampler(train_split.n_images, seed=cfg.seed)
-        elif cfg.epoch_mode == "one_per_image":
-            base = OneCaptionPerImageSampler(train_split.caption_image, train_split.n_images, seed=cfg.seed)
-        else:
-            base = AllCaptionsSampler(train_split.n_captions, seed=cfg.seed)
-        sampler = ShardedSampler(base, env)
-        batches = BatchSampler(sampler, cfg.batch_size, False)
-    if multi_query:
-        loader = query_loader(train_split, vocab, cfg.batch_size, train=True, visual=model.visual, augment=augment,
-                              max_queries=model.max_queries, batch_sampler=batches, seed=cfg.seed,
-                              num_workers=cfg.num_workers)
-    else:
-        loader = pair_loader(train_split, vocab, cfg.batch_size, batch_sampler=batches, augment=augment,
-                             seed=cfg.seed, num_workers=cfg.num_workers, visual=model.visual)
+    loader, sampler = _train_loader(model, train_split, vocab, cfg, env)
     validate = validate or (lambda m, s: _validate(m, s, vocab, cfg, device))
 
     net: nn.Module = model
     stopped, stop_message = "max_epochs", ""
+    start_epoch = progress.epoch
     for epoch in range(start_epoch, cfg.epochs + cfg.extend_epochs):
         frozen = epoch < cfg.frozen_epochs
         if epoch in (start_epoch, cfg.frozen_epochs):  # DDP registers the trainable parameters when it wraps
@@ -518,98 +674,37 @@ def _fit(
             net = wrap_model(model, env, device)
         sampler.set_epoch(epoch)
         model.on_epoch_start(epoch, train_split, device)
-        model.train()
-        sums: dict[str, float] = {}
-        n_steps, n_pairs = 0, 0
-        t0 = time.perf_counter()
-        extra = " (extension)" if epoch >= cfg.epochs else ""
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}{extra}", disable=not (cfg.progress and env.is_main))
-        for step, batch in enumerate(bar):
-            model.set_epoch(epoch + step / len(loader))
-            batch = _to_device(batch, device)
-            with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=use_amp):
-                img_emb, cap_emb = net(batch)
-                loss, parts = model.loss(img_emb, cap_emb, batch)
-            if not torch.isfinite(loss):
-                message = f"{model.name}: loss {loss.item()} at epoch {epoch + 1} step {step + 1} (terms: {parts})"
-                if cfg.on_nonfinite == "raise" or env.distributed or best_epoch < 1:
-                    raise FloatingPointError(message)
-                stop_message = message
-                break
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if cfg.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            for name, value in {"loss": loss.item(), **parts}.items():
-                sums[name] = sums.get(name, 0.0) + float(value)
-            n_steps += 1
-            n_pairs += len(batch["image_index"])
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-        if stop_message:  # the loss diverged: the epoch is not finished, the best checkpoint stands
-            stopped = "diverged"
+        trained = _train_epoch(model, net, loader, opt, epoch, cfg, env, device, use_amp, progress.best_epoch)
+        if trained.stop_message:  # the loss diverged: the epoch is not finished, the best checkpoint stands
+            stopped, stop_message = "diverged", trained.stop_message
             tqdm.write(f"stopped: {stop_message}")
             break
-        epoch_seconds = time.perf_counter() - t0
-        lr = optimizer.param_groups[0]["lr"]
-        scheduler.step()
-        n_pairs = int(all_reduce_sum(n_pairs, env, device))
-        train_seconds += epoch_seconds
-        pairs_seen += n_pairs
+        lr = opt.optimizer.param_groups[0]["lr"]
+        opt.scheduler.step()
+        n_pairs = int(all_reduce_sum(trained.n_pairs, env, device))
+        progress.epoch = epoch + 1
+        progress.train_seconds += trained.seconds
+        progress.pairs_seen += n_pairs
 
         row: dict[str, Any] = {"epoch": epoch + 1, "phase": "frozen" if frozen else "end-to-end", "lr": lr,
-                               **{f"train/{k}": v / max(n_steps, 1) for k, v in sums.items()},
-                               "train_seconds": epoch_seconds, "pairs_per_second": n_pairs / epoch_seconds}
+                               **{f"train/{k}": v / max(trained.n_steps, 1) for k, v in trained.sums.items()},
+                               "train_seconds": trained.seconds, "pairs_per_second": n_pairs / trained.seconds}
         if env.is_main:
             model.eval()
-            metrics = validate(model, val_split)
-            if cfg.select not in metrics:
-                raise KeyError(f"validation returned no {cfg.select!r} (has {sorted(metrics)[:8]} ...)")
-            row.update({f"val/{k}": float(v) for k, v in metrics.items()})
-            history.append(row)
+            is_best = _record_validation(progress, row, validate(model, val_split), epoch, cfg)
             if claim is not None:  # another host took the run over (this process's heartbeat went stale): stop
                 claim.check()
-            _write_history(run_dir / "metrics.csv", history)
-            if metrics[cfg.select] > improved_score + cfg.min_delta:
-                improved_score, improved_epoch = float(metrics[cfg.select]), epoch + 1
-            if metrics[cfg.select] > best_score:
-                best_score, best_epoch = float(metrics[cfg.select]), epoch + 1
-                best_metrics = {k: float(v) for k, v in metrics.items()}
+            _write_history(run_dir / "metrics.csv", progress.history)
+            if is_best:
                 save_checkpoint(run_dir / "best.pt", {"format": CHECKPOINT_FORMAT, "model": model.state_dict(),
-                                                      "epoch": epoch + 1, "score": best_score, "run": config_record})
-            save_checkpoint(run_dir / "last.pt", {
-                "format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "epoch": epoch + 1,
-                "rng": _rng_state(), "run": config_record, "history": history, "best_score": best_score,
-                "best_epoch": best_epoch, "best_metrics": best_metrics, "improved_score": improved_score,
-                "improved_epoch": improved_epoch, "train_seconds": train_seconds,
-                "pairs_seen": pairs_seen})
+                                                      "epoch": epoch + 1, "score": progress.best_score,
+                                                      "run": config_record})
+            _save_last(run_dir, model, opt, progress, config_record)
         barrier(env)
         if on_epoch_end is not None:
             on_epoch_end(epoch, row)
-        no_progress = env.is_main and cfg.patience > 0 and epoch + 1 - improved_epoch >= cfg.patience
-        if all_reduce_sum(int(no_progress), env, device) > 0:  # only the main rank validates: it decides
-            stopped = "patience"
+        reason = _stop_rule(progress, epoch, cfg, env, device)
+        if reason is not None:
+            stopped = reason
             break
-        no_better = env.is_main and epoch + 1 >= cfg.epochs and best_epoch < epoch + 1  # schedule over, not best
-        if cfg.extend_epochs and all_reduce_sum(int(no_better), env, device) > 0:
-            stopped = "extension" if epoch + 1 > cfg.epochs else "max_epochs"
-            break
-
-    result = {"key": key, "run": config_record, "best_epoch": best_epoch, "best_score": best_score,
-              "stopped": stopped, "stop_message": stop_message,
-              "best_metrics": best_metrics, "history": history, "train_seconds": train_seconds,
-              "pairs_per_second": pairs_seen / max(train_seconds, 1e-9), "trained_at": trained_at()}
-    if env.is_main:
-        _load_best(model, run_dir, result)
-        result["best_state"] = state_fingerprint(model)
-        if claim is not None:
-            claim.check()
-        atomic_write_text(run_dir / "result.json", json.dumps(result, indent=1, default=str))
-    barrier(env)
-    if not env.is_main:  # only rank 0 validated: its result is the run's
-        result = json.loads((run_dir / "result.json").read_text())
-        _load_best(model, run_dir, result)
-    return _result_from(run_dir, result, cached=False)
+    return _finish(model, run_dir, key, config_record, progress, stopped, stop_message, claim, env)
