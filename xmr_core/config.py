@@ -8,10 +8,12 @@ and take a `Profile` to pick their sizes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -43,6 +45,19 @@ def seed_everything(seed: int) -> torch.Generator:
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
     return torch.Generator().manual_seed(seed)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block on one torch CPU thread (the caller's count restored after): torch's CPU kernels split
+    their sums by thread count, so a result cached and fingerprinted into run keys (the pretrained trunk, its
+    grid features, the region features) must not depend on how many cores the machine that made it had."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def select_device(name: str = "auto") -> torch.device:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torchvision.ops import roi_align
 
+from xmr_core.config import one_thread
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import DataFormatError, Split
 from xmr_core.encoders.attributes import AttributeTraining, attribute_accuracy, fit_attribute_classifier
@@ -192,12 +193,8 @@ def add_regions(
             s.regions, s.region_boxes, s.meta["region_object"] = (np.load(p) for p in paths)
             s.validate()
         return json.loads(done.read_text(encoding="utf-8"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a small CNN: one thread is several times faster on a shared CPU
-    try:
+    with one_thread():  # portable features (`config.one_thread`); a small CNN is faster so on a shared CPU too
         meta = _build_regions(splits, root, cfg, seed, pretraining_set, progress)
-    finally:
-        torch.set_num_threads(threads)
     atomic_write_text(done, json.dumps(meta, indent=1))  # written last: marks the cache complete
     return meta
 

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from xmr_core.config import one_thread
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import DataFormatError, Split, split_fingerprint
 from xmr_core.data.scenes import GENERATOR_VERSION, Layout, ScenesConfig, generate_pretraining_set
@@ -141,7 +142,8 @@ def pretrained_trunk(scenes: ScenesConfig, cfg: TrunkConfig | None = None, progr
         net.load_state_dict(load_trunk_state(key))
         meta = json.loads(done.read_text(encoding="utf-8"))
     else:
-        state, meta = _pretrain(scenes, cfg, progress)
+        with one_thread():  # the same trunk on any machine (`config.one_thread`): its features enter run keys
+            state, meta = _pretrain(scenes, cfg, progress)
         meta = json.loads(json.dumps(meta))  # the same types as when read back from the cache
         net.load_state_dict(state)
         atomic_write(root / "trunk.pt", lambda fh: torch.save(net.state_dict(), fh))
@@ -235,7 +237,8 @@ def attach_grid_features(splits: Iterable[Split], trunk: PretrainedTrunk, progre
         if path.is_file():
             features = np.load(path)
         else:
-            features = grid_features(trunk, split, progress=progress, device=device)
+            with one_thread():  # the same features on any machine (`config.one_thread`)
+                features = grid_features(trunk, split, progress=progress, device=device)
             atomic_write(path, lambda fh, a=features: np.save(fh, a, allow_pickle=False))
         log_input(path.parent, [path.name])
         split.grid = features
