@@ -8,7 +8,8 @@ A scene is a set of objects, each with a shape, a colour, a size, a fine grid ce
 - ``relations``: (a, rel, b): some object matching a is left of / right of / above / below a *different*
   object matching b (strict order of their grid columns / rows).
 
-`holds(lf, scenes)` evaluates a logical form on every scene at once, so relevance is computed, never listed.
+`holds(lf, scenes)` evaluates a logical form on every scene at once, so relevance is computed, never listed;
+`named(lf, scenes)` says which objects of each scene it names.
 Caption levels: ``full`` (every object with every attribute plus the total count: exhaustive, so it
 describes the scene up to jitter), ``partial`` (one or two objects, at least two attributes each),
 ``relational`` (two objects and a spatial relation), ``vague`` (a count, a colour or a shape only).
@@ -126,6 +127,16 @@ def holds(lf: LogicalForm, sc: SceneArrays) -> np.ndarray:
             for s in itertools.combinations(range(len(matches)), r):
                 ok[cand] &= sub[:, list(s)].any(1).sum(1) >= r
     return ok
+
+
+def named(lf: LogicalForm, sc: SceneArrays) -> np.ndarray:
+    """(N, K) bool: the objects of each scene that the logical form names, i.e. that match one of its descriptors
+    (its objects, its counted descriptors, either side of its relations); "two shapes" names every object."""
+    descs = [*lf.objects, *(d for d, _ in lf.counts), *(d for a, _, b in lf.relations for d in (a, b))]
+    out = np.zeros(sc.valid.shape, dtype=bool)
+    for d in descs:
+        out |= _match(d, sc)
+    return out
 
 
 # --------------------------------------------------------------------------------------------- text
