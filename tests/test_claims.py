@@ -178,6 +178,19 @@ def test_every_kind_is_not_tested_on_unconverged_collapsed_or_missing_runs(kind:
     assert "needs data set coco" in judge(restricted, ev, dataset="scenes", profile="paper").reason
     assert "needs profile paper" in judge(restricted, ev, dataset="coco", profile="cpu").reason
     assert judge(restricted, ev, dataset="coco", profile="paper").verdict == "held"
+    unbuilt = dataclasses.replace(s, needs="model B (not built in this book)")
+    j = judge(unbuilt, ev)  # never judged, even on evidence that would decide it
+    assert j.verdict == "not tested" and j.reason == "needs model B (not built in this book)"
+    assert can_fail(unbuilt) == ""  # judged as if built, it can hold and fail
+
+
+def test_a_not_tested_judgement_without_its_reason_is_refused() -> None:
+    s = spec("superiority")
+    with pytest.raises(ValueError, match="must say why"):
+        claims.Judgement(s, "not tested")
+    with pytest.raises(ValueError, match="must say why"):
+        claims.Judgement(s, "not tested", reason="  ")
+    assert claims.Judgement(s, "within noise").reason == ""  # other verdicts may carry their reason in the interval
 
 
 def test_trend_and_peak_are_judged_on_their_weakest_point() -> None:

@@ -28,6 +28,21 @@ def test_every_declared_claim_of_the_book_can_hold_and_fail() -> None:
             assert can_fail(spec) == "", f"{info.name}: {spec.key}"
 
 
+def test_every_claim_judged_on_no_runs_says_what_it_would_need() -> None:
+    """A claim is "not tested" with its reason (the `Judgement` refuses one without): a claim on models this book
+    does not build names them in its declared `needs`; any other names the models this run lacks."""
+    for info in pkgutil.iter_modules(xmr_core.chapters.__path__):
+        module = importlib.import_module(f"xmr_core.chapters.{info.name}")
+        for spec in getattr(module, "CLAIMS", []):
+            j = judge(spec, {}, dataset="scenes", profile="cpu")
+            where = f"{info.name}: {spec.key}"
+            assert j.verdict == "not tested", where
+            if spec.needs:
+                assert j.reason == f"needs {spec.needs}", where
+            elif not (spec.datasets and "scenes" not in spec.datasets or spec.profiles and "cpu" not in spec.profiles):
+                assert all(m in j.reason for m in spec.compared), where
+
+
 SPECS = [
     ClaimSpec("beats", "A beats B", "Table 1", "superiority", "R@1, pp", ("A", "B")),
     ClaimSpec("rises", "R@1 rises with K", "Table 2", "trend", "R@1, pp", ("A", "B", "C")),

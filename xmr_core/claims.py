@@ -32,12 +32,14 @@ generator seed (deterministic): over seeds, over queries, or both (crossed: the 
 every seed, since every seed scores the same test queries). Sides share the resampled seeds when they have the
 same seeds and split (paired by seed), and the resampled queries when they score the same queries (paired by
 query). Verdicts: held / did not hold when the interval excludes zero (or the margin) on one side, otherwise
-within noise; not tested, with the reason, when a compared run did not converge, collapsed, is missing, or
-the claim needs a data set or profile this run does not have.
+within noise; not tested, with the reason (a "not tested" judgement without one is refused), when a compared
+run did not converge, collapsed, is missing, the claim needs a data set or profile this run does not have, or
+it `needs` a model or data the book does not build (declared with the claim, naming them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -247,6 +249,7 @@ class ClaimSpec:
     each: Kind = "superiority"  # universal: the kind of each pair's claim
     datasets: tuple[str, ...] = ()  # the data sets the claim can be tested on (empty: any)
     profiles: tuple[str, ...] = ()  # the profiles the claim can be tested on (empty: any)
+    needs: str = ""  # the model or data the claim needs that this book does not build or have: never tested
 
     def __post_init__(self) -> None:
         def bad(why: str) -> ValueError:
@@ -301,6 +304,11 @@ class Judgement:
     unconverged: tuple[str, ...] = ()
     collapsed: tuple[str, ...] = ()
     parts: tuple[Judgement, ...] = field(default=(), repr=False)  # universal: one judgement per pair
+
+    def __post_init__(self) -> None:
+        if self.verdict == "not tested" and not self.reason.strip():
+            raise ValueError(f"claim {self.spec.key!r}: a 'not tested' judgement must say why (the model or data it "
+                             "would need, or what the run lacks)")
 
     @property
     def width(self) -> float:
@@ -479,6 +487,8 @@ def _universal_reason(parts: Sequence[Judgement], evidence: Mapping[str, Evidenc
 def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | None = None,
           profile: str | None = None) -> Judgement:
     """Judge `spec` on this run's `evidence` ({model: Evidence} holding every model in `spec.compared`)."""
+    if spec.needs:
+        return Judgement(spec, "not tested", reason=f"needs {spec.needs}")
     if spec.datasets and dataset not in spec.datasets:
         return Judgement(spec, "not tested", reason=f"needs data set {' or '.join(spec.datasets)}; this run has {dataset}")
     if spec.profiles and profile not in spec.profiles:
@@ -565,10 +575,12 @@ def _constructed(spec: ClaimSpec, wins: bool, n_seeds: int = 3, n_queries: int =
 
 def can_fail(spec: ClaimSpec) -> str:
     """"" when `judge` says "held" of `spec` on evidence where its claimed side clearly wins and "did not hold"
-    where it clearly loses; otherwise why not (a claim that cannot fail, or cannot hold, is a defect)."""
+    where it clearly loses (judged as if the book had what the claim `needs`); otherwise why not (a claim that
+    cannot fail, or cannot hold, is a defect)."""
     where = {"dataset": spec.datasets[0] if spec.datasets else None,  # a run the claim can be tested on
              "profile": spec.profiles[0] if spec.profiles else None}
-    got = {wins: judge(spec, _constructed(spec, wins), **where).verdict for wins in (True, False)}
+    built = dataclasses.replace(spec, needs="")  # as if the book had what it needs
+    got = {wins: judge(built, _constructed(spec, wins), **where).verdict for wins in (True, False)}
     if got == {True: "held", False: "did not hold"}:
         return ""
     return f"claim {spec.key!r}: clear win judged {got[True]!r}, clear loss judged {got[False]!r}"
