@@ -487,7 +487,7 @@ def test_train_claims_judged_by_hand():
     assert judged["msrm-over-pcme-all-classes"].collapsed == ("MSRM · i2t R-P", "MSRM · i2t R@1", "MSRM · t2i R-P",
                                                               "MSRM · t2i R@1")
     assert judged["pcme-close-to-mu-only-pmrp"].effect == pytest.approx(0.2)
-    assert judged["msrm-over-p2rm"].reason == "this run has no P2RM"
+    assert judged["msrm-over-p2rm"].reason == "needs P2RM (not built in this book)"
     unconverged = chapter.ChapterRuns(pd.DataFrame(), _seeded(zs, own, unconverged=("PCME mu only",)),
                                       pd.DataFrame(), pd.DataFrame())
     again = {j.spec.key: j for j in chapter.train_judgements(unconverged, RUN)}
