@@ -1,6 +1,7 @@
 """The MSRM chapter's helpers that need no training (xmr_core.chapters.msrm)."""
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -615,6 +616,23 @@ def test_query_lists_by_hand():
     assert lists[chapter.ZETA_TOP6].tolist() == [1.5, 0.5, 1.5, 1.0, 0.5, 1.5]
     assert set(lists["seed"]) == {4} and not lists["converged"].any()
     assert set(lists["collapse"]) == {detect_collapse(i2t, split.relevance("instance", "i2t"))}
+
+
+def test_chance_lists_by_hand_and_against_every_ranking():
+    split = _list_split()  # caption k is image k's; labels (1, 0), (1, 1), (0, 1): zeta rows (0 1 2), (1 0 1), (2 1 0)
+    chance = chapter.chance_lists(split)
+    assert chance["direction"].tolist() == ["i2t"] * 3 + ["t2i"] * 3 and set(chance["model"]) == {chapter.CHANCE}
+    assert chance[chapter.GT_TOP6].tolist() == pytest.approx([100 / 3] * 6)
+    assert chance[chapter.ZETA_TOP6].tolist() == pytest.approx([1.0, 2 / 3, 1.0] * 2)
+    # the mean over every ranking of the gallery of query_lists' top-2 values is the chance
+    rows = []
+    for order in itertools.permutations(range(3)):
+        scores = torch.tensor([[3.0 - order.index(j) for j in range(3)]] * 3, dtype=torch.float64)
+        rows.append(chapter.query_lists({"A": (scores, scores.T)}, split, {"A": True}, seed=0, k=2))
+    mean = pd.concat(rows).groupby(["direction", "query"], sort=False)[[chapter.GT_TOP6, chapter.ZETA_TOP6]].mean()
+    np.testing.assert_allclose(mean.to_numpy(), chance[[chapter.GT_TOP6, chapter.ZETA_TOP6]].to_numpy())
+    summary = chapter.top6_summary(rows[0], chance)
+    assert summary["model"].tolist() == ["A", "A", chapter.CHANCE, chapter.CHANCE]
 
 
 def test_class_queries_average_to_evaluates_class_metrics():

@@ -815,6 +815,32 @@ def query_lists(scores: Mapping[str, tuple[Tensor, Tensor]], split: Split, conve
     return pd.concat(frames, ignore_index=True)
 
 
+CHANCE = "chance (random ranking)"
+
+
+def chance_lists(split: Split) -> pd.DataFrame:
+    """What `query_lists` expects of a uniformly random ranking, for every query of `split` (image queries, then
+    caption queries): a random top-k list's share of instance ground truths is the gallery's (P / G, %) and its mean
+    zeta the gallery's mean zeta to the query's image, whatever k. Columns: model (`CHANCE`), direction, query,
+    GT_TOP6, ZETA_TOP6."""
+    labels = np.asarray(split.image_labels, dtype=np.int64)
+    zeta = np.abs(labels[:, None, :] - labels[None, :, :]).sum(-1)  # (N, N) zeta between every two images
+    cap_img = np.asarray(split.caption_image)
+    per_image = np.bincount(cap_img, minlength=split.n_images)
+    i2t = pd.DataFrame({"direction": "i2t", "query": np.arange(split.n_images), GT_TOP6: 100.0 * per_image
+                        / split.n_captions, ZETA_TOP6: zeta @ per_image / split.n_captions})
+    t2i = pd.DataFrame({"direction": "t2i", "query": np.arange(split.n_captions),
+                        GT_TOP6: np.full(split.n_captions, 100.0 / split.n_images), ZETA_TOP6: zeta[cap_img].mean(1)})
+    return pd.concat([i2t, t2i], ignore_index=True).assign(model=CHANCE)
+
+
+def top6_summary(lists: pd.DataFrame, chance: pd.DataFrame) -> pd.DataFrame:
+    """Figure 3 over every query: per model (then `chance_lists`) and direction, the mean over the queries and seeds
+    of the top-6 lists' ground-truth share and mean zeta. Columns: model, direction, GT_TOP6, ZETA_TOP6."""
+    both = pd.concat([lists, chance], ignore_index=True)
+    return both.groupby(["model", "direction"], sort=False)[[GT_TOP6, ZETA_TOP6]].mean().reset_index()
+
+
 def seed_query_lists(names: Sequence[str], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
                      enc: dict, run: RunConfig, k: int = 6) -> pd.DataFrame:
     """`query_lists` of `train.py`'s zero-shot models of the methods `names` at every seed of `seeds` (loaded from
