@@ -432,8 +432,8 @@ def test_training_runs_counts_the_grids():
     cpu = training_runs("cpu", 3)
     own = cpu[~cpu["shared with PCME chapter"]]
     # train: DVSE tuning 3 lrs + 2 margins, 2 more seeds, 3 region runs (one a seed); ablate: Table V 6 combinations
-    # x 3 seeds, K = 1 (w/o SE), 2, 4, 8, 12 x 3 seeds, beta 0.2, 0.6, 0.8, eta 0.2, 0.4, 0.8
-    assert own.groupby("notebook")["runs"].sum().to_dict() == {"train": 5 + 2 + 3, "ablate": 18 + 15 + 3 + 3,
+    # x 3 seeds, K = 1 (w/o SE), 2, 4, 8, 12 x 3 seeds, beta 0.2, 0.6, 0.8 and eta 0.2, 0.4, 0.8 x 3 seeds
+    assert own.groupby("notebook")["runs"].sum().to_dict() == {"train": 5 + 2 + 3, "ablate": 18 + 15 + 9 + 9,
                                                               "visualise": 0}
     assert cpu[cpu["shared with PCME chapter"]]["runs"].sum() == 4 * 5 + 6 * 3 - 4
     smoke = training_runs("smoke")
@@ -730,6 +730,9 @@ def test_sweep_figure_draws_each_parameter_in_order():
     assert beta[0].get_xdata().tolist() == [0.2, 0.4, 0.6]
     assert beta[2].get_ydata().tolist() == pytest.approx([4.0, 6.0, 8.0])  # all t2i R@1 = 10 v + 2
     assert eta[0].get_xdata().tolist() == [0.2, 0.8]
+    seeds = pd.concat([sweep.assign(seed=0), sweep.assign(seed=1, **{c: sweep[c] + 2 for c in SWEEP_COLUMNS})])
+    two = sweep_figure(seeds).axes[0].lines  # each value's mean over its seeds: + 1
+    assert two[2].get_ydata().tolist() == pytest.approx([5.0, 7.0, 9.0])
 
 
 def _t5_runs(seeds=(0, 1, 2)) -> pd.DataFrame:

@@ -26,8 +26,7 @@
 # The paper runs these with BUTD region features on Flickr30K (Table V), CUB and COCO 5K (Table VI, Figures 8–9);
 # we use the grid features of `train.py`'s models and the same two scorings as there: the whole test split (the
 # Flickr30K / 5K analogue, instance relevance) and its unseen classes (the CUB analogue, class relevance).
-# Table V's combinations and every K of Table VI get `N_SEEDS` seeds, as claims compare them; β and η one seed
-# each. DVSE is a from-paper re-implementation
+# Table V's combinations, every K of Table VI and every β and η get `N_SEEDS` seeds, as claims compare them. DVSE is a from-paper re-implementation
 # (open choices: `train.py` and `xmr_core.methods.dvse`). Scenes numbers are not the paper's: compare signs and
 # orderings.
 
@@ -120,7 +119,7 @@ write_figure(table6_figure(t6_runs), "dvse/table6", run=run, caption=(
 table6
 
 # %% [markdown]
-# ## Figures 8 and 9 — β and η (one seed each)
+# ## Figures 8 and 9 — β and η
 #
 # The default of each (β = 0.4, η = 0.6) is the tuned DVSE (loaded). R@1 and R@5 on the whole test split, as the
 # paper's figures show them. Note on β: Eq. (4) as printed subtracts β from the *sum* of |cos| over the K(K − 1)
@@ -130,13 +129,13 @@ table6
 # say so when they do.
 
 # %%
-sweep = sweep_runs(grids["beta"], grids["eta"], SEED, base, data, tuned, enc, run)
+sweep = sweep_runs(grids["beta"], grids["eta"], seeds, base, data, tuned, enc, run)
 write_table(sweep, "dvse/sweeps", run=run, caption=(
     f"DVSE sensitivity to beta (Eq. 4, Figure 8) and eta (Eq. 12, Figure 9); {DATASET}, profile {PROFILE}, "
-    f"seed {SEED}."))
+    f"seeds {seeds}."))
 write_figure(sweep_figure(sweep), "dvse/fig8_9", run=run, caption=(
     f"Figures 8-9 analogue: DVSE's R@1 and R@5 (instance relevance, whole {DATASET} test split) against beta and eta "
-    f"(one seed, {SEED})."))
+    f"(mean over seeds {seeds})."))
 sweep[["parameter", "value", *SWEEP_COLUMNS]]
 
 # %% [markdown]
@@ -162,9 +161,8 @@ plt.show()
 # (`xmr_core.claims.judge`, `docs/claims.md`): a 95% bootstrap interval over the seeds, paired by seed. The order of
 # the components' impacts is a trend over each seed's paired differences (combination 1 - 7, 1 - 6, 1 - 2, 4 - 5);
 # "close" and "do not improve" use a 1 rSum margin declared from Table V, never the run's noise; Figure 7's claims
-# compare the same DVSE seeds re-ranked at different scales (paired). The K claims rest on every seed of every K.
-# The peaks over beta and eta rest on the sweeps' one-seed points: with one seed and no per-query values no
-# interval can be had, so they are "not tested" until those sweeps get seeds. Runs that did not converge or collapsed leave their claims "not tested".
+# compare the same DVSE seeds re-ranked at different scales (paired). The K, beta and eta claims rest on every
+# seed of every point of their sweeps. Runs that did not converge or collapsed leave their claims "not tested".
 
 # %%
 judged = ablate_judgements(t5_runs, t6_runs, fr_runs, sweep, run)

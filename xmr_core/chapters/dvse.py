@@ -128,7 +128,7 @@ PAPER_ONLY: dict[str, tuple[str, ...]] = {"table1_resnet": ("VSE++", "P2RM", "Di
                                           "table2_resnet": ("VSE++", "PVSE", "DiVE"), "table3": ("VSE++", "P2RM")}
 
 # Ablation grids of `ablate.py` (the default of each is the tuned DVSE, loaded from the cache). Table V
-# combinations and every K of Table VI get every seed, as claims compare them; beta and eta one seed each.
+# combinations, every K of Table VI and every beta and eta get every seed, as claims compare them.
 ABLATION_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
     "smoke": {"combination": (1, 5), "K": (1, 6), "beta": (0.4,), "eta": (0.6,), "fr": (10.0, 25.0)},
     "cpu": {"combination": (1, 2, 3, 4, 5, 6, 7), "K": (1, 2, 4, 6, 8, 12), "beta": (0.2, 0.4, 0.6, 0.8),
@@ -646,21 +646,21 @@ def table6_figure(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-def sweep_runs(betas: Sequence[float], etas: Sequence[float], seed: int, base: DVSEConfig, data: ChapterData,
-               tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
-    """Figures 8-9: the tuned `base` at each beta (Eq. 4's `ort_margin`), then at each eta (Eq. 12), one `seed`
-    (`ablation_run` with columns parameter, value)."""
+def sweep_runs(betas: Sequence[float], etas: Sequence[float], seeds: Sequence[int], base: DVSEConfig,
+               data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+    """Figures 8-9: the tuned `base` at each beta (Eq. 4's `ort_margin`), then at each eta (Eq. 12), every seed of
+    `seeds` (`ablation_run` with columns parameter, value): their peak claims compare points of the sweeps."""
     configs = [("beta", b, dataclasses.replace(base, ort_margin=b)) for b in betas]
     configs += [("eta", e, dataclasses.replace(base, eta=e)) for e in etas]
-    return pd.DataFrame([ablation_run({"parameter": param, "value": value}, cfg, seed, data, tuned, enc, run)
-                         for param, value, cfg in configs])
+    return pd.DataFrame([ablation_run({"parameter": param, "value": value}, cfg, s, data, tuned, enc, run)
+                         for param, value, cfg in configs for s in seeds])
 
 
 def sweep_figure(sweep: pd.DataFrame) -> Figure:
-    """Figures 8 and 9: `SWEEP_COLUMNS` against beta (left) and eta (right)."""
+    """Figures 8 and 9: `SWEEP_COLUMNS` (the mean over each value's seeds) against beta (left) and eta (right)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
     for ax, (param, title) in zip(axes, [("beta", "Figure 8: β"), ("eta", "Figure 9: η")]):
-        part = sweep[sweep["parameter"] == param].sort_values("value")
+        part = sweep[sweep["parameter"] == param].groupby("value", as_index=False)[SWEEP_COLUMNS].mean()
         for col in SWEEP_COLUMNS:
             ax.plot(part["value"], part[col], marker="o", label=col.removeprefix("all "))
         ax.set_title(title)
@@ -1224,8 +1224,8 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
          seeds, False),
         ("ablate", "Table VI: every K but the tuned K = 6 (= DVSE), with seeds",
          sum(k != DVSE_K for k in grids["K"]) * seeds, seeds, False),
-        ("ablate", "Figure 8: beta", sum(b != 0.4 for b in grids["beta"]), 1, False),
-        ("ablate", "Figure 9: eta", sum(e != 0.6 for e in grids["eta"]), 1, False),
+        ("ablate", "Figure 8: beta", sum(b != 0.4 for b in grids["beta"]) * seeds, seeds, False),
+        ("ablate", "Figure 9: eta", sum(e != 0.6 for e in grids["eta"]) * seeds, seeds, False),
         ("ablate", "Figure 7: FR scales (no training: re-ranks the DVSE seeds' scores)", 0, seeds, False),
         ("visualise", "Figures 6, 10-12 (no training: train.py's and ablate.py's models, loaded)", 0, 1, False),
     ]
