@@ -637,7 +637,8 @@ def region_word_matching(model: HREM, split: Split, vocab: Vocabulary, caption: 
 def split_batches(split: Split, batch_size: int, seed: int = 0) -> list[np.ndarray]:
     """The whole test split as training-like batches of (image, own caption) pairs: round r pairs every image with
     its r-th own caption, the images shuffled by `seed` and dealt into batches of about `batch_size` (one caption
-    per image in a batch, as in a training batch); every caption once. -> caption indices, one array a batch."""
+    per image in a batch, as in a training batch); every caption once, but in a batch of one image (nothing to
+    connect it to: a split of one image). -> caption indices, one array a batch."""
     caption_image = np.asarray(split.caption_image)
     own = [np.flatnonzero(caption_image == i) for i in range(split.n_images)]
     rng = np.random.default_rng(seed)
