@@ -62,7 +62,6 @@ from xmr_core.chapters.dvse import (
 )
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
-from xmr_core.experiment.compared import DVSE_K
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tune_methods, tuned_model
 from xmr_core.results import write_figure, write_table
