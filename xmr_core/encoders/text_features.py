@@ -36,6 +36,11 @@ from xmr_core.encoders.token_cache import (
 )
 from xmr_core.runlog import log_input
 
+# What a run on cached features changes in a chapter's recipe: the cache holds each caption as written, so the data's
+# word dropout is off (a dropped caption is not in the cache); `FeatureTextEncoderConfig.token_dropout` drops tokens
+# of the features instead.
+FEATURE_TRAIN_OVERRIDES: dict[str, object] = {"word_dropout": 0.0}
+
 
 @functools.lru_cache(maxsize=4)
 def encoder_digest(path: str = "") -> str:
