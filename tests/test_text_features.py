@@ -5,6 +5,7 @@ key, and `fit` end to end on small synthetic splits (HREM on captions, HMRN on r
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -78,7 +79,7 @@ def _synthetic_bank(captions: list[str] = CAPTIONS, hidden: int = 6, seed: int =
 # ------------------------------------------------------------------------------------------- the cache
 def test_distinct_captions_are_sorted_and_each_kept_once() -> None:
     words, offsets = text_features.distinct_captions(VOCAB, CAPTIONS)
-    seqs = [tuple(words[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+    seqs = [tuple(words[a:b]) for a, b in itertools.pairwise(offsets)]
     assert seqs == sorted({tuple(VOCAB.encode(c)) for c in CAPTIONS}) and len(seqs) == 3
     with pytest.raises(ValueError, match="has no tokens"):
         text_features.distinct_captions(VOCAB, ["", "two shapes"])

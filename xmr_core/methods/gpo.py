@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from xmr_core.encoders.image import ImageEncoderConfig
-from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
+from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
 from xmr_core.methods.registry import register_method
 from xmr_core.methods.two_tower import TwoTower
 from xmr_core.methods.vse import HingeSchedule, scratch_hard_negatives
@@ -50,7 +50,7 @@ class GPOConfig:
 
     embed_dim: int = 1024
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
-    text: TextEncoderConfig | BertEncoderConfig = field(default_factory=TextEncoderConfig)
+    text: TextEncoderConfig | BertEncoderConfig | FeatureTextEncoderConfig = field(default_factory=TextEncoderConfig)
     d_pe: int = 32
     d_hidden: int = 32
     temperature: float = 0.1

@@ -36,8 +36,8 @@ Choices the paper leaves open, each stated once ("the code": LZH-053/HMRN, read 
     gradient. With a BiGRU whose hidden size differs from D, a linear layer maps h_M to D (the paper: hidden =
     D = 256, no layer). The word embeddings start from the given word vectors (GloVe, the book's strong start)
     and are fine-tuned (`TextEncoderConfig.finetune_embeddings`); the paper learns them, the code from random
-    ones. With the BERT-style text encoder (`BertEncoderConfig`, Table 10's pretrained backbone) t_j is its
-    pooled, projected sentence vector.
+    ones. With the BERT-style text encoder (`BertEncoderConfig`, Table 10's pretrained backbone, or its frozen
+    cached token features, `FeatureTextEncoderConfig`) t_j is its pooled, projected sentence vector.
  2. The λ of each softmax. The I-T model uses λ1 in Eq. (4), the T-I model λ2 in Eq. (7), and both use λ2 in
     Eq. (12) as printed. Eq. (12)'s normalisation is the L2 norm of [s(t_j, v_i)]_+ over the set's queries,
     with 1e-8 added against a region that matches no query (then its weights are uniform).
@@ -95,7 +95,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xmr_core.encoders.image import Features, ImageEncoder, ImageEncoderConfig
-from xmr_core.encoders.text import BertEncoderConfig, BiGRUTextEncoder, TextEncoderConfig, build_text_encoder
+from xmr_core.encoders.text import (
+    BertEncoderConfig,
+    BiGRUTextEncoder,
+    FeatureTextEncoderConfig,
+    TextEncoderConfig,
+    build_text_encoder,
+)
 from xmr_core.losses import info_nce
 from xmr_core.methods.base import RetrievalModel, checked_query_mask
 from xmr_core.methods.registry import register_method
@@ -114,7 +120,7 @@ class HMRNConfig:
 
     embed_dim: int = 256  # D
     image: ImageEncoderConfig = field(default_factory=lambda: ImageEncoderConfig(kind="regions", region_dim=2048))
-    text: TextEncoderConfig | BertEncoderConfig = field(default_factory=lambda: TextEncoderConfig(hidden=256))
+    text: TextEncoderConfig | BertEncoderConfig | FeatureTextEncoderConfig = field(default_factory=lambda: TextEncoderConfig(hidden=256))
     local: LocalDirection = "I-T"  # HMRN I-T (S_1, Eq. 18), HMRN T-I (S_2, Eq. 19), or both in one network
     # trained jointly (Table 9's "Joint", choice 10)
     lambda1: float = 5.0  # λ1, Eq. (4)

@@ -5,7 +5,8 @@ Read top to bottom, this file follows the paper's Section 3:
 
 1. Sec. 3.1: fragments. Region features (the BUTD analogue, `ImageEncoderConfig(kind="regions")`) through an
    FC layer to d: R (n_r, d); word features of the BiGRU over GloVe (`TextEncoderConfig`) or of the BERT-style
-   MiniLM (`BertEncoderConfig`, the paper's BERT rows) through an FC layer to d: C (n_c, d).
+   MiniLM (`BertEncoderConfig`, the paper's BERT rows; or its frozen, cached token features,
+   `FeatureTextEncoderConfig`) through an FC layer to d: C (n_c, d).
 2. Sec. 3.2, Eq. (1)-(3): fragment-level relations. One self-attention layer with a feed-forward network over
    each sample's own fragments (R -> R^V, C -> C^U), then v = β MaxPool(R) + (1 - β) AvgPool(R^V) and
    u = β MaxPool(C) + (1 - β) AvgPool(C^U), L2-normalised. These are the embeddings retrieval uses.
@@ -98,7 +99,7 @@ from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import image_loader
 from xmr_core.data.samplers import ClusterBatchSampler
 from xmr_core.encoders.image import ImageEncoderConfig
-from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
+from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
 from xmr_core.losses import distance_weighted_triplet
 from xmr_core.methods.base import in_batch_positives
 from xmr_core.methods.registry import register_method
@@ -118,7 +119,7 @@ class HREMConfig:
 
     embed_dim: int = 1024  # d
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
-    text: TextEncoderConfig | BertEncoderConfig = field(default_factory=TextEncoderConfig)
+    text: TextEncoderConfig | BertEncoderConfig | FeatureTextEncoderConfig = field(default_factory=TextEncoderConfig)
     # Sec. 3.2, fragment level
     beta: float = 0.8  # β of Eq. (2)-(3)
     visual_fragment: bool = True  # region self-attention (Table 3a)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xmr_core.encoders.image import ImageEncoderConfig
-from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
+from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
 from xmr_core.methods.registry import register_method
 from xmr_core.methods.two_tower import TwoTower
 from xmr_core.methods.vse import HingeSchedule, scratch_hard_negatives
@@ -42,7 +42,7 @@ class SCANConfig:
 
     embed_dim: int = 1024
     image: ImageEncoderConfig = field(default_factory=ImageEncoderConfig)
-    text: TextEncoderConfig | BertEncoderConfig = field(default_factory=TextEncoderConfig)
+    text: TextEncoderConfig | BertEncoderConfig | FeatureTextEncoderConfig = field(default_factory=TextEncoderConfig)
     lambda_softmax: float = 9.0  # λ₁
     max_words: int = 40
     pair_chunk: int = 4096  # (image, caption) pairs scored at once
