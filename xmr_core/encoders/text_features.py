@@ -23,8 +23,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from xmr_core.config import one_thread
 from xmr_core.data.text import Vocabulary
-from xmr_core.encoders.text import BertEncoderConfig, BertTextEncoder, minilm_path
+from xmr_core.encoders.text import BertEncoderConfig, BertTextEncoder, FeatureTextEncoderConfig, minilm_path
 from xmr_core.encoders.token_cache import (
     FILES,
     TokenFeatures,
@@ -40,6 +41,12 @@ from xmr_core.runlog import log_input
 # word dropout is off (a dropped caption is not in the cache); `FeatureTextEncoderConfig.token_dropout` drops tokens
 # of the features instead.
 FEATURE_TRAIN_OVERRIDES: dict[str, object] = {"word_dropout": 0.0}
+
+
+def feature_train_overrides(text: object) -> dict[str, object]:
+    """What a chapter's recipe changes for a model with the text encoder config `text`: `FEATURE_TRAIN_OVERRIDES`
+    for cached features (`FeatureTextEncoderConfig`), nothing for any other."""
+    return dict(FEATURE_TRAIN_OVERRIDES) if isinstance(text, FeatureTextEncoderConfig) else {}
 
 
 @functools.lru_cache(maxsize=4)
@@ -72,7 +79,8 @@ def distinct_captions(vocab: Vocabulary, texts: Iterable[str]) -> tuple[np.ndarr
 
 def encode_captions(words: np.ndarray, word_offsets: np.ndarray, encoder: BertTextEncoder, batch_size: int = 256,
                     progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Run the frozen `encoder`'s transformer over every caption (shortest first, in batches): features float16
+    """Run the frozen `encoder`'s transformer over every caption (shortest first, in batches) on one torch thread
+    (`config.one_thread`: the same features from one cache key on any machine, as for the trunk): features float16
     (T, H), the tokens of caption 0 then 1 ..., and offsets int64 (N + 1,)."""
     n = len(word_offsets) - 1
     lengths = np.diff(word_offsets)
@@ -83,7 +91,7 @@ def encode_captions(words: np.ndarray, word_offsets: np.ndarray, encoder: BertTe
     features = np.empty((int(offsets[-1]), encoder.local_dim), dtype=np.float16)
     order = np.argsort(counts, kind="stable")
     encoder.eval()
-    with torch.inference_mode():
+    with one_thread(), torch.inference_mode():
         for start in tqdm(range(0, n, batch_size), desc="MiniLM token features", disable=not progress):
             rows = order[start:start + batch_size]
             tokens = torch.zeros(len(rows), int(lengths[rows].max()), dtype=torch.int64)
@@ -110,7 +118,7 @@ def token_features(vocab: Vocabulary, texts: Iterable[str], path: str = "", prog
         features, offsets = encode_captions(words, word_offsets, encoder, batch_size, progress)
         save_token_features(key, features, offsets, words, word_offsets,
                             {"encoder": digest, "vocab": vocab_digest, "encoder_path": str(path or "packaged MiniLM"),
-                             "seconds": round(time.perf_counter() - t0, 2), "threads": torch.get_num_threads()})
+                             "seconds": round(time.perf_counter() - t0, 2)})
     bank = load_token_features(key)
     log_input(bank.folder, list(FILES))
     return bank

@@ -1,17 +1,25 @@
-"""The recipes every chapter shares: the encoders on the frozen pretrained trunk (`encoder_configs`) and
-the training recipe of each profile (`pcme_train_config`: PCME's Sec. 4.1 recipe, which every model of the
-PCME chapter, and the later chapters' baselines, are trained with).
+"""The recipes every chapter shares: the encoders on the frozen pretrained trunk (`encoder_configs`), the
+training recipe of each profile (`pcme_train_config`: PCME's Sec. 4.1 recipe, which every model of the
+PCME chapter, and the later chapters' baselines, are trained with) and the pretrained text backbone of the
+papers' BERT rows in each profile (`minilm_text`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 
 from xmr_core.config import check_profile
+from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
-from xmr_core.encoders.text import BertEncoderConfig, TextEncoderConfig
+from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
+from xmr_core.encoders.text_features import token_features
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.train import TrainConfig
+
+PretrainedText = BertEncoderConfig | FeatureTextEncoderConfig
+MINILM_FINETUNED = ("paper",)  # profiles whose BERT rows fine-tune the packaged MiniLM (the papers' protocol)
+MINILM_FROZEN = ("cpu",)  # profiles whose BERT rows train a head on its frozen, cached token features
 
 
 def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **overrides: object) -> TrainConfig:
@@ -61,15 +69,39 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
     return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}
 
 
-def hrem_encoders(profile: str, region_dim: int, bert: bool = False) -> dict[str, object]:
+def hrem_encoders(profile: str, region_dim: int, text: PretrainedText | None = None) -> dict[str, object]:
     """Encoders of every model of the chapter: regions (region_dim D) projected to the embedding size, and the
-    BiGRU over word vectors (or the packaged MiniLM with `bert`, fine-tuned). Sizes: smoke 64 (BiGRU 32), cpu
-    256 (128), paper 1024 (1024, the papers' d)."""
+    BiGRU over word vectors (or `text`, the BERT rows' `minilm_text`). Sizes: smoke 64 (BiGRU 32), cpu 256 (128),
+    paper 1024 (1024, the papers' d)."""
     if region_dim <= 0:
         raise ValueError(f"hrem_encoders: region_dim must be > 0, got {region_dim}")
     embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[check_profile(profile)]
-    text = BertEncoderConfig() if bert else TextEncoderConfig(hidden=hidden)
-    return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim), "text": text}
+    return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim),
+            "text": TextEncoderConfig(hidden=hidden) if text is None else text}
+
+
+def minilm_not_run(profile: str) -> str | None:
+    """Why a chapter's BERT rows are not trained in `profile`; None where they are (`minilm_text`)."""
+    profile = check_profile(profile)
+    if profile in MINILM_FINETUNED + MINILM_FROZEN:
+        return None
+    return (f"not run on {profile} (the MiniLM rows train on cpu, a head on its frozen token features, and on "
+            "paper, fine-tuned; encoding every caption and tuning more models would take a smoke notebook past "
+            "its minute)")
+
+
+def minilm_text(profile: str, vocab: Vocabulary, texts: Iterable[str], progress: bool = True
+                ) -> PretrainedText | None:
+    """The BERT rows' text encoder in `profile`: the packaged MiniLM fine-tuned (`MINILM_FINETUNED`), a head on
+    its frozen token features of every text of `texts` (`MINILM_FROZEN`: each distinct text encoded once and
+    cached, `encoders.text_features.token_features`; fine-tuning costs about 15 minutes an epoch on 2 cores), or
+    None where they are not trained (`minilm_not_run`)."""
+    profile = check_profile(profile)
+    if profile in MINILM_FINETUNED:
+        return BertEncoderConfig()
+    if profile in MINILM_FROZEN:
+        return FeatureTextEncoderConfig(features=token_features(vocab, texts, progress=progress).key)
+    return None
 
 
 def region_encoders(enc: dict, region_dim: int) -> dict:
