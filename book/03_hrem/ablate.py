@@ -31,9 +31,9 @@
 #   needs every image × caption pair.
 #
 # The paper runs Tables 3–4 and Figures 6–7 with Region + BERT on Flickr30K; we use Region + BiGRU (the BERT rows
-# are paper-profile only, see `train.py`) on the whole scenes test split, which has Flickr30K's test size. Table 3's
-# rows and Figure 6's values get `N_SEEDS` seeds, as each is compared with HREM. Scenes numbers are not the paper's: compare signs and
-# orderings.
+# are `train.py`'s: on cpu a head on frozen MiniLM features) on the whole scenes test split, which has Flickr30K's
+# test size. Table 3's rows and Figure 6's values get `N_SEEDS` seeds, as each is compared with HREM. Scenes numbers
+# are not the paper's: compare signs and orderings.
 #
 # **Table 4's samples.** The paper selects them "by the percentile rank of average embedding similarity between
 # themselves and other samples", both kinds getting "high average similarity with other negative samples". We read
