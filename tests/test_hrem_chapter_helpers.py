@@ -331,8 +331,8 @@ def test_region_bert_on_smoke_shows_the_paper_s_rows_and_trains_nothing() -> Non
     fits, tuning = pd.DataFrame({"model": ["GPO"], "seed": [0]}), pd.DataFrame({"method": ["GPO"]})
     block = region_bert(fits, tuning, [0], hrem_data(synthetic_corpus(0), word_vectors="word2vec"),
                         RunConfig.from_params(PROFILE="smoke"), "scenes", None)
-    assert block.why == minilm_not_run("smoke") and block.why.startswith("not run on smoke (the MiniLM rows train on")
-    assert block.fits is fits and block.tuning is tuning and block.note == block.why
+    assert block.why == minilm_not_run("smoke") == "not run on smoke (MiniLM rows: cpu and paper profiles)"
+    assert block.fits is fits and block.tuning is tuning and block.note.startswith(block.why + ": on cpu a head")
     assert block.table1["model"].tolist()[: len(BERT_ORDER)] == BERT_ORDER
     assert (block.table2.loc[: len(BERT_ORDER) - 1, "1K rSum (scenes)"] == block.why).all()
 

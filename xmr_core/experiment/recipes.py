@@ -85,9 +85,7 @@ def minilm_not_run(profile: str) -> str | None:
     profile = check_profile(profile)
     if profile in MINILM_FINETUNED + MINILM_FROZEN:
         return None
-    return (f"not run on {profile} (the MiniLM rows train on cpu, a head on its frozen token features, and on "
-            "paper, fine-tuned; encoding every caption and tuning more models would take a smoke notebook past "
-            "its minute)")
+    return f"not run on {profile} (MiniLM rows: cpu and paper profiles)"
 
 
 def minilm_text(profile: str, vocab: Vocabulary, texts: Iterable[str], progress: bool = True
