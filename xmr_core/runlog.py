@@ -25,8 +25,9 @@ from xmr_core import sources
 
 RUN_LOG_ENV = "XMR_RUN_LOG"
 # xmr_core paths (files, or folders ending in "/") that do not change what a run computes
-NOT_TRAINING = ("book.py", "book_html.py", "cli.py", "results.py", "viz.py", "claims.py", "grounding.py", "runlog.py",
-                "runarchive.py", "runcache.py", "io.py", "liveness.py", "bench/", "paper_values/")
+NOT_TRAINING = ("book.py", "book_html.py", "bookplan.py", "cli.py", "results.py", "viz.py", "claims.py", "grounding.py",
+                "runlog.py", "runarchive.py", "runcache.py", "io.py", "liveness.py", "executors.py", "plantrace.py",
+                "runplan.py", "bench/", "paper_values/")
 
 
 @functools.cache

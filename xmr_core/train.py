@@ -28,6 +28,11 @@
   any number of processes asking for one run, one trains it and the others wait for it, then load it; a dead
   worker's claim is taken over, and its cached run goes on from its `last.pt`. `fit` returns exactly the weights its `result.json` describes (`best_state`,
   checked whenever `best.pt` is loaded).
+- Threads: a run trains with exactly `cfg.threads` torch CPU threads (restored after): torch's kernels round
+  differently with another count, so the count is part of the run key, and a run learns the same serially or
+  in a worker (`xmr_core.runplan`).
+- Trace mode (`XMR_PLAN`, `xmr_core.plantrace`): a run missing from the cache is recorded, not trained, and
+  `fit` returns it as planned (`stopped == "planned"`, never converged; the model untrained).
 - DDP through `torchrun` (`xmr_core.distributed`); deterministic on CPU for a seed.
 """
 
@@ -52,6 +57,7 @@ from torch import Tensor, nn
 from torch.utils.data import BatchSampler
 from tqdm import tqdm
 
+from xmr_core import plantrace
 from xmr_core.config import cache_dir, seed_everything, select_device
 from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.datasets import Augmentation, pair_loader, query_loader
@@ -97,12 +103,16 @@ class TrainConfig:
     num_workers: int = 0
     progress: bool = True
     on_nonfinite: Literal["raise", "stop"] = "raise"  # a NaN/inf loss: raise, or end the run (an ablation's outcome)
+    threads: int = 1  # torch CPU threads while training: kernels round differently with another count, so it is
+    # part of what a run learns (and of its key); one thread a run, runs spread over workers (`xmr_core.runplan`)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 2:
             raise ValueError(f"TrainConfig needs epochs >= 1 and batch_size >= 2, got {self.epochs}, {self.batch_size}")
         if not 0 <= self.frozen_epochs < self.epochs or (self.frozen_epochs and self.epochs - self.frozen_epochs < 1):
             raise ValueError(f"frozen_epochs must be in [0, epochs), got {self.frozen_epochs} of {self.epochs}")
+        if self.threads < 1:
+            raise ValueError(f"TrainConfig needs threads >= 1, got {self.threads}")
         if self.patience < 0 or self.min_delta < 0 or self.extend_epochs < 0:
             raise ValueError(f"patience, min_delta and extend_epochs must be >= 0, got {self.patience}, "
                              f"{self.min_delta}, {self.extend_epochs}")
@@ -126,7 +136,8 @@ class FitResult:
     cached: bool = False
     stopped: str = "max_epochs"  # "patience": validation stopped improving; "max_epochs": ran out of epochs;
     # "extension": the schedule ended on its best epoch and an extension epoch was no better (`extend_epochs`);
-    # "diverged": a NaN/inf loss ended the run (`on_nonfinite="stop"`)
+    # "diverged": a NaN/inf loss ended the run (`on_nonfinite="stop"`); "planned": not trained, listed by the
+    # run plan's trace (`xmr_core.plantrace`), the model untrained
     stop_message: str = ""  # why a diverged run ended: the loss, epoch, step and terms
     best_state: str = ""  # `state_fingerprint` of the best epoch's weights, which `model` holds (runs from before
     # the field: "")
@@ -139,7 +150,7 @@ class FitResult:
         (`extend_epochs`), and its last epoch was no better than an earlier one.
         A run whose last epoch was its best, by more than `min_delta`, may still have been improving; a diverged
         run never converged."""
-        if self.stopped == "diverged":
+        if self.stopped in ("diverged", "planned"):
             return False
         return self.stopped == "patience" or 0 < self.best_epoch < len(self.history)
 
@@ -400,6 +411,13 @@ def fit(
     env: DistEnv = current_env()
     key = run_key(model, train_split, val_split, cfg)
     run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, key)
+    if plantrace.tracing():  # `xmr book plan`: a run missing from the cache is listed, not trained
+        done = _finished(run_dir, key)
+        plantrace.record(model.name, cfg, key, run_dir, done)
+        if done is None:
+            return FitResult(run_dir, 0, math.nan, {}, [], 0.0, 0.0, stopped="planned")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
     claim = _claim(run_dir, key, env)
     try:
         result = _fit(model, train_split, val_split, cfg, run_dir, key, out_dir is None, resume, claim, env,
@@ -408,6 +426,7 @@ def fit(
             log_run(run_dir, key, model.name, cfg.seed, trained=not result.cached)
         return result
     finally:
+        torch.set_num_threads(threads)
         if claim is not None:
             claim.release(finished=(run_dir / "result.json").is_file())
 

@@ -1,0 +1,173 @@
+"""`runplan.fit_many` on its executors (serial, a local pool of spawn workers, submitit's local executor, Slurm) and
+the run plan's trace (`XMR_PLAN`): the same runs, the same weights, wherever they train."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fixtures.corpora import word_split
+
+from xmr_core import plantrace
+from xmr_core.data.text import Vocabulary
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.executors import Executor
+from xmr_core.methods.vse import VSE, vse0_config
+from xmr_core.runplan import RunRequest, fit_many
+from xmr_core.train import FitResult, TrainConfig, fit, run_key, state_fingerprint
+
+TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
+VOCAB = Vocabulary.build(TRAIN.captions)
+VECTORS = np.random.default_rng(2).normal(size=(len(VOCAB), 6)).astype(np.float32)
+
+
+def _requests(seeds: tuple[int, ...] = (0, 1, 2), epochs: int = 2) -> list[RunRequest]:
+    """Fresh, seeded tiny VSE0 runs (one per seed)."""
+    out = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        cfg = vse0_config(embed_dim=8, image=ImageEncoderConfig(widths=(4, 8), hidden=16, image_size=16),
+                          text=TextEncoderConfig(hidden=4))
+        out.append(RunRequest(VSE(cfg, VECTORS), TRAIN, VAL, TrainConfig(epochs=epochs, batch_size=8, progress=False,
+                                                                          device="cpu", seed=seed), VOCAB,
+                              label=f"seed {seed}"))
+    return out
+
+
+def _summary(requests: list[RunRequest], results: list[FitResult]) -> list[tuple]:
+    """Per run: directory name (method + key), best weights' fingerprint, what the model holds, best score."""
+    return [(r.run_dir.name, r.best_state, state_fingerprint(q.model), r.best_score, r.cached)
+            for q, r in zip(requests, results)]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
+    for name in ("XMR_EXECUTOR", "XMR_JOBS", plantrace.PLAN_ENV):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "cache"
+
+
+def _serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """The reference: the requests trained one after another in this process, in a cache of their own."""
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "serial-cache"))
+    requests = _requests()
+    summary = _summary(requests, fit_many(requests, Executor("serial")))
+    return summary
+
+
+# ------------------------------------------------------------------------------------------- threads
+
+
+def test_fit_trains_with_the_configured_threads_and_restores_them(cache: Path) -> None:
+    seen: list[int] = []
+    torch.set_num_threads(2)
+    request = _requests((0,))[0]
+    fit(request.model, TRAIN, VAL, TrainConfig(**{**request.cfg.__dict__, "threads": 1}), vocab=VOCAB,
+        on_epoch_end=lambda epoch, row: seen.append(torch.get_num_threads()))
+    assert seen == [1, 1] and torch.get_num_threads() == 2
+    other = _requests((0,))[0]
+    assert run_key(other.model, TRAIN, VAL, other.cfg) != run_key(
+        other.model, TRAIN, VAL, TrainConfig(**{**other.cfg.__dict__, "threads": 2}))
+    with pytest.raises(ValueError, match="threads >= 1"):
+        TrainConfig(threads=0)
+
+
+# ----------------------------------------------------------------------------------------- executors
+
+
+def test_executor_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("XMR_EXECUTOR", "XMR_JOBS"):
+        monkeypatch.delenv(name, raising=False)
+    assert Executor.from_env() == Executor("serial", 1)
+    monkeypatch.setenv("XMR_JOBS", "3")
+    assert Executor.from_env() == Executor("local", 3)
+    monkeypatch.setenv("XMR_EXECUTOR", "slurm")
+    assert Executor.from_env() == Executor("slurm", 3)
+    monkeypatch.delenv("XMR_JOBS")
+    assert Executor.from_env() == Executor("slurm", None)
+    monkeypatch.setenv("XMR_EXECUTOR", "pbs")
+    with pytest.raises(ValueError, match="XMR_EXECUTOR='pbs'"):
+        Executor.from_env()
+    monkeypatch.setenv("XMR_EXECUTOR", "local")
+    monkeypatch.setenv("XMR_JOBS", "two")
+    with pytest.raises(ValueError, match="XMR_JOBS='two'"):
+        Executor.from_env()
+
+
+def test_local_pool_trains_the_same_runs_as_serial(tmp_path: Path, cache: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = _serial(tmp_path, monkeypatch)
+    assert not any(cached for *_, cached in reference)
+    monkeypatch.setenv("XMR_CACHE", str(cache))
+    requests = _requests() + _requests((1,))  # seed 1 asked for twice: trained once
+    results = fit_many(requests, Executor("local", 2))
+    assert _summary(requests, results)[:3] == reference
+    assert _summary(requests, results)[3][:4] == reference[1][:4] and results[3].cached  # as serially: loaded
+    assert all(s[1] == s[2] for s in _summary(requests, results))  # every model holds its run's best weights
+    again = _requests()
+    assert [r.cached for r in fit_many(again, Executor("local", 2))] == [True] * 3  # finished runs are not resent
+
+
+def test_submitit_local_executor_trains_the_same_runs_as_serial(tmp_path: Path, cache: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("submitit")
+    reference = _serial(tmp_path, monkeypatch)
+    monkeypatch.setenv("XMR_CACHE", str(cache))
+    requests = _requests()
+    assert _summary(requests, fit_many(requests, Executor("submitit-local", 3))) == reference
+    assert len([p for p in (cache / "submitit").iterdir() if p.name.isdigit()]) == 3  # one job a run
+
+
+# --------------------------------------------------------------------------------------------- trace
+
+
+def test_trace_lists_missing_runs_by_stage_and_trains_nothing(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    trained = _requests((0,))[0]
+    done = fit(trained.model, TRAIN, VAL, trained.cfg, vocab=VOCAB)  # one run finished before the plan
+    plan = tmp_path / "plan.jsonl"
+    monkeypatch.setenv(plantrace.PLAN_ENV, str(plan))
+    monkeypatch.setattr(plantrace, "_TRACE", plantrace._Trace())
+    first = _requests((0, 1, 2))
+    results = fit_many(first)  # stage 1: one cached, two missing
+    later = _requests((3,))[0]
+    lone = fit(later.model, TRAIN, VAL, later.cfg, vocab=VOCAB)  # stage 2, asked for after planned results
+    after = fit_many(_requests((0,)))  # stage 3: cached, no missing run, so the stage does not end
+    last = fit_many(_requests((4,)))
+
+    assert [r.stopped for r in results] == [done.stopped, "planned", "planned"] and results[0].cached
+    assert not any(r.converged for r in results[1:] + [lone]) and math.isnan(lone.best_score)
+    assert not (cache / "runs" / results[1].run_dir.name).exists()  # nothing trained, nothing claimed
+    assert state_fingerprint(first[1].model) == state_fingerprint(_requests((1,))[0].model)  # still untrained
+    records = plantrace.read_plan(plan)
+    assert [(r["stage"], r["seed"], r["cached"], r["provisional"]) for r in records] == [
+        (1, 0, True, False), (1, 1, False, False), (1, 2, False, False), (2, 3, False, True), (3, 0, True, True),
+        (3, 4, False, True)]
+    assert [r["run"] for r in records[:3]] == [r.run_dir.name for r in results]
+    assert records[1]["label"] == "seed 1" and records[3]["label"] == ""
+    recorded = json.loads((done.run_dir / "result.json").read_text())["train_seconds"]
+    assert records[0]["core_seconds"] == pytest.approx(recorded) and records[1]["core_seconds"] is None
+    assert after[0].cached and last[0].stopped == "planned"
+
+
+# --------------------------------------------------------------------------------------------- Slurm
+
+
+@pytest.mark.slurm
+def test_slurm_job_array_trains_the_same_runs_as_serial(tmp_path: Path, cache: Path, slurm_cluster: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = _serial(tmp_path, monkeypatch)
+    monkeypatch.setenv("XMR_CACHE", str(cache))
+    monkeypatch.setenv("XMR_SLURM_TIMEOUT_MIN", "5")
+    monkeypatch.setenv("XMR_SLURM_MEM_GB", "1")
+    requests = _requests()
+    assert _summary(requests, fit_many(requests, Executor("slurm", 2))) == reference
+    logs = "".join(p.read_text() for p in (cache / "submitit").rglob("*_log.out"))
+    assert os.uname().nodename in logs or logs  # the array's tasks ran (and logged) through Slurm

@@ -1,0 +1,191 @@
+"""Where a batch of training runs is trained: in this process, on a local pool of workers, or as a submitit job array.
+
+`runplan.fit_many` picks the executor from the environment (`Executor.from_env`), so a notebook runs unchanged
+on one core, on N local workers or on a Slurm cluster:
+
+- `XMR_EXECUTOR` = `serial` (default; `local` when only `XMR_JOBS` > 1 is set): every run in this process;
+  `local`: a pool of `XMR_JOBS` worker processes (spawn); `submitit-local`: submitit's local executor, waves of
+  at most `XMR_JOBS` jobs (a test of the cluster path on one machine); `slurm`: one Slurm job array through
+  submitit (`map_array`), at most `XMR_JOBS` tasks at once (`slurm_array_parallelism`; unset: no limit).
+- Slurm options: `XMR_SLURM_PARTITION`, `XMR_SLURM_TIMEOUT_MIN` (default 720), `XMR_SLURM_MEM_GB` (default 8),
+  `XMR_SLURM_GPUS` (per task, default 0), `XMR_SLURM_ADDITIONAL` (a JSON object of further sbatch options,
+  e.g. `{"account": "my-lab"}`); `XMR_SUBMITIT_DIR`: the jobs' folder (default `<cache>/submitit`), which must
+  be on a file system the nodes share, like the run cache itself (`XMR_CACHE`).
+
+Every worker trains its runs through `train.fit` into the shared run cache, with `TrainConfig.threads` torch
+threads (one by default, so a task asks Slurm for that many cores); the claims on run directories
+(`xmr_core.runcache`) make two workers never train the same run, and a dead worker's run is taken over. The
+executor returns, per run key, whether the worker found the run cached and its final weights' fingerprint; the
+caller then loads each run from the cache (`runplan.fit_many`).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from xmr_core.config import cache_dir
+
+if TYPE_CHECKING:
+    from xmr_core.runplan import RunRequest
+
+EXECUTOR_ENV = "XMR_EXECUTOR"
+JOBS_ENV = "XMR_JOBS"
+Kind = Literal["serial", "local", "submitit-local", "slurm"]
+KINDS: tuple[Kind, ...] = ("serial", "local", "submitit-local", "slurm")
+_CARRIED_ENV = ("XMR_CACHE", "XMR_RUN_LOG", "HF_HUB_OFFLINE")  # set in every worker as in the caller
+
+
+@dataclass(frozen=True)
+class WorkerOutcome:
+    """What a worker reports of one run: its key, whether it was already finished in the cache, and the
+    `state_fingerprint` of its best weights (`FitResult.best_state`)."""
+
+    key: str
+    cached: bool
+    best_state: str
+
+
+def _environment() -> dict[str, str]:
+    """The caller's variables every worker needs: the run cache (resolved), the run log, offline mode."""
+    env = {name: os.environ[name] for name in _CARRIED_ENV if name in os.environ}
+    env["XMR_CACHE"] = str(cache_dir().resolve())
+    return env
+
+
+def train_request(request: RunRequest, env: dict[str, str]) -> WorkerOutcome:
+    """A worker's task: with `env` set, train `request` (or find it finished) in the run cache through `fit`."""
+    from xmr_core.train import fit, run_key
+
+    os.environ.update(env)
+    key = run_key(request.model, request.train, request.val, request.cfg)
+    result = fit(request.model, request.train, request.val, request.cfg, vocab=request.vocab)
+    return WorkerOutcome(key, result.cached, result.best_state)
+
+
+def _positive(name: str, default: int | None) -> int | None:
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{name}={text!r}: expected a whole number >= 1")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Executor:
+    """How `fit_many` trains a batch: `kind` (see the module docstring) and `jobs` (workers, or tasks at once;
+    None: no limit, Slurm only)."""
+
+    kind: Kind = "serial"
+    jobs: int | None = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{EXECUTOR_ENV}={self.kind!r}: choose one of {', '.join(KINDS)}")
+        if self.jobs is not None and self.jobs < 1:
+            raise ValueError(f"{JOBS_ENV}: jobs must be >= 1, got {self.jobs}")
+        if self.jobs is None and self.kind != "slurm":
+            raise ValueError(f"the {self.kind} executor needs a number of jobs ({JOBS_ENV})")
+
+    @classmethod
+    def from_env(cls) -> Executor:
+        """`XMR_EXECUTOR` and `XMR_JOBS` (see the module docstring)."""
+        kind = os.environ.get(EXECUTOR_ENV, "")
+        jobs = _positive(JOBS_ENV, None)
+        if not kind:
+            kind = "local" if jobs is not None and jobs > 1 else "serial"
+        if kind not in KINDS:
+            raise ValueError(f"{EXECUTOR_ENV}={kind!r}: choose one of {', '.join(KINDS)}")
+        return cls(kind, jobs if jobs is not None or kind == "slurm" else 1)  # type: ignore[arg-type]
+
+    @property
+    def in_process(self) -> bool:
+        """Whether runs train in the calling process (serial, or a local pool of one)."""
+        return self.kind == "serial" or (self.kind == "local" and self.jobs == 1)
+
+    def train(self, requests: Sequence[RunRequest]) -> list[WorkerOutcome | BaseException]:
+        """Train every request on this executor's workers: per request, in order, its outcome or the exception its
+        worker raised."""
+        if self.in_process:
+            raise ValueError(f"the {self.kind} executor trains in the calling process: use train.fit")
+        env = _environment()
+        if self.kind == "local":
+            return _pool(requests, env, self.jobs or 1)
+        return _submitit(requests, env, self.kind, self.jobs)
+
+
+def _train_pickled(payload: bytes, env: dict[str, str]) -> WorkerOutcome:
+    return train_request(pickle.loads(payload), env)
+
+
+def _pool(requests: Sequence[RunRequest], env: dict[str, str], jobs: int) -> list[WorkerOutcome | BaseException]:
+    """A pool of `jobs` spawn workers. Each request goes as plain pickled bytes: torch's multiprocessing pickler
+    would move the tensors into shared memory, and the worker's training would then change the caller's model."""
+    outcomes: list[WorkerOutcome | BaseException] = []
+    with ProcessPoolExecutor(min(jobs, len(requests)), mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_train_pickled, pickle.dumps(r), env) for r in requests]
+        for future in futures:
+            error = future.exception()
+            outcomes.append(error if error is not None else future.result())
+    return outcomes
+
+
+def _slurm_parameters(jobs: int | None, cpus: int) -> dict[str, object]:
+    """submitit parameters of a Slurm job array from `XMR_SLURM_*` (see the module docstring)."""
+    params: dict[str, object] = {"name": "xmr-runs", "cpus_per_task": cpus, "tasks_per_node": 1, "nodes": 1,
+                                 "timeout_min": _positive("XMR_SLURM_TIMEOUT_MIN", 720),
+                                 "mem_gb": _positive("XMR_SLURM_MEM_GB", 8)}
+    gpus = _positive("XMR_SLURM_GPUS", None)
+    if gpus:
+        params["gpus_per_node"] = gpus
+    if os.environ.get("XMR_SLURM_PARTITION"):
+        params["slurm_partition"] = os.environ["XMR_SLURM_PARTITION"]
+    if jobs is not None:
+        params["slurm_array_parallelism"] = jobs
+    extra = os.environ.get("XMR_SLURM_ADDITIONAL", "")
+    if extra:
+        try:
+            additional = json.loads(extra)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"XMR_SLURM_ADDITIONAL is not JSON ({err}): {extra[:80]}") from None
+        if not isinstance(additional, dict):
+            raise ValueError(f"XMR_SLURM_ADDITIONAL must be a JSON object of sbatch options, got {extra[:80]}")
+        params["slurm_additional_parameters"] = additional
+    return params
+
+
+def _submitit(requests: Sequence[RunRequest], env: dict[str, str], kind: Kind,
+              jobs: int | None) -> list[WorkerOutcome | BaseException]:
+    import submitit
+
+    folder = Path(os.environ.get("XMR_SUBMITIT_DIR") or cache_dir() / "submitit") / "%j"
+    cpus = max(r.cfg.threads for r in requests)
+    if kind == "slurm":
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        executor.update_parameters(**_slurm_parameters(jobs, cpus))
+        waves = [list(requests)]
+    else:  # submitit's local executor starts every job at once: waves of `jobs`
+        executor = submitit.AutoExecutor(folder=folder, cluster="local")
+        executor.update_parameters(timeout_min=_positive("XMR_SLURM_TIMEOUT_MIN", 720), name="xmr-runs")
+        step = jobs or len(requests)
+        waves = [list(requests[i:i + step]) for i in range(0, len(requests), step)]
+    outcomes: list[WorkerOutcome | BaseException] = []
+    for wave in waves:
+        submitted = executor.map_array(train_request, wave, [env] * len(wave))
+        outcomes += [_outcome(job.result) for job in submitted]
+    return outcomes
+
+
+def _outcome(result: Callable[[], WorkerOutcome]) -> WorkerOutcome | BaseException:
+    try:
+        return result()
+    except Exception as err:  # noqa: BLE001 - a failed job's error is the caller's to raise, in request order
+        return err

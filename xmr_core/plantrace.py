@@ -1,0 +1,110 @@
+"""The run plan's trace: with `XMR_PLAN=<file>` set, `fit` lists the runs it is asked for instead of training them.
+
+`xmr book plan` executes the notebooks with `XMR_PLAN` naming a JSON-lines file. In that mode `train.fit` looks up
+each run it is asked for: a finished run in the cache is loaded as usual, a missing one is not trained: `fit`
+returns it as planned (`FitResult.stopped == "planned"`, never converged, the model untrained). Either way one line
+is appended to the file (`record`): the notebook, the stage, the request's label, method, seed, run key and
+directory, whether the run is cached, and its recorded cost (`train_seconds` x threads of a cached run; None for a
+missing one, which the plan estimates).
+
+Stages: the requests of one batch (one `runplan.fit_many` call, or a lone `fit`) are independent of each other. A
+batch with a missing run ends a stage: what the notebook asks for afterwards may depend on that run's outcome (a
+tuned setting), so every later request is *provisional*: its setting may change once the earlier runs are
+trained. Stages and provisional marks are counted per process (one notebook's kernel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PLAN_ENV = "XMR_PLAN"
+
+
+@dataclass
+class _Trace:
+    stage: int = 1
+    provisional: bool = False  # a planned (untrained) result has been returned in this process
+    batch_depth: int = 0  # inside `batch()`: the stage ends when the outermost batch does
+    batch_planned: bool = False
+    label: str = ""
+
+
+_TRACE = _Trace()
+
+
+def tracing() -> bool:
+    """Whether this process runs in trace mode (`XMR_PLAN` names a file)."""
+    return bool(os.environ.get(PLAN_ENV))
+
+
+@contextmanager
+def batch() -> Iterator[None]:
+    """The requests asked for inside are one batch: one stage, ended (when one of them was missing) on exit."""
+    _TRACE.batch_depth += 1
+    try:
+        yield
+    finally:
+        _TRACE.batch_depth -= 1
+        if _TRACE.batch_depth == 0 and _TRACE.batch_planned:
+            _end_stage()
+
+
+@contextmanager
+def labelled(label: str) -> Iterator[None]:
+    """The request asked for inside carries `label` in the plan."""
+    before, _TRACE.label = _TRACE.label, label
+    try:
+        yield
+    finally:
+        _TRACE.label = before
+
+
+def _end_stage() -> None:
+    _TRACE.stage += 1
+    _TRACE.provisional = True
+    _TRACE.batch_planned = False
+
+
+def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None) -> None:
+    """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
+    planned). `cfg` is its `TrainConfig`."""
+    from xmr_core.results import NOTEBOOK_ENV
+
+    recorded = None
+    if done is not None:
+        threads = int(done.get("run", {}).get("train", {}).get("threads", 1))
+        recorded = float(done.get("train_seconds", 0.0)) * threads
+    line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "label": _TRACE.label,
+            "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads, "key": key,
+            "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,
+            "provisional": _TRACE.provisional}
+    fd = os.open(os.environ[PLAN_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+    finally:
+        os.close(fd)
+    if done is None:
+        if _TRACE.batch_depth:
+            _TRACE.batch_planned = True
+        else:  # a lone fit: its own batch
+            _end_stage()
+
+
+def read_plan(path: Path) -> list[dict[str, Any]]:
+    """The records of a plan file, in the order they were asked for; a bad line is an error naming the file."""
+    records = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: line {n} is not JSON ({err})") from None
+        if not isinstance(item, dict) or "key" not in item:
+            raise ValueError(f"{path}: line {n} is not a plan record: {line[:80]}")
+        records.append(item)
+    return records
