@@ -9,7 +9,7 @@ and the user's parameters that it declares into its `parameters` cell, executes 
 `book/_build/<profile>/<chapter>/<notebook>.ipynb` (git-ignored; never onto a tracked file), prints one
 status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
 its parameters, the `xmr_core` sources) are unchanged since its last successful run is skipped unless
-`force=True`. Each execution writes its run log beside the notebook (`xmr_core.runlog`: the runs it trained
+`force=True` (or `jobs`, which changes where runs train, not what they learn). Each execution writes its run log beside the notebook (`xmr_core.runlog`: the runs it trained
 or loaded, and their frozen inputs), and its status line says how many runs it trained and loaded.
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr_core.config import check_profile
+from xmr_core.executors import JOBS_ENV
 from xmr_core.io import atomic_write_text
 from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
 from xmr_core.runlog import RUN_LOG_ENV, describe, log_path
@@ -264,8 +265,28 @@ def run_book(
     root: Path | None = None,
     echo: Callable[[str], None] = print,
     execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook,
+    jobs: int | None = None,
 ) -> RunSummary:
-    """Run the named chapters (all when empty) under `profile`; returns every notebook's outcome."""
+    """Run the named chapters (all when empty) under `profile`; returns every notebook's outcome. jobs: the
+    notebooks' batches of runs train on that many workers of one thread each (`XMR_JOBS`, `xmr_core.executors`;
+    None: as the environment says)."""
+    if jobs is None:
+        return _run_book(names, profile, params, force, root, echo, execute)
+    if jobs < 1:
+        raise SystemExit(f"xmr book run: --jobs must be >= 1, got {jobs}")
+    previous = os.environ.get(JOBS_ENV)
+    os.environ[JOBS_ENV] = str(jobs)
+    try:
+        return _run_book(names, profile, params, force, root, echo, execute)
+    finally:
+        if previous is None:
+            os.environ.pop(JOBS_ENV, None)
+        else:
+            os.environ[JOBS_ENV] = previous
+
+
+def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None, force: bool, root: Path | None,
+              echo: Callable[[str], None], execute: Callable[[Notebook, Path, dict[str, Any]], None]) -> RunSummary:
     root = root or project_root()
     check_profile(profile)
     runner: dict[str, Any] = {"PROFILE": profile}  # the runner's own parameters, given to every notebook

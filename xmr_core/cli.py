@@ -1,12 +1,16 @@
 """`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`,
+`xmr book plan [CHAPTER ...] [--profile P]` (every training run the notebooks ask for, by
+stage, with its cost: `xmr_core.bookplan`), `xmr book run ... --jobs N` (batches of runs on N workers),
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
 `xmr results check [--results DIR]` (the results whose inputs changed since they were written);
 `xmr runs pack --profile P [-o FILE]`, `xmr runs unpack ARCHIVE`, `xmr runs ls [--profile P]` (the run archive:
-`xmr_core.runarchive`)."""
+`xmr_core.runarchive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
+results written)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from xmr_core.config import PROFILES
@@ -25,6 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject a notebook parameter (VALUE parsed as a Python literal when possible)",
     )
     run.add_argument("--force", action="store_true", help="rerun notebooks whose inputs are unchanged")
+    run.add_argument("--jobs", type=int, help="train each batch of independent runs on N worker processes of one "
+                     "torch thread each (XMR_JOBS; XMR_EXECUTOR=slurm submits them to Slurm instead)")
+    plan = book.add_parser("plan", help="list every training run the notebooks ask for, by stage, cached or not, "
+                                        "with its cost, and the totals (core-hours, wall at 1, 2 and N workers); "
+                                        "trains nothing, writes no result")
+    plan.add_argument("chapters", nargs="*", help="chapters or notebooks, as for run (all when none is named)")
+    plan.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
+    plan.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                      help="inject a notebook parameter, as for run")
+    plan.add_argument("--jobs", type=int, default=16, help="N of the wall-time estimate (default 16)")
     build = book.add_parser(
         "build", help="the HTML book (Jupyter Book) from the executed notebooks, into book/_build/<profile>/html"
     )
@@ -41,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("-o", "--output", help="archive path (default xmr-runs-<profile>.tar.gz)")
     unpack = runs.add_parser("unpack", help="verify an archive and restore it into the cache ($XMR_CACHE)")
     unpack.add_argument("archive")
+    train = runs.add_parser("train", help="train every run of the named chapters into the run cache on N workers: "
+                                          "the notebooks execute into a temporary folder and their results are "
+                                          "discarded (never written to results/); `xmr book run` then loads the runs")
+    train.add_argument("chapters", nargs="+", help="chapters or notebooks (01_pcme, pcme, pcme/train)")
+    train.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
+    train.add_argument("--jobs", type=int, default=1, help="worker processes of one torch thread each (default 1)")
+    train.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                       help="inject a notebook parameter, as for book run")
     ls = runs.add_parser("ls", help="what the cache holds; with --profile, what each notebook needs and lacks")
     ls.add_argument("--profile", choices=PROFILES, help="also list each executed notebook's runs")
     return parser
@@ -62,8 +84,13 @@ def results_check(folder: str) -> int:
 
 
 def runs_main(args: argparse.Namespace) -> int:
-    from xmr_core import runarchive
+    from xmr_core import book, bookplan, runarchive
 
+    if args.action == "train":
+        if args.jobs < 1:
+            raise SystemExit(f"xmr runs train: --jobs must be >= 1, got {args.jobs}")
+        params = {name: book.parse_value(value) for name, value in args.parameter}
+        return 0 if bookplan.train_runs(args.chapters, args.profile, args.jobs, params) else 1
     try:
         if args.action == "pack":
             runarchive.pack(args.profile, args.output or f"xmr-runs-{args.profile}.tar.gz")
@@ -95,7 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         book_html.build_html(args.profile, quiet=not args.verbose)
         return 0
     params = {name: book.parse_value(value) for name, value in args.parameter}
-    summary = book.run_book(args.chapters, profile=args.profile, params=params, force=args.force)
+    if args.action == "plan":
+        from xmr_core import bookplan
+
+        plan = bookplan.plan_book(args.chapters, profile=args.profile, params=params)
+        plan.print(sorted({1, 2, args.jobs, os.cpu_count() or 1}))
+        return 1 if plan.failed else 0
+    summary = book.run_book(args.chapters, profile=args.profile, params=params, force=args.force, jobs=args.jobs)
     return 0 if summary.ok else 1
 
 

@@ -1,0 +1,142 @@
+"""`xmr book plan` (`xmr_core.bookplan`): the runs the notebooks ask for, by notebook and stage, their costs and the
+totals; `xmr runs train`; and, on the smoke profile, that executing a notebook asks for no run its plan did not
+list."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xmr_core import bookplan, cli
+from xmr_core.book import Notebook, resolve_chapters
+from xmr_core.executors import JOBS_ENV
+from xmr_core.plantrace import PLAN_ENV
+from xmr_core.runlog import read_log
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _record(key: str, notebook: str = "book/01_x/train.py", stage: int = 1, cached: bool = False,
+            core_seconds: float | None = None, method: str = "vse", provisional: bool = False) -> dict[str, Any]:
+    return {"notebook": notebook, "stage": stage, "label": "", "method": method, "seed": 0, "epochs": 2,
+            "threads": 1, "key": key, "run": f"{method}-{key[:16]}", "cached": cached, "core_seconds": core_seconds,
+            "provisional": provisional}
+
+
+def _results(root: Path, rows: list[tuple[str, float]]) -> None:
+    folder = root / "results" / "x"
+    folder.mkdir(parents=True)
+    (folder / "training.csv").write_text("model,run,train s\n" + "".join(f"m,{r},{s}\n" for r, s in rows))
+    (folder / "table.csv").write_text("model,rsum\nm,1.0\n")  # no run and train s: not a cost table
+
+
+def test_costs_recorded_committed_median_or_default(tmp_path: Path) -> None:
+    _results(tmp_path, [("vse-" + "a" * 16, 100.0), ("vse-" + "b" * 16, 300.0), ("vse-" + "c" * 16, 50.0),
+                        ("pcme-" + "d" * 16, 40.0)])
+    records = [_record("e" * 64, cached=True, core_seconds=12.5), _record("a" * 64), _record("f" * 64),
+               _record("9" * 64, method="hrem"), _record("a" * 64, stage=2)]  # asked for again: listed once
+    plan = bookplan.build_plan(records, "cpu", tmp_path)
+    assert [(r.core_seconds, r.source) for r in plan.runs] == [
+        (12.5, "recorded"), (100.0, "results"), (100.0, "method median"),
+        (bookplan.DEFAULT_CORE_SECONDS["cpu"], "default")]
+    assert plan.requests == 5 and len(plan.keys) == 4
+    smoke = bookplan.build_plan(records, "smoke", tmp_path)  # committed results are cpu runs: not used for smoke
+    assert [r.source for r in smoke.runs] == ["recorded", "default", "default", "default"]
+    totals = plan.totals()
+    assert totals["runs"] == 4 and totals["cached"] == 1 and totals["to train"] == 3
+    assert totals["recorded core-h"] == pytest.approx(12.5 / 3600)
+    assert totals["estimated core-h"] == pytest.approx((200.0 + bookplan.DEFAULT_CORE_SECONDS["cpu"]) / 3600)
+
+
+def test_wall_packs_each_batch_on_the_workers(tmp_path: Path) -> None:
+    costs = {"1": 5.0, "2": 4.0, "3": 3.0, "4": 3.0, "5": 3.0, "6": 7.0}
+    records = [_record(k * 64, stage=1, core_seconds=None) for k in "12345"] + [
+        _record("6" * 64, stage=2), _record("7" * 64, stage=2, cached=True, core_seconds=99.0)]
+    plan = bookplan.build_plan(records, "smoke", tmp_path)
+    for run in plan.runs:
+        if not run.cached:
+            run.core_seconds = costs[run.record["key"][0]]
+    # stage 1 {5,4,3,3,3} longest first onto the least loaded: 1 worker 18; 2 workers [5,3] [4,3,3] -> 10;
+    # 8 workers -> 5; stage 2: 7 (the cached run costs no time)
+    assert [plan.wall_seconds(w) for w in (1, 2, 8)] == [25.0, 17.0, 12.0]
+    other = bookplan.build_plan([_record("1" * 64, notebook="a"), _record("2" * 64, notebook="b")], "smoke", tmp_path)
+    assert other.wall_seconds(2) == 2 * bookplan.DEFAULT_CORE_SECONDS["smoke"]  # notebooks run one after another
+
+
+def test_plan_book_executes_in_trace_mode_aside_and_reports_failures(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, dict[str, Any], Path]] = []
+
+    def execute(nb: Notebook, output: Path, parameters: dict[str, Any]) -> None:
+        seen.append((nb.label, parameters, output))
+        with open(os.environ[PLAN_ENV], "a") as fh:
+            fh.write(json.dumps(_record(str(len(seen)) * 64, notebook=nb.label)) + "\n")
+        if nb.name == "ablate":
+            raise ValueError("the untrained model has no history")
+
+    monkeypatch.delenv(PLAN_ENV, raising=False)
+    lines: list[str] = []
+    plan = bookplan.plan_book(["pcme"], profile="smoke", params={"SEED": 1}, echo=lines.append, execute=execute)
+    assert [s[0] for s in seen] == [nb.label for nb in resolve_chapters(["pcme"], ROOT / "book")]
+    for _, parameters, output in seen:
+        assert parameters["PROFILE"] == "smoke" and parameters["SEED"] == 1
+        assert not Path(parameters["RESULTS_DIR"]).is_relative_to(ROOT) and not output.is_relative_to(ROOT)
+    assert [r.record["notebook"] for r in plan.runs] == [s[0] for s in seen]
+    assert plan.failed == [("01_pcme/ablate", "ValueError: the untrained model has no history")]
+    assert PLAN_ENV not in os.environ
+    printed: list[str] = []
+    plan.print([1, 2], echo=printed.append)
+    assert printed[0] == "01_pcme/train stage 1: 1 run(s), 1 to train"
+    assert any(line.startswith("plan (smoke profile): 3 runs (3 requests), 0 cached, 3 to train") for line in printed)
+    assert printed[-1].startswith("incomplete: 01_pcme/ablate failed in trace mode")
+
+
+def test_runs_train_executes_with_the_workers_and_writes_no_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str | None, str]] = []
+
+    def execute(nb: Notebook, output: Path, parameters: dict[str, Any]) -> None:
+        seen.append((os.environ.get(JOBS_ENV), parameters["RESULTS_DIR"]))
+
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    assert bookplan.train_runs(["hrem/train"], "smoke", 3, echo=lambda line: None, execute=execute)
+    assert seen[0][0] == "3" and not Path(seen[0][1]).is_relative_to(ROOT) and JOBS_ENV not in os.environ
+
+
+def test_cli_parses_plan_run_jobs_and_runs_train() -> None:
+    parser = cli.build_parser()
+    plan = parser.parse_args(["book", "plan", "pcme", "--profile", "smoke", "--jobs", "4"])
+    assert (plan.action, plan.chapters, plan.profile, plan.jobs) == ("plan", ["pcme"], "smoke", 4)
+    assert parser.parse_args(["book", "run", "--jobs", "2"]).jobs == 2
+    train = parser.parse_args(["runs", "train", "hrem", "--jobs", "2", "--profile", "smoke"])
+    assert (train.action, train.chapters, train.jobs) == ("train", ["hrem"], 2)
+    with pytest.raises(SystemExit, match="--jobs must be >= 1"):
+        cli.main(["runs", "train", "hrem", "--jobs", "0"])
+
+
+# ----------------------------------------------------------------------------- the plan against execution
+
+
+@pytest.mark.book
+@pytest.mark.timeout(900)
+def test_executing_a_notebook_asks_for_no_run_its_plan_did_not_list(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cold cache the plan's firm runs (not provisional) are all asked for when the notebook executes; on the
+    warm cache after it, the plan lists exactly the runs the execution asked for, every one cached."""
+    from xmr_core.book import run_book
+
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
+    notebook = "03_hrem/train"
+    cold = bookplan.plan_book([notebook], profile="smoke", echo=lambda line: None)
+    assert not cold.failed and cold.runs
+    summary = run_book([notebook], profile="smoke", force=True, root=ROOT, echo=lambda line: None, jobs=2)
+    assert summary.ok
+    executed = {r["key"] for r in read_log(ROOT / "book" / "_build" / "smoke" / "03_hrem" / "train.runs.jsonl")
+                if r["kind"] == "run"}
+    firm = {r.record["key"] for r in cold.runs if not r.record["provisional"]}
+    assert firm and firm <= executed
+    warm = bookplan.plan_book([notebook], profile="smoke", echo=lambda line: None)
+    assert warm.keys == executed and all(r.cached for r in warm.runs) and not warm.failed

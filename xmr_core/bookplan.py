@@ -1,0 +1,223 @@
+"""`xmr book plan` and `xmr runs train`: the book's training runs listed, or trained, without writing results/.
+
+`plan_book` executes the selected notebooks in trace mode (`xmr_core.plantrace`: `XMR_PLAN`), into a temporary
+folder (executed notebooks, run logs and results: never book/_build or results/). Every run a notebook asks
+`fit` for is listed, cached or not; a missing one is not trained, so the notebook goes on with an untrained model
+(its tables are meaningless and thrown away) and what it asks for afterwards is provisional (its setting may
+depend on the missing run: a tuned learning rate). The listing (`Plan.print`) gives each distinct run once (the
+first time it is asked for) by notebook and stage, with notebook, label, method, seed, run key, cached, provisional and cost,
+then the totals: runs, cached, to train, core-hours, and the wall time at 1, 2 and N workers.
+
+Cost of a run, in core-seconds (`train_seconds` x torch threads):
+- cached: recorded in its `result.json`;
+- to train, `cpu` profile: the `train s` the committed results record for the same run (results/<chapter>/*.csv
+  with a `run` column), else the median `train s` of that method's committed runs (the method is the run
+  directory's prefix), else `DEFAULT_CORE_SECONDS`; other profiles: `DEFAULT_CORE_SECONDS[profile]`.
+  Committed `train s` were measured with torch's default threads on the 2-core machine; a one-thread run takes
+  about as long or longer, so core-hours from them are a lower estimate.
+Wall time: each notebook's batches run one after another, a batch's runs side by side (`runplan.fit_many`), so the
+wall at W workers is the sum, over (notebook, stage), of that batch's runs packed on W workers (longest first).
+
+`train_runs` executes the selected notebooks with the executor of `--jobs N` (`XMR_JOBS`) into a temporary folder:
+every run is trained into the run cache, no result is written to results/; `xmr book run` then finds them cached.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from xmr_core.book import Notebook, check_parameters, execute_notebook, resolve_chapters
+from xmr_core.config import check_profile
+from xmr_core.executors import JOBS_ENV
+from xmr_core.plantrace import PLAN_ENV, read_plan
+from xmr_core.results import project_root
+
+DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0}  # a run with nothing better to go by
+
+
+@dataclass
+class PlannedRun:
+    """One distinct run of the plan (the first request for its key) and its cost."""
+
+    record: dict[str, Any]  # the trace record (`plantrace.record`)
+    core_seconds: float
+    source: str  # "recorded" | "results" (this run's committed row) | "method median" | "default"
+
+    @property
+    def cached(self) -> bool:
+        return bool(self.record["cached"])
+
+
+@dataclass
+class Plan:
+    """The runs of the executed notebooks, in the order first asked for, and the notebooks that failed."""
+
+    profile: str
+    runs: list[PlannedRun]
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (notebook, first error line)
+    requests: int = 0  # requests in all (a run asked for again is counted here, listed once)
+
+    @property
+    def keys(self) -> set[str]:
+        return {r.record["key"] for r in self.runs}
+
+    def wall_seconds(self, workers: int) -> float:
+        """Estimated wall seconds to train the missing runs on `workers`: per (notebook, stage), the runs packed
+        longest first onto the least loaded worker; the batches one after another."""
+        groups: dict[tuple[str, int], list[float]] = {}
+        for run in self.runs:
+            if not run.cached:
+                groups.setdefault((run.record["notebook"], run.record["stage"]), []).append(run.core_seconds)
+        total = 0.0
+        for costs in groups.values():
+            loads = [0.0] * workers
+            for cost in sorted(costs, reverse=True):
+                loads[loads.index(min(loads))] += cost
+            total += max(loads)
+        return total
+
+    def totals(self) -> dict[str, float]:
+        to_train = [r for r in self.runs if not r.cached]
+        return {"runs": len(self.runs), "cached": len(self.runs) - len(to_train), "to train": len(to_train),
+                "provisional": sum(bool(r.record["provisional"]) for r in to_train),
+                "recorded core-h": sum(r.core_seconds for r in self.runs if r.cached) / 3600,
+                "estimated core-h": sum(r.core_seconds for r in to_train) / 3600}
+
+    def frame(self) -> pd.DataFrame:
+        """One row a run: stage, notebook, label, method, seed, run key, cached, provisional, cost and its source."""
+        return pd.DataFrame([{"stage": r.record["stage"], "notebook": r.record["notebook"],
+                              "label": r.record["label"], "method": r.record["method"], "seed": r.record["seed"],
+                              "key": r.record["key"][:16], "cached": r.cached,
+                              "provisional": bool(r.record["provisional"]),
+                              "core-s": round(r.core_seconds, 1), "cost": r.source} for r in self.runs],
+                            columns=["stage", "notebook", "label", "method", "seed", "key", "cached", "provisional",
+                                     "core-s", "cost"])
+
+    def print(self, workers: Sequence[int], echo: Callable[[str], None] = print) -> None:
+        """Every run by notebook and stage (a stage's runs are independent: they train side by side), then the
+        totals."""
+        frame = self.frame()
+        for (notebook, stage), rows in frame.groupby(["notebook", "stage"], sort=False):
+            echo(f"{notebook} stage {stage}: {len(rows)} run(s), {int((~rows['cached']).sum())} to train")
+            echo(rows.drop(columns=["notebook", "stage"]).to_string(index=False))
+        t = self.totals()
+        echo(f"plan ({self.profile} profile): {t['runs']} runs ({self.requests} requests), {t['cached']} cached, "
+             f"{t['to train']} to train ({t['provisional']} provisional: their setting may change once earlier runs "
+             f"train)")
+        echo(f"core-hours: {t['recorded core-h']:.2f} recorded (cached) + {t['estimated core-h']:.2f} estimated (to "
+             f"train) = {t['recorded core-h'] + t['estimated core-h']:.2f}; cold (every run trained): "
+             f"{sum(r.core_seconds for r in self.runs) / 3600:.2f}")
+        echo("wall to train the missing runs: " + ", ".join(
+            f"{w} worker{'s' * (w > 1)} {self.wall_seconds(w) / 3600:.2f} h" for w in workers))
+        for notebook, error in self.failed:
+            echo(f"incomplete: {notebook} failed in trace mode ({error}); runs it would ask for later are missing")
+
+
+def committed_costs(root: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """From the committed results (results/<chapter>/*.csv with `run` and `train s` columns): seconds per run
+    directory name, and the median seconds per method (the run name's prefix before its key)."""
+    per_run: dict[str, float] = {}
+    per_method: dict[str, list[float]] = {}
+    for path in sorted((root / "results").glob("*/*.csv")):
+        frame = pd.read_csv(path)
+        if not {"run", "train s"} <= set(frame.columns):
+            continue
+        for name, seconds in zip(frame["run"].astype(str), frame["train s"]):
+            if pd.notna(seconds) and "-" in name:
+                per_run[name] = float(seconds)
+                per_method.setdefault(name.rsplit("-", 1)[0], []).append(float(seconds))
+    return per_run, {m: statistics.median(v) for m, v in per_method.items()}
+
+
+def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path) -> Plan:
+    """The distinct runs of trace `records` (each key at its first request) with their costs."""
+    per_run, per_method = committed_costs(root) if profile == "cpu" else ({}, {})
+    runs: list[PlannedRun] = []
+    seen: set[str] = set()
+    n = 0
+    for record in records:
+        n += 1
+        if record["key"] in seen:
+            continue
+        seen.add(record["key"])
+        if record["cached"]:
+            cost, source = float(record["core_seconds"]), "recorded"
+        elif record["run"] in per_run:
+            cost, source = per_run[record["run"]], "results"
+        elif record["method"] in per_method:
+            cost, source = per_method[record["method"]], "method median"
+        else:
+            cost, source = DEFAULT_CORE_SECONDS.get(profile, DEFAULT_CORE_SECONDS["cpu"]), "default"
+        runs.append(PlannedRun(record, cost, source))
+    return Plan(profile, runs, requests=n)
+
+
+@contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _execute_aside(notebooks: list[Notebook], profile: str, params: dict[str, Any], folder: Path,
+                   echo: Callable[[str], None],
+                   execute: Callable[[Notebook, Path, dict[str, Any]], None]) -> list[tuple[str, str]]:
+    """Execute `notebooks` with their results and outputs under `folder`; (notebook, error) of those that fail."""
+    own = check_parameters(notebooks, params, project_root() / "book")
+    runner = {"PROFILE": profile, "RESULTS_DIR": str(folder / "results")}
+    failed = []
+    for nb in notebooks:
+        echo(f"[run ] {nb.label} ...")
+        try:
+            execute(nb, folder / "build" / nb.chapter / f"{nb.name}.ipynb", runner | own[nb.label])
+        except Exception as exc:  # noqa: BLE001 - a failing notebook is reported, the others still run
+            line = (f"{getattr(exc, 'ename', type(exc).__name__)}: {getattr(exc, 'evalue', exc)}").splitlines()[0]
+            failed.append((nb.label, line[:300]))
+            echo(f"[FAIL] {nb.label}: {line[:300]}")
+    return failed
+
+
+def plan_book(names: Iterable[str] = (), profile: str = "cpu", params: dict[str, Any] | None = None,
+              echo: Callable[[str], None] = print,
+              execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook) -> Plan:
+    """Execute the named chapters (all when empty) in trace mode and return their plan (nothing is trained)."""
+    check_profile(profile)
+    notebooks = resolve_chapters(names)
+    with tempfile.TemporaryDirectory(prefix="xmr-plan-") as tmp:
+        trace = Path(tmp) / "plan.jsonl"
+        trace.touch()
+        with _environment(**{PLAN_ENV: str(trace)}):
+            failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute)
+        plan = build_plan(read_plan(trace), profile, project_root())
+    plan.failed = failed
+    return plan
+
+
+def train_runs(names: Iterable[str], profile: str, jobs: int, params: dict[str, Any] | None = None,
+               echo: Callable[[str], None] = print,
+               execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook) -> bool:
+    """Train every run of the named chapters into the run cache on `jobs` workers (the notebooks executed into a
+    temporary folder, results discarded); True when every notebook ran."""
+    check_profile(profile)
+    notebooks = resolve_chapters(names)
+    with tempfile.TemporaryDirectory(prefix="xmr-train-") as tmp, _environment(**{JOBS_ENV: str(jobs)}):
+        failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute)
+    echo(f"xmr runs train: {len(notebooks) - len(failed)} notebook(s) ran, {len(failed)} failed; their runs are in "
+         f"the run cache")
+    return not failed
