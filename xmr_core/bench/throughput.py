@@ -7,20 +7,25 @@ batch 32), each at the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no
 each in its own fresh run directory. The cpu data (and the trunk) are generated into the run cache the first time (minutes).
 
 The same list of runs is trained in each mode, each timed on its wall clock (data loading included):
-- `old-serial`: today's serial path, one process with torch's default threads, batches built item by item
-  (`datasets.BATCHES = "items"`, the reference builder);
-- `new-serial`: the same process, batches built on whole arrays (`datasets.BATCHES = "arrays"`, the default);
-- `old-jobs` / `new-jobs`: `--jobs` N worker processes (spawn), one torch thread each (`train_plan`).
+- `old-serial`: the serial path before runs were pinned to one thread: one process, one run at a time with
+  torch's default threads (`TrainConfig.threads` = `torch.get_num_threads()`, all the cores), batches built item by
+  item (`datasets.BATCHES = "items"`, the reference builder);
+- `new-serial`: one process, one run at a time with one thread (`TrainConfig.threads` = 1, the default), batches
+  built on whole arrays (`datasets.BATCHES = "arrays"`, the default);
+- `old-jobs` / `new-jobs`: `--jobs` N worker processes (spawn), one run and one torch thread each (`train_plan`),
+  batches item by item / on arrays.
 Prints each run's training seconds (`fit`) per mode, and each mode's wall seconds and runs per hour next to
 `old-serial`'s, with the load average (the machine is shared: rerun on a quiet machine for the record; `--repeat`
-R runs every mode R times, the modes interleaved, and reports each mode's fastest round). It also
-prints whether each run's result (best validation score, final weights' `state_fingerprint`) is the same in every
-mode: old and new with the same threads agree bit for bit (`tests/test_batches.py`). Torch's CPU kernels round
-differently with another thread count, so the serial modes (torch's default threads) and the one-thread workers train
-different weights (measured: HMRN I-T's validation rSum after one epoch 52.19 with 2 threads, 47.03 with 1); a
-one-thread worker equals a one-thread serial run bit for bit.
+R runs every mode R times, the modes interleaved, and reports each mode's fastest round). It also prints whether each
+run's result (best validation score, final weights' `state_fingerprint`) is the same in every mode of the same
+thread count: item- and array-built batches agree bit for bit (`tests/test_batches.py`), and `fit` trains with
+exactly `TrainConfig.threads` threads wherever it runs, so a one-thread run learns the same serially or in a worker
+(`tests/test_runplan.py`). Torch's CPU kernels round differently with another thread count, so `old-serial` (all
+cores) learns other weights (measured: HMRN I-T's validation rSum after one epoch 52.19 with 2 threads, 47.03 with
+1): the thread count is part of the run key.
 
-`train_plan(specs, jobs, root)` is the executor that the run plan's `--jobs N` will replace.
+`train_plan(specs, jobs, root)` trains into fresh run directories (never the run cache), for timing; the book's
+runs are spread over workers by `xmr_core.runplan.fit_many` and its executors (`xmr_core.executors`).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class RunSpec:
     seed: int = 0
     batches: datasets.Batches = "arrays"
     profile: str = "cpu"  # the data and model sizes (smoke: seconds, for tests)
+    threads: int = 1  # torch threads of the run (`TrainConfig.threads`)
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
 
     run = RunConfig(profile=spec.profile, progress=False, device="cpu")
     overrides: dict[str, object] = {"epochs": spec.epochs, "patience": 0, "extend_epochs": 0, "device": "cpu",
-                                    "progress": False}
+                                    "progress": False, "threads": spec.threads}
     if spec.chapter == "pcme":
         _, _, data, enc = chapter_setup(run)
         compared = BASELINES["VSE0"]
@@ -144,7 +150,8 @@ def run_mode(mode: str, chapters: Sequence[Chapter], epochs: int, jobs: int, roo
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     batches: datasets.Batches = "items" if mode.startswith("old") else "arrays"
-    specs = [RunSpec(c, epochs=epochs, batches=batches, profile=profile) for c in chapters]
+    threads = torch.get_num_threads() if mode == "old-serial" else 1
+    specs = [RunSpec(c, epochs=epochs, batches=batches, profile=profile, threads=threads) for c in chapters]
     t0 = time.perf_counter()
     outcomes = train_plan(specs, jobs if mode.endswith("jobs") else 1, root / mode)
     return time.perf_counter() - t0, outcomes
@@ -178,13 +185,15 @@ def main(argv: list[str]) -> None:
     n = len(args.chapters)
     width = max(len(m) for m in args.modes) + 2
     print(f"{n} runs x {args.epochs} epochs ({args.profile} profile), fastest of {args.repeat} round(s), cpu threads "
-          f"{os.cpu_count()} (serial: torch threads {torch.get_num_threads()}; jobs: {args.jobs} x 1 thread); load "
-          f"average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "
+          f"{os.cpu_count()} (old-serial: torch threads {torch.get_num_threads()}; new-serial: 1; jobs: {args.jobs} x 1 "
+          f"thread); load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "
           f"{load_after[2]:.2f}")
-    print(f"{'fit seconds':<24}" + "".join(f"{m:>{width}}" for m in args.modes) + "  same result in every mode")
+    print(f"{'fit seconds':<24}" + "".join(f"{m:>{width}}" for m in args.modes)
+          + "  same result in every mode of one thread count")
     for k, chapter in enumerate(args.chapters):
         runs = [o[k] for m in args.modes for o in rounds[m]]
-        same = len({(r.best_score, r.fingerprint) for r in runs}) == 1
+        same = all(len({(r.best_score, r.fingerprint) for r in runs if r.spec.threads == t}) == 1
+                   for t in {r.spec.threads for r in runs})
         scores = ", ".join(f"{rounds[m][0][k].best_score:.2f}" for m in args.modes)
         print(f"{LABELS[chapter]:<24}"
               + "".join(f"{min(o[k].fit_seconds for o in rounds[m]):>{width}.1f}" for m in args.modes)
