@@ -106,6 +106,17 @@ def test_runs_train_executes_with_the_workers_and_writes_no_results(monkeypatch:
     assert seen[0][0] == "3" and not Path(seen[0][1]).is_relative_to(ROOT) and JOBS_ENV not in os.environ
 
 
+def test_book_run_jobs_sets_the_workers_for_the_notebooks_only(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from xmr_core.book import run_book
+
+    seen: list[str | None] = []
+    monkeypatch.setenv(JOBS_ENV, "5")
+    summary = run_book(["hrem/train"], profile="smoke", force=True, root=ROOT, echo=lambda line: None, jobs=2,
+                       execute=lambda nb, output, parameters: seen.append(os.environ.get(JOBS_ENV)))
+    assert summary.ok and seen == ["2"] and os.environ[JOBS_ENV] == "5"
+
+
 def test_cli_parses_plan_run_jobs_and_runs_train() -> None:
     parser = cli.build_parser()
     plan = parser.parse_args(["book", "plan", "pcme", "--profile", "smoke", "--jobs", "4"])

@@ -117,6 +117,14 @@ def test_local_pool_trains_the_same_runs_as_serial(tmp_path: Path, cache: Path,
     assert [r.cached for r in fit_many(again, Executor("local", 2))] == [True] * 3  # finished runs are not resent
 
 
+def test_a_workers_error_is_raised_at_its_requests_turn(cache: Path) -> None:
+    good, bad = _requests((0, 1))
+    bad.cfg = TrainConfig(**{**bad.cfg.__dict__, "device": "cuda:99"})  # no such device (the key leaves it out)
+    with pytest.raises(RuntimeError, match="cuda:99|invalid device"):
+        fit_many([good, bad], Executor("local", 2))
+    assert [r.cached for r in fit_many(_requests((0,)), Executor("serial"))] == [True]  # the good run was trained
+
+
 def test_submitit_local_executor_trains_the_same_runs_as_serial(tmp_path: Path, cache: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("submitit")
