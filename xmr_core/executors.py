@@ -65,6 +65,9 @@ def train_request(request: RunRequest, env: dict[str, str]) -> WorkerOutcome:
     from xmr_core.train import fit, run_key
 
     os.environ.update(env)
+    log = os.environ.get("XMR_RUN_LOG")
+    if log and not Path(log).parent.is_dir():  # a node that does not see the caller's run log: the caller logs
+        os.environ.pop("XMR_RUN_LOG")
     key = run_key(request.model, request.train, request.val, request.cfg)
     result = fit(request.model, request.train, request.val, request.cfg, vocab=request.vocab)
     return WorkerOutcome(key, result.cached, result.best_state)
