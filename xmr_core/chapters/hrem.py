@@ -542,6 +542,8 @@ def loss_curves(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     enhanced ones L(v̄, ū) (the training means `HREM.loss` logs as `triplet_initial`, `triplet_enhanced`; NaN
     while the instance-level module is off)."""
     frame = pd.DataFrame(list(history))
+    if frame.empty:  # a run not trained (the run plan's trace: `FitResult.stopped == "planned"`): no curve
+        return pd.DataFrame(columns=["epoch", "initial", "enhanced"])
     if "train/triplet_initial" not in frame:
         raise ValueError("loss_curves: the history has no train/triplet_initial (not an HREM run)")
     enhanced = frame["train/triplet_enhanced"] if "train/triplet_enhanced" in frame else float("nan")

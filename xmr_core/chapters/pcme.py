@@ -235,9 +235,10 @@ def train_models(runs: Sequence[tuple[str, int, int]], data: ChapterData, tuned:
 
 def learning_curves(results: Mapping[tuple[str, int], FitResult]) -> pd.DataFrame:
     """Validation rSum after every epoch of every run (its history, cached runs included): columns model, seed,
-    epoch, val rSum."""
+    epoch, val rSum (a run not trained, the run plan's trace: no row)."""
     return pd.DataFrame([{"model": name, "seed": seed, "epoch": h["epoch"], "val rSum": h["val/rsum"]}
-                         for (name, seed), result in results.items() for h in result.history])
+                         for (name, seed), result in results.items() for h in result.history],
+                        columns=["model", "seed", "epoch", "val rSum"])
 
 
 def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: float, title: str) -> Figure:
