@@ -88,7 +88,7 @@ from xmr_core.experiment.recipes import (
     minilm_not_run,
     minilm_text,
 )
-from xmr_core.experiment.training import fit_row, train_built, train_config
+from xmr_core.experiment.training import fit_row, request_built, train_config, train_many
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.drilldown import DrillDown, DrillDownConfig
@@ -96,6 +96,7 @@ from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import paper_values, write_figure, write_table
+from xmr_core.runplan import RunRequest
 from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import TuningResult, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, retrieval_gallery
@@ -304,28 +305,45 @@ def tuned_config(name: str, enc: dict, tuned: Mapping[str, TuningResult], **chan
     return hmrn_config(enc, **{"local": LOCAL[name], "tau": tuned[name].weight, **changes})
 
 
-def train_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
-                  seed: int, bert: bool = False, **changes: object) -> tuple[HMRN, FitResult]:
-    """Train (or load from the run cache) HMRN I-T or T-I at its tuned setting with `changes`, at its tuned
-    learning rate (`training.train_built`). Returns the model (best weights, eval mode) and the fit."""
+def request_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
+                    seed: int, bert: bool = False, **changes: object) -> RunRequest:
+    """HMRN I-T or T-I at its tuned setting with `changes`, at its tuned learning rate, as a request
+    (`training.request_built`)."""
     cfg = tuned_config(name, enc, tuned, **changes)
     wv = word_table(data.multi, bert)
-    return train_built(lambda: HMRN(cfg, wv), tuned[name].lr, data.multi, run, seed,  # type: ignore[return-value]
-                       **TRAIN_OVERRIDES[run.profile])
+    label = f"{name}{' ' + str(changes) if changes else ''} seed {seed}"
+    return request_built(lambda: HMRN(cfg, wv), tuned[name].lr, data.multi, run, seed, label,
+                         **TRAIN_OVERRIDES[run.profile])
 
 
-def train_recurrent(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
-                    seed: int) -> tuple[RetrievalModel, FitResult]:
-    """R-RE, R-HRE or Drill-down on the query sets at its tuned margin and learning rate (`training.train_built`)."""
+def train_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
+                  seed: int, bert: bool = False, **changes: object) -> tuple[HMRN, FitResult]:
+    """Train (or load from the run cache) one `request_variant` on its own. Returns the model (best weights, eval
+    mode) and the fit."""
+    return train_many([request_variant(name, data, tuned, enc, run, seed, bert, **changes)],  # type: ignore[return-value]
+                      run)[0]
+
+
+def request_recurrent(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
+                      seed: int) -> RunRequest:
+    """R-RE, R-HRE or Drill-down on the query sets at its tuned margin and learning rate, as a request."""
     build = lambda: compared()[name].build(enc, data.multi.word_vectors, tuned[name].weight, 1)
-    return train_built(build, tuned[name].lr, data.multi, run, seed, **TRAIN_OVERRIDES[run.profile])
+    return request_built(build, tuned[name].lr, data.multi, run, seed, f"{name} seed {seed}",
+                         **TRAIN_OVERRIDES[run.profile])
+
+
+def request_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
+                   seed: int) -> RunRequest:
+    """VSE0 on the region queries as captions at its tuned margin and learning rate, as a request."""
+    build = lambda: BASELINES[SINGLE].build(enc, data.single.word_vectors, tuned[SINGLE].weight, 1)
+    return request_built(build, tuned[SINGLE].lr, data.single, run, seed, f"{SINGLE} (single queries) seed {seed}",
+                         **TRAIN_OVERRIDES[run.profile])
 
 
 def train_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
                  seed: int) -> tuple[RetrievalModel, FitResult]:
-    """VSE0 on the region queries as captions at its tuned margin and learning rate."""
-    build = lambda: BASELINES[SINGLE].build(enc, data.single.word_vectors, tuned[SINGLE].weight, 1)
-    return train_built(build, tuned[SINGLE].lr, data.single, run, seed, **TRAIN_OVERRIDES[run.profile])
+    """Train (or load from the run cache) `request_single` on its own: the model and the fit."""
+    return train_many([request_single(data, tuned, enc, run, seed)], run)[0]
 
 
 # ------------------------------------------------------------------------------------------ scores and rows
@@ -389,20 +407,23 @@ def train_and_score(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, Tu
     `run_row`; fit rows, `training.fit_row`; {(model, seed): RoundScores})."""
     per_run, fits, scores = [], [], {}
     test, vocab, device = data.multi.test, data.multi.vocab, run.torch_device
-    trainers = {**{name: train_variant for name in MODELS}, **{name: train_recurrent for name in RECURRENT}}
+    requests = {**{name: request_variant for name in MODELS}, **{name: request_recurrent for name in RECURRENT}}
+    t0 = time.perf_counter()  # every model and seed: one batch of independent runs (side by side on the workers)
+    trained = iter(train_many([r for seed in seeds for r in [request(name, data, tuned, enc, run, seed)
+                                                             for name, request in requests.items()]
+                               + [request_single(data, tuned, enc, run, seed)]], run))
+    share = (time.perf_counter() - t0) / max(len(seeds) * (len(requests) + 1), 1)  # `wall s`: a run's share
     for seed in seeds:
         converged = {}
-        for name, train in trainers.items():
-            t0 = time.perf_counter()
-            model, result = train(name, data, tuned, enc, run, seed)
-            fits.append(fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
+        for name in requests:
+            model, result = next(trained)
+            fits.append(fit_row(name, seed, tuned[name], result, share))
             scores[name, seed], converged[name] = score_rounds(model, test, vocab, device), result.converged
             per_run.append(run_row(name, seed, result.converged, scores[name, seed]))
         scores[ENSEMBLE, seed] = ensemble_scores(scores[IT, seed], scores[TI, seed])
         per_run.append(run_row(ENSEMBLE, seed, converged[IT] and converged[TI], scores[ENSEMBLE, seed]))
-        t0 = time.perf_counter()
-        single, result = train_single(data, tuned, enc, run, seed)
-        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], result, time.perf_counter() - t0))
+        single, result = next(trained)
+        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], result, share))
         for label, fusion in ((ROUND_MEAN, "scores"), (RANK_FUSION, "ranks")):
             scores[label, seed] = score_rounds(single, test, vocab, device, fusion=fusion)
             per_run.append(run_row(label, seed, result.converged, scores[label, seed]))
@@ -512,9 +533,11 @@ def variant_runs(rows: Mapping[str, tuple[str, dict[str, object]]], seeds: Seque
     """Train and score every row {label: (model, changes)} with every seed (Tables 6, 7, 10; figures). Returns
     (per-run rows labelled `model` = the row's label, plus `cached`; {(label, seed): RoundScores})."""
     per_run, scores = [], {}
+    trained = iter(train_many([request_variant(name, data, tuned, enc, run, seed, bert=bert, **changes)
+                               for seed in seeds for name, changes in rows.values()], run))  # one batch
     for seed in seeds:
-        for label, (name, changes) in rows.items():
-            model, result = train_variant(name, data, tuned, enc, run, seed, bert=bert, **changes)
+        for label in rows:
+            model, result = next(trained)
             scores[label, seed] = score_rounds(model, data.multi.test, data.multi.vocab, run.torch_device)
             per_run.append({**run_row(label, seed, result.converged, scores[label, seed]), "cached": result.cached})
     return pd.DataFrame(per_run), scores

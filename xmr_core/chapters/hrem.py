@@ -89,13 +89,14 @@ from xmr_core.experiment.protocols import (
     word_table,
 )
 from xmr_core.experiment.recipes import MINILM_FROZEN, hrem_encoders, minilm_not_run, minilm_text
-from xmr_core.experiment.training import fit_row, train_built
+from xmr_core.experiment.training import fit_row, request_built, train_many
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.grounding import link_precision
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig
 from xmr_core.methods.scan import SCAN, scan_config
 from xmr_core.metrics import ranking_stats
+from xmr_core.runplan import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, image_grid
@@ -215,15 +216,22 @@ def build_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
     return hrem_compared(profile)[name].build(enc, wv, tuned[name].weight, 1)
 
 
+def request_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig, seed: int,
+                  bert: bool = False, config: HREMConfig | None = None, label: str = "",
+                  **train_overrides: object) -> RunRequest:
+    """One model's run on the training split at its tuned learning rate (SCAN: VSE++'s; an HREM `config`, the
+    ablations: HREM fusion's), as a request (`request_built`; label: default the model and seed)."""
+    lr_of = "HREM fusion" if config is not None else ("VSE++" if name == SCAN_MODEL else name)
+    return request_built(lambda: build_model(name, data, tuned, enc, run.profile, bert, config), tuned[lr_of].lr,
+                         data, run, seed, label or f"{name} seed {seed}", **train_overrides)
+
+
 def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig, seed: int,
                 bert: bool = False, config: HREMConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one model on the training split at its tuned learning rate (SCAN:
-    VSE++'s; an HREM `config`, the ablations: HREM fusion's). Returns the model (best weights, eval mode, on
-    `run.torch_device`) and the fit."""
-    lr_of = "HREM fusion" if config is not None else ("VSE++" if name == SCAN_MODEL else name)
-    return train_built(lambda: build_model(name, data, tuned, enc, run.profile, bert, config), tuned[lr_of].lr,
-                       data, run, seed, **train_overrides)
+    """Train (or load from the run cache) one model (`request_model`) on its own. Returns the model (best
+    weights, eval mode, on `run.torch_device`) and the fit."""
+    return train_many([request_model(name, data, tuned, enc, run, seed, bert, config, **train_overrides)], run)[0]
 
 
 # ------------------------------------------------------------------------------------------ scores and rows
@@ -242,17 +250,20 @@ def metric_row(split: Split, scores: SplitScores) -> dict[str, float]:
 def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
                     enc: dict, run: RunConfig, bert: bool = False, **train_overrides: object
                     ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Train (or load) every model of `models` with every seed (`train_overrides`: `train_model`'s), score each
+    """Train (or load) every model of `models` with every seed (`train_overrides`: `request_model`'s), score each
     once on the test split (`metric_row`), and add each seed's ensemble of the standalone and fusion models when
     both are in `models`.
     Returns (per-run rows: model, seed, converged, collapse (`run_collapse`), metrics; fit rows, `training.fit_row`;
     {(model, seed): SplitScores})."""
     per_run, fits, scores = [], [], {}
+    t0 = time.perf_counter()  # every model and seed: one batch of independent runs (side by side on the workers)
+    trained = iter(train_many([request_model(name, data, tuned, enc, run, seed, bert=bert, **train_overrides)
+                               for seed in seeds for name in models], run))
+    share = (time.perf_counter() - t0) / max(len(seeds) * len(models), 1)  # `wall s`: a run's share of the batch
     for seed in seeds:
         for name in models:
-            t0 = time.perf_counter()
-            model, result = train_model(name, data, tuned, enc, run, seed, bert=bert, **train_overrides)
-            fits.append(fit_row(name, seed, tuned[name], result, time.perf_counter() - t0))
+            model, result = next(trained)
+            fits.append(fit_row(name, seed, tuned[name], result, share))
             scores[name, seed] = score_split(model, data.test, data.vocab, run.torch_device)
             per_run.append({"model": name, "seed": seed, "converged": result.converged,
                             "collapse": run_collapse(data.test, scores[name, seed]),
@@ -365,10 +376,14 @@ def table3_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
     learning rate and margin (`ablation_config`), and score each once on the test split (`metric_row`,
     `query_hits`, `run_collapse`)."""
     rows, fits, kept, hits = [], {}, {}, {}
+    variants = table3_variants(run.profile)
+    trained = iter(train_many([request_model("HREM fusion", data, tuned, enc, run, seed,
+                                             config=ablation_config(enc, run.profile, tuned, **changes),
+                                             label=f"Table 3 {name} seed {seed}")
+                               for seed in seeds for name, changes in variants.items()], run))
     for seed in seeds:
-        for name, changes in table3_variants(run.profile).items():
-            model, result = train_model("HREM fusion", data, tuned, enc, run, seed,
-                                        config=ablation_config(enc, run.profile, tuned, **changes))
+        for name in variants:
+            model, result = next(trained)
             scores = score_split(model, data.test, data.vocab, run.torch_device)
             fits[name, seed] = result
             hits[name, seed] = query_hits(data.test, scores)
@@ -404,6 +419,12 @@ def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: di
     default's rows are Table 3's "HREM" of those seeds."""
     default_rows = {int(r["seed"]): r for r in t3.per_seed[t3.per_seed["model"] == "HREM"].to_dict("records")}
     rows, hits = [], {}
+    changed = [(param, value, seed) for param, grid in FIG6_GRIDS[run.profile].items() for value in grid
+               for seed in seeds if value != FIG6_DEFAULTS[param]]  # the sweeps' runs: one batch (side by side)
+    trained = dict(zip(changed, train_many([request_model("HREM fusion", data, tuned, enc, run, s,
+                                                          config=ablation_config(enc, run.profile, tuned, **{p: v}),
+                                                          label=f"Figure 6 {fig6_label(p, v)} seed {s}")
+                                            for p, v, s in changed], run)))
     for param, grid in FIG6_GRIDS[run.profile].items():
         for value in grid:
             label = fig6_label(param, value)
@@ -414,8 +435,7 @@ def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: di
                                  "converged": r["converged"], "collapse": r["collapse"]})
                     hits[label, seed] = t3.hits["HREM", seed]
                     continue
-                model, result = train_model("HREM fusion", data, tuned, enc, run, seed,
-                                            config=ablation_config(enc, run.profile, tuned, **{param: value}))
+                model, result = trained[param, value, seed]
                 scores = score_split(model, data.test, data.vocab, run.torch_device)
                 hits[label, seed] = query_hits(data.test, scores)
                 rows.append({"param": param, "value": value, "seed": seed, "converged": result.converged,
@@ -586,9 +606,11 @@ def fig5_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
     """Figure 5's runs: every compared model and SCAN t2i (train.py's runs and SCAN at VSE++'s setting, from the
     cache when trained before), each seed embedding and scoring the whole test split once, timed (`score_split`)."""
     rows, hits = [], {}
+    trained = iter(train_many([request_model(name, data, tuned, enc, run, seed)
+                               for seed in seeds for name in MODELS + [SCAN_MODEL]], run))
     for seed in seeds:
         for name in MODELS + [SCAN_MODEL]:
-            model, result = train_model(name, data, tuned, enc, run, seed)
+            model, result = next(trained)
             scores = score_split(model, data.test, data.vocab, run.torch_device)
             hits[name, seed] = query_hits(data.test, scores)
             rows.append({"model": name, "seed": seed, "converged": result.converged,

@@ -73,12 +73,13 @@ from xmr_core.experiment.compared import (
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.scoring import TABLE2_COLUMNS, run_collapse, scored_row
 from xmr_core.experiment.training import chapter_runs as model_runs
-from xmr_core.experiment.training import fit_row, train_built, train_config
-from xmr_core.experiment.training import train_model as train_compared
+from xmr_core.experiment.training import fit_row, request_built, train_config, train_many
+from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import write_table
+from xmr_core.runplan import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 from xmr_core.viz import heatmap
@@ -174,15 +175,23 @@ def split_sizes(data: ChapterData, all_classes: ChapterData | None) -> pd.DataFr
                         columns=["split", "images", "captions"])
 
 
+def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
+                  seed: int, config: MSRMConfig | None = None, **train_overrides: object) -> RunRequest:
+    """One compared model's run at its tuned setting on `data`'s train split, as a request
+    (`experiment.training.request_model`). config: an MSRM config to use instead of the tuned one (the
+    ablations), at MSRM's tuned learning rate."""
+    if config is None:
+        return request_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
+    return request_built(lambda: MSRM(config, data.word_vectors), tuned[name].lr, data, run, seed,
+                         f"{name} (ablation) seed {seed}", **train_overrides)
+
+
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, config: MSRMConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one compared model at its tuned setting on `data`'s train split
-    (`experiment.training.train_built`). config: an MSRM config to use instead of the tuned one (the ablations), at MSRM's
-    tuned learning rate. Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
-    if config is None:
-        return train_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
-    return train_built(lambda: MSRM(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
+    """Train (or load from the run cache) one model (`request_model`) on its own. Returns the model (best weights,
+    eval mode, on `run.torch_device`) and the fit."""
+    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run)[0]
 
 
 def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
@@ -214,14 +223,16 @@ def train_and_score(profile: str, seeds: Sequence[int], data: ChapterData, all_c
     rows: list[dict[str, object]] = []
     fits: list[dict[str, object]] = []
     device = run.torch_device
-    for protocol, name, k, seed in chapter_runs(profile, seeds):
-        protocol_data = data if protocol == "zero-shot" else all_classes
-        if protocol_data is None:
-            continue
-        t0 = time.perf_counter()
-        model, result = train_model(name, k, protocol_data, tuned, enc, run, seed)
+    runs = [(protocol, name, k, seed, data if protocol == "zero-shot" else all_classes)
+            for protocol, name, k, seed in chapter_runs(profile, seeds)]
+    runs = [r for r in runs if r[4] is not None]
+    t0 = time.perf_counter()  # every run: one batch of independent runs (side by side on the workers)
+    trained = train_many([request_model(name, k, protocol_data, tuned, enc, run, seed)
+                          for _, name, k, seed, protocol_data in runs], run)
+    share = (time.perf_counter() - t0) / max(len(runs), 1)  # `wall s`: a run's share of the batch
+    for (protocol, name, k, seed, protocol_data), (model, result) in zip(runs, trained):
         label = model_label(name, k)
-        fits.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, time.perf_counter() - t0)})
+        fits.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, share)})
         if protocol == "zero-shot":
             scores, i2t = scored_row(model, data, device)
             collapse = instance_collapse(i2t, data.test)
@@ -591,9 +602,11 @@ def zeta_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
     with PMRP's R-Precision at each zeta on the whole test split (`pmrp_by_zeta`), whether it converged and why it
     collapsed (`scoring.run_collapse`). Columns: model, seed, converged, collapse, "<direction> zeta<z>"."""
     rows = []
+    trained = iter(train_many([request_model(name, k, data, tuned, enc, run, seed)
+                               for seed in seeds for name, k in SPECS], run))
     for seed in seeds:
         for name, k in SPECS:
-            model, result = train_model(name, k, data, tuned, enc, run, seed)
+            model, result = next(trained)
             rows.append({"model": model_label(name, k), "seed": seed, "converged": result.converged,
                          "collapse": run_collapse(model, data.test, data.vocab, run.torch_device),
                          **pmrp_by_zeta(model, data.test, data.vocab, run.torch_device)})

@@ -71,12 +71,13 @@ from xmr_core.experiment.scoring import (
     run_collapse,
     scored_row,
 )
-from xmr_core.experiment.training import fit_row, train_built, train_model
+from xmr_core.experiment.training import fit_row, request_built, request_model, train_many
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import paper_values, write_figure
+from xmr_core.runplan import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
@@ -87,12 +88,18 @@ CEILING_RSUM = {"5K": "rsum 5K"}  # protocol -> the per-run rSum column of its c
 ORDER: list[str] = [model_label(name, k) for name, k in SPECS]  # the rows of Tables 2 and 3, in the paper's order
 
 
+def request_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str, TuningResult], run: RunConfig,
+                  seed: int | None = None, label: str = "", **train_overrides: object) -> RunRequest:
+    """One PCME of config `cfg` (an ablation) at `method`'s tuned learning rate, as a request (`request_built`);
+    seed: default `run.seed`."""
+    return request_built(lambda: PCME(cfg, data.word_vectors), tuned[method].lr, data, run,
+                         run.seed if seed is None else seed, label, **train_overrides)
+
+
 def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str, TuningResult], run: RunConfig,
                 seed: int | None = None, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """One PCME of config `cfg` (an ablation) at `method`'s tuned learning rate (`train_built`); seed: default
-    `run.seed`."""
-    return train_built(lambda: PCME(cfg, data.word_vectors), tuned[method].lr, data, run,
-                       run.seed if seed is None else seed, **train_overrides)
+    """One PCME of config `cfg` (`request_tuned`), trained or loaded on its own (`train_many`)."""
+    return train_many([request_tuned(method, cfg, data, tuned, run, seed, **train_overrides)], run)[0]
 
 
 
@@ -221,14 +228,17 @@ class TrainedModels(NamedTuple):
 
 def train_models(runs: Sequence[tuple[str, int, int]], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                  run: RunConfig) -> TrainedModels:
-    """Train (or load from the run cache) every (method, K, seed) of `runs` (`chapter_runs`) at its tuned setting
-    (`train_model`), printing each run's `fit_row` as it ends."""
+    """Train (or load from the run cache) every (method, K, seed) of `runs` (`chapter_runs`) at its tuned setting,
+    as one batch (`request_model`, `train_many`: side by side on the workers), then print each run's `fit_row`
+    (`wall s`: the run's share of the batch's wall time)."""
     models, results, fits = {}, {}, []
-    for name, k, seed in runs:
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    trained = train_many([request_model(name, k, data, tuned, enc, run, seed) for name, k, seed in runs], run)
+    share = (time.perf_counter() - t0) / max(len(runs), 1)
+    for (name, k, seed), (model, result) in zip(runs, trained):
         key = (model_label(name, k), seed)
-        models[key], results[key] = train_model(name, k, data, tuned, enc, run, seed)
-        fits.append(fit_row(key[0], seed, tuned[name], results[key], time.perf_counter() - t0))
+        models[key], results[key] = model, result
+        fits.append(fit_row(key[0], seed, tuned[name], result, share))
         print(fits[-1])
     return TrainedModels(models, results, pd.DataFrame(fits))
 
@@ -365,11 +375,13 @@ def table1_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
     loaded from the cache), each run checked for collapse on the same split (`run_collapse`)."""
     rows: list[dict[str, object]] = []
     device, split = run.torch_device, data.test_unseen
+    trained = iter(train_many([request_model(name, 1, data, tuned, enc, run, seed)
+                               for seed in seeds for name in ("PCME mu only", "PCME")], run))
     for seed in seeds:
-        mu_model, mu_fit = train_model("PCME mu only", 1, data, tuned, enc, run, seed)
+        mu_model, mu_fit = next(trained)
         rows += table1_rows("mu only", seed, similarity_rp(mu_model, split, data.vocab, ["mean_cosine"], device),
                             mu_fit.converged, run_collapse(mu_model, split, data.vocab, device))
-        pcme_model, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, seed)
+        pcme_model, pcme_fit = next(trained)
         rows += table1_rows("PCME", seed, similarity_rp(pcme_model, split, data.vocab, list(TEST_TIME_SIMILARITIES),
                                                         device),
                             pcme_fit.converged, run_collapse(pcme_model, split, data.vocab, device))
@@ -379,10 +391,12 @@ def table1_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
 def ablation_frame(ablations: Sequence[tuple[str, PCMEConfig, Mapping[str, object]]], data: ChapterData,
                    tuned: dict[str, TuningResult], run: RunConfig, seed: int) -> pd.DataFrame:
     """Train (or load) one PCME per ablation (name, config, training overrides such as finetune=True) at PCME's
-    tuned learning rate and seed `seed` (`train_tuned`), and score it (`ablation_row`): one row each."""
+    tuned learning rate and seed `seed` (`request_tuned`; the ablations as one batch, `train_many`), and score it
+    (`ablation_row`): one row each."""
     rows = []
-    for name, cfg, overrides in ablations:
-        model, result = train_tuned("PCME", cfg, data, tuned, run, seed, **overrides)
+    trained = train_many([request_tuned("PCME", cfg, data, tuned, run, seed, f"PCME ablation {name}", **overrides)
+                          for name, cfg, overrides in ablations], run)
+    for (name, _, _), (model, result) in zip(ablations, trained):
         rows.append(ablation_row(name, model, result, data, run.torch_device))  # type: ignore[arg-type]
     return pd.DataFrame(rows)
 

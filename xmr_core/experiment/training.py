@@ -1,6 +1,7 @@
 """Tuning and training the compared methods (`compared`) the same way in every chapter: the recipe at a learning
 rate (`train_config`), the tuning budget (`tune_methods`), one model at its tuned setting (`train_built`,
-`train_model`) and the training table's row (`fit_row`).
+`train_model`), a batch of independent runs trained side by side (`request_built` / `request_model`, then
+`train_many`: `runplan.fit_many` on the workers `XMR_JOBS` names) and the training table's row (`fit_row`).
 
 Every compared method gets the same budget on the validation split (`xmr_core.tuning.tune`): the learning rates
 of `LEARNING_RATES` at the method's default weight, then the values of its own main loss weight or margin at the
@@ -21,7 +22,8 @@ from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, LEARNING_RAT
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.train import FitResult, TrainConfig, fit
+from xmr_core.runplan import RunRequest, fit_many
+from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import TuningResult, tune
 
 
@@ -53,28 +55,48 @@ def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vecto
     return compared[name].build(enc, word_vectors, tuned[name].weight, k)
 
 
-def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
-                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """Seed with `seed`, build the model, and train it (or load it from the run cache) on `data`'s train and
-    validation splits with the book's recipe at learning rate `lr` (`train_config`; `train_overrides` e.g.
-    finetune=True, on_nonfinite="stop"). Every chapter trains through here, so the same model, recipe and seed
-    give the same run key (the tuning run at the chosen setting is the seed's run). Returns the model (best
-    weights, eval mode, on `run.torch_device`) and the fit."""
+def request_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
+                  label: str = "", **train_overrides: object) -> RunRequest:
+    """The run `train_built` trains, as a request for `train_many`: seeded with `seed`, the model built, the book's
+    recipe at learning rate `lr` (`train_config`; `train_overrides` e.g. finetune=True, on_nonfinite="stop") on
+    `data`'s train and validation splits; `label` names it in the run plan (`xmr book plan`)."""
     torch.manual_seed(seed)
     model = build()
-    result = fit(model, data.train, data.val,
-                 train_config(run.profile, lr, seed, device=run.device, progress=run.progress, **train_overrides),
-                 vocab=data.vocab)
-    return model.to(run.torch_device).eval(), result
+    return RunRequest(model, data.train, data.val,
+                      train_config(run.profile, lr, seed, device=run.device, progress=run.progress, **train_overrides),
+                      data.vocab, label)
+
+
+def train_many(requests: Sequence[RunRequest], run: RunConfig) -> list[tuple[RetrievalModel, FitResult]]:
+    """Train (or load from the run cache) a batch of independent runs (`runplan.fit_many`: side by side on the
+    workers `XMR_JOBS` / `XMR_EXECUTOR` name); per request, in order, its model (best weights, eval mode, on
+    `run.torch_device`) and its fit. Every chapter trains through here, so the same model, recipe and seed give
+    the same run key (the tuning run at the chosen setting is the seed's run)."""
+    results = fit_many(requests)
+    return [(r.model.to(run.torch_device).eval(), result) for r, result in zip(requests, results)]
+
+
+def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
+                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """One run (`request_built`), trained or loaded on its own (`train_many`): the model (best weights, eval mode,
+    on `run.torch_device`) and the fit."""
+    return train_many([request_built(build, lr, data, run, seed, **train_overrides)], run)[0]
+
+
+def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
+                  seed: int, compared: Mapping[str, Compared] = BASELINES, **train_overrides: object) -> RunRequest:
+    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight and
+    learning rate, as a request (`request_built`) labelled with the method, K and seed."""
+    label = f"{name}{f' K={k}' if k != 1 else ''} seed {seed}"
+    return request_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name].lr, data,
+                         run, seed, label, **train_overrides)
 
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, compared: Mapping[str, Compared] = BASELINES,
                 **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight and
-    learning rate (`train_built`)."""
-    return train_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name].lr, data,
-                       run, seed, **train_overrides)
+    """One compared model (`request_model`), trained or loaded on its own (`train_many`)."""
+    return train_many([request_model(name, k, data, tuned, enc, run, seed, compared, **train_overrides)], run)[0]
 
 
 def fit_row(label: str, seed: int, tuning: TuningResult, result: FitResult, wall_s: float) -> dict[str, object]:
