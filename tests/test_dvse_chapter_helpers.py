@@ -1033,13 +1033,18 @@ def test_train_and_score_trains_the_region_dvse_with_every_seed(monkeypatch):
 
     trained = []
 
-    def train(name, k, data, tuned, enc, run, seed, config=None):
+    def request(name, k, data, tuned, enc, run, seed, config=None, label=""):
         trained.append((name, k, seed, config))
-        return SimpleNamespace(), SimpleNamespace(converged=True, cached=True, best_epoch=1, history=[1],
-                                                  train_seconds=1.0, pairs_per_second=1.0, run_dir=Path("r"))
+        return trained[-1]
+
+    def train_many(requests, run):
+        return [(SimpleNamespace(), SimpleNamespace(converged=True, cached=True, best_epoch=1, history=[1],
+                                                    train_seconds=1.0, pairs_per_second=1.0, run_dir=Path("r")))
+                for _ in requests]
 
     monkeypatch.setattr(chapter, "SPECS", [("VSE0", 1)])
-    monkeypatch.setattr(chapter, "train_model", train)
+    monkeypatch.setattr(chapter, "request_model", request)
+    monkeypatch.setattr(chapter, "train_many", train_many)
     monkeypatch.setattr(chapter, "region_config", lambda data, tuned, enc: "region config")
     monkeypatch.setattr(chapter, "model_scores", lambda model, data, device: None)
     monkeypatch.setattr(chapter, "score_rows", lambda label, seed, converged, scores, data: [{"model": label,

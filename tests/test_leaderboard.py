@@ -233,11 +233,13 @@ def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
 def test_the_region_dvse_is_the_dvse_chapters_region_run_with_its_own_protocol(monkeypatch):
     calls = []
 
-    def train(name, k, data, tuned, enc, run, seed, compared):
+    def request(name, k, data, tuned, enc, run, seed, compared):
         calls.append((name, k, seed, enc["image"].kind, compared["DVSE"]))
-        return "model", SimpleNamespace(converged=True, cached=True)
+        return calls[-1]
 
-    monkeypatch.setattr(leaderboard, "train_model", train)
+    monkeypatch.setattr(leaderboard, "request_model", request)
+    monkeypatch.setattr(leaderboard, "train_many", lambda requests, run: [("model", SimpleNamespace(
+        converged=True, cached=True)) for _ in requests])
     grid_data = SimpleNamespace(test=SimpleNamespace(regions=np.zeros((2, 3, 7), np.float32)))
     run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
     for name in ("DVSE", "DVSE (regions)"):

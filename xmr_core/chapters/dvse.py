@@ -87,13 +87,14 @@ from xmr_core.experiment.compared import (
 )
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import region_encoders
-from xmr_core.experiment.training import chapter_runs, fit_row, train_built, tuned_model
-from xmr_core.experiment.training import train_model as train_compared
+from xmr_core.experiment.training import chapter_runs, fit_row, request_built, train_many, tuned_model
+from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.grounding import sub_embedding_grounding
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config
 from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats
 from xmr_core.results import write_figure, write_table
+from xmr_core.runplan import RunRequest
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
@@ -144,15 +145,23 @@ FIG6_COMBINATIONS = {"(a) SE only (combination 4)": 4, "(b) DM, no L_ort (combin
 
 # ---------------------------------------------------------------------------------------- tuning and training
 
+def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
+                  seed: int, config: DVSEConfig | None = None, label: str = "", **train_overrides: object
+                  ) -> RunRequest:
+    """One compared model's run at its tuned setting on `data`'s seen classes, as a request. config: a DVSE config
+    to train instead (ablations, region features), at DVSE's tuned learning rate."""
+    if config is None:
+        return request_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
+    return request_built(lambda: DVSE(config, data.word_vectors), tuned[name].lr, data, run, seed,
+                         label or f"{name} (changed config) seed {seed}", **train_overrides)
+
+
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                 seed: int, config: DVSEConfig | None = None, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one compared model at its tuned setting on `data`'s seen classes.
-    config: a DVSE config to train instead (ablations, region features), at DVSE's tuned learning rate.
-    Returns the model (best weights, eval mode, on `run.torch_device`) and the fit."""
-    if config is None:
-        return train_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
-    return train_built(lambda: DVSE(config, data.word_vectors), tuned[name].lr, data, run, seed, **train_overrides)
+    """Train (or load from the run cache) one model (`request_model`) on its own. Returns the model (best weights,
+    eval mode, on `run.torch_device`) and the fit."""
+    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run)[0]
 
 
 def region_config(data: ChapterData, tuned: dict[str, TuningResult], enc: dict) -> DVSEConfig:
@@ -348,26 +357,30 @@ def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tu
     MR (`rerank_rows`).
     With region features, the region DVSE (`region_config`, every seed) too, as `REGIONS`."""
     per_run, fits, t4, per_query = [], [], [], {}
-    for name, k, seed in chapter_runs(seeds, SPECS):
-        t0 = time.perf_counter()
-        model, result = train_model(name, k, data, tuned, enc, run, seed)
+    runs = chapter_runs(seeds, SPECS)
+    region = region_config(data, tuned, enc) if data.test.regions is not None else None
+    region_seeds = list(seeds) if region is not None else []
+    t0 = time.perf_counter()  # every run: one batch of independent runs (side by side on the workers)
+    trained = iter(train_many([request_model(name, k, data, tuned, enc, run, seed) for name, k, seed in runs]
+                              + [request_model("DVSE", 1, data, tuned, enc, run, seed, config=region,
+                                               label=f"{REGIONS} seed {seed}") for seed in region_seeds], run))
+    share = (time.perf_counter() - t0) / max(len(runs) + len(region_seeds), 1)  # `wall s`: a run's share
+    for name, k, seed in runs:
+        model, result = next(trained)
         label = model_label(name, k)
-        fits.append(fit_row(label, seed, tuned[name], result, time.perf_counter() - t0))
+        fits.append(fit_row(label, seed, tuned[name], result, share))
         scores = model_scores(model, data, run.torch_device)
         per_run += score_rows(label, seed, result.converged, scores, data)
         per_query.update(score_queries(label, seed, scores, data))
         if name == "DVSE":
             t4 += [{**row, "seed": seed, "converged": result.converged}
                    for row in rerank_rows(scores, data.test, table4_rerankers())]
-    if data.test.regions is not None:
-        config = region_config(data, tuned, enc)
-        for seed in seeds:
-            t0 = time.perf_counter()
-            model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
-            fits.append(fit_row(REGIONS, seed, tuned["DVSE"], result, time.perf_counter() - t0))
-            scores = model_scores(model, data, run.torch_device)
-            per_run += score_rows(REGIONS, seed, result.converged, scores, data)
-            per_query.update(score_queries(REGIONS, seed, scores, data))
+    for seed in region_seeds:
+        model, result = next(trained)
+        fits.append(fit_row(REGIONS, seed, tuned["DVSE"], result, share))
+        scores = model_scores(model, data, run.torch_device)
+        per_run += score_rows(REGIONS, seed, result.converged, scores, data)
+        per_query.update(score_queries(REGIONS, seed, scores, data))
     return ChapterRuns(pd.DataFrame(per_run), pd.DataFrame(fits), pd.DataFrame(t4), per_query)
 
 

@@ -70,9 +70,10 @@ from xmr_core.experiment.compared import (
 )
 from xmr_core.experiment.protocols import ChapterData, chapter_setup, hrem_setup
 from xmr_core.experiment.recipes import region_encoders
-from xmr_core.experiment.training import train_model, tune_methods
+from xmr_core.experiment.training import request_model, train_many, tune_methods
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
+from xmr_core.runplan import RunRequest
 from xmr_core.similarity import FastReranker
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
@@ -157,16 +158,22 @@ def tune_book(run: RunConfig, book: BookData) -> dict[str, TuningResult]:
                            regions.vocab, run.seed, compared=hrem_compared(run.profile), **opts)}
 
 
-def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
-                     enc: dict, run: RunConfig, seed: int) -> tuple[RetrievalModel, FitResult]:
-    """One model of `BOOK_MODELS` trained as its chapter trains it (its protocol `data`, its tuned setting,
-    `experiment.training.train_model` of `book_compared`), i.e. the chapter's own run loaded from the cache. The
-    region DVSE (`REGIONS`) is DVSE at its tuned setting on `region_encoders` of the region features."""
+def request_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
+                       enc: dict, run: RunConfig, seed: int) -> RunRequest:
+    """One model of `BOOK_MODELS` asked for as its chapter asks for it (its protocol `data`, its tuned setting,
+    `experiment.training.request_model` of `book_compared`), i.e. the chapter's own run. The region DVSE
+    (`REGIONS`) is DVSE at its tuned setting on `region_encoders` of the region features."""
     compared = book_compared(run.profile)
     if name == REGIONS:
-        return train_model("DVSE", 1, data, tuned, region_encoders(enc, data.test.regions.shape[2]), run, seed,
-                           compared)
-    return train_model(name, k, data, tuned, enc, run, seed, compared)
+        return request_model("DVSE", 1, data, tuned, region_encoders(enc, data.test.regions.shape[2]), run, seed,
+                             compared)
+    return request_model(name, k, data, tuned, enc, run, seed, compared)
+
+
+def train_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
+                     enc: dict, run: RunConfig, seed: int) -> tuple[RetrievalModel, FitResult]:
+    """One model of `BOOK_MODELS` (`request_book_model`), trained or, usually, loaded from the cache on its own."""
+    return train_many([request_book_model(chapter, name, k, data, tuned, enc, run, seed)], run)[0]
 
 
 def _direction_rsum(values: dict[str, float], direction: str) -> float:
@@ -261,12 +268,17 @@ def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResu
     line per run: one row per model, seed and FR, with the model's protocol (`MODEL_PROTOCOLS`, else its
     chapter's `PROTOCOLS`), and the per-query values."""
     rows, queries = [], {}
+    requests = []  # every model and seed: one batch (side by side on the workers; usually all cached)
+    for chapter, name, k in BOOK_MODELS:
+        data, enc = book.of(chapter)
+        requests += [request_book_model(chapter, name, k, data, tuned, enc, run, seed) for seed in seeds]
+    trained = iter(train_many(requests, run))
     for chapter, name, k in BOOK_MODELS:
         label = model_label(name, k)
-        data, enc = book.of(chapter)
+        data = book.of(chapter)[0]
         for seed in seeds:
             t0 = time.perf_counter()
-            model, result = train_book_model(chapter, name, k, data, tuned, enc, run, seed)
+            model, result = next(trained)
             board = leaderboard_rows(label, seed, model, data, run.torch_device, result.converged)
             rows += [{**row, "protocol": MODEL_PROTOCOLS.get(name, PROTOCOLS[chapter])} for row in board.rows]
             queries |= {(metric, m, seed): v for (metric, m), v in board.queries.items()}
