@@ -29,12 +29,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from xmr_core.config import cache_dir
-
-if TYPE_CHECKING:
-    from xmr_core.runplan import RunRequest
+from xmr_core.runrequest import RunRequest
 
 EXECUTOR_ENV = "XMR_EXECUTOR"
 JOBS_ENV = "XMR_JOBS"

@@ -27,7 +27,7 @@ RUN_LOG_ENV = "XMR_RUN_LOG"
 # xmr_core paths (files, or folders ending in "/") that do not change what a run computes
 NOT_TRAINING = ("book.py", "book_html.py", "bookplan.py", "cli.py", "results.py", "viz.py", "claims.py", "grounding.py",
                 "runlog.py", "runarchive.py", "runcache.py", "io.py", "liveness.py", "executors.py", "plantrace.py",
-                "runplan.py", "bench/", "paper_values/")
+                "runplan.py", "runrequest.py", "bench/", "paper_values/")
 
 
 @functools.cache

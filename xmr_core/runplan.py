@@ -19,27 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from xmr_core import plantrace
-from xmr_core.data.corpus import Split
-from xmr_core.data.text import Vocabulary
 from xmr_core.executors import Executor, WorkerOutcome
-from xmr_core.methods.base import RetrievalModel
-from xmr_core.train import FitResult, TrainConfig, cached_run_dir, fit, run_key
+from xmr_core.runrequest import RunRequest
+from xmr_core.train import FitResult, cached_run_dir, fit, run_key
 
-
-@dataclass
-class RunRequest:
-    """One training run: the model as built (before training), its train and validation splits, recipe, vocabulary,
-    and a label for listings (e.g. "PCME tuning lr=1e-3 KL weight=1e-4")."""
-
-    model: RetrievalModel
-    train: Split
-    val: Split
-    cfg: TrainConfig
-    vocab: Vocabulary
-    label: str = ""
+__all__ = ["RunRequest", "fit_many"]
 
 
 def _fit(request: RunRequest) -> FitResult:

@@ -94,7 +94,7 @@ from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config
 from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats
 from xmr_core.results import write_figure, write_table
-from xmr_core.runplan import RunRequest
+from xmr_core.runrequest import RunRequest
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult

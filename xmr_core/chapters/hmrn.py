@@ -96,7 +96,7 @@ from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import paper_values, write_figure, write_table
-from xmr_core.runplan import RunRequest
+from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import TuningResult, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, retrieval_gallery

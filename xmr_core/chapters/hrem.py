@@ -96,7 +96,7 @@ from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig
 from xmr_core.methods.scan import SCAN, scan_config
 from xmr_core.metrics import ranking_stats
-from xmr_core.runplan import RunRequest
+from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, image_grid

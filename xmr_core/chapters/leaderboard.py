@@ -73,7 +73,7 @@ from xmr_core.experiment.recipes import region_encoders
 from xmr_core.experiment.training import request_model, train_many, tune_methods
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
-from xmr_core.runplan import RunRequest
+from xmr_core.runrequest import RunRequest
 from xmr_core.similarity import FastReranker
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult

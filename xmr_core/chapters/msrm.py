@@ -79,7 +79,7 @@ from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import write_table
-from xmr_core.runplan import RunRequest
+from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 from xmr_core.viz import heatmap

@@ -77,7 +77,7 @@ from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, unce
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.results import paper_values, write_figure
-from xmr_core.runplan import RunRequest
+from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery

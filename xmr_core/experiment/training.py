@@ -22,7 +22,8 @@ from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, LEARNING_RAT
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.runplan import RunRequest, fit_many
+from xmr_core.runplan import fit_many
+from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import TuningResult, tune
 
