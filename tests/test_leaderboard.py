@@ -201,16 +201,21 @@ def test_cross_method_claims_without_a_model_are_not_tested():
 def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
     trained = []
 
-    def train(chapter, name, k, data, tuned, enc, run, seed):
+    def request(chapter, name, k, data, tuned, enc, run, seed):
         trained.append((chapter, name, k, seed, data, enc["e"]))
-        return f"{name}{k}", SimpleNamespace(converged=seed == 0, cached=True)
+        return trained[-1]
+
+    def train_many(requests, run):  # the batch: every model and seed, in book order
+        assert list(requests) == trained
+        return [(f"{name}{k}", SimpleNamespace(converged=seed == 0, cached=True)) for _, name, k, seed, _, _ in requests]
 
     def rows(label, seed, model, data, device, converged):
         return BoardRows([{"model": label, "seed": seed, "built": model, "data": data, "converged": converged}],
                          {("rSum", label): np.array([float(seed)])})
 
     monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("pcme", "PVSE", 2), ("hrem", "HREM fusion", 1)])
-    monkeypatch.setattr(leaderboard, "train_book_model", train)
+    monkeypatch.setattr(leaderboard, "request_book_model", request)
+    monkeypatch.setattr(leaderboard, "train_many", train_many)
     monkeypatch.setattr(leaderboard, "leaderboard_rows", rows)
     book = BookData(grid="grid data", grid_enc={"e": "grid"}, regions="region data", region_enc={"e": "regions"})
     out = leaderboard.score_book([0, 1], book, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
