@@ -34,6 +34,12 @@ def _results(root: Path, rows: list[tuple[str, float]]) -> None:
     (folder / "table.csv").write_text("model,rsum\nm,1.0\n")  # no run and train s: not a cost table
 
 
+def test_the_trace_reads_the_notebook_the_runner_names() -> None:
+    from xmr_core import plantrace, results
+
+    assert plantrace.NOTEBOOK_ENV == results.NOTEBOOK_ENV
+
+
 def test_costs_recorded_committed_median_or_default(tmp_path: Path) -> None:
     _results(tmp_path, [("vse-" + "a" * 16, 100.0), ("vse-" + "b" * 16, 300.0), ("vse-" + "c" * 16, 50.0),
                         ("pcme-" + "d" * 16, 40.0)])

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 PLAN_ENV = "XMR_PLAN"
+NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`results.NOTEBOOK_ENV`, which imports this
+# module: the name is spelled here too, and a test checks the two agree)
 
 
 @dataclass
@@ -74,8 +76,6 @@ def _end_stage() -> None:
 def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None) -> None:
     """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
     planned). `cfg` is its `TrainConfig`."""
-    from xmr_core.results import NOTEBOOK_ENV
-
     recorded = None
     if done is not None:
         threads = int(done.get("run", {}).get("train", {}).get("threads", 1))

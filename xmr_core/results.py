@@ -26,6 +26,7 @@ import pandas as pd
 
 from xmr_core.config import RunConfig
 from xmr_core.io import remove_stale_temps, temp_beside
+from xmr_core.plantrace import tracing
 from xmr_core.verdicts import VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (the chapters import them from here)
 
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
@@ -178,7 +179,8 @@ def write_table(
     """Write `<results>/<key>.csv`, `.md` (with `caption` above the table) and `.json` provenance (plus
     `extra`, e.g. the Bayes ceiling's own values)."""
     _check_key(key)
-    if df.empty:
+    if df.empty and not tracing():  # the run plan's trace writes into a folder it throws away: untrained runs
+        # may leave a table empty there (a loss curve)
         raise ValueError(f"table {key!r} is empty: refusing to write an empty result")
     base = results_root(run) / key
     csv = df.to_csv(index=False).encode("utf-8")
