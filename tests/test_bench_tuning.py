@@ -1,51 +1,52 @@
-"""Where each tuned setting lies in its grid: `tuning.grid_edges` and the `bench tuning` script."""
+"""`python -m xmr_core.bench tuning`: the per-method summary of every chapter's tuning table, and its exit status."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
+from fixtures.tuning import LR, MARGIN, FakeTrainer, method
 
 from xmr_core.bench.tuning import main
-from xmr_core.tuning import grid_edges
+from xmr_core.tuning import Search, tune, tuning_frame
 
 
-def _runs(method: str, lr_scores: dict[float, float], weight_scores: dict[float, float], default: float = 0.2
-          ) -> list[dict]:
-    """The rows `tune` writes for one method: the lr stage at `default`, then the other weights at the best lr
-    (`tune`'s coordinate search, done by hand here)."""
-    best_lr = max(lr_scores, key=lr_scores.__getitem__)
-    best_w = max(weight_scores, key=weight_scores.__getitem__)
-    rows = [{"method": method, "stage": "lr", "lr": lr, "weight": "margin", "value": default} for lr in lr_scores]
-    rows += [{"method": method, "stage": "weight", "lr": best_lr, "weight": "margin", "value": w}
-             for w in weight_scores if w != default]
-    for row in rows:
-        row["chosen"] = row["lr"] == best_lr and row["value"] == best_w
-    return rows
+def _table(script, max_runs: int = 16) -> pd.DataFrame:
+    """The tuning table `tune` writes for one method scored by `script` (a fake trainer: no training)."""
+    return tuning_frame({"M": tune(method(Search(LR, MARGIN, max_runs=max_runs)), None, None, None,
+                                   FakeTrainer(script))})
 
 
-def test_grid_edges_marks_choices_at_the_smallest_or_largest_value_tried():
-    frame = pd.DataFrame(
-        _runs("A", {5e-4: 1.0, 1e-3: 2.0, 2e-3: 3.0}, {0.2: 1.0, 0.1: 0.5, 0.4: 0.7})  # lr high, margin inside
-        + _runs("B", {5e-4: 3.0, 1e-3: 2.0, 2e-3: 1.0}, {0.2: 1.0, 0.1: 2.0, 0.4: 0.7})  # lr low, margin low
-        + _runs("C", {1e-3: 1.0}, {0.2: 1.0}))  # one value each: no edge
-    edges = grid_edges(frame)
-    assert edges.to_dict("records") == [
-        {"method": "A", "lr": 2e-3, "lr edge": "high", "weight": "margin", "value": 0.2, "weight edge": ""},
-        {"method": "B", "lr": 5e-4, "lr edge": "low", "weight": "margin", "value": 0.1, "weight edge": "low"},
-        {"method": "C", "lr": 1e-3, "lr edge": "", "weight": "margin", "value": 0.2, "weight edge": ""}]
-    frame.loc[frame["method"] == "C", "chosen"] = False
-    with pytest.raises(ValueError, match="'C' has 0 chosen runs"):
-        grid_edges(frame)
+def _write(root, chapter: str, frame: pd.DataFrame) -> None:
+    (root / chapter).mkdir()
+    frame.to_csv(root / chapter / "tuning.csv", index=False)  # as written: CSV round trip
 
 
-def test_bench_tuning_prints_every_chapter_and_counts_the_edges(tmp_path, capsys):
-    for chapter, rows in (("one", _runs("A", {5e-4: 1.0, 1e-3: 2.0, 2e-3: 3.0}, {0.2: 1.0, 0.1: 0.5, 0.4: 0.7})),
-                          ("two", _runs("B", {5e-4: 3.0, 1e-3: 2.0, 2e-3: 1.0}, {0.2: 1.0, 0.1: 2.0, 0.4: 0.7}))):
-        (tmp_path / chapter).mkdir()
-        pd.DataFrame(rows).to_csv(tmp_path / chapter / "tuning.csv", index=False)  # as written: CSV round trip
+def test_bench_tuning_passes_when_every_setting_is_bracketed_or_at_a_bound(tmp_path, capsys):
+    _write(tmp_path, "one", _table(lambda i, j, e: (-(i * i) - j * j, 5)))  # optimum at the default
+    _write(tmp_path, "two", _table(lambda i, j, e: (float(j - i * i), 5), max_runs=30))  # margin at its bound 2.0
     main(["--results", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "== one" in out and "== two" in out
-    assert out.splitlines()[-1] == "chapters=2 settings=4 on_grid_edge=3"  # A: lr; B: lr and margin
+    assert "== one" in out and "== two" in out and "hard bound" in out
+    assert out.splitlines()[-1] == "chapters=2 old_format=0 settings=4 unbracketed=0 not_converged=0"
+
+
+def test_bench_tuning_exits_1_on_an_unbracketed_setting(tmp_path, capsys):
+    _write(tmp_path, "one", _table(lambda i, j, e: (float(i - j * j), 5), max_runs=8))  # capped climbing the lr
+    with pytest.raises(SystemExit) as stop:
+        main(["--results", str(tmp_path)])
+    assert stop.value.code == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "chapters=1 old_format=0 settings=2 unbracketed=2 not_converged=0")
+
+
+def test_bench_tuning_exits_1_on_a_table_from_before_the_protocol(tmp_path, capsys):
+    _write(tmp_path, "old", pd.DataFrame([{"method": "A", "stage": "lr", "lr": 1e-3, "weight": "margin",
+                                           "value": 0.2, "val rsum": 1.0, "chosen": True}]))
+    with pytest.raises(SystemExit) as stop:
+        main(["--results", str(tmp_path)])
+    assert stop.value.code == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "== old" and "old format" in out
+    assert out.splitlines()[-1] == "chapters=1 old_format=1 settings=0 unbracketed=0 not_converged=0"
     with pytest.raises(SystemExit, match="three/tuning.csv: not found"):
         main(["three", "--results", str(tmp_path)])
