@@ -12,7 +12,7 @@ from xmr_core.tuning import Search, tune, tuning_frame
 
 def _table(script, max_runs: int = 16) -> pd.DataFrame:
     """The tuning table `tune` writes for one method scored by `script` (a fake trainer: no training)."""
-    return tuning_frame({"M": tune(method(Search(LR, MARGIN, max_runs=max_runs)), None, None, None,
+    return tuning_frame({"M": tune(method(Search(LR, MARGIN, max_runs=max_runs)),
                                    FakeTrainer(script))})
 
 

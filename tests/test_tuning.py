@@ -46,7 +46,7 @@ def test_axis_is_log_spaced_around_the_default_and_clamped_to_its_bounds():
 
 def test_optimum_inside_the_first_cross_takes_five_runs_in_two_rounds():
     trainer = FakeTrainer(peak(0, 0))
-    result = tune(method(), None, None, None, trainer)
+    result = tune(method(), trainer)
     assert (result.lr, result.weight, result.epochs) == (1e-3, 0.2, 10)
     assert [len(c) for c in trainer.calls] == [5]  # the cross in one call; its centre's neighbours are all tried
     summary = tuning_summary(result.frame())
@@ -56,7 +56,7 @@ def test_optimum_inside_the_first_cross_takes_five_runs_in_two_rounds():
 
 def test_a_choice_at_an_edge_extends_the_search_until_validation_stops_improving():
     trainer = FakeTrainer(peak(2, -1))  # lr optimum 4e-3 (two steps up), margin optimum 0.1
-    result = tune(method(), None, None, None, trainer)
+    result = tune(method(), trainer)
     assert (result.lr, result.weight) == (4e-3, 0.1)
     # cross; then around (1, 0): (2,0) (1,-1) (1,1); around (2, 0)... the climb ends at (2, -1) with every
     # neighbour tried and lower, so the lr 8e-3 beyond the optimum was trained and rejected
@@ -67,7 +67,7 @@ def test_a_choice_at_an_edge_extends_the_search_until_validation_stops_improving
 
 def test_the_search_stops_at_a_hard_bound():
     trainer = FakeTrainer(lambda i, j, e: (float(j - i * i), 5))  # larger margins always better
-    result = tune(method(Search(LR, MARGIN, max_runs=30)), None, None, None, trainer)
+    result = tune(method(Search(LR, MARGIN, max_runs=30)), trainer)
     assert result.weight == 2.0  # 0.2, 0.4, 0.8, 1.6, then the bound 2.0 itself: nothing past it
     assert sorted({v for _, v, _ in tried(result)}) == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0]
     summary = tuning_summary(result.frame()).iloc[0]
@@ -78,14 +78,14 @@ def test_the_search_stops_at_a_hard_bound():
 
 def test_a_tied_neighbour_leaves_the_axis_unbracketed():
     trainer = FakeTrainer(lambda i, j, e: (float(-j * j), 5))  # the lr makes no difference
-    summary = tuning_summary(tune(method(), None, None, None, trainer).frame()).iloc[0]
+    summary = tuning_summary(tune(method(), trainer).frame()).iloc[0]
     assert (summary["lr status"], summary["weight status"], summary["cap reached"]) == (
         "unbracketed", "bracketed", False)
 
 
 def test_the_cap_on_runs_ends_the_search_unbracketed():
     trainer = FakeTrainer(lambda i, j, e: (float(i) - j * j, 5))  # lr: always better one step up
-    result = tune(method(Search(LR, MARGIN, max_runs=8)), None, None, None, trainer)
+    result = tune(method(Search(LR, MARGIN, max_runs=8)), trainer)
     assert len(result.rows) == 8 and [len(c) for c in trainer.calls] == [5, 3]
     # round 1 around (1, 0): (2, 0), (1, -1), (1, 1); (2, 0) wins, its neighbours would exceed the cap
     assert result.lr == 4e-3
@@ -98,7 +98,7 @@ def test_the_cap_on_runs_ends_the_search_unbracketed():
 def test_coordinate_recheck_tries_the_other_axis_at_the_new_value():
     scores = {(0, 0): 10, (1, 0): 12, (-1, 0): 0, (0, 1): 11, (0, -1): 0, (1, 1): 15, (2, 0): 0, (1, -1): 0}
     trainer = FakeTrainer(lambda i, j, e: (float(scores.get((i, j), 0)), 5))
-    result = tune(method(), None, None, None, trainer)
+    result = tune(method(), trainer)
     assert (result.lr, result.weight) == (2e-3, 0.4)
     # after the weight moved to 0.4 at lr 2e-3, both lrs next to 2e-3 are tried at 0.4: (0, 1) already, (2, 1) new
     assert trainer.calls[2] == [(4e-3, 0.4, 10), (2e-3, 0.8, 10)]
@@ -107,13 +107,13 @@ def test_coordinate_recheck_tries_the_other_axis_at_the_new_value():
 
 def test_ties_keep_the_default():
     trainer = FakeTrainer(lambda i, j, e: (1.0, 5))
-    result = tune(method(), None, None, None, trainer)
+    result = tune(method(), trainer)
     assert (result.lr, result.weight) == (1e-3, 0.2) and len(result.rows) == 5
 
 
 def test_every_run_is_recorded_with_its_round_stage_and_epochs():
     trainer = FakeTrainer(peak(1, 0))
-    result = tune(method(seed=3), None, None, None, trainer)
+    result = tune(method(seed=3), trainer)
     frame = result.frame()
     assert frame["round"].tolist() == [0] * 5 + [1] * 3  # round 1: (2,0), (1,-1), (1,1) around (1,0)
     assert frame["stage"].unique().tolist() == ["search"]
@@ -133,17 +133,17 @@ def test_models_are_built_under_the_methods_seed():
         seeds.extend(r.model.seed for r in requests)
         return FakeTrainer(peak(0, 0))(requests)
 
-    tune(method(seed=7), None, None, None, trainer)
+    tune(method(seed=7), trainer)
     assert seeds == [7] * 5
 
 
 def test_methods_tuned_together_share_each_round():
     trainer = FakeTrainer(peak(0, 0))
-    tuned = tune_many([method(name="A"), method(name="B")], None, None, None, trainer)
+    tuned = tune_many([method(name="A"), method(name="B")], trainer)
     assert [len(c) for c in trainer.calls] == [10]
     assert tuning_frame(tuned)["method"].tolist() == ["A"] * 5 + ["B"] * 5
     with pytest.raises(ValueError, match="names repeat"):
-        tune_many([method(name="A"), method(name="A")], None, None, None, trainer)
+        tune_many([method(name="A"), method(name="A")], trainer)
 
 
 def _last_epoch_best(longer_score: float) -> Script:
@@ -158,7 +158,7 @@ def _last_epoch_best(longer_score: float) -> Script:
 
 def test_a_longer_schedule_that_improves_beyond_noise_is_adopted():
     trainer = FakeTrainer(_last_epoch_best(101.5))  # +1.5 > min_delta 1.0
-    result = tune(method(), None, None, None, trainer)
+    result = tune(method(), trainer)
     assert result.epochs == 20 and trainer.calls[-1] == [(1e-3, 0.2, 20)]
     chosen = result.frame()[result.frame()["chosen"]].iloc[0]
     assert (chosen["stage"], chosen["epochs"]) == ("schedule", 20)
@@ -169,7 +169,7 @@ def test_a_longer_schedule_that_improves_beyond_noise_is_adopted():
 
 def test_a_longer_schedule_within_noise_is_not_adopted_and_the_setting_counts_as_converged():
     trainer = FakeTrainer(_last_epoch_best(100.5))  # +0.5 <= min_delta 1.0
-    result = tune(method(), None, None, None, trainer)
+    result = tune(method(), trainer)
     assert result.epochs == 10
     summary = tuning_summary(result.frame()).iloc[0]
     assert (summary["epochs"], summary["converged"], summary["runs"]) == (10, True, 6)
@@ -177,14 +177,14 @@ def test_a_longer_schedule_within_noise_is_not_adopted_and_the_setting_counts_as
 
 def test_the_schedule_check_repeats_while_the_last_epoch_stays_best_up_to_its_limit():
     trainer = FakeTrainer(lambda i, j, e: (100.0 + e - (i * i + j * j), e))  # always best at the last epoch
-    result = tune(method(Search(LR, MARGIN, max_longer=2)), None, None, None, trainer)
+    result = tune(method(Search(LR, MARGIN, max_longer=2)), trainer)
     assert result.epochs == 40 and [c for c in trainer.calls[-2:]] == [[(1e-3, 0.2, 20)], [(1e-3, 0.2, 40)]]
     assert not tuning_summary(result.frame()).iloc[0]["converged"]  # 40 epochs still ended on its best
 
 
 def test_a_single_setting_trains_the_default_once():
     trainer = FakeTrainer(_last_epoch_best(200.0))
-    result = tune(method(Search(LR, MARGIN, single=True)), None, None, None, trainer)
+    result = tune(method(Search(LR, MARGIN, single=True)), trainer)
     assert (result.lr, result.weight, result.epochs, len(result.rows)) == (1e-3, 0.2, 10, 1)
     summary = tuning_summary(result.frame()).iloc[0]
     assert (summary["lr status"], summary["weight status"], summary["converged"]) == (
@@ -193,7 +193,7 @@ def test_a_single_setting_trains_the_default_once():
 
 def test_summary_survives_the_csv_round_trip_and_rejects_the_old_format(tmp_path):
     trainer = FakeTrainer(lambda i, j, e: (float(j), 5))
-    frame = tuning_frame({"M": tune(method(), None, None, None, trainer)})
+    frame = tuning_frame({"M": tune(method(), trainer)})
     frame.to_csv(tmp_path / "t.csv", index=False)
     assert tuning_summary(pd.read_csv(tmp_path / "t.csv")).equals(tuning_summary(frame))
     with pytest.raises(ValueError, match="predates the bracketing protocol"):

@@ -109,12 +109,16 @@ class Search:
 @dataclass
 class Method:
     """One method to tune: build(weight) -> a fresh model whose main weight or margin is `weight`; recipe(lr) ->
-    the training recipe at that learning rate (its epochs the starting schedule); the search; the seed."""
+    the training recipe at that learning rate (its epochs the starting schedule); the search; its train and
+    validation splits and vocabulary; the seed."""
 
     name: str
     build: Callable[[float], RetrievalModel]
     recipe: Callable[[float], TrainConfig]
     search: Search
+    train: Split
+    val: Split
+    vocab: Vocabulary
     seed: int = 0
 
 
@@ -230,8 +234,7 @@ def _config(method: Method, lr: float, epochs: int) -> TrainConfig:
     return cfg if cfg.epochs == epochs else dataclasses.replace(cfg, epochs=epochs)
 
 
-def tune_many(methods: Sequence[Method], train: Split, val: Split, vocab: Vocabulary,
-              trainer: Trainer = fit_many) -> dict[str, TuningResult]:
+def tune_many(methods: Sequence[Method], trainer: Trainer = fit_many) -> dict[str, TuningResult]:
     """Tune every method of `methods` by the protocol (module docstring), their searches side by side: each round
     asks `trainer` (default `runplan.fit_many`) for every method's next runs in one call. Each run's model is built
     right after `torch.manual_seed(method.seed)` (its initial weights are part of the run key)."""
@@ -250,7 +253,7 @@ def tune_many(methods: Sequence[Method], train: Split, val: Split, vocab: Vocabu
             lr, weight = s.lr.value(point[0]), s.weight.value(point[1])
             assert lr is not None and weight is not None
             torch.manual_seed(m.seed)
-            requests.append(RunRequest(m.build(weight), train, val, _config(m, lr, epochs), vocab,
+            requests.append(RunRequest(m.build(weight), m.train, m.val, _config(m, lr, epochs), m.vocab,
                                        f"{m.name} tuning {stage} lr={lr:g} {s.weight.name}={weight:g} epochs={epochs}"))
         results = trainer(requests)
         if len(results) != len(requests):
@@ -261,9 +264,9 @@ def tune_many(methods: Sequence[Method], train: Split, val: Split, vocab: Vocabu
     return {state.method.name: state.result() for state in states}
 
 
-def tune(method: Method, train: Split, val: Split, vocab: Vocabulary, trainer: Trainer = fit_many) -> TuningResult:
+def tune(method: Method, trainer: Trainer = fit_many) -> TuningResult:
     """One method by the protocol (`tune_many` with one method)."""
-    return tune_many([method], train, val, vocab, trainer)[method.name]
+    return tune_many([method], trainer)[method.name]
 
 
 def tuning_frame(tuned: Mapping[str, TuningResult]) -> pd.DataFrame:
