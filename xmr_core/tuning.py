@@ -45,6 +45,7 @@ Trainer = Callable[[Sequence[RunRequest]], list[FitResult]]
 Point = tuple[int, int]  # (learning-rate index, weight index) on the lattice
 
 LR_STEP = 2.0  # the learning rate's step, the same for every method
+FIRST_ROUND = 5  # round 0: the default and its four neighbours (fewer where the default sits at a hard bound)
 BRACKETED, HARD_BOUND, UNBRACKETED, SINGLE = "bracketed", "hard bound", "unbracketed", "not searched"
 
 
@@ -81,6 +82,12 @@ class Axis:
         if raw < self.low and inner > self.low:
             return self.low
         return None
+
+    def describe(self) -> str:
+        """E.g. "margin 0.2 x 2^k, at most 2": the default, the step and the hard bounds."""
+        bounds = (f", at least {self.low:g}" if self.low > 0 else "") + (
+            f", at most {self.high:g}" if self.high < math.inf else "")
+        return f"{self.name} {self.default:g} x {self.step:g}^k{bounds}"
 
     def bound(self, index: int) -> str:
         """'low' / 'high' when the value at `index` is that hard bound (nothing lies past it), else ''."""
@@ -330,6 +337,14 @@ def tuning_summary(frame: pd.DataFrame) -> pd.DataFrame:
                      "cap reached": not single and "untried" in lr_sides + weight_sides,
                      "converged": bool(chosen["converged"]) or longer_tried})
     return pd.DataFrame(rows)
+
+
+SUMMARY_CAPTION = (
+    "Per method: the chosen learning rate and weight, each 'bracketed' (both neighbours tried and lower), at a "
+    "'hard bound', 'unbracketed' (the optimum may lie past what was tried) or 'not searched' (smoke: the defaults "
+    "once); the chosen schedule (epochs); the runs and epochs spent (cached runs included); whether the cap on runs "
+    "ended the search; converged = the chosen run's best epoch is not its last, or a longer schedule did not "
+    "improve it beyond the recipe's min_delta.")
 
 
 def unbracketed(summary: pd.DataFrame) -> int:

@@ -1,16 +1,17 @@
-"""The compared methods of the book: each method's tuned weight (name, grid, default) and how to build it, in one
-registry every chapter and the leaderboard read (`book_compared`).
+"""The compared methods of the book: each method's tuned weight (its axis: name, paper default, step, hard bounds)
+and how to build it, in one registry every chapter and the leaderboard read (`book_compared`). Every method is
+tuned by the one protocol of `xmr_core.tuning` (`training.tune_methods`), its weight axis declared here:
 
 - The baselines (`BASELINES`: VSE0, PVSE, PCME μ-only, PCME), the PCME chapter's models, which every later
-  zero-shot chapter compares against. VSE0 and PVSE are tuned on the hinge margin α (0.1, 0.2, 0.4; the papers'
-  0.2 in the middle), PCME μ-only on its uniformity weight (1, 10, 100; PCME's CUB value 10 in the middle), PCME
-  on its KL weight (1e-5, 1e-4, 1e-3; `xmr_core.chapters.pcme` says how these compare with the paper's).
-- MSRM (`MSRM_COMPARED`): its γ (0.5, 0.8, 2.0). DVSE (`DVSE_COMPARED`, K = `DVSE_K`): the hinge margin.
-- HREM's chapter (`hrem_compared`): VSE++, GPO and HREM standalone / fusion, each on the hinge margin `MARGINS`,
+  zero-shot chapter compares against. VSE0 and PVSE are tuned on the hinge margin α (`MARGIN`: the papers' 0.2,
+  step ×2, at most 2), PCME μ-only on its uniformity weight (PCME's CUB value 10, step ×10), PCME on its KL
+  weight (the CUB value 1e-3, step ×10; `xmr_core.methods.pcme` says how it compares with the paper's).
+- MSRM (`MSRM_COMPARED`): its γ (the paper's 0.8, step ×2). DVSE (`DVSE_COMPARED`, K = `DVSE_K`): the margin.
+- HREM's chapter (`hrem_compared`): VSE++, GPO and HREM standalone / fusion, each on the hinge margin `MARGIN`,
   HREM with neighbour batches from epoch `NEIGHBOUR_FROM[profile]`.
 
 HMRN's query-set models stay in `xmr_core.chapters.hmrn` (built from that chapter's query-set constants, trained
-there only). `LEARNING_RATES` is the learning-rate grid every method is tuned over (`training.tune_methods`).
+there only).
 """
 
 from __future__ import annotations
@@ -31,19 +32,29 @@ from xmr_core.methods.msrm import MSRM, msrm_config
 from xmr_core.methods.pcme import PCME, pcme_config
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config, vse_pp_config
+from xmr_core.tuning import Axis
 
-LEARNING_RATES = {"smoke": (5e-4,), "cpu": (5e-4, 1e-3, 2e-3), "paper": (1e-4,)}
+MARGIN_BOUND = 2.0  # cosine scores: s(i, t) - s(i, t') <= 2, so at a margin >= 2 the hinge can no longer vanish
+MARGIN = Axis("margin", 0.2, 2.0, high=MARGIN_BOUND)  # every hinge margin α: the papers' 0.2, step x2
 
 
 @dataclass(frozen=True)
 class Compared:
-    """One compared method: its tuned weight (name, grid, default) and how to build it."""
+    """One compared method: its tuned weight's axis (`tuning.Axis`: name, paper default, step, hard bounds), how to
+    build it, and its cap on tuning runs (`tuning.Search.max_runs`)."""
 
     name: str
-    weight_name: str
-    weights: tuple[float, ...]
-    default: float
+    weight: Axis
     build: Callable[[dict, np.ndarray, float, int], RetrievalModel]  # (encoders, word vectors, weight, K)
+    max_runs: int = 16
+
+    @property
+    def weight_name(self) -> str:
+        return self.weight.name
+
+    @property
+    def default(self) -> float:
+        return self.weight.default
 
 
 def with_margin(cfg: Any, margin: float) -> Any:
@@ -74,10 +85,10 @@ def _pcme(enc: dict, wv: np.ndarray, weight: float, k: int) -> RetrievalModel:
 
 
 BASELINES: dict[str, Compared] = {
-    "VSE0": Compared("VSE0", "margin", (0.1, 0.2, 0.4), 0.2, _vse0),
-    "PVSE": Compared("PVSE", "margin", (0.1, 0.2, 0.4), 0.2, _pvse),
-    "PCME mu only": Compared("PCME mu only", "uniformity weight", (1.0, 10.0, 100.0), 10.0, _mu_only),
-    "PCME": Compared("PCME", "KL weight", (1e-5, 1e-4, 1e-3), 1e-3, _pcme),
+    "VSE0": Compared("VSE0", MARGIN, _vse0),
+    "PVSE": Compared("PVSE", MARGIN, _pvse),
+    "PCME mu only": Compared("PCME mu only", Axis("uniformity weight", 10.0, 10.0), _mu_only),
+    "PCME": Compared("PCME", Axis("KL weight", 1e-3, 10.0), _pcme),
 }
 # The baselines' trained models (name, K), in the paper's order of PCME's Tables 2 and 3.
 BASELINE_SPECS: list[tuple[str, int]] = [("VSE0", 1), ("PVSE", 1), ("PVSE", 2), ("PVSE", 4), ("PCME mu only", 1),
@@ -89,7 +100,7 @@ def _msrm(enc: dict, wv: np.ndarray, gamma: float, k: int) -> RetrievalModel:
     return MSRM(msrm_config(enc, gamma=gamma), wv)
 
 
-MSRM_COMPARED = Compared("MSRM", "gamma", (0.5, 0.8, 2.0), 0.8, _msrm)
+MSRM_COMPARED = Compared("MSRM", Axis("gamma", 0.8, 2.0), _msrm)
 
 DVSE_K = 6  # the paper's K for COCO and Flickr30K (CUB: 8)
 REGIONS = "DVSE (regions)"  # the region-feature DVSE (the paper's Faster R-CNN rows) at the grid DVSE's setting
@@ -99,11 +110,10 @@ def _dvse(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
     return DVSE(with_margin(dvse_config(n_embeds=DVSE_K, hard_negatives=True, **enc), margin), wv)
 
 
-DVSE_COMPARED = Compared("DVSE", "margin", (0.1, 0.2, 0.4), 0.2, _dvse)
+DVSE_COMPARED = Compared("DVSE", MARGIN, _dvse)
 
 
 # ---------------------------------------------------------------------------------------------- HREM's chapter
-MARGINS = (0.1, 0.2, 0.4)
 NEIGHBOUR_FROM = {"smoke": 1, "cpu": 5, "paper": 15}  # first epoch (0-based) with neighbour batches
 
 
@@ -128,10 +138,10 @@ def _hrem(mechanism: str, profile: str) -> Callable[[dict, np.ndarray, float, in
 
 
 def hrem_compared(profile: str) -> dict[str, Compared]:
-    """The four trained models of HREM's Tables 1-2, each tuned on its margin (the same grid for all)."""
+    """The four trained models of HREM's Tables 1-2, each tuned on its margin (`MARGIN`, the same axis for all)."""
     builders = {"VSE++": _vse_pp, "GPO": _gpo, "HREM standalone": _hrem("standalone", profile),
                 "HREM fusion": _hrem("fusion", profile)}
-    return {name: Compared(name, "margin", MARGINS, 0.2, build) for name, build in builders.items()}
+    return {name: Compared(name, MARGIN, build) for name, build in builders.items()}
 
 
 # ---------------------------------------------------------------------------------------------- the registry

@@ -3,9 +3,11 @@ rate (`train_config`), the tuning budget (`tune_methods`), one model at its tune
 `train_model`), a batch of independent runs trained side by side (`request_built` / `request_model`, then
 `train_many`: `runplan.fit_many` on the workers `XMR_JOBS` names) and the training table's row (`fit_row`).
 
-Every compared method gets the same budget on the validation split (`xmr_core.tuning.tune`): the learning rates
-of `LEARNING_RATES` at the method's default weight, then the values of its own main loss weight or margin at the
-best learning rate; smoke runs one setting per method (every code path, seconds).
+Every compared method is tuned by the same protocol on the validation split (`xmr_core.tuning`): log-spaced
+learning rates around the recipe's (step `tuning.LR_STEP`) and values of its own main loss weight or margin around
+its paper's (its `Compared.weight` axis), extended until the chosen setting is bracketed or at a hard bound, then
+the training length checked; smoke trains one setting per method (the defaults: every code path, seconds). The
+tuned schedule (`TuningResult.epochs`) is part of the setting every seed trains at (`train_built`).
 """
 
 from __future__ import annotations
@@ -15,17 +17,17 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, check_profile
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, LEARNING_RATES, Compared
+from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.runplan import fit_many
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult, TrainConfig
-from xmr_core.tuning import TuningResult, tune
+from xmr_core.tuning import FIRST_ROUND, LR_STEP, Axis, Method, Search, TuningResult, tune_many
 
 
 def train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
@@ -33,20 +35,34 @@ def train_config(profile: str, lr: float, seed: int = 0, **overrides: object) ->
     return pcme_train_config(profile, seed=seed, lr=lr, **overrides)
 
 
+def tuning_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
+                   seed: int = 0, *, compared: Mapping[str, Compared] | None = None,
+                   **train_overrides: object) -> list[Method]:
+    """The methods of `compared` (default the baselines) as the tuning protocol takes them (`tuning.Method`): built
+    at K = 1, on the recipe `train_config` (with `train_overrides`), their learning rate around the recipe's, their
+    weight on their own axis; smoke: one setting each (`Search.single`). A chapter whose methods train on several
+    data sets joins their lists into one `tuning.tune_many` call."""
+    lr = Axis("lr", pcme_train_config(profile, seed, **train_overrides).lr, LR_STEP)
+    return [Method(name, lambda w, spec=spec: spec.build(enc, word_vectors, w, 1),
+                   lambda rate: train_config(profile, rate, seed, **train_overrides),
+                   Search(lr, spec.weight, spec.max_runs, single=profile == "smoke"), train, val, vocab, seed)
+            for name, spec in (BASELINES if compared is None else compared).items()]
+
+
+def least_tuning_runs(profile: str) -> int:
+    """The fewest tuning runs a method gets: the first round's cross around its defaults (`tuning.FIRST_ROUND`),
+    smoke's one setting; the search adds runs until its choice is bracketed (the count is known only after)."""
+    return 1 if check_profile(profile) == "smoke" else FIRST_ROUND
+
+
 def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
                  seed: int = 0, *, compared: Mapping[str, Compared] | None = None,
                  **train_overrides: object) -> dict[str, TuningResult]:
     """Tune every compared method (`compared`, default the baselines; a later chapter passes these plus its
-    own) with the same budget (cached runs: free the second time)."""
-    lrs = LEARNING_RATES[profile]
-    out = {}
-    for name, spec in (BASELINES if compared is None else compared).items():
-        weights = spec.weights if profile != "smoke" else (spec.default,)
-        out[name] = tune(name, lambda w, spec=spec: spec.build(enc, word_vectors, w, 1),
-                         lambda lr: train_config(profile, lr, seed, **train_overrides), train, val, vocab,
-                         lrs=lrs, weight_name=spec.weight_name, weights=weights, default_weight=spec.default,
-                         seed=seed)
-    return out
+    own) by the one protocol (`tuning_methods`, `tuning.tune_many`: each round's runs of every method in one
+    `fit_many` call; cached runs: free the second time)."""
+    return tune_many(tuning_methods(profile, enc, word_vectors, train, val, vocab, seed, compared=compared,
+                                    **train_overrides))
 
 
 def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray, k: int = 1,
@@ -56,16 +72,17 @@ def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vecto
     return compared[name].build(enc, word_vectors, tuned[name].weight, k)
 
 
-def request_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
-                  label: str = "", **train_overrides: object) -> RunRequest:
+def request_built(build: Callable[[], RetrievalModel], tuning: TuningResult, data: ChapterData, run: RunConfig,
+                  seed: int, label: str = "", **train_overrides: object) -> RunRequest:
     """The run `train_built` trains, as a request for `train_many`: seeded with `seed`, the model built, the book's
-    recipe at learning rate `lr` (`train_config`; `train_overrides` e.g. finetune=True, on_nonfinite="stop") on
-    `data`'s train and validation splits; `label` names it in the run plan (`xmr book plan`)."""
+    recipe at a tuned method's learning rate and schedule (`tuning.lr`, `tuning.epochs`; `train_config`;
+    `train_overrides` e.g. finetune=True, on_nonfinite="stop") on `data`'s train and validation splits; `label`
+    names it in the run plan (`xmr book plan`). The tuning run at the chosen setting is seed `tuning`'s run."""
     torch.manual_seed(seed)
     model = build()
-    return RunRequest(model, data.train, data.val,
-                      train_config(run.profile, lr, seed, device=run.device, progress=run.progress, **train_overrides),
-                      data.vocab, label)
+    cfg = train_config(run.profile, tuning.lr, seed, **{"epochs": tuning.epochs, **train_overrides},
+                       device=run.device, progress=run.progress)
+    return RunRequest(model, data.train, data.val, cfg, data.vocab, label)
 
 
 def train_many(requests: Sequence[RunRequest], run: RunConfig) -> list[tuple[RetrievalModel, FitResult]]:
@@ -77,19 +94,19 @@ def train_many(requests: Sequence[RunRequest], run: RunConfig) -> list[tuple[Ret
     return [(r.model.to(run.torch_device).eval(), result) for r, result in zip(requests, results)]
 
 
-def train_built(build: Callable[[], RetrievalModel], lr: float, data: ChapterData, run: RunConfig, seed: int,
-                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+def train_built(build: Callable[[], RetrievalModel], tuning: TuningResult, data: ChapterData, run: RunConfig,
+                seed: int, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
     """One run (`request_built`), trained or loaded on its own (`train_many`): the model (best weights, eval mode,
     on `run.torch_device`) and the fit."""
-    return train_many([request_built(build, lr, data, run, seed, **train_overrides)], run)[0]
+    return train_many([request_built(build, tuning, data, run, seed, **train_overrides)], run)[0]
 
 
 def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
                   seed: int, compared: Mapping[str, Compared] = BASELINES, **train_overrides: object) -> RunRequest:
-    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight and
-    learning rate, as a request (`request_built`) labelled with the method, K and seed."""
+    """One compared model (of `compared`, as `tuned_model`; PVSE: with K embeddings) at its tuned weight, learning
+    rate and schedule, as a request (`request_built`) labelled with the method, K and seed."""
     label = f"{name}{f' K={k}' if k != 1 else ''} seed {seed}"
-    return request_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name].lr, data,
+    return request_built(lambda: tuned_model(name, tuned, enc, data.word_vectors, k, compared), tuned[name], data,
                          run, seed, label, **train_overrides)
 
 
@@ -102,7 +119,8 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
 
 def fit_row(label: str, seed: int, tuning: TuningResult, result: FitResult, wall_s: float) -> dict[str, object]:
     """One row of the training table: the tuned setting, the best epoch, convergence and the cost."""
-    return {"model": label, "seed": seed, "lr": tuning.lr, tuning.weight_name: tuning.weight, "cached": result.cached,
+    return {"model": label, "seed": seed, "lr": tuning.lr, tuning.weight_name: tuning.weight, "epochs": tuning.epochs,
+            "cached": result.cached,
             "best epoch": result.best_epoch, "epochs run": len(result.history), "converged": result.converged,
             "train s": round(result.train_seconds, 1), "images/s": round(result.pairs_per_second, 1),
             "wall s": round(wall_s, 1), "run": result.run_dir.name}
