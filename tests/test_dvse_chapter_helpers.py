@@ -85,7 +85,7 @@ from xmr_core.chapters.dvse import (
     write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import weight_grids
+from xmr_core.chapters.pcme import weight_axes
 from xmr_core.chapters.summary import paper_table
 from xmr_core.claims import can_fail, instance_collapse
 from xmr_core.config import RunConfig
@@ -155,7 +155,7 @@ def test_compared_reuses_the_pcme_chapter_and_adds_dvse_with_its_margin():
     for name, spec in PCME_COMPARED.items():
         assert COMPARED[name] is spec  # the same builders: the same run keys, so cached runs are loaded
     dvse = COMPARED["DVSE"]
-    assert dvse.weight_name == "margin" and dvse.default == 0.2 and dvse.weights == (0.1, 0.2, 0.4)
+    assert dvse.weight_name == "margin" and dvse.default == 0.2 and dvse.weight.high == 2.0
     small = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=8, image_size=16),
              "text": TextEncoderConfig(hidden=4)}
     model = dvse.build(small, np.zeros((5, 3), np.float32), 0.4, 1)
@@ -535,8 +535,8 @@ def test_rerank_bench_args():
 
 
 def test_compared_methods_and_the_data_tables():
-    grids = weight_grids(COMPARED)
-    assert "DVSE: margin (0.1, 0.2, 0.4)" in grids and grids.startswith("VSE0: margin")
+    axes = weight_axes(COMPARED)
+    assert "DVSE: margin 0.2 x 2^k, at most 2" in axes and axes.startswith("VSE0: margin")
     assert MODELS == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "DVSE"]
     split = _split()
     sizes = split_sizes(_data(split))
@@ -1050,8 +1050,8 @@ def test_train_and_score_trains_the_region_dvse_with_every_seed(monkeypatch):
     monkeypatch.setattr(chapter, "score_rows", lambda label, seed, converged, scores, data: [{"model": label,
                                                                                              "seed": seed}])
     monkeypatch.setattr(chapter, "score_queries", lambda label, seed, scores, data: {(label, seed): {}})
-    tuned = {"VSE0": SimpleNamespace(lr=1e-3, weight=0.2, weight_name="margin"),
-             "DVSE": SimpleNamespace(lr=2e-3, weight=0.4, weight_name="margin")}
+    tuned = {"VSE0": SimpleNamespace(lr=1e-3, weight=0.2, weight_name="margin", epochs=2),
+             "DVSE": SimpleNamespace(lr=2e-3, weight=0.4, weight_name="margin", epochs=2)}
     run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
     with_regions = _data(dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32)))
     out = chapter.train_and_score([0, 1, 2], with_regions, tuned, {}, run)

@@ -4,6 +4,7 @@ tensors and the claim rules, each against values worked out by hand or by brute 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ ENC = {"embed_dim": 8, "image": ImageEncoderConfig(kind="regions", region_dim=4)
 
 
 def _tuned(tau: float = 40.0) -> dict[str, TuningResult]:
-    return {m: TuningResult(m, "tau", 1e-3, tau, []) for m in chapter.MODELS}
+    return {m: TuningResult(m, "tau", 1e-3, tau, 2, []) for m in chapter.MODELS}
 
 
 def _model(name: str, seed: int = 0) -> HMRN:
@@ -90,10 +91,10 @@ def test_r_re_r_hre_and_drill_down_are_tuned_on_vse0_s_margin_grid_and_hmrn_on_t
     from xmr_core.methods.drilldown import DrillDown
     from xmr_core.methods.recurrent_sets import RHRE, RRE
 
-    grids = {name: (c.weight_name, c.weights, c.default) for name, c in chapter.compared().items()}
-    assert grids == {chapter.IT: ("tau", (20.0, 40.0, 80.0), 40.0), chapter.TI: ("tau", (20.0, 40.0, 80.0), 40.0),
-                     chapter.RE: ("margin", (0.1, 0.2, 0.4), 0.2), chapter.HRE: ("margin", (0.1, 0.2, 0.4), 0.2),
-                     chapter.DRILL: ("margin", (0.1, 0.2, 0.4), 0.2)}
+    axes = {name: (c.weight_name, c.default, c.weight.step, c.weight.high) for name, c in chapter.compared().items()}
+    assert axes == {chapter.IT: ("tau", 40.0, 2.0, math.inf), chapter.TI: ("tau", 40.0, 2.0, math.inf),
+                    chapter.RE: ("margin", 0.2, 2.0, 2.0), chapter.HRE: ("margin", 0.2, 2.0, 2.0),
+                    chapter.DRILL: ("margin", 0.2, 2.0, 2.0)}
     re_model = chapter.compared()[chapter.RE].build(ENC, VECTORS, 0.4, 1)
     hre_model = chapter.compared()[chapter.HRE].build(ENC, VECTORS, 0.1, 1)
     assert type(re_model) is RRE and type(hre_model) is RHRE
@@ -123,9 +124,9 @@ def test_training_runs_count_the_tuning_budget():
     # smoke: one learning rate and the default weight for each of the 6 tuned models (HMRN I-T, T-I, R-RE, R-HRE,
     # Drill-down, VSE0)
     assert smoke["runs"].iloc[0] == 6 and smoke["runs"].iloc[1] == 0
-    # cpu: 3 learning rates + 2 other weights, 6 models; then 2 more seeds of each
+    # cpu: at least the first tuning round (the default and its 4 neighbours), 6 models; then 2 more seeds of each
     assert cpu["runs"].iloc[0] == 30 and cpu["runs"].iloc[1] == 12
-    # Figure 6 on cpu reuses the tuning grid's runs: nothing new
+    # Figure 6 on cpu: its taus (20, 40, 80) are the first tuning round's: nothing new
     assert cpu.loc[cpu["part"].str.startswith("Figure 6"), "runs"].item() == 0
     # Table 10 (frozen MiniLM features on cpu, not run on smoke): tuning 2 x 5, then 2 more seeds of both models
     assert cpu.loc[cpu["part"].str.startswith("Table 10"), "runs"].tolist() == [10, 4]

@@ -93,7 +93,7 @@ from xmr_core.tuning import TuningResult
 
 
 def _tuned(lr: float = 1e-3, margin: float = 0.2) -> dict[str, TuningResult]:
-    return {name: TuningResult(name, "margin", lr, margin, []) for name in MODELS}
+    return {name: TuningResult(name, "margin", lr, margin, 2, []) for name in MODELS}
 
 
 # ------------------------------------------------------------------------------------------- paper values

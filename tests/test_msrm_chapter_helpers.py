@@ -20,7 +20,7 @@ from xmr_core.chapters.msrm import (
     training_runs,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
-from xmr_core.chapters.pcme import table3_frame, weight_grids
+from xmr_core.chapters.pcme import table3_frame, weight_axes
 from xmr_core.claims import can_fail, detect_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
@@ -36,7 +36,7 @@ def test_compared_reuses_the_pcme_chapter_and_adds_msrm():
     for name, spec in PCME_COMPARED.items():
         assert COMPARED[name] is spec  # the same builders: the same run keys, so cached runs are loaded
     msrm = COMPARED["MSRM"]
-    assert msrm.weight_name == "gamma" and msrm.default == 0.8 and msrm.weights == (0.5, 0.8, 2.0)
+    assert msrm.weight_name == "gamma" and msrm.default == 0.8 and msrm.weight.step == 2.0
     assert list(TABLE1_COLUMNS) == ["T1 i2t R-P", "T1 i2t R@1", "T1 t2i R-P", "T1 t2i R@1"]
 
 
@@ -128,9 +128,9 @@ def _chapter_data() -> ChapterData:
 
 
 def test_msrm_is_compared_on_gamma_after_the_pcme_chapters_methods():
-    assert weight_grids({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma (0.5, 0.8, 2.0)"
-    assert weight_grids(COMPARED).split("; ")[-1].startswith("MSRM: gamma")
-    assert len(weight_grids(COMPARED).split("; ")) == len(COMPARED)
+    assert weight_axes({"MSRM": COMPARED["MSRM"]}) == "MSRM: gamma 0.8 x 2^k"
+    assert weight_axes(COMPARED).split("; ")[-1].startswith("MSRM: gamma")
+    assert len(weight_axes(COMPARED).split("; ")) == len(COMPARED)
     assert ORDER == ["VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4", "PCME mu only", "PCME", "MSRM"]
 
 

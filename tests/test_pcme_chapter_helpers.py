@@ -34,7 +34,7 @@ from xmr_core.experiment.scoring import TABLE2_COLUMNS, TABLE3_COLUMNS
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.methods.vse import vse0_config
 from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
-from xmr_core.tuning import TuningResult
+from xmr_core.tuning import Axis, TuningResult
 
 
 def test_columns_and_labels():
@@ -107,11 +107,12 @@ def test_word_table_is_the_vectors_or_the_words():
     assert word_table(data, bert=True).tolist() == list(vocab.words)
 
 
-def test_weight_grids_and_tuned_settings():
-    spec = compared.Compared("X", "margin", (0.1, 0.2), 0.1, lambda *a: None)
-    assert chapter.weight_grids({"X": spec}) == "X: margin (0.1, 0.2)"
-    assert chapter.weight_grids().startswith("VSE0: margin (0.1, 0.2, 0.4); PVSE: margin")
-    tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, [])}
+def test_weight_axes_and_tuned_settings():
+    spec = compared.Compared("X", Axis("margin", 0.1, 2.0, high=2.0), lambda *a: None)
+    assert chapter.weight_axes({"X": spec}) == "X: margin 0.1 x 2^k, at most 2"
+    assert chapter.weight_axes().startswith("VSE0: margin 0.2 x 2^k, at most 2; PVSE: margin")
+    assert chapter.weight_axes().endswith("PCME: KL weight 0.001 x 10^k")
+    tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, 20, [])}
     assert chapter.tuned_settings(tuned) == {"X": (1e-3, "margin", 0.2)}
 
 
@@ -126,8 +127,8 @@ def test_chapter_runs_and_order():
 
 def test_tuned_model_builds_from_the_given_methods():
     built = []
-    spec = compared.Compared("X", "margin", (0.1, 0.2), 0.1, lambda enc, wv, w, k: built.append((w, k)) or "model")
-    tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, [])}
+    spec = compared.Compared("X", Axis("margin", 0.1, 2.0), lambda enc, wv, w, k: built.append((w, k)) or "model")
+    tuned = {"X": TuningResult("X", "margin", 1e-3, 0.2, 20, [])}
     assert training.tuned_model("X", tuned, {}, np.zeros((1, 1)), 4, compared={"X": spec}) == "model"
     assert built == [(0.2, 4)]
     with pytest.raises(KeyError):

@@ -80,14 +80,20 @@ from xmr_core.experiment.compared import (
     BASELINES,
     DVSE_COMPARED,
     DVSE_K,
-    LEARNING_RATES,
     REGIONS,
     Compared,
     model_label,
 )
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import region_encoders
-from xmr_core.experiment.training import chapter_runs, fit_row, request_built, train_many, tuned_model
+from xmr_core.experiment.training import (
+    chapter_runs,
+    fit_row,
+    least_tuning_runs,
+    request_built,
+    train_many,
+    tuned_model,
+)
 from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.grounding import sub_embedding_grounding
 from xmr_core.methods.base import RetrievalModel
@@ -152,7 +158,7 @@ def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningR
     to train instead (ablations, region features), at DVSE's tuned learning rate."""
     if config is None:
         return request_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
-    return request_built(lambda: DVSE(config, data.word_vectors), tuned[name].lr, data, run, seed,
+    return request_built(lambda: DVSE(config, data.word_vectors), tuned[name], data, run, seed,
                          label or f"{name} (changed config) seed {seed}", **train_overrides)
 
 
@@ -1223,12 +1229,12 @@ def claims_preamble(profile: str, dataset: str) -> str:
 def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part,
     the runs the PCME chapter already made (`shared`) and the chapter's own, with the seeds each gets."""
-    lrs, grids = len(LEARNING_RATES[profile]), ABLATION_GRIDS[profile]
+    grids = ABLATION_GRIDS[profile]
     seeds = 1 if profile == "smoke" else n_seeds
-    tune_runs = lrs + (0 if profile == "smoke" else len(DVSE_COMPARED.weights) - 1)
+    tune_runs = least_tuning_runs(profile)  # the first round; the search adds runs until bracketed
     rows = [
-        ("train", "tuning, the PCME chapter's 4 methods", 4 * tune_runs, 1, True),
-        ("train", "tuning, DVSE (lr, then margin)", tune_runs, 1, False),
+        ("train", "tuning, the PCME chapter's 4 methods (at least: the first round)", 4 * tune_runs, 1, True),
+        ("train", "tuning, DVSE (lr x margin; at least: the first round)", tune_runs, 1, False),
         ("train", "seeds, the PCME chapter's 6 models (one per method reuses its tuning run)", 6 * seeds - 4, seeds,
          True),
         ("train", "seeds, DVSE (the first reuses its tuning run)", seeds - 1, seeds, False),

@@ -23,12 +23,13 @@ fewer pairs a step, 4× fewer a epoch) and the first images of each split (`SUBS
 training images, 128 of 1,000 validation images scored every epoch, 500 of 1,000 test images for the tables.
 smoke and paper use the whole splits and the recipe's batch.
 
-Compared models, each with the same tuning budget on the validation split (`xmr_core.tuning.tune` through
-`training.tune_methods`): three learning rates at the default weight, then three values of the weight at the best
-learning rate. HMRN I-T and HMRN T-I are tuned on the InfoNCE scale τ (20, 40, 80; the paper's 40 in the
-middle), the temperature of their only loss (Eq. 20); R-RE, R-HRE, Drill-down and the baselines' single-query
-model VSE0 on their hinge margin (0.1, 0.2, 0.4; VSE0's grid, the PCME chapter's). "HMRN ensemble" (Eq. 17) sums the two
-models' scores of the same seed, no training.
+Compared models, each tuned by the one protocol on the validation split (`xmr_core.tuning`, through
+`training.tuning_methods`, every model's runs of a round in one `fit_many` call): the learning rate and the model's
+weight around their defaults, extended until the choice is bracketed or at a hard bound, then the training length
+checked. HMRN I-T and HMRN T-I are tuned on the InfoNCE scale τ (`TAU`: the paper's 40, step ×2), the temperature
+of their only loss (Eq. 20); R-RE, R-HRE, Drill-down and the baselines' single-query model VSE0 on their hinge
+margin (`compared.MARGIN`, VSE0's). "HMRN ensemble" (Eq. 17) sums the two models' scores of the same seed, no
+training.
 
 Baselines the book builds, in the paper's row order. Single-vector (Sec. 4.3, after Drill-down): R-RankFusion
 averages a single-query model's per-round ranks (`fusion="ranks"`, Drill-down's rank fusion); R-RE and R-HRE
@@ -77,7 +78,7 @@ from xmr_core.evaluate import (
 )
 from xmr_core.experiment.compared import (
     BASELINES,
-    LEARNING_RATES,
+    MARGIN,
     Compared,
 )
 from xmr_core.experiment.protocols import ChapterData, word_table
@@ -88,7 +89,14 @@ from xmr_core.experiment.recipes import (
     minilm_not_run,
     minilm_text,
 )
-from xmr_core.experiment.training import fit_row, request_built, train_config, train_many
+from xmr_core.experiment.training import (
+    fit_row,
+    least_tuning_runs,
+    request_built,
+    train_config,
+    train_many,
+    tuning_methods,
+)
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.drilldown import DrillDown, DrillDownConfig
@@ -98,7 +106,7 @@ from xmr_core.metrics import ranking_stats
 from xmr_core.results import paper_values, write_figure, write_table
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult, TrainConfig
-from xmr_core.tuning import TuningResult, tuning_frame
+from xmr_core.tuning import Axis, TuningResult, tune_many, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, retrieval_gallery
 
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
@@ -118,7 +126,7 @@ RECURRENT = {RE: (RRE, RecurrentSetConfig), HRE: (RHRE, RecurrentSetConfig),
 SINGLE_VECTOR = (RANK_FUSION, RE, HRE)  # Sec. 4.3's paradigms: one vector per query set ...
 MULTI_VECTOR = (DRILL, ROUND_MEAN, TI, IT, ENSEMBLE)  # ... or several (the "*" protocol among them)
 ORDER = [*SINGLE_VECTOR, *MULTI_VECTOR]  # the paper's row order (single-, then multi-vector)
-TAUS = (20.0, 40.0, 80.0)  # HMRN's tuned weight: the InfoNCE scale τ (Eq. 20)
+TAU = Axis("tau", 40.0, 2.0)  # HMRN's tuned weight: the InfoNCE scale τ (Eq. 20), the paper's 40, step x2
 MINILM = "MiniLM (packaged)"  # Table 10's pretrained text backbone
 MINILM_TUNED = "MiniLM"  # the suffix of its models in the tuning table
 BIGRU = "Bi-GRU"  # Table 10's row of train.py's ensemble
@@ -175,7 +183,8 @@ LAMBDA_GRID: dict[str, dict[str, tuple[float, ...]]] = {
     "cpu": {IT: (2.0, 5.0, 10.0), TI: (5.0, 15.0, 30.0)},
     "paper": {IT: (1.0, 3.0, 5.0, 10.0, 20.0), TI: (5.0, 10.0, 15.0, 20.0, 30.0)},
 }
-TAU_GRID: dict[str, tuple[float, ...]] = {"smoke": (20.0, 40.0), "cpu": TAUS, "paper": (10.0,) + TAUS}
+TAU_GRID: dict[str, tuple[float, ...]] = {"smoke": (20.0, 40.0), "cpu": (20.0, 40.0, 80.0),
+                                          "paper": (10.0, 20.0, 40.0, 80.0)}
 ALPHA_BETA_GRID: dict[str, tuple[tuple[float, float], ...]] = {  # Figure 8, HMRN I-T
     "smoke": ((0.4, 0.4), (0.6, 0.2)),
     "cpu": ((0.2, 0.4), (0.4, 0.4), (0.6, 0.2)),
@@ -273,26 +282,24 @@ def _recurrent(name: str):
 
 
 def compared() -> dict[str, Compared]:
-    """The models trained on the query sets: HMRN I-T and T-I, each tuned on τ (the same grid for both), and R-RE,
-    R-HRE and Drill-down, each tuned on its hinge margin (VSE0's grid and default)."""
-    vse0 = BASELINES[SINGLE]
-    return {**{name: Compared(name, "tau", TAUS, 40.0, _hmrn(name)) for name in MODELS},
-            **{name: Compared(name, vse0.weight_name, vse0.weights, vse0.default, _recurrent(name))
-               for name in RECURRENT}}
+    """The models trained on the query sets: HMRN I-T and T-I, each tuned on τ (`TAU`, the same axis for both), and
+    R-RE, R-HRE and Drill-down, each tuned on its hinge margin (`MARGIN`, VSE0's axis)."""
+    return {**{name: Compared(name, TAU, _hmrn(name)) for name in MODELS},
+            **{name: Compared(name, MARGIN, _recurrent(name)) for name in RECURRENT}}
 
 
 def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_overrides: object
                 ) -> dict[str, TuningResult]:
     """Tune HMRN I-T, T-I, R-RE, R-HRE, Drill-down (on the multi-query splits) and VSE0 (on the queries as captions)
-    with the same budget (cached runs: free the second time, so `ablate.py` and `visualise.py` call this to read
-    `train.py`'s choices)."""
+    by the one protocol, side by side (`tuning.tune_many`; cached runs: free the second time, so `ablate.py` and
+    `visualise.py` call this to read `train.py`'s choices)."""
     overrides = {**TRAIN_OVERRIDES[check_profile(profile)], **train_overrides}
-    tuned = tune_compared(profile, enc, data.multi.word_vectors, data.multi.train, data.multi.val,
-                                      data.multi.vocab, seed, compared=compared(), **overrides)
-    single = {SINGLE: BASELINES[SINGLE]}
-    return {**tuned, **tune_compared(profile, enc, data.single.word_vectors, data.single.train,
-                                                 data.single.val, data.single.vocab, seed, compared=single,
-                                                 **overrides)}
+    multi, single = data.multi, data.single
+    return tune_many(
+        tuning_methods(profile, enc, multi.word_vectors, multi.train, multi.val, multi.vocab, seed,
+                       compared=compared(), **overrides)
+        + tuning_methods(profile, enc, single.word_vectors, single.train, single.val, single.vocab, seed,
+                         compared={SINGLE: BASELINES[SINGLE]}, **overrides))
 
 
 def hmrn_train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
@@ -312,7 +319,7 @@ def request_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult]
     cfg = tuned_config(name, enc, tuned, **changes)
     wv = word_table(data.multi, bert)
     label = f"{name}{' ' + str(changes) if changes else ''} seed {seed}"
-    return request_built(lambda: HMRN(cfg, wv), tuned[name].lr, data.multi, run, seed, label,
+    return request_built(lambda: HMRN(cfg, wv), tuned[name], data.multi, run, seed, label,
                          **TRAIN_OVERRIDES[run.profile])
 
 
@@ -328,7 +335,7 @@ def request_recurrent(name: str, data: HMRNData, tuned: Mapping[str, TuningResul
                       seed: int) -> RunRequest:
     """R-RE, R-HRE or Drill-down on the query sets at its tuned margin and learning rate, as a request."""
     build = lambda: compared()[name].build(enc, data.multi.word_vectors, tuned[name].weight, 1)
-    return request_built(build, tuned[name].lr, data.multi, run, seed, f"{name} seed {seed}",
+    return request_built(build, tuned[name], data.multi, run, seed, f"{name} seed {seed}",
                          **TRAIN_OVERRIDES[run.profile])
 
 
@@ -336,7 +343,7 @@ def request_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
                    seed: int) -> RunRequest:
     """VSE0 on the region queries as captions at its tuned margin and learning rate, as a request."""
     build = lambda: BASELINES[SINGLE].build(enc, data.single.word_vectors, tuned[SINGLE].weight, 1)
-    return request_built(build, tuned[SINGLE].lr, data.single, run, seed, f"{SINGLE} (single queries) seed {seed}",
+    return request_built(build, tuned[SINGLE], data.single, run, seed, f"{SINGLE} (single queries) seed {seed}",
                          **TRAIN_OVERRIDES[run.profile])
 
 
@@ -752,16 +759,17 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     (smoke: one seed, one setting per tuned model)."""
     profile = check_profile(profile)
     seeds = 1 if profile == "smoke" else n_seeds
-    tune_runs = len(LEARNING_RATES[profile]) + (0 if profile == "smoke" else 2)
+    tune_runs = least_tuning_runs(profile)
     trained = len(MODELS) + len(RECURRENT) + 1  # + VSE0
     bert = minilm_not_run(profile) is None
     lam = sum(len(set(LAMBDA_GRID[profile][m]) - {config_default(LAMBDA_FIELD[m])}) for m in MODELS)
-    tuned_taus = set(TAUS) if profile != "smoke" else {config_default("tau")}  # at the tuned lr: cached
+    cross = {TAU.value(i) for i in (-1, 0, 1)}  # the first tuning round's taus (at the default lr: cached there)
+    tuned_taus = cross if profile != "smoke" else {config_default("tau")}
     taus = len(set(TAU_GRID[profile]) - tuned_taus)
     ab_default = (config_default("alpha"), config_default("beta"))
     rows = [
-        ("train", "tuning HMRN I-T and T-I (lr, then tau), R-RE, R-HRE, Drill-down and VSE0 (lr, then margin)",
-         trained * tune_runs, 1),
+        ("train", ("tuning HMRN I-T and T-I (lr x tau), R-RE, R-HRE, Drill-down and VSE0 (lr x margin): at least the "
+                   "first round, the search adds runs until bracketed"), trained * tune_runs, 1),
         ("train", "seeds of HMRN I-T, T-I, R-RE, R-HRE, Drill-down and VSE0 (the first reuses its tuning run)",
          trained * (seeds - 1), seeds),
         ("ablate", "Table 6: levels alone and in pairs", len(TABLE6_ROWS[profile]) * ABLATION_SEEDS[profile],

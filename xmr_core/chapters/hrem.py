@@ -13,9 +13,10 @@ about 15 minutes an epoch on 2 cores: a deviation from the paper, which fine-tun
 dropout is then done on the features (`FEATURE_TRAIN_OVERRIDES`, `FeatureTextEncoderConfig.token_dropout`). The
 smoke tables carry the paper's BERT rows with ours marked "not run on smoke".
 
-Compared models, each with the same tuning budget (`xmr_core.tuning.tune` through `training.tune_methods`): three
-learning rates at the default margin, then three margins α (0.1, 0.2, 0.4; the papers' 0.2 in the middle) at
-the best learning rate. The margin is every model's tuned weight: all four train a triplet / hinge loss with
+Compared models, each tuned by the one protocol (`xmr_core.tuning`, through `training.tune_methods`): the learning
+rate and the margin α around their defaults (the recipe's lr; the papers' α 0.2, step ×2, at most 2), extended
+until the choice is bracketed or at a hard bound, then the training length checked. The margin is every model's
+tuned weight: all four train a triplet / hinge loss with
 margin α (Eq. 13). VSE++ (hardest negatives, the library's from-scratch recipe), GPO (VSE∞,
 `xmr_core.methods.gpo`), HREM standalone and HREM fusion (the paper's defaults: β 0.8, τ 0.5, λ 1.5, K 10,
 L 1, distance-weighted negatives). "HREM ensemble" is the paper's "Full*": the average of the standalone and
@@ -78,8 +79,6 @@ from xmr_core.evaluate import (
     score_split,
 )
 from xmr_core.experiment.compared import (
-    LEARNING_RATES,
-    MARGINS,
     hrem_compared,
     hrem_defaults,
     with_margin,
@@ -89,7 +88,7 @@ from xmr_core.experiment.protocols import (
     word_table,
 )
 from xmr_core.experiment.recipes import MINILM_FROZEN, hrem_encoders, minilm_not_run, minilm_text
-from xmr_core.experiment.training import fit_row, request_built, train_many
+from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.grounding import link_precision
 from xmr_core.methods.base import RetrievalModel
@@ -185,7 +184,7 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
 
 def tune_methods(profile: str, enc: dict, data: ChapterData, seed: int = 0, bert: bool = False,
                  models: Sequence[str] = MODELS, **train_overrides: object) -> dict[str, TuningResult]:
-    """Tune every compared model of `models` with the same budget on the validation split (cached runs: free the
+    """Tune every compared model of `models` by the one protocol on the validation split (cached runs: free the
     second time, so `ablate.py` and `visualise.py` call this to read `train.py`'s choices)."""
     compared = hrem_compared(profile)
     return tune_compared(profile, enc, word_table(data, bert), data.train, data.val, data.vocab, seed,
@@ -222,7 +221,7 @@ def request_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], 
     """One model's run on the training split at its tuned learning rate (SCAN: VSE++'s; an HREM `config`, the
     ablations: HREM fusion's), as a request (`request_built`; label: default the model and seed)."""
     lr_of = "HREM fusion" if config is not None else ("VSE++" if name == SCAN_MODEL else name)
-    return request_built(lambda: build_model(name, data, tuned, enc, run.profile, bert, config), tuned[lr_of].lr,
+    return request_built(lambda: build_model(name, data, tuned, enc, run.profile, bert, config), tuned[lr_of],
                          data, run, seed, label or f"{name} seed {seed}", **train_overrides)
 
 
@@ -826,12 +825,12 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     gets (smoke: one seed, one setting per method)."""
     check_profile(profile)
     seeds = 1 if profile == "smoke" else n_seeds
-    lrs = len(LEARNING_RATES[profile])
-    tune_runs = lrs + (0 if profile == "smoke" else len(MARGINS) - 1)
+    tune_runs = least_tuning_runs(profile)
     bert = minilm_not_run(profile) is None
     sweeps = sum(v != FIG6_DEFAULTS[p] for p, grid in FIG6_GRIDS[profile].items() for v in grid)
     rows = [
-        ("train", "tuning, 4 models (lr, then margin)", 4 * tune_runs, 1),
+        ("train", "tuning, 4 models (lr x margin): at least the first round, the search adds runs until bracketed",
+         4 * tune_runs, 1),
         ("train", "seeds, 4 models (the first reuses its tuning run)", 4 * (seeds - 1), seeds),
         ("train", "Region + BERT (MiniLM; cpu: its frozen token features): tuning GPO, HREM standalone and fusion",
          3 * tune_runs if bert else 0, 1),

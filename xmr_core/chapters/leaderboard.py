@@ -76,7 +76,7 @@ from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_sta
 from xmr_core.runrequest import RunRequest
 from xmr_core.similarity import FastReranker
 from xmr_core.train import FitResult
-from xmr_core.tuning import TuningResult
+from xmr_core.tuning import TuningResult, tune_many
 from xmr_core.viz import heatmap
 
 # Every compared model of the book's chapters, in book order: (chapter, method, K). A new chapter adds its rows.
@@ -147,15 +147,16 @@ def book_setup(run: RunConfig) -> BookData:
 
 
 def tune_book(run: RunConfig, book: BookData) -> dict[str, TuningResult]:
-    """Every method's tuned setting, tuned as its chapter tunes it (`experiment.training.tune_methods`): the
-    baselines, MSRM and DVSE on the zero-shot grid data, HREM's chapter's models (`hrem_compared`) on the region
-    data. Cached runs, loaded; trained if missing."""
+    """Every method's tuned setting, tuned as its chapter tunes it (`experiment.training.tuning_methods`, one
+    `tuning.tune_many`): the baselines, MSRM and DVSE on the zero-shot grid data, HREM's chapter's models
+    (`hrem_compared`) on the region data. Cached runs, loaded; trained if missing."""
     opts = {"device": run.device, "progress": run.progress}
     grid, regions = book.grid, book.regions
-    return {**tune_methods(run.profile, book.grid_enc, grid.word_vectors, grid.train, grid.val, grid.vocab, run.seed,
-                           compared={**BASELINES, "MSRM": MSRM_COMPARED, "DVSE": DVSE_COMPARED}, **opts),
-            **tune_methods(run.profile, book.region_enc, regions.word_vectors, regions.train, regions.val,
-                           regions.vocab, run.seed, compared=hrem_compared(run.profile), **opts)}
+    return tune_many(
+        tuning_methods(run.profile, book.grid_enc, grid.word_vectors, grid.train, grid.val, grid.vocab, run.seed,
+                       compared={**BASELINES, "MSRM": MSRM_COMPARED, "DVSE": DVSE_COMPARED}, **opts)
+        + tuning_methods(run.profile, book.region_enc, regions.word_vectors, regions.train, regions.val,
+                         regions.vocab, run.seed, compared=hrem_compared(run.profile), **opts))
 
 
 def request_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],

@@ -65,15 +65,15 @@ from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, eva
 from xmr_core.experiment.compared import (
     BASELINE_SPECS,
     BASELINES,
-    LEARNING_RATES,
     MSRM_COMPARED,
     Compared,
     model_label,
 )
 from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.scoring import TABLE2_COLUMNS, run_collapse, scored_row
 from xmr_core.experiment.training import chapter_runs as model_runs
-from xmr_core.experiment.training import fit_row, request_built, train_config, train_many
+from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_config, train_many
 from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
@@ -182,7 +182,7 @@ def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningR
     ablations), at MSRM's tuned learning rate."""
     if config is None:
         return request_compared(name, k, data, tuned, enc, run, seed, COMPARED, **train_overrides)
-    return request_built(lambda: MSRM(config, data.word_vectors), tuned[name].lr, data, run, seed,
+    return request_built(lambda: MSRM(config, data.word_vectors), tuned[name], data, run, seed,
                          f"{name} (ablation) seed {seed}", **train_overrides)
 
 
@@ -910,13 +910,13 @@ def incidence_stats(incidence: np.ndarray, matched: np.ndarray) -> dict[str, flo
 def training_runs(profile: str, n_seeds: int = 3, all_classes: bool = True) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part, the
     runs the PCME chapter already made (`shared`) and the chapter's own."""
-    lrs, grids = len(LEARNING_RATES[profile]), ABLATION_GRIDS[profile]
-    default_batch = train_config(profile, LEARNING_RATES[profile][0]).batch_size
-    tune_runs = lrs + 2  # coordinate search: lrs at the default weight, then the two other weights
+    grids = ABLATION_GRIDS[profile]
+    default_batch = pcme_train_config(profile).batch_size
+    tune_runs = least_tuning_runs(profile)  # the first round; the search adds runs until bracketed
     seeds = 1 if profile == "smoke" else n_seeds
     rows = [
-        ("train", "tuning, PCME chapter's 4 methods", 4 * tune_runs, True),
-        ("train", "tuning, MSRM", tune_runs, False),
+        ("train", "tuning, PCME chapter's 4 methods (at least: the first round)", 4 * tune_runs, True),
+        ("train", "tuning, MSRM (at least: the first round)", tune_runs, False),
         ("train", "zero-shot seeds, PCME chapter's 6 models (one per method reuses its tuning run)",
          6 * seeds - 4, True),
         ("train", "zero-shot seeds, MSRM", seeds - 1, False),

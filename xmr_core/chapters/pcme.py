@@ -92,7 +92,7 @@ def request_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[s
                   seed: int | None = None, label: str = "", **train_overrides: object) -> RunRequest:
     """One PCME of config `cfg` (an ablation) at `method`'s tuned learning rate, as a request (`request_built`);
     seed: default `run.seed`."""
-    return request_built(lambda: PCME(cfg, data.word_vectors), tuned[method].lr, data, run,
+    return request_built(lambda: PCME(cfg, data.word_vectors), tuned[method], data, run,
                          run.seed if seed is None else seed, label, **train_overrides)
 
 
@@ -201,10 +201,10 @@ def table3_ceiling_row(ceiling: SplitCeiling, dataset_label: str) -> dict[str, o
 # ==================================================================================================
 
 
-def weight_grids(compared: Mapping[str, Compared] = COMPARED) -> str:
-    """One line naming each compared method's tuned weight and its grid ("VSE0: margin (0.1, 0.2, 0.4); ..."), of
-    this chapter's methods or a later chapter's (its `COMPARED`)."""
-    return "; ".join(f"{m.name}: {m.weight_name} {m.weights}" for m in compared.values())
+def weight_axes(compared: Mapping[str, Compared] = COMPARED) -> str:
+    """One line naming each compared method's tuned weight and its axis ("VSE0: margin 0.2 x 2^k, at most 2; ..."),
+    of this chapter's methods or a later chapter's (its `COMPARED`)."""
+    return "; ".join(f"{m.name}: {m.weight.describe()}" for m in compared.values())
 
 
 def split_sizes(data: ChapterData) -> pd.DataFrame:
