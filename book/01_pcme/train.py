@@ -26,7 +26,7 @@
 #   1K (five folds) and 5K protocols.
 #
 # Models: VSE0, PVSE K = 1, 2, 4 with hardest-negative mining, PCME μ-only and PCME, all on the same frozen
-# pretrained image trunk (the ImageNet analogue), each tuned with the same budget on the validation split,
+# pretrained image trunk (the ImageNet analogue), each tuned by the same protocol on the validation split,
 # trained until validation rSum stops improving, with `N_SEEDS` seeds each. Beside every instance R@K stands
 # the **Bayes ceiling**: the best any scorer can do on this test split (`xmr_core.ceiling`).
 #
@@ -61,19 +61,18 @@ from xmr_core.chapters.pcme import (
     table3_frame,
     train_judgements,
     train_models,
-    weight_grids,
+    weight_axes,
     write_ceiling,
 )
 from xmr_core.chapters.summary import ceiling_note, dataset_note, seed_summary, with_ceiling_share, with_paper
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
-from xmr_core.experiment.compared import LEARNING_RATES
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.scoring import TABLE2_COLUMNS
 from xmr_core.experiment.training import chapter_runs, tune_methods
 from xmr_core.results import write_figure, write_table
-from xmr_core.tuning import tuning_frame
+from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -82,8 +81,7 @@ train_cfg = pcme_train_config(PROFILE, seed=SEED, device=DEVICE, progress=PROGRE
 print(run.describe())
 print(f"seeds for PCME / mu-only = {seeds}")
 print(f"training: {train_cfg}")
-print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}")
-print(f"weights tuned: {weight_grids()}")
+print(f"learning rate tuned: {train_cfg.lr:g} x {LR_STEP:g}^k; weights tuned: {weight_axes()}")
 
 # %% [markdown]
 # ## Data and the pretrained trunk
@@ -112,10 +110,18 @@ split_sizes(data)
 # rests on it. PVSE uses hardest-negative mining with the library's recipe (`xmr_core.methods.vse`). PCME's
 # loss is reduced as in its code (the pair NLL summed over all B² pairs; `docs/training.md`).
 #
-# ### Tuning: the same budget for every method
+# ### Tuning: one protocol for every method
 #
-# Each method gets three learning rates at its default weight, then three values of its own main loss
-# weight or margin at the best learning rate (`xmr_core.chapters.pcme`), judged by validation rSum.
+# Every method is tuned by the same rule (`xmr_core.tuning`, docs/training.md), judged by validation rSum:
+# log-spaced learning rates around the recipe's (step ×2) and values of the method's own main loss weight
+# or margin around its paper's default (margins ×2 up to 2, past which a hinge on cosine scores can no
+# longer vanish; the KL and uniformity weights ×10). The first round trains the default and its four
+# neighbours; while the chosen setting has an untried neighbour, the search trains it, so a choice on an edge
+# is extended past it until validation stops improving, a hard bound is reached, or the method's cap on runs
+# (then it says "unbracketed"). When the chosen run's last epoch is its best, a 2× longer schedule is trained
+# and adopted if it beats the shorter by more than the recipe's `min_delta`; every seed trains at the chosen
+# schedule. The budget is equal by rule, not by count: the summary gives each method's runs and epochs.
+# The smoke profile trains the defaults once ("not searched").
 
 # %%
 tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
@@ -123,9 +129,14 @@ tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data
 tuning = tuning_frame(tuned)
 write_table(tuning, "pcme/tuning", run=run, caption=(
     f"Tuning runs of every compared method on the seen-class validation split ({DATASET}, profile {PROFILE}): "
-    f"learning rates at the default weight, then the weight at the best learning rate; 'chosen' = the "
-    f"setting every seed of that method is trained with. PVSE is tuned at K = 1."))
+    f"every run of the search (stage 'search', by round) and of the schedule check ('schedule'); 'chosen' = the "
+    f"setting and schedule every seed of that method is trained with. PVSE is tuned at K = 1."))
 tuning
+
+# %%
+summary = tuning_summary(tuning)
+write_table(summary, "pcme/tuning_summary", run=run, caption=f"{SUMMARY_CAPTION} ({DATASET}, profile {PROFILE})")
+summary
 
 # %%
 runs = chapter_runs(seeds)  # (method, K, seed): VSE0, PVSE K = 1, 2, 4, PCME mu only and PCME, every seed

@@ -42,8 +42,8 @@
 # updates, is not built); **VSE0\*** averages each round's per-query scores over the rounds so far, the paper's "*"
 # protocol (its "*" rows re-train single-query ITR methods on VG's region captions; here the book's simplest one,
 # **VSE0 trained on the region queries as captions**, the model R-RankFusion fuses too; VSRN, SGR, SAF, SGRAF and
-# NAAF are not in the library), then HMRN T-I, HMRN I-T and their ensemble. Every trained model gets the same tuning
-# budget on the validation split, and `N_SEEDS` seeds.
+# NAAF are not in the library), then HMRN T-I, HMRN I-T and their ensemble. Every trained model is tuned by the same
+# protocol on the validation split, and trained with `N_SEEDS` seeds.
 #
 # **Data.** With `DATASET = "scenes"` everything runs on the embedded benchmark's *multi* variant (96×96 images with
 # 5–10 objects, one region query per object: "a large red circle"), read through Drill-down's Visual Genome layout
@@ -85,6 +85,7 @@ from xmr_core.chapters.hmrn import (
     IT,
     ROUND_MEAN,
     SUBSETS,
+    TAU,
     TI,
     VARIANT,
     complexity_row,
@@ -109,18 +110,20 @@ from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.experiment.compared import LEARNING_RATES
+from xmr_core.experiment.compared import MARGIN
+from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.results import write_table
-from xmr_core.tuning import tuning_frame
+from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"seeds = {seeds}; train / validation / test images: {SUBSETS[PROFILE]} (None = the whole split)")
-print(f"training: {hmrn_train_config(PROFILE, LEARNING_RATES[PROFILE][0], SEED, device=DEVICE, progress=PROGRESS)}")
-print(f"learning rates tuned: {LEARNING_RATES[PROFILE]}; then HMRN's tau (20, 40, 80), the margin (0.1, 0.2, 0.4) "
-      "of R-RE, R-HRE, Drill-down and VSE0")
+lr = pcme_train_config(PROFILE).lr  # the recipe's learning rate, the tuning's default
+print(f"training: {hmrn_train_config(PROFILE, lr, SEED, device=DEVICE, progress=PROGRESS)}")
+print(f"learning rate tuned: {lr:g} x {LR_STEP:g}^k; HMRN's {TAU.describe()}; the {MARGIN.describe()} of R-RE, R-HRE, "
+      "Drill-down and VSE0")
 training_runs(PROFILE, N_SEEDS)
 
 # %% [markdown]
@@ -138,13 +141,15 @@ print(f"regions: {test.regions.shape[1]} per image x {test.regions.shape[2]} dim
 split_sizes(data)
 
 # %% [markdown]
-# ## Tuning: the same budget for every trained model
+# ## Tuning: one protocol for every trained model
 #
-# Three learning rates at the default weight, then three values of the weight at the best learning rate, judged by
+# The book's protocol (`xmr_core.tuning`, docs/training.md): the learning rate and the model's weight, log-spaced
+# around their defaults, searched until the choice is bracketed (both neighbours tried and lower) or at a hard
+# bound, then the training length checked; every model's runs of a round are asked for together. Judged by
 # the validation Avg. R@Sum (HMRN, R-RE, R-HRE, Drill-down: the mean over rounds of R@1 + R@5 + R@10 of the query
-# sets) or instance rSum (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (20,
-# 40, 80; the paper's 40); R-RE, R-HRE, Drill-down and VSE0 are trained with VSE0's summed hinge and tuned on its
-# margin (0.1, 0.2, 0.4). Drill-down's code uses VSE++'s hardest-negative hinge, which collapses from scratch on the
+# sets) or instance rSum (VSE0, whose captions are the region queries). HMRN's weight is its InfoNCE scale τ (the
+# paper's 40, step ×2); R-RE, R-HRE, Drill-down and VSE0 are trained with VSE0's summed hinge and tuned on its
+# margin (0.2, step ×2, at most 2). Drill-down's code uses VSE++'s hardest-negative hinge, which collapses from scratch on the
 # scenes (the VSE module measured it), so its row shares the single-vector rows' loss and differs only in the set's
 # representation. HMRN's other hyperparameters stay at the paper's (λ1 5, λ2 15, L 3, α = β = 0.4), which
 # `ablate.py` sweeps (Figures 5–8).
@@ -155,11 +160,16 @@ print(f"{IT}: {tuned_config(IT, enc, tuned)}\n{TI}: {tuned_config(TI, enc, tuned
 tuning = tuning_frame(tuned)
 write_table(tuning, "hmrn/tuning", run=run, caption=(
     f"Tuning runs of every trained model on the validation split ({DATASET}, variant {VARIANT}, profile {PROFILE}): "
-    "learning rates at the default weight, then the weight (HMRN: tau; R-RE, R-HRE, Drill-down, VSE0: margin) at the "
-    "best learning rate; 'chosen' = the setting every seed is trained with. HMRN, R-RE, R-HRE and Drill-down are "
+    "every run of the search (by round) and of the schedule check over the learning rate and the weight (HMRN: tau; "
+    "R-RE, R-HRE, Drill-down, VSE0: margin); 'chosen' = the setting and schedule every seed is trained with. HMRN, R-RE, R-HRE and Drill-down are "
     "validated on the query sets (Avg. R@Sum), VSE0 on the region queries as captions (instance rSum). The "
     "ensemble, VSE0* and R-RankFusion are not trained."))
 tuning
+
+# %%
+summary = tuning_summary(tuning)
+write_table(summary, "hmrn/tuning_summary", run=run, caption=f"{SUMMARY_CAPTION} ({DATASET}, profile {PROFILE})")
+summary
 
 # %% [markdown]
 # ## Training and scoring every model

@@ -67,7 +67,7 @@ from xmr_core.claims import judgements_frame, render_claims, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import query_strata
 from xmr_core.results import write_figure, write_table, write_text
-from xmr_core.tuning import tuning_frame
+from xmr_core.tuning import SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -83,11 +83,15 @@ pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 book = book_setup(run)
 test = book.grid.test  # the same test split as book.regions.test (checked)
 tuned = tune_book(run, book)
-write_table(tuning_frame(tuned), "leaderboard/tuning", run=run,
+tuning = tuning_frame(tuned)
+write_table(tuning, "leaderboard/tuning", run=run,
             caption=("Each method's tuning runs on the validation split, its chapter's (loaded from the run cache): "
-                     "learning rates at the default weight, then the weight at the best learning rate; 'chosen' = "
-                     "the setting every seed is trained with. FR temperatures are tuned per model in per_seed."))
+                     "every run of the search (by round) and of the schedule check; 'chosen' = the setting and "
+                     "schedule every seed is trained with. FR temperatures are tuned per model in per_seed."))
 print(f"test split: {test.n_images} images, {test.n_captions} captions, views {test.views()}")
+summary = tuning_summary(tuning)
+write_table(summary, "leaderboard/tuning_summary", run=run, caption=f"{SUMMARY_CAPTION} (profile {PROFILE})")
+summary
 
 # %% [markdown]
 # ## Every model and seed, with and without Fast Re-ranking

@@ -70,7 +70,7 @@ from xmr_core.experiment.compared import (
 )
 from xmr_core.experiment.protocols import ChapterData, chapter_setup, hrem_setup
 from xmr_core.experiment.recipes import region_encoders
-from xmr_core.experiment.training import request_model, train_many, tune_methods
+from xmr_core.experiment.training import request_model, train_many, tuning_methods
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
 from xmr_core.runrequest import RunRequest

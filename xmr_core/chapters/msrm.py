@@ -73,7 +73,7 @@ from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.scoring import TABLE2_COLUMNS, run_collapse, scored_row
 from xmr_core.experiment.training import chapter_runs as model_runs
-from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_config, train_many
+from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
