@@ -2,17 +2,18 @@
 `ablate.py` and `visualise.py` load the same cached runs).
 
 The compared models are the book's baselines (`xmr_core.experiment.compared.BASELINES`), tuned and trained as
-every chapter does (`xmr_core.experiment.training`): the same budget on the seen-class validation split, three
-learning rates at the method's default weight, then three values of its own main loss weight or margin at the
-best learning rate. The weights:
+every chapter does (`xmr_core.experiment.training`): the one protocol of `xmr_core.tuning` on the seen-class
+validation split, the learning rate and the method's own main loss weight or margin, log-spaced around their
+defaults and searched until the choice is bracketed or at a hard bound, then the training length checked. The
+weights (`xmr_core.experiment.compared`):
 
-- VSE0 and PVSE: the hinge margin α (0.1, 0.2, 0.4; the papers' 0.2 in the middle). PVSE is tuned at
-  K = 1 and its K = 2 and 4 rows reuse the tuned values (PVSE's paper uses one setting for every K).
-- PCME μ-only: the uniformity weight (1, 10, 100; PCME's CUB value 10 in the middle), its only weight.
-- PCME: the KL weight (1e-5, 1e-4, 1e-3: PCME's COCO and CUB values and the one between); the
+- VSE0 and PVSE: the hinge margin α (the papers' 0.2, step ×2, at most 2). PVSE is tuned at K = 1 and its
+  K = 2 and 4 rows reuse the tuned values (PVSE's paper uses one setting for every K).
+- PCME μ-only: the uniformity weight (PCME's CUB value 10, step ×10), its only weight.
+- PCME: the KL weight (PCME's CUB value 1e-3, step ×10; its COCO value 1e-5 is two steps down); the
   uniformity weight stays at PCME's CUB value 10. The values are the code's `vib_beta`, but the book's KL is the
   paper's, which pulls log sigma about twice as hard as the code's at small sigma (`docs/methods.md`): a KL
-  weight of w here acts there like about 2w, so the grid is compared with the paper's values in that sense.
+  weight of w here acts there like about 2w, so the tuned value is compared with the paper's in that sense.
 
 smoke runs one setting per method (every code path, seconds).
 
