@@ -1,14 +1,26 @@
 """`xmr_core.tuning`: the bracketing search, the schedule check and the run record, with scripted validation
-scores and a fake trainer (no training)."""
+scores and a fake trainer (no training); last, one tiny real run through the chapters' entry points."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 import pytest
+from fixtures.corpora import word_split
 from fixtures.tuning import LR, MARGIN, FakeTrainer, Script, method
 
+from xmr_core.config import RunConfig
+from xmr_core.data.text import Vocabulary
+from xmr_core.encoders.image import ImageEncoderConfig
+from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.experiment.compared import MARGIN as BOOK_MARGIN
+from xmr_core.experiment.compared import Compared, with_margin
+from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.training import train_model, tune_methods
+from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.runplan import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import (
@@ -198,3 +210,25 @@ def test_summary_survives_the_csv_round_trip_and_rejects_the_old_format(tmp_path
     assert tuning_summary(pd.read_csv(tmp_path / "t.csv")).equals(tuning_summary(frame))
     with pytest.raises(ValueError, match="predates the bracketing protocol"):
         tuning_summary(frame.drop(columns=["lr index"]))
+
+
+def test_the_tuning_run_at_the_chosen_setting_is_the_seeds_run():
+    """Through the chapters' entry points, really trained (smoke: one setting, 2 epochs, a tiny VSE0): the seed's
+    `train_model` at the tuned setting and schedule finds the tuning run in the cache (same run key)."""
+    train, val = word_split("train", 24, 0), word_split("val", 8, 1)
+    vocab = Vocabulary.build(train.captions)
+    vectors = np.random.default_rng(2).normal(size=(len(vocab), 6)).astype(np.float32)
+    enc = {"embed_dim": 8, "image": ImageEncoderConfig(widths=(4, 8), hidden=16, image_size=16),
+           "text": TextEncoderConfig(hidden=4)}
+    compared = {"tiny": Compared("tiny", BOOK_MARGIN, lambda enc, wv, margin, k: VSE(
+        with_margin(vse0_config(**enc), margin), wv))}
+    tuned = tune_methods("smoke", enc, vectors, train, val, vocab, 0, compared=compared, device="cpu", progress=False)
+    assert (tuned["tiny"].epochs, len(tuned["tiny"].rows)) == (2, 1)
+    data = ChapterData(train, val, val, val, vocab, vectors, 1.0)
+    _, result = train_model("tiny", 1, data, tuned, enc, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"), 0,
+                            compared)
+    assert result.cached and result.run_dir.name == tuned["tiny"].rows[0]["run"]
+    longer = {"tiny": dataclasses.replace(tuned["tiny"], epochs=3)}  # as if the schedule check had adopted 3 epochs
+    _, result = train_model("tiny", 1, data, longer, enc, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"), 0,
+                            compared)
+    assert not result.cached and len(result.history) == 3  # smoke: no patience, every epoch of the schedule
