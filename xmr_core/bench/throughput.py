@@ -48,7 +48,7 @@ from xmr_core.data import datasets
 Chapter = Literal["pcme", "hrem", "hmrn"]
 REPRESENTATIVE: tuple[Chapter, ...] = ("pcme", "hrem", "hmrn")
 LABELS = {"pcme": "PCME ch.: VSE0, grid", "hrem": "HREM fusion, regions", "hmrn": "HMRN I-T, query sets"}
-LR = 1e-3  # the cpu recipe's learning rate (the middle of the tuning grid)
+LR = 1e-3  # the cpu recipe's learning rate (the tuning protocol's default)
 MODES = ("old-serial", "new-serial", "old-jobs", "new-jobs")
 
 
