@@ -190,7 +190,7 @@ def test_a_longer_schedule_within_noise_is_not_adopted_and_the_setting_counts_as
 def test_the_schedule_check_repeats_while_the_last_epoch_stays_best_up_to_its_limit():
     trainer = FakeTrainer(lambda i, j, e: (100.0 + e - (i * i + j * j), e))  # always best at the last epoch
     result = tune(method(Search(LR, MARGIN, max_longer=2)), trainer)
-    assert result.epochs == 40 and [c for c in trainer.calls[-2:]] == [[(1e-3, 0.2, 20)], [(1e-3, 0.2, 40)]]
+    assert result.epochs == 40 and trainer.calls[-2:] == [[(1e-3, 0.2, 20)], [(1e-3, 0.2, 40)]]
     assert not tuning_summary(result.frame()).iloc[0]["converged"]  # 40 epochs still ended on its best
 
 
