@@ -276,13 +276,13 @@ def test_not_run_table_shows_the_paper_s_values_and_says_why_ours_are_missing() 
 
 def test_training_runs_count_the_cpu_chapter_by_hand() -> None:
     runs = training_runs("cpu", 3)
-    # tuning 4 x (3 lrs + 2 margins) = 20; seeds 4 x 2 = 8; BERT (frozen MiniLM features): tuning 3 x 5 = 15, seeds
+    # tuning 4 x the first round's cross (the defaults and their 4 neighbours on the lr and margin axes) = 20; seeds 4 x 2 = 8; BERT (frozen MiniLM features): tuning 3 x 5 = 15, seeds
     # 3 x 2 = 6; Table 3: 11 rows x 3 = 33; Figure 6: 3 + 3 + 3 non-default values = 9, 3 seeds each; SCAN: 3 seeds
     assert runs["runs"].tolist() == [20, 8, 15, 6, 33, 27, 3, 0, 0] and runs["runs"].sum() == 112
     assert len(TABLE3_ROWS["cpu"]) == 11
     assert sum(v != FIG6_DEFAULTS[p] for p, g in FIG6_GRIDS["cpu"].items() for v in g) == 9
-    paper = training_runs("paper", 3)  # BERT: one learning rate + 2 other margins, 3 models; then 2 more seeds
-    assert paper.loc[2:3, "runs"].tolist() == [9, 6]
+    paper = training_runs("paper", 3)  # BERT: the first round's cross (5 runs) for each of 3 models; 2 more seeds each
+    assert paper.loc[2:3, "runs"].tolist() == [15, 6]
     assert training_runs("smoke").loc[2:3, "runs"].tolist() == [0, 0]  # not run on smoke
 
 
