@@ -15,7 +15,7 @@ from fixtures.corpora import synthetic_corpus
 from xmr_core import results
 from xmr_core.config import RunConfig
 from xmr_core.data.export import export_corpus
-from xmr_core.io import FOREIGN_TEMP_AGE_S, atomic_write, atomic_write_text
+from xmr_core.io import FOREIGN_TEMP_AGE_S, atomic_write, atomic_write_text, read_json_lines
 from xmr_core.liveness import Owner, host_tag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,3 +165,19 @@ def test_a_killed_export_leaves_a_staging_folder_that_the_next_export_removes(tm
     export_corpus(synthetic_corpus(seed=3), out, "precomp", progress=False)
     assert list(tmp_path.iterdir()) == [out]
     assert out.stat().st_mode & 0o777 == 0o755  # an ordinary folder under umask 022, not mkdtemp's 0700
+
+
+def test_read_json_lines_names_the_file_and_line_of_a_bad_record(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"kind": "run"}\n{"kind": "other"}\n', encoding="utf-8")
+    is_run = lambda record: record.get("kind") == "run"  # noqa: E731
+    with pytest.raises(ValueError, match=r"log\.jsonl: line 2 is not a run record"):
+        read_json_lines(path, is_run, "a run record")
+    path.write_text('{"kind": "run"}\n{"kind": \n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"log\.jsonl: line 2 is not JSON"):
+        read_json_lines(path, is_run, "a run record")
+    path.write_text('{"kind": "run"}\n[1, 2]\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2 is not a run record"):
+        read_json_lines(path, is_run, "a run record")
+    path.write_text('{"kind": "run", "n": 1}\n{"kind": "run", "n": 2}\n', encoding="utf-8")
+    assert [r["n"] for r in read_json_lines(path, is_run, "a run record")] == [1, 2]

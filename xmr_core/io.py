@@ -12,6 +12,7 @@ way (`staging_dir`) and removed by the same rule (`remove_stale_temps`) after th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -19,7 +20,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from xmr_core.liveness import Owner, host_tag, pid_alive
 
@@ -110,3 +111,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_json_lines(path: str | Path, is_record: Callable[[Any], bool], what: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, in order; a line that is not JSON, or not a record by `is_record`,
+    is an error naming the file, the line and `what` a record is (e.g. "a run-log record")."""
+    records = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: line {n} is not JSON ({err})") from None
+        if not isinstance(record, dict) or not is_record(record):
+            raise ValueError(f"{path}: line {n} is not {what}: {line[:80]}")
+        records.append(record)
+    return records

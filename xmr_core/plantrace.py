@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xmr_core.io import read_json_lines
+
 PLAN_ENV = "XMR_PLAN"
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`results.NOTEBOOK_ENV`, which imports this
 # module: the name is spelled here too, and a test checks the two agree)
@@ -98,13 +100,4 @@ def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] 
 
 def read_plan(path: Path) -> list[dict[str, Any]]:
     """The records of a plan file, in the order they were asked for; a bad line is an error naming the file."""
-    records = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: line {n} is not JSON ({err})") from None
-        if not isinstance(item, dict) or "key" not in item:
-            raise ValueError(f"{path}: line {n} is not a plan record: {line[:80]}")
-        records.append(item)
-    return records
+    return read_json_lines(path, lambda record: "key" in record, "a plan record")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr_core import sources
+from xmr_core.io import read_json_lines
 
 RUN_LOG_ENV = "XMR_RUN_LOG"
 # xmr_core paths (files, or folders ending in "/") that do not change what a run computes
@@ -83,16 +84,7 @@ def log_input(folder: Path, files: list[str] | None = None) -> None:
 
 def read_log(path: Path) -> list[dict[str, Any]]:
     """The records of a run log; a line that is not a JSON object is an error naming the file and line."""
-    records = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: line {n} is not JSON ({err})") from None
-        if not isinstance(record, dict) or record.get("kind") not in ("run", "input"):
-            raise ValueError(f"{path}: line {n} is not a run-log record: {line[:80]}")
-        records.append(record)
-    return records
+    return read_json_lines(path, lambda record: record.get("kind") in ("run", "input"), "a run-log record")
 
 
 def describe(path: Path) -> str:
