@@ -48,16 +48,21 @@ def seed_everything(seed: int) -> torch.Generator:
 
 
 @contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the block on one torch CPU thread (the caller's count restored after): torch's CPU kernels split
-    their sums by thread count, so a result cached and fingerprinted into run keys (the pretrained trunk, its
-    grid features, the region features) must not depend on how many cores the machine that made it had."""
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block on `n` torch CPU threads (the caller's count restored after): torch's CPU kernels split
+    their sums by thread count, so what a block computes depends on it (`TrainConfig.threads`, `one_thread`)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def one_thread() -> contextlib.AbstractContextManager[None]:
+    """`torch_threads(1)`: a result cached and fingerprinted into run keys (the pretrained trunk, its grid
+    features, the region features) must not depend on how many cores the machine that made it had."""
+    return torch_threads(1)
 
 
 def select_device(name: str = "auto") -> torch.device:

@@ -58,7 +58,7 @@ from torch.utils.data import BatchSampler
 from tqdm import tqdm
 
 from xmr_core import plantrace
-from xmr_core.config import cache_dir, seed_everything, select_device
+from xmr_core.config import cache_dir, seed_everything, select_device, torch_threads
 from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.datasets import Augmentation, pair_loader, query_loader
 from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
@@ -416,17 +416,15 @@ def fit(
         plantrace.record(model.name, cfg, key, run_dir, done)
         if done is None:
             return FitResult(run_dir, 0, math.nan, {}, [], 0.0, 0.0, stopped="planned")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
     claim = _claim(run_dir, key, env)
     try:
-        result = _fit(model, train_split, val_split, cfg, run_dir, key, out_dir is None, resume, claim, env,
-                      vocab=vocab, on_epoch_end=on_epoch_end, validate=validate)
+        with torch_threads(cfg.threads):
+            result = _fit(model, train_split, val_split, cfg, run_dir, key, out_dir is None, resume, claim, env,
+                          vocab=vocab, on_epoch_end=on_epoch_end, validate=validate)
         if env.is_main:  # the notebook's run log (`xmr_core.runlog`)
             log_run(run_dir, key, model.name, cfg.seed, trained=not result.cached)
         return result
     finally:
-        torch.set_num_threads(threads)
         if claim is not None:
             claim.release(finished=(run_dir / "result.json").is_file())
 
