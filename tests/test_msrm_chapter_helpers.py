@@ -359,12 +359,16 @@ def test_incidence_stats_and_figure():
 def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_outcome(monkeypatch):
     calls = []
 
-    def train_model(name, k, data, tuned, enc, run, seed, config=None, **overrides):
+    def request_model(name, k, data, tuned, enc, run, seed, config=None, **overrides):
+        return seed, config, overrides  # the request, as far as the fake `train_many` reads it
+
+    def train_many(requests, run):
+        [(seed, config, overrides)] = requests
         calls.append((seed, config.gamma, overrides["on_nonfinite"]))
         if config.gamma == 0.0:
             raise FloatingPointError("msrm: loss nan at epoch 1 step 8")
-        return object(), type("Fit", (), {"converged": True, "best_epoch": 3, "stopped": "patience",
-                                          "stop_message": "", "cached": True})()
+        return [(object(), type("Fit", (), {"converged": True, "best_epoch": 3, "stopped": "patience",
+                                            "stop_message": "", "cached": True})())]
 
     def class_queries(model, split, vocab, device):
         if calls[-1][1] == 0.8 and calls[-1][0] == 1:  # seed 1's MSRM: a collapsed variance, inf scores
@@ -373,7 +377,8 @@ def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_
         return chapter.QueryScores(dict.fromkeys(chapter.TABLE4_COLUMNS, value), np.full(4, value),
                                    np.array([0, 0, 1, 1]), "")
 
-    monkeypatch.setattr(chapter, "train_model", train_model)
+    monkeypatch.setattr(chapter, "request_model", request_model)
+    monkeypatch.setattr(chapter, "train_many", train_many)
     monkeypatch.setattr(chapter, "class_queries", class_queries)
     data = ChapterData(None, None, None, None, None, None, 1.0)
     variants = {"MSRM": tiny_config(), "w/o L_d": tiny_config(gamma=0.0), "w/o L_h": tiny_config(hypergraph=False),

@@ -21,7 +21,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.executors import Executor
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.runplan import RunRequest, fit_many
+from xmr_core.runplan import RunRequest, batched, fit_many
 from xmr_core.train import FitResult, TrainConfig, fit, run_key, state_fingerprint
 
 TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
@@ -123,6 +123,40 @@ def test_a_workers_error_is_raised_at_its_requests_turn(cache: Path) -> None:
     with pytest.raises(RuntimeError, match="cuda:99|invalid device"):
         fit_many([good, bad], Executor("local", 2))
     assert [r.cached for r in fit_many(_requests((0,)), Executor("serial"))] == [True]  # the good run was trained
+
+
+def test_batched_trains_the_missing_runs_side_by_side_and_leaves_a_failure_to_the_body(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = _serial(tmp_path, monkeypatch)
+    monkeypatch.setenv("XMR_CACHE", str(cache))
+    good = _requests()
+    bad = _requests((3,))[0]
+    bad.cfg = TrainConfig(**{**bad.cfg.__dict__, "device": "cuda:99"})  # fails in its worker
+    with batched(good + [bad], Executor("local", 2)):
+        assert all((cache / "runs" / name / "result.json").is_file() for name, *_ in reference)  # trained
+        assert not (cache / "runs" / f"vse-{run_key(bad.model, TRAIN, VAL, bad.cfg)}" / "result.json").exists()
+        requests = _requests()
+        results = [fit(r.model, TRAIN, VAL, r.cfg, vocab=VOCAB) for r in requests]  # the body: one run at a time
+        with pytest.raises(RuntimeError, match="cuda:99|invalid device"):  # met again, as serially
+            fit(bad.model, TRAIN, VAL, bad.cfg, vocab=VOCAB)
+    assert all(r.cached for r in results)
+    assert [s[:4] for s in _summary(requests, results)] == [s[:4] for s in reference]  # the serial runs
+
+
+def test_batched_trains_nothing_serially_and_is_one_stage_in_trace_mode(
+        cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with batched(_requests(), Executor("serial")):
+        assert not (cache / "runs").exists()  # in process: the body trains them
+    plan = tmp_path / "plan.jsonl"
+    monkeypatch.setenv(plantrace.PLAN_ENV, str(plan))
+    monkeypatch.setattr(plantrace, "_TRACE", plantrace._Trace())
+    with batched(_requests(), Executor("local", 2)):
+        for r in _requests():
+            fit(r.model, TRAIN, VAL, r.cfg, vocab=VOCAB)
+    lone = _requests((5,))[0]
+    fit(lone.model, TRAIN, VAL, lone.cfg, vocab=VOCAB)
+    assert [(r["stage"], r["cached"]) for r in plantrace.read_plan(plan)] == [(1, False)] * 3 + [(2, False)]
+    assert not (cache / "runs").exists()
 
 
 def test_submitit_local_executor_trains_the_same_runs_as_serial(tmp_path: Path, cache: Path,

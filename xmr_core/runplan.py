@@ -18,19 +18,34 @@ nothing trains.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from xmr_core import plantrace
 from xmr_core.executors import Executor, WorkerOutcome
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult, cached_run_dir, fit, run_key
 
-__all__ = ["RunRequest", "fit_many"]
+__all__ = ["RunRequest", "batched", "fit_many"]
 
 
 def _fit(request: RunRequest) -> FitResult:
     with plantrace.labelled(request.label):
         return fit(request.model, request.train, request.val, request.cfg, vocab=request.vocab)
+
+
+def _train_missing(requests: Sequence[RunRequest], executor: Executor
+                   ) -> tuple[list[str], dict[str, WorkerOutcome | BaseException]]:
+    """Train on `executor` the runs of `requests` missing from the cache (one request a key: two requests for one
+    run train it once). Returns every request's run key and the workers' outcome per trained key."""
+    keys = [run_key(r.model, r.train, r.val, r.cfg) for r in requests]
+    missing: dict[str, RunRequest] = {}
+    for request, key in zip(requests, keys):
+        if not (cached_run_dir(request.model, key) / "result.json").is_file():
+            missing.setdefault(key, request)
+    if len(missing) > 1 or (missing and executor.kind == "slurm"):  # a lone local run trains here, as serially
+        return keys, dict(zip(missing, executor.train(list(missing.values()))))
+    return keys, {}
 
 
 def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None) -> list[FitResult]:
@@ -40,14 +55,7 @@ def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None) -
     if plantrace.tracing() or executor.in_process:
         with plantrace.batch():
             return [_fit(r) for r in requests]
-    keys = [run_key(r.model, r.train, r.val, r.cfg) for r in requests]
-    missing: dict[str, RunRequest] = {}  # one request a key: two requests for one run train it once
-    for request, key in zip(requests, keys):
-        if not (cached_run_dir(request.model, key) / "result.json").is_file():
-            missing.setdefault(key, request)
-    outcomes: dict[str, WorkerOutcome | BaseException] = {}
-    if len(missing) > 1 or (missing and executor.kind == "slurm"):  # a lone local run trains here, as serially
-        outcomes = dict(zip(missing, executor.train(list(missing.values()))))
+    keys, outcomes = _train_missing(requests, executor)
     results = []
     for request, key in zip(requests, keys):
         outcome = outcomes.pop(key, None)  # a second request for the run finds it cached, as serially
@@ -61,3 +69,17 @@ def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None) -
             result = dataclasses.replace(result, cached=outcome.cached)
         results.append(result)
     return results
+
+
+@contextmanager
+def batched(requests: Sequence[RunRequest], executor: Executor | None = None) -> Iterator[None]:
+    """The runs of `requests` are one batch, which the body then asks for one run at a time (`fit`, through the
+    chapter's own calls): for a loop that handles each run's failure itself, e.g. an ablation that may diverge in
+    its first epoch. On entry, the missing runs are trained side by side on `executor` (default
+    `Executor.from_env()`); a run that failed in its worker is left missing, so the body's own `fit` meets the
+    failure again, as serially. In trace mode nothing trains and the body's requests are one stage of the plan."""
+    executor = executor or Executor.from_env()
+    if not (plantrace.tracing() or executor.in_process):
+        _train_missing(requests, executor)
+    with plantrace.batch():
+        yield

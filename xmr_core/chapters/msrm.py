@@ -79,6 +79,7 @@ from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
 from xmr_core.metrics import ranking_stats
 from xmr_core.results import write_table
+from xmr_core.runplan import batched
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
@@ -486,6 +487,12 @@ class AblationRuns(NamedTuple):
     queries: QueryValues
 
 
+def ablation_request(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                     run: RunConfig, **train_overrides: object) -> RunRequest:
+    """The run `ablation_run` trains: MSRM of `config` at MSRM's tuned learning rate, a NaN/inf loss ending it."""
+    return request_model("MSRM", 1, data, tuned, enc, run, seed, config, on_nonfinite="stop", **train_overrides)
+
+
 def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                  run: RunConfig, **train_overrides: object) -> tuple[FitResult | UnscoredRun, QueryScores]:
     """Train (or load) one MSRM of `config` at MSRM's tuned learning rate, a NaN/inf loss ending the run (an
@@ -494,8 +501,7 @@ def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[s
     is an outcome too: an `UnscoredRun` with NaN scores and no per-query values. Returns the fit and the scores."""
     unscored = QueryScores(dict.fromkeys(TABLE4_COLUMNS, float("nan")), np.empty(0), np.empty(0, np.int64), "")
     try:
-        model, result = train_model("MSRM", 1, data, tuned, enc, run, seed, config=config, on_nonfinite="stop",
-                                    **train_overrides)
+        [(model, result)] = train_many([ablation_request(config, seed, data, tuned, enc, run, **train_overrides)], run)
     except FloatingPointError as err:
         print(f"MSRM ablation (seed {seed}) diverged in its first epoch: {err}")
         return UnscoredRun(str(err), "diverged in epoch 1"), unscored
@@ -511,17 +517,19 @@ def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[s
 
 def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: ChapterData,
                 tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> AblationRuns:
-    """Every Table 4 variant at every seed (`ablation_run`). Columns: model, seed, converged, best epoch,
-    stopped, stop message, collapse and `TABLE4_COLUMNS`; per-query values keyed by (model, seed)."""
+    """Every Table 4 variant at every seed (`ablation_run`; one batch, `runplan.batched`). Columns: model, seed,
+    converged, best epoch, stopped, stop message, collapse and `TABLE4_COLUMNS`; per-query values keyed by (model,
+    seed)."""
     rows, queries = [], {}
-    for seed in seeds:
-        for name, config in variants.items():
-            result, scored = ablation_run(config, seed, data, tuned, enc, run)
-            rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
-                         "stopped": result.stopped, "stop message": result.stop_message,
-                         "collapse": scored.collapse, **scored.row})
-            if len(scored.values):
-                queries[name, seed] = (scored.values, scored.strata)
+    runs = [(name, config, seed) for seed in seeds for name, config in variants.items()]
+    with batched([ablation_request(config, seed, data, tuned, enc, run) for _, config, seed in runs]):
+        scored_runs = [ablation_run(config, seed, data, tuned, enc, run) for _, config, seed in runs]
+    for (name, _, seed), (result, scored) in zip(runs, scored_runs):
+        rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
+                     "stopped": result.stopped, "stop message": result.stop_message,
+                     "collapse": scored.collapse, **scored.row})
+        if len(scored.values):
+            queries[name, seed] = (scored.values, scored.strata)
     return AblationRuns(pd.DataFrame(rows), queries)
 
 
@@ -558,17 +566,21 @@ def sweep_label(parameter: str, value: float) -> str:
 
 def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], seed: int, data: ChapterData,
                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> AblationRuns:
-    """Every sweep setting at its seeds (`sweep_seeds`, `ablation_run`). Columns: parameter, value, seed,
-    converged, stopped, cached, collapse and `TABLE4_COLUMNS`; per-query values keyed by (`sweep_label`, seed)."""
+    """Every sweep setting at its seeds (`sweep_seeds`, `ablation_run`; one batch, `runplan.batched`). Columns:
+    parameter, value, seed, converged, stopped, cached, collapse and `TABLE4_COLUMNS`; per-query values keyed by
+    (`sweep_label`, seed)."""
     rows, queries = [], {}
-    for setting in settings:
-        for s in sweep_seeds(setting, seeds, seed):
-            result, scored = ablation_run(setting.config, s, data, tuned, enc, run, **setting.overrides)
-            rows.append({"parameter": setting.parameter, "value": setting.value, "seed": s,
-                         "converged": result.converged, "stopped": result.stopped, "cached": result.cached,
-                         "collapse": scored.collapse, **scored.row})
-            if len(scored.values):
-                queries[sweep_label(setting.parameter, setting.value), s] = (scored.values, scored.strata)
+    runs = [(setting, s) for setting in settings for s in sweep_seeds(setting, seeds, seed)]
+    with batched([ablation_request(setting.config, s, data, tuned, enc, run, **setting.overrides)
+                  for setting, s in runs]):
+        scored_runs = [ablation_run(setting.config, s, data, tuned, enc, run, **setting.overrides)
+                       for setting, s in runs]
+    for (setting, s), (result, scored) in zip(runs, scored_runs):
+        rows.append({"parameter": setting.parameter, "value": setting.value, "seed": s,
+                     "converged": result.converged, "stopped": result.stopped, "cached": result.cached,
+                     "collapse": scored.collapse, **scored.row})
+        if len(scored.values):
+            queries[sweep_label(setting.parameter, setting.value), s] = (scored.values, scored.strata)
     return AblationRuns(pd.DataFrame(rows), queries)
 
 
