@@ -80,7 +80,7 @@ def test_hinge_gradient_reaches_only_violating_pairs() -> None:
 def test_hinge_bad_input() -> None:
     with pytest.raises(ValueError, match="square"):
         L.contrastive_hinge(torch.zeros(2, 3))
-    with pytest.raises(ValueError, match="non-finite value at \\[0, 1\\]"):
+    with pytest.raises(FloatingPointError, match="non-finite value at \\[0, 1\\]"):
         L.contrastive_hinge(torch.tensor([[0.0, float("nan")], [0.0, 0.0]]))
     with pytest.raises(ValueError, match="topk"):
         L.contrastive_hinge(HAND, negatives="topk", topk=3)
@@ -118,6 +118,12 @@ def test_soft_contrastive_is_stable_for_extreme_logits() -> None:
     nll = L.soft_contrastive_nll(logits, torch.tensor([[False], [True]]))
     # -log(1 - s(200)) = log(1 + e^200) ~ 200; -log s(-200) = log(1 + e^200) ~ 200.
     torch.testing.assert_close(nll, torch.full((2, 1), 200.0))
+
+
+def test_soft_contrastive_raises_a_floating_point_error_on_non_finite_logits() -> None:
+    for bad in (float("nan"), float("inf")):  # a diverged forward pass, which `train.fit` handles as one
+        with pytest.raises(FloatingPointError, match="non-finite logits"):
+            L.soft_contrastive_nll(torch.tensor([[[[bad]]]]), torch.tensor([[True]]))
 
 
 def test_soft_contrastive_symmetric_and_gradients() -> None:

@@ -125,6 +125,21 @@ def test_a_workers_error_is_raised_at_its_requests_turn(cache: Path) -> None:
     assert [r.cached for r in fit_many(_requests((0,)), Executor("serial"))] == [True]  # the good run was trained
 
 
+@pytest.mark.parametrize("executor", [Executor("serial"), Executor("local", 2)], ids=["serial", "local"])
+def test_a_first_epoch_divergence_raises_or_is_returned_as_a_diverged_result(cache: Path, executor: Executor) -> None:
+    good, bad = _requests((0, 1))
+    bad.cfg = TrainConfig(**{**bad.cfg.__dict__, "lr": float("inf")})  # NaN weights after the first step
+    with pytest.raises(FloatingPointError, match="epoch 1"):
+        fit_many([good, bad], executor)
+    good, bad = _requests((0, 1))
+    bad.cfg = TrainConfig(**{**bad.cfg.__dict__, "lr": float("inf")})
+    results = fit_many([good, bad], executor, diverged="result")
+    assert results[0].best_epoch >= 1 and results[0].cached  # trained by the first call
+    assert (results[1].stopped, results[1].best_epoch, results[1].best_score) == ("diverged", 0, float("-inf"))
+    assert "epoch 1" in results[1].stop_message and not results[1].converged
+    assert not (results[1].run_dir / "result.json").exists()  # nothing cached: asked again, it diverges again
+
+
 def test_batched_trains_the_missing_runs_side_by_side_and_leaves_a_failure_to_the_body(
         tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reference = _serial(tmp_path, monkeypatch)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from fixtures.corpora import word_split
 
+from xmr_core import losses as L
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.distributed import DistEnv, ShardedSampler
@@ -247,6 +248,24 @@ def test_non_finite_loss_can_end_the_run_as_diverged(tmp_path) -> None:
     with pytest.raises(FloatingPointError, match="epoch 2 step 1"):  # the default policy: a diverged run raises
         fit(_model(), TRAIN, VAL, TrainConfig(**{**cfg.__dict__, "on_nonfinite": "raise"}), tmp_path / "run",
             vocab=VOCAB, validate=_val_r1)
+
+
+def test_a_loss_that_meets_a_non_finite_input_ends_the_run_as_diverged(tmp_path) -> None:
+    """PCME's soft contrastive loss raises `FloatingPointError` on non-finite logits (a diverged forward pass):
+    `fit` treats it as a non-finite loss, naming the loss's error."""
+    cfg = TrainConfig(**{**CFG.__dict__, "epochs": 3, "on_nonfinite": "stop"})
+    model, calls = _model(), [0]
+
+    def loss_then_raise(img, cap, batch):
+        calls[0] += 1
+        if calls[0] > 3:
+            L.soft_contrastive_nll(torch.full((1, 2, 2), float("nan")), torch.tensor([True]))
+        return model.__class__.loss(model, img, cap, batch)
+
+    model.loss = loss_then_raise  # type: ignore[method-assign]
+    result = fit(model, TRAIN, VAL, cfg, tmp_path / "run", vocab=VOCAB, validate=_val_r1)
+    assert result.stopped == "diverged" and result.best_epoch == 1 and not result.converged
+    assert "epoch 2 step 1" in result.stop_message and "non-finite logits" in result.stop_message
 
 
 def test_non_finite_loss_in_the_first_epoch_raises_even_when_asked_to_stop(tmp_path) -> None:

@@ -77,6 +77,19 @@ def test_a_choice_at_an_edge_extends_the_search_until_validation_stops_improving
     assert (summary["lr status"], summary["weight status"]) == ("bracketed", "bracketed")
 
 
+def test_a_setting_where_training_diverges_is_a_tried_setting_that_scored_lower():
+    def script(i: int, j: int, epochs: int) -> tuple[float, int]:
+        return (float("-inf"), 0) if i >= 2 else peak(1, 0)(i, j, epochs)  # lr 4e-3 and up: NaN in epoch 1
+
+    trainer = FakeTrainer(script)
+    result = tune(method(), trainer)
+    assert (result.lr, result.weight) == (2e-3, 0.2) and trainer.policies == {"stop"}  # a later NaN ends the run
+    diverged = [r for r in result.rows if r["stopped"] == "diverged"]
+    assert [(r["lr"], r["val rsum"], r["converged"]) for r in diverged] == [(4e-3, float("-inf"), False)]
+    summary = tuning_summary(result.frame()).iloc[0]
+    assert (summary["lr status"], summary["weight status"]) == ("bracketed", "bracketed")
+
+
 def test_the_search_stops_at_a_hard_bound():
     trainer = FakeTrainer(lambda i, j, e: (float(j - i * i), 5))  # larger margins always better
     result = tune(method(Search(LR, MARGIN, max_runs=30)), trainer)

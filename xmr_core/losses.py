@@ -21,12 +21,13 @@ Reduction = Literal["sum", "mean"]
 
 
 def _check_scores(scores: Tensor, positive_mask: Tensor | None) -> Tensor:
-    """Validate a square score matrix; return the bool mask of pairs that are not negatives (B, B)."""
+    """Validate a square score matrix (a non-finite score: `FloatingPointError`); return the bool mask of pairs that
+    are not negatives (B, B)."""
     if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
         raise ValueError(f"scores: expected a square (B, B) matrix with positives on the diagonal, got {tuple(scores.shape)}")
     if not torch.isfinite(scores).all():
         bad = torch.nonzero(~torch.isfinite(scores))[0].tolist()
-        raise ValueError(f"scores: non-finite value at {bad}")
+        raise FloatingPointError(f"scores: non-finite value at {bad}")  # a diverged forward pass (`train.fit`)
     not_negative = torch.eye(len(scores), dtype=torch.bool, device=scores.device)
     if positive_mask is not None:
         if positive_mask.shape != scores.shape or positive_mask.dtype != torch.bool:
@@ -115,8 +116,8 @@ def soft_contrastive_nll(logits: Tensor, matched: Tensor) -> Tensor:
         raise ValueError(f"soft_contrastive_nll: logits {tuple(logits.shape)} must be matched {tuple(matched.shape)} + (J, J')")
     if matched.dtype != torch.bool:
         raise ValueError(f"soft_contrastive_nll: matched must be bool, got {matched.dtype}")
-    if not torch.isfinite(logits).all():
-        raise ValueError("soft_contrastive_nll: non-finite logits")
+    if not torch.isfinite(logits).all():  # a diverged forward pass: `train.fit` handles it as a non-finite loss
+        raise FloatingPointError("soft_contrastive_nll: non-finite logits")
     signed = torch.where(matched[..., None, None], logits, -logits)
     log_count = math.log(logits.shape[-1] * logits.shape[-2])
     return log_count - torch.logsumexp(F.logsigmoid(signed).flatten(-2), dim=-1)

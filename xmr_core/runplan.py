@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Literal
 
 from xmr_core import plantrace
 from xmr_core.executors import Executor, WorkerOutcome
@@ -32,6 +33,24 @@ __all__ = ["RunRequest", "batched", "fit_many"]
 def _fit(request: RunRequest) -> FitResult:
     with plantrace.labelled(request.label):
         return fit(request.model, request.train, request.val, request.cfg, vocab=request.vocab)
+
+
+def first_epoch_divergence(request: RunRequest, error: FloatingPointError) -> FitResult:
+    """A run that diverged in its first epoch (a NaN/inf loss before any epoch finished, so no checkpoint), as a
+    result: best epoch 0, score -inf (below any run that learnt), stopped "diverged" with the error, not
+    converged, nothing cached; the model stays as built."""
+    key = run_key(request.model, request.train, request.val, request.cfg)
+    return FitResult(cached_run_dir(request.model, key), 0, float("-inf"), {}, [], 0.0, 0.0, stopped="diverged",
+                     stop_message=str(error))
+
+
+def _fit_or_diverged(request: RunRequest, diverged: Literal["raise", "result"]) -> FitResult:
+    try:
+        return _fit(request)
+    except FloatingPointError as err:
+        if diverged == "raise":
+            raise
+        return first_epoch_divergence(request, err)
 
 
 def _train_missing(requests: Sequence[RunRequest], executor: Executor
@@ -48,20 +67,26 @@ def _train_missing(requests: Sequence[RunRequest], executor: Executor
     return keys, {}
 
 
-def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None) -> list[FitResult]:
+def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None, *,
+             diverged: Literal["raise", "result"] = "raise") -> list[FitResult]:
     """Train (or load from the run cache) every request; results in `requests` order. `executor`: default
-    `Executor.from_env()` (serial without `XMR_EXECUTOR` / `XMR_JOBS`)."""
+    `Executor.from_env()` (serial without `XMR_EXECUTOR` / `XMR_JOBS`). A run that diverges in its first epoch
+    (`FloatingPointError`) raises, or with diverged="result" is returned as `first_epoch_divergence` (the tuning
+    protocol: a setting where training diverges is an outcome of the search)."""
     executor = executor or Executor.from_env()
     if plantrace.tracing() or executor.in_process:
         with plantrace.batch():
-            return [_fit(r) for r in requests]
+            return [_fit_or_diverged(r, diverged) for r in requests]
     keys, outcomes = _train_missing(requests, executor)
     results = []
     for request, key in zip(requests, keys):
         outcome = outcomes.pop(key, None)  # a second request for the run finds it cached, as serially
+        if isinstance(outcome, FloatingPointError) and diverged == "result":
+            results.append(first_epoch_divergence(request, outcome))
+            continue
         if isinstance(outcome, BaseException):
             raise outcome
-        result = _fit(request)
+        result = _fit_or_diverged(request, diverged)
         if outcome is not None:
             if result.best_state != outcome.best_state:
                 raise RuntimeError(f"{result.run_dir}: the worker's best weights (fingerprint "

@@ -525,7 +525,8 @@ def _train_loader(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: T
 def _train_epoch(model: RetrievalModel, net: nn.Module, loader: Any, opt: _Optimisation, epoch: int,
                  cfg: TrainConfig, env: DistEnv, device: torch.device, use_amp: bool, best_epoch: int) -> _Epoch:
     """One pass over `loader`: forward (`net`, the model or its DDP wrapper), the method's loss, backward,
-    clipping and the optimiser step per batch. A non-finite loss raises (`cfg.on_nonfinite` "raise", several
+    clipping and the optimiser step per batch. A non-finite loss (or a `FloatingPointError` from the method's loss,
+    which met a non-finite input) raises (`cfg.on_nonfinite` "raise", several
     processes, or no best epoch yet) or ends the epoch with its message, the best checkpoint standing."""
     model.train()
     sums: dict[str, float] = {}
@@ -538,7 +539,10 @@ def _train_epoch(model: RetrievalModel, net: nn.Module, loader: Any, opt: _Optim
         batch = _to_device(batch, device)
         with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=use_amp):
             img_emb, cap_emb = net(batch)
-            loss, parts = model.loss(img_emb, cap_emb, batch)
+            try:
+                loss, parts = model.loss(img_emb, cap_emb, batch)
+            except FloatingPointError as err:  # the loss met a non-finite input: the forward pass diverged
+                loss, parts = torch.tensor(float("nan")), {"error": str(err)}
         if not torch.isfinite(loss):
             message = f"{model.name}: loss {loss.item()} at epoch {epoch + 1} step {step + 1} (terms: {parts})"
             if cfg.on_nonfinite == "raise" or env.distributed or best_epoch < 1:

@@ -216,7 +216,8 @@ class _State:
             "lr bound": s.lr.bound(point[0]), "weight": s.weight.name, "value": weight, "weight index": point[1],
             "weight bound": s.weight.bound(point[1]), "epochs": epochs, "seed": cfg.seed,
             f"val {cfg.select}": round(result.best_score, 2), "best epoch": result.best_epoch,
-            "epochs run": len(result.history), "converged": result.converged, "train s": round(result.train_seconds, 1),
+            "epochs run": len(result.history), "converged": result.converged, "stopped": result.stopped,
+            "train s": round(result.train_seconds, 1),
             "cached": result.cached, "run": result.run_dir.name})
         if stage == "schedule":
             assert self.chosen is not None
@@ -237,13 +238,19 @@ class _State:
 
 
 def _config(method: Method, lr: float, epochs: int) -> TrainConfig:
-    cfg = method.recipe(lr)
-    return cfg if cfg.epochs == epochs else dataclasses.replace(cfg, epochs=epochs)
+    """The recipe at `lr` for `epochs`; a NaN/inf loss ends the run as diverged (its best epoch stands)."""
+    return dataclasses.replace(method.recipe(lr), epochs=epochs, on_nonfinite="stop")
 
 
-def tune_many(methods: Sequence[Method], trainer: Trainer = fit_many) -> dict[str, TuningResult]:
+def train_tuning_runs(requests: Sequence[RunRequest]) -> list[FitResult]:
+    """The protocol's trainer: `runplan.fit_many`, a run that diverges in its first epoch returned as a result
+    (score -inf: a tried setting that scored lower than any that learnt) rather than raised."""
+    return fit_many(requests, diverged="result")
+
+
+def tune_many(methods: Sequence[Method], trainer: Trainer = train_tuning_runs) -> dict[str, TuningResult]:
     """Tune every method of `methods` by the protocol (module docstring), their searches side by side: each round
-    asks `trainer` (default `runplan.fit_many`) for every method's next runs in one call. Each run's model is built
+    asks `trainer` (default `train_tuning_runs`) for every method's next runs in one call. Each run's model is built
     right after `torch.manual_seed(method.seed)` (its initial weights are part of the run key)."""
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -271,7 +278,7 @@ def tune_many(methods: Sequence[Method], trainer: Trainer = fit_many) -> dict[st
     return {state.method.name: state.result() for state in states}
 
 
-def tune(method: Method, trainer: Trainer = fit_many) -> TuningResult:
+def tune(method: Method, trainer: Trainer = train_tuning_runs) -> TuningResult:
     """One method by the protocol (`tune_many` with one method)."""
     return tune_many([method], trainer)[method.name]
 

@@ -27,7 +27,9 @@ def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **ove
     erasing 0.2 and caption word dropping 0.1; training stops when validation rSum has not improved for
     more than `min_delta` for `patience` epochs (the best epoch is then not the last), at most `epochs`; a
     schedule whose last epoch is its best goes on at its last lr until an epoch is no better, at most
-    `extend_epochs` more (so a run is converged unless even those run out; not in smoke).
+    `extend_epochs` more (so a run is converged unless even those run out; not in smoke). A NaN/inf loss ends the
+    run as diverged (`on_nonfinite="stop"`: its best epoch stands, it is not converged, so no claim is judged on
+    it); in its first epoch it raises (the tuning protocol records that setting as diverged).
 
     Default (every profile): the image trunk is frozen (its grid features are precomputed), so there is one
     phase and erasing zeroes grid cells (`datasets.erase_cells`). finetune=True: PCME's two phases on pixels,
@@ -43,7 +45,7 @@ def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **ove
     base = {"epochs": epochs, "frozen_epochs": frozen if finetune else 0, "batch_size": batch, "lr": lr,
             "optimizer": optimizer, "scheduler": "cosine", "finetune_lr_mult": 0.1, "grad_clip": 2.0,
             "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience,
-            "min_delta": min_delta, "extend_epochs": extend}
+            "min_delta": min_delta, "extend_epochs": extend, "on_nonfinite": "stop"}
     return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
