@@ -67,6 +67,12 @@ def _train_missing(requests: Sequence[RunRequest], executor: Executor
     return keys, {}
 
 
+def _trains_here(executor: Executor) -> bool:
+    """Whether each request goes through `fit` in this process, no workers: trace mode (where nothing trains) or
+    an in-process executor."""
+    return plantrace.tracing() or executor.in_process
+
+
 def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None, *,
              diverged: Literal["raise", "result"] = "raise") -> list[FitResult]:
     """Train (or load from the run cache) every request; results in `requests` order. `executor`: default
@@ -74,7 +80,7 @@ def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None, *
     (`FloatingPointError`) raises, or with diverged="result" is returned as `first_epoch_divergence` (the tuning
     protocol: a setting where training diverges is an outcome of the search)."""
     executor = executor or Executor.from_env()
-    if plantrace.tracing() or executor.in_process:
+    if _trains_here(executor):
         with plantrace.batch():
             return [_fit_or_diverged(r, diverged) for r in requests]
     keys, outcomes = _train_missing(requests, executor)
@@ -104,7 +110,7 @@ def batched(requests: Sequence[RunRequest], executor: Executor | None = None) ->
     `Executor.from_env()`); a run that failed in its worker is left missing, so the body's own `fit` meets the
     failure again, as serially. In trace mode nothing trains and the body's requests are one stage of the plan."""
     executor = executor or Executor.from_env()
-    if not (plantrace.tracing() or executor.in_process):
+    if not _trains_here(executor):
         _train_missing(requests, executor)
     with plantrace.batch():
         yield

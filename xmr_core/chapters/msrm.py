@@ -493,15 +493,15 @@ def ablation_request(config: MSRMConfig, seed: int, data: ChapterData, tuned: di
     return request_model("MSRM", 1, data, tuned, enc, run, seed, config, on_nonfinite="stop", **train_overrides)
 
 
-def ablation_run(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-                 run: RunConfig, **train_overrides: object) -> tuple[FitResult | UnscoredRun, QueryScores]:
-    """Train (or load) one MSRM of `config` at MSRM's tuned learning rate, a NaN/inf loss ending the run (an
+def ablation_run(request: RunRequest, seed: int, data: ChapterData, run: RunConfig
+                 ) -> tuple[FitResult | UnscoredRun, QueryScores]:
+    """Train (or load) the run of `request` (`ablation_request`, seed `seed`), a NaN/inf loss ending it (an
     outcome: scored at its best epoch before it), and score it with class relevance on `data.test_unseen`
     (`class_queries`). A run that diverges in its first epoch, or whose weights score some test query NaN/inf,
     is an outcome too: an `UnscoredRun` with NaN scores and no per-query values. Returns the fit and the scores."""
     unscored = QueryScores(dict.fromkeys(TABLE4_COLUMNS, float("nan")), np.empty(0), np.empty(0, np.int64), "")
     try:
-        [(model, result)] = train_many([ablation_request(config, seed, data, tuned, enc, run, **train_overrides)], run)
+        [(model, result)] = train_many([request], run)
     except FloatingPointError as err:
         print(f"MSRM ablation (seed {seed}) diverged in its first epoch: {err}")
         return UnscoredRun(str(err), "diverged in epoch 1"), unscored
@@ -521,10 +521,11 @@ def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: 
     converged, best epoch, stopped, stop message, collapse and `TABLE4_COLUMNS`; per-query values keyed by (model,
     seed)."""
     rows, queries = [], {}
-    runs = [(name, config, seed) for seed in seeds for name, config in variants.items()]
-    with batched([ablation_request(config, seed, data, tuned, enc, run) for _, config, seed in runs]):
-        scored_runs = [ablation_run(config, seed, data, tuned, enc, run) for _, config, seed in runs]
-    for (name, _, seed), (result, scored) in zip(runs, scored_runs):
+    runs = [(name, seed) for seed in seeds for name in variants]
+    requests = [ablation_request(variants[name], seed, data, tuned, enc, run) for name, seed in runs]
+    with batched(requests):
+        scored_runs = [ablation_run(r, seed, data, run) for r, (_, seed) in zip(requests, runs)]
+    for (name, seed), (result, scored) in zip(runs, scored_runs):
         rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
                      "stopped": result.stopped, "stop message": result.stop_message,
                      "collapse": scored.collapse, **scored.row})
@@ -571,10 +572,9 @@ def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], seed: int, data:
     (`sweep_label`, seed)."""
     rows, queries = [], {}
     runs = [(setting, s) for setting in settings for s in sweep_seeds(setting, seeds, seed)]
-    with batched([ablation_request(setting.config, s, data, tuned, enc, run, **setting.overrides)
-                  for setting, s in runs]):
-        scored_runs = [ablation_run(setting.config, s, data, tuned, enc, run, **setting.overrides)
-                       for setting, s in runs]
+    requests = [ablation_request(setting.config, s, data, tuned, enc, run, **setting.overrides) for setting, s in runs]
+    with batched(requests):
+        scored_runs = [ablation_run(r, s, data, run) for r, (_, s) in zip(requests, runs)]
     for (setting, s), (result, scored) in zip(runs, scored_runs):
         rows.append({"parameter": setting.parameter, "value": setting.value, "seed": s,
                      "converged": result.converged, "stopped": result.stopped, "cached": result.cached,
