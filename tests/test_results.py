@@ -40,11 +40,13 @@ def test_table_files_and_provenance(run: RunConfig) -> None:
 def test_small_values_are_not_rounded_to_zero_in_markdown(run: RunConfig) -> None:
     # a learning rate of 5e-4 or a KL weight of 1e-5 at one decimal would read 0.0: such a column prints in
     # general format instead; the csv keeps the exact values either way
-    df = pd.DataFrame({"lr": [5e-4, 2e-3], "KL weight": [1e-5, 0.0], "R@1": [12.34, 56.78]})
+    # general format is rounded as the rest (one decimal), to two significant digits where that would read 0.0
+    df = pd.DataFrame({"lr": [5e-4, 2e-3], "KL weight": [1e-5, 0.0], "R@1": [12.34, 56.78],
+                       "std": [0.782413, 0.0732106]})
     md = results.write_table(df, "demo/small", run=run).with_suffix(".md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("|")][2:]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
-    assert cells == [["0.0005", "1e-05", "12.3"], ["0.002", "0", "56.8"]]
+    assert cells == [["0.0005", "1e-05", "12.3", "0.8"], ["0.002", "0", "56.8", "0.073"]]
 
 
 def test_a_pipe_in_a_column_name_or_cell_stays_in_its_cell(run: RunConfig) -> None:

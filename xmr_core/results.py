@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import platform
 import subprocess
@@ -172,6 +173,14 @@ def _check_key(key: str) -> str:
     return key
 
 
+def _shown_digits(value: float, digits: int) -> float:
+    """`value` rounded for a general-format Markdown cell: to `digits` decimals, or to 2 significant digits where
+    those decimals would show it as 0 (a learning rate of 5e-4, a std of 0.073 at one decimal)."""
+    if value == 0 or not math.isfinite(value) or abs(value) >= 10.0 ** -digits:
+        return round(value, digits)
+    return float(f"{value:.2g}")
+
+
 def write_table(
     df: pd.DataFrame, key: str, *, run: RunConfig, caption: str = "", float_digits: int = 1,
     extra: dict[str, Any] | None = None,
@@ -192,6 +201,8 @@ def write_table(
             values = values.astype("int64")
         small = pd.api.types.is_float_dtype(values) and ((values != 0) & (values.abs() < 10.0 ** -float_digits)).any()
         formats.append("g" if small else f".{float_digits}f")
+        if small:  # general format prints what it is given: round it as the other columns, 2 digits where tiny
+            values = values.map(lambda v: _shown_digits(v, float_digits))
         if pd.api.types.is_numeric_dtype(values):
             shown[col] = values.astype(object)
         else:  # a '|' in a cell would end it: escaped, as Markdown tables read it

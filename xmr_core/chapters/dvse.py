@@ -594,14 +594,19 @@ def train_judgements(per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,
 SWEEP_COLUMNS = ["all i2t R@1", "all i2t R@5", "all t2i R@1", "all t2i R@5"]  # Figures 8-9: R@1 and R@5, whole split
 
 
-def ablation_run(fields: Mapping[str, object], config: DVSEConfig, seed: int, data: ChapterData,
-                 tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> dict[str, object]:
-    """Train (or load) DVSE at `config` (DVSE's tuned learning rate) with `seed` and score it: one row, `fields`
-    then seed, converged, cached, collapse (`claims.instance_collapse`) and every `metric_row` value (no FR)."""
-    model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
-    scores = model_scores(model, data, run.torch_device)
-    return {**fields, "seed": seed, "converged": result.converged, "cached": result.cached,
-            "collapse": instance_collapse(scores.whole[0], data.test), **metric_row(scores, data)}
+def ablation_rows(runs: Sequence[tuple[Mapping[str, object], DVSEConfig, int]], data: ChapterData,
+                  tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+    """Train (or load) DVSE at each (fields, config, seed) of `runs` (DVSE's tuned learning rate; one batch,
+    `train_many`, side by side on the workers) and score each: one row per run, its fields then seed, converged,
+    cached, collapse (`claims.instance_collapse`) and every `metric_row` value (no FR)."""
+    trained = train_many([request_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
+                          for _, config, seed in runs], run)
+    rows = []
+    for (fields, _, seed), (model, result) in zip(runs, trained):
+        scores = model_scores(model, data, run.torch_device)
+        rows.append({**fields, "seed": seed, "converged": result.converged, "cached": result.cached,
+                     "collapse": instance_collapse(scores.whole[0], data.test), **metric_row(scores, data)})
+    return pd.DataFrame(rows)
 
 
 def combination_label(combination: int) -> str:
@@ -611,9 +616,9 @@ def combination_label(combination: int) -> str:
 
 def table5_runs(combinations: Sequence[int], seeds: Sequence[int], base: DVSEConfig, data: ChapterData,
                 tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
-    """Table V: every combination (`dvse_ablation_config` of the tuned `base`) with every seed (`ablation_run`)."""
-    return pd.DataFrame([ablation_run({"model": combination_label(c)}, dvse_ablation_config(c, base), seed, data,
-                                      tuned, enc, run) for seed in seeds for c in combinations])
+    """Table V: every combination (`dvse_ablation_config` of the tuned `base`) with every seed (`ablation_rows`)."""
+    return ablation_rows([({"model": combination_label(c)}, dvse_ablation_config(c, base), seed)
+                          for seed in seeds for c in combinations], data, tuned, enc, run)
 
 
 def table5_frame(runs: pd.DataFrame, combinations: Sequence[int], label: str) -> pd.DataFrame:
@@ -637,10 +642,10 @@ def k_config(base: DVSEConfig, k: float) -> DVSEConfig:
 
 def table6_runs(ks: Sequence[float], seeds: Sequence[int], base: DVSEConfig, data: ChapterData,
                 tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
-    """Table VI: DVSE with each K of `ks` (`k_config`) and every seed of `seeds` (`ablation_run`, with its K): the
+    """Table VI: DVSE with each K of `ks` (`k_config`) and every seed of `seeds` (`ablation_rows`, with its K): the
     K claims compare points of the sweep, each needing its seed noise."""
-    return pd.DataFrame([ablation_run({"model": k_label(k), "K": k}, k_config(base, k), s, data, tuned, enc, run)
-                         for k in ks for s in seeds])
+    return ablation_rows([({"model": k_label(k), "K": k}, k_config(base, k), s) for k in ks for s in seeds],
+                         data, tuned, enc, run)
 
 
 def table6_frame(runs: pd.DataFrame, ks: Sequence[float], label: str) -> pd.DataFrame:
@@ -668,11 +673,11 @@ def table6_figure(runs: pd.DataFrame) -> Figure:
 def sweep_runs(betas: Sequence[float], etas: Sequence[float], seeds: Sequence[int], base: DVSEConfig,
                data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
     """Figures 8-9: the tuned `base` at each beta (Eq. 4's `ort_margin`), then at each eta (Eq. 12), every seed of
-    `seeds` (`ablation_run` with columns parameter, value): their peak claims compare points of the sweeps."""
+    `seeds` (`ablation_rows` with columns parameter, value): their peak claims compare points of the sweeps."""
     configs = [("beta", b, dataclasses.replace(base, ort_margin=b)) for b in betas]
     configs += [("eta", e, dataclasses.replace(base, eta=e)) for e in etas]
-    return pd.DataFrame([ablation_run({"parameter": param, "value": value}, cfg, s, data, tuned, enc, run)
-                         for param, value, cfg in configs for s in seeds])
+    return ablation_rows([({"parameter": param, "value": value}, cfg, s) for param, value, cfg in configs
+                          for s in seeds], data, tuned, enc, run)
 
 
 def sweep_figure(sweep: pd.DataFrame) -> Figure:
