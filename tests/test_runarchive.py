@@ -226,7 +226,7 @@ def test_member_outside_the_cache_is_refused(cache_a: dict, tmp_path: Path) -> N
 def test_runs_of_other_code_are_refused(cache_a: dict, tmp_path: Path, monkeypatch) -> None:
     target = tmp_path / "b"
     target.mkdir()
-    monkeypatch.setattr(runarchive, "source_fingerprint", lambda: "0" * 64)  # this code's training sources changed
+    monkeypatch.setattr(runlog, "source_fingerprint", lambda: "0" * 64)  # this code's training sources changed
     _unchanged_after_error(target, cache_a["archive"], "trained by other code")
     with pytest.raises(ArchiveError, match="delete it and rerun its notebook"):
         pack("smoke", tmp_path / "x.tar.gz", root=cache_a["root"], cache=cache_a["cache"], echo=lambda _: None)
@@ -257,7 +257,9 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
         return runlog.source_fingerprint()
 
     base = fingerprint()
-    for rel in ("book.py", "bench/cold.py"):  # the runner and the benchmarks change no run
+    # the runner, the benchmarks, the tuning protocol and the chapters (which choose runs) change no run
+    for rel in ("book.py", "bench/cold.py", "tuning.py", "chapters/pcme.py"):
+        (pkg / rel).parent.mkdir(exist_ok=True)
         (pkg / rel).write_text("x = 2\n")
         assert fingerprint() == base
     for rel in ("train.py", "methods/vse.py"):
@@ -265,6 +267,40 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
         assert fingerprint() != base
         base = fingerprint()
     runlog.source_fingerprint.cache_clear()
+
+
+def test_a_run_is_of_this_code_when_its_commit_had_these_training_sources(tmp_path: Path, monkeypatch) -> None:
+    """A run records the fingerprint taken under the `NOT_TRAINING` of its day; at a clean commit, its training
+    sources are read back from git under today's rule, so a later change outside them (a chapter, the tuning
+    protocol) leaves the run of this code, and a change inside them does not."""
+    pkg = tmp_path / "xmr_core"
+    (pkg / "chapters").mkdir(parents=True)
+    for rel in ("train.py", "runlog.py", "chapters/pcme.py", "data.json"):
+        (pkg / rel).write_text("x = 1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(runlog, "__file__", str(pkg / "runlog.py"))
+
+    def problem(commit: str, source: str) -> str:
+        runlog.source_fingerprint.cache_clear()
+        runlog.source_fingerprint_at.cache_clear()
+        return runlog.code_problem(commit, source)
+
+    older = "f" * 64  # what the run recorded under an older rule: not today's fingerprint
+    assert problem(commit, older) == ""
+    assert runlog.source_fingerprint_at(commit) == runlog.source_fingerprint()
+    (pkg / "chapters" / "pcme.py").write_text("x = 2\n")  # the experiment layer changed: the run is still of this code
+    assert problem(commit, older) == ""
+    assert "other code" in problem(commit + "+dirty", older)  # a dirty tree's sources are not in git
+    assert "other code" in problem("0" * 40, older)  # a commit this checkout does not have
+    assert "no training source" in problem(commit, "")
+    (pkg / "data.json").write_text("{}\n")  # a training source changed
+    assert "other code" in problem(commit, older)
+    runlog.source_fingerprint.cache_clear()
+    runlog.source_fingerprint_at.cache_clear()
 
 
 def test_runs_from_before_the_training_source_are_not_packed(tmp_path: Path, monkeypatch) -> None:

@@ -46,7 +46,7 @@ from typing import IO, Any
 
 from xmr_core.config import cache_dir
 from xmr_core.io import atomic_write, remove_stale_temps, staging_dir
-from xmr_core.runlog import read_log, source_fingerprint, trained_at
+from xmr_core.runlog import code_problem, read_log, trained_at
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -117,13 +117,8 @@ def _run_info(run_dir: Path) -> dict[str, Any]:
 
 
 def _code_problem(info: dict[str, Any]) -> str:
-    """'' when a run was trained by this code's training source, else why not."""
-    if not info["source"]:
-        return "records no training source (trained before runs recorded it)"
-    if info["source"] != source_fingerprint():
-        return (f"was trained by other code (training source {info['source'][:12]} at commit {info['commit']}, "
-                f"this code {source_fingerprint()[:12]})")
-    return ""
+    """'' when a run was trained by this code's training source, else why not (`runlog.code_problem`)."""
+    return code_problem(info["commit"], info["source"])
 
 
 def collect(profile: str, root: Path, cache: Path, echo: Callable[[str], None] = print

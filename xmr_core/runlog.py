@@ -2,9 +2,10 @@
 
 - `trained_at()`: the commit and the *training source fingerprint* a new run records in its `result.json`.
   The training source fingerprint hashes every `xmr_core` source and data file except those that only run
-  the book, report results or manage the cache (`NOT_TRAINING`): a run whose fingerprint differs from this
-  code's may have been computed by other code, even under the same run key (the key hashes the configs and
-  the data, not the code). Runs from before the field have none ("unknown").
+  the book, report results, manage the cache or choose which runs to ask for (`NOT_TRAINING`): a run whose
+  fingerprint differs from this code's may have been computed by other code, even under the same run key (the
+  key hashes the configs and the data, not the code). Runs from before the field have none ("unknown").
+  `source_fingerprint_at(commit)` recomputes it at a run's recorded commit under today's rule (`of_this_code`).
 - The run log: the book runner names a file in `XMR_RUN_LOG` for each notebook it executes
   (`book/_build/<profile>/<chapter>/<notebook>.runs.jsonl`, `log_path`); `fit` appends one line per run it
   trains or loads (`log_run`), and the frozen inputs whose bytes enter the run keys append theirs
@@ -18,31 +19,78 @@ from __future__ import annotations
 import functools
 import json
 import os
-from pathlib import Path
+import subprocess
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from xmr_core import sources
 from xmr_core.io import read_json_lines
 
 RUN_LOG_ENV = "XMR_RUN_LOG"
-# xmr_core paths (files, or folders ending in "/") that do not change what a run computes
-NOT_TRAINING = ("book.py", "book_html.py", "bookplan.py", "cli.py", "results.py", "viz.py", "claims.py", "grounding.py",
-                "runlog.py", "runarchive.py", "runcache.py", "io.py", "liveness.py", "executors.py", "plantrace.py",
-                "runplan.py", "runrequest.py", "bench/", "paper_values/")
+# xmr_core paths (files, or folders ending in "/") that do not change what a run computes: the book runner, reports,
+# the cache, and the experiment layer that only chooses which runs to ask for (the chapters, the compared methods and
+# recipes, the tuning protocol). What a run is asked for enters its key: the method config, the model's initial
+# state, the train config and the data; what computes it from there (training, methods, encoders, data, metrics)
+# is the training source.
+NOT_TRAINING = ("book.py", "book_html.py", "book_static.py", "bookplan.py", "cli.py", "results.py", "viz.py",
+                "claims.py", "grounding.py", "verdicts.py", "ceiling.py", "staleness.py", "sources.py", "runlog.py",
+                "runarchive.py", "runcache.py", "io.py", "liveness.py", "executors.py", "plantrace.py", "runplan.py",
+                "runrequest.py", "tuning.py", "chapters/", "experiment/", "bench/", "paper_values/")
+
+
+def is_training(rel: str) -> bool:
+    """Whether the package path `rel` (e.g. "methods/vse.py") is a training source (outside `NOT_TRAINING`)."""
+    return Path(rel).suffix in sources.SOURCE_SUFFIXES and not any(
+        rel == n or (n.endswith("/") and rel.startswith(n)) for n in NOT_TRAINING)
 
 
 @functools.cache
 def source_fingerprint() -> str:
-    """`sources.fingerprint` of the training sources of `xmr_core` (`sources.package_files` outside
-    `NOT_TRAINING`), read once a process."""
+    """`sources.fingerprint` of the training sources of `xmr_core` (`sources.package_files` that `is_training`),
+    read once a process."""
     root = Path(__file__).resolve().parent.parent
     pkg = root / sources.PACKAGE
+    return sources.fingerprint([p for p in sources.package_files(root) if is_training(p.relative_to(pkg).as_posix())],
+                               root)
 
-    def training(path: Path) -> bool:
-        rel = path.relative_to(pkg).as_posix()
-        return not any(rel == n or (n.endswith("/") and rel.startswith(n)) for n in NOT_TRAINING)
 
-    return sources.fingerprint([p for p in sources.package_files(root) if training(p)], root)
+@functools.cache
+def source_fingerprint_at(commit: str) -> str | None:
+    """The training source fingerprint of this checkout's git `commit`, under this code's `NOT_TRAINING` (read
+    from git, the working tree untouched); None when git or the commit is not available (e.g. a shallow clone).
+    A run trained at a clean commit is of this code when this equals `source_fingerprint()`, even if it recorded
+    another fingerprint (one taken under an older, wider `NOT_TRAINING`)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        listing = subprocess.run(["git", "ls-tree", "-r", "-z", commit, "--", sources.PACKAGE], cwd=root,
+                                 capture_output=True, check=True).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    blobs: dict[str, str] = {}
+    for entry in filter(None, listing.split("\0")):
+        meta, path = entry.split("\t", 1)
+        rel = path.removeprefix(f"{sources.PACKAGE}/")
+        if meta.split()[1] == "blob" and is_training(rel):
+            blobs[path] = meta.split()[2]
+
+    def reader(blob: str) -> Callable[[], bytes]:
+        return lambda: subprocess.run(["git", "cat-file", "blob", blob], cwd=root, capture_output=True,
+                                      check=True).stdout
+
+    return sources.fingerprint_contents((PurePosixPath(path), reader(blob)) for path, blob in blobs.items())
+
+
+def code_problem(commit: str | None, source: str | None) -> str:
+    """'' when a run that records `commit` and training `source` was trained by this code's training sources, else
+    why not: the recorded fingerprint is this code's, or the recorded commit is clean and its training sources,
+    read from git under today's `NOT_TRAINING`, are this code's."""
+    if not source:
+        return "records no training source (trained before runs recorded it)"
+    here = source_fingerprint()
+    if source == here or (commit and not commit.endswith("+dirty") and source_fingerprint_at(commit) == here):
+        return ""
+    return f"was trained by other code (training source {source[:12]} at commit {commit}, this code {here[:12]})"
 
 
 def trained_at() -> dict[str, str | None]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePath
 
 PACKAGE = "xmr_core"
 DATA_SUFFIXES = {".csv", ".json"}
@@ -28,10 +28,16 @@ def package_files(root: Path) -> list[Path]:
 
 def fingerprint(files: Iterable[Path], base: Path) -> str:
     """sha256 over the files (sorted), each as its path relative to `base` and its bytes."""
+    return fingerprint_contents((path.relative_to(base), path.read_bytes) for path in files)
+
+
+def fingerprint_contents(items: Iterable[tuple[PurePath, Callable[[], bytes]]]) -> str:
+    """`fingerprint` of (relative path, reader of its bytes) pairs, files that need not be on disk (e.g. read from
+    git at another commit): sorted as paths, each hashed as its POSIX path and its bytes."""
     digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.relative_to(base).as_posix().encode())
-        digest.update(path.read_bytes())
+    for rel, read in sorted(items, key=lambda item: item[0]):
+        digest.update(rel.as_posix().encode())
+        digest.update(read())
     return digest.hexdigest()
 
 

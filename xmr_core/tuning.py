@@ -45,6 +45,7 @@ Trainer = Callable[[Sequence[RunRequest]], list[FitResult]]
 Point = tuple[int, int]  # (learning-rate index, weight index) on the lattice
 
 LR_STEP = 2.0  # the learning rate's step, the same for every method
+MAX_RUNS = 24  # every method's cap on search runs: the first cross, then about six moves of the coordinate ascent
 FIRST_ROUND = 5  # round 0: the default and its four neighbours (fewer where the default sits at a hard bound)
 BRACKETED, HARD_BOUND, UNBRACKETED, SINGLE = "bracketed", "hard bound", "unbracketed", "not searched"
 
@@ -102,7 +103,7 @@ class Search:
 
     lr: Axis
     weight: Axis
-    max_runs: int = 16
+    max_runs: int = MAX_RUNS
     longer: float = 2.0
     max_longer: int = 2
     single: bool = False  # smoke: train the default only, no search and no schedule check

@@ -32,7 +32,7 @@ from xmr_core.methods.msrm import MSRM, msrm_config
 from xmr_core.methods.pcme import PCME, pcme_config
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config, vse_pp_config
-from xmr_core.tuning import Axis
+from xmr_core.tuning import MAX_RUNS, Axis
 
 MARGIN_BOUND = 2.0  # cosine scores: s(i, t) - s(i, t') <= 2, so at a margin >= 2 the hinge can no longer vanish
 MARGIN = Axis("margin", 0.2, 2.0, high=MARGIN_BOUND)  # every hinge margin α: the papers' 0.2, step x2
@@ -46,7 +46,7 @@ class Compared:
     name: str
     weight: Axis
     build: Callable[[dict, np.ndarray, float, int], RetrievalModel]  # (encoders, word vectors, weight, K)
-    max_runs: int = 16
+    max_runs: int = MAX_RUNS
 
     @property
     def weight_name(self) -> str:
