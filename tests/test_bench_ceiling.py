@@ -24,7 +24,7 @@ def test_targets_met_and_missed(tmp_path, capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert "best baseline 80.0% (target >= 80, aim 90): met" in out[-2]
     assert "lowest model 60.0% (target >= 70): NOT met" in out[-2]
-    assert out[-1] == "best_baseline_percent=80.00 lowest_percent=60.00 all_converged=False"
+    assert out[-1] == "best_baseline_percent=80.00 lowest_percent=60.00 best_percent=80.00 all_converged=False"
 
 
 def test_missing_file_names_it(tmp_path) -> None:
@@ -42,7 +42,32 @@ def test_a_chapter_with_its_own_baselines_is_judged_on_them(tmp_path, capsys) ->
     main(["hrem", "--results", str(tmp_path)])
     # the best of HREM's baselines (GPO 85 %), not the PCME chapter's (none here, which gave NaN)
     assert capsys.readouterr().out.splitlines()[-1] == \
-        "best_baseline_percent=85.00 lowest_percent=75.00 all_converged=True"
+        "best_baseline_percent=85.00 lowest_percent=75.00 best_percent=90.00 all_converged=True"
+
+
+def test_a_multi_round_table_is_summed_over_its_rounds(tmp_path, capsys) -> None:
+    path = tmp_path / "hmrn" / "ceiling.csv"
+    path.parent.mkdir(parents=True)
+    columns = ["model", "seed", "round", "converged", "R@1", "ceiling R@1", "R@5", "ceiling R@5", "R@10",
+               "ceiling R@10"]
+    # the ceiling sums to (2 + 10 + 20) + (30 + 80 + 90) = 232 over both rounds
+    rows = [("Drill-down", 0, 1, True, 1, 2, 5, 10, 10, 20), ("Drill-down", 0, 2, True, 10, 30, 40, 80, 60, 90),
+            ("HMRN", 0, 1, True, 2, 2, 8, 10, 16, 20), ("HMRN", 0, 2, False, 25, 30, 70, 80, 82, 90)]
+    pd.DataFrame(rows, columns=columns).to_csv(path, index=False)
+    main(["hmrn", "--results", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    # Drill-down: 16 + 110 = 126 of 232 = 54.31 %; HMRN: 26 + 177 = 203 of 232 = 87.50 %, one round not converged
+    assert out[0] == "hmrn:"
+    assert "best model HMRN 87.5%" in out[-2]
+    assert out[-1] == "best_baseline_percent=54.31 lowest_percent=54.31 best_percent=87.50 all_converged=False"
+
+
+def test_all_reports_every_chapter_with_a_ceiling_table(tmp_path, capsys) -> None:
+    _write(tmp_path, [("VSE0", 0, 340, 400, 85.0, True)])
+    (tmp_path / "msrm").mkdir()  # no ceiling.csv: not a chapter to report
+    main(["all", "--results", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.endswith(":")] == ["pcme:"]
 
 
 def test_a_table_of_another_layout_is_refused_by_name(tmp_path) -> None:
@@ -51,5 +76,5 @@ def test_a_table_of_another_layout_is_refused_by_name(tmp_path) -> None:
     pd.DataFrame([("HMRN I-T", 0, 1, True, 0.4, 1.2, 33.3)],
                  columns=["model", "seed", "round", "converged", "R@1", "ceiling R@1", "R@1 % of ceiling"]
                  ).to_csv(path, index=False)
-    with pytest.raises(SystemExit, match=r"hmrn/ceiling.csv: no column\(s\) rsum, ceiling_rsum, percent_of_ceiling"):
+    with pytest.raises(SystemExit, match=r"hmrn/ceiling.csv: neither a single-query ceiling table"):
         main(["hmrn", "--results", str(tmp_path)])

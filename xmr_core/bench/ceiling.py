@@ -1,9 +1,15 @@
-"""`python -m xmr_core.bench ceiling [CHAPTER]`: each model's share of the Bayes ceiling, against the targets.
+"""`python -m xmr_core.bench ceiling [CHAPTER ...]`: each model's share of the Bayes ceiling, against the targets.
 
-Reads `results/<chapter>/ceiling.csv` (written by the chapter's train notebook: model, seed, rsum,
-ceiling_rsum, percent_of_ceiling, converged) and prints, per model, the mean and std over seeds of its
-5K-analogue rSum as % of the ceiling, whether every seed converged, and the strong-start targets: the best
-baseline at least 80% (aim 90%), every compared model at least 70%.
+Reads `results/<chapter>/ceiling.csv`, written by the chapter's train notebook, in one of two layouts:
+
+- single query (model, seed, rsum, ceiling_rsum, percent_of_ceiling, converged): a model's share is its
+  5K-analogue rSum as % of the ceiling's;
+- multi-round (HMRN: model, seed, round, converged, R@K and ceiling R@K for K = 1, 5, 10): a model's share is
+  its R@1 + R@5 + R@10 summed over the rounds as % of the ceiling's same sum (the Avg. R@Sum of the HMRN paper,
+  as a share: every round weighs by what the ceiling allows in it).
+
+Prints, per chapter and model, the mean and std over seeds of that share, whether every seed converged, and
+the strong-start targets: the best baseline at least 80% (aim 90%), every compared model at least 70%.
 """
 
 from __future__ import annotations
@@ -14,31 +20,59 @@ from pathlib import Path
 import pandas as pd
 
 BASELINES = ("VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4")  # the PCME chapter's, shared by MSRM, DVSE, leaderboard
-CHAPTER_BASELINES = {"hrem": ("VSE++", "GPO")}  # a chapter with baselines of its own
+CHAPTER_BASELINES = {"hrem": ("VSE++", "GPO"),  # chapters with baselines of their own
+                     "hmrn": ("VSE0*", "R-RankFusion", "R-RE", "R-HRE", "Drill-down")}
 COLUMNS = ("model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged")
+ROUND_KS = (1, 5, 10)
+ROUND_COLUMNS = ("model", "seed", "round", "converged", *(f"{p}R@{k}" for k in ROUND_KS for p in ("", "ceiling ")))
+
+
+def per_seed(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """One row per (model, seed): model, seed, rsum, ceiling_rsum, percent_of_ceiling, converged, from either
+    layout (a multi-round table summed over its rounds)."""
+    if all(c in df.columns for c in COLUMNS):
+        return df[list(COLUMNS)]
+    if all(c in df.columns for c in ROUND_COLUMNS):
+        rows = df.assign(rsum=df[[f"R@{k}" for k in ROUND_KS]].sum(axis=1),
+                         ceiling_rsum=df[[f"ceiling R@{k}" for k in ROUND_KS]].sum(axis=1))
+        seeds = rows.groupby(["model", "seed"], sort=False).agg(
+            rsum=("rsum", "sum"), ceiling_rsum=("ceiling_rsum", "sum"), converged=("converged", "all")).reset_index()
+        seeds["percent_of_ceiling"] = 100 * seeds["rsum"] / seeds["ceiling_rsum"]
+        return seeds[list(COLUMNS)]
+    raise SystemExit(f"{path}: neither a single-query ceiling table ({', '.join(COLUMNS)}) nor a multi-round one "
+                     f"({', '.join(ROUND_COLUMNS)}); columns: {', '.join(map(str, df.columns))}")
+
+
+def report(chapter: str, results: Path) -> None:
+    """Print one chapter's per-model shares and its targets."""
+    path = results / chapter / "ceiling.csv"
+    if not path.is_file():
+        raise SystemExit(f"{path}: not found; run `xmr book run {chapter}` first")
+    summary = per_seed(pd.read_csv(path), path).groupby("model", sort=False).agg(
+        percent=("percent_of_ceiling", "mean"), std=("percent_of_ceiling", "std"), seeds=("seed", "count"),
+        rsum=("rsum", "mean"), ceiling=("ceiling_rsum", "first"), converged=("converged", "all"))
+    print(f"{chapter}:")
+    print(summary.round(2).to_string())
+    baselines = summary[summary.index.isin(CHAPTER_BASELINES.get(chapter, BASELINES))]
+    best_baseline = float(baselines["percent"].max()) if len(baselines) else float("nan")
+    worst = float(summary["percent"].min())
+    print(f"best baseline {best_baseline:.1f}% (target >= 80, aim 90): {'met' if best_baseline >= 80 else 'NOT met'}; "
+          f"lowest model {worst:.1f}% (target >= 70): {'met' if worst >= 70 else 'NOT met'}; best model "
+          f"{summary['percent'].idxmax()} {summary['percent'].max():.1f}%")
+    print(f"best_baseline_percent={best_baseline:.2f} lowest_percent={worst:.2f} "
+          f"best_percent={summary['percent'].max():.2f} all_converged={bool(summary['converged'].all())}")
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m xmr_core.bench ceiling")
-    parser.add_argument("chapter", nargs="?", default="pcme")
+    parser.add_argument("chapters", nargs="*", default=["pcme"], help="results folders (default pcme); all: every "
+                        "chapter with a ceiling.csv")
     parser.add_argument("--results", default="results")
     args = parser.parse_args(argv)
-    path = Path(args.results) / args.chapter / "ceiling.csv"
-    if not path.is_file():
-        raise SystemExit(f"{path}: not found; run `xmr book run {args.chapter}` first")
-    df = pd.read_csv(path)
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise SystemExit(f"{path}: no column(s) {', '.join(missing)}; this script reads single-query ceiling tables "
-                         f"({', '.join(COLUMNS)}), not per-round ones such as HMRN's")
-    summary = df.groupby("model", sort=False).agg(
-        percent=("percent_of_ceiling", "mean"), std=("percent_of_ceiling", "std"), seeds=("seed", "count"),
-        rsum=("rsum", "mean"), ceiling=("ceiling_rsum", "first"), converged=("converged", "all"))
-    print(summary.round(2).to_string())
-    baselines = summary[summary.index.isin(CHAPTER_BASELINES.get(args.chapter, BASELINES))]
-    best_baseline = float(baselines["percent"].max()) if len(baselines) else float("nan")
-    worst = float(summary["percent"].min())
-    print(f"best baseline {best_baseline:.1f}% (target >= 80, aim 90): {'met' if best_baseline >= 80 else 'NOT met'}; "
-          f"lowest model {worst:.1f}% (target >= 70): {'met' if worst >= 70 else 'NOT met'}")
-    print(f"best_baseline_percent={best_baseline:.2f} lowest_percent={worst:.2f} "
-          f"all_converged={bool(summary['converged'].all())}")
+    results = Path(args.results)
+    chapters = sorted(p.parent.name for p in results.glob("*/ceiling.csv")) if args.chapters == ["all"] \
+        else args.chapters
+    if not chapters:
+        raise SystemExit(f"{results}: no chapter has a ceiling.csv")
+    for chapter in chapters:
+        report(chapter, results)
