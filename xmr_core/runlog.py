@@ -5,7 +5,7 @@
   the book, report results, manage the cache or choose which runs to ask for (`NOT_TRAINING`): a run whose
   fingerprint differs from this code's may have been computed by other code, even under the same run key (the
   key hashes the configs and the data, not the code). Runs from before the field have none ("unknown").
-  `source_fingerprint_at(commit)` recomputes it at a run's recorded commit under today's rule (`of_this_code`).
+  `source_fingerprint_at(commit)` recomputes it at a run's recorded commit under today's rule (`code_problem`).
 - The run log: the book runner names a file in `XMR_RUN_LOG` for each notebook it executes
   (`book/_build/<profile>/<chapter>/<notebook>.runs.jsonl`, `log_path`); `fit` appends one line per run it
   trains or loads (`log_run`), and the frozen inputs whose bytes enter the run keys append theirs
