@@ -21,6 +21,7 @@ from fixtures.corpora import word_split
 
 from xmr_core import cli, runarchive, runlog
 from xmr_core.data.text import Vocabulary
+from xmr_core.encoders import token_cache
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.liveness import Owner, host_tag
@@ -70,12 +71,18 @@ def cache_a(tmp_path_factory: pytest.TempPathFactory) -> dict:
         runlog.log_input(trunk, ["trunk.pt", "meta.json"])
         runlog.log_input(trunk / "features", ["train-abc.npy"])
         runlog.log_input(region)
+        tokens = token_cache.features_dir("ab" * 32)  # where the MiniLM token features are cached
+        tokens.mkdir(parents=True)
+        (tokens / "features.npy").write_bytes(b"tokens")
+        (tokens / "meta.json").write_bytes(b"{}")
+        runlog.log_input(tokens, ["features.npy", "meta.json"])
         mp.delenv(runlog.RUN_LOG_ENV)
         other = fit(_model(), TRAIN, VAL, replace(CFG, seed=1), vocab=VOCAB)  # in no notebook's log
     archive = tmp / "runs.tar.gz"
     manifest = pack("smoke", archive, root=root, cache=cache, echo=lambda _: None)
     return {"cache": cache, "root": root, "archive": archive, "manifest": manifest, "run": result.run_dir.name,
-            "other": other.run_dir.name, "state": state_fingerprint(used), "tmp": tmp}
+            "other": other.run_dir.name, "state": state_fingerprint(used), "tmp": tmp,
+            "tokens": tokens.relative_to(cache).as_posix()}
 
 
 def _unchanged_after_error(target: Path, archive: Path, match: str) -> str:
@@ -114,7 +121,7 @@ def test_round_trip_restores_runs_records_and_inputs(cache_a: dict, tmp_path: Pa
     assert run["run"]["source"] == runlog.source_fingerprint()
 
     restored = unpack(cache_a["archive"], cache=b, echo=lambda _: None)
-    assert (restored.runs, restored.records, restored.input_files, restored.skipped_units) == (1, 1, 5, 0)
+    assert (restored.runs, restored.records, restored.input_files, restored.skipped_units) == (1, 1, 7, 0)
     got, want = _digests(b), _digests(a)
     # the used run with its weights (never last.pt), the other one's results only, under run-records/
     for name in runarchive.RUN_FILES:
@@ -124,7 +131,8 @@ def test_round_trip_restores_runs_records_and_inputs(cache_a: dict, tmp_path: Pa
     assert sorted(p.name for p in (b / "run-records" / cache_a["other"]).iterdir()) == ["metrics.csv", "result.json"]
     # the logged inputs, and only those (features/x.npy was not logged)
     for rel in ("trunks/t1/trunk.pt", "trunks/t1/meta.json", "trunks/t1/features/train-abc.npy",
-                "scenes/s1/regions-r1/train_regions.npy", "scenes/s1/regions-r1/regions_meta.json"):
+                "scenes/s1/regions-r1/train_regions.npy", "scenes/s1/regions-r1/regions_meta.json",
+                f"{cache_a['tokens']}/features.npy", f"{cache_a['tokens']}/meta.json"):
         assert got[rel] == want[rel]
     assert "trunks/t1/features/x.npy" not in got
 
@@ -333,3 +341,20 @@ def test_a_killed_unpacks_staging_folder_is_removed_by_the_next_unpack(cache_a: 
     (debris / "runs" / "half.pt").write_bytes(b"half")
     unpack(cache_a["archive"], cache=target, echo=lambda _: None)
     assert not debris.exists() and not list(target.glob(".unpack.*"))
+
+
+def test_pack_refuses_an_input_in_a_folder_unpack_would_not_restore(tmp_path: Path, monkeypatch) -> None:
+    cache, root = tmp_path / "cache", tmp_path / "root"
+    log = root / LOG
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    monkeypatch.setenv("XMR_CACHE", str(cache))
+    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    odd = cache / "elsewhere" / "x"
+    odd.mkdir(parents=True)
+    (odd / "f.npy").write_bytes(b"x")
+    runlog.log_input(odd, ["f.npy"])
+    out = tmp_path / "runs.tar.gz"
+    with pytest.raises(ArchiveError, match="elsewhere/x is in none of the cache folders") as err:
+        pack("smoke", out, root=root, cache=cache, echo=lambda _: None)
+    assert "\n" not in str(err.value) and str(log) in str(err.value) and not out.exists()

@@ -55,7 +55,10 @@ RECORD_FILES = ("result.json", "metrics.csv")
 RECORDS = "run-records"
 UNPACK_STAGING = "unpack"  # unpack stages into `.unpack.<owner tag>.<random>.tmp` in the cache (`io.staging_dir`)
 RESTORED_MANIFESTS = "run-archives"  # unpack keeps each archive's manifest here (`xmr runs ls`)
-_TOP = ("runs", RECORDS, "trunks", "scenes")  # the only cache folders an archive may write into
+# the only cache folders an archive may write into: the runs, the run records, and the frozen inputs' folders
+# (the trunk `encoders/trunk.py`, the region features `data/scenes.py`, the MiniLM token features
+# `encoders/token_cache.py`); `collect` refuses to pack an input elsewhere, so no archive it writes is refused
+_TOP = ("runs", RECORDS, "trunks", "scenes", "text_features")
 _CHUNK = 1 << 20
 
 
@@ -144,6 +147,9 @@ def collect(profile: str, root: Path, cache: Path, echo: Callable[[str], None] =
                     names.append(record["name"])
                 continue
             rel = _relative(record["dir"], cache, f"{log}: input")
+            if PurePosixPath(rel).parts[0] not in _TOP:
+                raise ArchiveError(f"{log}: input {cache / rel} is in none of the cache folders an archive may "
+                                   f"restore into ({', '.join(_TOP)})")
             folder = cache / rel
             files = record["files"] if record["files"] is not None else sorted(
                 p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
