@@ -133,7 +133,10 @@ def test_a_first_epoch_divergence_raises_or_is_returned_as_a_diverged_result(cac
         fit_many([good, bad], executor)
     good, bad = _requests((0, 1))
     bad.cfg = TrainConfig(**{**bad.cfg.__dict__, "lr": float("inf")})
+    built_key, built_state = run_key(bad.model, TRAIN, VAL, bad.cfg), state_fingerprint(bad.model)
     results = fit_many([good, bad], executor, diverged="result")
+    # in this process or in a worker alike: named by the key of the model as built, which it is left as
+    assert results[1].run_dir.name == f"vse-{built_key[:16]}" and state_fingerprint(bad.model) == built_state
     assert results[0].best_epoch >= 1 and results[0].cached  # trained by the first call
     assert (results[1].stopped, results[1].best_epoch, results[1].best_score) == ("diverged", 0, float("-inf"))
     assert "epoch 1" in results[1].stop_message and not results[1].converged

@@ -23,9 +23,10 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from xmr_core import results_diff
 from xmr_core.config import check_profile
 from xmr_core.executors import JOBS_ENV
 from xmr_core.io import atomic_write_text
@@ -325,8 +326,36 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
             state[key] = fingerprint
             echo(f"[ ok ] {nb.label} in {seconds:.1f} s{describe(log_path(output))} -> {output}")
         atomic_write_text(state_path, json.dumps(state, indent=1, sort_keys=True))
+    passed = [o.notebook for o in summary.outcomes if o.status == "passed"]
+    results_dir = (params or {}).get("RESULTS_DIR") or runner.get("RESULTS_DIR") or "results"
+    report_against_committed(passed, root, str(results_dir), echo)
     echo(summary.line())
     return summary
+
+
+def report_against_committed(notebooks: list[Notebook], root: Path, results_dir: str,
+                             echo: Callable[[str], None] = print) -> None:
+    """One line per results folder (`<results_dir>/<chapter>`) the notebooks write that is committed: all its
+    files as at HEAD, or which differ (`xmr_core.results_diff`); nothing where no such folder is committed."""
+    folder = Path(results_dir)
+    if folder.is_absolute():
+        if not folder.is_relative_to(root):
+            return
+        folder = folder.relative_to(root)
+    names = sorted({f"{folder.as_posix()}/{key.split('/')[0]}" for nb in notebooks for key in nb.declared_results()})
+    names = [name for name in names if results_diff.committed_files(root, name)]
+    if not names:
+        return
+    report = results_diff.compare_committed(root, names)
+    for name in names:
+        mine = {rel: found for rel, found in report.items() if rel.startswith(f"{name}/")}
+        differ = [PurePosixPath(rel).name for rel, found in mine.items() if found]
+        if not differ:
+            echo(f"[same] {name}: all {len(mine)} files as committed (HEAD)")
+        else:
+            shown = ", ".join(differ[:4]) + (", ..." if len(differ) > 4 else "")
+            echo(f"[DIFF] {name}: {len(differ)} of {len(mine)} files differ from HEAD ({shown}); "
+                 f"`xmr results diff {PurePosixPath(name).name}` says how")
 
 
 def list_book(root: Path | None = None, echo: Callable[[str], None] = print) -> None:

@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = results.add_parser("check", help="list the results whose inputs changed since they were written; "
                                              "exit 1 if any is stale or cannot be checked")
     check.add_argument("--results", default="results", help="results folder (default results/)")
+    diff = results.add_parser("diff", help="the results in the working tree against a commit's, by what they "
+                                           "show (numbers, cells, pixels; not when or how fast they were written); "
+                                           "exit 1 if any differs")
+    diff.add_argument("chapters", nargs="*", help="results folders or chapters (pcme, 01_pcme; all when none)")
+    diff.add_argument("--rev", default="HEAD", help="the commit to compare with (default HEAD)")
+    diff.add_argument("--results", default="results", help="results folder (default results/)")
     runs = sub.add_parser("runs", help="the run cache and its archive").add_subparsers(dest="action", required=True)
     pack = runs.add_parser("pack", help="the runs a profile's executed notebooks load, with their inputs, into one "
                                         "archive")
@@ -83,6 +89,31 @@ def results_check(folder: str) -> int:
     return 0 if report.ok else 1
 
 
+def results_diff(chapters: list[str], rev: str, folder: str) -> int:
+    import re
+    from pathlib import Path, PurePosixPath
+
+    from xmr_core import results_diff as diff
+    from xmr_core.results import project_root
+
+    root = project_root()
+    results = Path(folder) if Path(folder).is_absolute() else root / folder
+    if not results.resolve().is_relative_to(root.resolve()):
+        raise SystemExit(f"xmr results diff: {results} is outside the project {root}")
+    base = results.resolve().relative_to(root.resolve()).as_posix()
+    if chapters:  # a chapter's folder drops its number: 01_pcme writes results/pcme
+        names = [re.sub(r"^\d+_", "", c) for c in chapters]
+    else:
+        committed = {PurePosixPath(rel).relative_to(base).parts for rel in diff.committed_files(root, base, rev)}
+        present = {p.name for p in results.iterdir() if p.is_dir()} if results.is_dir() else set()
+        names = sorted({parts[0] for parts in committed if len(parts) > 1} | present)
+    try:
+        report = diff.compare_committed(root, [f"{base}/{name}" for name in names], rev)
+    except diff.DiffError as err:
+        raise SystemExit(f"xmr results diff: {err}") from None
+    return 0 if diff.print_diff(report, rev) else 1
+
+
 def runs_main(args: argparse.Namespace) -> int:
     from xmr_core import book, bookplan, runarchive
 
@@ -110,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     if args.command == "results":
+        if args.action == "diff":
+            return results_diff(args.chapters, args.rev, args.results)
         return results_check(args.results)
     if args.command == "runs":
         return runs_main(args)

@@ -35,8 +35,9 @@ RUN_LOG_ENV = "XMR_RUN_LOG"
 # is the training source.
 NOT_TRAINING = ("book.py", "book_html.py", "book_static.py", "bookplan.py", "cli.py", "results.py", "viz.py",
                 "claims.py", "grounding.py", "verdicts.py", "ceiling.py", "staleness.py", "sources.py", "runlog.py",
-                "runarchive.py", "runcache.py", "io.py", "liveness.py", "executors.py", "plantrace.py", "runplan.py",
-                "runrequest.py", "tuning.py", "chapters/", "experiment/", "bench/", "paper_values/")
+                "runarchive.py", "results_diff.py", "runcache.py", "io.py", "liveness.py", "executors.py",
+                "plantrace.py", "runplan.py", "runrequest.py", "tuning.py", "chapters/", "experiment/", "bench/",
+                "paper_values/")
 
 
 def is_training(rel: str) -> bool:

@@ -17,6 +17,7 @@ nothing trains.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -35,22 +36,26 @@ def _fit(request: RunRequest) -> FitResult:
         return fit(request.model, request.train, request.val, request.cfg, vocab=request.vocab)
 
 
-def first_epoch_divergence(request: RunRequest, error: FloatingPointError) -> FitResult:
+def first_epoch_divergence(request: RunRequest, key: str, error: FloatingPointError) -> FitResult:
     """A run that diverged in its first epoch (a NaN/inf loss before any epoch finished, so no checkpoint), as a
     result: best epoch 0, score -inf (below any run that learnt), stopped "diverged" with the error, not
-    converged, nothing cached; the model stays as built."""
-    key = run_key(request.model, request.train, request.val, request.cfg)
+    converged, nothing cached; named by its run `key` (of the model as built)."""
     return FitResult(cached_run_dir(request.model, key), 0, float("-inf"), {}, [], 0.0, 0.0, stopped="diverged",
                      stop_message=str(error))
 
 
 def _fit_or_diverged(request: RunRequest, diverged: Literal["raise", "result"]) -> FitResult:
+    """`_fit`; a first-epoch divergence raises, or (diverged="result") leaves the model as built, as a worker's
+    does, and is returned as `first_epoch_divergence` under the key computed before training touched it."""
+    if diverged == "raise":
+        return _fit(request)
+    key = run_key(request.model, request.train, request.val, request.cfg)
+    built = copy.deepcopy(request.model.state_dict())
     try:
         return _fit(request)
     except FloatingPointError as err:
-        if diverged == "raise":
-            raise
-        return first_epoch_divergence(request, err)
+        request.model.load_state_dict(built)
+        return first_epoch_divergence(request, key, err)
 
 
 def _train_missing(requests: Sequence[RunRequest], executor: Executor
@@ -88,7 +93,7 @@ def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None, *
     for request, key in zip(requests, keys):
         outcome = outcomes.pop(key, None)  # a second request for the run finds it cached, as serially
         if isinstance(outcome, FloatingPointError) and diverged == "result":
-            results.append(first_epoch_divergence(request, outcome))
+            results.append(first_epoch_divergence(request, key, outcome))
             continue
         if isinstance(outcome, BaseException):
             raise outcome
