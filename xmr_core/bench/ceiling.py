@@ -55,12 +55,12 @@ def report(chapter: str, results: Path) -> None:
     print(summary.round(2).to_string())
     baselines = summary[summary.index.isin(CHAPTER_BASELINES.get(chapter, BASELINES))]
     best_baseline = float(baselines["percent"].max()) if len(baselines) else float("nan")
-    worst = float(summary["percent"].min())
+    worst, best = float(summary["percent"].min()), float(summary["percent"].max())
     print(f"best baseline {best_baseline:.1f}% (target >= 80, aim 90): {'met' if best_baseline >= 80 else 'NOT met'}; "
           f"lowest model {worst:.1f}% (target >= 70): {'met' if worst >= 70 else 'NOT met'}; best model "
-          f"{summary['percent'].idxmax()} {summary['percent'].max():.1f}%")
+          f"{summary['percent'].idxmax()} {best:.1f}%")
     print(f"best_baseline_percent={best_baseline:.2f} lowest_percent={worst:.2f} "
-          f"best_percent={summary['percent'].max():.2f} all_converged={bool(summary['converged'].all())}")
+          f"best_percent={best:.2f} all_converged={bool(summary['converged'].all())}")
 
 
 def main(argv: list[str]) -> None:
