@@ -87,8 +87,10 @@ def test_batch_incidence_is_eq8_with_ones_on_matches():
 def test_training_runs_counts_the_grids():
     runs = training_runs("cpu", 3)
     assert runs["runs"].iloc[0] == 4 * 5 and runs["runs"].iloc[1] == 5  # 3 lrs + 2 other weights
-    fig6 = runs[runs["part"] == "Figure 6: batch grid"]["runs"].iloc[0]
-    assert fig6 == 2  # 32 and 64; 128 is the default recipe's batch (the MSRM run itself)
+    fig6 = runs[runs["part"] == "Figure 6: batch grid (seeds)"]["runs"].iloc[0]
+    assert fig6 == 2 * 3  # 32 and 64 at every seed; 128 is the default recipe's batch (the MSRM runs themselves)
+    alpha = runs[runs["part"] == "Table 5: alpha grid + last-sigmoid ablation (seeds)"]["runs"].iloc[0]
+    assert alpha == (3 + 1) * 3  # alpha 0, 1, 4 and the last-sigmoid ablation at every seed; alpha 2 is MSRM
     assert set(ABLATION_GRIDS) == {"smoke", "cpu", "paper"}
     assert isinstance(runs, pd.DataFrame)
 
@@ -241,8 +243,6 @@ def test_sweep_settings_and_their_seeds():
     assert settings[3].config.hgnn_layers == 3
     assert settings[4].config is base and settings[4].overrides == {"batch_size": 32}
     assert settings[5].config.final_activation is False and base.final_activation is True
-    assert chapter.sweep_seeds(settings[0], [5, 6, 7], 5) == [5, 6, 7]  # bipolar: every seed
-    assert [chapter.sweep_seeds(s, [5, 6, 7], 5) for s in settings[1:]] == [[5]] * 5
 
 
 def _sweep_rows(parameter: str, values: list[float], means: list[float], seeds: list[int] | None = None,
@@ -293,8 +293,16 @@ def test_sweep_and_fig7_figures():
                          + _sweep_rows("batch", [32, 64], [5.0, 9.0]))
     fig = chapter.sweep_figure(sweep)
     assert [ax.get_title() for ax in fig.axes] == ["Figure 4: γ", "Figure 5: layers l", "Figure 6: batch size B"]
-    assert [len(ax.lines) for ax in fig.axes] == [4, 4, 4]
-    assert fig.axes[0].lines[0].get_ydata().tolist() == [2.0, 4.0]  # i2t R-P = mean + 1
+    assert [len(ax.containers) for ax in fig.axes] == [4, 4, 4]  # one error-bar series per metric
+    assert fig.axes[0].containers[0].lines[0].get_ydata().tolist() == [2.0, 4.0]  # i2t R-P = mean + 1
+    seeded = pd.DataFrame(_sweep_rows("gamma", [0.5, 0.5, 0.8], [1.0, 5.0, 3.0], seeds=[0, 1, 0])
+                          + _sweep_rows("layers", [1], [1.0]) + _sweep_rows("batch", [32], [5.0]))
+    bars = chapter.sweep_figure(seeded).axes[0].containers[0]  # each value's mean over its seeds ± their std
+    assert bars.lines[0].get_xdata().tolist() == [0.5, 0.8] and bars.lines[0].get_ydata().tolist() == [4.0, 4.0]
+    (spans,) = bars.lines[2]  # the bars: 2 ± std of (2, 6) at 0.5; a single seed's bar has no height
+    ends = [sorted(seg[:, 1].tolist()) for seg in spans.get_segments()]
+    assert np.allclose(ends[0], [4.0 - np.std([2.0, 6.0], ddof=1), 4.0 + np.std([2.0, 6.0], ddof=1)])
+    assert ends[1] == [4.0, 4.0]
     fig7 = chapter.fig7_figure(chapter.fig7_frame(_zeta_runs()))
     lines = {line.get_label(): line for line in fig7.axes[0].lines}
     assert list(lines) == ORDER and lines["MSRM"].get_linewidth() == 2.5

@@ -116,7 +116,7 @@ TABLE4_COLUMNS: dict[str, str] = {f"{d} {m}": f"class/{d}/{m}" for d in ("i2t", 
 
 # Ablation grids of `ablate.py` (the paper's values; smoke: one or two values a grid, every code path).
 ABLATION_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
-    "smoke": {"alpha": (0.0, 2.0), "gamma": (0.8,), "layers": (2,), "batch": (32,)},  # only alpha = 0 trains
+    "smoke": {"alpha": (0.0, 2.0), "gamma": (0.8,), "layers": (2,), "batch": (32,)},
     # cpu: a coarser grid over the paper's ranges (2 cores); each grid's default is train.py's all-classes MSRM
     "cpu": {"alpha": (0.0, 1.0, 2.0, 4.0), "gamma": (0.5, 0.8, 2.0), "layers": (1, 2, 3),
             "batch": (32, 64, 128)},
@@ -554,24 +554,18 @@ def sweep_settings(base: MSRMConfig, grids: Mapping[str, Sequence[float]]) -> li
             + [Sweep("last sigmoid", 0.0, dataclasses.replace(base, final_activation=False), {})])
 
 
-def sweep_seeds(setting: Sweep, seeds: Sequence[int], seed: int) -> list[int]:
-    """The seeds a sweep setting is trained with: every seed for alpha = 0 (a claim compares the bipolar
-    incidence with MSRM), `seed` alone otherwise."""
-    return list(seeds) if setting.parameter == "alpha" and setting.value == 0.0 else [seed]
-
-
 def sweep_label(parameter: str, value: float) -> str:
     """A sweep setting as a compared model of the claims: "<parameter> <value>" (e.g. "alpha 2")."""
     return f"{parameter} {value:g}"
 
 
-def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], seed: int, data: ChapterData,
+def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], data: ChapterData,
                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> AblationRuns:
-    """Every sweep setting at its seeds (`sweep_seeds`, `ablation_run`; one batch, `runplan.batched`). Columns:
-    parameter, value, seed, converged, stopped, cached, collapse and `TABLE4_COLUMNS`; per-query values keyed by
-    (`sweep_label`, seed)."""
+    """Every sweep setting at every seed of `seeds` (claims compare the points of the sweeps, each needing its seed
+    noise; `ablation_run`, one batch, `runplan.batched`). Columns: parameter, value, seed, converged, stopped,
+    cached, collapse and `TABLE4_COLUMNS`; per-query values keyed by (`sweep_label`, seed)."""
     rows, queries = [], {}
-    runs = [(setting, s) for setting in settings for s in sweep_seeds(setting, seeds, seed)]
+    runs = [(setting, s) for setting in settings for s in seeds]
     requests = [ablation_request(setting.config, s, data, tuned, enc, run, **setting.overrides) for setting, s in runs]
     with batched(requests):
         scored_runs = [ablation_run(r, s, data, run) for r, (_, s) in zip(requests, runs)]
@@ -595,12 +589,13 @@ FIG4_6_PANELS: list[tuple[str, str]] = [("gamma", "Figure 4: γ"), ("layers", "F
 
 def sweep_figure(sweep: pd.DataFrame) -> Figure:
     """Figures 4-6: each `TABLE4_COLUMNS` metric against gamma, the HGNN layers and the batch size, one panel
-    each."""
+    each: the mean over each value's seeds ± their std (no bar for a single seed)."""
     fig, axes = plt.subplots(1, len(FIG4_6_PANELS), figsize=(13, 3.4))
     for ax, (param, title) in zip(axes, FIG4_6_PANELS):
-        part = sweep[sweep["parameter"] == param].sort_values("value")
+        part = sweep[sweep["parameter"] == param].groupby("value")[list(TABLE4_COLUMNS)]
+        mean, std = part.mean(), part.std().fillna(0.0)
         for col in TABLE4_COLUMNS:
-            ax.plot(part["value"], part[col], marker="o", label=col)
+            ax.errorbar(mean.index, mean[col], yerr=std[col], marker="o", capsize=3, label=col)
         ax.set_title(title)
         ax.set_xlabel(param)
     axes[0].set_ylabel("class relevance (%)")
@@ -692,8 +687,8 @@ def ablation_table(t4: AblationRuns, sweep: AblationRuns) -> pd.DataFrame:
 def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataFrame,
                       run: RunConfig) -> list[Judgement]:
     """`ABLATE_CLAIMS` judged on ablate.py's runs (`table4_runs`, `sweep_runs`, `zeta_runs`): Table 4's rows and the
-    sweeps with their per-query values (i2t and t2i queries two strata), so a one-seed sweep setting still has an
-    interval, over test sampling only; Figure 7 with per-seed scores."""
+    sweeps with their per-query values (i2t and t2i queries two strata: paired by seed and query); Figure 7 with
+    per-seed scores."""
     return judge_claims(ABLATE_CLAIMS, {"ablation": ablation_table(t4, sweep), "zeta": fig7_runs}, run,
                         queries={"ablation": {**t4.queries, **sweep.queries}})
 
@@ -935,10 +930,10 @@ def training_runs(profile: str, n_seeds: int = 3, all_classes: bool = True) -> p
         ("train", "all-classes runs (Table 1)",
          sum(p == "all classes" for p, *_ in chapter_runs(profile, range(seeds))) if all_classes else 0, False),
         ("ablate", "Table 4: mu only, w/o L_d, w/o L_h (seeds)", 3 * seeds, False),
-        ("ablate", "Table 5: alpha grid (alpha = 0 with seeds) + last-sigmoid ablation",
-         (seeds if 0.0 in grids["alpha"] else 0) + sum(a not in (0.0, 2.0) for a in grids["alpha"]) + 1, False),
-        ("ablate", "Figure 4: gamma grid", sum(g != 0.8 for g in grids["gamma"]), False),
-        ("ablate", "Figure 5: layers grid", sum(l != 2 for l in grids["layers"]), False),
-        ("ablate", "Figure 6: batch grid", sum(b != default_batch for b in grids["batch"]), False),
+        ("ablate", "Table 5: alpha grid + last-sigmoid ablation (seeds)",
+         seeds * (sum(a != 2.0 for a in grids["alpha"]) + 1), False),
+        ("ablate", "Figure 4: gamma grid (seeds)", seeds * sum(g != 0.8 for g in grids["gamma"]), False),
+        ("ablate", "Figure 5: layers grid (seeds)", seeds * sum(l != 2 for l in grids["layers"]), False),
+        ("ablate", "Figure 6: batch grid (seeds)", seeds * sum(b != default_batch for b in grids["batch"]), False),
     ]
     return pd.DataFrame(rows, columns=["notebook", "part", "runs", "shared with PCME chapter"])
