@@ -126,8 +126,13 @@ def test_training_runs_count_the_tuning_budget():
     assert smoke["runs"].iloc[0] == 6 and smoke["runs"].iloc[1] == 0
     # cpu: at least the first tuning round (the default and its 4 neighbours), 6 models; then 2 more seeds of each
     assert cpu["runs"].iloc[0] == 30 and cpu["runs"].iloc[1] == 12
-    # Figure 6 on cpu: its taus (20, 40, 80) are the first tuning round's: nothing new
-    assert cpu.loc[cpu["part"].str.startswith("Figure 6"), "runs"].item() == 0
+    # Figure 6 on cpu: its taus (20, 40, 80) are the first tuning round's, so the first seed trains nothing new;
+    # seeds 2 and 3 train the two taus other than the tuned one, for both models
+    assert cpu.loc[cpu["part"].str.startswith("Figure 6"), "runs"].item() == 2 * 2 * 2
+    # the sweeps and Table 8 at every ablation seed: lambda's 2 non-default values per model, 2 models, 3 seeds
+    assert cpu.loc[cpu["part"].str.startswith("Figure 5"), "runs"].item() == 2 * 2 * 3
+    assert cpu.loc[cpu["part"].str.startswith("Table 8"), "runs"].item() == 2 * 1 * 3  # L = 1, both models
+    assert smoke.loc[smoke["part"].str.startswith("Table 8"), "runs"].item() == 2 * 1 * 1
     # Table 10 (frozen MiniLM features on cpu, not run on smoke): tuning 2 x 5, then 2 more seeds of both models
     assert cpu.loc[cpu["part"].str.startswith("Table 10"), "runs"].tolist() == [10, 4]
     assert smoke.loc[smoke["part"].str.startswith("Table 10"), "runs"].tolist() == [0, 0]
@@ -211,16 +216,30 @@ def test_renamed_relabels_only_the_named_models():
     assert out["model"].tolist() == ["Bi-GRU", "Bi-GRU"]
 
 
-def test_ensemble_grid_sums_every_pair():
+def test_ensemble_grid_sums_every_pair_at_each_seed_then_means_the_seeds():
     # one round, two sets, two images; set q's target is image q
-    a = {(1.0,): chapter.RoundScores(torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]), 0.0),
-         (2.0,): chapter.RoundScores(torch.tensor([[[0.0, 1.0], [1.0, 0.0]]]), 0.0)}
-    b = {(3.0,): chapter.RoundScores(torch.tensor([[[0.0, 0.5], [0.5, 0.0]]]), 0.0)}
+    right = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    wrong = torch.tensor([[[0.0, 1.0], [1.0, 0.0]]])
+    a = {((1.0,), 0): chapter.RoundScores(right, 0.0), ((2.0,), 0): chapter.RoundScores(wrong, 0.0),
+         ((1.0,), 1): chapter.RoundScores(wrong, 0.0), ((2.0,), 1): chapter.RoundScores(wrong, 0.0)}
+    b = {((3.0,), 0): chapter.RoundScores(torch.tensor([[[0.0, 0.5], [0.5, 0.0]]]), 0.0),
+         ((3.0,), 1): chapter.RoundScores(torch.tensor([[[0.0, 0.5], [0.5, 0.0]]]), 0.0)}
     out = chapter.ensemble_grid(a, b)
-    assert out[["I-T", "T-I"]].values.tolist() == [[1.0, 3.0], [2.0, 3.0]]
-    # (1, 0.5) and (0.5, 1): both targets first -> R@1 = 100, rsum 300; (0, 1.5), (1.5, 0): both second
-    assert out["rsum"].tolist() == pytest.approx([300.0, 0.0 + 100.0 + 100.0])
-    assert out["mean/meanR"].tolist() == pytest.approx([1.0, 2.0])
+    assert out[["I-T", "T-I"]].values.tolist() == [[1.0, 3.0], [2.0, 3.0]] and out["seeds"].tolist() == [2, 2]
+    # seed 0: (1, 0.5) and (0.5, 1): both targets first -> R@1 = 100, rsum 300, MR 1; (0, 1.5), (1.5, 0): both
+    # second -> R@1 0, R@5 = R@10 = 100, rsum 200, MR 2; seed 1 both second: each setting's mean of its two seeds
+    assert out["rsum"].tolist() == pytest.approx([(300.0 + 200.0) / 2, 200.0])
+    assert out["mean/meanR"].tolist() == pytest.approx([1.5, 2.0])
+    only_seed_0 = chapter.ensemble_grid(a, {k: v for k, v in b.items() if k[1] == 0})  # pairs share a seed
+    assert only_seed_0["seeds"].tolist() == [1, 1] and only_seed_0["rsum"].tolist() == pytest.approx([300.0, 200.0])
+
+
+def test_sweep_means_average_each_setting_over_its_seeds():
+    frame = pd.DataFrame({"model": ["a", "a", "a", "b"], "tau": [20.0, 20.0, 40.0, 20.0], "seed": [0, 1, 0, 0],
+                          "converged": [True] * 4, "mean/R@1": [10.0, 20.0, 5.0, 7.0]})
+    out = chapter.sweep_means(frame, ["tau"])
+    assert out[["model", "tau", "mean/R@1", "seeds"]].values.tolist() == [["a", 20.0, 15.0, 2], ["a", 40.0, 5.0, 1],
+                                                                          ["b", 20.0, 7.0, 1]]
 
 
 # --------------------------------------------------------------------------------------------- figures
@@ -459,7 +478,7 @@ def test_sweep_claims_are_judged_on_the_points_the_run_has():
     # one seed and per-query values: an interval over the query sets, paired by query
     frame = pd.DataFrame({"model": [chapter.IT] * 3, "seed": [0] * 3, field: [2.0, 5.0, 10.0]})
     per_run, raw = _runs({labels[v]: lift for v, lift in ((2.0, 1.5), (5.0, 4.0), (10.0, 2.0))}, seeds=(0,))
-    sweep = {chapter.IT: {(v,): raw[labels[v], 0] for v in labels}}
+    sweep = {chapter.IT: {((v,), 0): raw[labels[v], 0] for v in labels}}
     rows, scores = chapter.sweep_claim_runs(frame.assign(converged=True), sweep, {chapter.IT: (field,)})
     assert list(rows["model"]) == list(labels.values()) and set(scores) == {(lab, 0) for lab in labels.values()}
     judged = chapter.judge_claims([spec], per_run, 3, CPU, scores)[0]

@@ -35,12 +35,12 @@
 #   pooling and reasoning) trains on them; on `paper` it is fine-tuned (`BertEncoderConfig`; fine-tuning costs
 #   about 15 minutes an epoch on 2 cores). HMRN I-T and T-I on the MiniLM get the chapter's tuning budget and
 #   seeds (`hmrn/tuning_minilm`). On smoke the table shows the paper's rows and ours marked "not run".
-# - **Figures 5–8**: λ (λ1 for I-T, λ2 for T-I), τ, their ensembles (Figure 7) and α, β of HMRN I-T, one seed each
+# - **Figures 5–8**: λ (λ1 for I-T, λ2 for T-I), τ, their ensembles (Figure 7) and α, β of HMRN I-T
 #   (train.py's setting is among them, loaded from the cache).
 #
-# Table 6, 7 and 9 rows are compared by claims: `ABLATION_SEEDS[profile]` seeds each (3; smoke: one), the seeds of
-# train.py, so a row and train.py's model are paired by seed. Table 8 scores its every row here (train.py's models
-# at L = 3 loaded from the cache), one seed.
+# The rows of Tables 6-9 and the points of Figures 5-8 are compared by claims: `ABLATION_SEEDS[profile]` seeds each
+# (3; smoke: one), the seeds of train.py, so a row and train.py's model are paired by seed. Table 8 scores its every
+# row here (train.py's models at L = 3 loaded from the cache); the figures show each point's mean over its seeds.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -93,6 +93,7 @@ from xmr_core.chapters.hmrn import (
     rounds_of,
     sweep_claim_runs,
     sweep_figure,
+    sweep_means,
     sweep_runs,
     sweep_settings,
     sweeps,
@@ -154,10 +155,10 @@ table7
 # ## Table 8 — inter-correlation reasoning steps (the ensemble)
 
 # %%
-runs8, scores8 = ensemble_runs(icr_rows(PROFILE), [SEED], data, tuned, enc, run)
+runs8, scores8 = ensemble_runs(icr_rows(PROFILE), ablation_seeds, data, tuned, enc, run)
 table8 = hmrn_table(runs8, "table8", TABLE5_COLUMNS, label, order=icr_order(PROFILE), paper_only=())
 write_table(table8, "hmrn/table8", run=run, caption=f"HMRN Table 8 analogue: the ensemble with L reasoning steps in both "
-            f"models, seed {SEED} (L = {ICR_DEFAULT}: train.py's). " + note)
+            f"models, seeds {ablation_seeds} (L = {ICR_DEFAULT}: train.py's). " + note)
 table8
 
 # %% [markdown]
@@ -183,16 +184,19 @@ write_minilm_tuning(minilm, run)
 t10
 
 # %% [markdown]
-# ## Figures 5 and 6 — λ and τ (one seed each)
+# ## Figures 5 and 6 — λ and τ
 
 # %%
-lam_frame, lam = sweeps("lambda", PROFILE, SEED, data, tuned, enc, run)
-tau_frame, tau = sweeps("tau", PROFILE, SEED, data, tuned, enc, run)
-fig5 = sweep_figure(lam_frame, LAMBDA_FIELD, f"Figure 5 analogue: the cross-attention temperature ({label}, seed {SEED})")
+lam_frame, lam = sweeps("lambda", PROFILE, ablation_seeds, data, tuned, enc, run)
+tau_frame, tau = sweeps("tau", PROFILE, ablation_seeds, data, tuned, enc, run)
+fig5 = sweep_figure(lam_frame, LAMBDA_FIELD, f"Figure 5 analogue: the cross-attention temperature ({label}, "
+                    f"mean over seeds {ablation_seeds})")
 write_figure(fig5, "hmrn/figure5", run=run, caption="Avg. R@K and Avg. MR against lambda1 (HMRN I-T) and lambda2 "
-             "(HMRN T-I), one seed.")
-fig6 = sweep_figure(tau_frame, {IT: "tau", TI: "tau"}, f"Figure 6 analogue: the InfoNCE scale tau ({label})")
-write_figure(fig6, "hmrn/figure6", run=run, caption="Avg. R@K and Avg. MR against tau, one seed.")
+             "(HMRN T-I), each point the mean over its seeds.")
+fig6 = sweep_figure(tau_frame, {IT: "tau", TI: "tau"}, f"Figure 6 analogue: the InfoNCE scale tau ({label}, "
+                    f"mean over seeds {ablation_seeds})")
+write_figure(fig6, "hmrn/figure6", run=run, caption="Avg. R@K and Avg. MR against tau, each point the mean over its "
+             "seeds.")
 write_table(pd.concat([lam_frame, tau_frame], ignore_index=True), "hmrn/sweeps_lambda_tau", run=run,
             caption="Figures 5-6: every setting's averages. " + note)
 plt.show()
@@ -200,7 +204,8 @@ plt.show()
 # %% [markdown]
 # ## Figure 7 — the ensemble over the two models' λ and τ
 #
-# Every pair of an I-T and a T-I setting of one sweep, summed (Eq. 17): no training beyond Figures 5–6.
+# Every pair of an I-T and a T-I setting of one sweep, summed (Eq. 17) at each seed, then the mean over the seeds:
+# no training beyond Figures 5–6.
 
 # %%
 grid_lam = ensemble_grid(lam[IT], lam[TI])
@@ -209,7 +214,8 @@ fig7, axes = plt.subplots(1, 2, figsize=(9, 3.6))
 bubble_figure(grid_lam, "I-T", "T-I", "(a) lambda1 (I-T) x lambda2 (T-I)", ax=axes[0])
 bubble_figure(grid_tau, "I-T", "T-I", "(b) tau (I-T) x tau (T-I)", ax=axes[1])
 fig7.tight_layout()
-write_figure(fig7, "hmrn/figure7", run=run, caption="Avg. R@Sum of the ensemble of every pair of settings, one seed.")
+write_figure(fig7, "hmrn/figure7", run=run, caption="Avg. R@Sum of the ensemble of every pair of settings, the mean "
+             "over the seeds.")
 write_table(pd.concat([grid_lam.assign(sweep="lambda"), grid_tau.assign(sweep="tau")], ignore_index=True),
             "hmrn/figure7", run=run, caption="Figure 7's ensembles. " + note)
 plt.show()
@@ -218,10 +224,12 @@ plt.show()
 # ## Figure 8 — the level weights α, β of HMRN I-T
 
 # %%
-ab_frame, ab = sweep_runs(IT, sweep_settings(PROFILE, IT, "alpha_beta", tuned), SEED, data, tuned, enc, run)
-fig8 = bubble_figure(ab_frame, "alpha", "beta", f"Figure 8 analogue: HMRN I-T, alpha and beta ({label}, seed {SEED})")
-write_figure(fig8, "hmrn/figure8", run=run, caption="Avg. R@Sum of HMRN I-T over (alpha, beta), one seed; the global "
-             "level's weight is 1 - alpha - beta.")
+ab_frame, ab = sweep_runs(IT, sweep_settings(PROFILE, IT, "alpha_beta", tuned), ablation_seeds, data, tuned, enc,
+                          run)
+fig8 = bubble_figure(sweep_means(ab_frame, ["alpha", "beta"]), "alpha", "beta",
+                     f"Figure 8 analogue: HMRN I-T, alpha and beta ({label}, mean over seeds {ablation_seeds})")
+write_figure(fig8, "hmrn/figure8", run=run, caption="Avg. R@Sum of HMRN I-T over (alpha, beta), the mean over the "
+             "seeds; the global level's weight is 1 - alpha - beta.")
 write_table(ab_frame, "hmrn/sweeps_alpha_beta", run=run, caption="Figure 8's settings. " + note)
 plt.show()
 
@@ -232,7 +240,7 @@ plt.show()
 # (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval. Rows scored in this notebook
 # carry their per-query-set values, so their interval covers the seeds and the test query sets, paired by both;
 # train.py's models are read from its per-seed table, so a claim on one of them is judged on the seed scores, paired
-# by seed. The sweeps and Table 8 have one seed: their intervals cover test sampling only. A sweep claim declared on
+# by seed. A sweep claim declared on
 # the paper's grid is judged on the points this profile sweeps. "Fluctuates within a narrow range" (Figure 6) is an
 # equivalence with a 3 pp Avg. R@Sum margin declared with the claim. A run that did not converge or collapsed
 # (`claims.detect_collapse` on every round's scores) leaves its claims "not tested".

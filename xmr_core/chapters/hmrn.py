@@ -170,13 +170,13 @@ TABLE7_ROWS: dict[str, tuple[str, ...]] = {"smoke": ("T-I, Concat",), "cpu": tup
 # of a row the paper describes in one sentence), at HMRN I-T's tuned setting; "Split" is train.py's ensemble.
 TABLE9: dict[str, tuple[str, dict[str, object]]] = {"Joint": (IT, {"local": "joint"})}
 TABLE9_FULL = {"Split": ENSEMBLE}
-# Seeds of each Table 6, 7 and 9 row: the rows are compared by claims, so every seed (3, train.py's: paired by seed)
-# on cpu and paper; smoke one.
+# Seeds of each row of Tables 6-9 and of each point of Figures 5-8: claims compare them, so every seed (3, train.py's:
+# paired by seed) on cpu and paper; smoke one.
 ABLATION_SEEDS = {"smoke": 1, "cpu": 3, "paper": 3}
 ICR_STEPS: dict[str, tuple[int, ...]] = {"smoke": (1, 3), "cpu": (1, 3), "paper": (1, 2, 3, 4)}
 ICR_DEFAULT = 3
-# Figures 5-8 (one seed each; the tuned setting, train.py's, is always among them). λ is λ1 for HMRN I-T and λ2
-# for HMRN T-I; τ's grid holds the tuning grid, whose runs at the tuned learning rate are loaded from the cache.
+# Figures 5-8: the tuned setting, train.py's, is always among a sweep's points. λ is λ1 for HMRN I-T and λ2 for HMRN
+# T-I; τ's grid holds the tuning grid, whose runs at the tuned learning rate are loaded from the cache.
 LAMBDA_FIELD = {IT: "lambda1", TI: "lambda2"}
 LAMBDA_GRID: dict[str, dict[str, tuple[float, ...]]] = {
     "smoke": {IT: (1.0, 5.0), TI: (15.0,)},
@@ -591,38 +591,52 @@ def sweep_settings(profile: str, name: str, kind: str, tuned: Mapping[str, Tunin
     raise ValueError(f"sweep_settings: kind must be 'lambda', 'tau' or 'alpha_beta', got {kind!r}")
 
 
-def sweep_runs(name: str, settings: Sequence[Mapping[str, float]], seed: int, data: HMRNData,
-               tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig
-               ) -> tuple[pd.DataFrame, dict[tuple[float, ...], RoundScores]]:
-    """One model's sweep (one seed): per setting a row with the setting's fields and the metrics; {setting
-    values: RoundScores}."""
+SweepScores = dict[tuple[tuple[float, ...], int], RoundScores]  # (setting values, seed) -> RoundScores
+
+
+def sweep_runs(name: str, settings: Sequence[Mapping[str, float]], seeds: Sequence[int], data: HMRNData,
+               tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig) -> tuple[pd.DataFrame, SweepScores]:
+    """One model's sweep at every seed of `seeds` (claims compare its points, each needing its seed noise): per
+    setting and seed a row with the setting's fields, the seed and the metrics; {(setting values, seed):
+    RoundScores}."""
     rows = {" ".join(f"{k}={v:g}" for k, v in s.items()): (name, dict(s)) for s in settings}
-    per_run, scores = variant_runs(rows, [seed], data, tuned, enc, run)
-    fields = pd.DataFrame([dict(s) for s in settings])
+    per_run, scores = variant_runs(rows, seeds, data, tuned, enc, run)  # seed-major, as below
+    fields = pd.DataFrame([dict(s) for _ in seeds for s in settings])
     out = pd.concat([fields, per_run.reset_index(drop=True)], axis=1).assign(model=name)
-    return out, {tuple(s.values()): scores[label, seed] for label, s in zip(rows, settings)}
+    return out, {(tuple(s.values()), seed): scores[label, seed] for seed in seeds for label, s in zip(rows, settings)}
 
 
-def ensemble_grid(image_text: Mapping[tuple[float, ...], RoundScores],
-                  text_image: Mapping[tuple[float, ...], RoundScores]) -> pd.DataFrame:
-    """Figure 7: the ensemble (Eq. 17) of every pair of an HMRN I-T and an HMRN T-I setting of one sweep: rows
-    (I-T value, T-I value, Avg. R@Sum, Avg. MR)."""
+def sweep_means(frame: pd.DataFrame, fields: Sequence[str]) -> pd.DataFrame:
+    """A sweep's rows (`sweep_runs`, several models allowed) averaged over the seeds of each (model, setting):
+    the numeric metric columns' means and `seeds`, the number of runs averaged."""
+    keys = ["model", *fields]
+    metrics = [c for c in frame.columns if c not in (*keys, "seed") and pd.api.types.is_numeric_dtype(frame[c])
+               and not pd.api.types.is_bool_dtype(frame[c])]
+    groups = frame.groupby(keys, sort=False)
+    return groups[metrics].mean().join(groups.size().rename("seeds")).reset_index()
+
+
+def ensemble_grid(image_text: SweepScores, text_image: SweepScores) -> pd.DataFrame:
+    """Figure 7: the ensemble (Eq. 17) of every pair of an HMRN I-T and an HMRN T-I setting of one sweep, at each
+    seed both have: rows (I-T value, T-I value, Avg. R@Sum, Avg. MR, seeds), the means over those seeds."""
     rows = []
-    for a, s_a in image_text.items():
-        for b, s_b in text_image.items():
-            m = multi_round_metrics(ensemble_scores(s_a, s_b).scores)
-            rows.append({"I-T": a[0], "T-I": b[0], "rsum": m["rsum"], "mean/meanR": m["mean/meanR"]})
-    return pd.DataFrame(rows)
+    for (a, seed), s_a in image_text.items():
+        for (b, seed_b), s_b in text_image.items():
+            if seed_b == seed:
+                m = multi_round_metrics(ensemble_scores(s_a, s_b).scores)
+                rows.append({"I-T": a[0], "T-I": b[0], "rsum": m["rsum"], "mean/meanR": m["mean/meanR"]})
+    groups = pd.DataFrame(rows).groupby(["I-T", "T-I"], sort=False)
+    return groups[["rsum", "mean/meanR"]].mean().join(groups.size().rename("seeds")).reset_index()
 
 
 # ------------------------------------------------------------------------------------------------ figures
 def sweep_figure(sweeps: pd.DataFrame, field: Mapping[str, str], title: str) -> Figure:
     """Figures 5-6: per model (one panel each) Avg. R@1/5/10 (left axis) and Avg. MR (right axis) against the
-    swept value (`field`: model -> its column)."""
+    swept value (`field`: model -> its column), each the mean over the value's seeds."""
     models = list(field)
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False)
     for ax, model in zip(axes[0], models):
-        part = sweeps[sweeps["model"] == model].sort_values(field[model])
+        part = sweep_means(sweeps[sweeps["model"] == model], [field[model]]).sort_values(field[model])
         for k in (1, 5, 10):
             ax.plot(part[field[model]], part[f"mean/R@{k}"], marker="o", label=f"Avg. R@{k}")
         ax.set_xlabel(field[model])
@@ -767,6 +781,7 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     tuned_taus = cross if profile != "smoke" else {config_default("tau")}
     taus = len(set(TAU_GRID[profile]) - tuned_taus)
     ab_default = (config_default("alpha"), config_default("beta"))
+    ablation = ABLATION_SEEDS[profile]
     rows = [
         ("train", ("tuning HMRN I-T and T-I (lr x tau), R-RE, R-HRE, Drill-down and VSE0 (lr x margin): at least the "
                    "first round, the search adds runs until bracketed"), trained * tune_runs, 1),
@@ -777,10 +792,14 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
         ("ablate", "Table 7: concatenation in Eq. (14)", len(TABLE7_ROWS[profile]) * ABLATION_SEEDS[profile],
          ABLATION_SEEDS[profile]),
         ("ablate", "Table 9: the jointly trained model", len(TABLE9) * ABLATION_SEEDS[profile], ABLATION_SEEDS[profile]),
-        ("ablate", "Table 8: ICR steps other than 3, both models", 2 * len(set(ICR_STEPS[profile]) - {ICR_DEFAULT}), 1),
-        ("ablate", "Figure 5: lambda (I-T: lambda1, T-I: lambda2), non-default values", lam, 1),
-        ("ablate", "Figure 6: tau, values outside the tuning grid (the others: its runs), both models", 2 * taus, 1),
-        ("ablate", "Figure 8: (alpha, beta) of HMRN I-T, non-default", len(set(ALPHA_BETA_GRID[profile]) - {ab_default}), 1),
+        ("ablate", "Table 8: ICR steps other than 3, both models",
+         2 * len(set(ICR_STEPS[profile]) - {ICR_DEFAULT}) * ablation, ablation),
+        ("ablate", "Figure 5: lambda (I-T: lambda1, T-I: lambda2), non-default values", lam * ablation, ablation),
+        ("ablate", ("Figure 6: tau, both models: the first seed's values outside the tuning grid (the others: its "
+                    "runs), the other seeds' every value but the tuned one (train.py's runs)"),
+         2 * taus + 2 * (len(TAU_GRID[profile]) - 1) * (ablation - 1), ablation),
+        ("ablate", "Figure 8: (alpha, beta) of HMRN I-T, non-default",
+         len(set(ALPHA_BETA_GRID[profile]) - {ab_default}) * ablation, ablation),
         ("ablate", "Table 10: MiniLM text backbone (cpu: its frozen token features), tuning both models",
          2 * tune_runs if bert else 0, 1),
         ("ablate", "Table 10: MiniLM text backbone, seeds of both models (the first reuses its tuning run)",
@@ -1005,16 +1024,16 @@ def train_judgements(per_run: pd.DataFrame, scores: Mapping[tuple[str, int], Rou
                   if s.metric == PARAMS]
 
 
-def sweep_claim_runs(frame: pd.DataFrame, scores: Mapping[str, Mapping[tuple[float, ...], RoundScores]],
+def sweep_claim_runs(frame: pd.DataFrame, scores: Mapping[str, SweepScores],
                      fields: Mapping[str, Sequence[str]]) -> tuple[pd.DataFrame, dict[tuple[str, int], RoundScores]]:
-    """A sweep's rows (`sweep_runs` / `sweeps`) and scores ({model: {setting values: RoundScores}}) labelled as the
-    claims' compared models (`sweep_label` of each row's `fields[model]`)."""
+    """A sweep's rows (`sweep_runs` / `sweeps`) and scores ({model: {(setting values, seed): RoundScores}})
+    labelled as the claims' compared models (`sweep_label` of each row's `fields[model]`)."""
     rows, out = [], {}
     for _, r in frame.iterrows():
         setting = {f: float(r[f]) for f in fields[r["model"]]}
         label = sweep_label(r["model"], setting)
         rows.append({**r.to_dict(), "model": label})
-        out[label, int(r["seed"])] = scores[r["model"]][tuple(setting.values())]
+        out[label, int(r["seed"])] = scores[r["model"]][tuple(setting.values()), int(r["seed"])]
     return pd.DataFrame(rows), out
 
 
@@ -1082,11 +1101,11 @@ def icr_order(profile: str) -> list[str]:
     return [f"ICR step {s}" for s in sorted(ICR_STEPS[check_profile(profile)])]
 
 
-def sweeps(kind: str, profile: str, seed: int, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
-           run: RunConfig) -> tuple[pd.DataFrame, dict[str, dict[tuple[float, ...], RoundScores]]]:
-    """One figure's sweep ("lambda" or "tau", `sweep_settings`) of both models, one seed: (the rows of both, `sweep_runs`;
-    {model: {setting: RoundScores}})."""
-    runs = {m: sweep_runs(m, sweep_settings(profile, m, kind, tuned), seed, data, tuned, enc, run) for m in MODELS}
+def sweeps(kind: str, profile: str, seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult],
+           enc: dict, run: RunConfig) -> tuple[pd.DataFrame, dict[str, SweepScores]]:
+    """One figure's sweep ("lambda" or "tau", `sweep_settings`) of both models at every seed of `seeds`: (the rows
+    of both, `sweep_runs`; {model: {(setting, seed): RoundScores}})."""
+    runs = {m: sweep_runs(m, sweep_settings(profile, m, kind, tuned), seeds, data, tuned, enc, run) for m in MODELS}
     return pd.concat([frame for frame, _ in runs.values()], ignore_index=True), {m: s for m, (_, s) in runs.items()}
 
 
