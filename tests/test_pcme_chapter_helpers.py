@@ -514,3 +514,37 @@ def test_visualise_judgements_on_constructed_values():
     # the evidence is built from exactly the thirds of SIGMA_THIRDS
     with pytest.raises(ValueError, match="i2t: 2 σ bins, expected 3"):
         chapter.visualise_evidence(0, True, "", **{**inputs, "hits": {"i2t": inputs["hits"]["i2t"][:2]}})
+
+
+def test_stacked_evidence_judges_every_seed_paired_by_seed():
+    run = RunConfig.from_params(PROFILE="cpu", DATASET="scenes")
+    per_seed = [chapter.visualise_evidence(s, True, "", **_visualise_inputs(erase_a=a))
+                for s, a in ((0, 0.3), (1, 0.28), (2, 0.32))]
+    stacked = chapter.stacked_evidence(per_seed)
+    assert set(stacked) == set(per_seed[0])
+    mix = stacked[chapter.FIG8["erase_a"]]
+    assert mix.seeds == (0, 1, 2) and mix.values.shape == (3, 20)
+    for k in range(3):  # each seed's row is that seed's evidence
+        np.testing.assert_array_equal(mix.values[k], per_seed[k][chapter.FIG8["erase_a"]].values[0])
+    judged = chapter.visualise_judgements(stacked, run)
+    one = chapter.visualise_judgements(per_seed[0], run)
+    assert all(j.n_seeds == 3 and j.noise.startswith("seeds") for j in judged)
+    # the same items and pairs at every seed: paired by seed and query; σ thirds and levels hold other queries, so
+    # the protocol pairs them by nothing (seed pairing needs the same split)
+    assert [j.paired for j in judged] == ["none", "none", "seed+query", "seed+query", "none", "seed+query",
+                                          "seed+query", "seed+query"]
+    # the seeds here differ only in erase(A)'s match: every other effect is the one seed's
+    assert [j.effect for j in judged][:7] == pytest.approx([j.effect for j in one][:7])
+    assert [j.verdict for j in judged] == [j.verdict for j in one]
+    # one seed that did not converge, or collapsed, leaves every claim untested
+    for converged, collapse, why in ((False, "", "did not converge"), (True, "every query's scores are tied",
+                                                                      "collapsed (every query's scores are tied)")):
+        bad = chapter.visualise_evidence(1, converged, collapse, **_visualise_inputs())
+        out = chapter.visualise_judgements(chapter.stacked_evidence([per_seed[0], bad, per_seed[2]]), run)
+        assert {j.verdict for j in out} == {"not tested"} and all(why in j.reason for j in out)
+    # a seed whose evidence holds other queries cannot be stacked
+    short = dict(per_seed[1])
+    short[chapter.FIG8["mix_a"]] = dataclasses.replace(short[chapter.FIG8["mix_a"]],
+                                                       values=short[chapter.FIG8["mix_a"]].values[:, :19])
+    with pytest.raises(ValueError, match="differs in queries"):
+        chapter.stacked_evidence([per_seed[0], short])

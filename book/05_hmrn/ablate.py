@@ -88,7 +88,6 @@ from xmr_core.chapters.hmrn import (
     icr_order,
     icr_rows,
     minilm_runs,
-    write_minilm_tuning,
     renamed,
     rounds_of,
     sweep_claim_runs,
@@ -100,6 +99,7 @@ from xmr_core.chapters.hmrn import (
     table10,
     tune_models,
     variant_runs,
+    write_minilm_tuning,
 )
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig

@@ -72,7 +72,7 @@ from xmr_core.experiment.scoring import (
     run_collapse,
     scored_row,
 )
-from xmr_core.experiment.training import fit_row, request_built, request_model, train_many
+from xmr_core.experiment.training import fit_row, request_built, request_model, train_many, train_model
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
@@ -697,8 +697,9 @@ def level_captions(level: str) -> str:
     return f"{level} captions"
 
 
-# The claims of Sec. 4.4 judged on visualise.py's PCME (seed SEED, loaded from train.py's run cache): one seed, so
-# each interval covers the sampling of the test queries (images, captions, image pairs) only, not training noise.
+# The claims of Sec. 4.4 judged on visualise.py's measurements of train.py's PCME at every seed (loaded from the run
+# cache): paired by seed, so each interval covers training noise and the sampling of the test queries (images,
+# captions, image pairs).
 # - Figure 6 ("performance drops with increasing uncertainty"): a falling trend of R@1 over the queries' σ,
 #   in thirds of σ rather than the figure's 10 bins: a trend must resolve every adjacent step, and ten bins of a
 #   few hundred queries cannot; thirds test the same direction at a resolution the test split can. Each third
@@ -762,6 +763,40 @@ def visualise_evidence(seed: int, converged: bool, collapse: str, hits: Mapping[
         out[level_captions(level)] = one(values, f"test {level} captions")
     for name, model in FIG8.items():
         out[model] = one(getattr(algebra, name), "test image pairs")
+    return out
+
+
+def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk, tuned: dict[str, TuningResult],
+                            enc: dict, run: RunConfig, n_pairs: int) -> dict[str, Evidence]:
+    """`visualise_evidence` of train.py's PCME of seed `seed` (loaded from the run cache): what visualise.py's
+    figures measure, for that model: the R@1 hits of each third of σ, σ at each erased ratio (the erased words drawn
+    by `default_rng(seed)`), σ per caption level and the set algebra of the first `n_pairs` test image pairs."""
+    model, fit = train_model("PCME", 1, data, tuned, enc, run, seed)
+    test, device = data.test, run.torch_device
+    (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(model, test, data.vocab, device)
+    img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
+    scores = score_matrix(model, (img_mu, img_lv), (cap_mu, cap_lv)).cpu()
+    collapse = detect_collapse(scores, test.relevance("instance", "i2t"))  # "" when the model learnt something
+    hits = sigma_bin_hits(scores, test, img_sigma, cap_sigma, bins=len(SIGMA_THIRDS))
+    erasing = sigma_by_erasing(model, test, trunk, data.vocab, device, ERASE_RATIOS, np.random.default_rng(seed))
+    algebra = set_algebra(model, test, trunk, data.vocab, device, (cap_mu, cap_lv), n_pairs)
+    return visualise_evidence(seed, fit.converged, collapse, hits, erasing, sigma_per_level(test, cap_sigma), algebra)
+
+
+def stacked_evidence(per_seed: Sequence[Mapping[str, Evidence]]) -> dict[str, Evidence]:
+    """One Evidence per compared model from each seed's (`seed_visualise_evidence`): the seeds' rows stacked (S, Q),
+    converged when every seed's run converged, collapsed when any seed's collapsed (the first reason). A model's
+    evidence must score the same split with the same number of queries at every seed."""
+    out = {}
+    for model in per_seed[0]:
+        parts = [e[model] for e in per_seed]
+        shapes, splits = {p.values.shape[1:] for p in parts}, {p.split for p in parts}
+        if len(shapes) != 1 or len(splits) != 1:
+            raise ValueError(f"stacked_evidence: {model!r}: the seeds' evidence differs in queries {sorted(shapes)} "
+                             f"or split {sorted(splits)}")
+        out[model] = Evidence(tuple(s for p in parts for s in p.seeds), np.concatenate([p.values for p in parts]),
+                              split=parts[0].split, converged=all(p.converged for p in parts),
+                              collapse=next((p.collapse for p in parts if p.collapse), ""), strata=parts[0].strata)
     return out
 
 
