@@ -347,7 +347,8 @@ def test_claims_page_and_table_show_effect_interval_counts_pairing_and_margin(tm
     page = claims.render_claims(judged, "demo", profile="cpu", dataset="scenes")
     row = next(line for line in page.splitlines() if line.startswith("| 2 |"))
     eq = judged[1]
-    assert f"[{eq.low:+.2f}, {eq.high:+.2f}]" in row and "| 3 / 0 |" in row and "| seed |" in row and "| 1 |" in row
+    low, high = claims.signed(eq.effect, eq.low, eq.high)[1:]
+    assert f"[{low}, {high}]" in row and "| 3 / 0 |" in row and "| seed |" in row and "| 1 |" in row
     assert "Of 4 claims" in page and "1 held, 1 did not hold, 1 within noise, 1 not tested" in page
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
     csv = claims.write_judgements(judged, "demo", "train", run)
@@ -445,3 +446,11 @@ def test_run_evidence_reads_per_query_values_kept_beside_the_per_run_table() -> 
     assert not ev["B"].converged and ev["B"].collapse == "tied"
     with pytest.raises(KeyError, match=r"no per-query values of 'A', seed\(s\) \[1\]"):
         claims.run_evidence(per_run, {k: v for k, v in values.items() if k != ("A", 1)})
+
+
+def test_signed_keeps_small_effects_readable_on_one_scale():
+    # by hand: two decimals down to 0.1; below, enough decimals for two significant digits of the largest magnitude
+    assert claims.signed(-29.294, -39.75, 17.456) == ["-29.29", "-39.75", "+17.46"]
+    assert claims.signed(0.5, -0.013) == ["+0.50", "-0.01"]
+    assert claims.signed(0.000353, -2.58e-05, 0.0) == ["+0.00035", "-0.00003", "+0.00000"]
+    assert claims.signed(0.0) == ["+0.00"] and claims.signed(math.nan, 0.05) == ["+nan", "+0.050"]

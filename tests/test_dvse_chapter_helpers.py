@@ -724,15 +724,16 @@ def test_table6_frame_and_figure_follow_k():
 def test_sweep_figure_draws_each_parameter_in_order():
     sweep = pd.DataFrame([{"parameter": p, "value": v, **{c: 10 * v + i for i, c in enumerate(SWEEP_COLUMNS)}}
                           for p, values in (("beta", (0.6, 0.2, 0.4)), ("eta", (0.2, 0.8))) for v in values])
-    fig = sweep_figure(sweep)
-    beta, eta = fig.axes[0].lines, fig.axes[1].lines
-    assert len(beta) == len(eta) == 4
-    assert beta[0].get_xdata().tolist() == [0.2, 0.4, 0.6]
-    assert beta[2].get_ydata().tolist() == pytest.approx([4.0, 6.0, 8.0])  # all t2i R@1 = 10 v + 2
-    assert eta[0].get_xdata().tolist() == [0.2, 0.8]
+    fig = sweep_figure(sweep)  # `viz.sweep_grid` (tests/test_viz.py): metrics in rows, beta and eta in columns
+    axes = np.array(fig.axes).reshape(len(SWEEP_COLUMNS), 2)
+    assert [ax.get_title() for ax in axes[0]] == ["Figure 8: β", "Figure 9: η"]
+    assert [ax.get_ylabel() for ax in axes[:, 0]] == SWEEP_COLUMNS
+    beta = axes[2, 0].containers[0].lines[0]  # all t2i R@1 = 10 v + 2
+    assert beta.get_xdata().tolist() == [0.2, 0.4, 0.6] and beta.get_ydata().tolist() == pytest.approx([4.0, 6.0, 8.0])
+    assert axes[0, 1].containers[0].lines[0].get_xdata().tolist() == [0.2, 0.8]
     seeds = pd.concat([sweep.assign(seed=0), sweep.assign(seed=1, **{c: sweep[c] + 2 for c in SWEEP_COLUMNS})])
-    two = sweep_figure(seeds).axes[0].lines  # each value's mean over its seeds: + 1
-    assert two[2].get_ydata().tolist() == pytest.approx([5.0, 7.0, 9.0])
+    two = np.array(sweep_figure(seeds).axes).reshape(len(SWEEP_COLUMNS), 2)  # each value's mean over its seeds: + 1
+    assert two[2, 0].containers[0].lines[0].get_ydata().tolist() == pytest.approx([5.0, 7.0, 9.0])
 
 
 def _t5_runs(seeds=(0, 1, 2)) -> pd.DataFrame:

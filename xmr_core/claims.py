@@ -461,7 +461,16 @@ def _decide(kind: Kind, margin: float, low: float, high: float) -> tuple[Verdict
         return "held", f"interval above {bound:g}"
     if high < bound:
         return "did not hold", f"interval below {bound:g}"
-    return "within noise", f"interval spans {bound:g}: effects outside [{low:+.3g}, {high:+.3g}] ruled out"
+    lo, hi = signed(low, high)
+    return "within noise", f"interval spans {bound:g}: effects outside [{lo}, {hi}] ruled out"
+
+
+def signed(*values: float) -> list[str]:
+    """`values` as signed fixed-point numbers on one scale: two decimals, more where the largest magnitude needs them
+    to show two significant digits (an effect of 0.00035 reads +0.00035, never +0.00)."""
+    top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    decimals = 2 if top == 0.0 else max(2, 1 - math.floor(math.log10(top)))
+    return [f"{v:+.{decimals}f}" for v in values]
 
 
 def _unsound_reason(unconverged: Sequence[str], collapsed: Sequence[str], evidence: Mapping[str, Evidence]) -> str:
@@ -610,7 +619,8 @@ def _effect_cell(j: Judgement) -> str:
     if not math.isfinite(j.effect):
         return "-"
     pct = round(100 * j.confidence)
-    return f"{j.effect_of}: {j.effect:+.2f} [{j.low:+.2f}, {j.high:+.2f}] ({pct}% interval over {j.noise})"
+    effect, low, high = signed(j.effect, j.low, j.high)
+    return f"{j.effect_of}: {effect} [{low}, {high}] ({pct}% interval over {j.noise})"
 
 
 def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""Figures shared by the chapters: Gaussian confidence ellipses, annotated heatmaps, image and caption galleries.
+"""Figures shared by the chapters: Gaussian confidence ellipses, annotated heatmaps, sensitivity sweeps, image and
+caption galleries.
 
 Every function draws on a matplotlib `Axes` (or returns a new `Figure`) and never saves anything:
 chapters save through `xmr_core.results.write_figure`. Gaussians follow the library convention, a pair
@@ -14,6 +15,7 @@ from typing import Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse, Rectangle
@@ -130,6 +132,30 @@ def column_scaled(values: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         scaled = np.where(span > 0, (values - lo) / np.where(span > 0, span, 1.0), 0.5)
     return np.where(np.isfinite(values), scaled, np.nan)
+
+
+def sweep_grid(sweep: pd.DataFrame, panels: Sequence[tuple[str, str]], columns: Sequence[str], unit: str) -> Figure:
+    """Sensitivity sweeps: one row of panels per metric of `columns` (its own y range, shared along the row: a sweep
+    moves a metric by a few points, invisible on one 0-100 axis for every metric), one column per (parameter,
+    title) of `panels`; each panel the mean over each value's rows (seeds) ± their std (no bar for a single row).
+    `sweep`: one row per run, columns parameter, value and `columns`; `unit`: the metrics' common y label."""
+    fig, axes = plt.subplots(len(columns), len(panels), figsize=(3.7 * len(panels), 1.8 * len(columns) + 0.8),
+                             sharey="row", squeeze=False)
+    for j, (param, title) in enumerate(panels):
+        part = sweep[sweep["parameter"] == param].groupby("value")[list(columns)]
+        mean, std = part.mean(), part.std().fillna(0.0)
+        for i, col in enumerate(columns):
+            ax = axes[i, j]
+            ax.errorbar(mean.index, mean[col], yerr=std[col], marker="o", capsize=3, color=f"C{i}")
+            ax.set_xticks(mean.index, labels=[f"{v:g}" for v in mean.index])
+            ax.grid(alpha=0.3)
+        axes[0, j].set_title(title)
+        axes[-1, j].set_xlabel(param)
+    for i, col in enumerate(columns):
+        axes[i, 0].set_ylabel(col)
+    fig.supylabel(unit)
+    fig.tight_layout()
+    return fig
 
 
 def image_grid(images: np.ndarray, titles: Sequence[str] | None = None, ncols: int = 8) -> Figure:

@@ -124,7 +124,7 @@ write_table(table5, "msrm/table5", run=run, caption=(
 fig = sweep_figure(sweep.runs)
 write_figure(fig, "msrm/fig4_6", run=run, caption=(
     f"Figures 4-6 analogue: MSRM's R-P and R@1 (class relevance) against gamma, HGNN layers and batch size "
-    f"({DATASET}, profile {PROFILE}; mean ± std over seeds {seeds})."))
+    f"({DATASET}, profile {PROFILE}; mean ± std over seeds {seeds}; each metric on its own axis)."))
 table5
 
 # %% [markdown]

@@ -134,7 +134,7 @@ write_table(sweep, "dvse/sweeps", run=run, caption=(
     f"seeds {seeds}."))
 write_figure(sweep_figure(sweep), "dvse/fig8_9", run=run, caption=(
     f"Figures 8-9 analogue: DVSE's R@1 and R@5 (instance relevance, whole {DATASET} test split) against beta and eta "
-    f"(mean over seeds {seeds})."))
+    f"(mean ± std over seeds {seeds}; each metric on its own axis)."))
 sweep[["parameter", "value", *SWEEP_COLUMNS]]
 
 # %% [markdown]

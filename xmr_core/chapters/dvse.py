@@ -104,7 +104,7 @@ from xmr_core.runrequest import RunRequest
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
-from xmr_core.viz import attention_heat, caption_gallery, heatmap, retrieval_gallery
+from xmr_core.viz import attention_heat, caption_gallery, heatmap, retrieval_gallery, sweep_grid
 
 COMPARED: dict[str, Compared] = {**BASELINES, "DVSE": DVSE_COMPARED}
 
@@ -681,17 +681,10 @@ def sweep_runs(betas: Sequence[float], etas: Sequence[float], seeds: Sequence[in
 
 
 def sweep_figure(sweep: pd.DataFrame) -> Figure:
-    """Figures 8 and 9: `SWEEP_COLUMNS` (the mean over each value's seeds) against beta (left) and eta (right)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
-    for ax, (param, title) in zip(axes, [("beta", "Figure 8: β"), ("eta", "Figure 9: η")]):
-        part = sweep[sweep["parameter"] == param].groupby("value", as_index=False)[SWEEP_COLUMNS].mean()
-        for col in SWEEP_COLUMNS:
-            ax.plot(part["value"], part[col], marker="o", label=col.removeprefix("all "))
-        ax.set_title(title)
-        ax.set_xlabel(param)
-    axes[0].set_ylabel("instance R@K, whole test split (%)")
-    axes[1].legend(fontsize=7)
-    return fig
+    """Figures 8 and 9: each `SWEEP_COLUMNS` metric (a row of panels) against beta and eta (`viz.sweep_grid`: the
+    mean over each value's seeds ± their std)."""
+    return sweep_grid(sweep, [("beta", "Figure 8: β"), ("eta", "Figure 9: η")], SWEEP_COLUMNS,
+                      "instance R@K, whole test split (%)")
 
 
 # --------------------------------------------------------------------------------------- Figure 7 (FR scales)

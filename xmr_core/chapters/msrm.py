@@ -83,7 +83,7 @@ from xmr_core.runplan import batched
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult
-from xmr_core.viz import heatmap
+from xmr_core.viz import heatmap, sweep_grid
 
 COMPARED: dict[str, Compared] = {**BASELINES, "MSRM": MSRM_COMPARED}
 
@@ -588,19 +588,9 @@ FIG4_6_PANELS: list[tuple[str, str]] = [("gamma", "Figure 4: γ"), ("layers", "F
 
 
 def sweep_figure(sweep: pd.DataFrame) -> Figure:
-    """Figures 4-6: each `TABLE4_COLUMNS` metric against gamma, the HGNN layers and the batch size, one panel
-    each: the mean over each value's seeds ± their std (no bar for a single seed)."""
-    fig, axes = plt.subplots(1, len(FIG4_6_PANELS), figsize=(13, 3.4))
-    for ax, (param, title) in zip(axes, FIG4_6_PANELS):
-        part = sweep[sweep["parameter"] == param].groupby("value")[list(TABLE4_COLUMNS)]
-        mean, std = part.mean(), part.std().fillna(0.0)
-        for col in TABLE4_COLUMNS:
-            ax.errorbar(mean.index, mean[col], yerr=std[col], marker="o", capsize=3, label=col)
-        ax.set_title(title)
-        ax.set_xlabel(param)
-    axes[0].set_ylabel("class relevance (%)")
-    axes[-1].legend(fontsize=7, loc="best")
-    return fig
+    """Figures 4-6: each `TABLE4_COLUMNS` metric (a row of panels) against gamma, the HGNN layers and the batch
+    size (`viz.sweep_grid`: the mean over each value's seeds ± their std)."""
+    return sweep_grid(sweep, FIG4_6_PANELS, list(TABLE4_COLUMNS), "class relevance (%)")
 
 
 def zeta_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
