@@ -562,7 +562,8 @@ def erasing_figure(erasing: pd.DataFrame) -> Figure:
     axes[1].set_title("captions: erased words")
     for ax in axes:
         ax.set_xlabel("erased ratio")
-        ax.set_ylabel("mean σ (geometric mean over dims)")
+    axes[0].set_ylabel("mean σ (geometric mean over dims)")
+    fig.tight_layout()
     return fig
 
 
