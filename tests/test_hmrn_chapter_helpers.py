@@ -243,6 +243,27 @@ def test_sweep_means_average_each_setting_over_its_seeds():
 
 
 # --------------------------------------------------------------------------------------------- figures
+def test_sweep_figure_draws_each_model_and_metric_with_its_seed_spread():
+    # two models, each sweeping its own column; I-T at lambda1 = 2 has two seeds (R@1 10 and 20), the rest one
+    frame = pd.DataFrame({"model": ["HMRN I-T"] * 3 + ["HMRN T-I"] * 2, "lambda1": [2.0, 2.0, 5.0, None, None],
+                          "lambda2": [None, None, None, 15.0, 5.0], "seed": [0, 1, 0, 0, 0],
+                          "mean/R@1": [10.0, 20.0, 30.0, 40.0, 50.0], "mean/R@5": [1.0] * 5,
+                          "mean/R@10": [2.0] * 5, "mean/meanR": [7.0, 9.0, 3.0, 4.0, 6.0]})
+    fig = chapter.sweep_figure(frame, {"HMRN I-T": "lambda1", "HMRN T-I": "lambda2"}, "Figure 5")
+    axes = np.array(fig.axes).reshape(4, 2)  # rows: Avg. R@1, R@5, R@10, MR; columns: I-T, T-I
+    assert [ax.get_title() for ax in axes[0]] == ["HMRN I-T", "HMRN T-I"]
+    assert [ax.get_ylabel() for ax in axes[:, 0]] == ["Avg. R@1", "Avg. R@5", "Avg. R@10", "Avg. MR"]
+    assert [ax.get_xlabel() for ax in axes[3]] == ["lambda1 (HMRN I-T)", "lambda2 (HMRN T-I)"]
+    r1_it = axes[0, 0].containers[0].lines[0]
+    assert r1_it.get_xdata().tolist() == [2.0, 5.0] and r1_it.get_ydata().tolist() == [15.0, 30.0]
+    mr_ti = axes[3, 1].containers[0].lines[0]  # sorted by lambda2
+    assert mr_ti.get_xdata().tolist() == [5.0, 15.0] and mr_ti.get_ydata().tolist() == [6.0, 4.0]
+    (spans,) = axes[0, 0].containers[0].lines[2]
+    low, high = sorted(spans.get_segments()[0][:, 1].tolist())
+    assert high - low == pytest.approx(2 * np.std([10.0, 20.0], ddof=1))
+    assert fig.get_suptitle() == "Figure 5"
+
+
 def test_round_gallery_by_hand():
     split = SPLIT.subset([0, 1, 2], "three")
     scores = torch.tensor([[[0.1, 0.9, 0.5], [0.0, 1.0, 0.0], [0.3, 0.2, 0.1]],

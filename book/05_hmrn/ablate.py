@@ -190,13 +190,13 @@ t10
 lam_frame, lam = sweeps("lambda", PROFILE, ablation_seeds, data, tuned, enc, run)
 tau_frame, tau = sweeps("tau", PROFILE, ablation_seeds, data, tuned, enc, run)
 fig5 = sweep_figure(lam_frame, LAMBDA_FIELD, f"Figure 5 analogue: the cross-attention temperature ({label}, "
-                    f"mean over seeds {ablation_seeds})")
+                    f"mean ± std over seeds {ablation_seeds})")
 write_figure(fig5, "hmrn/figure5", run=run, caption="Avg. R@K and Avg. MR against lambda1 (HMRN I-T) and lambda2 "
-             "(HMRN T-I), each point the mean over its seeds.")
+             "(HMRN T-I), each point the mean ± std over its seeds, each metric on its own axis.")
 fig6 = sweep_figure(tau_frame, {IT: "tau", TI: "tau"}, f"Figure 6 analogue: the InfoNCE scale tau ({label}, "
-                    f"mean over seeds {ablation_seeds})")
-write_figure(fig6, "hmrn/figure6", run=run, caption="Avg. R@K and Avg. MR against tau, each point the mean over its "
-             "seeds.")
+                    f"mean ± std over seeds {ablation_seeds})")
+write_figure(fig6, "hmrn/figure6", run=run, caption="Avg. R@K and Avg. MR against tau, each point the mean ± std over "
+             "its seeds, each metric on its own axis.")
 write_table(pd.concat([lam_frame, tau_frame], ignore_index=True), "hmrn/sweeps_lambda_tau", run=run,
             caption="Figures 5-6: every setting's averages. " + note)
 plt.show()

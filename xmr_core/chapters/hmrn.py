@@ -107,7 +107,7 @@ from xmr_core.results import paper_values, write_figure, write_table
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import Axis, TuningResult, tune_many, tuning_frame
-from xmr_core.viz import attention_heat, heatmap, retrieval_gallery
+from xmr_core.viz import attention_heat, heatmap, retrieval_gallery, sweep_grid
 
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
 VARIANT = "multi"  # the scenes variant with 5-10 objects (region queries) an image
@@ -630,22 +630,23 @@ def ensemble_grid(image_text: SweepScores, text_image: SweepScores) -> pd.DataFr
 
 
 # ------------------------------------------------------------------------------------------------ figures
+SWEEP_FIGURE_METRICS: dict[str, str] = {"mean/R@1": "Avg. R@1", "mean/R@5": "Avg. R@5", "mean/R@10": "Avg. R@10",
+                                        "mean/meanR": "Avg. MR"}  # Figures 5-6: the paper's four curves
+
+
 def sweep_figure(sweeps: pd.DataFrame, field: Mapping[str, str], title: str) -> Figure:
-    """Figures 5-6: per model (one panel each) Avg. R@1/5/10 (left axis) and Avg. MR (right axis) against the
-    swept value (`field`: model -> its column), each the mean over the value's seeds."""
-    models = list(field)
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        part = sweep_means(sweeps[sweeps["model"] == model], [field[model]]).sort_values(field[model])
-        for k in (1, 5, 10):
-            ax.plot(part[field[model]], part[f"mean/R@{k}"], marker="o", label=f"Avg. R@{k}")
-        ax.set_xlabel(field[model])
-        ax.set_ylabel("Avg. Recall")
-        twin = ax.twinx()
-        twin.plot(part[field[model]], part["mean/meanR"], marker="s", color="black", linestyle="--", label="Avg. MR")
-        twin.set_ylabel("Avg. MR")
-        ax.set_title(f"{model}")
-        ax.legend(fontsize=7, loc="lower right")
+    """Figures 5-6: per model (a column of panels, `field`: model -> its swept column) each of
+    `SWEEP_FIGURE_METRICS` (a row of panels, `viz.sweep_grid`) against the swept value, the mean over the value's
+    seeds ± their std. The paper draws the four curves on one panel with MR on a twin axis; here each has its own
+    axis, so that a change of a few points and the seed noise around it are both visible."""
+    parts = []
+    for model, column in field.items():
+        part = sweeps[sweeps["model"] == model]
+        parts.append(pd.DataFrame({"parameter": f"{column} ({model})", "value": part[column],
+                                   **{label: part[c] for c, label in SWEEP_FIGURE_METRICS.items()}}))
+    panels = [(f"{column} ({model})", model) for model, column in field.items()]
+    fig = sweep_grid(pd.concat(parts, ignore_index=True), panels, list(SWEEP_FIGURE_METRICS.values()),
+                     "averaged over the rounds")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
