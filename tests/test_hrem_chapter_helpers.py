@@ -52,7 +52,6 @@ from xmr_core.chapters.hrem import (
     fig5_summary,
     fig6_figure,
     fig6_label,
-    fig6_summary,
     fig7_curves,
     fig7_figure,
     flickr_columns,
@@ -370,17 +369,17 @@ def _sweeps() -> pd.DataFrame:
                          for p, x, v in order for s in (0, 1, 2)])
 
 
-def test_fig6_summary_and_figure() -> None:
-    summary = fig6_summary(_sweeps())
-    assert summary[["param", "value"]].values.tolist() == [["lam", 0.0], ["lam", 1.5], ["topk", 2], ["topk", 10],
-                                                           ["topk", 15], ["tau", 0.1], ["tau", 0.5], ["tau", 0.9]]
-    # the mean over seeds 0-2 of level + 0, 2, 4: level + 2, std 2, 3 seeds everywhere
-    assert summary["rSum"].tolist() == [292.0, 302.0, 297.0, 302.0, 298.0, 312.0, 302.0, 292.0]
-    assert summary["std"].tolist() == pytest.approx([2.0] * 8) and set(summary["seeds"]) == {3}
-    fig = fig6_figure(summary, "scenes")
+def test_fig6_figure_draws_each_sweep_with_its_seed_spread_and_default() -> None:
+    fig = fig6_figure(_sweeps(), "scenes")  # `viz.sweep_grid` (tests/test_viz.py): one rSum row, λ, K, τ in columns
     assert [ax.get_title() for ax in fig.axes] == list(FIG6_TITLES.values())
-    assert fig.axes[0].get_ylabel() == "rSum, whole test split (scenes)"
-    np.testing.assert_allclose(np.asarray(fig.axes[1].lines[0].get_ydata(), dtype=float), [297.0, 302.0, 298.0])
+    assert fig.axes[0].get_ylabel() == "rSum" and fig.get_supylabel() == "whole test split (scenes)"
+    # K = 2, 10, 15: the mean over seeds 0-2 of level + 0, 2, 4 is level + 2, their std 2
+    line, _, (spans,) = fig.axes[1].containers[0].lines
+    assert line.get_xdata().tolist() == [2, 10, 15] and line.get_ydata().tolist() == [297.0, 302.0, 298.0]
+    np.testing.assert_allclose([sorted(seg[:, 1]) for seg in spans.get_segments()],
+                               [[295.0, 299.0], [300.0, 304.0], [296.0, 300.0]])
+    dotted = [ln.get_xdata()[0] for ax in fig.axes for ln in ax.lines if ln.get_linestyle() == ":"]
+    assert dotted == [FIG6_DEFAULTS["lam"], FIG6_DEFAULTS["topk"], FIG6_DEFAULTS["tau"]]
     plt.close(fig)
 
 

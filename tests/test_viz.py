@@ -34,3 +34,4 @@ def test_sweep_grid_lays_metrics_in_rows_and_parameters_in_columns():
     assert axes[0, 0].get_shared_y_axes().joined(axes[0, 0], axes[0, 1])  # one y range per metric row
     assert not axes[0, 0].get_shared_y_axes().joined(axes[0, 0], axes[1, 0])
     assert [t.get_text() for t in axes[1, 0].get_xticklabels()] == ["0.2", "0.8"]
+    assert not [ln for ax in fig.axes for ln in ax.lines if ln.get_linestyle() == ":"]  # no defaults, no marker

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import matplotlib.pyplot as plt
@@ -134,11 +134,13 @@ def column_scaled(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), scaled, np.nan)
 
 
-def sweep_grid(sweep: pd.DataFrame, panels: Sequence[tuple[str, str]], columns: Sequence[str], unit: str) -> Figure:
+def sweep_grid(sweep: pd.DataFrame, panels: Sequence[tuple[str, str]], columns: Sequence[str], unit: str,
+               defaults: Mapping[str, float] | None = None) -> Figure:
     """Sensitivity sweeps: one row of panels per metric of `columns` (its own y range, shared along the row: a sweep
     moves a metric by a few points, invisible on one 0-100 axis for every metric), one column per (parameter,
     title) of `panels`; each panel the mean over each value's rows (seeds) ± their std (no bar for a single row).
-    `sweep`: one row per run, columns parameter, value and `columns`; `unit`: the metrics' common y label."""
+    `sweep`: one row per run, columns parameter, value and `columns`; `unit`: the metrics' common y label;
+    `defaults`: a parameter's default value, marked by a dotted vertical line in its column."""
     fig, axes = plt.subplots(len(columns), len(panels), figsize=(3.7 * len(panels), 1.8 * len(columns) + 0.8),
                              sharey="row", squeeze=False)
     for j, (param, title) in enumerate(panels):
@@ -148,6 +150,8 @@ def sweep_grid(sweep: pd.DataFrame, panels: Sequence[tuple[str, str]], columns: 
             ax = axes[i, j]
             ax.errorbar(mean.index, mean[col], yerr=std[col], marker="o", capsize=3, color=f"C{i}")
             ax.set_xticks(mean.index, labels=[f"{v:g}" for v in mean.index])
+            if defaults is not None and param in defaults:
+                ax.axvline(defaults[param], color="gray", ls=":", lw=1)
             ax.grid(alpha=0.3)
         axes[0, j].set_title(title)
         axes[-1, j].set_xlabel(param)

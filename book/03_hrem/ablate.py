@@ -70,7 +70,6 @@ from xmr_core.chapters.hrem import (
     fig5_summary,
     fig6_figure,
     fig6_runs,
-    fig6_summary,
     fig7_curves,
     fig7_figure,
     table3,
@@ -139,7 +138,7 @@ table3b
 
 # %%
 sweeps = fig6_runs(t3, seeds, data, tuned, enc, run)
-fig6 = fig6_figure(fig6_summary(sweeps.frame), DATASET)
+fig6 = fig6_figure(sweeps.frame, DATASET)
 write_figure(fig6, "hrem/fig6", run=run, caption=(
     f"Figure 6 analogue: HREM fusion's rSum on the whole {DATASET} test split against λ, K and τ (Region + BiGRU; "
     f"mean ± std over seeds {seeds} at every value; dotted: the default)."))

@@ -98,7 +98,7 @@ from xmr_core.metrics import ranking_stats
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult
 from xmr_core.tuning import TuningResult, tuning_frame
-from xmr_core.viz import attention_heat, heatmap, image_grid
+from xmr_core.viz import attention_heat, heatmap, image_grid, sweep_grid
 
 MODELS = ["VSE++", "GPO", "HREM standalone", "HREM fusion"]  # trained, tuned, every seed
 ENSEMBLE = "HREM ensemble"  # the paper's "HREM (Full)*": standalone + fusion similarities averaged
@@ -443,28 +443,11 @@ def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: di
     return Fig6Runs(pd.DataFrame(rows), hits)
 
 
-def fig6_summary(sweeps: pd.DataFrame) -> pd.DataFrame:
-    """Figure 6's points, in sweep order: per (param, value) the mean, std and count of rSum over its seeds
-    (columns param, value, rSum, std, seeds)."""
-    out = sweeps.groupby(["param", "value"], sort=False)["all rSum"].agg(["mean", "std", "count"]).reset_index()
-    return out.rename(columns={"mean": "rSum", "count": "seeds"})
-
-
-def fig6_figure(summary: pd.DataFrame, dataset: str) -> Figure:
-    """Figure 6: rSum against λ, K and τ (`fig6_summary`), the mean over the seeds ± their std at every value, the
-    default dotted."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
-    for ax, (param, title) in zip(axes, FIG6_TITLES.items()):
-        part = summary[summary["param"] == param]
-        ax.errorbar(part["value"], part["rSum"], yerr=part["std"].fillna(0.0), marker="o", capsize=4,
-                    label=f"mean ± std over {int(part['seeds'].min())}-{int(part['seeds'].max())} seeds")
-        ax.axvline(FIG6_DEFAULTS[param], color="gray", ls=":", lw=1)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel(param)
-    axes[0].set_ylabel(f"rSum, whole test split ({dataset})")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+def fig6_figure(sweeps: pd.DataFrame, dataset: str) -> Figure:
+    """Figure 6: rSum against λ, K and τ (`Fig6Runs.frame`: one row per value and seed), the mean over the seeds ±
+    their std at every value (`viz.sweep_grid`), the default dotted."""
+    frame = sweeps.rename(columns={"param": "parameter", "all rSum": "rSum"})
+    return sweep_grid(frame, list(FIG6_TITLES.items()), ["rSum"], f"whole test split ({dataset})", FIG6_DEFAULTS)
 
 
 # --------------------------------------------------------------------------------- Table 4: special samples
