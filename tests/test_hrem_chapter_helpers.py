@@ -181,6 +181,19 @@ def test_mean_negative_similarity_matches_a_brute_force_loop() -> None:
         mean_negative_similarity(img, cap, caption_image, "rare", "i2t")  # type: ignore[arg-type]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_mean_negative_similarity_of_cuda_embeddings_matches_cpu_and_comes_back_on_the_cpu() -> None:
+    # a GPU run's embeddings stay on cuda (`embed_split`); the masks were built on the CPU and the notebook failed
+    torch.manual_seed(0)
+    img, cap = torch.randn(5, 8), torch.randn(10, 8)
+    caption_image = np.repeat(np.arange(5), 2)
+    for kind in ("hard", "infrequent"):
+        for direction in ("i2t", "t2i"):
+            got = mean_negative_similarity(img.cuda(), cap.cuda(), caption_image, kind, direction)
+            assert got.device.type == "cpu"
+            torch.testing.assert_close(got, mean_negative_similarity(img, cap, caption_image, kind, direction))
+
+
 def test_top_percent_keeps_the_rounded_share_of_highest_values_ties_by_index() -> None:
     values = torch.tensor([0.1, 0.9, 0.5, 0.9, 0.3, 0.2, 0.0, 0.8, 0.4, 0.6])
     assert np.flatnonzero(top_percent(values, 20)).tolist() == [1, 3]  # 2 of 10

@@ -457,22 +457,24 @@ def mean_negative_similarity(img_emb: Tensor, cap_emb: Tensor, caption_image: np
     matched to (unit embeddings img (N, d), cap (M, d); `caption_image` (M,)). "hard" (semantic ambiguity):
     against the other modality's negatives, the items the query could be confused with; "infrequent" (semantic
     scarcity): against its own modality's other samples (captions: those of other images), the many samples of
-    similar themes a rare sample resembles (the paper, Fig. 1c). i2t: (N,) per image; t2i: (M,) per caption."""
+    similar themes a rare sample resembles (the paper, Fig. 1c). i2t: (N,) per image; t2i: (M,) per caption, on
+    the CPU whatever the embeddings' device."""
     if kind not in ("hard", "infrequent") or direction not in DIRECTIONS:
         raise ValueError(f"mean_negative_similarity: kind must be 'hard' or 'infrequent' and direction 'i2t' or "
                          f"'t2i', got {kind!r}, {direction!r}")
     img, cap = F.normalize(img_emb.float(), dim=-1), F.normalize(cap_emb.float(), dim=-1)
-    owner = torch.as_tensor(np.asarray(caption_image), dtype=torch.long)
+    device = img.device  # the embeddings' (cuda after a GPU run): the masks are built there, the values come back
+    owner = torch.as_tensor(np.asarray(caption_image), dtype=torch.long, device=device)
+    images = torch.arange(len(img), device=device)
     if kind == "hard":
         sims = img @ cap.T if direction == "i2t" else cap @ img.T  # (Q, G)
-        own = (owner[None, :] == torch.arange(len(img))[:, None]) if direction == "i2t" else \
-            (torch.arange(len(img))[None, :] == owner[:, None])
+        own = (owner[None, :] == images[:, None]) if direction == "i2t" else (images[None, :] == owner[:, None])
     elif direction == "i2t":
-        sims, own = img @ img.T, torch.eye(len(img), dtype=torch.bool)
+        sims, own = img @ img.T, images[:, None] == images[None, :]
     else:
         sims, own = cap @ cap.T, owner[:, None] == owner[None, :]
     keep = (~own).to(sims.dtype)
-    return (sims * keep).sum(1) / keep.sum(1)
+    return ((sims * keep).sum(1) / keep.sum(1)).cpu()
 
 
 def top_percent(values: Tensor, percent: float) -> np.ndarray:
