@@ -4,6 +4,7 @@ value is worked by hand or by a brute-force loop written here."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,6 +62,7 @@ from xmr_core.chapters.dvse import (
     k_label,
     mean_abs_offdiagonal,
     metric_row,
+    model_scores,
     pair_judgements,
     query_values,
     random_images,
@@ -287,6 +289,47 @@ def test_rerank_rows_score_each_reranker_on_the_same_matrices_and_add_its_time()
     mr_i2t, mr_t2i = mr(scores.whole[0], "i2t"), mr(scores.whole[1].T, "t2i").T
     assert rows[2]["all rSum"] == pytest.approx(_recalls(mr_i2t.numpy(), mr_t2i.numpy(), cap_img)["rSum"])
 
+
+
+class _QueuedScores:
+    """Scores still being computed on a device: `.cpu()` waits `seconds` for them (a GPU's queued kernels)."""
+
+    def __init__(self, scores: torch.Tensor, seconds: float) -> None:
+        self.scores, self.seconds = scores, seconds
+
+    def cpu(self) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return self.scores
+
+
+def test_model_scores_time_the_whole_split_until_its_scores_are_on_the_cpu(monkeypatch):
+    # Table 4's "test s": on a GPU, embedding and scoring return before the work is done; the time must wait for it
+    from xmr_core.chapters import dvse as chapter
+
+    i2t, t2i = _scores(0), _scores(1)
+    monkeypatch.setattr(chapter, "embed_split", lambda model, split, vocab, device: (None, None))
+    monkeypatch.setattr(chapter, "direction_scores",
+                        lambda model, img, cap: (_QueuedScores(i2t, 0.1), _QueuedScores(t2i, 0.1)))
+    scores = model_scores(torch.nn.Linear(1, 1), _data(_split()), "cpu")
+    assert scores.seconds >= 0.2  # both directions' waits of the whole split, the unseen classes' not timed
+    assert [s is want for s, want in zip(scores.whole + scores.unseen, (i2t, t2i) * 2)] == [True] * 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_model_scores_on_cuda_match_the_cpu():
+    rng = np.random.default_rng(0)
+    split = dataclasses.replace(_split(), regions=rng.standard_normal((N, 3, 5)).astype(np.float32))
+    vocab = Vocabulary.build(split.captions)
+    data = ChapterData(split, split, split, split, vocab, np.zeros((len(vocab), 3), np.float32), 1.0)
+    small = {"embed_dim": 8, "image": ImageEncoderConfig(kind="regions", region_dim=5),
+             "text": TextEncoderConfig(hidden=4)}
+    torch.manual_seed(0)
+    model = DVSE(dvse_config(n_embeds=3, **small), rng.standard_normal((len(vocab), 3)).astype(np.float32))
+    cpu = model_scores(model, data, "cpu")
+    cuda = model_scores(model, data, "cuda")
+    for got, want in zip(cuda.whole + cuda.unseen, cpu.whole + cpu.unseen):
+        assert got.device.type == "cpu"
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)  # cuDNN's TF32 RNN / matmul rounding
 
 def test_table4_frame_puts_both_paper_datasets_beside_ours():
     runs = pd.DataFrame([{"model": m, "seed": s, "re-rank s": t, "test s": 1 + t, "all rSum": r}

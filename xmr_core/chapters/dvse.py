@@ -204,16 +204,16 @@ class ModelScores:
 
 
 def model_scores(model: RetrievalModel, data: ChapterData, device: torch.device | str) -> ModelScores:
-    """Embed and score the whole test split (timed) and its unseen classes with the model's own test-time
-    scores, on the CPU."""
+    """Embed and score the whole test split (timed until its scores are on the CPU: a GPU's queued work counted) and
+    its unseen classes with the model's own test-time scores, on the CPU."""
     model.to(device).eval()
     t0 = time.perf_counter()
     img, cap = embed_split(model, data.test, data.vocab, device=device)
-    whole = direction_scores(model, img, cap)
+    whole = tuple(s.cpu() for s in direction_scores(model, img, cap))
     seconds = time.perf_counter() - t0
     img, cap = embed_split(model, data.test_unseen, data.vocab, device=device)
-    unseen = direction_scores(model, img, cap)
-    return ModelScores(tuple(s.cpu() for s in whole), tuple(s.cpu() for s in unseen), seconds)  # type: ignore[arg-type]
+    unseen = tuple(s.cpu() for s in direction_scores(model, img, cap))
+    return ModelScores(whole, unseen, seconds)  # type: ignore[arg-type]
 
 
 
