@@ -232,13 +232,15 @@ table3
 # directions) and timed. "test s" = embedding and scoring the test split plus re-ranking. RR (MTFN-RR) and MR
 # (GaLR's multivariate re-ranking) are the library's implementations of the two nearest-neighbour re-rankers the
 # paper compares with (`xmr_core.similarity`). The paper's times are on a GPU machine with 1,000 × 5,000
-# (Flickr30K) and 5,000 × 25,000 (COCO 5K) matrices; ours on this machine's CPU.
+# (Flickr30K) and 5,000 × 25,000 (COCO 5K) matrices; ours embed and score on `DEVICE` and re-rank on this
+# machine's CPU.
 
 # %%
 table4 = table4_frame(runs.table4, label)
 write_table(table4, "dvse/table4", run=run, caption=(
     f"DVSE Table IV analogue: DVSE's test scores ({data.test.n_images} x {data.test.n_captions}, {DATASET}) without "
-    f"re-ranking and re-ranked by RR, MR and FR, timed in one run on {run.torch_device}; mean over the DVSE seeds "
+    f"re-ranking and re-ranked by RR, MR and FR, timed in one run (embedded and scored on {run.torch_device}, "
+    "re-ranked on the CPU); mean over the DVSE seeds "
     f"{seeds}. Paper: Table IV of Wei et al. (Flickr30K and MS-COCO 5K, BUTD features)."))
 table4
 
