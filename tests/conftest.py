@@ -11,8 +11,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 _CACHE = tempfile.TemporaryDirectory(prefix="xmr-test-cache-")
 os.environ["XMR_CACHE"] = _CACHE.name
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

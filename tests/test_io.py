@@ -170,7 +170,7 @@ def test_a_killed_export_leaves_a_staging_folder_that_the_next_export_removes(tm
 def test_read_json_lines_names_the_file_and_line_of_a_bad_record(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     path.write_text('{"kind": "run"}\n{"kind": "other"}\n', encoding="utf-8")
-    is_run = lambda record: record.get("kind") == "run"  # noqa: E731
+    is_run = lambda record: record.get("kind") == "run"
     with pytest.raises(ValueError, match=r"log\.jsonl: line 2 is not a run record"):
         read_json_lines(path, is_run, "a run record")
     path.write_text('{"kind": "run"}\n{"kind": \n', encoding="utf-8")

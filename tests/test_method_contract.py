@@ -9,8 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-
 from fixtures.corpora import synthetic_split
+
 from xmr_core.data.datasets import caption_loader, image_loader
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig

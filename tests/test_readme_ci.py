@@ -22,5 +22,6 @@ def test_readme_has_one_setup_main_and_test_command() -> None:
 def test_ci_script_refuses_tracked_notebooks_and_reads_the_readme() -> None:
     script = (ROOT / ".ci" / "run").read_text()
     assert "git ls-files '*.ipynb'" in script and "block setup" in script and "block test" in script
-    tracked = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True).stdout
+    tracked = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
     assert tracked == ""

@@ -148,7 +148,8 @@ def test_git_commit_is_dirty_for_changed_sources_but_not_for_changed_results(tmp
     (tmp_path / "code.py").write_text("x = 1\n")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True,
+                          check=True).stdout.strip()
     assert results.git_commit(tmp_path) == head
     (tmp_path / "results" / "t.csv").write_text("a\n2\n")  # a run rewrote its own output
     assert results.git_commit(tmp_path) == head

@@ -59,7 +59,7 @@ def git_commit(root: Path | None = None) -> str | None:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
-            cwd=root, capture_output=True, text=True,
+            cwd=root, capture_output=True, text=True, check=False,
         )
     except (OSError, subprocess.CalledProcessError):
         return None

@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 import sys
 
-import xmr_core.bench as bench
+from xmr_core import bench
 
 
 def main(argv: list[str] | None = None) -> None:
