@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -167,6 +168,23 @@ def test_ls_lists_runs_and_what_each_notebook_lacks(cache_a: dict, tmp_path: Pat
         "01_demo/train": []}
     assert lines[0].startswith(f"{cache_a['cache']}: 2 finished runs, 0 unfinished")
     assert sum("trained by this code" in line for line in lines) == 2
+    # the cost: the notebook's runs and the profile's distinct runs, train_seconds x threads of each result.json
+    assert lines[-1].startswith("profile smoke: 1 distinct runs, ")
+    copy = tmp_path / "priced"
+    shutil.copytree(cache_a["cache"], copy)
+    result_file = copy / "runs" / cache_a["run"] / "result.json"
+    result = json.loads(result_file.read_text())
+    result["train_seconds"], result["run"]["train"]["threads"] = 2700.0, 2  # 1.5 core-hours
+    result_file.write_text(json.dumps(result))
+    lines.clear()
+    list_cache("smoke", root=cache_a["root"], cache=copy, echo=lines.append)
+    assert lines[-2].endswith("1 runs, none missing; 1.50 core-h") and lines[-1] == (
+        "profile smoke: 1 distinct runs, 1.50 core-hours to train them cold (train_seconds x threads, as each "
+        "result.json records)")
+    lines.clear()
+    list_cache("smoke", root=cache_a["root"], cache=tmp_path / "empty", echo=lines.append)
+    assert lines[-1].endswith("0.00 core-hours to train them cold (train_seconds x threads, as each result.json "
+                              "records); 1 missing, not counted")
     # without the logs, the restored archive's manifest says what each notebook needs
     b = tmp_path / "b"
     unpack(cache_a["archive"], cache=b, echo=lambda _: None)

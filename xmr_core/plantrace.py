@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr_core.io import read_json_lines
+from xmr_core.runlog import core_seconds
 
 PLAN_ENV = "XMR_PLAN"
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`results.NOTEBOOK_ENV`, which imports this
@@ -78,10 +79,7 @@ def _end_stage() -> None:
 def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None) -> None:
     """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
     planned). `cfg` is its `TrainConfig`."""
-    recorded = None
-    if done is not None:
-        threads = int(done.get("run", {}).get("train", {}).get("threads", 1))
-        recorded = float(done.get("train_seconds", 0.0)) * threads
+    recorded = None if done is None else core_seconds(done)
     line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "label": _TRACE.label,
             "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads, "key": key,
             "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,

@@ -46,7 +46,7 @@ from typing import IO, Any
 
 from xmr_core.config import cache_dir
 from xmr_core.io import atomic_write, remove_stale_temps, staging_dir
-from xmr_core.runlog import code_problem, read_log, trained_at
+from xmr_core.runlog import code_problem, core_seconds, read_log, trained_at
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -108,13 +108,14 @@ def _relative(path: str, cache: Path, what: str) -> str:
 
 
 def _run_info(run_dir: Path) -> dict[str, Any]:
-    """Key, method, seed and the code a finished run was trained at, from its result.json."""
+    """Key, method, seed, the code a finished run was trained at and its cost in core-seconds (`runlog.core_seconds`),
+    from its result.json."""
     path = run_dir / "result.json"
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
         at = result.get("trained_at") or {}
         return {"key": result["key"], "method": result["run"]["method"], "seed": result["run"]["train"]["seed"],
-                "commit": at.get("commit"), "source": at.get("source")}
+                "commit": at.get("commit"), "source": at.get("source"), "core_seconds": core_seconds(result)}
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ArchiveError(f"{path}: not a readable run result ({type(err).__name__}: {err})") from None
 
@@ -418,7 +419,8 @@ def notebook_needs(profile: str, root: Path, cache: Path) -> tuple[dict[str, lis
 def list_cache(profile: str | None = None, *, root: Path | None = None, cache: Path | None = None,
                echo: Callable[[str], None] = print) -> dict[str, list[str]]:
     """Print the cache's runs (size, state, the code they were trained by), run records and inputs, and with a
-    profile what each of its notebooks needs; returns each notebook's missing runs."""
+    profile what each of its notebooks needs and what those runs cost (core-hours, per notebook and for the
+    profile's distinct runs: the book's cold cost); returns each notebook's missing runs."""
     from xmr_core.results import project_root
 
     root, cache = root or project_root(), cache or cache_dir()
@@ -431,9 +433,11 @@ def list_cache(profile: str | None = None, *, root: Path | None = None, cache: P
     echo(f"{cache}: {len(finished)} finished runs, {len(run_dirs) - len(finished)} unfinished ({_size(total)}); "
          f"{len(records)} run records (results only); {len(trunks)} pretrained trunks; {len(regions)} region "
          f"encoders")
+    cost: dict[str, float] = {}  # finished run -> core-seconds
     for run_dir in run_dirs:
         if run_dir.name in finished:
             info = _run_info(run_dir)
+            cost[run_dir.name] = info["core_seconds"]
             state = f"{info['method']} seed {info['seed']}, " + (_code_problem(info) or "trained by this code")
         else:
             state = "unfinished"
@@ -446,9 +450,14 @@ def list_cache(profile: str | None = None, *, root: Path | None = None, cache: P
         echo(f"profile {profile}: no executed notebook's run log here and no restored archive of it; run "
              f"`xmr book run --profile {profile}` or `xmr runs unpack ARCHIVE`")
         return missing
-    echo(f"profile {profile}: the runs each notebook loads (from {where})")
+    echo(f"profile {profile}: the runs each notebook loads (from {where}), and what they cost to train")
     for label, names in needs.items():
         missing[label] = [n for n in names if n not in finished]
         gap = f", {len(missing[label])} missing: {' '.join(missing[label])}" if missing[label] else ", none missing"
-        echo(f"  {label:<28} {len(names)} runs{gap}")
+        echo(f"  {label:<28} {len(names)} runs{gap}; {sum(cost.get(n, 0.0) for n in names) / 3600:.2f} core-h")
+    distinct = {n for names in needs.values() for n in names}
+    absent = len(distinct - finished)
+    echo(f"profile {profile}: {len(distinct)} distinct runs, {sum(cost.get(n, 0.0) for n in distinct) / 3600:.2f} "
+         f"core-hours to train them cold (train_seconds x threads, as each result.json records)"
+         + (f"; {absent} missing, not counted" if absent else ""))
     return missing
