@@ -1005,6 +1005,7 @@ def heat_figure(model: DVSE, split: Split, vocab: Vocabulary, images: Sequence[i
     """Figure 10: one row per test image of `images`, the image then one `attention_heat` map per sub-embedding
     (`boxes` (R, 4), or each image's `region_boxes` when None; one colour scale per image), each titled with the
     image's own caption that sub-embedding v^k matches best (cosine), "(masked)" where its mask bit is 0."""
+    model.to(device)  # embed_split sends the batches to `device`, not the model
     (v, _, mask), cap = embed_split(model, split, vocab, device=device)
     _, attn, _ = sub_embeddings(model, split, device, images)
     k = attn.shape[2]
@@ -1054,6 +1055,7 @@ def attention_grounding(model: DVSE, split: Split, vocab: Vocabulary, boxes: np.
     share (pp) of its unmasked sub-embeddings' attention on the objects named by the own caption each matches best
     (`best_own_captions`), and the share uniform attention would put there (chance). `boxes` (R, 4) the grid's
     cells, or None: each image's region boxes. -> (N,), (N,)."""
+    model.to(device)  # embed_split sends the batches to `device`, not the model
     (v, _, _), cap = embed_split(model, split, vocab, device=device)
     _, attn, mask = sub_embeddings(model, split, device)
     share, chance = sub_embedding_grounding(attn.numpy(), mask.numpy(), best_own_captions(v, cap, split),
