@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from xmr_core.io import read_json_lines
-from xmr_core.runlog import core_seconds
 
 PLAN_ENV = "XMR_PLAN"
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`results.NOTEBOOK_ENV`, which imports this
@@ -74,6 +73,11 @@ def _end_stage() -> None:
     _TRACE.stage += 1
     _TRACE.provisional = True
     _TRACE.batch_planned = False
+
+
+def core_seconds(result: dict[str, Any]) -> float:
+    """A finished run's cost in core-seconds, from its `result.json`: `train_seconds` x its torch threads."""
+    return float(result.get("train_seconds", 0.0)) * int(result.get("run", {}).get("train", {}).get("threads", 1))
 
 
 def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None) -> None:

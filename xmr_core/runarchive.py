@@ -46,7 +46,8 @@ from typing import IO, Any
 
 from xmr_core.config import cache_dir
 from xmr_core.io import atomic_write, remove_stale_temps, staging_dir
-from xmr_core.runlog import code_problem, core_seconds, read_log, trained_at
+from xmr_core.plantrace import core_seconds
+from xmr_core.runlog import code_problem, read_log, trained_at
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -108,7 +109,7 @@ def _relative(path: str, cache: Path, what: str) -> str:
 
 
 def _run_info(run_dir: Path) -> dict[str, Any]:
-    """Key, method, seed, the code a finished run was trained at and its cost in core-seconds (`runlog.core_seconds`),
+    """Key, method, seed, the code a finished run was trained at and its cost in core-seconds (`plantrace.core_seconds`),
     from its result.json."""
     path = run_dir / "result.json"
     try:

@@ -94,11 +94,6 @@ def code_problem(commit: str | None, source: str | None) -> str:
     return f"was trained by other code (training source {source[:12]} at commit {commit}, this code {here[:12]})"
 
 
-def core_seconds(result: dict[str, Any]) -> float:
-    """A finished run's cost in core-seconds, from its `result.json`: `train_seconds` x its torch threads."""
-    return float(result.get("train_seconds", 0.0)) * int(result.get("run", {}).get("train", {}).get("threads", 1))
-
-
 def trained_at() -> dict[str, str | None]:
     """What a new run records about its code: the git commit (`+dirty` with local changes; None outside a
     checkout) and the training source fingerprint."""
