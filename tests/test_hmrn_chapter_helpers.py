@@ -225,6 +225,7 @@ def test_ensemble_grid_sums_every_pair_at_each_seed_then_means_the_seeds():
     b = {((3.0,), 0): chapter.RoundScores(torch.tensor([[[0.0, 0.5], [0.5, 0.0]]]), 0.0),
          ((3.0,), 1): chapter.RoundScores(torch.tensor([[[0.0, 0.5], [0.5, 0.0]]]), 0.0)}
     out = chapter.ensemble_grid(a, b)
+    assert list(out.columns) == ["I-T", "T-I", "rsum", "mean/meanR", "seeds"]
     assert out[["I-T", "T-I"]].values.tolist() == [[1.0, 3.0], [2.0, 3.0]] and out["seeds"].tolist() == [2, 2]
     # seed 0: (1, 0.5) and (0.5, 1): both targets first -> R@1 = 100, rsum 300, MR 1; (0, 1.5), (1.5, 0): both
     # second -> R@1 0, R@5 = R@10 = 100, rsum 200, MR 2; seed 1 both second: each setting's mean of its two seeds

@@ -624,9 +624,9 @@ def ensemble_grid(image_text: SweepScores, text_image: SweepScores) -> pd.DataFr
         for (b, seed_b), s_b in text_image.items():
             if seed_b == seed:
                 m = multi_round_metrics(ensemble_scores(s_a, s_b).scores)
-                rows.append({"I-T": a[0], "T-I": b[0], "rsum": m["rsum"], "mean/meanR": m["mean/meanR"]})
-    groups = pd.DataFrame(rows).groupby(["I-T", "T-I"], sort=False)
-    return groups[["rsum", "mean/meanR"]].mean().join(groups.size().rename("seeds")).reset_index()
+                rows.append({"model": ENSEMBLE, "I-T": a[0], "T-I": b[0], "seed": seed, "rsum": m["rsum"],
+                             "mean/meanR": m["mean/meanR"]})
+    return sweep_means(pd.DataFrame(rows), ["I-T", "T-I"]).drop(columns="model")
 
 
 # ------------------------------------------------------------------------------------------------ figures
