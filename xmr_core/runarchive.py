@@ -109,8 +109,8 @@ def _relative(path: str, cache: Path, what: str) -> str:
 
 
 def _run_info(run_dir: Path) -> dict[str, Any]:
-    """Key, method, seed, the code a finished run was trained at and its cost in core-seconds (`plantrace.core_seconds`),
-    from its result.json."""
+    """Key, method, seed, the code a finished run was trained at and its cost in core-seconds
+    (`plantrace.core_seconds`), from its result.json."""
     path = run_dir / "result.json"
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
