@@ -290,7 +290,6 @@ def test_rerank_rows_score_each_reranker_on_the_same_matrices_and_add_its_time()
     assert rows[2]["all rSum"] == pytest.approx(_recalls(mr_i2t.numpy(), mr_t2i.numpy(), cap_img)["rSum"])
 
 
-
 class _QueuedScores:
     """Scores still being computed on a device: `.cpu()` waits `seconds` for them (a GPU's queued kernels)."""
 
@@ -330,6 +329,7 @@ def test_model_scores_on_cuda_match_the_cpu():
     for got, want in zip(cuda.whole + cuda.unseen, cpu.whole + cpu.unseen):
         assert got.device.type == "cpu"
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)  # cuDNN's TF32 RNN / matmul rounding
+
 
 def test_table4_frame_puts_both_paper_datasets_beside_ours():
     runs = pd.DataFrame([{"model": m, "seed": s, "re-rank s": t, "test s": 1 + t, "all rSum": r}
