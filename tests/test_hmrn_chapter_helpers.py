@@ -353,7 +353,26 @@ def test_session_flops_count_one_matrix_product_by_hand():
     assert flops == 3 * 2 * 4  # 3 rounds x (2 FLOPs per multiply-add x D = 4)
 
 
-# ---------------------------------------------------------------------------------------------- claims
+def test_the_drawing_and_counting_helpers_leave_the_callers_model_as_it_was():
+    """`query_attention`, `correlation_graph` and `session_flops` work on a CPU copy in eval mode: the model the
+    notebook goes on using keeps its mode (and, on a GPU, its device: the CUDA test below)."""
+    ti, it = _model(chapter.TI).train(), _model(chapter.IT).train()
+    chapter.query_attention(ti, SPLIT, VOCAB, 2)
+    chapter.correlation_graph(it, SPLIT, VOCAB, 1)
+    chapter.session_flops(it, SPLIT, VOCAB, 2)
+    assert ti.training and it.training
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_the_drawing_helpers_leave_a_cuda_model_on_the_gpu():
+    model = _model(chapter.TI).cuda()
+    cpu_weights, _ = chapter.query_attention(_model(chapter.TI), SPLIT, VOCAB, 2)
+    weights, _ = chapter.query_attention(model, SPLIT, VOCAB, 2)
+    chapter.session_flops(model, SPLIT, VOCAB, 2)
+    assert next(model.parameters()).is_cuda
+    assert weights == pytest.approx(cpu_weights, abs=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------- claims
 def test_target_ranks_by_hand_and_as_run_row_counts_them():
     scores = torch.tensor([[[3.0, 2.0, 1.0], [3.0, 2.0, 1.0], [0.0, 0.0, 5.0]],

@@ -48,6 +48,7 @@ methods.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import textwrap
 import time
@@ -497,9 +498,10 @@ def not_built_table() -> pd.DataFrame:
 def session_flops(model: RetrievalModel, split: Split, vocab: Vocabulary, image: int) -> int:
     """FLOPs (torch's `FlopCounterMode`: matrix products, convolutions, attention) of one retrieval session of
     image `image`'s query set against that one image: the image and every query encoded, every round 1..N
-    scored (`multi_query_scores` on a one-image split, on the CPU)."""
+    scored (`multi_query_scores` on a one-image split, on a CPU copy: the caller's model keeps its device and
+    mode)."""
     one = split.subset([image], f"{split.name}[{image}]")
-    model = model.cpu().eval()
+    model = copy.deepcopy(model).cpu().eval()
     with FlopCounterMode(display=False) as counter:
         multi_query_scores(model, one, vocab, rounds_of(one), short="hold", device="cpu")
     return counter.get_total_flops()
@@ -703,9 +705,10 @@ def round_gallery(scores: Tensor, split: Split, query_set: int, k: int = 5
 
 @torch.no_grad()
 def _one_image(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tuple[tuple, tuple, Split]:
-    """Image `image`'s embedding and its own query set's (eval mode, on the CPU), and the one-image split."""
+    """Image `image`'s embedding and its own query set's (eval mode, on a CPU copy of the model: the caller's keeps
+    its device and mode), and the one-image split."""
     one = split.subset([image], f"{split.name}[{image}]")
-    model = model.cpu().eval()
+    model = copy.deepcopy(model).cpu().eval()
     img = model.encode_images(next(iter(image_loader(one, 1, visual=model.visual))))
     sets = model.encode_queries(next(iter(query_loader(one, vocab, 1, visual=None, max_queries=model.max_queries))))
     return img, sets, one
