@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from PIL import Image
+
+from xmr_core.staleness import git
 
 EXECUTION_COLUMNS = ("cached", "wall s", "written (UTC)")
 EXECUTION_META = ("wall_s", "created_utc", "git_commit", "xmr_version", "python", "torch", "notebook_code",
@@ -145,21 +146,17 @@ def compare_trees(old: Path, new: Path) -> dict[str, list[str]]:
     return report
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, check=False)
-
-
 def committed_files(root: Path, folder: str, rev: str = "HEAD") -> list[str]:
     """The files under `folder` (relative to `root`, posix) at `rev`; [] when `root` is no git checkout or
     nothing there is committed."""
-    listed = _git(root, "ls-tree", "-r", "--name-only", rev, "--", folder)
+    listed = git(root, "ls-tree", "-r", "--name-only", rev, "--", folder, text=False)
     return sorted(listed.stdout.decode().split("\n")[:-1]) if listed.returncode == 0 else []
 
 
 def compare_committed(root: Path, folders: Sequence[str], rev: str = "HEAD") -> dict[str, list[str]]:
     """The files under each of `folders` (relative to `root`, e.g. "results/pcme") in the working tree
     against `rev`: {path: differences}; "not in <rev>" for a new file, "missing" for a committed one gone."""
-    if _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0:
+    if git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", text=False).returncode != 0:
         raise DiffError(f"{root}: no commit {rev!r} to compare with (not a git checkout, or an unknown revision)")
     report: dict[str, list[str]] = {}
     for folder in folders:
@@ -171,7 +168,7 @@ def compare_committed(root: Path, folders: Sequence[str], rev: str = "HEAD") -> 
             elif rel not in present:
                 report[rel] = ["missing: committed, not written"]
             else:
-                shown = _git(root, "show", f"{rev}:{rel}")
+                shown = git(root, "show", f"{rev}:{rel}", text=False)
                 report[rel] = differences(rel, shown.stdout, (root / rel).read_bytes())
     return report
 

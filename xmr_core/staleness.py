@@ -76,8 +76,10 @@ def result_metas(results: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+def git(root: Path, *args: str, text: bool = True) -> subprocess.CompletedProcess:
+    """`git ARGS` run in `root`, its output captured (str, or bytes with `text=False`); never raises on failure:
+    the caller reads `returncode`."""
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=text, check=False)
 
 
 class Checker:
@@ -127,17 +129,17 @@ class Checker:
         return Verdict("stale", tuple(changed)) if changed else Verdict("fresh")
 
     def _by_git(self, notebook: str, commit: str) -> Verdict:
-        if _git(self.root, "rev-parse", "--git-dir").returncode != 0:
+        if git(self.root, "rev-parse", "--git-dir").returncode != 0:
             return Verdict("unknown", reason=f"written at commit {commit[:12]}, and {self.root} is not a git checkout")
-        if _git(self.root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        if git(self.root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
             return Verdict("unknown", reason=f"commit {commit[:12]} is not in this clone's history "
                                              "(a shallow clone? `git fetch --unshallow`)")
         paths = [p.relative_to(self.root).as_posix() for p in self.sources(notebook)]
-        diff = _git(self.root, "diff", "--name-only", commit, "--", *paths)
+        diff = git(self.root, "diff", "--name-only", commit, "--", *paths)
         if diff.returncode != 0:
             return Verdict("unknown", reason=f"git diff against {commit[:12]} failed: {diff.stderr.strip()[:200]}")
         changed = sorted(diff.stdout.split())
-        before = _git(self.root, "show", f"{commit}:{notebook}")
+        before = git(self.root, "show", f"{commit}:{notebook}")
         if before.returncode != 0 or code_digest(before.stdout) != self.code(notebook):
             changed.insert(0, notebook)
         return Verdict("stale", tuple(changed)) if changed else Verdict("fresh")
