@@ -77,6 +77,35 @@ def test_unchanged_inputs_are_skipped_until_something_changes(project: Path) -> 
     assert run(project, profile="smoke", params={**params, "N": 2})[0].count("skipped") == 1
 
 
+THREADS_NOTEBOOK = '''# %% tags=["parameters"]
+PROFILE = "cpu"
+OUT = ""
+
+# %%
+import torch
+with open(OUT, "w") as fh:
+    fh.write(str(torch.get_num_threads()))
+'''
+
+
+def test_kernels_compute_on_one_thread_unless_told(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the machine's cores and the caller's environment, a kernel's torch runs on one thread, or on
+    XMR_KERNEL_THREADS; the count enters the skip rule; the caller's environment is restored."""
+    (project / "book" / "01_demo" / "train.py").write_text(THREADS_NOTEBOOK)
+    out = project / "threads.txt"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("XMR_KERNEL_THREADS", raising=False)
+    summary, lines = run(project, profile="smoke", params={"OUT": str(out)})
+    assert summary.ok and out.read_text() == "1" and "1 torch thread(s) a kernel" in lines[0]
+    assert os.environ["OMP_NUM_THREADS"] == "3"
+    monkeypatch.setenv("XMR_KERNEL_THREADS", "2")
+    assert run(project, profile="smoke", params={"OUT": str(out)})[0].count("passed") == 1  # not skipped
+    assert out.read_text() == "2"
+    monkeypatch.setenv("XMR_KERNEL_THREADS", "two")
+    with pytest.raises(SystemExit, match="XMR_KERNEL_THREADS must be a positive integer, got 'two'"):
+        run(project, profile="smoke", params={"OUT": str(out)})
+
+
 def test_failure_is_reported_with_the_executed_notebook(project: Path) -> None:
     summary, lines = run(project, profile="smoke", params={"OUT": str(project / "o.json"), "FAIL": True})
     assert not summary.ok and summary.line() == "0 passed, 1 failed"

@@ -11,6 +11,13 @@ status line per notebook and a closing `N passed, N failed` line. A notebook who
 its parameters, the `xmr_core` sources) are unchanged since its last successful run is skipped unless
 `force=True` (or `jobs`, which changes where runs train, not what they learn). Each execution writes its run log beside the notebook (`xmr_core.runlog`: the runs it trained
 or loaded, and their frozen inputs), and its status line says how many runs it trained and loaded.
+
+Every kernel computes on `kernel_threads()` torch CPU threads (1 unless `XMR_KERNEL_THREADS` says otherwise):
+torch's CPU kernels split their sums by thread count, so a notebook's similarity matrices differ in the last bits
+with the count and near-tied rankings with them. Measured: the DVSE chapter executed on 1 and on 2 threads (the
+same runs) differed in 23 of its 94 result files, its class R-Precision in the third decimal and Figure 7's R@1 on
+30 queries by one query. Training already runs on one thread (`TrainConfig.threads`); with the kernels on one as
+well, the committed results reproduce on a machine with any number of cores. The count enters the skip rule.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from xmr_core.sources import fingerprint, package_files
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
 SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
+KERNEL_THREADS_ENV = "XMR_KERNEL_THREADS"
+THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # read by torch (and its BLAS) when the kernel starts
 _RESULT_CALL = re.compile(r"""write_(?:table|figure|text)\(\s*[^,()]+,\s*f?["']([^"']+)["']""")
 _CLAIMS_CALL = re.compile(r"""write_claims\(\s*[^,()]+,\s*["']([^"']+)["']""")
 
@@ -202,11 +211,21 @@ def library_fingerprint(root: Path | None = None) -> str:
     return fingerprint(package_files(root), root / "xmr_core")
 
 
-def input_fingerprint(nb: Notebook, parameters: dict[str, Any], library: str) -> str:
+def kernel_threads() -> int:
+    """The torch CPU threads every notebook kernel computes on: `XMR_KERNEL_THREADS`, else 1 (the module
+    docstring says why); a value that is not a positive integer stops the run in one line."""
+    raw = os.environ.get(KERNEL_THREADS_ENV, "1")
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise SystemExit(f"xmr book run: {KERNEL_THREADS_ENV} must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def input_fingerprint(nb: Notebook, parameters: dict[str, Any], library: str, threads: int = 1) -> str:
     digest = hashlib.sha256()
     digest.update(nb.source.read_bytes())
     digest.update(json.dumps(parameters, sort_keys=True, default=repr).encode())
     digest.update(library.encode())
+    digest.update(f"kernel threads {threads}".encode())
     return digest.hexdigest()
 
 
@@ -228,14 +247,18 @@ def _first_error_line(exc: BaseException) -> str:
 
 
 def execute_notebook(nb: Notebook, output: Path, parameters: dict[str, Any]) -> None:
-    """Run one notebook with papermill (kernel python3, cwd = its chapter folder)."""
+    """Run one notebook with papermill (kernel python3, cwd = its chapter folder, `kernel_threads()` torch
+    threads)."""
     import nbformat
     import papermill
 
+    threads = str(kernel_threads())
     output.parent.mkdir(parents=True, exist_ok=True)
     source_nb = output.with_name(f".{output.stem}.input.ipynb")
     nbformat.write(_to_notebook(nb.source), source_nb)
-    previous = {name: os.environ.get(name) for name in (NOTEBOOK_ENV, PARAMETERS_ENV, RUN_LOG_ENV)}
+    previous = {name: os.environ.get(name) for name in (NOTEBOOK_ENV, PARAMETERS_ENV, RUN_LOG_ENV, *THREAD_ENVS)}
+    for name in THREAD_ENVS:
+        os.environ[name] = threads
     os.environ[NOTEBOOK_ENV] = nb.source.relative_to(nb.source.parents[2]).as_posix()
     os.environ[PARAMETERS_ENV] = json.dumps(parameters, sort_keys=True, default=repr)
     log_path(output).write_text("")  # this execution's run log (`xmr_core.runlog`): the runs it trains or loads
@@ -299,13 +322,15 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
     state_path = root / "book" / "_build" / "state.json"
     state: dict[str, str] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     library = library_fingerprint(root)
+    threads = kernel_threads()
     summary = RunSummary()
-    echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {runner | (params or {})}")
+    echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {runner | (params or {})}, "
+         f"{threads} torch thread(s) a kernel")
     for nb in notebooks:
         output = build / nb.chapter / f"{nb.name}.ipynb"
         key = f"{profile}:{nb.label}"
         parameters = runner | own[nb.label]
-        fingerprint = input_fingerprint(nb, parameters, library)
+        fingerprint = input_fingerprint(nb, parameters, library, threads)
         if not force and state.get(key) == fingerprint and output.is_file():
             summary.outcomes.append(Outcome(nb, "skipped", 0.0, output))
             echo(f"[skip] {nb.label}: inputs unchanged since its last successful run ({output})")
