@@ -220,7 +220,7 @@ def kernel_threads() -> int:
     return int(raw)
 
 
-def input_fingerprint(nb: Notebook, parameters: dict[str, Any], library: str, threads: int = 1) -> str:
+def input_fingerprint(nb: Notebook, parameters: dict[str, Any], library: str, threads: int) -> str:
     digest = hashlib.sha256()
     digest.update(nb.source.read_bytes())
     digest.update(json.dumps(parameters, sort_keys=True, default=repr).encode())
