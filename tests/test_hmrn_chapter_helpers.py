@@ -357,10 +357,17 @@ def test_the_drawing_and_counting_helpers_leave_the_callers_model_as_it_was():
     """`query_attention`, `correlation_graph` and `session_flops` work on a CPU copy in eval mode: the model the
     notebook goes on using keeps its mode (and, on a GPU, its device: the CUDA test below)."""
     ti, it = _model(chapter.TI).train(), _model(chapter.IT).train()
+    called = []  # the modules that ran a forward; a deep copy carries the hook but runs as another module
+    for model in (ti, it):
+        for module in model.modules():
+            module.register_forward_hook(lambda module, args, out: called.append(module))
     chapter.query_attention(ti, SPLIT, VOCAB, 2)
     chapter.correlation_graph(it, SPLIT, VOCAB, 1)
     chapter.session_flops(it, SPLIT, VOCAB, 2)
     assert ti.training and it.training
+    assert called, "the copies ran no forward"
+    callers = {id(m) for model in (ti, it) for m in model.modules()}
+    assert not [m for m in called if id(m) in callers], "a helper ran the caller's model, not its copy"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -371,6 +378,12 @@ def test_the_drawing_helpers_leave_a_cuda_model_on_the_gpu():
     chapter.session_flops(model, SPLIT, VOCAB, 2)
     assert next(model.parameters()).is_cuda
     assert weights == pytest.approx(cpu_weights, abs=1e-5)
+    it = _model(chapter.IT)
+    cpu_graphs = chapter.correlation_graph(it, SPLIT, VOCAB, 1)
+    graphs = chapter.correlation_graph(it.cuda(), SPLIT, VOCAB, 1)
+    assert next(it.parameters()).is_cuda
+    for graph, expected in zip(graphs, cpu_graphs, strict=True):
+        np.testing.assert_allclose(graph, expected, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------- claims

@@ -53,7 +53,7 @@ import dataclasses
 import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -501,7 +501,7 @@ def session_flops(model: RetrievalModel, split: Split, vocab: Vocabulary, image:
     scored (`multi_query_scores` on a one-image split, on a CPU copy: the caller's model keeps its device and
     mode)."""
     one = split.subset([image], f"{split.name}[{image}]")
-    model = copy.deepcopy(model).cpu().eval()
+    model = _cpu_eval_copy(model)
     with FlopCounterMode(display=False) as counter:
         multi_query_scores(model, one, vocab, rounds_of(one), short="hold", device="cpu")
     return counter.get_total_flops()
@@ -703,15 +703,23 @@ def round_gallery(scores: Tensor, split: Split, query_set: int, k: int = 5
             np.concatenate([np.arange(k)[None] == 0, hits]), ranks)
 
 
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
+
+
+def _cpu_eval_copy(model: ModuleT) -> ModuleT:
+    """A copy of `model` on the CPU in eval mode: the caller's model keeps its device and mode."""
+    return copy.deepcopy(model).cpu().eval()
+
+
 @torch.no_grad()
-def _one_image(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tuple[tuple, tuple, Split]:
-    """Image `image`'s embedding and its own query set's (eval mode, on a CPU copy of the model: the caller's keeps
-    its device and mode), and the one-image split."""
+def _one_image(model: HMRN, split: Split, vocab: Vocabulary, image: int) -> tuple[HMRN, tuple, tuple, Split]:
+    """The model's CPU eval copy (`_cpu_eval_copy`), image `image`'s embedding and its own query set's by that copy,
+    and the one-image split."""
     one = split.subset([image], f"{split.name}[{image}]")
-    model = copy.deepcopy(model).cpu().eval()
+    model = _cpu_eval_copy(model)
     img = model.encode_images(next(iter(image_loader(one, 1, visual=model.visual))))
     sets = model.encode_queries(next(iter(query_loader(one, vocab, 1, visual=None, max_queries=model.max_queries))))
-    return img, sets, one
+    return model, img, sets, one
 
 
 @torch.no_grad()
@@ -719,7 +727,7 @@ def query_attention(model: HMRN, split: Split, vocab: Vocabulary, image: int) ->
     """Eq. (7)'s T-I cross attention of image `image`'s own queries over its regions, with the model's λ2:
     (weights (R, N) (0 on padded regions), the heat of each pixel per query (N, S, S), `viz.attention_heat`; None
     when the split holds no pixels)."""
-    img, sets, one = _one_image(model, split, vocab, image)
+    model, img, sets, one = _one_image(model, split, vocab, image)
     v, region_mask, _ = img
     t, query_mask = sets
     pos = clipped_cosines(v, region_mask, t, query_mask, model.config.clip_slope)
@@ -735,7 +743,7 @@ def correlation_graph(model: HMRN, split: Split, vocab: Vocabulary, image: int) 
     """The inter-correlation graph (Eq. 15) of image `image` with its own query set: per reasoning step the
     affinity A (N + 1, N + 1), entry [q, k] the weight of node q in node k's update (each column sums to 1), the
     global node last."""
-    img, sets, _ = _one_image(model, split, vocab, image)
+    model, img, sets, _ = _one_image(model, split, vocab, image)
     t, query_mask = sets
     pos = clipped_cosines(img[0], img[1], t, query_mask, model.config.clip_slope)
     c, nodes = model.correlation_nodes(pos, img, sets, model.query_pool(t, query_mask))
