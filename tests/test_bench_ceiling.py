@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pandas as pd
 import pytest
 
@@ -78,3 +80,42 @@ def test_a_table_of_another_layout_is_refused_by_name(tmp_path) -> None:
                  ).to_csv(path, index=False)
     with pytest.raises(SystemExit, match=r"hmrn/ceiling.csv: neither a single-query ceiling table"):
         main(["hmrn", "--results", str(tmp_path)])
+
+
+def _commit(repo, message: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", message], cwd=repo,
+                   check=True)
+
+
+def test_against_compares_the_best_model_with_the_one_committed_at_a_revision(tmp_path, capsys) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    # then: PCME at 80 and 84 % (mean 82), VSE0 at 70 %
+    _write(tmp_path, [("VSE0", 0, 280, 400, 70.0, True), ("PCME", 0, 320, 400, 80.0, True),
+                      ("PCME", 1, 336, 400, 84.0, True)])
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    _commit(tmp_path, "then")
+    # now: PCME at 79 and 81 % (mean 80, 2 pp below 82), VSE0 at 72 %
+    (tmp_path / "pcme" / "ceiling.csv").unlink()
+    (tmp_path / "pcme").rmdir()
+    _write(tmp_path, [("VSE0", 0, 288, 400, 72.0, True), ("PCME", 0, 316, 400, 79.0, True),
+                      ("PCME", 1, 324, 400, 81.0, True)])
+    main(["pcme", "--results", str(tmp_path), "--against", "HEAD"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("against HEAD: best model then PCME 82.0% (seed std 2.8, 2 seeds), now PCME 80.0%")
+    assert out[-2].endswith("below it by 2.0 pp")
+    assert out[-1] == "best_percent_then=82.00 best_percent_now=80.00 at_or_above=False"
+    _commit(tmp_path, "now")
+    main(["pcme", "--results", str(tmp_path), "--against", "HEAD~1"])
+    assert capsys.readouterr().out.splitlines()[-1] == "best_percent_then=82.00 best_percent_now=80.00 at_or_above=False"
+    main(["pcme", "--results", str(tmp_path), "--against", "HEAD"])  # the same table: at or above itself
+    assert capsys.readouterr().out.splitlines()[-1] == "best_percent_then=80.00 best_percent_now=80.00 at_or_above=True"
+
+
+def test_against_a_revision_without_the_table_names_it(tmp_path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "README").write_text("x")
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    _commit(tmp_path, "no tables yet")
+    _write(tmp_path, [("VSE0", 0, 280, 400, 70.0, True)])
+    with pytest.raises(SystemExit, match=r"pcme/ceiling.csv at HEAD: .*not in 'HEAD'"):
+        main(["pcme", "--results", str(tmp_path), "--against", "HEAD"])

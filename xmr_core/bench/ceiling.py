@@ -9,15 +9,20 @@ Reads `results/<chapter>/ceiling.csv`, written by the chapter's train notebook, 
   as a share: every round weighs by what the ceiling allows in it).
 
 Prints, per chapter and model, the mean and std over seeds of that share, whether every seed converged, and
-the strong-start targets: the best baseline at least 80% (aim 90%), every compared model at least 70%.
+the strong-start targets: the best baseline at least 80% (aim 90%), every compared model at least 70%. With
+`--against REV`, also each chapter's best model in the results committed at git revision REV (e.g. the commit
+before a retrain) beside today's, and whether today's best is at or above it.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 
 import pandas as pd
+
+from xmr_core.staleness import git
 
 BASELINES = ("VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4")  # the PCME chapter's, shared by MSRM, DVSE, leaderboard
 CHAPTER_BASELINES = {"hrem": ("VSE++", "GPO"),  # chapters with baselines of their own
@@ -43,14 +48,20 @@ def per_seed(df: pd.DataFrame, path: Path) -> pd.DataFrame:
                      f"({', '.join(ROUND_COLUMNS)}); columns: {', '.join(map(str, df.columns))}")
 
 
-def report(chapter: str, results: Path) -> None:
-    """Print one chapter's per-model shares and its targets."""
+def summarise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Per model (in the table's order): the mean and std over seeds of its share of the ceiling (percent, std),
+    seeds, mean rsum, the ceiling's rsum and whether every seed converged."""
+    return per_seed(df, path).groupby("model", sort=False).agg(
+        percent=("percent_of_ceiling", "mean"), std=("percent_of_ceiling", "std"), seeds=("seed", "count"),
+        rsum=("rsum", "mean"), ceiling=("ceiling_rsum", "first"), converged=("converged", "all"))
+
+
+def report(chapter: str, results: Path) -> pd.DataFrame:
+    """Print one chapter's per-model shares and its targets; return the summary (`summarise`)."""
     path = results / chapter / "ceiling.csv"
     if not path.is_file():
         raise SystemExit(f"{path}: not found; run `xmr book run {chapter}` first")
-    summary = per_seed(pd.read_csv(path), path).groupby("model", sort=False).agg(
-        percent=("percent_of_ceiling", "mean"), std=("percent_of_ceiling", "std"), seeds=("seed", "count"),
-        rsum=("rsum", "mean"), ceiling=("ceiling_rsum", "first"), converged=("converged", "all"))
+    summary = summarise(pd.read_csv(path), path)
     print(f"{chapter}:")
     print(summary.round(2).to_string())
     baselines = summary[summary.index.isin(CHAPTER_BASELINES.get(chapter, BASELINES))]
@@ -61,6 +72,23 @@ def report(chapter: str, results: Path) -> None:
           f"{summary['percent'].idxmax()} {best:.1f}%")
     print(f"best_baseline_percent={best_baseline:.2f} lowest_percent={worst:.2f} "
           f"best_percent={best:.2f} all_converged={bool(summary['converged'].all())}")
+    return summary
+
+
+def against(chapter: str, results: Path, rev: str, now: pd.DataFrame) -> None:
+    """Print the chapter's best model at git revision `rev` (its committed `ceiling.csv`) beside today's best
+    (`now`, `summarise`), and whether today's is at or above it."""
+    shown = git(results, "show", f"{rev}:./{chapter}/ceiling.csv")
+    if shown.returncode != 0:
+        raise SystemExit(f"{results / chapter / 'ceiling.csv'} at {rev}: {shown.stderr.strip().splitlines()[-1]}")
+    then = summarise(pd.read_csv(io.StringIO(shown.stdout)), results / chapter / f"ceiling.csv@{rev}")
+    before, after = then["percent"].idxmax(), now["percent"].idxmax()
+    b, a = then.loc[before], now.loc[after]
+    gap = float(a["percent"] - b["percent"])
+    where = "at or above it" if gap >= 0 else f"below it by {-gap:.1f} pp"
+    print(f"against {rev}: best model then {before} {b['percent']:.1f}% (seed std {b['std']:.1f}, {b['seeds']} "
+          f"seeds), now {after} {a['percent']:.1f}% (seed std {a['std']:.1f}, {a['seeds']} seeds): {where}")
+    print(f"best_percent_then={b['percent']:.2f} best_percent_now={a['percent']:.2f} at_or_above={gap >= 0}")
 
 
 def main(argv: list[str]) -> None:
@@ -68,6 +96,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("chapters", nargs="*", default=["pcme"], help="results folders (default pcme); all: every "
                         "chapter with a ceiling.csv")
     parser.add_argument("--results", default="results")
+    parser.add_argument("--against", metavar="REV", help="also compare each chapter's best model with the one in "
+                        "the results committed at git revision REV")
     args = parser.parse_args(argv)
     results = Path(args.results)
     chapters = sorted(p.parent.name for p in results.glob("*/ceiling.csv")) if args.chapters == ["all"] \
@@ -75,4 +105,6 @@ def main(argv: list[str]) -> None:
     if not chapters:
         raise SystemExit(f"{results}: no chapter has a ceiling.csv")
     for chapter in chapters:
-        report(chapter, results)
+        summary = report(chapter, results)
+        if args.against:
+            against(chapter, results, args.against, summary)
