@@ -80,7 +80,8 @@ def against(chapter: str, results: Path, rev: str, now: pd.DataFrame) -> None:
     (`now`, `summarise`), and whether today's is at or above it."""
     shown = git(results, "show", f"{rev}:./{chapter}/ceiling.csv")
     if shown.returncode != 0:
-        raise SystemExit(f"{results / chapter / 'ceiling.csv'} at {rev}: {shown.stderr.strip().splitlines()[-1]}")
+        why = shown.stderr.strip().splitlines() or [f"git show exited {shown.returncode}"]
+        raise SystemExit(f"{results / chapter / 'ceiling.csv'} at {rev}: {why[-1]}")
     then = summarise(pd.read_csv(io.StringIO(shown.stdout)), results / chapter / f"ceiling.csv@{rev}")
     before, after = then["percent"].idxmax(), now["percent"].idxmax()
     b, a = then.loc[before], now.loc[after]
