@@ -73,6 +73,20 @@ def test_mahalanobis_matches_a_dense_covariance_reference() -> None:
     torch.testing.assert_close(mahalanobis((mu, logvar), cands, chunk_size=2), d2)
 
 
+def test_mahalanobis_under_autocast_is_computed_in_fp32() -> None:
+    """Under autocast (bf16 on the CPU here; fp16 on CUDA in training) d^2 is a near-cancelling sum of terms far larger
+    than itself, and w = exp(-logvar) passes fp16's 65504 below a log-variance of -11: in half precision the result is
+    noise or inf. The reference is float64, by hand: sum_d (u_d - mu_d)^2 / sigma_d^2 = 4 x 0.01 x e^12 = 6510."""
+    mu = torch.tensor([[1.0, -2.0, 0.5, 3.0]])
+    logvar = torch.full_like(mu, -12.0)
+    cands = mu + torch.tensor([[0.1, -0.1, 0.1, -0.1]])
+    ref = ((cands.double() - mu.double()).square() * torch.exp(-logvar.double())).sum(-1, keepdim=True)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        d2 = mahalanobis((mu, logvar), cands)
+    assert d2.dtype == torch.float32
+    torch.testing.assert_close(d2.double(), ref, rtol=1e-3, atol=0.0)
+
+
 def test_mahalanobis_with_unit_variance_is_the_squared_euclidean_distance() -> None:
     mu = torch.tensor([[0.0, 0.0], [1.0, 2.0]])
     cands = torch.tensor([[3.0, 4.0]])

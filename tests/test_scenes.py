@@ -19,6 +19,7 @@ from xmr_core.data.scenes import (
     ScenesConfig,
     exact_block,
     load_scenes,
+    main_object,
     query_attributes,
     query_round_statistics,
     scenes_config,
@@ -381,3 +382,17 @@ def test_grammar_vocabulary_is_all_glove():
     kv = glove_6b_50d()
     missing = [w for w in [*g.vocabulary(), ",", ":"] if w not in kv.key_to_index]
     assert not missing
+
+
+def test_main_object_is_the_largest_then_first_in_reading_order(tiny):
+    """Brute force over each image's objects (plain Python ints): the largest, ties to the smallest (row, col). The
+    layout's fields are int16, so the padding slots' sentinel must not be computed in int16 (numpy 2.5 refuses the
+    overflow that numpy 2.4 wrapped)."""
+    for name in ("train", "test"):
+        lay = tiny[name].meta["layout"]
+        assert lay.row.dtype == np.int16
+        expected = [min(range(int(lay.n_objects[i])), key=lambda j: (-int(lay.size[i, j]), int(lay.row[i, j]),
+                                                                        int(lay.col[i, j])))
+                    for i in range(len(lay.n_objects))]
+        assert main_object(lay).tolist() == expected
+        assert (lay.n_objects < lay.row.shape[1]).any()  # padding slots exist, so the sentinel is exercised

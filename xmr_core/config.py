@@ -99,7 +99,7 @@ class RunConfig:
         check_profile(self.profile)
 
     @classmethod
-    def from_params(cls, **params: Any) -> "RunConfig":
+    def from_params(cls, **params: Any) -> RunConfig:
         """Build from notebook parameters (upper- or lower-case names); unknown names go to `extra`."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra", "started"}
         known, extra = {}, {}

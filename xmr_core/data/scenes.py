@@ -349,7 +349,7 @@ def exact_block(split: Split, caption_index: np.ndarray, image_index: np.ndarray
 def main_object(lay: Layout) -> np.ndarray:
     """(N,) slot of each image's main object: the largest, ties to the first in reading order."""
     big = np.where(lay.valid, lay.size, -1).astype(np.int64)
-    order = np.where(lay.valid, lay.row * 100 + lay.col, 10**6).astype(np.int64)
+    order = np.where(lay.valid, lay.row.astype(np.int64) * 100 + lay.col, 10**6)  # int64: 10**6 overflows int16
     key = -big * 10**7 + order  # size first, then reading order
     return np.argmin(key, axis=1)
 

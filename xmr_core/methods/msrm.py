@@ -158,23 +158,27 @@ def mahalanobis(query: Gaussian, candidates: Tensor, *, chunk_size: int | None =
 
     query `(mu, logvar)` both (n_q, D), candidates' means (n_c, D) -> (n_q, n_c), differentiable. Computed as
     sum_d w u_c^2 - 2 sum_d w mu_q u_c + sum_d w mu_q^2 with w = exp(-logvar_q) (three matmuls, no
-    (n_q, n_c, D) tensor), clamped at 0; `chunk_size` candidates a block (None: all at once).
+    (n_q, n_c, D) tensor), clamped at 0; `chunk_size` candidates a block (None: all at once). In fp32 at least, under
+    autocast too: the three terms nearly cancel, and w overflows fp16 below a log-variance of -11.
     """
     mu, logvar = query
     if mu.ndim != 2 or mu.shape != logvar.shape or candidates.ndim != 2 or candidates.shape[1] != mu.shape[1]:
         raise ValueError(f"mahalanobis: query mu {tuple(mu.shape)}, logvar {tuple(logvar.shape)} must be equal "
                          f"(n_q, D) and candidates (n_c, D), got {tuple(candidates.shape)}")
-    w = torch.exp(-logvar)  # diagonal of sigma_q^{-1}, (n_q, D)
-    w_mu = w * mu  # (n_q, D)
-    const = (w_mu * mu).sum(-1, keepdim=True)  # (n_q, 1)
     size = len(candidates) if chunk_size is None else chunk_size
     if size < 1:
         raise ValueError(f"mahalanobis: chunk_size must be >= 1, got {chunk_size}")
-    blocks = []
-    for start in range(0, len(candidates), size):
-        u = candidates[start:start + size]  # (c, D)
-        blocks.append((w @ u.square().T - 2.0 * w_mu @ u.T + const).clamp_min(0.0))
-    return torch.cat(blocks, dim=1) if blocks else mu.new_zeros(len(mu), 0)
+    with torch.autocast(device_type=mu.device.type, enabled=False):
+        dtype = torch.promote_types(mu.dtype, torch.float32)  # fp16 / bf16 inputs -> fp32; fp32, fp64 as they are
+        mu, logvar, candidates = mu.to(dtype), logvar.to(dtype), candidates.to(dtype)
+        w = torch.exp(-logvar)  # diagonal of sigma_q^{-1}, (n_q, D)
+        w_mu = w * mu  # (n_q, D)
+        const = (w_mu * mu).sum(-1, keepdim=True)  # (n_q, 1)
+        blocks = []
+        for start in range(0, len(candidates), size):
+            u = candidates[start:start + size]  # (c, D)
+            blocks.append((w @ u.square().T - 2.0 * w_mu @ u.T + const).clamp_min(0.0))
+        return torch.cat(blocks, dim=1) if blocks else mu.new_zeros(len(mu), 0)
 
 
 # ------------------------------------------------------------------------------ 3-4. Eq. (5)-(7)
