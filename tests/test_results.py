@@ -37,6 +37,20 @@ def test_table_files_and_provenance(run: RunConfig) -> None:
     assert "demo/table1.md" in index
 
 
+def test_provenance_records_the_versions_and_the_torch_threads_it_was_computed_with(run: RunConfig) -> None:
+    import numpy as np
+    import torch
+
+    from xmr_core.config import torch_threads
+
+    df = pd.DataFrame({"a": [1]})
+    for n in (1, 2):
+        with torch_threads(n):
+            meta = json.loads(results.write_table(df, f"demo/threads{n}", run=run).with_suffix(".json").read_text())
+        assert meta["torch_threads"] == n
+        assert (meta["numpy"], meta["torch"]) == (np.__version__, torch.__version__)
+
+
 def test_small_values_are_not_rounded_to_zero_in_markdown(run: RunConfig) -> None:
     # a learning rate of 5e-4 or a KL weight of 1e-5 at one decimal would read 0.0: such a column prints in
     # general format instead; the csv keeps the exact values either way

@@ -94,9 +94,11 @@ def _notebook_inputs(notebook: str | None) -> dict[str, Any]:
 
 
 def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, Any]:
-    """What produced an artefact: the run's settings, the commit, and what the notebook computed it from
-    (its injected parameters, its code cells' digest, the digest of each `xmr_core` file it imports, and the
-    digest of the cell that wrote it)."""
+    """What produced an artefact: the run's settings, the commit, the versions and torch thread count it was
+    computed with (the thread count moves the last bits of scores), and what the notebook computed it from (its
+    injected parameters, its code cells' digest, the digest of each `xmr_core` file it imports, and the digest of
+    the cell that wrote it)."""
+    import numpy
     import torch
 
     from xmr_core import __version__
@@ -116,6 +118,8 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
         "notebook": notebook,
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "torch_threads": torch.get_num_threads(),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
         **_notebook_inputs(notebook),

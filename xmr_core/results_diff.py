@@ -30,8 +30,8 @@ from PIL import Image
 from xmr_core.staleness import git
 
 EXECUTION_COLUMNS = ("cached", "wall s", "written (UTC)")
-EXECUTION_META = ("wall_s", "created_utc", "git_commit", "xmr_version", "python", "torch", "notebook_code",
-                  "xmr_core_sources", "xmr_core_fingerprint", "cell")
+EXECUTION_META = ("wall_s", "created_utc", "git_commit", "xmr_version", "python", "torch", "numpy", "torch_threads",
+                  "notebook_code", "xmr_core_sources", "xmr_core_fingerprint", "cell")
 SHOWN = 3  # differences shown per file
 _WIDTH = 160  # characters of a differing line shown
 
