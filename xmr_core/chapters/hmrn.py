@@ -110,6 +110,7 @@ from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import Axis, TuningResult, tune_many, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, retrieval_gallery, sweep_grid
 
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)  # `_cpu_eval_copy` returns what it is given
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
 VARIANT = "multi"  # the scenes variant with 5-10 objects (region queries) an image
 ROUNDS = 10  # N, the paper's rounds
@@ -701,9 +702,6 @@ def round_gallery(scores: Tensor, split: Split, query_set: int, k: int = 5
     target[0] = split.images[query_set]
     return ([f"target: test image {query_set}", *texts], np.concatenate([target[None], split.images[top]]),
             np.concatenate([np.arange(k)[None] == 0, hits]), ranks)
-
-
-ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
 
 
 def _cpu_eval_copy(model: ModuleT) -> ModuleT:
