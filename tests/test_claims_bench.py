@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -119,3 +120,60 @@ def test_a_page_with_more_claims_than_judgements_is_partly_migrated(tmp_path: Pa
     with pytest.raises(SystemExit):
         bench.main(["demo", "--results", str(tmp_path)])
     assert "demo: partly migrated: 3 claims in its committed claims.md judged by the old rule" in capsys.readouterr().out
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+def test_against_a_revision_counts_both_pages_and_names_each_changed_verdict(
+        tmp_path: Path, demo_chapter: types.ModuleType, capsys: pytest.CaptureFixture) -> None:
+    _git(tmp_path, "init", "-q")
+    csv = _judge_demo(tmp_path)  # then: 'beats' held, 'rises' did not hold (C falls below B)
+    page = "# claims\n\n| 1 | A beats B | x | **held** |\n| 2 | R@1 rises | y | **did not hold** |\n"
+    (tmp_path / "demo" / "claims.md").write_text(page)
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "then")
+    then = pd.read_csv(csv)
+    # now: a retrain moved 'beats' to within noise, by hand in the table and on the page
+    now = then.copy()
+    now.loc[0, ["effect", "low", "high", "verdict"]] = [1.5, -0.5, 3.5, "within noise"]
+    now.to_csv(csv, index=False)
+    (tmp_path / "demo" / "claims.md").write_text(page.replace("**held**", "**within noise**"))
+    bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
+    out = capsys.readouterr().out.splitlines()
+    b = then.loc[0]
+    assert "  at HEAD: 2 claims (1 held, 1 did not hold, 0 within noise, 0 not tested)" in out
+    assert "  now:     2 claims (0 held, 1 did not hold, 1 within noise, 0 not tested)" in out
+    assert (f"  changed beats: held {b['effect']:+.2f} [{b['low']:+.2f}, {b['high']:+.2f}] -> within noise +1.50 "
+            "[-0.50, +3.50]") in out
+    assert "  2 claims judged at both, 1 changed verdict; 0 judged at one only" in out
+    assert out[-1].endswith("failures=0 against=HEAD changed=1")
+
+
+def test_against_a_page_judged_by_the_old_rule_compares_counts_only(
+        tmp_path: Path, demo_chapter: types.ModuleType, capsys: pytest.CaptureFixture) -> None:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "claims.md").write_text("| 1 | a | **held** |\n| 2 | b | **held** |\n| 3 | c | **not tested** |\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "old rule")
+    _judge_demo(tmp_path)
+    (tmp_path / "demo" / "claims.md").write_text("| 1 | A beats B | **held** |\n| 2 | R@1 rises | **did not hold** |\n")
+    bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
+    out = capsys.readouterr().out.splitlines()
+    assert "  at HEAD: 3 claims (2 held, 0 did not hold, 0 within noise, 1 not tested)" in out
+    assert "  no judgements at HEAD (its claims were judged by the old rule): counts only" in out
+    assert out[-1].endswith("against=HEAD changed=0")
+
+
+def test_against_a_page_with_an_unknown_verdict_names_the_file_and_line(
+        tmp_path: Path, demo_chapter: types.ModuleType) -> None:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "claims.md").write_text("# c\n\n| 1 | a | **held** |\n| 2 | b | **probably** |\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "odd page")
+    with pytest.raises(SystemExit, match=r"demo/claims.md@HEAD:4: a claim row with the verdict 'probably'"):
+        bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])

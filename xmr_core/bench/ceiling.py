@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xmr_core.staleness import git
+from xmr_core.bench._committed import committed_text
 
 BASELINES = ("VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4")  # the PCME chapter's, shared by MSRM, DVSE, leaderboard
 CHAPTER_BASELINES = {"hrem": ("VSE++", "GPO"),  # chapters with baselines of their own
@@ -78,11 +78,8 @@ def report(chapter: str, results: Path) -> pd.DataFrame:
 def against(chapter: str, results: Path, rev: str, now: pd.DataFrame) -> None:
     """Print the chapter's best model at git revision `rev` (its committed `ceiling.csv`) beside today's best
     (`now`, `summarise`), and whether today's is at or above it."""
-    shown = git(results, "show", f"{rev}:./{chapter}/ceiling.csv")
-    if shown.returncode != 0:
-        why = shown.stderr.strip().splitlines() or [f"git show exited {shown.returncode}"]
-        raise SystemExit(f"{results / chapter / 'ceiling.csv'} at {rev}: {why[-1]}")
-    then = summarise(pd.read_csv(io.StringIO(shown.stdout)), results / chapter / f"ceiling.csv@{rev}")
+    shown = committed_text(results, rev, f"{chapter}/ceiling.csv")
+    then = summarise(pd.read_csv(io.StringIO(shown)), results / chapter / f"ceiling.csv@{rev}")
     before, after = then["percent"].idxmax(), now["percent"].idxmax()
     b, a = then.loc[before], now.loc[after]
     gap = float(a["percent"] - b["percent"])
