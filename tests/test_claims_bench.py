@@ -146,8 +146,8 @@ def test_against_a_revision_counts_both_pages_and_names_each_changed_verdict(
     b = then.loc[0]
     assert "  at HEAD: 2 claims (1 held, 1 did not hold, 0 within noise, 0 not tested)" in out
     assert "  now:     2 claims (0 held, 1 did not hold, 1 within noise, 0 not tested)" in out
-    assert (f"  changed beats: held {b['effect']:+.2f} [{b['low']:+.2f}, {b['high']:+.2f}] -> within noise +1.50 "
-            "[-0.50, +3.50]") in out
+    assert (f"  changed beats: held {b['effect']:+.3g} [{b['low']:+.3g}, {b['high']:+.3g}] -> within noise +1.5 "
+            "[-0.5, +3.5]") in out
     assert "  2 claims judged at both, 1 changed verdict; 0 judged at one only" in out
     assert out[-1].endswith("failures=0 against=HEAD changed=1")
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
-import math
 import re
 import sys
 from collections.abc import Sequence
@@ -74,9 +73,9 @@ def _counts(counts: dict[str, int]) -> str:
 
 
 def _judgement(row: pd.Series) -> str:
-    if any(isinstance(row[c], float) and math.isnan(row[c]) for c in ("effect", "low", "high")):
+    if any(pd.isna(row[c]) for c in ("effect", "low", "high")):
         return str(row["verdict"])
-    return f"{row['verdict']} {row['effect']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]"
+    return f"{row['verdict']} {row['effect']:+.3g} [{row['low']:+.3g}, {row['high']:+.3g}]"  # .3g: tiny effects too
 
 
 def against(chapter: str, results: Path, rev: str) -> tuple[list[str], int]:
