@@ -16,8 +16,3 @@ def committed_text(results: Path, rev: str, rel: str) -> str:
         raise SystemExit(f"{results / rel} at {rev}: {why[-1]}")
     return shown.stdout
 
-
-def committed_names(results: Path, rev: str, folder: str) -> list[str]:
-    """The file names in `results/<folder>` at git revision `rev` ([] when the folder is not there)."""
-    listed = git(results, "ls-tree", "--name-only", rev, f"./{folder}/")  # paths relative to `results`
-    return [Path(line).name for line in listed.stdout.splitlines()] if listed.returncode == 0 else []

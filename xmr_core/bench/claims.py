@@ -28,8 +28,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from xmr_core.bench._committed import committed_names, committed_text
+from xmr_core.bench._committed import committed_text
 from xmr_core.claims import VERDICTS, ClaimSpec, can_fail
+from xmr_core.results_diff import committed_files
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
 
@@ -81,7 +82,7 @@ def _judgement(row: pd.Series) -> str:
 def against(chapter: str, results: Path, rev: str) -> tuple[list[str], int]:
     """(lines, claims whose verdict changed): the chapter's claims page and judgements at git revision `rev` against
     today's."""
-    names = committed_names(results, rev, chapter)
+    names = [Path(p).name for p in committed_files(results, chapter, rev)]
     if "claims.md" not in names:
         return [f"  against {rev}: no {chapter}/claims.md then"], 0
     then = page_counts(committed_text(results, rev, f"{chapter}/claims.md"), f"{results / chapter}/claims.md@{rev}")
