@@ -90,6 +90,7 @@ from xmr_core.experiment.recipes import (
     minilm_not_run,
     minilm_text,
 )
+from xmr_core.experiment.scorepool import score_each
 from xmr_core.experiment.training import (
     fit_row,
     least_tuning_runs,
@@ -543,12 +544,14 @@ def variant_runs(rows: Mapping[str, tuple[str, dict[str, object]]], seeds: Seque
     """Train and score every row {label: (model, changes)} with every seed (Tables 6, 7, 10; figures). Returns
     (per-run rows labelled `model` = the row's label, plus `cached`; {(label, seed): RoundScores})."""
     per_run, scores = [], {}
-    trained = iter(train_many([request_variant(name, data, tuned, enc, run, seed, bert=bert, **changes)
-                               for seed in seeds for name, changes in rows.values()], run))  # one batch
+    trained = train_many([request_variant(name, data, tuned, enc, run, seed, bert=bert, **changes)
+                          for seed in seeds for name, changes in rows.values()], run)  # one batch
+    scored = iter(score_each(score_rounds, [model for model, _ in trained], data.multi.test, data.multi.vocab,
+                             run.torch_device))  # side by side on the workers, as the batch trained
+    results = iter(result for _, result in trained)
     for seed in seeds:
         for label in rows:
-            model, result = next(trained)
-            scores[label, seed] = score_rounds(model, data.multi.test, data.multi.vocab, run.torch_device)
+            result, scores[label, seed] = next(results), next(scored)
             per_run.append({**run_row(label, seed, result.converged, scores[label, seed]), "cached": result.cached})
     return pd.DataFrame(per_run), scores
 

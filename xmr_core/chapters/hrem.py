@@ -88,6 +88,7 @@ from xmr_core.experiment.protocols import (
     word_table,
 )
 from xmr_core.experiment.recipes import MINILM_FROZEN, hrem_encoders, minilm_not_run, minilm_text
+from xmr_core.experiment.scorepool import score_each
 from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.grounding import link_precision
@@ -256,14 +257,17 @@ def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterDa
     {(model, seed): SplitScores})."""
     per_run, fits, scores = [], [], {}
     t0 = time.perf_counter()  # every model and seed: one batch of independent runs (side by side on the workers)
-    trained = iter(train_many([request_model(name, data, tuned, enc, run, seed, bert=bert, **train_overrides)
-                               for seed in seeds for name in models], run))
+    trained = train_many([request_model(name, data, tuned, enc, run, seed, bert=bert, **train_overrides)
+                          for seed in seeds for name in models], run)
     share = (time.perf_counter() - t0) / max(len(seeds) * len(models), 1)  # `wall s`: a run's share of the batch
+    scored = iter(score_each(score_split, [model for model, _ in trained], data.test, data.vocab,
+                             run.torch_device))  # side by side on the workers, as the batch trained
+    results = iter(result for _, result in trained)
     for seed in seeds:
         for name in models:
-            model, result = next(trained)
+            result = next(results)
             fits.append(fit_row(name, seed, tuned[name], result, share))
-            scores[name, seed] = score_split(model, data.test, data.vocab, run.torch_device)
+            scores[name, seed] = next(scored)
             per_run.append({"model": name, "seed": seed, "converged": result.converged,
                             "collapse": run_collapse(data.test, scores[name, seed]),
                             **metric_row(data.test, scores[name, seed])})
@@ -376,14 +380,15 @@ def table3_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
     `query_hits`, `run_collapse`)."""
     rows, fits, kept, hits = [], {}, {}, {}
     variants = table3_variants(run.profile)
-    trained = iter(train_many([request_model("HREM fusion", data, tuned, enc, run, seed,
-                                             config=ablation_config(enc, run.profile, tuned, **changes),
-                                             label=f"Table 3 {name} seed {seed}")
-                               for seed in seeds for name, changes in variants.items()], run))
+    trained = train_many([request_model("HREM fusion", data, tuned, enc, run, seed,
+                                        config=ablation_config(enc, run.profile, tuned, **changes),
+                                        label=f"Table 3 {name} seed {seed}")
+                          for seed in seeds for name, changes in variants.items()], run)
+    scored = iter(score_each(score_split, [model for model, _ in trained], data.test, data.vocab, run.torch_device))
+    results = iter(result for _, result in trained)
     for seed in seeds:
         for name in variants:
-            model, result = next(trained)
-            scores = score_split(model, data.test, data.vocab, run.torch_device)
+            result, scores = next(results), next(scored)
             fits[name, seed] = result
             hits[name, seed] = query_hits(data.test, scores)
             if name in TABLE3_KEPT:
@@ -424,6 +429,8 @@ def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: di
                                                           config=ablation_config(enc, run.profile, tuned, **{p: v}),
                                                           label=f"Figure 6 {fig6_label(p, v)} seed {s}")
                                             for p, v, s in changed], run)))
+    scored = dict(zip(changed, score_each(score_split, [model for model, _ in trained.values()], data.test,
+                                          data.vocab, run.torch_device)))
     for param, grid in FIG6_GRIDS[run.profile].items():
         for value in grid:
             label = fig6_label(param, value)
@@ -434,8 +441,7 @@ def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: di
                                  "converged": r["converged"], "collapse": r["collapse"]})
                     hits[label, seed] = t3.hits["HREM", seed]
                     continue
-                model, result = trained[param, value, seed]
-                scores = score_split(model, data.test, data.vocab, run.torch_device)
+                result, scores = trained[param, value, seed][1], scored[param, value, seed]
                 hits[label, seed] = query_hits(data.test, scores)
                 rows.append({"param": param, "value": value, "seed": seed, "converged": result.converged,
                              "collapse": run_collapse(data.test, scores),
@@ -590,12 +596,13 @@ def fig5_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
     """Figure 5's runs: every compared model and SCAN t2i (train.py's runs and SCAN at VSE++'s setting, from the
     cache when trained before), each seed embedding and scoring the whole test split once, timed (`score_split`)."""
     rows, hits = [], {}
-    trained = iter(train_many([request_model(name, data, tuned, enc, run, seed)
-                               for seed in seeds for name in MODELS + [SCAN_MODEL]], run))
+    trained = train_many([request_model(name, data, tuned, enc, run, seed)
+                          for seed in seeds for name in MODELS + [SCAN_MODEL]], run)
+    scored = iter(score_each(score_split, [model for model, _ in trained], data.test, data.vocab, run.torch_device))
+    results = iter(result for _, result in trained)
     for seed in seeds:
         for name in MODELS + [SCAN_MODEL]:
-            model, result = next(trained)
-            scores = score_split(model, data.test, data.vocab, run.torch_device)
+            result, scores = next(results), next(scored)
             hits[name, seed] = query_hits(data.test, scores)
             rows.append({"model": name, "seed": seed, "converged": result.converged,
                          "collapse": run_collapse(data.test, scores), "test s": scores.seconds,
