@@ -90,7 +90,7 @@ from xmr_core.experiment.recipes import (
     minilm_not_run,
     minilm_text,
 )
-from xmr_core.experiment.scorepool import score_each
+from xmr_core.experiment.scorepool import score_trained
 from xmr_core.experiment.training import (
     fit_row,
     least_tuning_runs,
@@ -546,12 +546,10 @@ def variant_runs(rows: Mapping[str, tuple[str, dict[str, object]]], seeds: Seque
     per_run, scores = [], {}
     trained = train_many([request_variant(name, data, tuned, enc, run, seed, bert=bert, **changes)
                           for seed in seeds for name, changes in rows.values()], run)  # one batch
-    scored = iter(score_each(score_rounds, [model for model, _ in trained], data.multi.test, data.multi.vocab,
-                             run.torch_device))  # side by side on the workers, as the batch trained
-    results = iter(result for _, result in trained)
+    scored = iter(score_trained(score_rounds, trained, data.multi.test, data.multi.vocab, run.torch_device))
     for seed in seeds:
         for label in rows:
-            result, scores[label, seed] = next(results), next(scored)
+            result, scores[label, seed] = next(scored)
             per_run.append({**run_row(label, seed, result.converged, scores[label, seed]), "cached": result.cached})
     return pd.DataFrame(per_run), scores
 

@@ -88,7 +88,7 @@ from xmr_core.experiment.protocols import (
     word_table,
 )
 from xmr_core.experiment.recipes import MINILM_FROZEN, hrem_encoders, minilm_not_run, minilm_text
-from xmr_core.experiment.scorepool import score_each
+from xmr_core.experiment.scorepool import score_trained
 from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.grounding import link_precision
@@ -260,14 +260,11 @@ def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterDa
     trained = train_many([request_model(name, data, tuned, enc, run, seed, bert=bert, **train_overrides)
                           for seed in seeds for name in models], run)
     share = (time.perf_counter() - t0) / max(len(seeds) * len(models), 1)  # `wall s`: a run's share of the batch
-    scored = iter(score_each(score_split, [model for model, _ in trained], data.test, data.vocab,
-                             run.torch_device))  # side by side on the workers, as the batch trained
-    results = iter(result for _, result in trained)
+    scored = iter(score_trained(score_split, trained, data.test, data.vocab, run.torch_device))  # on the workers
     for seed in seeds:
         for name in models:
-            result = next(results)
+            result, scores[name, seed] = next(scored)
             fits.append(fit_row(name, seed, tuned[name], result, share))
-            scores[name, seed] = next(scored)
             per_run.append({"model": name, "seed": seed, "converged": result.converged,
                             "collapse": run_collapse(data.test, scores[name, seed]),
                             **metric_row(data.test, scores[name, seed])})
@@ -384,11 +381,10 @@ def table3_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
                                         config=ablation_config(enc, run.profile, tuned, **changes),
                                         label=f"Table 3 {name} seed {seed}")
                           for seed in seeds for name, changes in variants.items()], run)
-    scored = iter(score_each(score_split, [model for model, _ in trained], data.test, data.vocab, run.torch_device))
-    results = iter(result for _, result in trained)
+    scored = iter(score_trained(score_split, trained, data.test, data.vocab, run.torch_device))
     for seed in seeds:
         for name in variants:
-            result, scores = next(results), next(scored)
+            result, scores = next(scored)
             fits[name, seed] = result
             hits[name, seed] = query_hits(data.test, scores)
             if name in TABLE3_KEPT:
@@ -425,12 +421,10 @@ def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: di
     rows, hits = [], {}
     changed = [(param, value, seed) for param, grid in FIG6_GRIDS[run.profile].items() for value in grid
                for seed in seeds if value != FIG6_DEFAULTS[param]]  # the sweeps' runs: one batch (side by side)
-    trained = dict(zip(changed, train_many([request_model("HREM fusion", data, tuned, enc, run, s,
-                                                          config=ablation_config(enc, run.profile, tuned, **{p: v}),
-                                                          label=f"Figure 6 {fig6_label(p, v)} seed {s}")
-                                            for p, v, s in changed], run)))
-    scored = dict(zip(changed, score_each(score_split, [model for model, _ in trained.values()], data.test,
-                                          data.vocab, run.torch_device)))
+    trained = train_many([request_model("HREM fusion", data, tuned, enc, run, s,
+                                        config=ablation_config(enc, run.profile, tuned, **{p: v}),
+                                        label=f"Figure 6 {fig6_label(p, v)} seed {s}") for p, v, s in changed], run)
+    scored = dict(zip(changed, score_trained(score_split, trained, data.test, data.vocab, run.torch_device)))
     for param, grid in FIG6_GRIDS[run.profile].items():
         for value in grid:
             label = fig6_label(param, value)
@@ -441,7 +435,7 @@ def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: di
                                  "converged": r["converged"], "collapse": r["collapse"]})
                     hits[label, seed] = t3.hits["HREM", seed]
                     continue
-                result, scores = trained[param, value, seed][1], scored[param, value, seed]
+                result, scores = scored[param, value, seed]
                 hits[label, seed] = query_hits(data.test, scores)
                 rows.append({"param": param, "value": value, "seed": seed, "converged": result.converged,
                              "collapse": run_collapse(data.test, scores),
@@ -598,11 +592,10 @@ def fig5_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
     rows, hits = [], {}
     trained = train_many([request_model(name, data, tuned, enc, run, seed)
                           for seed in seeds for name in MODELS + [SCAN_MODEL]], run)
-    scored = iter(score_each(score_split, [model for model, _ in trained], data.test, data.vocab, run.torch_device))
-    results = iter(result for _, result in trained)
+    scored = iter(score_trained(score_split, trained, data.test, data.vocab, run.torch_device))
     for seed in seeds:
         for name in MODELS + [SCAN_MODEL]:
-            result, scores = next(results), next(scored)
+            result, scores = next(scored)
             hits[name, seed] = query_hits(data.test, scores)
             rows.append({"model": name, "seed": seed, "converged": result.converged,
                          "collapse": run_collapse(data.test, scores), "test s": scores.seconds,

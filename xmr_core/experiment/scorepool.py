@@ -54,3 +54,8 @@ def score_each(fn: Callable[..., T], models: Sequence[torch.nn.Module], *args: A
     with ProcessPoolExecutor(min(executor.jobs or 1, len(models)), mp_context=mp.get_context("spawn")) as pool:
         futures = [pool.submit(_score_pickled, pickle.dumps((fn, model, args)), threads) for model in models]
         return [pickle.loads(future.result()) for future in futures]
+
+
+def score_trained(fn: Callable[..., T], trained: Sequence[tuple[torch.nn.Module, Any]], *args: Any) -> list[tuple[Any, T]]:
+    """`train_many`'s (model, fit) pairs as (fit, fn(model, *args)) pairs, in order, scored by `score_each`."""
+    return list(zip((fit for _, fit in trained), score_each(fn, [model for model, _ in trained], *args)))
