@@ -76,10 +76,19 @@ def test_without_a_local_pool_of_several_jobs_it_scores_here(executor: Executor)
 
 
 def test_one_model_or_trace_mode_scores_here(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    assert not pooled(POOL, 1) and pooled(POOL, 2)
+    assert not pooled(POOL, _models((0,))) and pooled(POOL, _models((0, 1)))
     monkeypatch.setenv(plantrace.PLAN_ENV, str(tmp_path / "plan.jsonl"))
-    assert not pooled(POOL, 2)
+    assert not pooled(POOL, _models((0, 1)))
     assert {pid for _, pid, _ in score_each(threads_and_pid, _models((0, 1)), 0, executor=POOL)} == {os.getpid()}
+
+
+def test_models_off_the_cpu_score_here() -> None:
+    """On a GPU each worker would start its own CUDA context for a model the GPU scores faster than that start;
+    "meta" stands for any device other than the CPU."""
+    models = _models((0, 1))
+    assert pooled(POOL, models)
+    models[1].to("meta")
+    assert not pooled(POOL, models)
 
 
 def test_a_workers_error_is_raised_here() -> None:
