@@ -168,6 +168,21 @@ def test_against_a_page_judged_by_the_old_rule_compares_counts_only(
     assert out[-1].endswith("against=HEAD changed=0")
 
 
+def test_a_rendered_claims_page_counts_each_verdict_with_its_reason() -> None:
+    """`claims.render_claims` writes "**verdict**: reason" in the last cell (a reason's own "|" escaped): the page's
+    counts are the judgements' verdicts."""
+    s = (0, 1, 2)
+    ev = {"A": Evidence(s, np.array([50.0, 50.5, 49.5])), "B": Evidence(s, np.array([40.0, 40.5, 39.8])),
+          "C": Evidence((5, 6, 7), np.array([30.0, 30.1, 29.9]))}
+    unbuilt = ClaimSpec("unbuilt", "A beats D", "Table 3", "superiority", "R@1, pp", ("A", "D"), needs="D | E")
+    judged = [judge(SPECS[0], ev), judge(SPECS[1], ev), judge(unbuilt, ev)]
+    page = claims.render_claims(judged, "demo", profile="smoke", dataset="scenes")
+    assert "needs D \\| E" in page and all(j.reason for j in judged)
+    expected = {v: sum(j.verdict == v for j in judged) for v in claims.VERDICTS}
+    assert expected["not tested"] == 1 and sum(expected.values()) == 3
+    assert bench.page_counts(page, "demo/claims.md") == expected
+
+
 def test_against_a_page_with_an_unknown_verdict_names_the_file_and_line(
         tmp_path: Path, demo_chapter: types.ModuleType) -> None:
     _git(tmp_path, "init", "-q")

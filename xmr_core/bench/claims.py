@@ -33,6 +33,8 @@ from xmr_core.claims import VERDICTS, ClaimSpec, can_fail
 from xmr_core.results_diff import committed_files
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
+CELL_SEP = re.compile(r"(?<!\\)\|")  # a cell's own "|" is escaped as "\|"
+BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
 def declared(chapter: str) -> list[ClaimSpec] | None:
@@ -62,7 +64,9 @@ def page_counts(text: str, where: str) -> dict[str, int]:
     counts = dict.fromkeys(VERDICTS, 0)
     for n, line in enumerate(text.splitlines(), 1):
         if OLD_ROW.match(line):
-            verdict = line.rstrip().rstrip("|").rsplit("|", 1)[-1].strip().strip("*").strip()
+            cell = CELL_SEP.split(line.rstrip().rstrip("|"))[-1].strip()
+            bold = BOLD.match(cell)  # `claims.render_claims` writes "**verdict**: reason"
+            verdict = bold[1].strip() if bold else cell.strip("*").strip()
             if verdict not in counts:
                 raise SystemExit(f"{where}:{n}: a claim row with the verdict {verdict!r}, none of {list(VERDICTS)}")
             counts[verdict] += 1
