@@ -170,8 +170,9 @@ def test_static_sources_cover_what_a_real_notebook_imports() -> None:
     notebook = ROOT / "book" / "01_pcme" / "train.py"
     tree = ast.parse(notebook.read_text(encoding="utf-8"))
     imports = "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
-    probe = imports + "\nfrom xmr_core.methods.registry import list_methods\nlist_methods()\nimport sys\nprint('\\n'.join(getattr(m, '__file__', None) or '' for n, m in " \
-                      "list(sys.modules.items()) if n.split('.')[0] == 'xmr_core'))"
+    probe = (imports + "\nfrom xmr_core.methods.registry import list_methods\nlist_methods()\nimport sys\n"
+             "print('\\n'.join(getattr(m, '__file__', None) or '' for n, m in "
+             "list(sys.modules.items()) if n.split('.')[0] == 'xmr_core'))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     loaded = {Path(f).resolve() for f in done.stdout.split() if f}

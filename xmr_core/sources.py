@@ -4,9 +4,9 @@
 transitively through the package: every module imported anywhere in a module (function bodies included,
 so a lazy import counts), the `__init__.py` of every package on the way, every module of a package that a
 module reached imports by name at run time (`BY_NAME`: the method registry loads every method file), and
-every data file of the package (`.csv`, `.json`: the paper values), which a module may read at run time. `file_digests` hashes
-them one by one (so a change names its file) and `fingerprint` hashes a set of files as a whole (the
-runner's skip rule uses it over the whole package).
+every data file of the package (`.csv`, `.json`: the paper values), which a module may read at run time.
+`file_digests` hashes them one by one (so a change names its file) and `fingerprint` hashes a set of files
+as a whole (the runner's skip rule uses it over the whole package).
 """
 
 from __future__ import annotations
@@ -100,20 +100,22 @@ def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
     return _IMPORTS[key]
 
 
+def _module_name(path: Path, root: Path) -> str:
+    """`xmr_core/a/b.py` -> `xmr_core.a.b`; a package's `__init__.py` -> the package's name."""
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
 def import_graph(root: Path) -> dict[str, set[str]]:
     """{module: the package's modules it imports anywhere in its body} for every module of the package under
     `root` (`_imported_modules`: a lazy import inside a function counts, `from a import b` counts a and a.b)."""
-    files = {p: ".".join(p.relative_to(root).with_suffix("").parts) for p in sorted((root / PACKAGE).rglob("*.py"))}
-    names = {p: m.removesuffix(".__init__") for p, m in files.items()}
+    names = {p: _module_name(p, root) for p in sorted((root / PACKAGE).rglob("*.py"))}
     modules = set(names.values())
     return {m: (_imports_of(p, m, p.name == "__init__.py") & modules) - {m} for p, m in names.items()}
 
 
 def _package_modules(root: Path, package: str) -> set[str]:
     """Dotted names of every module under the package `package` (its subpackages' too)."""
-    folder = root.joinpath(*package.split("."))
-    return {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-            for p in folder.rglob("*.py")}
+    return {_module_name(p, root) for p in root.joinpath(*package.split(".")).rglob("*.py")}
 
 
 def notebook_sources(notebook: Path, root: Path) -> list[Path]:
