@@ -6,7 +6,7 @@ so a lazy import counts), the `__init__.py` of every package on the way, every m
 module reached imports by name at run time (`BY_NAME`: the method registry loads every method file), and
 every data file of the package (`.csv`, `.json`: the paper values), which a module may read at run time.
 `file_digests` hashes them one by one (so a change names its file) and `fingerprint` hashes a set of files
-as a whole (the runner's skip rule uses it over the whole package).
+as a whole (the runner's skip rule uses it over a notebook's sources).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ BY_NAME: dict[str, str] = {  # module -> the package whose modules it imports by
 
 
 def package_files(root: Path) -> list[Path]:
-    """Every source and data file of the package under `root` (the runner's whole-library fingerprint)."""
+    """Every source and data file of the package under `root`."""
     pkg = root / PACKAGE
     return sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
 
