@@ -130,14 +130,15 @@ def chapters(book: Path | None = None) -> dict[str, list[Notebook]]:
     book = book or book_dir()
     out: dict[str, list[Notebook]] = {}
     for folder in sorted(p for p in book.iterdir() if p.is_dir() and re.match(r"^\d\d_\w+$", p.name)):
-        sources = sorted(folder.glob("*.py"), key=lambda p: (_order(p.stem), p.stem))
+        sources = sorted(folder.glob("*.py"), key=lambda p: notebook_rank(p.stem))
         if sources:
             out[folder.name] = [Notebook(folder.name, p.stem, p) for p in sources]
     return out
 
 
-def _order(stem: str) -> int:
-    return NOTEBOOK_ORDER.index(stem) if stem in NOTEBOOK_ORDER else len(NOTEBOOK_ORDER)
+def notebook_rank(stem: str) -> tuple[int, str]:
+    """A chapter's notebook's place in running order: train, ablate, visualise, then any other by name."""
+    return NOTEBOOK_ORDER.index(stem) if stem in NOTEBOOK_ORDER else len(NOTEBOOK_ORDER), stem
 
 
 def resolve_chapters(names: Iterable[str], book: Path | None = None) -> list[Notebook]:
