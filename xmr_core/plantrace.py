@@ -103,7 +103,7 @@ def batch_wall(costs: Sequence[float], workers: int) -> float:
 
 def cold_wall(runs: Iterable[tuple[str, int | None, float]], workers: int) -> float:
     """Wall seconds to train every run from an empty cache on `workers`: `runs` as (notebook, batch, core-seconds),
-    each distinct run once, in the notebook and batch that first asks for it (`runlog.batch_id`; None: a lone
+    each distinct run once, in the notebook and batch that first asks for it (`batch_id`; None: a lone
     `fit`, a batch of its own). A batch's runs train side by side (`batch_wall`), batches and notebooks one after
     another; what a notebook computes between its batches is not counted."""
     groups: dict[tuple[str, int | str], list[float]] = {}
@@ -117,9 +117,8 @@ def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] 
     planned). `cfg` is its `TrainConfig`."""
     recorded = None if done is None else core_seconds(done)
     line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "batch": batch_id(),
-            "label": _TRACE.label,
-            "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads, "key": key,
-            "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,
+            "label": _TRACE.label, "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads,
+            "key": key, "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,
             "provisional": _TRACE.provisional}
     fd = os.open(os.environ[PLAN_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
