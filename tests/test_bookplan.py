@@ -61,8 +61,8 @@ def test_costs_recorded_committed_median_or_default(tmp_path: Path) -> None:
 
 def test_wall_packs_each_batch_on_the_workers(tmp_path: Path) -> None:
     costs = {"1": 5.0, "2": 4.0, "3": 3.0, "4": 3.0, "5": 3.0, "6": 7.0}
-    records = [_record(k * 64, stage=1, core_seconds=None) for k in "12345"] + [
-        _record("6" * 64, stage=2), _record("7" * 64, stage=2, cached=True, core_seconds=99.0)]
+    records = [_record(k * 64, stage=1, batch=1, core_seconds=None) for k in "12345"] + [
+        _record("6" * 64, stage=2, batch=2), _record("7" * 64, stage=2, batch=2, cached=True, core_seconds=99.0)]
     plan = bookplan.build_plan(records, "smoke", tmp_path)
     for run in plan.runs:
         if not run.cached:
@@ -85,7 +85,7 @@ def test_cold_wall_packs_every_run_in_the_batch_that_first_asks_for_it(tmp_path:
         run.core_seconds = cost[run.record["key"][0]]
     # a's batch {5,4,3}: 1 worker 12, 2 workers [5] [4,3] -> 7, 8 workers 5; the lone 7 and 2 one after another;
     # b's batch {6} (its run 1 was trained by a): 6
-    assert [plan.cold_wall_seconds(w) for w in (1, 2, 8)] == [27.0, 22.0, 20.0]
+    assert [plan.wall_seconds(w, cold=True) for w in (1, 2, 8)] == [27.0, 22.0, 20.0]
     assert [plan.wall_seconds(w) for w in (1, 2, 8)] == [9.0] * 3  # the missing 7 and 2, each its own stage
 
 
