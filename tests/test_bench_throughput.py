@@ -54,3 +54,15 @@ def test_old_modes_build_batches_item_by_item(tmp_path, monkeypatch):
         run_mode("fast", ["pcme"], 1, 2, tmp_path)
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         train_plan(SPECS, 0, tmp_path)
+
+
+def test_copies_are_seeds_side_by_side(tmp_path, monkeypatch):
+    """`--copies K`: each chapter's run at seeds 0..K-1, a chapter's seeds adjacent (as the plan batches one
+    method's runs), so two workers share the long runs instead of one worker waiting on the longest."""
+    from xmr_core.bench import throughput
+
+    monkeypatch.setattr(throughput, "train_plan", lambda specs, jobs, root: [where_trained(s, root / str(k))
+                                                                             for k, s in enumerate(specs)])
+    _, outcomes = run_mode("new-jobs", ["pcme", "hrem"], 1, 2, tmp_path, copies=2)
+    assert [(o.spec.chapter, o.spec.seed) for o in outcomes] == [("pcme", 0), ("pcme", 1), ("hrem", 0), ("hrem", 1)]
+    assert {o.spec.threads for o in outcomes} == {1}

@@ -69,12 +69,29 @@ def test_unchanged_inputs_are_skipped_until_something_changes(project: Path) -> 
     assert again.count("skipped") == 1 and "skip" in lines[1]
     assert run(project, profile="smoke", params=params, force=True)[0].count("passed") == 1
     assert run(project, profile="smoke", params={**params, "N": 2})[0].count("passed") == 1  # new parameter
-    (project / "xmr_core" / "lib.py").write_text("X = 2\n")  # library change
-    assert run(project, profile="smoke", params={**params, "N": 2})[0].count("passed") == 1
     src = project / "book" / "01_demo" / "train.py"
     src.write_text(src.read_text() + "\n# edited\n")  # notebook change
     assert run(project, profile="smoke", params={**params, "N": 2})[0].count("passed") == 1
     assert run(project, profile="smoke", params={**params, "N": 2})[0].count("skipped") == 1
+
+
+def test_only_the_library_files_a_notebook_imports_rerun_it(project: Path) -> None:
+    """The skip rule hashes the notebook's own `xmr_core` sources (what `xmr results check` judges staleness
+    by): an edit to a module it never imports skips it, one to a module it imports (here through another, and
+    only inside a branch the kernel never takes: the walk is static, as the staleness check's is) reruns it."""
+    (project / "xmr_core" / "other.py").write_text("Y = 1\n")
+    (project / "xmr_core" / "helper.py").write_text("import xmr_core.lib\n")
+    src = project / "book" / "01_demo" / "train.py"
+    src.write_text(src.read_text() + "\nif N < 0:\n    import xmr_core.helper\n")
+    params = {"OUT": str(project / "out.json")}
+    assert run(project, profile="smoke", params=params)[0].count("passed") == 1
+    (project / "xmr_core" / "other.py").write_text("Y = 2\n")  # not imported by the notebook
+    assert run(project, profile="smoke", params=params)[0].count("skipped") == 1
+    (project / "xmr_core" / "lib.py").write_text("X = 2\n")  # imported through helper.py
+    assert run(project, profile="smoke", params=params)[0].count("passed") == 1
+    assert run(project, profile="smoke", params=params)[0].count("skipped") == 1
+    (project / "xmr_core" / "paper.csv").write_text("a\n1\n")  # a data file: any module may read it
+    assert run(project, profile="smoke", params=params)[0].count("passed") == 1
 
 
 THREADS_NOTEBOOK = '''# %% tags=["parameters"]

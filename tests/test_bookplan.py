@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _record(key: str, notebook: str = "book/01_x/train.py", stage: int = 1, cached: bool = False,
-            core_seconds: float | None = None, method: str = "vse", provisional: bool = False) -> dict[str, Any]:
-    return {"notebook": notebook, "stage": stage, "label": "", "method": method, "seed": 0, "epochs": 2,
+            core_seconds: float | None = None, method: str = "vse", provisional: bool = False,
+            batch: int | None = None) -> dict[str, Any]:
+    return {"notebook": notebook, "stage": stage, "batch": batch, "label": "", "method": method, "seed": 0, "epochs": 2,
             "threads": 1, "key": key, "run": f"{method}-{key[:16]}", "cached": cached, "core_seconds": core_seconds,
             "provisional": provisional}
 
@@ -60,8 +61,8 @@ def test_costs_recorded_committed_median_or_default(tmp_path: Path) -> None:
 
 def test_wall_packs_each_batch_on_the_workers(tmp_path: Path) -> None:
     costs = {"1": 5.0, "2": 4.0, "3": 3.0, "4": 3.0, "5": 3.0, "6": 7.0}
-    records = [_record(k * 64, stage=1, core_seconds=None) for k in "12345"] + [
-        _record("6" * 64, stage=2), _record("7" * 64, stage=2, cached=True, core_seconds=99.0)]
+    records = [_record(k * 64, stage=1, batch=1, core_seconds=None) for k in "12345"] + [
+        _record("6" * 64, stage=2, batch=2), _record("7" * 64, stage=2, batch=2, cached=True, core_seconds=99.0)]
     plan = bookplan.build_plan(records, "smoke", tmp_path)
     for run in plan.runs:
         if not run.cached:
@@ -71,6 +72,21 @@ def test_wall_packs_each_batch_on_the_workers(tmp_path: Path) -> None:
     assert [plan.wall_seconds(w) for w in (1, 2, 8)] == [25.0, 17.0, 12.0]
     other = bookplan.build_plan([_record("1" * 64, notebook="a"), _record("2" * 64, notebook="b")], "smoke", tmp_path)
     assert other.wall_seconds(2) == 2 * bookplan.DEFAULT_CORE_SECONDS["smoke"]  # notebooks run one after another
+
+
+def test_cold_wall_packs_every_run_in_the_batch_that_first_asks_for_it(tmp_path: Path) -> None:
+    cost = {"1": 5.0, "2": 4.0, "3": 3.0, "4": 7.0, "5": 2.0, "6": 6.0}
+    records = [_record(k * 64, batch=1, cached=True, core_seconds=cost[k]) for k in "123"] + [
+        _record("4" * 64, stage=2, core_seconds=None), _record("5" * 64, stage=3, core_seconds=None),  # lone fits
+        _record("6" * 64, notebook="b", batch=1, cached=True, core_seconds=6.0),  # another kernel's batch 1
+        _record("1" * 64, notebook="b", batch=1, cached=True, core_seconds=5.0)]  # trained before: not again
+    plan = bookplan.build_plan(records, "smoke", tmp_path)
+    for run in plan.runs:
+        run.core_seconds = cost[run.record["key"][0]]
+    # a's batch {5,4,3}: 1 worker 12, 2 workers [5] [4,3] -> 7, 8 workers 5; the lone 7 and 2 one after another;
+    # b's batch {6} (its run 1 was trained by a): 6
+    assert [plan.wall_seconds(w, cold=True) for w in (1, 2, 8)] == [27.0, 22.0, 20.0]
+    assert [plan.wall_seconds(w) for w in (1, 2, 8)] == [9.0] * 3  # the missing 7 and 2, each its own stage
 
 
 def test_plan_book_executes_in_trace_mode_aside_and_reports_failures(tmp_path: Path,

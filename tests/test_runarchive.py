@@ -169,7 +169,7 @@ def test_ls_lists_runs_and_what_each_notebook_lacks(cache_a: dict, tmp_path: Pat
     assert lines[0].startswith(f"{cache_a['cache']}: 2 finished runs, 0 unfinished")
     assert sum("trained by this code" in line for line in lines) == 2
     # the cost: the notebook's runs and the profile's distinct runs, train_seconds x threads of each result.json
-    assert lines[-1].startswith("profile smoke: 1 distinct runs, ")
+    assert lines[-2].startswith("profile smoke: 1 distinct runs, ")
     copy = tmp_path / "priced"
     shutil.copytree(cache_a["cache"], copy)
     result_file = copy / "runs" / cache_a["run"] / "result.json"
@@ -178,17 +178,45 @@ def test_ls_lists_runs_and_what_each_notebook_lacks(cache_a: dict, tmp_path: Pat
     result_file.write_text(json.dumps(result))
     lines.clear()
     list_cache("smoke", root=cache_a["root"], cache=copy, echo=lines.append)
-    assert lines[-2].endswith("1 runs, none missing; 1.50 core-h") and lines[-1] == (
+    assert lines[-3].endswith("1 runs, none missing; 1.50 core-h") and lines[-2] == (
         "profile smoke: 1 distinct runs, 1.50 core-hours to train them cold (train_seconds x threads, as each "
         "result.json records)")
+    assert lines[-1].endswith(": 1 worker 1.50 h, 2 workers 1.50 h, 16 workers 1.50 h")  # one lone run
     lines.clear()
     list_cache("smoke", root=cache_a["root"], cache=tmp_path / "empty", echo=lines.append)
-    assert lines[-1].endswith("0.00 core-hours to train them cold (train_seconds x threads, as each result.json "
+    assert lines[-2].endswith("0.00 core-hours to train them cold (train_seconds x threads, as each result.json "
                               "records); 1 missing, not counted")
     # without the logs, the restored archive's manifest says what each notebook needs
     b = tmp_path / "b"
     unpack(cache_a["archive"], cache=b, echo=lambda _: None)
     assert list_cache("smoke", root=tmp_path / "no_root", cache=b, echo=lambda _: None) == {"01_demo/train": []}
+
+
+def test_ls_gives_the_cold_wall_from_the_batches_of_the_run_logs_in_book_order(tmp_path: Path) -> None:
+    cache, build = tmp_path / "cache", tmp_path / "root" / "book" / "_build" / "smoke" / "01_demo"
+    seconds = {"a": 3600.0, "b": 3600.0, "c": 900.0, "d": 1800.0, "e": 1800.0}
+    for name, secs in seconds.items():
+        run = cache / "runs" / f"vse-{name * 16}"
+        run.mkdir(parents=True)
+        (run / "best.pt").write_bytes(b"w")
+        (run / "result.json").write_text(json.dumps({"key": name * 64, "train_seconds": secs, "run": {
+            "method": "vse", "train": {"seed": 0, "threads": 1}}}))
+
+    def log(notebook: str, records: list[tuple[str, bool, int | None]]) -> None:
+        build.mkdir(parents=True, exist_ok=True)
+        (build / f"{notebook}.runs.jsonl").write_text("".join(json.dumps(
+            {"kind": "run", "name": f"vse-{n * 16}", "run_dir": str(cache / "runs" / f"vse-{n * 16}"), "key": n * 64,
+             "method": "vse", "seed": 0, "trained": trained, "batch": batch}) + "\n" for n, trained, batch in records))
+
+    log("train", [("a", True, 1), ("b", True, 1), ("c", True, None)])  # a batch of two, then a lone fit
+    # ablate (listed before train by name, run after it): d trained in a worker (no batch there), then loaded in
+    # the notebook's batch 1 with e, and a, which train.py trained
+    log("ablate", [("d", True, None), ("e", True, None), ("d", False, 1), ("a", False, 1), ("e", False, 1)])
+    lines: list[str] = []
+    list_cache("smoke", root=tmp_path / "root", cache=cache, workers=(1, 2, 16), echo=lines.append)
+    # train {a 1 h, b 1 h} then c 0.25 h alone, ablate {d, e 0.5 h}: 1 worker 2 + 0.25 + 1; 2 workers 1 + 0.25 + 0.5
+    assert lines[-1] == ("profile smoke: wall to train them cold, each notebook's batches one after another, a "
+                         "batch's runs side by side: 1 worker 3.25 h, 2 workers 1.75 h, 16 workers 1.75 h")
 
 
 def test_truncated_archive_is_refused_and_nothing_restored(cache_a: dict, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import slurm_cluster
 import torch
 from fixtures.corpora import word_split
 
-from xmr_core import plantrace
+from xmr_core import plantrace, runlog
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
@@ -173,8 +173,32 @@ def test_batched_trains_nothing_serially_and_is_one_stage_in_trace_mode(
             fit(r.model, TRAIN, VAL, r.cfg, vocab=VOCAB)
     lone = _requests((5,))[0]
     fit(lone.model, TRAIN, VAL, lone.cfg, vocab=VOCAB)
-    assert [(r["stage"], r["cached"]) for r in plantrace.read_plan(plan)] == [(1, False)] * 3 + [(2, False)]
+    records = plantrace.read_plan(plan)
+    assert [(r["stage"], r["cached"]) for r in records] == [(1, False)] * 3 + [(2, False)]
+    assert len({r["batch"] for r in records[:3]}) == 1 and None not in {records[0]["batch"]} and records[3]["batch"] is None
     assert not (cache / "runs").exists()
+
+
+@pytest.mark.parametrize("executor", [Executor("serial"), Executor("local", 2)], ids=["serial", "local"])
+def test_the_run_log_records_the_batch_each_run_was_asked_for_in(cache: Path, executor: Executor, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "notebook.runs.jsonl"
+    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    names = [r.run_dir.name for r in fit_many(_requests((0, 1)), executor)]
+    lone = _requests((2,))[0]
+    names.append(fit(lone.model, TRAIN, VAL, lone.cfg, vocab=VOCAB).run_dir.name)
+    with batched(_requests((3, 4)), executor):
+        names += [fit(r.model, TRAIN, VAL, r.cfg, vocab=VOCAB).run_dir.name for r in _requests((3, 4))]
+    names += [r.run_dir.name for r in fit_many(_requests((5,)), executor)]
+    batches = runlog.run_batches(log)
+    assert sorted(batches) == sorted(names)  # workers log the runs they train in the order they finish them
+    first, second, third = batches[names[0]], batches[names[3]], batches[names[5]]
+    assert [batches[n] for n in names] == [first, first, None, second, second, third]
+    assert None not in (first, second, third) and len({first, second, third}) == 3
+    records = [r for r in runlog.read_log(log) if r["name"] == names[0]]
+    # a worker records training the run outside any batch of its own; the notebook's loading it names the batch
+    assert [(r["trained"], r["batch"]) for r in records] == (
+        [(True, first)] if executor.in_process else [(True, None), (False, first)])
 
 
 def test_submitit_local_executor_trains_the_same_runs_as_serial(tmp_path: Path, cache: Path,

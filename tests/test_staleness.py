@@ -137,17 +137,42 @@ def test_unknown_commits_dirty_trees_and_missing_notebooks_fail(project: Path, m
     assert code == 1 and out.strip().splitlines()[-1] == "4 results: 1 fresh, 0 stale, 3 unknown"
 
 
+def test_modules_imported_by_name_count(tmp_path: Path) -> None:
+    """A module the registry imports by name (`importlib`, invisible to `ast`) is among a notebook's sources
+    once the notebook reaches the registry; the real package's by-name imports are all declared."""
+    files = {"__init__.py": "", "methods/__init__.py": "",
+             "methods/registry.py": "import importlib\n\ndef load(n):\n    importlib.import_module(n)\n",
+             "methods/vse.py": "X = 1\n", "methods/deep/__init__.py": "", "methods/deep/pcme.py": "Y = 1\n",
+             "other.py": "Z = 1\n"}
+    for name, text in files.items():
+        (tmp_path / "xmr_core" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "xmr_core" / name).write_text(text)
+    notebook = tmp_path / "nb.py"
+    notebook.write_text("# %%\nfrom xmr_core.methods.registry import load\n")
+    found = [p.relative_to(tmp_path).as_posix() for p in sources.notebook_sources(notebook, tmp_path)]
+    assert found == ["xmr_core/__init__.py", "xmr_core/methods/__init__.py", "xmr_core/methods/deep/__init__.py",
+                     "xmr_core/methods/deep/pcme.py", "xmr_core/methods/registry.py", "xmr_core/methods/vse.py"]
+    callers = set()
+    for path in sorted((ROOT / "xmr_core").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "import_module(" in text or "__import__(" in text:
+            callers.add(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    assert callers == set(sources.BY_NAME)
+
+
 @pytest.mark.slow
 def test_static_sources_cover_what_a_real_notebook_imports() -> None:
-    """Independent check on a real chapter: run the notebook's import statements in a fresh interpreter and
-    every `xmr_core` module it loaded must be among the statically found sources."""
+    """Independent check on a real chapter: run the notebook's import statements in a fresh interpreter, then
+    load every registered method as its training does, and every `xmr_core` module loaded must be among the
+    statically found sources."""
     import ast
 
     notebook = ROOT / "book" / "01_pcme" / "train.py"
     tree = ast.parse(notebook.read_text(encoding="utf-8"))
     imports = "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
-    probe = imports + "\nimport sys\nprint('\\n'.join(getattr(m, '__file__', None) or '' for n, m in " \
-                      "list(sys.modules.items()) if n.split('.')[0] == 'xmr_core'))"
+    probe = (imports + "\nfrom xmr_core.methods.registry import list_methods\nlist_methods()\nimport sys\n"
+             "print('\\n'.join(getattr(m, '__file__', None) or '' for n, m in "
+             "list(sys.modules.items()) if n.split('.')[0] == 'xmr_core'))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     loaded = {Path(f).resolve() for f in done.stdout.split() if f}

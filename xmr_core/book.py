@@ -8,9 +8,11 @@ notebooks that declare it. It then converts each notebook to one with kernel `py
 and the user's parameters that it declares into its `parameters` cell, executes it into
 `book/_build/<profile>/<chapter>/<notebook>.ipynb` (git-ignored; never onto a tracked file), prints one
 status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
-its parameters, the `xmr_core` sources) are unchanged since its last successful run is skipped unless
-`force=True` (or `jobs`, which changes where runs train, not what they learn). Each execution writes its run log beside the notebook (`xmr_core.runlog`: the runs it trained
-or loaded, and their frozen inputs), and its status line says how many runs it trained and loaded.
+its parameters, the `xmr_core` files it imports: `sources.notebook_sources`, the files `xmr results check`
+judges its results by) are unchanged since its last successful run is skipped unless `force=True` (or
+`jobs`, which changes where runs train, not what they learn). Each execution writes its run log beside the
+notebook (`xmr_core.runlog`: the runs it trained or loaded, and their frozen inputs), and its status line
+says how many runs it trained and loaded.
 
 Every kernel computes on `kernel_threads()` torch CPU threads (1 unless `XMR_KERNEL_THREADS` says otherwise):
 torch's CPU kernels split their sums by thread count, so a notebook's similarity matrices differ in the last bits
@@ -39,7 +41,7 @@ from xmr_core.executors import JOBS_ENV
 from xmr_core.io import atomic_write_text
 from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
 from xmr_core.runlog import RUN_LOG_ENV, describe, log_path
-from xmr_core.sources import fingerprint, package_files
+from xmr_core.sources import fingerprint, notebook_sources
 
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
@@ -128,14 +130,15 @@ def chapters(book: Path | None = None) -> dict[str, list[Notebook]]:
     book = book or book_dir()
     out: dict[str, list[Notebook]] = {}
     for folder in sorted(p for p in book.iterdir() if p.is_dir() and re.match(r"^\d\d_\w+$", p.name)):
-        sources = sorted(folder.glob("*.py"), key=lambda p: (_order(p.stem), p.stem))
+        sources = sorted(folder.glob("*.py"), key=lambda p: notebook_rank(p.stem))
         if sources:
             out[folder.name] = [Notebook(folder.name, p.stem, p) for p in sources]
     return out
 
 
-def _order(stem: str) -> int:
-    return NOTEBOOK_ORDER.index(stem) if stem in NOTEBOOK_ORDER else len(NOTEBOOK_ORDER)
+def notebook_rank(stem: str) -> tuple[int, str]:
+    """A chapter's notebook's place in running order: train, ablate, visualise, then any other by name."""
+    return NOTEBOOK_ORDER.index(stem) if stem in NOTEBOOK_ORDER else len(NOTEBOOK_ORDER), stem
 
 
 def resolve_chapters(names: Iterable[str], book: Path | None = None) -> list[Notebook]:
@@ -205,10 +208,10 @@ def check_parameters(notebooks: list[Notebook], params: dict[str, Any], book: Pa
     return {label: {k: v for k, v in params.items() if k in names} for label, names in declared.items()}
 
 
-def library_fingerprint(root: Path | None = None) -> str:
-    """Hash of every `xmr_core` source and data file: a change anywhere reruns every notebook."""
-    root = root or project_root()
-    return fingerprint(package_files(root), root / "xmr_core")
+def library_fingerprint(nb: Notebook, root: Path) -> str:
+    """Hash of the `xmr_core` files the notebook imports (`sources.notebook_sources`, the same files whose
+    change `xmr results check` calls its results stale): an edit elsewhere in the library reruns no notebook."""
+    return fingerprint(notebook_sources(nb.source, root), root / "xmr_core")
 
 
 def kernel_threads() -> int:
@@ -321,7 +324,6 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
     build = root / "book" / "_build" / profile
     state_path = root / "book" / "_build" / "state.json"
     state: dict[str, str] = json.loads(state_path.read_text()) if state_path.is_file() else {}
-    library = library_fingerprint(root)
     threads = kernel_threads()
     summary = RunSummary()
     echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {runner | (params or {})}, "
@@ -330,7 +332,7 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
         output = build / nb.chapter / f"{nb.name}.ipynb"
         key = f"{profile}:{nb.label}"
         parameters = runner | own[nb.label]
-        fingerprint = input_fingerprint(nb, parameters, library, threads)
+        fingerprint = input_fingerprint(nb, parameters, library_fingerprint(nb, root), threads)
         if not force and state.get(key) == fingerprint and output.is_file():
             summary.outcomes.append(Outcome(nb, "skipped", 0.0, output))
             echo(f"[skip] {nb.label}: inputs unchanged since its last successful run ({output})")

@@ -16,7 +16,9 @@ Cost of a run, in core-seconds (`train_seconds` x torch threads):
   Committed `train s` were measured with torch's default threads on the 2-core machine; a one-thread run takes
   about as long or longer, so core-hours from them are a lower estimate.
 Wall time: each notebook's batches run one after another, a batch's runs side by side (`runplan.fit_many`), so the
-wall at W workers is the sum, over (notebook, stage), of that batch's runs packed on W workers (longest first).
+wall at W workers is the sum, over (notebook, batch), of that batch's missing runs packed on W workers (longest
+first, `plantrace.cold_wall`); cold, the same over every run, cached or not, each in the batch that first asks
+for it.
 
 `train_runs` executes the selected notebooks with the executor of `--jobs N` (`XMR_JOBS`) into a temporary folder:
 every run is trained into the run cache, no result is written to results/; `xmr book run` then finds them cached.
@@ -38,7 +40,7 @@ import pandas as pd
 from xmr_core.book import Notebook, check_parameters, execute_notebook, resolve_chapters
 from xmr_core.config import check_profile
 from xmr_core.executors import JOBS_ENV
-from xmr_core.plantrace import PLAN_ENV, read_plan
+from xmr_core.plantrace import PLAN_ENV, cold_wall, read_plan
 from xmr_core.results import project_root
 
 DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0}  # a run with nothing better to go by
@@ -70,20 +72,12 @@ class Plan:
     def keys(self) -> set[str]:
         return {r.record["key"] for r in self.runs}
 
-    def wall_seconds(self, workers: int) -> float:
-        """Estimated wall seconds to train the missing runs on `workers`: per (notebook, stage), the runs packed
-        longest first onto the least loaded worker; the batches one after another."""
-        groups: dict[tuple[str, int], list[float]] = {}
-        for run in self.runs:
-            if not run.cached:
-                groups.setdefault((run.record["notebook"], run.record["stage"]), []).append(run.core_seconds)
-        total = 0.0
-        for costs in groups.values():
-            loads = [0.0] * workers
-            for cost in sorted(costs, reverse=True):
-                loads[loads.index(min(loads))] += cost
-            total += max(loads)
-        return total
+    def wall_seconds(self, workers: int, cold: bool = False) -> float:
+        """Estimated wall seconds to train the missing runs (`cold`: every run, cached or not) on `workers`: each run
+        in the batch that first asks for it, a batch packed longest first, batches one after another
+        (`plantrace.cold_wall`)."""
+        return cold_wall(((r.record["notebook"], r.record.get("batch"), r.core_seconds) for r in self.runs
+                          if cold or not r.cached), workers)
 
     def totals(self) -> dict[str, float]:
         to_train = [r for r in self.runs if not r.cached]
@@ -118,6 +112,8 @@ class Plan:
              f"{sum(r.core_seconds for r in self.runs) / 3600:.2f}")
         echo("wall to train the missing runs: " + ", ".join(
             f"{w} worker{'s' * (w > 1)} {self.wall_seconds(w) / 3600:.2f} h" for w in workers))
+        echo("wall to train every run (cold): " + ", ".join(
+            f"{w} worker{'s' * (w > 1)} {self.wall_seconds(w, cold=True) / 3600:.2f} h" for w in workers))
         for notebook, error in self.failed:
             echo(f"incomplete: {notebook} failed in trace mode ({error}); runs it would ask for later are missing")
 

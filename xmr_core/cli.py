@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="inject a notebook parameter, as for book run")
     ls = runs.add_parser("ls", help="what the cache holds; with --profile, what each notebook needs and lacks")
     ls.add_argument("--profile", choices=PROFILES, help="also list each executed notebook's runs")
+    ls.add_argument("--jobs", type=int, default=16, help="N of the cold wall-time estimate (default 16)")
     return parser
 
 
@@ -128,7 +129,7 @@ def runs_main(args: argparse.Namespace) -> int:
         elif args.action == "unpack":
             runarchive.unpack(args.archive)
         else:
-            missing = runarchive.list_cache(args.profile)
+            missing = runarchive.list_cache(args.profile, workers=sorted({1, 2, args.jobs, os.cpu_count() or 1}))
             return 1 if any(missing.values()) else 0
     except runarchive.ArchiveError as err:
         print(f"xmr runs {args.action}: {err}", file=sys.stderr)

@@ -127,11 +127,19 @@ def _train_pickled(payload: bytes, env: dict[str, str]) -> WorkerOutcome:
     return train_request(pickle.loads(payload), env)
 
 
+def spawn_pool(jobs: int, tasks: int, initializer: Callable[..., object] | None = None,
+               initargs: tuple[object, ...] = ()) -> ProcessPoolExecutor:
+    """A pool of min(`jobs`, `tasks`) spawn workers (a fresh interpreter each: no forked torch state), each first
+    calling `initializer(*initargs)`. Its users pass plain pickled bytes, not tensors: torch's multiprocessing
+    pickler would move tensors into shared memory, where a worker's training would change the caller's model."""
+    return ProcessPoolExecutor(min(jobs, tasks), mp_context=mp.get_context("spawn"), initializer=initializer,
+                               initargs=initargs)
+
+
 def _pool(requests: Sequence[RunRequest], env: dict[str, str], jobs: int) -> list[WorkerOutcome | BaseException]:
-    """A pool of `jobs` spawn workers. Each request goes as plain pickled bytes: torch's multiprocessing pickler
-    would move the tensors into shared memory, and the worker's training would then change the caller's model."""
+    """`requests` trained on `spawn_pool(jobs)`, each request as plain pickled bytes."""
     outcomes: list[WorkerOutcome | BaseException] = []
-    with ProcessPoolExecutor(min(jobs, len(requests)), mp_context=mp.get_context("spawn")) as pool:
+    with spawn_pool(jobs, len(requests)) as pool:
         futures = [pool.submit(_train_pickled, pickle.dumps(r), env) for r in requests]
         for future in futures:
             error = future.exception()

@@ -7,17 +7,20 @@ is appended to the file (`record`): the notebook, the stage, the request's label
 directory, whether the run is cached, and its recorded cost (`train_seconds` x threads of a cached run; None for a
 missing one, which the plan estimates).
 
-Stages: the requests of one batch (one `runplan.fit_many` call, or a lone `fit`) are independent of each other. A
-batch with a missing run ends a stage: what the notebook asks for afterwards may depend on that run's outcome (a
-tuned setting), so every later request is *provisional*: its setting may change once the earlier runs are
-trained. Stages and provisional marks are counted per process (one notebook's kernel).
+Stages: the requests of one batch (one `runplan.fit_many` call, or a lone `fit`; its number, `batch_id`, is
+recorded here and in the run log) are independent of each other. A batch with a missing run ends a stage: what
+the notebook asks for afterwards may depend on that run's outcome (a tuned setting), so every later request is
+*provisional*: its setting may change once the earlier runs are trained. Batches, stages and provisional marks
+are counted per process (one notebook's kernel). Wall time: `batch_wall` packs a batch's runs on W workers,
+`cold_wall` adds up the batches of every run (`xmr book plan` from the trace, `xmr runs ls` from the executed
+notebooks' run logs).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,7 @@ NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`results
 class _Trace:
     stage: int = 1
     provisional: bool = False  # a planned (untrained) result has been returned in this process
+    batches: int = 0  # batches opened in this process (`batch_id`)
     batch_depth: int = 0  # inside `batch()`: the stage ends when the outermost batch does
     batch_planned: bool = False
     label: str = ""
@@ -49,7 +53,10 @@ def tracing() -> bool:
 
 @contextmanager
 def batch() -> Iterator[None]:
-    """The requests asked for inside are one batch: one stage, ended (when one of them was missing) on exit."""
+    """The requests asked for inside are one batch (a nested batch is the outer one), in trace mode or not: one
+    stage, ended (when one of them was missing) on exit."""
+    if _TRACE.batch_depth == 0:
+        _TRACE.batches += 1
     _TRACE.batch_depth += 1
     try:
         yield
@@ -57,6 +64,11 @@ def batch() -> Iterator[None]:
         _TRACE.batch_depth -= 1
         if _TRACE.batch_depth == 0 and _TRACE.batch_planned:
             _end_stage()
+
+
+def batch_id() -> int | None:
+    """The number of the batch open in this process (1, 2, ...), None outside one (a lone `fit`)."""
+    return _TRACE.batches if _TRACE.batch_depth else None
 
 
 @contextmanager
@@ -80,13 +92,33 @@ def core_seconds(result: dict[str, Any]) -> float:
     return float(result.get("train_seconds", 0.0)) * int(result.get("run", {}).get("train", {}).get("threads", 1))
 
 
+def batch_wall(costs: Sequence[float], workers: int) -> float:
+    """Wall seconds of one batch's runs (`costs`, core-seconds, one thread a run) trained side by side on
+    `workers`: longest first, each onto the least loaded worker; the most loaded worker's total."""
+    loads = [0.0] * workers
+    for cost in sorted(costs, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads)
+
+
+def cold_wall(runs: Iterable[tuple[str, int | None, float]], workers: int) -> float:
+    """Wall seconds to train every run from an empty cache on `workers`: `runs` as (notebook, batch, core-seconds),
+    each distinct run once, in the notebook and batch that first asks for it (`batch_id`; None: a lone
+    `fit`, a batch of its own). A batch's runs train side by side (`batch_wall`), batches and notebooks one after
+    another; what a notebook computes between its batches is not counted."""
+    groups: dict[tuple[str, int | str], list[float]] = {}
+    for i, (notebook, batch, cost) in enumerate(runs):
+        groups.setdefault((notebook, f"lone {i}" if batch is None else batch), []).append(cost)
+    return sum(batch_wall(costs, workers) for costs in groups.values())
+
+
 def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None) -> None:
     """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
     planned). `cfg` is its `TrainConfig`."""
     recorded = None if done is None else core_seconds(done)
-    line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "label": _TRACE.label,
-            "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads, "key": key,
-            "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,
+    line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "batch": batch_id(),
+            "label": _TRACE.label, "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads,
+            "key": key, "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,
             "provisional": _TRACE.provisional}
     fd = os.open(os.environ[PLAN_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:

@@ -39,15 +39,16 @@ import shutil
 import tarfile
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from xmr_core.book import notebook_rank
 from xmr_core.config import cache_dir
 from xmr_core.io import atomic_write, remove_stale_temps, staging_dir
-from xmr_core.plantrace import core_seconds
-from xmr_core.runlog import code_problem, read_log, trained_at
+from xmr_core.plantrace import cold_wall, core_seconds
+from xmr_core.runlog import code_problem, read_log, run_batches, trained_at
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -95,10 +96,11 @@ def _file_entry(path: Path) -> dict[str, Any]:
 
 
 def profile_logs(profile: str, root: Path) -> dict[str, Path]:
-    """Every executed notebook's run log of `profile`: {"01_pcme/train": path}."""
+    """Every executed notebook's run log of `profile`, in book order: {"01_pcme/train": path}."""
     build = root / "book" / "_build" / profile
-    return {f"{p.parent.name}/{p.name.removesuffix('.runs.jsonl')}": p
-            for p in sorted(build.glob("*/*.runs.jsonl"))}
+    logs = {p: p.name.removesuffix(".runs.jsonl") for p in build.glob("*/*.runs.jsonl")}
+    return {f"{p.parent.name}/{stem}": p for p, stem in sorted(logs.items(),
+                                                               key=lambda i: (i[0].parent.name, notebook_rank(i[1])))}
 
 
 def _relative(path: str, cache: Path, what: str) -> str:
@@ -417,11 +419,24 @@ def notebook_needs(profile: str, root: Path, cache: Path) -> tuple[dict[str, lis
     return {}, ""
 
 
+def cold_walls(profile: str, root: Path, cost: dict[str, float], workers: Sequence[int]) -> str:
+    """'1 worker X h, 2 workers Y h, ...': the wall time to train the runs the profile's executed notebooks name
+    (`profile_logs`, in book order) from an empty cache, each in the batch that first asks for it, at `cost`
+    core-seconds (`plantrace.cold_wall`); '' without run logs."""
+    first: dict[str, tuple[str, int | None]] = {}  # run -> (notebook, batch) of its first request
+    for label, log in profile_logs(profile, root).items():
+        for name, batch in run_batches(log).items():
+            first.setdefault(name, (label, batch))
+    runs = [(label, batch, cost.get(name, 0.0)) for name, (label, batch) in first.items()]
+    return ", ".join(f"{w} worker{'s' * (w > 1)} {cold_wall(runs, w) / 3600:.2f} h" for w in workers) if runs else ""
+
+
 def list_cache(profile: str | None = None, *, root: Path | None = None, cache: Path | None = None,
-               echo: Callable[[str], None] = print) -> dict[str, list[str]]:
+               workers: Sequence[int] = (1, 2, 16), echo: Callable[[str], None] = print) -> dict[str, list[str]]:
     """Print the cache's runs (size, state, the code they were trained by), run records and inputs, and with a
     profile what each of its notebooks needs and what those runs cost (core-hours, per notebook and for the
-    profile's distinct runs: the book's cold cost); returns each notebook's missing runs."""
+    profile's distinct runs: the book's cold cost; the wall time to train them at each of `workers`); returns each
+    notebook's missing runs."""
     from xmr_core.results import project_root
 
     root, cache = root or project_root(), cache or cache_dir()
@@ -461,4 +476,7 @@ def list_cache(profile: str | None = None, *, root: Path | None = None, cache: P
     echo(f"profile {profile}: {len(distinct)} distinct runs, {sum(cost.get(n, 0.0) for n in distinct) / 3600:.2f} "
          f"core-hours to train them cold (train_seconds x threads, as each result.json records)"
          + (f"; {absent} missing, not counted" if absent else ""))
+    if walls := cold_walls(profile, root, cost, workers):
+        echo(f"profile {profile}: wall to train them cold, each notebook's batches one after another, a batch's runs "
+             f"side by side: {walls}")
     return missing

@@ -12,6 +12,9 @@
   (`log_input`: the pretrained trunk and its grid features, the region encoder and its features). One JSON
   object a line, appended with a single `write` (so processes sharing the log never interleave a line).
   `xmr runs pack` packs what the logs name; `xmr book run` prints each notebook's trained / loaded counts.
+- Batches: the runs asked for in one `runplan.fit_many` call are independent of each other, so they may train side
+  by side; `log_run` records the batch (`plantrace.batch_id`: numbered per process, None for a lone `fit`), from
+  which `xmr runs ls` derives the book's cold wall time at W workers as `xmr book plan` does from its trace.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from xmr_core import sources
+from xmr_core import plantrace, sources
 from xmr_core.io import read_json_lines
 
 RUN_LOG_ENV = "XMR_RUN_LOG"
@@ -120,9 +123,10 @@ def _append(record: dict[str, Any]) -> None:
 
 
 def log_run(run_dir: Path, key: str, method: str, seed: int, trained: bool) -> None:
-    """Append a run `fit` trained (`trained`) or loaded from its finished run directory to the run log."""
+    """Append a run `fit` trained (`trained`) or loaded from its finished run directory to the run log, with the
+    batch it was asked for in (`plantrace.batch_id`)."""
     _append({"kind": "run", "name": Path(run_dir).name, "run_dir": str(Path(run_dir).resolve()), "key": key,
-             "method": method, "seed": seed, "trained": trained})
+             "method": method, "seed": seed, "trained": trained, "batch": plantrace.batch_id()})
 
 
 def log_input(folder: Path, files: list[str] | None = None) -> None:
@@ -134,6 +138,17 @@ def log_input(folder: Path, files: list[str] | None = None) -> None:
 def read_log(path: Path) -> list[dict[str, Any]]:
     """The records of a run log; a line that is not a JSON object is an error naming the file and line."""
     return read_json_lines(path, lambda record: record.get("kind") in ("run", "input"), "a run-log record")
+
+
+def run_batches(path: Path) -> dict[str, int | None]:
+    """Every run a notebook's run log names (first-named first) with the batch it was asked for in: the first of
+    its records that has one (a worker's record of training a run has none; the notebook's loading it does), else
+    None (a lone `fit`, or a log written before batches were recorded)."""
+    batches: dict[str, int | None] = {}
+    for record in read_log(path):
+        if record["kind"] == "run" and batches.get(record["name"]) is None:
+            batches[record["name"]] = record.get("batch")
+    return batches
 
 
 def describe(path: Path) -> str:

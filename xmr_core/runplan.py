@@ -12,7 +12,8 @@ missing from the run cache into it; this process then loads every run through `f
 request's model holds the weights and its result is what a serial `fit` would have returned (`cached` is what
 the worker found). A run trains with `TrainConfig.threads` torch threads wherever it runs, so it learns the same
 serially or in a worker. In trace mode (`XMR_PLAN`, `xmr_core.plantrace`) the batch is one stage of the plan and
-nothing trains.
+nothing trains. Either way the run log records each run's batch (`plantrace.batch_id`), from which the book's wall time
+at W workers is estimated.
 """
 
 from __future__ import annotations
@@ -85,26 +86,26 @@ def fit_many(requests: Sequence[RunRequest], executor: Executor | None = None, *
     (`FloatingPointError`) raises, or with diverged="result" is returned as `first_epoch_divergence` (the tuning
     protocol: a setting where training diverges is an outcome of the search)."""
     executor = executor or Executor.from_env()
-    if _trains_here(executor):
-        with plantrace.batch():
+    with plantrace.batch():
+        if _trains_here(executor):
             return [_fit_or_diverged(r, diverged) for r in requests]
-    keys, outcomes = _train_missing(requests, executor)
-    results = []
-    for request, key in zip(requests, keys):
-        outcome = outcomes.pop(key, None)  # a second request for the run finds it cached, as serially
-        if isinstance(outcome, FloatingPointError) and diverged == "result":
-            results.append(first_epoch_divergence(request, key, outcome))
-            continue
-        if isinstance(outcome, BaseException):
-            raise outcome
-        result = _fit_or_diverged(request, diverged)
-        if outcome is not None:
-            if result.best_state != outcome.best_state:
-                raise RuntimeError(f"{result.run_dir}: the worker's best weights (fingerprint "
-                                   f"{outcome.best_state[:16]}) are not the ones loaded ({result.best_state[:16]})")
-            result = dataclasses.replace(result, cached=outcome.cached)
-        results.append(result)
-    return results
+        keys, outcomes = _train_missing(requests, executor)
+        results = []
+        for request, key in zip(requests, keys):
+            outcome = outcomes.pop(key, None)  # a second request for the run finds it cached, as serially
+            if isinstance(outcome, FloatingPointError) and diverged == "result":
+                results.append(first_epoch_divergence(request, key, outcome))
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            result = _fit_or_diverged(request, diverged)
+            if outcome is not None:
+                if result.best_state != outcome.best_state:
+                    raise RuntimeError(f"{result.run_dir}: the worker's best weights (fingerprint "
+                                       f"{outcome.best_state[:16]}) are not the ones loaded ({result.best_state[:16]})")
+                result = dataclasses.replace(result, cached=outcome.cached)
+            results.append(result)
+        return results
 
 
 @contextmanager
@@ -115,7 +116,7 @@ def batched(requests: Sequence[RunRequest], executor: Executor | None = None) ->
     `Executor.from_env()`); a run that failed in its worker is left missing, so the body's own `fit` meets the
     failure again, as serially. In trace mode nothing trains and the body's requests are one stage of the plan."""
     executor = executor or Executor.from_env()
-    if not _trains_here(executor):
-        _train_missing(requests, executor)
     with plantrace.batch():
+        if not _trains_here(executor):
+            _train_missing(requests, executor)
         yield

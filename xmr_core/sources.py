@@ -2,10 +2,11 @@
 
 `notebook_sources` follows the notebook's imports of `xmr_core` statically (`ast`, no import is executed),
 transitively through the package: every module imported anywhere in a module (function bodies included,
-so a lazy import counts), the `__init__.py` of every package on the way, and every data file of the
-package (`.csv`, `.json`: the paper values), which a module may read at run time. `file_digests` hashes
-them one by one (so a change names its file) and `fingerprint` hashes a set of files as a whole (the
-runner's skip rule uses it over the whole package).
+so a lazy import counts), the `__init__.py` of every package on the way, every module of a package that a
+module reached imports by name at run time (`BY_NAME`: the method registry loads every method file), and
+every data file of the package (`.csv`, `.json`: the paper values), which a module may read at run time.
+`file_digests` hashes them one by one (so a change names its file) and `fingerprint` hashes a set of files
+as a whole (the runner's skip rule uses it over a notebook's sources).
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ from pathlib import Path, PurePath
 PACKAGE = "xmr_core"
 DATA_SUFFIXES = {".csv", ".json"}
 SOURCE_SUFFIXES = {".py"} | DATA_SUFFIXES
+BY_NAME: dict[str, str] = {  # module -> the package whose modules it imports by name (`importlib.import_module`)
+    "xmr_core.methods.registry": "xmr_core.methods",
+    "xmr_core.bench.claims": "xmr_core.chapters",
+    "xmr_core.bench.__main__": "xmr_core.bench",
+}
 
 
 def package_files(root: Path) -> list[Path]:
-    """Every source and data file of the package under `root` (the runner's whole-library fingerprint)."""
+    """Every source and data file of the package under `root`."""
     pkg = root / PACKAGE
     return sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
 
@@ -94,23 +100,33 @@ def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
     return _IMPORTS[key]
 
 
+def _module_name(path: Path, root: Path) -> str:
+    """`xmr_core/a/b.py` -> `xmr_core.a.b`; a package's `__init__.py` -> the package's name."""
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
 def import_graph(root: Path) -> dict[str, set[str]]:
     """{module: the package's modules it imports anywhere in its body} for every module of the package under
     `root` (`_imported_modules`: a lazy import inside a function counts, `from a import b` counts a and a.b)."""
-    files = {p: ".".join(p.relative_to(root).with_suffix("").parts) for p in sorted((root / PACKAGE).rglob("*.py"))}
-    names = {p: m.removesuffix(".__init__") for p, m in files.items()}
+    names = {p: _module_name(p, root) for p in sorted((root / PACKAGE).rglob("*.py"))}
     modules = set(names.values())
     return {m: (_imports_of(p, m, p.name == "__init__.py") & modules) - {m} for p, m in names.items()}
 
 
+def _package_modules(root: Path, package: str) -> set[str]:
+    """Dotted names of every module under the package `package` (its subpackages' too)."""
+    return {_module_name(p, root) for p in root.joinpath(*package.split(".")).rglob("*.py")}
+
+
 def notebook_sources(notebook: Path, root: Path) -> list[Path]:
     """The `xmr_core` files under `root` that the notebook `notebook` (py:percent) imports, directly or
-    through the package, plus the package's data files; sorted."""
+    through the package (by name too: `BY_NAME`), plus the package's data files; sorted."""
     pending = [(notebook, "__notebook__", False)]
     seen: set[Path] = set()
     while pending:
         path, module, is_package = pending.pop()
-        for name in _imports_of(path, module, is_package):
+        named = _package_modules(root, BY_NAME[module]) if module in BY_NAME else set()
+        for name in _imports_of(path, module, is_package) | named:
             parts = name.split(".")
             if parts[0] != PACKAGE:
                 continue

@@ -3,8 +3,12 @@
 The representative runs (`REPRESENTATIVE`), built the way the chapters build them on the cpu profile's data
 (`build_run`): VSE0 on the frozen trunk's grid features (the PCME chapter, `compared.BASELINES`), HREM fusion on
 region features (`compared.hrem_compared`) and HMRN I-T on the multi-query sets (`hmrn.compared`, the chapter's
-batch 32), each at the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no patience, no extension), seed 0,
-each in its own fresh run directory. The cpu data (and the trunk) are generated into the run cache the first time (minutes).
+batch 32), each at the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no patience, no extension),
+`--copies` K seeds each (default 2: seeds 0 and 1, a chapter's seeds side by side, as the book's plan batches one
+method's settings and seeds), each in its own fresh run directory. With one run per chapter, two workers spend most
+of the wall time with one waiting on HREM's run (the longest) and nothing left to take: they measure the imbalance
+of three runs, not the throughput of a plan of hundreds. The cpu data (and the trunk) are generated into the run
+cache the first time (minutes).
 
 The same list of runs is trained in each mode, each timed on its wall clock (data loading included):
 - `old-serial`: the serial path before runs were pinned to one thread: one process, one run at a time with
@@ -14,15 +18,16 @@ The same list of runs is trained in each mode, each timed on its wall clock (dat
   built on whole arrays (`datasets.BATCHES = "arrays"`, the default);
 - `old-jobs` / `new-jobs`: `--jobs` N worker processes (spawn), one run and one torch thread each (`train_plan`),
   batches item by item / on arrays.
-Prints each run's training seconds (`fit`) per mode, and each mode's wall seconds and runs per hour next to
-`old-serial`'s, with the load average (the machine is shared: rerun on a quiet machine for the record; `--repeat`
-R runs every mode R times, the modes interleaved, and reports each mode's fastest round). It also prints whether each
-run's result (best validation score, final weights' `state_fingerprint`) is the same in every mode of the same
-thread count: item- and array-built batches agree bit for bit (`tests/test_batches.py`), and `fit` trains with
-exactly `TrainConfig.threads` threads wherever it runs, so a one-thread run learns the same serially or in a worker
-(`tests/test_runplan.py`). Torch's CPU kernels round differently with another thread count, so `old-serial` (all
-cores) learns other weights (measured: HMRN I-T's validation rSum after one epoch 52.19 with 2 threads, 47.03 with
-1): the thread count is part of the run key.
+Prints each chapter's training seconds a run (`fit`, the mean over its seeds) per mode, and each mode's wall
+seconds and runs per hour next to `old-serial`'s, with the load average (the machine is shared: rerun on a quiet
+machine for the record; `--repeat` R runs every mode R times, the modes interleaved, and reports each mode's
+fastest round). It also prints whether each run's result (best validation score, final weights'
+`state_fingerprint`) is the same in every mode of the same thread count (`items_arrays_identical`: every pair of
+modes that differ only in the batch builder agree): item- and array-built batches agree bit for bit
+(`tests/test_batches.py`), and `fit` trains with exactly `TrainConfig.threads` threads wherever it runs, so a
+one-thread run learns the same serially or in a worker (`tests/test_runplan.py`). Torch's CPU kernels round
+differently with another thread count, so `old-serial` (all cores) learns other weights (measured: HMRN I-T's
+validation rSum after one epoch 52.19 with 2 threads, 47.03 with 1): the thread count is part of the run key.
 
 `train_plan(specs, jobs, root)` trains into fresh run directories (never the run cache), for timing; the book's
 runs are spread over workers by `xmr_core.runplan.fit_many` and its executors (`xmr_core.executors`).
@@ -144,14 +149,16 @@ def train_plan(specs: Sequence[RunSpec], jobs: int, root: Path,
         return list(pool.map(train, specs, dirs))
 
 
-def run_mode(mode: str, chapters: Sequence[Chapter], epochs: int, jobs: int, root: Path, profile: str = "cpu"
-             ) -> tuple[float, list[RunOutcome]]:
-    """Wall seconds and outcomes of training `chapters`' runs in `mode` (one of `MODES`)."""
+def run_mode(mode: str, chapters: Sequence[Chapter], epochs: int, jobs: int, root: Path, profile: str = "cpu",
+             copies: int = 1) -> tuple[float, list[RunOutcome]]:
+    """Wall seconds and outcomes of training `chapters`' runs, seeds 0..copies-1 each (a chapter's seeds
+    adjacent), in `mode` (one of `MODES`)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     batches: datasets.Batches = "items" if mode.startswith("old") else "arrays"
     threads = torch.get_num_threads() if mode == "old-serial" else 1
-    specs = [RunSpec(c, epochs=epochs, batches=batches, profile=profile, threads=threads) for c in chapters]
+    specs = [RunSpec(c, epochs=epochs, seed=seed, batches=batches, profile=profile, threads=threads)
+             for c in chapters for seed in range(copies)]
     t0 = time.perf_counter()
     outcomes = train_plan(specs, jobs if mode.endswith("jobs") else 1, root / mode)
     return time.perf_counter() - t0, outcomes
@@ -162,6 +169,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--chapters", nargs="+", default=list(REPRESENTATIVE), choices=REPRESENTATIVE)
     parser.add_argument("--epochs", type=int, default=2, help="epochs of each run (the chapters' cpu runs: up to 30)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes of the *-jobs modes")
+    parser.add_argument("--copies", type=int, default=2, help="seeds of each chapter's run (0, 1, ...)")
     parser.add_argument("--modes", nargs="+", default=["old-serial", "new-serial", "new-jobs"], choices=MODES)
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every mode, interleaved; the fastest round "
                         "of each mode is reported (a shared machine's load comes and goes)")
@@ -176,28 +184,31 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="xmr-throughput-") as tmp:
         for r in range(args.repeat):
             for mode in args.modes:
-                wall, outcomes = run_mode(mode, args.chapters, args.epochs, args.jobs, Path(tmp) / str(r), args.profile)
+                wall, outcomes = run_mode(mode, args.chapters, args.epochs, args.jobs, Path(tmp) / str(r), args.profile,
+                                          args.copies)
                 walls[mode].append(wall)
                 rounds[mode].append(outcomes)
                 print(f"round {r + 1} {mode}: {wall:.1f} s (load average {os.getloadavg()[0]:.2f})", flush=True)
     load_after = os.getloadavg()
 
-    n = len(args.chapters)
+    n = len(args.chapters) * args.copies
     width = max(len(m) for m in args.modes) + 2
-    print(f"{n} runs x {args.epochs} epochs ({args.profile} profile), fastest of {args.repeat} round(s), cpu threads "
-          f"{os.cpu_count()} (old-serial: torch threads {torch.get_num_threads()}; new-serial: 1; jobs: {args.jobs} x 1 "
-          f"thread); load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "
-          f"{load_after[2]:.2f}")
-    print(f"{'fit seconds':<24}" + "".join(f"{m:>{width}}" for m in args.modes)
+    print(f"{n} runs ({len(args.chapters)} chapters x {args.copies} seeds) x {args.epochs} epochs ({args.profile} "
+          f"profile), fastest of {args.repeat} round(s), cpu threads {os.cpu_count()} (old-serial: torch threads "
+          f"{torch.get_num_threads()}; new-serial: 1; jobs: {args.jobs} x 1 thread); load average before "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after "
+          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(f"{'fit seconds a run':<24}" + "".join(f"{m:>{width}}" for m in args.modes)
           + "  same result in every mode of one thread count")
-    for k, chapter in enumerate(args.chapters):
-        runs = [o[k] for m in args.modes for o in rounds[m]]
-        same = all(len({(r.best_score, r.fingerprint) for r in runs if r.spec.threads == t}) == 1
-                   for t in {r.spec.threads for r in runs})
-        scores = ", ".join(f"{rounds[m][0][k].best_score:.2f}" for m in args.modes)
-        print(f"{LABELS[chapter]:<24}"
-              + "".join(f"{min(o[k].fit_seconds for o in rounds[m]):>{width}.1f}" for m in args.modes)
-              + f"  {'yes' if same else 'no: ' + scores}")
+    for c, chapter in enumerate(args.chapters):
+        ks = range(c * args.copies, (c + 1) * args.copies)  # this chapter's runs, one a seed
+        same = all(len({(o[k].best_score, o[k].fingerprint) for m in args.modes for o in rounds[m]
+                        if o[k].spec.threads == t}) == 1
+                   for k in ks for t in {o[k].spec.threads for m in args.modes for o in rounds[m]})
+        scores = ", ".join(f"{rounds[m][0][ks[0]].best_score:.2f}" for m in args.modes)
+        seconds = {m: min(sum(o[k].fit_seconds for k in ks) / args.copies for o in rounds[m]) for m in args.modes}
+        print(f"{LABELS[chapter]:<24}" + "".join(f"{seconds[m]:>{width}.1f}" for m in args.modes)
+              + f"  {'yes' if same else 'no (seed 0): ' + scores}")
     wall = {m: min(walls[m]) for m in args.modes}
     print(f"{'wall seconds':<24}" + "".join(f"{wall[m]:>{width}.1f}" for m in args.modes))
     per_hour = {m: 3600.0 * n / wall[m] for m in args.modes}
@@ -207,10 +218,10 @@ def main(argv: list[str]) -> None:
     fields = {f"{m.replace('-', '_')}_runs_per_hour": f"{per_hour[m]:.1f}" for m in args.modes}
     speedup = {f"{m.replace('-', '_')}_vs_{base.replace('-', '_')}": f"{per_hour[m] / per_hour[base]:.2f}"
                for m in args.modes[1:]}
-    same_items_arrays = all(
+    same_items_arrays = all(  # old-serial runs on all the cores, new-serial on one: compared only at one thread
         (a.best_score, a.fingerprint) == (b.best_score, b.fingerprint)
         for old, new in (("old-serial", "new-serial"), ("old-jobs", "new-jobs")) if old in rounds and new in rounds
-        for a, b in zip(rounds[old][0], rounds[new][0]))
+        for a, b in zip(rounds[old][0], rounds[new][0]) if a.spec.threads == b.spec.threads)
     print(" ".join(f"{k}={v}" for k, v in {**fields, **speedup}.items())
-          + f" old_new_identical={same_items_arrays} runs={n} epochs={args.epochs} jobs={args.jobs} "
+          + f" items_arrays_identical={same_items_arrays} runs={n} epochs={args.epochs} jobs={args.jobs} "
           f"repeat={args.repeat} load1={load[0]:.2f}")

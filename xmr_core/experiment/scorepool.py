@@ -6,36 +6,44 @@ model on its test split. In the notebook's kernel that scoring is serial, on the
 trained during 38 % of two cores' time, and 2,251 s of its tables' time was scoring on one core.
 
 `score_each(fn, models, *args)` returns `[fn(model, *args) for model in models]`, computed on a local pool of
-`XMR_JOBS` spawn workers, each on the kernel's torch thread count. Every score is the one the kernel would have
-computed: the same function, inputs and thread count in another process (tested bit for bit). Serially (one job,
-a cluster executor, trace mode, a single model, or models off the CPU) it calls `fn` here. On a GPU the kernel's
+`XMR_JOBS` spawn workers (`executors.spawn_pool`), each on the kernel's torch thread count. Every score is the
+one the kernel would have computed: the same function, inputs and thread count in another process (tested bit
+for bit). The arguments (a test split) go to each worker once, a model with each task. Serially (one job, a
+cluster executor, trace mode, a single model, or models off the CPU) it calls `fn` here. On a GPU the kernel's
 thread is not what scoring waits for, and each spawn worker would start its own CUDA context: the smoke HMRN
-ablate.py with `--jobs 4 -p DEVICE cuda` (H200) took 174 s with pooled scoring, against 65 s scoring in the kernel. `fn` must be a module-level function (it
-is pickled by reference); models and arguments go as plain pickled bytes, as the training pool's requests do.
+ablate.py with `--jobs 4 -p DEVICE cuda` (H200) took 174 s with pooled scoring, against 65 s scoring in the
+kernel. `fn` must be a module-level function (it is pickled by reference); models and arguments go as plain
+pickled bytes, as the training pool's requests do.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import pickle
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
 import torch
 
 from xmr_core import plantrace
-from xmr_core.executors import Executor
+from xmr_core.executors import Executor, spawn_pool
 
 T = TypeVar("T")
 
+_ARGS: tuple[Any, ...] = ()  # a worker's copy of score_each's arguments (`_receive_args`)
 
-def _score_pickled(payload: bytes, threads: int) -> bytes:
-    """A worker's task: unpickle (fn, model, args), compute fn(model, *args) on `threads` torch threads, pickle
-    the result (plain bytes: torch's multiprocessing pickler would pass tensors through shared memory)."""
-    fn, model, args = pickle.loads(payload)
+
+def _receive_args(payload: bytes, threads: int) -> None:
+    """A worker's start: keep score_each's arguments, unpickled once, and compute on `threads` torch threads."""
+    global _ARGS
+    _ARGS = pickle.loads(payload)
     torch.set_num_threads(threads)
-    return pickle.dumps(fn(model, *args))
+
+
+def _score_pickled(payload: bytes) -> bytes:
+    """A worker's task: unpickle (fn, model), compute fn(model, *arguments), pickle the result (plain bytes:
+    torch's multiprocessing pickler would pass tensors through shared memory)."""
+    fn, model = pickle.loads(payload)
+    return pickle.dumps(fn(model, *_ARGS))
 
 
 def pooled(executor: Executor, models: Sequence[torch.nn.Module]) -> bool:
@@ -53,12 +61,13 @@ def score_each(fn: Callable[..., T], models: Sequence[torch.nn.Module], *args: A
     executor = executor or Executor.from_env()
     if not pooled(executor, models):
         return [fn(model, *args) for model in models]
-    threads = torch.get_num_threads()
-    with ProcessPoolExecutor(min(executor.jobs or 1, len(models)), mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(_score_pickled, pickle.dumps((fn, model, args)), threads) for model in models]
+    shared = (pickle.dumps(args), torch.get_num_threads())
+    with spawn_pool(executor.jobs or 1, len(models), _receive_args, shared) as pool:
+        futures = [pool.submit(_score_pickled, pickle.dumps((fn, model))) for model in models]
         return [pickle.loads(future.result()) for future in futures]
 
 
-def score_trained(fn: Callable[..., T], trained: Sequence[tuple[torch.nn.Module, Any]], *args: Any) -> list[tuple[Any, T]]:
+def score_trained(fn: Callable[..., T], trained: Sequence[tuple[torch.nn.Module, Any]],
+                  *args: Any) -> list[tuple[Any, T]]:
     """`train_many`'s (model, fit) pairs as (fit, fn(model, *args)) pairs, in order, scored by `score_each`."""
     return list(zip((fit for _, fit in trained), score_each(fn, [model for model, _ in trained], *args)))
