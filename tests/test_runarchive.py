@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import torch
 from fixtures.corpora import word_split
 
 from xmr_core import cli, runarchive, runlog
+from xmr_core.config import PROFILES
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders import token_cache
 from xmr_core.encoders.image import ImageEncoderConfig
@@ -404,3 +406,14 @@ def test_pack_refuses_an_input_in_a_folder_unpack_would_not_restore(tmp_path: Pa
     with pytest.raises(ArchiveError, match="elsewhere/x is in none of the cache folders") as err:
         pack("smoke", out, root=root, cache=cache, echo=lambda _: None)
     assert "\n" not in str(err.value) and str(log) in str(err.value) and not out.exists()
+
+
+def test_committed_archive_checksums_name_the_archive_pack_writes() -> None:
+    """`runs/<profile>.sha256` (README: `sha256sum -c runs/cpu.sha256` beside the downloaded archive) holds one
+    `sha256sum` line for the file `xmr runs pack --profile <profile>` writes by default."""
+    files = sorted((Path(__file__).parents[1] / "runs").glob("*.sha256"))
+    assert files, "no committed archive checksum"
+    for f in files:
+        assert f.stem in PROFILES, f"{f}: not a profile"
+        name = runarchive.archive_name(f.stem)
+        assert re.fullmatch(rf"[0-9a-f]{{64}}  {re.escape(name)}\n", f.read_text()), f

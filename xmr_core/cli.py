@@ -125,7 +125,7 @@ def runs_main(args: argparse.Namespace) -> int:
         return 0 if bookplan.train_runs(args.chapters, args.profile, args.jobs, params) else 1
     try:
         if args.action == "pack":
-            runarchive.pack(args.profile, args.output or f"xmr-runs-{args.profile}.tar.gz")
+            runarchive.pack(args.profile, args.output or runarchive.archive_name(args.profile))
         elif args.action == "unpack":
             runarchive.unpack(args.archive)
         else:
