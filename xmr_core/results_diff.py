@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -34,6 +35,7 @@ EXECUTION_META = ("wall_s", "created_utc", "git_commit", "xmr_version", "python"
                   "notebook_code", "xmr_core_sources", "xmr_core_fingerprint", "cell")
 SHOWN = 3  # differences shown per file
 _WIDTH = 160  # characters of a differing line shown
+_CELL_SEP = re.compile(r"(?<!\\)\|")
 
 
 class DiffError(RuntimeError):
@@ -99,6 +101,11 @@ def _csv(old: bytes, new: bytes) -> list[str]:
     return out
 
 
+def table_cells(line: str) -> list[str]:
+    """A markdown table row's cells, stripped; split on unescaped pipes (the writers escape a cell's own as `\\|`)."""
+    return [c.strip() for c in _CELL_SEP.split(line.strip().strip("|"))]
+
+
 def _rows(text: str) -> list[str]:
     """A markdown page's lines; a table row as its cells joined by ' | ', without the `EXECUTION_COLUMNS`."""
     out: list[str] = []
@@ -108,7 +115,7 @@ def _rows(text: str) -> list[str]:
             keep = None
             out.append(line)
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = table_cells(line)
         if keep is None:  # a table's header row
             keep = [i for i, c in enumerate(cells) if c not in EXECUTION_COLUMNS]
         out.append(" | ".join(cells[i] for i in keep if i < len(cells)))

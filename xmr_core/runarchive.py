@@ -57,7 +57,6 @@ RECORD_FILES = ("result.json", "metrics.csv")
 RECORDS = "run-records"
 UNPACK_STAGING = "unpack"  # unpack stages into `.unpack.<owner tag>.<random>.tmp` in the cache (`io.staging_dir`)
 RESTORED_MANIFESTS = "run-archives"  # unpack keeps each archive's manifest here (`xmr runs ls`)
-
 # the only cache folders an archive may write into: the runs, the run records, and the frozen inputs' folders
 # (the trunk `encoders/trunk.py`, the region features `data/scenes.py`, the MiniLM token features
 # `encoders/token_cache.py`); `collect` refuses to pack an input elsewhere, so no archive it writes is refused

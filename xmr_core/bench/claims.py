@@ -30,10 +30,9 @@ import pandas as pd
 
 from xmr_core.bench._committed import committed_text
 from xmr_core.claims import VERDICTS, ClaimSpec, can_fail
-from xmr_core.results_diff import committed_files
+from xmr_core.results_diff import committed_files, table_cells
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
-CELL_SEP = re.compile(r"(?<!\\)\|")  # a cell's own "|" is escaped as "\|"
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
@@ -64,7 +63,7 @@ def page_counts(text: str, where: str) -> dict[str, int]:
     counts = dict.fromkeys(VERDICTS, 0)
     for n, line in enumerate(text.splitlines(), 1):
         if OLD_ROW.match(line):
-            cell = CELL_SEP.split(line.rstrip().rstrip("|"))[-1].strip()
+            cell = table_cells(line)[-1]
             bold = BOLD.match(cell)  # `claims.render_claims` writes "**verdict**: reason"
             verdict = bold[1].strip() if bold else cell.strip("*").strip()
             if verdict not in counts:
