@@ -20,6 +20,7 @@ from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.train import (
     CheckpointError,
     TrainConfig,
+    earliest_patience_stop,
     fit,
     load_checkpoint,
     lr_factor,
@@ -432,6 +433,35 @@ def test_still_improving_at_the_last_epoch_is_not_converged(tmp_path) -> None:
     _, result, _, _ = _run([1.0, 2.0, 3.0, 4.0], tmp_path / "run", epochs=4)
     assert len(result.history) == 4 and result.best_epoch == 4
     assert result.stopped == "max_epochs" and not result.converged
+
+
+def test_patience_never_stops_a_run_in_the_first_patience_after_of_its_schedule(tmp_path) -> None:
+    # the same plateau as above (best at epoch 3): patience 2 alone stops after epoch 5; with patience_after 0.5 of
+    # 10 epochs it may stop only from epoch ceil(5) + 2 = 7 on, and 7 - 3 >= 2: it stops after epoch 7
+    _, result, calls, _ = _run(RISE_THEN_FLAT, tmp_path / "run", patience_after=0.5)
+    assert len(result.history) == 7 and len(calls) == 7
+    assert result.best_epoch == 3 and result.stopped == "patience" and result.converged
+    # an improvement in the first half that patience alone would have missed (it stops after epoch 5): best at 6,
+    # then 7 and 8 bring nothing, so the run stops after epoch 8 = 6 + 2 (>= the earliest, 7)
+    rise_late = [10.0, 20.0, 30.0, 30.0, 30.0, 35.0, 35.0, 35.0, 35.0, 35.0]
+    _, alone, _, _ = _run(rise_late, tmp_path / "alone")
+    _, late, _, _ = _run(rise_late, tmp_path / "late", patience_after=0.5)
+    assert (alone.best_epoch, len(alone.history)) == (3, 5)
+    assert (late.best_epoch, len(late.history), late.best_score) == (6, 8, 35.0) and late.stopped == "patience"
+
+
+def test_earliest_patience_stop_by_hand() -> None:
+    assert earliest_patience_stop(_stopping_cfg(epochs=20, patience=3, patience_after=0.5)) == 13  # the cpu recipe
+    assert earliest_patience_stop(_stopping_cfg(epochs=10, patience=2, patience_after=0.25)) == 5  # ceil(2.5) + 2
+    assert earliest_patience_stop(_stopping_cfg(epochs=10, patience=2)) == 2  # from the first epochs on, as before
+    with pytest.raises(ValueError, match="patience_after must be in"):
+        _stopping_cfg(patience_after=1.0)
+
+
+def test_patience_after_enters_the_run_key() -> None:
+    # a run under the rule learns for other epochs than one without it: another run directory
+    assert run_key(_model(), TRAIN, VAL, _stopping_cfg(patience_after=0.5)) != run_key(_model(), TRAIN, VAL,
+                                                                                         _stopping_cfg())
 
 
 def test_negative_patience_or_min_delta_is_refused() -> None:

@@ -17,7 +17,8 @@
 - Validation every epoch through `xmr_core.evaluate.evaluate_model`; the best checkpoint by `select`
   (validation rSum) is kept; metrics go to `metrics.csv` (rewritten atomically each epoch). Early stopping:
   the run ends once `select` has not beaten its last counted improvement by more than `min_delta` for
-  `patience` epochs (a converged run); the best checkpoint is still the highest score.
+  `patience` epochs (a converged run), never in the first `patience_after` of its schedule (a plateau at a high
+  learning rate is not convergence); the best checkpoint is still the highest score.
 - Checkpoints (model, optimiser, scheduler, AMP scaler, epoch, RNG states, config, best score, history) are
   written atomically (`xmr_core.io`) and read with `torch.load(..., weights_only=True)`; `resume=True`
   continues an interrupted run and ends where the uninterrupted run would have.
@@ -93,6 +94,8 @@ class TrainConfig:
     word_dropout: float = 0.0
     select: str = "rsum"  # validation metric that picks the best checkpoint (higher = better)
     patience: int = 0  # stop after this many epochs without a better `select` (0 = train all `epochs`)
+    patience_after: float = 0.0  # share of the schedule in which patience never stops a run: it stops at the earliest
+    # after ceil(patience_after x epochs) + patience epochs (0.5: never on the plateau of a high lr, in the first half)
     extend_epochs: int = 0  # when the schedule's last epoch is its best: go on at its last lr, at most this many
     # epochs, until an epoch is no better than the best (0 = off)
     min_delta: float = 0.0  # an epoch counts as better only when it beats the last counted best by more than this
@@ -116,6 +119,8 @@ class TrainConfig:
         if self.patience < 0 or self.min_delta < 0 or self.extend_epochs < 0:
             raise ValueError(f"patience, min_delta and extend_epochs must be >= 0, got {self.patience}, "
                              f"{self.min_delta}, {self.extend_epochs}")
+        if not 0.0 <= self.patience_after < 1.0:
+            raise ValueError(f"patience_after must be in [0, 1), got {self.patience_after}")
 
 
 # fields that do not change what a run computes: left out of the run key
@@ -145,7 +150,8 @@ class FitResult:
     @property
     def converged(self) -> bool:
         """True when training stopped because `select` had not improved by more than `min_delta` for `patience`
-        epochs (checked after every epoch, the last included: a plateau), or when the whole schedule ran (with
+        epochs (checked after every epoch, the last included: a plateau; past `patience_after` of the schedule,
+        `earliest_patience_stop`), or when the whole schedule ran (with
         a cosine the last epoch's lr is < 1% of the peak), extension epochs at its last lr included
         (`extend_epochs`), and its last epoch was no better than an earlier one.
         A run whose last epoch was its best, by more than `min_delta`, may still have been improving; a diverged
@@ -177,10 +183,10 @@ def state_fingerprint(model: nn.Module) -> str:
 def run_key(model: RetrievalModel, train_split: Split, val_split: Split, cfg: TrainConfig) -> str:
     """Hash of (method name + config, the model's initial state (`state_fingerprint`: word vectors, initial
     weights), train config incl. seed, data fingerprints): names a run directory. Call it on the model before
-    training, as `fit` does. `extend_epochs` = 0 is left out, so a run without an extension keeps the key it had
-    before the field existed."""
-    train = {k: v for k, v in dataclasses.asdict(cfg).items()
-             if k not in _NOT_IN_KEY and not (k == "extend_epochs" and v == 0)}  # runs from before the field keep keys
+    training, as `fit` does. `extend_epochs` = 0 and `patience_after` = 0 are left out, so a run without them keeps
+    the key it had before the fields existed."""
+    train = {k: v for k, v in dataclasses.asdict(cfg).items()  # runs from before a field keep their keys
+             if k not in _NOT_IN_KEY and not (k in ("extend_epochs", "patience_after") and v == 0)}
     blob = json.dumps({"method": model.name, "config": dataclasses.asdict(model.config), "train": train,
                        "initial_state": state_fingerprint(model),
                        "train_data": split_fingerprint(train_split), "val_data": split_fingerprint(val_split)},
@@ -592,12 +598,20 @@ def _save_last(run_dir: Path, model: RetrievalModel, opt: _Optimisation, progres
         "train_seconds": progress.train_seconds, "pairs_seen": progress.pairs_seen})
 
 
+def earliest_patience_stop(cfg: TrainConfig) -> int:
+    """The first epoch (counted from 1) after which patience may stop a run: ceil(patience_after x epochs) +
+    patience (cpu: 10 + 3 = 13 of 20)."""
+    return math.ceil(cfg.patience_after * cfg.epochs) + cfg.patience
+
+
 def _stop_rule(progress: _Progress, epoch: int, cfg: TrainConfig, env: DistEnv, device: torch.device) -> str | None:
     """Why training stops after epoch `epoch` (None: it goes on). "patience": validation has not risen by more
-    than `min_delta` for `patience` epochs. With `extend_epochs`, once the schedule is over an epoch that is not
+    than `min_delta` for `patience` epochs, and the run is past `patience_after` of its schedule by `patience`
+    epochs (`earliest_patience_stop`). With `extend_epochs`, once the schedule is over an epoch that is not
     the best ends the run: "extension" when it was an extension epoch, else "max_epochs". Only the main rank
     validates: it decides, the other ranks follow."""
-    no_progress = env.is_main and cfg.patience > 0 and epoch + 1 - progress.improved_epoch >= cfg.patience
+    no_progress = (env.is_main and cfg.patience > 0 and epoch + 1 >= earliest_patience_stop(cfg)
+                   and epoch + 1 - progress.improved_epoch >= cfg.patience)
     if all_reduce_sum(int(no_progress), env, device) > 0:
         return "patience"
     no_better = env.is_main and epoch + 1 >= cfg.epochs and progress.best_epoch < epoch + 1  # schedule over
