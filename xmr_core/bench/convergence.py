@@ -1,10 +1,11 @@
 """`python -m xmr_core.bench convergence [CHAPTER ...]`: which runs behind the committed results stopped early?
 
 The cpu recipe stops a run once validation rSum has not risen by more than `min_delta` for `patience` epochs, and
-`FitResult.converged` counts such a plateau as converged wherever it comes. A run that the rule ends in the first
-half of its schedule (`early`: epochs run at most half its epochs, its best epoch before its last) stopped while its
-cosine learning rate was still above half its peak: on the plateau of a high learning rate, before the annealing in
-which these models gain most. Its seed siblings show what that costs.
+`FitResult.converged` counts such a plateau as converged. A run that the rule ends in the first half of its schedule
+(`early`: epochs run at most half its epochs, its best epoch before its last) stopped while its cosine learning rate
+was still above half its peak: on the plateau of a high learning rate, before the annealing in which these models
+gain most. Its seed siblings show what that costs. Since `TrainConfig.patience_after` (0.5 in the recipes) no run
+stops there; results computed before it can hold such runs, and this bench finds them.
 
 Reads `results/<chapter>/training.csv` (the models a chapter reports and its claims compare: model, seed, epochs,
 epochs run, best epoch) and its tuning tables (`run_tables`: the search's runs: method, lr, the weight's value, the same
