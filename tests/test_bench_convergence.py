@@ -24,6 +24,12 @@ def test_early_is_a_plateau_stop_in_the_first_half_of_the_schedule() -> None:
     assert early(frame).tolist() == [True, False, False, False, False, True]
 
 
+def test_a_run_that_diverged_early_is_not_a_patience_stop() -> None:
+    frame = _runs([("A", 0, 6, 3), ("A", 1, 6, 3), ("A", 2, 6, 3)])
+    assert early(frame.assign(stopped=["patience", "diverged", "patience"])).tolist() == [True, False, True]
+    assert early(frame.assign(converged=[True, False, True])).tolist() == [True, False, True]  # training.csv's record
+
+
 def test_sibling_gaps_compare_early_and_full_length_seeds_of_one_model() -> None:
     training = _runs([("A", 0, 20, 19), ("A", 1, 8, 5), ("A", 2, 20, 18), ("B", 0, 20, 20), ("B", 1, 20, 17)])
     per_seed = pd.DataFrame({"model": ["A", "A", "A", "B", "B"], "seed": [0, 1, 2, 0, 1],

@@ -35,9 +35,15 @@ def run_tables(folder: Path) -> list[Path]:
 
 def early(frame: pd.DataFrame) -> pd.Series:
     """Whether each run (a row with `epochs`, `epochs run`, `best epoch`) was stopped by the patience rule in the
-    first half of its schedule: it ran at most half its epochs and its best epoch was not its last."""
+    first half of its schedule: it ran at most half its epochs and its best epoch was not its last, and it was not
+    a run that diverged (`stopped` "patience" where the table records why a run stopped, else `converged`)."""
     ran, best = frame["epochs run"].astype(float), frame["best epoch"].astype(float)
-    return (ran > 0) & (ran <= frame["epochs"].astype(float) / 2) & (best < ran)
+    found = (ran > 0) & (ran <= frame["epochs"].astype(float) / 2) & (best < ran)
+    if "stopped" in frame.columns:
+        return found & (frame["stopped"] == "patience")
+    if "converged" in frame.columns:
+        return found & frame["converged"].astype(str).str.lower().eq("true")
+    return found
 
 
 def score_column(per_seed: pd.DataFrame) -> str | None:
