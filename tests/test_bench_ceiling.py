@@ -89,24 +89,43 @@ def _commit(repo, message: str) -> None:
 
 def test_against_compares_the_best_model_with_the_one_committed_at_a_revision(tmp_path, capsys) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    # then: PCME at 80 and 84 % (mean 82), VSE0 at 70 %
+    # then: PCME at 80, 84 and 82 % (mean 82, std 2), VSE0 at 70 %
     _write(tmp_path, [("VSE0", 0, 280, 400, 70.0, True), ("PCME", 0, 320, 400, 80.0, True),
-                      ("PCME", 1, 336, 400, 84.0, True)])
+                      ("PCME", 1, 336, 400, 84.0, True), ("PCME", 2, 328, 400, 82.0, True)])
     subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
     _commit(tmp_path, "then")
-    # now: PCME at 79 and 81 % (mean 80, 2 pp below 82), VSE0 at 72 %
-    _write(tmp_path, [("VSE0", 0, 288, 400, 72.0, True), ("PCME", 0, 316, 400, 79.0, True),
-                      ("PCME", 1, 324, 400, 81.0, True)])
+    # now: every seed of PCME exactly 2 pp lower (78, 82, 80: mean 80), VSE0 at 72 %: paired by seed, every
+    # resample of the seeds gives -2, so the interval is the point -2: below beyond noise
+    _write(tmp_path, [("VSE0", 0, 288, 400, 72.0, True), ("PCME", 0, 312, 400, 78.0, True),
+                      ("PCME", 1, 328, 400, 82.0, True), ("PCME", 2, 320, 400, 80.0, True)])
     main(["pcme", "--results", str(tmp_path), "--against", "HEAD"])
     out = capsys.readouterr().out.splitlines()
-    assert out[-2].startswith("against HEAD: best model then PCME 82.0% (seed std 2.8, 2 seeds), now PCME 80.0%")
-    assert out[-2].endswith("below it by 2.0 pp")
-    assert out[-1] == "best_percent_then=82.00 best_percent_now=80.00 at_or_above=False"
+    assert out[-2].startswith("against HEAD: best model then PCME 82.0% (seed std 2.0, 3 seeds), now PCME 80.0%")
+    assert out[-2].endswith("below it by 2.0 pp; below beyond noise: now − then -2.0 pp, 95% interval [-2.0, -2.0] "
+                            "over seeds (paired: seed)")
+    assert out[-1] == "best_percent_then=82.00 best_percent_now=80.00 at_or_above=False below_beyond_noise=True"
     _commit(tmp_path, "now")
     main(["pcme", "--results", str(tmp_path), "--against", "HEAD~1"])
-    assert capsys.readouterr().out.splitlines()[-1] == "best_percent_then=82.00 best_percent_now=80.00 at_or_above=False"
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "best_percent_then=82.00 best_percent_now=80.00 at_or_above=False below_beyond_noise=True"
     main(["pcme", "--results", str(tmp_path), "--against", "HEAD"])  # the same table: at or above itself
-    assert capsys.readouterr().out.splitlines()[-1] == "best_percent_then=80.00 best_percent_now=80.00 at_or_above=True"
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "best_percent_then=80.00 best_percent_now=80.00 at_or_above=True below_beyond_noise=False"
+
+
+def test_against_a_change_that_seeds_disagree_on_is_within_noise(tmp_path, capsys) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    _write(tmp_path, [("PCME", 0, 320, 400, 80.0, True), ("PCME", 1, 336, 400, 84.0, True),
+                      ("PCME", 2, 328, 400, 82.0, True)])
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    _commit(tmp_path, "then")
+    # now 81, 83, 82 against 80, 84, 82: per seed +1, -1, 0, so resampling the seeds gives changes of both signs
+    _write(tmp_path, [("PCME", 0, 324, 400, 81.0, True), ("PCME", 1, 332, 400, 83.0, True),
+                      ("PCME", 2, 328, 400, 82.0, True)])
+    main(["pcme", "--results", str(tmp_path), "--against", "HEAD"])
+    out = capsys.readouterr().out.splitlines()
+    assert "at or above it; within noise: now − then +0.0 pp" in out[-2]
+    assert out[-1] == "best_percent_then=82.00 best_percent_now=82.00 at_or_above=True below_beyond_noise=False"
 
 
 def test_against_a_revision_without_the_table_names_it(tmp_path) -> None:

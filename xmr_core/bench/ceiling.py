@@ -11,7 +11,8 @@ Reads `results/<chapter>/ceiling.csv`, written by the chapter's train notebook, 
 Prints, per chapter and model, the mean and std over seeds of that share, whether every seed converged, and
 the strong-start targets: the best baseline at least 80% (aim 90%), every compared model at least 70%. With
 `--against REV`, also each chapter's best model in the results committed at git revision REV (e.g. the commit
-before a retrain) beside today's, and whether today's best is at or above it.
+before a retrain) beside today's, whether today's best is at or above it, and the change judged by the book's
+verdict protocol (`claims.judge`, per-seed shares paired by seed): above, below or within noise.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from pathlib import Path
 import pandas as pd
 
 from xmr_core.bench._committed import committed_text
+from xmr_core.claims import ClaimSpec, Evidence, Judgement, judge
 
 BASELINES = ("VSE0", "PVSE K=1", "PVSE K=2", "PVSE K=4")  # the PCME chapter's, shared by MSRM, DVSE, leaderboard
 CHAPTER_BASELINES = {"hrem": ("VSE++", "GPO"),  # chapters with baselines of their own
                      "hmrn": ("VSE0*", "R-RankFusion", "R-RE", "R-HRE", "Drill-down")}
 COLUMNS = ("model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged")
 ROUND_KS = (1, 5, 10)
+_VERDICT_WORDS = {"held": "above beyond noise", "did not hold": "below beyond noise", "within noise": "within noise"}
 ROUND_COLUMNS = ("model", "seed", "round", "converged", *(f"{p}R@{k}" for k in ROUND_KS for p in ("", "ceiling ")))
 
 
@@ -57,11 +60,12 @@ def summarise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def report(chapter: str, results: Path) -> pd.DataFrame:
-    """Print one chapter's per-model shares and its targets; return the summary (`summarise`)."""
+    """Print one chapter's per-model shares and its targets; return its ceiling table as read."""
     path = results / chapter / "ceiling.csv"
     if not path.is_file():
         raise SystemExit(f"{path}: not found; run `xmr book run {chapter}` first")
-    summary = summarise(pd.read_csv(path), path)
+    table = pd.read_csv(path)
+    summary = summarise(table, path)
     print(f"{chapter}:")
     print(summary.round(2).to_string())
     baselines = summary[summary.index.isin(CHAPTER_BASELINES.get(chapter, BASELINES))]
@@ -72,21 +76,41 @@ def report(chapter: str, results: Path) -> pd.DataFrame:
           f"{summary['percent'].idxmax()} {best:.1f}%")
     print(f"best_baseline_percent={best_baseline:.2f} lowest_percent={worst:.2f} "
           f"best_percent={best:.2f} all_converged={bool(summary['converged'].all())}")
-    return summary
+    return table
+
+
+def change_judgement(then: pd.DataFrame, now: pd.DataFrame) -> Judgement:
+    """The one verdict protocol (`claims.judge`) on "today's best model scores above the best at the revision":
+    `then` and `now` are the per-seed rows (`per_seed`) of the two best models; the effect is now − then in
+    percent of the ceiling, paired by seed when both have the same seeds. "did not hold" = below beyond noise."""
+    spec = ClaimSpec("best-vs-revision", "the best model scores above the best at the revision", "bench ceiling",
+                     "superiority", "% of the Bayes ceiling", ("now", "then"))
+    evidence = {side: Evidence(tuple(int(s) for s in rows["seed"]), rows["percent_of_ceiling"].to_numpy(),
+                               converged=bool(rows["converged"].all()))
+                for side, rows in (("now", now), ("then", then))}
+    return judge(spec, evidence)
 
 
 def against(chapter: str, results: Path, rev: str, now: pd.DataFrame) -> None:
     """Print the chapter's best model at git revision `rev` (its committed `ceiling.csv`) beside today's best
-    (`now`, `summarise`), and whether today's is at or above it."""
-    shown = committed_text(results, rev, f"{chapter}/ceiling.csv")
-    then = summarise(pd.read_csv(io.StringIO(shown)), results / chapter / f"ceiling.csv@{rev}")
-    before, after = then["percent"].idxmax(), now["percent"].idxmax()
-    b, a = then.loc[before], now.loc[after]
+    (`now`, the chapter's `ceiling.csv` as read), whether today's is at or above it, and the change judged by the
+    verdict protocol (`change_judgement`)."""
+    path_then = results / chapter / f"ceiling.csv@{rev}"
+    seeds_then = per_seed(pd.read_csv(io.StringIO(committed_text(results, rev, f"{chapter}/ceiling.csv"))), path_then)
+    seeds_now = per_seed(now, results / chapter / "ceiling.csv")
+    then, today = summarise(seeds_then, path_then), summarise(seeds_now, results / chapter / "ceiling.csv")
+    before, after = then["percent"].idxmax(), today["percent"].idxmax()
+    b, a = then.loc[before], today.loc[after]
     gap = float(a["percent"] - b["percent"])
     where = "at or above it" if gap >= 0 else f"below it by {-gap:.1f} pp"
+    j = change_judgement(seeds_then[seeds_then["model"] == before], seeds_now[seeds_now["model"] == after])
+    judged = f"{j.verdict} ({j.reason})" if j.verdict == "not tested" else \
+        f"{_VERDICT_WORDS[j.verdict]}: now − then {j.effect:+.1f} pp, {j.confidence:.0%} interval " \
+        f"[{j.low:+.1f}, {j.high:+.1f}] over {j.noise} (paired: {j.paired})"
     print(f"against {rev}: best model then {before} {b['percent']:.1f}% (seed std {b['std']:.1f}, {b['seeds']} "
-          f"seeds), now {after} {a['percent']:.1f}% (seed std {a['std']:.1f}, {a['seeds']} seeds): {where}")
-    print(f"best_percent_then={b['percent']:.2f} best_percent_now={a['percent']:.2f} at_or_above={gap >= 0}")
+          f"seeds), now {after} {a['percent']:.1f}% (seed std {a['std']:.1f}, {a['seeds']} seeds): {where}; {judged}")
+    print(f"best_percent_then={b['percent']:.2f} best_percent_now={a['percent']:.2f} at_or_above={gap >= 0} "
+          f"below_beyond_noise={j.verdict == 'did not hold'}")
 
 
 def main(argv: list[str]) -> None:
@@ -103,6 +127,6 @@ def main(argv: list[str]) -> None:
     if not chapters:
         raise SystemExit(f"{results}: no chapter has a ceiling.csv")
     for chapter in chapters:
-        summary = report(chapter, results)
+        table = report(chapter, results)
         if args.against:
-            against(chapter, results, args.against, summary)
+            against(chapter, results, args.against, table)
