@@ -282,7 +282,8 @@ def test_member_outside_the_cache_is_refused(cache_a: dict, tmp_path: Path) -> N
 def test_runs_of_other_code_are_refused(cache_a: dict, tmp_path: Path, monkeypatch) -> None:
     target = tmp_path / "b"
     target.mkdir()
-    monkeypatch.setattr(runlog, "source_fingerprint", lambda: "0" * 64)  # this code's training sources changed
+    monkeypatch.setattr(runlog, "source_fingerprint", lambda: "0" * 64)  # this code's training sources changed,
+    monkeypatch.setattr(runarchive, "method_fingerprint", lambda method: "0" * 64)  # those of every method too
     _unchanged_after_error(target, cache_a["archive"], "trained by other code")
     with pytest.raises(ArchiveError, match="delete it and rerun its notebook"):
         pack("smoke", tmp_path / "x.tar.gz", root=cache_a["root"], cache=cache_a["cache"], echo=lambda _: None)
@@ -325,19 +326,26 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
     runlog.source_fingerprint.cache_clear()
 
 
-def test_a_run_is_of_this_code_when_its_commit_had_these_training_sources(tmp_path: Path, monkeypatch) -> None:
-    """A run records the fingerprint taken under the `NOT_TRAINING` of its day; at a clean commit, its training
-    sources are read back from git under today's rule, so a later change outside them (a chapter, the tuning
-    protocol) leaves the run of this code, and a change inside them does not."""
+def committed_package(tmp_path: Path, files: dict[str, bytes]) -> tuple[Path, str]:
+    """A git repository at `tmp_path` with one commit of an `xmr_core` package of `files` ({package path: bytes})
+    and a `runlog.py`; returns the package folder and the commit."""
     pkg = tmp_path / "xmr_core"
-    (pkg / "chapters").mkdir(parents=True)
-    for rel in ("train.py", "runlog.py", "chapters/pcme.py", "data.json"):
-        (pkg / rel).write_text("x = 1\n")
+    for rel, content in (files | {"runlog.py": b"x = 1\n"}).items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_bytes(content)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "one"], check=True)
     commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    return pkg, commit
+
+
+def test_a_run_is_of_this_code_when_its_commit_had_these_training_sources(tmp_path: Path, monkeypatch) -> None:
+    """A run records the fingerprint taken under the `NOT_TRAINING` of its day; at a clean commit, its training
+    sources are read back from git under today's rule, so a later change outside them (a chapter, the tuning
+    protocol) leaves the run of this code, and a change inside them does not."""
+    pkg, commit = committed_package(tmp_path, {rel: b"x = 1\n" for rel in ("train.py", "chapters/pcme.py", "data.json")})
     monkeypatch.setattr(runlog, "__file__", str(pkg / "runlog.py"))
 
     def problem(commit: str, source: str) -> str:
@@ -417,3 +425,63 @@ def test_committed_archive_checksums_name_the_archive_pack_writes() -> None:
         assert f.stem in PROFILES, f"{f}: not a profile"
         name = runarchive.archive_name(f.stem)
         assert re.fullmatch(rf"[0-9a-f]{{64}}  {re.escape(name)}\n", f.read_text()), f
+
+
+# A run's code identity is its method's training sources: an edit to one method's file leaves the runs of the
+# other methods of this code, an edit to a file they share does not.
+
+SHARED = {"train.py": b"from xmr_core.methods.base import RetrievalModel\n", "losses.py": b"x = 1\n",
+          "methods/__init__.py": b"", "methods/base.py": b"x = 1\n",
+          "methods/registry.py": b"import importlib\nfrom xmr_core.methods.base import RetrievalModel\n"}
+METHODS = {"methods/vse.py": b"from xmr_core.losses import x\n",
+           "methods/hrem.py": b"from xmr_core.methods.vse import HingeSchedule\n",
+           "methods/pcme.py": b"import torch\n",
+           "methods/msrm.py": b"from xmr_core.methods import pcme\n",
+           "methods/hmrn.py": b"from .base import x\n"}
+
+
+def test_a_method_is_computed_by_the_shared_files_and_the_method_files_it_imports() -> None:
+    files = SHARED | METHODS
+    shared = set(SHARED)
+    assert runarchive.method_files("vse", files) == shared | {"methods/vse.py"}
+    assert runarchive.method_files("hrem", files) == shared | {"methods/hrem.py", "methods/vse.py"}  # imports VSE's
+    assert runarchive.method_files("msrm", files) == shared | {"methods/msrm.py", "methods/pcme.py"}  # `from package import`
+    assert runarchive.method_files("hmrn", files) == shared | {"methods/hmrn.py"}  # a relative import of a shared file
+    # a shared file that imports a method file makes it part of every method's code
+    with_eval = files | {"evaluate.py": b"from xmr_core.methods.hmrn import rounds\n"}
+    assert runarchive.method_files("vse", with_eval) == shared | {"evaluate.py", "methods/vse.py", "methods/hmrn.py"}
+    with pytest.raises(KeyError, match="methods/gpo.py is not among the training sources"):
+        runarchive.method_files("gpo", files)
+
+
+def _clear_fingerprints() -> None:
+    for cached in (runlog.source_fingerprint, runlog.source_fingerprint_at, runarchive._files_here,
+                   runarchive._files_at, runarchive.method_fingerprint, runarchive.method_fingerprint_at):
+        cached.cache_clear()
+
+
+def test_a_run_is_of_this_code_while_its_methods_training_sources_are(tmp_path: Path, monkeypatch) -> None:
+    pkg, commit = committed_package(tmp_path, SHARED | METHODS)
+    monkeypatch.setattr(runlog, "__file__", str(pkg / "runlog.py"))
+
+    def problem(method: str, at: str, source: str) -> str:
+        _clear_fingerprints()
+        return runarchive.code_problem(method, at, source)
+
+    _clear_fingerprints()
+    recorded = runlog.source_fingerprint()  # what runs trained at `commit` record
+    assert problem("vse", commit, recorded) == problem("hrem", commit, recorded) == ""
+    (pkg / "methods" / "hrem.py").write_bytes(METHODS["methods/hrem.py"] + b"# faster\n")  # one method's file
+    assert problem("vse", commit, recorded) == problem("pcme", commit, recorded) == ""
+    assert "hrem's training sources at commit" in problem("hrem", commit, recorded)
+    # trained at a dirty tree of `commit`: of this code only when the recorded fingerprint is the commit's own
+    assert problem("vse", commit + "+dirty", recorded) == ""
+    assert "other code" in problem("vse", commit + "+dirty", "f" * 64)
+    assert "other code" in problem("vse", "0" * 40, recorded)  # a commit this checkout does not have
+    assert "no training source" in problem("vse", commit, "")
+    (pkg / "methods" / "vse.py").write_bytes(b"x = 2\n")  # a file HREM imports: VSE's and HREM's runs change
+    assert "other code" in problem("vse", commit, recorded) and "other code" in problem("hrem", commit, recorded)
+    assert problem("msrm", commit, recorded) == ""
+    (pkg / "losses.py").write_bytes(b"x = 2\n")  # a shared file: every method's runs change
+    assert all("other code" in problem(m, commit, recorded) for m in ("vse", "pcme", "msrm", "hmrn"))
+    _clear_fingerprints()
