@@ -192,3 +192,36 @@ def test_against_a_page_with_an_unknown_verdict_names_the_file_and_line(
     _git(tmp_path, "commit", "-qm", "odd page")
     with pytest.raises(SystemExit, match=r"demo/claims.md@HEAD:4: a claim row with the verdict 'probably'"):
         bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
+
+
+def test_seeds_to_resolve_projects_a_t_interval_over_seeds() -> None:
+    """By hand, with t(0.975, n-1)/sqrt(n) from a t table: 4.303/1.732 = 2.484 at 3 seeds, 3.182/2 = 1.591 at 4,
+    2.776/2.236 = 1.241 at 5, 2.365/2.828 = 0.836 at 8, 2.306/3 = 0.769 at 9."""
+    # superiority, +1 with 1.5 below it: the interval must shrink under 1/1.5 of today's (2.484 x 0.667 = 1.656)
+    assert bench.seeds_to_resolve("superiority", 1.0, -0.5, 2.5, 3) == (4, "held")
+    # the same effect below the bound, reached from above: 'did not hold'
+    assert bench.seeds_to_resolve("trend", -1.0, -2.5, 0.5, 3) == (4, "did not hold")
+    # non-inferiority, margin 1: -0.5 is 0.5 above the bound -1, reached by 1.5 below: under 1/3 (0.828) -> 9
+    assert bench.seeds_to_resolve("non-inferiority", -0.5, -2.0, 1.0, 3, margin=1.0) == (9, "held")
+    # equivalence, margin 1: +0.2 needs both sides inside ±1; the upper one (0.8 of 1.5 -> 1.325) decides -> 5
+    assert bench.seeds_to_resolve("equivalence", 0.2, -1.3, 1.7, 3, margin=1.0) == (5, "held")
+    # a universal claim is judged on its weakest pair by its `each` kind
+    assert bench.seeds_to_resolve("universal (superiority)", 1.0, -0.5, 2.5, 3) == (4, "held")
+    assert bench.seeds_to_resolve("superiority", 0.0, -1.0, 1.0, 3) == (None, "did not hold")  # on the bound
+    assert bench.seeds_to_resolve("superiority", 1e-4, -1.0, 1.0, 3)[0] is None  # beyond MAX_SEEDS
+
+
+def test_seeds_lists_the_claims_within_noise(tmp_path: Path, demo_chapter: types.ModuleType,
+                                             capsys: pytest.CaptureFixture) -> None:
+    s = (0, 1, 2)
+    ev = {"A": Evidence(s, np.array([50.0, 51.0, 49.0])), "B": Evidence(s, np.array([50.5, 49.0, 50.0]))}
+    judged = [judge(SPECS[0], ev)]  # A - B per seed: -0.5, +2, -1: within noise
+    run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
+    claims.write_judgements(judged, "demo", "train", run)
+    (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
+    bench.main(["demo", "--results", str(tmp_path), "--seeds"])
+    j = judged[0]
+    n, verdict = bench.seeds_to_resolve("superiority", j.effect, j.low, j.high, 3)
+    assert j.verdict == "within noise" and verdict == "held"  # the mean difference is +1/6
+    assert (f"  within noise at 3 seeds: beats {j.effect:+.3g} [{j.low:+.3g}, {j.high:+.3g}] over seeds: {n} seeds "
+            "for 'held' at this effect") in capsys.readouterr().out.splitlines()

@@ -11,6 +11,9 @@ claims than its judgement files as partly migrated.
 Exits non-zero when a chapter is not (or partly) migrated, a declared claim fails the can-fail test, or a verdict rests on
 a non-converged or collapsed run.
 
+`--seeds` also lists, per chapter, each claim judged within noise on seed noise with the seeds a verdict would need
+if its observed effect were the true one (`seeds_to_resolve`): which claims the book's 3 seeds cannot resolve.
+
 `--against REV` also compares each chapter with its results committed at git revision REV (e.g. the commit before a
 retrain): the verdict counts of both claims pages, and every claim judged at both (by key) whose verdict changed,
 with its effect and interval then and now. A page judged by the old rule at REV has no keys: only its counts compare.
@@ -26,10 +29,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from xmr_core.bench._committed import committed_text
-from xmr_core.claims import VERDICTS, ClaimSpec, can_fail
+from xmr_core.claims import CONFIDENCE, VERDICTS, ClaimSpec, can_fail
 from xmr_core.results_diff import committed_files, table_cells
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
@@ -80,6 +85,52 @@ def _judgement(row: pd.Series) -> str:
     if any(pd.isna(row[c]) for c in ("effect", "low", "high")):
         return str(row["verdict"])
     return f"{row['verdict']} {row['effect']:+.3g} [{row['low']:+.3g}, {row['high']:+.3g}]"  # .3g: tiny effects too
+
+
+MAX_SEEDS = 1000  # `seeds_to_resolve` looks no further
+
+
+def _half_width(n_seeds: int) -> float:
+    """The seed level's interval half-width at `n_seeds` seeds, in units of the seeds' std: t(0.975, n-1) / sqrt(n)."""
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, n_seeds - 1) / np.sqrt(n_seeds))
+
+
+def seeds_to_resolve(kind: str, effect: float, low: float, high: float, n_seeds: int, margin: float = 0.0
+                     ) -> tuple[int | None, str]:
+    """(seeds, verdict): how many seeds would turn a "within noise" judgement into `verdict` ("held" or "did not
+    hold", the side its effect is on) if the observed effect were the true one and the interval [low, high] around it
+    shrank like a t interval over seeds, t(0.975, n-1)/sqrt(n); None when even `MAX_SEEDS` would not (an effect on
+    the bound never resolves). `kind` is the judgement's (a universal claim's "universal (each)" judges its weakest
+    pair by `each`); `margin` that of a non-inferiority or equivalence claim. A projection, not a guarantee: the
+    query noise of a seeds × queries interval does not shrink with seeds, so there it is a lower bound."""
+    each = kind.split("(")[-1].rstrip(")").strip()
+    below, above = effect - low, high - effect  # the interval's reach below and above the effect
+    if each == "equivalence":
+        needs = ([(below, effect + margin), (above, margin - effect)] if abs(effect) < margin else
+                 [(below, effect - margin)] if effect > margin else [(above, -margin - effect)])
+        verdict = "held" if abs(effect) < margin else "did not hold"
+    else:
+        bound = -margin if each == "non-inferiority" else 0.0
+        needs = [(below, effect - bound)] if effect > bound else [(above, bound - effect)]
+        verdict = "held" if effect > bound else "did not hold"
+    if any(room <= 0 for _, room in needs):
+        return None, verdict
+    shrink = min(room / reach for reach, room in needs)  # the interval must shrink below this share of today's
+    now = _half_width(n_seeds)
+    return next((n for n in range(n_seeds + 1, MAX_SEEDS + 1) if _half_width(n) < shrink * now), None), verdict
+
+
+def unresolved(frame: pd.DataFrame) -> list[str]:
+    """One line per judgement within noise on seed noise (`seeds_to_resolve`), the fewest seeds first."""
+    rows = []
+    for _, r in frame[(frame["verdict"] == "within noise") & frame["noise"].str.contains("seeds")].iterrows():
+        margin = 0.0 if pd.isna(r["margin"]) else float(r["margin"])
+        n, verdict = seeds_to_resolve(str(r["kind"]), r["effect"], r["low"], r["high"], int(r["n seeds"]), margin)
+        seeds = f"{'at least ' if 'queries' in str(r['noise']) else ''}{n}" if n else f"more than {MAX_SEEDS}"
+        line = (f"  within noise at {int(r['n seeds'])} seeds: {r['key']} {r['effect']:+.3g} [{r['low']:+.3g}, "
+                f"{r['high']:+.3g}] over {r['noise']}: {seeds} seeds for '{verdict}' at this effect")
+        rows.append((n or MAX_SEEDS + 1, line))
+    return [line for _, line in sorted(rows, key=lambda row: row[0])]
 
 
 def against(chapter: str, results: Path, rev: str) -> tuple[list[str], int]:
@@ -159,6 +210,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--results", default="results")
     parser.add_argument("--against", metavar="REV", help="also compare each chapter's verdicts with those committed "
                         "at git revision REV")
+    parser.add_argument("--seeds", action="store_true", help="also list the claims within noise on seed noise with "
+                        "the seeds a verdict would need at their observed effect")
     args = parser.parse_args(argv)
     root = Path(args.results)
     chapters = args.chapters or sorted(p.parent.name for p in root.glob("*/claims.md"))
@@ -169,6 +222,8 @@ def main(argv: list[str]) -> None:
     changed = 0
     for chapter in chapters:
         lines, failed, figures = chapter_report(chapter, root / chapter)
+        if args.seeds:
+            lines += unresolved(judged(root / chapter))
         if args.against:
             compared, n_changed = against(chapter, root, args.against)
             lines, changed = lines + compared, changed + n_changed
