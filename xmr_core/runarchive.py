@@ -51,7 +51,7 @@ import subprocess
 import tarfile
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -189,9 +189,11 @@ def method_files(method: str, files: Mapping[str, bytes]) -> set[str]:
     return chosen
 
 
-def _fingerprint(method: str, files: Mapping[str, bytes]) -> str:
+def _fingerprint(files: Mapping[str, bytes], rels: Iterable[str]) -> str:
+    """`sources.fingerprint_contents` of the package paths `rels` among `files` (all of them: runlog's training
+    source fingerprint; `method_files`: a method's)."""
     return sources.fingerprint_contents((PurePosixPath(sources.PACKAGE, rel), lambda rel=rel: files[rel])
-                                        for rel in method_files(method, files))
+                                        for rel in rels)
 
 
 def _package_root() -> Path:
@@ -229,7 +231,8 @@ def _files_at(commit: str) -> dict[str, bytes] | None:
 @functools.cache
 def method_fingerprint(method: str) -> str:
     """The fingerprint of `method`'s training sources in this checkout (`method_files`)."""
-    return _fingerprint(method, _files_here())
+    files = _files_here()
+    return _fingerprint(files, method_files(method, files))
 
 
 @functools.cache
@@ -238,26 +241,25 @@ def method_fingerprint_at(method: str, commit: str) -> str | None:
     not available, or the commit has no file for `method`."""
     files = _files_at(commit)
     try:
-        return None if files is None else _fingerprint(method, files)
+        return None if files is None else _fingerprint(files, method_files(method, files))
     except KeyError:
         return None
 
 
 def code_problem(method: str, commit: str | None, source: str | None) -> str:
     """'' when a run of `method` that records `commit` and training `source` was computed by this code, else why
-    not: the whole training source is this code's (`runlog.code_problem`), or the run's commit is clean, or
+    not: the recorded training source is this code's (`runlog.code_problem`), or the run's commit is clean, or
     `+dirty` with the commit's own training source recorded, and `method`'s training sources there are this
-    code's (`method_fingerprint_at`)."""
-    whole = runlog.code_problem(commit, source)
-    if not whole or not source or not commit:
-        return whole
+    code's (`method_fingerprint_at`). Each commit's sources are read from git once (`_files_at`)."""
+    if not source or not commit or source == runlog.source_fingerprint():
+        return runlog.code_problem(commit, source)  # no git read on these paths
     base = commit.removesuffix("+dirty")
-    if base != commit and runlog.source_fingerprint_at(base) != source:
-        return whole  # uncommitted changes to the training sources: not in git, so not comparable
+    files = _files_at(base)
     here = method_fingerprint(method)
-    if method_fingerprint_at(method, base) == here:
-        return ""
-    return (f"was trained by other code ({method}'s training sources at commit {base} are not this code's "
+    if files is not None and (base == commit or _fingerprint(files, files) == source) \
+            and method_fingerprint_at(method, base) == here:
+        return ""  # a dirty tree whose recorded fingerprint is its commit's: its changes touched no training source
+    return (f"was trained by other code ({method}'s training sources at commit {commit} are not this code's "
             f"{here[:12]}; training source {source[:12]})")
 
 

@@ -31,8 +31,8 @@ CHAPTER_BASELINES = {"hrem": ("VSE++", "GPO"),  # chapters with baselines of the
                      "hmrn": ("VSE0*", "R-RankFusion", "R-RE", "R-HRE", "Drill-down")}
 COLUMNS = ("model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged")
 ROUND_KS = (1, 5, 10)
-_VERDICT_WORDS = {"held": "above beyond noise", "did not hold": "below beyond noise", "within noise": "within noise"}
 ROUND_COLUMNS = ("model", "seed", "round", "converged", *(f"{p}R@{k}" for k in ROUND_KS for p in ("", "ceiling ")))
+_VERDICT_WORDS = {"held": "above beyond noise", "did not hold": "below beyond noise", "within noise": "within noise"}
 
 
 def per_seed(df: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -59,13 +59,14 @@ def summarise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
         rsum=("rsum", "mean"), ceiling=("ceiling_rsum", "first"), converged=("converged", "all"))
 
 
-def report(chapter: str, results: Path) -> pd.DataFrame:
-    """Print one chapter's per-model shares and its targets; return its ceiling table as read."""
+def report(chapter: str, results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Print one chapter's per-model shares and its targets; return its per-seed rows (`per_seed`) and their
+    summary (`summarise`)."""
     path = results / chapter / "ceiling.csv"
     if not path.is_file():
         raise SystemExit(f"{path}: not found; run `xmr book run {chapter}` first")
-    table = pd.read_csv(path)
-    summary = summarise(table, path)
+    seeds = per_seed(pd.read_csv(path), path)
+    summary = summarise(seeds, path)
     print(f"{chapter}:")
     print(summary.round(2).to_string())
     baselines = summary[summary.index.isin(CHAPTER_BASELINES.get(chapter, BASELINES))]
@@ -76,7 +77,7 @@ def report(chapter: str, results: Path) -> pd.DataFrame:
           f"{summary['percent'].idxmax()} {best:.1f}%")
     print(f"best_baseline_percent={best_baseline:.2f} lowest_percent={worst:.2f} "
           f"best_percent={best:.2f} all_converged={bool(summary['converged'].all())}")
-    return table
+    return seeds, summary
 
 
 def change_judgement(then: pd.DataFrame, now: pd.DataFrame) -> Judgement:
@@ -91,14 +92,13 @@ def change_judgement(then: pd.DataFrame, now: pd.DataFrame) -> Judgement:
     return judge(spec, evidence)
 
 
-def against(chapter: str, results: Path, rev: str, now: pd.DataFrame) -> None:
+def against(chapter: str, results: Path, rev: str, seeds_now: pd.DataFrame, today: pd.DataFrame) -> None:
     """Print the chapter's best model at git revision `rev` (its committed `ceiling.csv`) beside today's best
-    (`now`, the chapter's `ceiling.csv` as read), whether today's is at or above it, and the change judged by the
-    verdict protocol (`change_judgement`)."""
+    (`seeds_now`, `today`: `report`'s per-seed rows and summary), whether today's is at or above it, and the change
+    judged by the verdict protocol (`change_judgement`)."""
     path_then = results / chapter / f"ceiling.csv@{rev}"
     seeds_then = per_seed(pd.read_csv(io.StringIO(committed_text(results, rev, f"{chapter}/ceiling.csv"))), path_then)
-    seeds_now = per_seed(now, results / chapter / "ceiling.csv")
-    then, today = summarise(seeds_then, path_then), summarise(seeds_now, results / chapter / "ceiling.csv")
+    then = summarise(seeds_then, path_then)
     before, after = then["percent"].idxmax(), today["percent"].idxmax()
     b, a = then.loc[before], today.loc[after]
     gap = float(a["percent"] - b["percent"])
@@ -127,6 +127,6 @@ def main(argv: list[str]) -> None:
     if not chapters:
         raise SystemExit(f"{results}: no chapter has a ceiling.csv")
     for chapter in chapters:
-        table = report(chapter, results)
+        seeds, summary = report(chapter, results)
         if args.against:
-            against(chapter, results, args.against, table)
+            against(chapter, results, args.against, seeds, summary)

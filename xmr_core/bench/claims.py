@@ -90,9 +90,10 @@ def _judgement(row: pd.Series) -> str:
 MAX_SEEDS = 1000  # `seeds_to_resolve` looks no further
 
 
-def _half_width(n_seeds: int) -> float:
-    """The seed level's interval half-width at `n_seeds` seeds, in units of the seeds' std: t(0.975, n-1) / sqrt(n)."""
-    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, n_seeds - 1) / np.sqrt(n_seeds))
+def _half_width(n_seeds: np.ndarray) -> np.ndarray:
+    """The seed level's interval half-width at each of `n_seeds` seeds, in units of the seeds' std:
+    t(0.975, n-1) / sqrt(n)."""
+    return stats.t.ppf(0.5 + CONFIDENCE / 2, n_seeds - 1) / np.sqrt(n_seeds)
 
 
 def seeds_to_resolve(kind: str, effect: float, low: float, high: float, n_seeds: int, margin: float = 0.0
@@ -116,8 +117,9 @@ def seeds_to_resolve(kind: str, effect: float, low: float, high: float, n_seeds:
     if any(room <= 0 for _, room in needs):
         return None, verdict
     shrink = min(room / reach for reach, room in needs)  # the interval must shrink below this share of today's
-    now = _half_width(n_seeds)
-    return next((n for n in range(n_seeds + 1, MAX_SEEDS + 1) if _half_width(n) < shrink * now), None), verdict
+    more = np.arange(n_seeds + 1, MAX_SEEDS + 1)
+    enough = more[_half_width(more) < shrink * _half_width(np.array(n_seeds))]
+    return (int(enough[0]) if len(enough) else None), verdict
 
 
 def unresolved(frame: pd.DataFrame) -> list[str]:
@@ -160,8 +162,8 @@ def against(chapter: str, results: Path, rev: str) -> tuple[list[str], int]:
     return lines, len(changed)
 
 
-def chapter_report(chapter: str, folder: Path) -> tuple[list[str], list[str], dict[str, float]]:
-    """(lines to print, failures, figures) of one chapter."""
+def chapter_report(chapter: str, folder: Path, seeds: bool = False) -> tuple[list[str], list[str], dict[str, float]]:
+    """(lines to print, failures, figures) of one chapter; with `seeds`, its claims within noise too (`unresolved`)."""
     specs = declared(chapter)
     page = folder / "claims.md"
     n_page = sum(bool(OLD_ROW.match(line)) for line in page.read_text().splitlines()) if page.is_file() else 0
@@ -200,6 +202,8 @@ def chapter_report(chapter: str, folder: Path) -> tuple[list[str], list[str], di
     for _, r in bad_run.iterrows():
         failures.append(f"{chapter}: claim {r['key']!r} is {r['verdict']!r} on a run that did not converge "
                         f"({r['unconverged']}) or collapsed ({r['collapsed']})")
+    if seeds:
+        lines += unresolved(frame)
     return lines, failures, {"claims": len(specs), "migrated": 1, "judged": len(frame), "paired": paired,
                              "median_width": median}
 
@@ -221,9 +225,7 @@ def main(argv: list[str]) -> None:
     totals = {"claims": 0, "migrated": 0, "judged": 0, "paired": 0}
     changed = 0
     for chapter in chapters:
-        lines, failed, figures = chapter_report(chapter, root / chapter)
-        if args.seeds:
-            lines += unresolved(judged(root / chapter))
+        lines, failed, figures = chapter_report(chapter, root / chapter, seeds=args.seeds)
         if args.against:
             compared, n_changed = against(chapter, root, args.against)
             lines, changed = lines + compared, changed + n_changed
