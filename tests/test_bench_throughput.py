@@ -66,3 +66,18 @@ def test_copies_are_seeds_side_by_side(tmp_path, monkeypatch):
     _, outcomes = run_mode("new-jobs", ["pcme", "hrem"], 1, 2, tmp_path, copies=2)
     assert [(o.spec.chapter, o.spec.seed) for o in outcomes] == [("pcme", 0), ("pcme", 1), ("hrem", 0), ("hrem", 1)]
     assert {o.spec.threads for o in outcomes} == {1}
+
+
+@pytest.mark.slow
+def test_every_chapter_that_trains_has_its_representative_run():
+    """One representative run for each chapter that trains (the issue: 'one representative run of each chapter'),
+    each built as its chapter builds it: the method the label names, the chapter's data."""
+    from xmr_core.bench.throughput import LABELS, REPRESENTATIVE, build_run
+
+    expected = {"pcme": "vse", "msrm": "msrm", "hrem": "hrem", "dvse": "dvse", "hmrn": "hmrn"}
+    assert set(REPRESENTATIVE) == set(LABELS) == set(expected)
+    for chapter in REPRESENTATIVE:
+        model, train, val, cfg, _ = build_run(RunSpec(chapter, epochs=1, profile="smoke"))
+        assert model.name == expected[chapter], chapter
+        assert (cfg.epochs, cfg.threads, cfg.lr) == (1, 1, 1e-3)
+        assert train.n_images > 0 and val.n_images > 0

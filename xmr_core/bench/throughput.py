@@ -1,9 +1,11 @@
 """`python -m xmr_core.bench throughput`: runs per hour of one representative cpu run of each chapter, side by side.
 
-The representative runs (`REPRESENTATIVE`), built the way the chapters build them on the cpu profile's data
-(`build_run`): VSE0 on the frozen trunk's grid features (the PCME chapter, `compared.BASELINES`), HREM fusion on
-region features (`compared.hrem_compared`) and HMRN I-T on the multi-query sets (`hmrn.compared`, the chapter's
-batch 32), each at the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no patience, no extension),
+The representative runs (`REPRESENTATIVE`, one for each chapter that trains), built the way the chapters build
+them on the cpu profile's data (`build_run`): VSE0 on the frozen trunk's grid features (the PCME chapter,
+`compared.BASELINES`), MSRM and DVSE (K = 6) on the same grid features (`compared.MSRM_COMPARED`,
+`compared.DVSE_COMPARED`, each at its paper default: gamma 0.8, margin 0.2), HREM fusion on region features
+(`compared.hrem_compared`) and HMRN I-T on the multi-query sets (`hmrn.compared`, the chapter's batch 32), each at
+the cpu recipe's lr 1e-3 for `--epochs` epochs (default 2, no patience, no extension),
 `--copies` K seeds each (default 2: seeds 0 and 1, a chapter's seeds side by side, as the book's plan batches one
 method's settings and seeds), each in its own fresh run directory. With one run per chapter, two workers spend most
 of the wall time with one waiting on HREM's run (the longest) and nothing left to take: they measure the imbalance
@@ -50,9 +52,10 @@ import torch
 
 from xmr_core.data import datasets
 
-Chapter = Literal["pcme", "hrem", "hmrn"]
-REPRESENTATIVE: tuple[Chapter, ...] = ("pcme", "hrem", "hmrn")
-LABELS = {"pcme": "PCME ch.: VSE0, grid", "hrem": "HREM fusion, regions", "hmrn": "HMRN I-T, query sets"}
+Chapter = Literal["pcme", "msrm", "hrem", "dvse", "hmrn"]
+REPRESENTATIVE: tuple[Chapter, ...] = ("pcme", "msrm", "hrem", "dvse", "hmrn")
+LABELS = {"pcme": "PCME ch.: VSE0, grid", "msrm": "MSRM, grid", "hrem": "HREM fusion, regions",
+          "dvse": "DVSE K=6, grid", "hmrn": "HMRN I-T, query sets"}
 LR = 1e-3  # the cpu recipe's learning rate (the tuning protocol's default)
 MODES = ("old-serial", "new-serial", "old-jobs", "new-jobs")
 
@@ -85,17 +88,17 @@ def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
     from xmr_core.chapters import hmrn
     from xmr_core.config import RunConfig
     from xmr_core.data.load import load_corpus
-    from xmr_core.experiment.compared import BASELINES, hrem_compared
+    from xmr_core.experiment.compared import BASELINES, DVSE_COMPARED, MSRM_COMPARED, hrem_compared
     from xmr_core.experiment.protocols import chapter_setup, hrem_setup
     from xmr_core.experiment.training import train_config
 
     run = RunConfig(profile=spec.profile, progress=False, device="cpu")
     overrides: dict[str, object] = {"epochs": spec.epochs, "patience": 0, "extend_epochs": 0, "device": "cpu",
                                     "progress": False, "threads": spec.threads}
-    if spec.chapter == "pcme":
+    if spec.chapter in ("pcme", "msrm", "dvse"):
         _, _, data, enc = chapter_setup(run)
-        compared = BASELINES["VSE0"]
-        weight = 0.2
+        compared = {"pcme": BASELINES["VSE0"], "msrm": MSRM_COMPARED, "dvse": DVSE_COMPARED}[spec.chapter]
+        weight = compared.weight.default
     elif spec.chapter == "hrem":
         _, data, enc = hrem_setup(run)
         compared = hrem_compared(run.profile)["HREM fusion"]
