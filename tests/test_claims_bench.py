@@ -225,3 +225,34 @@ def test_seeds_lists_the_claims_within_noise(tmp_path: Path, demo_chapter: types
     assert j.verdict == "within noise" and verdict == "held"  # the mean difference is +1/6
     assert (f"  within noise at 3 seeds: beats {j.effect:+.3g} [{j.low:+.3g}, {j.high:+.3g}] over seeds: {n} seeds "
             "for 'held' at this effect") in capsys.readouterr().out.splitlines()
+
+
+def test_central_claims_get_the_seed_cap_when_it_would_resolve_one(tmp_path: Path, demo_chapter: types.ModuleType,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """The rule for more seeds: train.py's claims are central; one within noise that `SEED_CAP` seeds would resolve
+    at its effect (seeds_to_resolve, checked above by its own test) gives train.py `SEED_CAP` seeds; one that would
+    need more is named and changes nothing; ablate.py's claims never count."""
+    s = (0, 1, 2)
+    near = {"A": Evidence(s, np.array([50.0, 51.0, 49.0])), "B": Evidence(s, np.array([50.5, 49.0, 50.0])),
+            "C": Evidence(s, np.array([51.0, 49.5, 50.5]))}  # A - B per seed: -0.5, +2, -1 (needs many seeds)
+    wide = {"A": Evidence(s, np.array([51.5, 52.2, 49.5])), "B": Evidence(s, np.array([50.0, 50.2, 49.0]))}
+    run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
+    beats_wide, beats_near = judge(SPECS[0], wide), judge(SPECS[0], near)  # wide: A - B per seed +1.5, +2, +0.5
+    need_wide = bench.seeds_to_resolve("superiority", beats_wide.effect, beats_wide.low, beats_wide.high, 3)[0]
+    need_near = bench.seeds_to_resolve("superiority", beats_near.effect, beats_near.low, beats_near.high, 3)[0]
+    assert beats_wide.verdict == beats_near.verdict == "within noise"
+    assert 3 < need_wide <= bench.SEED_CAP < need_near  # the two cases the rule tells apart
+    claims.write_judgements([beats_near], "demo", "train", run)
+    claims.write_judgements([beats_wide], "demo", "ablate", run)  # not central: changes nothing
+    frame = bench.judged(tmp_path / "demo")
+    assert list(frame["notebook"]) == ["ablate", "train"]
+    assert bench.central_seeds(frame) == (3, [], ["beats"])
+    rises = judge(SPECS[1], near)
+    assert rises.verdict == "within noise"
+    assert bench.seeds_to_resolve("trend", rises.effect, rises.low, rises.high, 3)[0] > bench.SEED_CAP
+    claims.write_judgements([beats_wide, rises], "demo", "train", run)
+    assert bench.central_seeds(bench.judged(tmp_path / "demo")) == (bench.SEED_CAP, ["beats"], ["rises"])
+    (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
+    bench.main(["demo", "--results", str(tmp_path), "--seeds"])
+    assert (f"  central claims (train.py): 2 within noise on seed noise; train.py's seeds: {bench.SEED_CAP} (within "
+            f"{bench.SEED_CAP} seeds at their effect: beats; beyond: rises)") in capsys.readouterr().out.splitlines()

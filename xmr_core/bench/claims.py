@@ -12,7 +12,11 @@ Exits non-zero when a chapter is not (or partly) migrated, a declared claim fail
 a non-converged or collapsed run.
 
 `--seeds` also lists, per chapter, each claim judged within noise on seed noise with the seeds a verdict would need
-if its observed effect were the true one (`seeds_to_resolve`): which claims the book's 3 seeds cannot resolve.
+if its observed effect were the true one (`seeds_to_resolve`): which claims the book's 3 seeds cannot resolve. Then
+the rule for more seeds (`central_seeds`): a chapter's central claims are those its train.py judges (the paper's
+main tables); where one is within noise and `SEED_CAP` seeds or fewer would resolve it at its observed effect,
+train.py's compared models get `SEED_CAP` seeds (the projection rests on a 3-seed estimate of the effect, so it
+gets the whole cap, not the bare count); the claims that would need more are named, not chased.
 
 `--against REV` also compares each chapter with its results committed at git revision REV (e.g. the commit before a
 retrain): the verdict counts of both claims pages, and every claim judged at both (by key) whose verdict changed,
@@ -51,8 +55,14 @@ def declared(chapter: str) -> list[ClaimSpec] | None:
 
 
 def judged(folder: Path) -> pd.DataFrame:
-    """Every judgement the chapter's notebooks wrote (`judgements_*.csv`), or an empty frame."""
-    return judgement_frame([p.read_text() for p in sorted(folder.glob("judgements_*.csv"))])
+    """Every judgement the chapter's notebooks wrote (`judgements_*.csv`), or an empty frame; column `notebook`:
+    which wrote it ("train" for judgements_train.csv)."""
+    paths = sorted(folder.glob("judgements_*.csv"))
+    frame = judgement_frame([p.read_text() for p in paths])
+    if frame.empty:
+        return frame
+    rows = [len(pd.read_csv(p, usecols=["key"])) for p in paths]
+    return frame.assign(notebook=np.repeat([p.stem.removeprefix("judgements_") for p in paths], rows))
 
 
 def judgement_frame(tables: Sequence[str]) -> pd.DataFrame:
@@ -88,6 +98,7 @@ def _judgement(row: pd.Series) -> str:
 
 
 MAX_SEEDS = 1000  # `seeds_to_resolve` looks no further
+SEED_CAP = 5  # the most seeds the book trains a chapter's compared models with to resolve its central claims
 
 
 def _half_width(n_seeds: np.ndarray) -> np.ndarray:
@@ -122,17 +133,48 @@ def seeds_to_resolve(kind: str, effect: float, low: float, high: float, n_seeds:
     return (int(enough[0]) if len(enough) else None), verdict
 
 
-def unresolved(frame: pd.DataFrame) -> list[str]:
-    """One line per judgement within noise on seed noise (`seeds_to_resolve`), the fewest seeds first."""
+def _needs(frame: pd.DataFrame) -> list[tuple[pd.Series, int | None, str]]:
+    """(row, seeds, verdict) of every judgement within noise on seed noise (`seeds_to_resolve`), the fewest seeds
+    first (None: more than `MAX_SEEDS`)."""
     rows = []
     for _, r in frame[(frame["verdict"] == "within noise") & frame["noise"].str.contains("seeds")].iterrows():
         margin = 0.0 if pd.isna(r["margin"]) else float(r["margin"])
         n, verdict = seeds_to_resolve(str(r["kind"]), r["effect"], r["low"], r["high"], int(r["n seeds"]), margin)
+        rows.append((r, n, verdict))
+    return sorted(rows, key=lambda row: row[1] or MAX_SEEDS + 1)
+
+
+def unresolved(frame: pd.DataFrame) -> list[str]:
+    """One line per judgement within noise on seed noise (`seeds_to_resolve`), the fewest seeds first."""
+    lines = []
+    for r, n, verdict in _needs(frame):
         seeds = f"{'at least ' if 'queries' in str(r['noise']) else ''}{n}" if n else f"more than {MAX_SEEDS}"
-        line = (f"  within noise at {int(r['n seeds'])} seeds: {r['key']} {r['effect']:+.3g} [{r['low']:+.3g}, "
-                f"{r['high']:+.3g}] over {r['noise']}: {seeds} seeds for '{verdict}' at this effect")
-        rows.append((n or MAX_SEEDS + 1, line))
-    return [line for _, line in sorted(rows, key=lambda row: row[0])]
+        lines.append(f"  within noise at {int(r['n seeds'])} seeds: {r['key']} {r['effect']:+.3g} [{r['low']:+.3g}, "
+                     f"{r['high']:+.3g}] over {r['noise']}: {seeds} seeds for '{verdict}' at this effect")
+    return lines
+
+
+def central_seeds(frame: pd.DataFrame) -> tuple[int, list[str], list[str]]:
+    """(seeds, resolved, beyond) of the chapter's central claims (those train.py judged): the seeds train.py's
+    compared models should have (`SEED_CAP` when a claim within noise would be resolved at its observed effect by
+    that many seeds or fewer, else the most they have), the keys of those claims, and of those that would need more
+    than `SEED_CAP` (a seeds x queries interval's bound counts as what it needs)."""
+    train = frame[frame["notebook"] == "train"]
+    have = int(train["n seeds"].max()) if train["n seeds"].notna().any() else 0
+    needs = _needs(train)
+    resolved = [str(r["key"]) for r, n, _ in needs if n is not None and n <= SEED_CAP]
+    beyond = [str(r["key"]) for r, n, _ in needs if n is None or n > SEED_CAP]
+    return (max(have, SEED_CAP) if resolved else have), resolved, beyond
+
+
+def central_line(frame: pd.DataFrame) -> str:
+    """`central_seeds` in one line (a chapter without a train.py has no central claims)."""
+    if not (frame["notebook"] == "train").any():
+        return "  central claims: none (no train.py judgements)"
+    seeds, resolved, beyond = central_seeds(frame)
+    return (f"  central claims (train.py): {len(resolved) + len(beyond)} within noise on seed noise; train.py's seeds: "
+            f"{seeds} (within {SEED_CAP} seeds at their effect: {', '.join(resolved) or 'none'}; beyond: "
+            f"{', '.join(beyond) or 'none'})")
 
 
 def against(chapter: str, results: Path, rev: str) -> tuple[list[str], int]:
@@ -203,7 +245,7 @@ def chapter_report(chapter: str, folder: Path, seeds: bool = False) -> tuple[lis
         failures.append(f"{chapter}: claim {r['key']!r} is {r['verdict']!r} on a run that did not converge "
                         f"({r['unconverged']}) or collapsed ({r['collapsed']})")
     if seeds:
-        lines += unresolved(frame)
+        lines += unresolved(frame) + [central_line(frame)]
     return lines, failures, {"claims": len(specs), "migrated": 1, "judged": len(frame), "paired": paired,
                              "median_width": median}
 
