@@ -33,7 +33,7 @@ SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = "results"
 PROGRESS = True
-N_SEEDS = 3  # must match train.py, whose PCME / mu-only runs are reused
+N_SEEDS = 3  # the ablations' seeds, train.py's first three: its PCME / mu-only runs are reused
 
 # %%
 import dataclasses

@@ -36,7 +36,7 @@ SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = "results"
 PROGRESS = True
-N_SEEDS = 3  # must match train.py, whose runs are reused
+N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 
 # %%
 from xmr_core.chapters.msrm import (

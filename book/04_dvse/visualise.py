@@ -42,7 +42,7 @@ SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = "results"
 PROGRESS = True
-N_SEEDS = 3  # must match train.py and ablate.py, whose runs are reused
+N_SEEDS = 3  # ablate.py's seeds (train.py's first three): the runs of both are reused
 N_QUERIES = 3  # queries per direction in Figures 11 and 12
 N_HEAT = 4  # images in Figure 10
 
