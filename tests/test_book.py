@@ -228,3 +228,63 @@ def test_the_command_line_exits_non_zero_with_one_line(project: Path) -> None:
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.splitlines() == [
         "xmr book: parameter -p N 'many' is of type str, but 01_demo/train declares N = 1 (of type int)"]
+
+
+TRAIN_WRITES = '''# %% tags=["parameters"]
+PROFILE = "cpu"
+RESULTS_DIR = "results"
+VALUE = 1.0
+
+# %%
+import pandas as pd
+
+from xmr_core.config import RunConfig
+from xmr_core.results import write_table
+
+run = RunConfig.from_params(PROFILE=PROFILE, RESULTS_DIR=RESULTS_DIR, PROGRESS=False)
+write_table(pd.DataFrame({"value": [VALUE]}), "demo/per_seed", run=run)
+'''
+
+VISUALISE_READS = '''# %% tags=["parameters"]
+PROFILE = "cpu"
+RESULTS_DIR = "results"
+
+# %%
+from xmr_core.config import RunConfig
+from xmr_core.results import read_table, write_table
+
+run = RunConfig.from_params(PROFILE=PROFILE, RESULTS_DIR=RESULTS_DIR, PROGRESS=False)
+write_table(read_table("demo/per_seed", run=run) * 2, "demo/doubled", run=run)
+'''
+
+
+@pytest.mark.slow
+def test_a_notebook_reruns_when_a_result_it_read_changed(tmp_path: Path) -> None:
+    """A chapter whose visualise.py reads the table train.py writes (`results.read_table`): after train.py reruns
+    with another value, visualise.py reruns too, though its own inputs are unchanged, and its table follows; when
+    train.py's table comes out as before, visualise.py is skipped. Kernels import the library under test."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='demo'\n")
+    (tmp_path / "xmr_core").mkdir()
+    (tmp_path / "xmr_core" / "results.py").write_text("# stand-in\n")
+    (tmp_path / "book" / "01_demo").mkdir(parents=True)
+    (tmp_path / "book" / "01_demo" / "train.py").write_text(TRAIN_WRITES)
+    (tmp_path / "book" / "01_demo" / "visualise.py").write_text(VISUALISE_READS)
+    results = tmp_path / "results"
+
+    def book_run(**params: object) -> list[str]:
+        summary, _ = run(tmp_path, names=["demo"], profile="cpu", params={"RESULTS_DIR": str(results), **params})
+        assert summary.ok, [o.error for o in summary.outcomes]
+        return [o.status for o in summary.outcomes]
+
+    assert book_run() == ["passed", "passed"]
+    assert book_run() == ["skipped", "skipped"]
+    lines: list[str] = []
+    summary = book.run_book(names=["demo"], profile="cpu", params={"RESULTS_DIR": str(results), "VALUE": 3.0},
+                            root=tmp_path, echo=lines.append)
+    assert [o.status for o in summary.outcomes] == ["passed", "passed"]
+    assert "[run ] 01_demo/visualise ... (results it read changed: results/demo/per_seed.csv)" in lines
+    assert (results / "demo" / "doubled.csv").read_text() == "value\n6.0\n"
+    assert book_run(VALUE=3.0) == ["skipped", "skipped"]
+    (results / "demo" / "per_seed.csv").write_text("value\n5.0\n")  # the table edited by hand
+    assert book_run(VALUE=3.0) == ["skipped", "passed"]
+    assert (results / "demo" / "doubled.csv").read_text() == "value\n10.0\n"

@@ -171,7 +171,8 @@ def test_git_commit_is_dirty_for_changed_sources_but_not_for_changed_results(tmp
     assert results.git_commit(tmp_path) == head + "+dirty"
 
 
-def test_notebook_claims_reads_both_notebooks_and_names_a_missing_one(tmp_path):
+def test_notebook_claims_reads_both_notebooks_and_names_a_missing_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "_READS", {})
     from xmr_core.config import RunConfig
     from xmr_core.results import notebook_claims
 
@@ -183,6 +184,8 @@ def test_notebook_claims_reads_both_notebooks_and_names_a_missing_one(tmp_path):
     assert [(c.claim, c.verdict) for c in claims[:2]] == [("A beats B.", "held"), ("C beats D.", "not tested")]
     assert len(claims) == 3 and claims[2].verdict == "not tested"
     assert "claims_ablate.csv not found: run it first" in claims[2].evidence
+    assert set(results._READS[tmp_path.resolve()]) == {"demo/claims_train.csv", "demo/claims_ablate.csv"}
+    assert results._READS[tmp_path.resolve()]["demo/claims_ablate.csv"] is None  # absent: its appearance counts
 
 
 def test_claims_frame_is_one_row_per_claim_in_order() -> None:
@@ -190,3 +193,27 @@ def test_claims_frame_is_one_row_per_claim_in_order() -> None:
     assert results.claims_frame(claims).to_dict("records") == [
         {"claim": "c", "source": "Sec. 1", "evidence": "e", "verdict": "held"},
         {"claim": "d", "source": "Sec. 2", "evidence": "f", "verdict": "not tested"}]
+
+
+def test_results_written_after_a_read_name_what_was_read(run: RunConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`read_result` / `read_table`: the provenance of every result written after a read into the same folder
+    names the file read and the digest of its bytes (16 hex of sha256; None for a file found absent); results written before the
+    read, or into another folder, name nothing."""
+    import hashlib
+
+    monkeypatch.setattr(results, "_READS", {})
+    upstream = results.write_table(pd.DataFrame({"a": [1.0, 2.0]}), "demo/per_seed", run=run)
+    before = results.write_table(pd.DataFrame({"b": [3.0]}), "demo/before", run=run)
+    assert "reads" not in json.loads(before.with_suffix(".json").read_text())
+    assert results.read_table("demo/per_seed", run=run).equals(pd.DataFrame({"a": [1.0, 2.0]}))
+    assert results.read_result("demo/absent.csv", run=run) is None
+    with pytest.raises(FileNotFoundError, match=r"res/demo/missing\.csv: not found; run the notebook that writes "
+                                                r"demo/missing first"):
+        results.read_table("demo/missing", run=run)
+    after = results.write_table(pd.DataFrame({"c": [4.0]}), "demo/after", run=run)
+    assert json.loads(after.with_suffix(".json").read_text())["reads"] == {
+        "demo/absent.csv": None, "demo/missing.csv": None,
+        "demo/per_seed.csv": hashlib.sha256(upstream.read_bytes()).hexdigest()[:16]}  # sources.digest_bytes
+    elsewhere = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(Path(run.results_dir).parent / "other"))
+    other = results.write_table(pd.DataFrame({"d": [5.0]}), "demo/other", run=elsewhere)
+    assert "reads" not in json.loads(other.with_suffix(".json").read_text())

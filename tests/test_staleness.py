@@ -137,6 +137,33 @@ def test_unknown_commits_dirty_trees_and_missing_notebooks_fail(project: Path, m
     assert code == 1 and out.strip().splitlines()[-1] == "4 results: 1 fresh, 0 stale, 3 unknown"
 
 
+def test_a_result_is_stale_once_a_result_it_read_changes_or_appears(project: Path, monkeypatch, capsys) -> None:
+    """`reads` in a result's provenance (what `results.read_result` recorded: another notebook's file and the
+    digest of the bytes read, None where it was absent): the result is fresh while every such file is as read,
+    and stale, naming the file, once one changes, is removed, or appears where it was absent."""
+    upstream = project / "results" / "demo" / "per_seed.csv"
+    upstream.write_text("a\n1.0\n")
+    head = git(project, "rev-parse", "HEAD")
+    write_result(project, "demo/claims", git_commit=head,
+                 reads={"demo/per_seed.csv": sources.digest_bytes(b"a\n1.0\n"), "demo/later.csv": None})
+    report = staleness.check_results(project / "results", project).by_key()
+    assert report["demo/claims"].verdict.status == "fresh"
+    upstream.write_text("a\n2.0\n")  # train.py reran: its per-seed table changed
+    code, out = check(project, monkeypatch, capsys)
+    assert code == 1 and "changed since: results/demo/per_seed.csv" in out and "demo/claims" in out
+    assert staleness.notebook_reads_changed("book/01_demo/train.py", project / "results", project) == [
+        "results/demo/per_seed.csv"]
+    upstream.write_text("a\n1.0\n")  # as read again
+    assert staleness.check_results(project / "results", project).by_key()["demo/claims"].verdict.status == "fresh"
+    (project / "results" / "demo" / "later.csv").write_text("b\n1\n")  # absent when read, written since
+    verdict = staleness.check_results(project / "results", project).by_key()["demo/claims"].verdict
+    assert verdict == staleness.Verdict("stale", ("results/demo/later.csv",))
+    upstream.unlink()
+    assert staleness.notebook_reads_changed("book/01_demo/train.py", project / "results", project) == [
+        "results/demo/per_seed.csv", "results/demo/later.csv"]
+    assert staleness.notebook_reads_changed("book/01_demo/other.py", project / "results", project) == []
+
+
 def test_modules_imported_by_name_count(tmp_path: Path) -> None:
     """A module the registry imports by name (`importlib`, invisible to `ast`) is among a notebook's sources
     once the notebook reaches the registry; the real package's by-name imports are all declared."""

@@ -9,8 +9,10 @@ and the user's parameters that it declares into its `parameters` cell, executes 
 `book/_build/<profile>/<chapter>/<notebook>.ipynb` (git-ignored; never onto a tracked file), prints one
 status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
 its parameters, the `xmr_core` files it imports: `sources.notebook_sources`, the files `xmr results check`
-judges its results by) are unchanged since its last successful run is skipped unless `force=True` (or
-`jobs`, which changes where runs train, not what they learn). Each execution writes its run log beside the
+judges its results by) are unchanged since its last successful run, and none of the other notebooks' results its
+results were computed from has changed since (`staleness.notebook_reads_changed`: a chapter's claims page after
+its train.py reran), is skipped unless `force=True` (or `jobs`, which changes where runs train, not what they
+learn). Each execution writes its run log beside the
 notebook (`xmr_core.runlog`: the runs it trained or loaded, and their frozen inputs), and its status line
 says how many runs it trained and loaded.
 
@@ -42,6 +44,7 @@ from xmr_core.io import atomic_write_text
 from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
 from xmr_core.runlog import RUN_LOG_ENV, describe, log_path
 from xmr_core.sources import fingerprint, notebook_sources
+from xmr_core.staleness import notebook_reads_changed
 
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
@@ -325,6 +328,8 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
     state_path = root / "book" / "_build" / "state.json"
     state: dict[str, str] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     threads = kernel_threads()
+    results_dir = (params or {}).get("RESULTS_DIR") or runner.get("RESULTS_DIR") or "results"
+    results = Path(results_dir) if Path(results_dir).is_absolute() else root / results_dir
     summary = RunSummary()
     echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {runner | (params or {})}, "
          f"{threads} torch thread(s) a kernel")
@@ -333,11 +338,12 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
         key = f"{profile}:{nb.label}"
         parameters = runner | own[nb.label]
         fingerprint = input_fingerprint(nb, parameters, library_fingerprint(nb, root), threads)
-        if not force and state.get(key) == fingerprint and output.is_file():
+        read = notebook_reads_changed(nb.source.relative_to(root).as_posix(), results, root)
+        if not force and state.get(key) == fingerprint and output.is_file() and not read:
             summary.outcomes.append(Outcome(nb, "skipped", 0.0, output))
             echo(f"[skip] {nb.label}: inputs unchanged since its last successful run ({output})")
             continue
-        echo(f"[run ] {nb.label} ...")
+        echo(f"[run ] {nb.label} ..." + (f" (results it read changed: {', '.join(read)})" if read else ""))
         start = time.time()
         try:
             execute(nb, output, parameters)
@@ -354,7 +360,6 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
             echo(f"[ ok ] {nb.label} in {seconds:.1f} s{describe(log_path(output))} -> {output}")
         atomic_write_text(state_path, json.dumps(state, indent=1, sort_keys=True))
     passed = [o.notebook for o in summary.outcomes if o.status == "passed"]
-    results_dir = (params or {}).get("RESULTS_DIR") or runner.get("RESULTS_DIR") or "results"
     report_against_committed(passed, root, str(results_dir), echo)
     echo(summary.line())
     return summary

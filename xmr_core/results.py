@@ -1,7 +1,9 @@
 """Tables, figures and claims with provenance, written atomically under `results/<chapter>/`.
 
 Every artefact `<key>.{csv,md,png}` gets a `<key>.json` beside it that says what produced it: profile,
-dataset, seed, device, wall time, library version, git commit, notebook. All files of one artefact are
+dataset, seed, device, wall time, library version, git commit, notebook, and the results of other notebooks it
+was computed from (`reads`: each file the process read through `read_result` before writing it, with the digest
+of the bytes it read, so a result is stale once such a file changes). All files of one artefact are
 rendered in memory and staged as temp files before any is renamed into place, so a run that fails midway
 never leaves a half-written table. `results/README.md` is regenerated as an index after every write.
 
@@ -28,11 +30,15 @@ import pandas as pd
 from xmr_core.config import RunConfig
 from xmr_core.io import remove_stale_temps, temp_beside
 from xmr_core.plantrace import tracing
+from xmr_core.sources import digest_bytes
 from xmr_core.verdicts import VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (the chapters import them from here)
 
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
 PARAMETERS_ENV = "XMR_PARAMETERS"  # set by the runner to the parameters it injected (JSON)
 PAPER_VALUES_DIR = Path(__file__).parent / "paper_values"
+# the results this process has read (`read_result`), per results folder: key -> digest of the bytes read (None: the
+# file was absent), named in the provenance of every result written after into the same folder
+_READS: dict[Path, dict[str, str | None]] = {}
 
 
 def project_root() -> Path:
@@ -77,8 +83,6 @@ def _current_cell() -> str | None:
     history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
     if not history:
         return None
-    from xmr_core.sources import digest_bytes
-
     return digest_bytes(history[-1].strip().encode("utf-8"))
 
 
@@ -93,11 +97,34 @@ def _notebook_inputs(notebook: str | None) -> dict[str, Any]:
             **notebook_inputs(project_root() / notebook, project_root()), "cell": _current_cell()}
 
 
+def read_result(key: str, *, run: RunConfig) -> bytes | None:
+    """The bytes of the result file `<results>/<key>` (e.g. "hmrn/per_seed.csv": what another notebook wrote),
+    None when it is absent; either way recorded as read, so every result this process writes after into the same
+    folder names it and the digest of what was read (`reads` in its provenance): `xmr results check` calls that
+    result stale once the file changes (or appears), and `xmr book run` reruns its notebook."""
+    _check_key(key)
+    root = results_root(run)
+    path = root / key
+    data = path.read_bytes() if path.is_file() else None
+    _READS.setdefault(root.resolve(), {})[key] = None if data is None else digest_bytes(data)
+    return data
+
+
+def read_table(key: str, *, run: RunConfig) -> pd.DataFrame:
+    """The table `<results>/<key>.csv` another notebook wrote, read through `read_result` (so recorded as read);
+    absent: FileNotFoundError naming the file."""
+    data = read_result(f"{key}.csv", run=run)
+    if data is None:
+        raise FileNotFoundError(f"{results_root(run) / key}.csv: not found; run the notebook that writes {key} "
+                                "first (`xmr book list` names it)")
+    return pd.read_csv(io.BytesIO(data))
+
+
 def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, Any]:
     """What produced an artefact: the run's settings, the commit, the versions and torch thread count it was
     computed with (the thread count moves the last bits of scores), and what the notebook computed it from (its
-    injected parameters, its code cells' digest, the digest of each `xmr_core` file it imports, and the digest of
-    the cell that wrote it)."""
+    injected parameters, its code cells' digest, the digest of each `xmr_core` file it imports, the digest of
+    the cell that wrote it, and the results read before it, `read_result`)."""
     import numpy
     import torch
 
@@ -123,6 +150,7 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
         **_notebook_inputs(notebook),
+        **({"reads": dict(sorted(reads.items()))} if (reads := _READS.get(results_root(run).resolve())) else {}),
     }
 
 
@@ -268,15 +296,16 @@ class Claim:
 
 def notebook_claims(run: RunConfig, chapter: str) -> list[Claim]:
     """The claims a chapter's train.py and ablate.py wrote (`<results>/<chapter>/claims_train.csv`,
-    `claims_ablate.csv`), for its claims page; a notebook not run yet gives one "not tested" line saying so."""
+    `claims_ablate.csv`, read through `read_result`), for its claims page; a notebook not run yet gives one "not
+    tested" line saying so."""
     claims = []
     for part in ("claims_train", "claims_ablate"):
-        path = results_root(run) / chapter / f"{part}.csv"
-        if path.is_file():
+        data = read_result(f"{chapter}/{part}.csv", run=run)
+        if data is not None:
             claims += [Claim(r["claim"], r["source"], r["evidence"], r["verdict"])
-                       for _, r in pd.read_csv(path).iterrows()]
+                       for _, r in pd.read_csv(io.BytesIO(data)).iterrows()]
         else:
-            claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{path.name} not found: run it first",
+            claims.append(Claim(f"(claims of {part.split('_')[1]}.py)", "-", f"{part}.csv not found: run it first",
                                 "not tested"))
     return claims
 

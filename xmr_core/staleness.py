@@ -1,7 +1,9 @@
 """`xmr results check`: which committed results were computed from inputs that have changed since.
 
-A result's inputs are its notebook's code cells and the `xmr_core` files the notebook imports
-(`xmr_core.sources`). A result whose provenance records their digests (`xmr_core_sources`,
+A result's inputs are its notebook's code cells, the `xmr_core` files the notebook imports
+(`xmr_core.sources`) and the results of other notebooks it read (`reads`, `results.read_result`: each file's
+digest as read, None where it was absent; compared with the file now, `changed_reads`). A result whose
+provenance records their digests (`xmr_core_sources`,
 `notebook_code`) is compared with the working tree directly, with no git needed. An older result records
 only the commit it was written at (`git_commit`); its inputs are then compared, with git, between that
 commit and the working tree. A result is
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xmr_core.sources import code_digest, file_digests, notebook_sources
+from xmr_core.sources import code_digest, digest_bytes, file_digests, notebook_sources
 
 KINDS = {"table", "figure", "text"}
 
@@ -76,6 +78,25 @@ def result_metas(results: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def changed_reads(meta: dict[str, Any], results: Path, root: Path) -> list[str]:
+    """The results `meta`'s notebook read before writing it (`reads`: key under `results` -> digest, None where
+    absent) that differ from what it read: changed, removed or since written; as paths from `root` where under it."""
+    changed = []
+    for key, recorded in (meta.get("reads") or {}).items():
+        path = results / key
+        if (digest_bytes(path.read_bytes()) if path.is_file() else None) != recorded:
+            changed.append(path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path))
+    return changed
+
+
+def notebook_reads_changed(notebook: str, results: Path, root: Path) -> list[str]:
+    """`changed_reads` of every result under `results` that `notebook` (e.g. "book/01_pcme/visualise.py") wrote,
+    distinct, in order: what its last run read that has changed since."""
+    changed = [p for _, meta in result_metas(results) if meta.get("notebook") == notebook
+               for p in changed_reads(meta, results, root)]
+    return list(dict.fromkeys(changed))
+
+
 def git(root: Path, *args: str, text: bool = True) -> subprocess.CompletedProcess:
     """`git ARGS` run in `root`, its output captured (str, or bytes with `text=False`); never raises on failure:
     the caller reads `returncode`."""
@@ -83,10 +104,12 @@ def git(root: Path, *args: str, text: bool = True) -> subprocess.CompletedProces
 
 
 class Checker:
-    """Judges results against the working tree under `root`; one git comparison per notebook and commit."""
+    """Judges results under `results` against the working tree under `root`; one git comparison per notebook
+    and commit."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, results: Path) -> None:
         self.root = root
+        self.results = results
         self._sources: dict[str, list[Path]] = {}
         self._code: dict[str, str] = {}
         self._by_commit: dict[tuple[str, str], Verdict] = {}
@@ -103,6 +126,12 @@ class Checker:
         return self._code[notebook]
 
     def judge(self, meta: dict[str, Any]) -> Verdict:
+        """The verdict on its code and imported sources, stale as well where a result it read has changed."""
+        verdict = self._judge_code(meta)
+        reads = changed_reads(meta, self.results, self.root)
+        return Verdict("stale", (*verdict.changed, *reads)) if reads else verdict
+
+    def _judge_code(self, meta: dict[str, Any]) -> Verdict:
         notebook = meta.get("notebook")
         if not notebook:
             return Verdict("unknown", reason="its provenance names no notebook (not written by `xmr book run`)")
@@ -147,7 +176,7 @@ class Checker:
 
 def check_results(results: Path, root: Path) -> Report:
     """Every result under `results` with its verdict against the working tree under `root`."""
-    checker = Checker(root)
+    checker = Checker(root, results)
     return Report([Result(key, meta, checker.judge(meta)) for key, meta in result_metas(results)])
 
 

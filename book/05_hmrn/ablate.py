@@ -105,7 +105,7 @@ from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.recipes import MINILM_FINETUNED, MINILM_FROZEN, minilm_not_run
-from xmr_core.results import results_root, write_figure, write_table
+from xmr_core.results import read_table, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -120,8 +120,7 @@ corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VA
 data = hmrn_data(corpus, PROFILE)
 enc = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2])
 tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
-per_seed_path = results_root(run) / "hmrn" / "per_seed.csv"
-full = pd.read_csv(per_seed_path)  # run train.py first: its per-seed table
+full = read_table("hmrn/per_seed", run=run)  # train.py's per-seed table (run it first)
 full = full[full["seed"].isin(ablation_seeds)]  # the seeds the ablations share with it: paired by seed
 rounds = rounds_of(data.multi.test)
 label = DATASET
