@@ -21,7 +21,7 @@ import pytest
 import torch
 from fixtures.corpora import word_split
 
-from xmr_core import cli, runarchive, runlog
+from xmr_core import cli, runarchive, runidentity, runlog
 from xmr_core.config import PROFILES
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders import token_cache
@@ -283,7 +283,7 @@ def test_runs_of_other_code_are_refused(cache_a: dict, tmp_path: Path, monkeypat
     target = tmp_path / "b"
     target.mkdir()
     monkeypatch.setattr(runlog, "source_fingerprint", lambda: "0" * 64)  # this code's training sources changed,
-    monkeypatch.setattr(runarchive, "method_fingerprint", lambda method: "0" * 64)  # those of every method too
+    monkeypatch.setattr(runidentity, "method_fingerprint", lambda method: "0" * 64)  # those of every method too
     _unchanged_after_error(target, cache_a["archive"], "trained by other code")
     with pytest.raises(ArchiveError, match="delete it and rerun its notebook"):
         pack("smoke", tmp_path / "x.tar.gz", root=cache_a["root"], cache=cache_a["cache"], echo=lambda _: None)
@@ -307,7 +307,7 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
     (pkg / "bench").mkdir()
     for rel in ("train.py", "methods/vse.py", "book.py", "bench/cold.py", "runlog.py"):
         (pkg / rel).write_text("x = 1\n")
-    monkeypatch.setattr(runlog, "__file__", str(pkg / "runlog.py"))
+    monkeypatch.setattr(runlog, "CHECKOUT", pkg.parent)
 
     def fingerprint() -> str:
         runlog.source_fingerprint.cache_clear()
@@ -346,7 +346,7 @@ def test_a_run_is_of_this_code_when_its_commit_had_these_training_sources(tmp_pa
     sources are read back from git under today's rule, so a later change outside them (a chapter, the tuning
     protocol) leaves the run of this code, and a change inside them does not."""
     pkg, commit = committed_package(tmp_path, {rel: b"x = 1\n" for rel in ("train.py", "chapters/pcme.py", "data.json")})
-    monkeypatch.setattr(runlog, "__file__", str(pkg / "runlog.py"))
+    monkeypatch.setattr(runlog, "CHECKOUT", pkg.parent)
 
     def problem(commit: str, source: str) -> str:
         runlog.source_fingerprint.cache_clear()
@@ -443,30 +443,30 @@ METHODS = {"methods/vse.py": b"from xmr_core.losses import x\n",
 def test_a_method_is_computed_by_the_shared_files_and_the_method_files_it_imports() -> None:
     files = SHARED | METHODS
     shared = set(SHARED)
-    assert runarchive.method_files("vse", files) == shared | {"methods/vse.py"}
-    assert runarchive.method_files("hrem", files) == shared | {"methods/hrem.py", "methods/vse.py"}  # imports VSE's
-    assert runarchive.method_files("msrm", files) == shared | {"methods/msrm.py", "methods/pcme.py"}  # `from package import`
-    assert runarchive.method_files("hmrn", files) == shared | {"methods/hmrn.py"}  # a relative import of a shared file
+    assert runidentity.method_files("vse", files) == shared | {"methods/vse.py"}
+    assert runidentity.method_files("hrem", files) == shared | {"methods/hrem.py", "methods/vse.py"}  # imports VSE's
+    assert runidentity.method_files("msrm", files) == shared | {"methods/msrm.py", "methods/pcme.py"}  # `from package import`
+    assert runidentity.method_files("hmrn", files) == shared | {"methods/hmrn.py"}  # a relative import of a shared file
     # a shared file that imports a method file makes it part of every method's code
     with_eval = files | {"evaluate.py": b"from xmr_core.methods.hmrn import rounds\n"}
-    assert runarchive.method_files("vse", with_eval) == shared | {"evaluate.py", "methods/vse.py", "methods/hmrn.py"}
+    assert runidentity.method_files("vse", with_eval) == shared | {"evaluate.py", "methods/vse.py", "methods/hmrn.py"}
     with pytest.raises(KeyError, match="methods/gpo.py is not among the training sources"):
-        runarchive.method_files("gpo", files)
+        runidentity.method_files("gpo", files)
 
 
 def _clear_fingerprints() -> None:
-    for cached in (runlog.source_fingerprint, runlog.source_fingerprint_at, runarchive._files_here,
-                   runarchive._files_at, runarchive.method_fingerprint, runarchive.method_fingerprint_at):
+    for cached in (runlog.source_fingerprint, runlog.source_fingerprint_at, runidentity._files_here,
+                   runidentity._files_at, runidentity.method_fingerprint, runidentity.method_fingerprint_at):
         cached.cache_clear()
 
 
 def test_a_run_is_of_this_code_while_its_methods_training_sources_are(tmp_path: Path, monkeypatch) -> None:
     pkg, commit = committed_package(tmp_path, SHARED | METHODS)
-    monkeypatch.setattr(runlog, "__file__", str(pkg / "runlog.py"))
+    monkeypatch.setattr(runlog, "CHECKOUT", pkg.parent)
 
     def problem(method: str, at: str, source: str) -> str:
         _clear_fingerprints()
-        return runarchive.code_problem(method, at, source)
+        return runidentity.code_problem(method, at, source)
 
     _clear_fingerprints()
     recorded = runlog.source_fingerprint()  # what runs trained at `commit` record

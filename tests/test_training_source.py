@@ -1,5 +1,5 @@
 """The training sources the cpu book's runs were trained by: an edit to one (`runlog.is_training`) makes the cached
-and archived runs it computes count as "trained by other code" (`runarchive.code_problem`: every run for a shared
+and archived runs it computes count as "trained by other code" (`runidentity.code_problem`: every run for a shared
 file, one method's runs for its own file), which `xmr runs pack` refuses, so such an edit must be a decision (a
 retrain of those runs), never an accident."""
 

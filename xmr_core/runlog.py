@@ -23,7 +23,6 @@ import functools
 import json
 import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -31,6 +30,7 @@ from xmr_core import plantrace, sources
 from xmr_core.io import read_json_lines
 
 RUN_LOG_ENV = "XMR_RUN_LOG"
+CHECKOUT = Path(__file__).resolve().parent.parent  # the checkout this package runs from (its git repository)
 # xmr_core paths (files, or folders ending in "/") that do not change what a run computes: the book runner, reports,
 # the cache, and the experiment layer that only chooses which runs to ask for (the chapters, the compared methods and
 # recipes, the tuning protocol). What a run is asked for enters its key: the method config, the model's initial
@@ -38,7 +38,7 @@ RUN_LOG_ENV = "XMR_RUN_LOG"
 # is the training source.
 NOT_TRAINING = ("book.py", "book_html.py", "book_static.py", "bookplan.py", "cli.py", "results.py", "viz.py",
                 "claims.py", "grounding.py", "verdicts.py", "ceiling.py", "staleness.py", "sources.py", "runlog.py",
-                "runarchive.py", "results_diff.py", "runcache.py", "io.py", "liveness.py", "executors.py",
+                "runarchive.py", "runidentity.py", "results_diff.py", "runcache.py", "io.py", "liveness.py", "executors.py",
                 "plantrace.py", "runplan.py", "runrequest.py", "tuning.py", "chapters/", "experiment/", "bench/",
                 "paper_values/")
 
@@ -53,21 +53,18 @@ def is_training(rel: str) -> bool:
 def source_fingerprint() -> str:
     """`sources.fingerprint` of the training sources of `xmr_core` (`sources.package_files` that `is_training`),
     read once a process."""
-    root = Path(__file__).resolve().parent.parent
-    pkg = root / sources.PACKAGE
-    return sources.fingerprint([p for p in sources.package_files(root) if is_training(p.relative_to(pkg).as_posix())],
-                               root)
+    pkg = CHECKOUT / sources.PACKAGE
+    return sources.fingerprint([p for p in sources.package_files(CHECKOUT)
+                                if is_training(p.relative_to(pkg).as_posix())], CHECKOUT)
 
 
 @functools.cache
-def source_fingerprint_at(commit: str) -> str | None:
-    """The training source fingerprint of this checkout's git `commit`, under this code's `NOT_TRAINING` (read
-    from git, the working tree untouched); None when git or the commit is not available (e.g. a shallow clone).
-    A run trained at a clean commit is of this code when this equals `source_fingerprint()`, even if it recorded
-    another fingerprint (one taken under an older, wider `NOT_TRAINING`)."""
-    root = Path(__file__).resolve().parent.parent
+def training_blobs_at(commit: str) -> dict[str, str] | None:
+    """{package path: git blob id} of the training sources at this checkout's git `commit`, under this code's
+    `NOT_TRAINING` (listed from git, the working tree untouched); None when git or the commit is not available
+    (e.g. a shallow clone)."""
     try:
-        listing = subprocess.run(["git", "ls-tree", "-r", "-z", commit, "--", sources.PACKAGE], cwd=root,
+        listing = subprocess.run(["git", "ls-tree", "-r", "-z", commit, "--", sources.PACKAGE], cwd=CHECKOUT,
                                  capture_output=True, check=True).stdout.decode()
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -76,13 +73,26 @@ def source_fingerprint_at(commit: str) -> str | None:
         meta, path = entry.split("\t", 1)
         rel = path.removeprefix(f"{sources.PACKAGE}/")
         if meta.split()[1] == "blob" and is_training(rel):
-            blobs[path] = meta.split()[2]
+            blobs[rel] = meta.split()[2]
+    return blobs
 
-    def reader(blob: str) -> Callable[[], bytes]:
-        return lambda: subprocess.run(["git", "cat-file", "blob", blob], cwd=root, capture_output=True,
-                                      check=True).stdout
 
-    return sources.fingerprint_contents((PurePosixPath(path), reader(blob)) for path, blob in blobs.items())
+def read_blob(blob: str) -> bytes:
+    """The bytes of git blob `blob` of this checkout."""
+    return subprocess.run(["git", "cat-file", "blob", blob], cwd=CHECKOUT, capture_output=True, check=True).stdout
+
+
+@functools.cache
+def source_fingerprint_at(commit: str) -> str | None:
+    """The training source fingerprint of this checkout's git `commit`, under this code's `NOT_TRAINING`
+    (`training_blobs_at`); None when git or the commit is not available (e.g. a shallow clone). A run trained at a
+    clean commit is of this code when this equals `source_fingerprint()`, even if it recorded another fingerprint
+    (one taken under an older, wider `NOT_TRAINING`)."""
+    blobs = training_blobs_at(commit)
+    if blobs is None:
+        return None
+    return sources.fingerprint_contents((PurePosixPath(sources.PACKAGE, rel), lambda blob=blob: read_blob(blob))
+                                        for rel, blob in blobs.items())
 
 
 def code_problem(commit: str | None, source: str | None) -> str:

@@ -80,11 +80,14 @@ def _imported_modules(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return found
 
 
-def _parse(path: Path, text: str) -> ast.AST:
+def imports_in(path: PurePath, text: str, module: str, is_package: bool) -> set[str]:
+    """Dotted names of every module the source `text` of `path` (module `module`; a package's `__init__.py` when
+    `is_package`) may import (`_imported_modules`); a file that does not parse is an error naming it and the line."""
     try:
-        return ast.parse(text, filename=str(path))
+        tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise ValueError(f"{path}:{exc.lineno}: cannot parse its imports ({exc.msg})") from None
+    return _imported_modules(tree, module, is_package)
 
 
 _IMPORTS: dict[tuple[Path, str, int, int], set[str]] = {}  # (file, module, mtime_ns, size) -> its imports
@@ -96,7 +99,7 @@ def _imports_of(path: Path, module: str, is_package: bool) -> set[str]:
     stat = path.stat()
     key = (path, module, stat.st_mtime_ns, stat.st_size)
     if key not in _IMPORTS:
-        _IMPORTS[key] = _imported_modules(_parse(path, path.read_text(encoding="utf-8")), module, is_package)
+        _IMPORTS[key] = imports_in(path, path.read_text(encoding="utf-8"), module, is_package)
     return _IMPORTS[key]
 
 
