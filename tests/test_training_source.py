@@ -18,5 +18,6 @@ def test_the_training_sources_are_those_the_cpu_book_was_trained_by() -> None:
     here = runlog.source_fingerprint()
     assert here == BOOK_TRAINING_SOURCE, (
         f"the training sources changed (fingerprint {here[:12]}; the cpu book's runs: {BOOK_TRAINING_SOURCE[:12]}), so "
-        "every trained run now counts as other code for `xmr runs pack`: revert, or list the fix in docs/training.md "
-        "('Waiting for the next retrain') until the book is retrained on it, then update this pin")
+        "the runs of every method these sources compute count as other code for `xmr runs pack` "
+        "(`runidentity.code_problem`): revert, or retrain those runs on the change (docs/training.md, 'The book's runs, "
+        "retrained from an empty cache') and then update this pin")
