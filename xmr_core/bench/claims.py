@@ -57,12 +57,9 @@ def declared(chapter: str) -> list[ClaimSpec] | None:
 def judged(folder: Path) -> pd.DataFrame:
     """Every judgement the chapter's notebooks wrote (`judgements_*.csv`), or an empty frame; column `notebook`:
     which wrote it ("train" for judgements_train.csv)."""
-    paths = sorted(folder.glob("judgements_*.csv"))
-    frame = judgement_frame([p.read_text() for p in paths])
-    if frame.empty:
-        return frame
-    rows = [len(pd.read_csv(p, usecols=["key"])) for p in paths]
-    return frame.assign(notebook=np.repeat([p.stem.removeprefix("judgements_") for p in paths], rows))
+    parts = [judgement_frame([p.read_text()]).assign(notebook=p.stem.removeprefix("judgements_"))
+             for p in sorted(folder.glob("judgements_*.csv"))]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def judgement_frame(tables: Sequence[str]) -> pd.DataFrame:
