@@ -20,8 +20,8 @@
 # the uniformity loss, the local attention branch, and fine-tuning the image trunk (PCME's two phases)
 # instead of keeping it frozen.
 #
-# The PCME and μ-only models are the ones `train.py` tuned and trained (loaded from the run cache, never
-# retrained); each ablation trains one PCME with a single change from the tuned PCME, same seed and
+# The PCME and μ-only models are the ones `train.py` tuned and trained (their settings read from its tuning table,
+# `results/pcme/tuning.csv`; their runs loaded from the run cache, trained only where it lacks them); each ablation trains one PCME with a single change from the tuned PCME, same seed and
 # schedule. Scenes numbers are not CUB numbers: compare orderings and signs.
 
 # %% tags=["parameters"]
@@ -45,12 +45,13 @@ from xmr_core.chapters.pcme import (
     table1_runs,
     tuned_settings,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import encoder_configs
-from xmr_core.experiment.training import tune_methods, tuned_model
+from xmr_core.experiment.training import tuned_model
 from xmr_core.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
@@ -61,8 +62,7 @@ print(f"seeds of the reused PCME / mu-only runs = {seeds}")
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
+tuned = recorded_tuning("pcme/tuning", run)  # the settings train.py chose, read from its tuning table
 print(tuned_settings(tuned))
 
 

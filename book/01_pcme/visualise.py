@@ -19,7 +19,8 @@
 # handful. This notebook draws the paper's Figures 5–8 on scenes, adds σ by caption specificity and a
 # retrieval gallery, and collects every claim checked by the chapter into `results/pcme/claims.md`.
 #
-# The PCME drawn is the seed-`SEED` model trained by `train.py` (loaded from the run cache): nothing is trained here.
+# The PCME drawn is the seed-`SEED` model trained by `train.py` (at the setting its tuning table records, loaded from
+# the run cache): nothing is trained here on the cache train.py trained in.
 # The claims of Figures 5-8 measure the same quantities on train.py's PCME at each of its `N_SEEDS` seeds.
 
 # %% tags=["parameters"]
@@ -59,12 +60,13 @@ from xmr_core.chapters.pcme import (
     stacked_evidence,
     visualise_judgements,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, detect_collapse, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import score_matrix
 from xmr_core.experiment.protocols import chapter_setup
-from xmr_core.experiment.training import train_model, tune_methods
+from xmr_core.experiment.training import train_model
 from xmr_core.methods.pcme import uncertainty
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 from xmr_core.viz import pca_basis
@@ -76,8 +78,7 @@ print(run.describe())
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     device=DEVICE, progress=PROGRESS)  # train.py's tuning runs, loaded from the cache
+tuned = recorded_tuning("pcme/tuning", run)  # the settings train.py chose, read from its tuning table
 pcme, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, SEED)
 test = data.test
 (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(pcme, test, data.vocab, device)

@@ -15,7 +15,8 @@
 # # MSRM 2 — ablations (Tables 4 and 5, Figures 4–7)
 #
 # The paper runs its ablations on CUB with "all classes training" (Sec. 4.4); so do we, starting from the
-# tuned MSRM of `train.py` (loaded from the run cache) and changing one thing at a time:
+# tuned MSRM of `train.py` (its setting read from `results/msrm/tuning.csv`, its runs loaded from the run cache)
+# and changing one thing at a time:
 #
 # - **Table 4**: without L_d (γ = 0), without L_h (no hypergraph), and μ only (no query variance);
 # - **Table 5**: α = 0 (the bipolar incidence of Eq. 9) and a range of α (our Eq. 8 reading: the bandwidth of
@@ -56,11 +57,12 @@ from xmr_core.chapters.msrm import (
     table5_frame,
     zeta_runs,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
-from xmr_core.experiment.training import tune_methods, tuned_model
+from xmr_core.experiment.training import tuned_model
 from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -76,9 +78,7 @@ print(f"seeds = {seeds}; grids = {grids}")
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-# train.py's tuning runs, loaded from the cache
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
+tuned = recorded_tuning("msrm/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 abl_data, abl_protocol = ablation_data(corpus, data)
 base = tuned_model("MSRM", tuned, enc, abl_data.word_vectors, compared=COMPARED).config
 print(f"tuned MSRM: lr {tuned['MSRM'].lr}, gamma {base.gamma}; ablation protocol: {abl_protocol}")

@@ -53,11 +53,11 @@ from xmr_core.chapters.msrm import (
     trained_models,
     visualise_judgements,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
-from xmr_core.experiment.training import tune_methods
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -66,9 +66,7 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-# train.py's tuning runs, loaded from the cache
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
+tuned = recorded_tuning("msrm/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 test = data.test
 models, _ = trained_models(["MSRM", "PCME"], data, tuned, enc, run, SEED)  # train.py's zero-shot models (and whether they converged)
 scores = split_scores(models, test, data.vocab, run.torch_device)  # each model's own (i2t, t2i) scores

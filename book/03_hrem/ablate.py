@@ -14,7 +14,8 @@
 # %% [markdown]
 # # HREM 2 — ablations, sensitivity, special samples and retrieval time (Tables 3–4, Figures 5–7)
 #
-# Starting from `train.py`'s HREM fusion (its tuned learning rate and margin; its runs are loaded from the cache),
+# Starting from `train.py`'s HREM fusion (its tuned learning rate and margin, read from `results/hrem/tuning.csv`;
+# its runs are loaded from the cache),
 # one thing changes at a time (`xmr_core.methods.hrem`'s docstring, item 15, names the config fields):
 #
 # - **Table 3a**: each relation level removed: the visual and textual fragment-level attention, the intra- and
@@ -62,6 +63,7 @@ import matplotlib.pyplot as plt
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     FIG6_GRIDS,
+    MODELS,
     TABLE3_ROWS,
     TABLE4_PERCENTS,
     ablate_judgements,
@@ -77,8 +79,8 @@ from xmr_core.chapters.hrem import (
     table4_runs,
     table4_summary,
     training_runs,
-    tune_methods,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import ceiling_note, dataset_note
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
@@ -96,7 +98,7 @@ training_runs(PROFILE, N_SEEDS)
 # %%
 corpus, data, enc = hrem_setup(run)
 test = data.test
-tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
+tuned = recorded_tuning("hrem/tuning", run, methods=MODELS)  # the settings train.py chose, from its table
 device = run.torch_device
 label = DATASET
 not_f30k = dataset_note(DATASET, "Flickr30K", "compare signs and orderings")

@@ -49,6 +49,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from xmr_core.chapters.hrem import (
+    MODELS,
     association_figure,
     association_stats,
     batch_figure,
@@ -59,9 +60,9 @@ from xmr_core.chapters.hrem import (
     neighbour_count,
     region_matching_figure,
     train_model,
-    tune_methods,
     visualise_judgements,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import hrem_setup
@@ -81,7 +82,7 @@ print(run.describe())
 # %%
 corpus, data, enc = hrem_setup(run)
 test = data.test
-tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
+tuned = recorded_tuning("hrem/tuning", run, methods=MODELS)  # the settings train.py chose, from its table
 device = run.torch_device
 hrem, _ = train_model("HREM fusion", data, tuned, enc, run, SEED)
 rng = np.random.default_rng(SEED)

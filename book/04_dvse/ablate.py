@@ -14,7 +14,8 @@
 # %% [markdown]
 # # DVSE 2 — ablations and sensitivity (Tables V–VI, Figures 7–9)
 #
-# Starting from the tuned DVSE of `train.py` (loaded from the run cache), one thing changes at a time:
+# Starting from the tuned DVSE of `train.py` (its setting read from `results/dvse/tuning.csv`, its runs loaded from
+# the run cache), one thing changes at a time:
 #
 # - **Table V**: the dynamic mask (DM), the variance-aware weights of L_var, the orthogonal loss L_ort and the
 #   sub-embeddings (SE), in the paper's seven combinations (`xmr_core.methods.dvse.TABLE_V`; combination 1 is DVSE);
@@ -60,10 +61,11 @@ from xmr_core.chapters.dvse import (
     table6_runs,
     training_runs,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
-from xmr_core.experiment.training import tune_methods, tuned_model
+from xmr_core.experiment.training import tuned_model
 from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -76,9 +78,7 @@ training_runs(PROFILE, N_SEEDS).query("notebook == 'ablate'")
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-# train.py's tuning runs, loaded from the cache
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
+tuned = recorded_tuning("dvse/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
 print(f"tuned DVSE: lr {tuned['DVSE'].lr}, margin {base.hinge.margin}, K {base.n_embeds}, beta {base.ort_margin}, "
       f"eta {base.eta}")

@@ -30,7 +30,8 @@
 #   (K = 2, the paper's PVSE), without FR as in the paper. Scenes knows which captions hold in which image
 #   (exact relevance): green = the caption holds, red = it does not, "(True)" = the dataset's ground truth.
 #
-# Nothing is trained here: every model is `train.py`'s or `ablate.py`'s, loaded from the run cache. The claims
+# Nothing is trained here: every model is `train.py`'s or `ablate.py`'s (at the settings `train.py` recorded in
+# `results/dvse/tuning.csv`), loaded from the run cache. The claims
 # of the three notebooks are collected into `results/dvse/claims.md`.
 
 # %% tags=["parameters"]
@@ -69,10 +70,11 @@ from xmr_core.chapters.dvse import (
     visualise_judgements,
     write_heat_figures,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
-from xmr_core.experiment.training import tune_methods, tuned_model
+from xmr_core.experiment.training import tuned_model
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -82,9 +84,7 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
-# train.py's tuning runs, loaded from the cache
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
-                     compared=COMPARED, device=DEVICE, progress=PROGRESS)
+tuned = recorded_tuning("dvse/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
 test = data.test
 rng = np.random.default_rng(SEED)

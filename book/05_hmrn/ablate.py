@@ -14,7 +14,8 @@
 # %% [markdown]
 # # HMRN 2 — ablations (Tables 6–10) and sensitivity (Figures 5–8)
 #
-# Every ablation starts from `train.py`'s tuned HMRN I-T or T-I (its learning rate and τ) and changes one thing;
+# Every ablation starts from `train.py`'s tuned HMRN I-T or T-I (its learning rate and τ, read from
+# `results/hmrn/tuning.csv`) and changes one thing;
 # the unchanged models are `train.py`'s runs, loaded from the cache, and its per-seed table
 # (`results/hmrn/per_seed.csv`) gives the full models' rows. All rows are scored on the same test
 # gallery as `train.py`.
@@ -97,10 +98,10 @@ from xmr_core.chapters.hmrn import (
     sweep_settings,
     sweeps,
     table10,
-    tune_models,
     variant_runs,
     write_minilm_tuning,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
@@ -119,7 +120,7 @@ corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VA
                      seed=DATA_SEED)
 data = hmrn_data(corpus, PROFILE)
 enc = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2])
-tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
+tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table
 full = read_table("hmrn/per_seed", run=run)  # train.py's per-seed table (run it first)
 full = full[full["seed"].isin(ablation_seeds)]  # the seeds the ablations share with it: paired by seed
 rounds = rounds_of(data.multi.test)

@@ -57,9 +57,9 @@ from xmr_core.chapters.hmrn import (
     query_attention,
     score_rounds,
     train_variant,
-    tune_models,
     write_galleries,
 )
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
@@ -74,7 +74,7 @@ corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VA
 data = hmrn_data(corpus, PROFILE)
 test, vocab = data.multi.test, data.multi.vocab
 enc = hmrn_encoders(PROFILE, test.regions.shape[2])
-tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)  # train.py's, from the cache
+tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table
 it_model, _ = train_variant(IT, data, tuned, enc, run, SEED)
 ti_model, _ = train_variant(TI, data, tuned, enc, run, SEED)
 scores = ensemble_scores(score_rounds(it_model, test, vocab, run.torch_device),

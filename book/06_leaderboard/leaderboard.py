@@ -59,8 +59,8 @@ from xmr_core.chapters.leaderboard import (
     cross_method_judgements,
     heatmap_figure,
     model_summary,
+    recorded_book,
     score_book,
-    tune_book,
 )
 from xmr_core.chapters.summary import ceiling_frame
 from xmr_core.claims import judgements_frame, render_claims, write_judgements
@@ -77,17 +77,21 @@ print(f"seeds = {seeds}; Fast Re-ranking temperatures tried on validation: {FR_G
 pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 
 # %% [markdown]
-# ## Data (both protocols), the pretrained trunk and each method's tuned setting (the chapters' own, from the cache)
+# ## Data (both protocols), the pretrained trunk and each method's tuned setting
+#
+# Each method's setting is the one its own chapter's `train.py` chose by the book's tuning protocol, read from
+# that chapter's tuning table (`results/<chapter>/tuning.csv`); nothing is tuned again here.
 
 # %%
 book = book_setup(run)
 test = book.grid.test  # the same test split as book.regions.test (checked)
-tuned = tune_book(run, book)
+tuned = recorded_book(run)
 tuning = tuning_frame(tuned)
 write_table(tuning, "leaderboard/tuning", run=run,
-            caption=("Each method's tuning runs on the validation split, its chapter's (loaded from the run cache): "
-                     "every run of the search (by round) and of the schedule check; 'chosen' = the setting and "
-                     "schedule every seed is trained with. FR temperatures are tuned per model in per_seed."))
+            caption=("Each method's tuning runs on the validation split, as its chapter's train.py recorded them "
+                     "(results/<chapter>/tuning.csv): every run of the search (by round) and of the schedule check; "
+                     "'chosen' = the setting and schedule every seed is trained with. FR temperatures are tuned per "
+                     "model in per_seed."))
 print(f"test split: {test.n_images} images, {test.n_captions} captions, views {test.views()}")
 summary = tuning_summary(tuning)
 write_table(summary, "leaderboard/tuning_summary", run=run, caption=f"{SUMMARY_CAPTION} (profile {PROFILE})")

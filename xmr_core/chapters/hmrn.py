@@ -294,8 +294,8 @@ def compared() -> dict[str, Compared]:
 def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_overrides: object
                 ) -> dict[str, TuningResult]:
     """Tune HMRN I-T, T-I, R-RE, R-HRE, Drill-down (on the multi-query splits) and VSE0 (on the queries as captions)
-    by the one protocol, side by side (`tuning.tune_many`; cached runs: free the second time, so `ablate.py` and
-    `visualise.py` call this to read `train.py`'s choices)."""
+    by the one protocol, side by side (`tuning.tune_many`; cached runs: free the second time). `ablate.py` and
+    `visualise.py` read `train.py`'s choices from its tuning table (`chapters.recorded`)."""
     overrides = {**TRAIN_OVERRIDES[check_profile(profile)], **train_overrides}
     multi, single = data.multi, data.single
     return tune_many(

@@ -2,8 +2,9 @@
 every relevance view, with and without Fast Re-ranking, the Bayes ceiling on top, and the claims that should
 hold across methods.
 
-Models. Each chapter's compared models, trained as that chapter trains them (its protocol, its tuned setting,
-the same seeds), so every run is the chapter's own run loaded from the cache: the PCME, MSRM and DVSE models on
+Models. Each chapter's compared models, trained as that chapter trains them (its protocol, the setting its
+train.py chose and recorded in its tuning table, the same seeds), so every run is the chapter's own run, loaded
+from the cache where the chapter trained it: the PCME, MSRM and DVSE models on
 the frozen trunk's grid features under the zero-shot protocol (seen classes), the HREM chapter's models on region
 features under the COCO-style protocol (every class in training; `PROTOCOLS`). All are scored on the same whole
 test split (the same images and captions, checked: `same_test_split`), which holds every relevance view:
@@ -29,7 +30,7 @@ docs/claims.md) on per-query values of the whole test split (`query_values`: eac
 PMRP, images and captions as two strata): every model of a protocol scores the same queries with the same seeds,
 so the sides are paired by seed and by query; a model with and without Fast Re-ranking is one trained model.
 
-The notebook calls, in order: `book_setup`, `tune_book`, `score_book` (every model and seed, `leaderboard_rows`),
+The notebook calls, in order: `book_setup`, `recorded_book`, `score_book` (every model and seed, `leaderboard_rows`),
 `model_summary` (the table), `heatmap_figure` and `cross_method_judgements`.
 """
 
@@ -47,6 +48,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
+from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import ClaimSpec, Evidence, Judgement, instance_collapse, judge, run_evidence
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
@@ -60,23 +62,19 @@ from xmr_core.evaluate import (
     rsum_per_query,
 )
 from xmr_core.experiment.compared import (
-    BASELINES,
-    DVSE_COMPARED,
-    MSRM_COMPARED,
     REGIONS,
     book_compared,
-    hrem_compared,
     model_label,
 )
 from xmr_core.experiment.protocols import ChapterData, chapter_setup, hrem_setup
 from xmr_core.experiment.recipes import region_encoders
-from xmr_core.experiment.training import request_model, train_many, tuning_methods
+from xmr_core.experiment.training import request_model, train_many
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
 from xmr_core.runrequest import RunRequest
 from xmr_core.similarity import FastReranker
 from xmr_core.train import FitResult
-from xmr_core.tuning import TuningResult, tune_many
+from xmr_core.tuning import TuningResult
 from xmr_core.viz import heatmap
 
 # Every compared model of the book's chapters, in book order: (chapter, method, K). A new chapter adds its rows.
@@ -146,17 +144,17 @@ def book_setup(run: RunConfig) -> BookData:
     return BookData(grid, grid_enc, regions, region_enc)
 
 
-def tune_book(run: RunConfig, book: BookData) -> dict[str, TuningResult]:
-    """Every method's tuned setting, tuned as its chapter tunes it (`experiment.training.tuning_methods`, one
-    `tuning.tune_many`): the baselines, MSRM and DVSE on the zero-shot grid data, HREM's chapter's models
-    (`hrem_compared`) on the region data. Cached runs, loaded; trained if missing."""
-    opts = {"device": run.device, "progress": run.progress}
-    grid, regions = book.grid, book.regions
-    return tune_many(
-        tuning_methods(run.profile, book.grid_enc, grid.word_vectors, grid.train, grid.val, grid.vocab, run.seed,
-                       compared={**BASELINES, "MSRM": MSRM_COMPARED, "DVSE": DVSE_COMPARED}, **opts)
-        + tuning_methods(run.profile, book.region_enc, regions.word_vectors, regions.train, regions.val,
-                         regions.vocab, run.seed, compared=hrem_compared(run.profile), **opts))
+def recorded_book(run: RunConfig) -> dict[str, TuningResult]:
+    """Every method of `BOOK_MODELS` at the setting its own chapter's train.py chose, read from that chapter's
+    tuning table (`chapters.recorded.recorded_tuning`: "pcme/tuning" for the baselines, "msrm/tuning" for MSRM,
+    ...; the region DVSE is the DVSE chapter's DVSE), in book order. Nothing is trained to choose them."""
+    methods: dict[str, list[str]] = {}
+    for chapter, name, _ in BOOK_MODELS:
+        name = "DVSE" if name == REGIONS else name
+        if name not in methods.setdefault(chapter, []):
+            methods[chapter].append(name)
+    return {name: tuned for chapter, names in methods.items()
+            for name, tuned in recorded_tuning(f"{chapter}/tuning", run, names).items()}
 
 
 def request_book_model(chapter: str, name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult],
