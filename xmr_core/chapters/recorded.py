@@ -32,14 +32,16 @@ def chosen_settings(frame: pd.DataFrame, source: str, methods: Sequence[str] | N
     """One `TuningResult` per method of the tuning table `frame` (every method in the table's order, or `methods`
     in theirs): its single `chosen` row's lr, weight name and value, and epochs; its rows as dicts. Errors name
     `source` (the table's file) and the method or record: a missing column, a method absent, no chosen row or
-    more than one, a learning rate or weight that is not a positive finite number, epochs below 1."""
+    more than one, a learning rate that is not a positive finite number or a weight not a finite one >= 0, epochs
+    that are not a whole number >= 1."""
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{source}: not a tuning table, columns {missing} missing (has {list(frame.columns)})")
-    names = list(dict.fromkeys(frame["method"])) if methods is None else list(methods)
-    absent = [m for m in names if not (frame["method"] == m).any()]
+    in_table = list(dict.fromkeys(frame["method"]))
+    names = in_table if methods is None else list(methods)
+    absent = [m for m in names if m not in in_table]
     if absent:
-        raise ValueError(f"{source}: no tuning rows for {absent} (the table has {list(dict.fromkeys(frame['method']))})")
+        raise ValueError(f"{source}: no tuning rows for {absent} (the table has {in_table})")
     settings = {}
     for name in names:
         rows = frame[frame["method"] == name]
