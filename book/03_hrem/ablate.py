@@ -209,13 +209,13 @@ fig5_points
 # Declared once (`ABLATE_CLAIMS` in `xmr_core.chapters.hrem`) and judged by the book's verdict protocol
 # (`xmr_core.claims.judge`, `docs/claims.md`): a 95% bootstrap interval of each effect. Table 3 (mean of R@1 and R@5
 # both ways) and Figure 5's rSum use each test query's hits, images and captions as two strata, paired by seed and
-# query; Figure 6's values have the same seeds as the default (Table 3's HREM fusion), paired by seed and query; "K
-# cannot be too large" is K = 10 against K = 15, "τ not close to 0 or 1" is τ = 0.5 against 0.1 and 0.9, and
-# "insensitive within a proper range" is an equivalence of every value of the range with the default within the
-# declared ±10 rSum (`FIG6_MARGIN`: one seed's noise of HREM fusion's rSum, declared before the run). Figure 7 and
-# Table 4 (whose queries are chosen per seed) are per seed, paired by seed; Figure 5's speed compares log10 seconds
-# of SCAN t2i with HREM fusion's + 1 (ten times its time), per seed. Not tested when a compared run did not converge
-# or collapsed, is not trained in this profile, or with one timing.
+# query; Figure 6's values are paired by seed and query with the default; "K cannot be too large" is K = 10 against
+# K = 15, "τ not close to 0 or 1" is τ = 0.5 against 0.1 and 0.9, and "insensitive within a proper range" is an
+# equivalence of every value of the range with the default within the declared margin `FIG6_MARGIN` (one seed's
+# noise of HREM fusion's rSum, its value and derivation in `xmr_core.chapters.hrem`; the judgements table prints
+# it). Figure 7 and Table 4 (whose queries are chosen per seed) are per seed, paired by seed; Figure 5's speed
+# compares log10 seconds of SCAN t2i with HREM fusion's + 1 (ten times its time), per seed. Not tested when a
+# compared run did not converge or collapsed, is not trained in this profile, or with one timing.
 
 # %%
 judged = ablate_judgements(t3, sweeps, curves, t4, t5, query_strata(test), run)
