@@ -207,8 +207,8 @@ def test_results_written_after_a_read_name_what_was_read(run: RunConfig, monkeyp
     assert "reads" not in json.loads(before.with_suffix(".json").read_text())
     assert results.read_table("demo/per_seed", run=run).equals(pd.DataFrame({"a": [1.0, 2.0]}))
     assert results.read_result("demo/absent.csv", run=run) is None
-    with pytest.raises(FileNotFoundError, match=r"res/demo/missing\.csv: not found; run the notebook that writes "
-                                                r"demo/missing first"):
+    with pytest.raises(FileNotFoundError, match=r"res/demo/missing\.csv: not found for profile smoke on scenes; run the "
+                                                r"notebook that writes demo/missing under that profile and data set first"):
         results.read_table("demo/missing", run=run)
     after = results.write_table(pd.DataFrame({"c": [4.0]}), "demo/after", run=run)
     assert json.loads(after.with_suffix(".json").read_text())["reads"] == {

@@ -90,7 +90,7 @@ class RunConfig:
     seed: int = 0  # the training seed (model initialisation, batches, augmentation)
     data_seed: int = 0  # the benchmark's generation seed (scenes and its class split); fixed across training seeds
     device: str = "auto"
-    results_dir: str = "results"
+    results_dir: str = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time, repr=False, compare=False)

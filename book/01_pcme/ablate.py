@@ -31,7 +31,7 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
 PROGRESS = True
 N_SEEDS = 3  # the ablations' seeds, train.py's first three: its PCME / mu-only runs are reused
 

@@ -31,7 +31,7 @@ DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below o
 SEED = 0
 N_SEEDS = 5  # train.py's seeds, whose runs are loaded (smoke uses 1)
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
 PROGRESS = True
 FIG5_CLASSES = 6  # classes drawn in Figure 5 (the paper: 9 CUB classes)
 

@@ -57,7 +57,7 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark; SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
 PROGRESS = True
 N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the rule for the central claims
 # (`python -m xmr_core.bench claims --seeds`: at 3 seeds some of this notebook's claims were within noise where 5

@@ -50,7 +50,7 @@ DATA_ROOT = ""
 DATA_SEED = 0
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
 PROGRESS = True
 N_SEEDS = 3
 
