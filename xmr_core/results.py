@@ -178,6 +178,7 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
         "torch": torch.__version__,
         "numpy": numpy.__version__,
         "torch_threads": torch.get_num_threads(),
+        **({"encoders": run.encoders} if run.encoders else {}),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
         **_notebook_inputs(notebook),

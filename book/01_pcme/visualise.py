@@ -32,6 +32,9 @@ SEED = 0
 N_SEEDS = 5  # train.py's seeds, whose runs are loaded (smoke uses 1)
 DEVICE = "auto"
 RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
+BACKBONE = ""  # paper profile's image trunk: empty = the paper's (ResNet-152 COCO / F30K, ResNet-50 CUB)
+IMAGE_WEIGHTS = ""  # its ImageNet weights: empty = torchvision's file in torch's cache; a path; "none"
+WORD_VECTORS = ""  # the papers' GloVe 300-d file; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 FIG5_CLASSES = 6  # classes drawn in Figure 5 (the paper: 9 CUB classes)
 
@@ -72,7 +75,8 @@ from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims,
 from xmr_core.viz import pca_basis
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
-                            RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            RESULTS_DIR=RESULTS_DIR,
+                            BACKBONE=BACKBONE, IMAGE_WEIGHTS=IMAGE_WEIGHTS, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 print(run.describe())
 
 # %%

@@ -54,6 +54,7 @@ DATA_SEED = 0  # generates the benchmark; SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
+WORD_VECTORS = ""  # the papers' GloVe 300-d file; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 
@@ -89,7 +90,7 @@ from xmr_core.experiment.protocols import hrem_setup
 from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"Table 3 rows: {TABLE3_ROWS[PROFILE]}; Figure 6 grids: {FIG6_GRIDS[PROFILE]}; Table 4 percents: {TABLE4_PERCENTS}")

@@ -38,6 +38,7 @@ DATA_SEED = 0  # generates the benchmark; SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
+WORD_VECTORS = ""  # the papers' GloVe 300-d file; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 BATCH = 8  # pairs in the association graph
 N_HEAT = 4  # captions drawn over their images
@@ -76,7 +77,7 @@ from xmr_core.results import (
 )
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 print(run.describe())
 
 # %%

@@ -42,6 +42,9 @@ DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below o
 SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
+BACKBONE = ""  # paper profile's image trunk: empty = the paper's (ResNet-152 COCO / F30K, ResNet-50 CUB)
+IMAGE_WEIGHTS = ""  # its ImageNet weights: empty = torchvision's file in torch's cache; a path; "none"
+WORD_VECTORS = ""  # the papers' GloVe 300-d file; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 3  # ablate.py's seeds (train.py's first three): the runs of both are reused
 N_QUERIES = 3  # queries per direction in Figures 11 and 12
@@ -78,7 +81,8 @@ from xmr_core.experiment.training import tuned_model
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR,
+                            BACKBONE=BACKBONE, IMAGE_WEIGHTS=IMAGE_WEIGHTS, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 

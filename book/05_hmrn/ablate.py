@@ -51,6 +51,7 @@ DATA_SEED = 0
 SEED = 0
 DEVICE = "auto"
 RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
+WORD_VECTORS = ""  # the papers' GloVe 300-d file; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 3
 
@@ -105,11 +106,12 @@ from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
+from xmr_core.experiment.paper_encoders import chosen_word_vectors
 from xmr_core.experiment.recipes import MINILM_FINETUNED, MINILM_FROZEN, minilm_not_run
 from xmr_core.results import read_table, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 ablation_seeds = run.seeds(ABLATION_SEEDS[PROFILE])
 print(run.describe())
 print(f"Table 6 rows: {TABLE6_ROWS[PROFILE]}; Table 7 rows: {TABLE7_ROWS[PROFILE]}; seeds {ablation_seeds}; "
@@ -118,7 +120,7 @@ print(f"Table 6 rows: {TABLE6_ROWS[PROFILE]}; Table 7 rows: {TABLE7_ROWS[PROFILE
 # %%
 corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VARIANT, progress=PROGRESS,
                      seed=DATA_SEED)
-data = hmrn_data(corpus, PROFILE)
+data = hmrn_data(corpus, PROFILE, chosen_word_vectors(run))
 enc = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2])
 tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table
 full = read_table("hmrn/per_seed", run=run)  # train.py's per-seed table (run it first)

@@ -60,7 +60,9 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
     same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
     """
     if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512
-        image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True) if finetune else \
+        # fine-tuned: the trunk's backbone from the same weights file (its key, with their digest, in the config)
+        image = ImageEncoderConfig(kind="resnet", arch=trunk.meta["arch"], pretrained=trunk.meta["weights"] or False,
+                                   trunk=trunk.key) if finetune else \
             ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
                                trunk=trunk.key)
         return {"embed_dim": 512, "image": image, "text": TextEncoderConfig(hidden=512)}
