@@ -227,6 +227,10 @@ def test_features_written_in_chunks_to_a_memory_mapped_file_match_the_in_memory_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.npy"]  # the partial file renamed, its marker gone
     assert len(lines) == 1 and lines[0].startswith("grid features train: 7 images, 7 to compute on cpu with 0 loader "
                                                    "worker(s): ") and "s an image on the first chunk of 2" in lines[0]
+    # the images decoded by loader worker processes (as on a GPU, `feature_workers`): the same features
+    by_workers = write_grid_features(trunk, split, tmp_path / "w.npy", batch_size=2, workers=2, progress=False,
+                                     echo=lines.append)
+    assert np.array_equal(by_workers, written) and "with 2 loader worker(s)" in lines[1]
 
 
 def test_a_killed_extraction_resumes_at_its_first_missing_chunk(built, tmp_path, monkeypatch) -> None:
