@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from xmr_core import book, results
+from xmr_core import book, book_html, results
 from xmr_core.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,10 @@ def test_an_index_lists_its_own_folder_only(tmp_path: Path) -> None:
     index = (root / "README.md").read_text()
     assert "pcme/per_seed.md" in index and "hrem" not in index and "| paper |" not in index
     assert "hrem/per_seed.md" in (root / "paper" / "coco" / "README.md").read_text()
+    # the HTML book's results page of a profile shows its folder's results only
+    assert [meta["profile"] for _, meta in book_html.result_items(root)] == ["cpu"]
+    assert book_html.results_dir("paper", ROOT, "coco") == ROOT / "results" / "paper" / "coco"
+    assert book_html.results_dir("cpu", ROOT) == ROOT / "results"
 
 
 @pytest.fixture()

@@ -46,10 +46,10 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
-BACKBONE = ""  # paper profile's image trunk: empty = the paper's (ResNet-152 COCO / F30K, ResNet-50 CUB)
-IMAGE_WEIGHTS = ""  # its ImageNet weights: empty = torchvision's file in torch's cache; a path; "none"
-WORD_VECTORS = ""  # the papers' GloVe 300-d file; empty = the packaged GloVe 6B 50-d (named substitute)
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+BACKBONE = ""  # image trunk of the paper profile: empty = as the paper (ResNet-152 COCO / F30K, ResNet-50 CUB)
+IMAGE_WEIGHTS = ""  # its ImageNet weights: empty = the torchvision file in the torch cache; a path; "none"
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the rule for the central claims
 # (`python -m xmr_core.bench claims --seeds`: at 3 seeds some of this notebook's claims were within noise where 5

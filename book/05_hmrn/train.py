@@ -73,8 +73,8 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark; SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
-WORD_VECTORS = ""  # the papers' GloVe 300-d file; empty = the packaged GloVe 6B 50-d (named substitute)
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the rule for the central claims
 # (`python -m xmr_core.bench claims --seeds`: at 3 seeds some of this notebook's claims were within noise where 5

@@ -54,7 +54,8 @@ class EncoderChoice:
             image = f"{self.backbone}, {trunk.meta['source']}"
             if self.backbone != paper or self.weights is None:
                 image += f" (substitute for the paper's {paper or 'backbone'} with ImageNet weights)"
-        return {"image": image, "image (paper)": f"{paper} with ImageNet weights" if paper else "-", **words}
+        papers = f"{paper} with ImageNet weights" if paper else "ImageNet ResNet-152 (COCO, Flickr30K), ResNet-50 (CUB)"
+        return {"image": image, "image (paper)": papers, **words}
 
 
 def encoder_choice(run: RunConfig) -> EncoderChoice:
