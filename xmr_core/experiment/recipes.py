@@ -59,7 +59,8 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
     Default: the frozen pretrained trunk's grid features (`ImageEncoder` kind "grid"). `finetune=True`: the
     same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
     """
-    if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512
+    if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, BiGRU 512 over GloVe 300-d where
+        # WORD_VECTORS names it, else the packaged 50-d (`paper_encoders`: the trunk and word vectors chosen)
         # fine-tuned: the trunk's backbone from the same weights file (its key, with their digest, in the config)
         image = ImageEncoderConfig(kind="resnet", arch=trunk.meta["arch"], pretrained=trunk.meta["weights"] or False,
                                    trunk=trunk.key) if finetune else \
