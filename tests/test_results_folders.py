@@ -101,3 +101,16 @@ def test_a_paper_run_never_changes_the_cpu_results(clone: Path) -> None:
     expected = (f"FileNotFoundError: {clone}/results/paper/coco/hrem/tuning.csv: not found for profile paper on "
                 "coco; run the notebook that writes hrem/tuning under that profile and data set first")
     assert reader.error.startswith(expected) and "\n" not in reader.error
+
+
+@pytest.mark.timeout(600)
+def test_book_plan_keeps_the_failing_notebooks_executed_copy(clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xmr_core import bookplan
+
+    monkeypatch.chdir(clone)  # the project root is the clone's
+    lines: list[str] = []
+    plan = bookplan.plan_book(["99_demo"], profile="paper", params={"DATASET": "coco"}, echo=lines.append)
+    assert [label for label, _ in plan.failed] == ["99_demo/ablate"]
+    kept = clone / "book" / "_build" / "paper" / "plan-failed" / "99_demo" / "ablate.ipynb"
+    assert f"       executed notebook with the traceback: {kept}" in lines
+    assert "FileNotFoundError" in kept.read_text() and "hrem/tuning.csv: not found" in kept.read_text()
