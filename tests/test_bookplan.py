@@ -13,9 +13,9 @@ import pytest
 
 from xmr_core import bookplan, cli
 from xmr_core.book import Notebook, resolve_chapters
-from xmr_core.executors import JOBS_ENV
-from xmr_core.plantrace import PLAN_ENV
-from xmr_core.runlog import read_log
+from xmr_core.runs.executors import JOBS_ENV
+from xmr_core.runs.log import read_log
+from xmr_core.runs.trace import PLAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,8 @@ def _results(root: Path, rows: list[tuple[str, float]]) -> None:
 
 
 def test_the_trace_reads_the_notebook_the_runner_names() -> None:
-    from xmr_core import plantrace, results
+    from xmr_core import results
+    from xmr_core.runs import trace as plantrace
 
     assert plantrace.NOTEBOOK_ENV == results.NOTEBOOK_ENV
 

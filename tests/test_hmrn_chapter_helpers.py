@@ -19,7 +19,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import multi_query_scores
 from xmr_core.methods.hmrn import HMRN, HMRNEnsemble
-from xmr_core.tuning import TuningResult
+from xmr_core.runs.tuning import TuningResult
 
 SPLIT = synthetic_split("test", 6, np.random.default_rng(0))  # image i holds 1 + i % 3 queries
 VOCAB = Vocabulary.build([q for qs in SPLIT.queries for q in qs])

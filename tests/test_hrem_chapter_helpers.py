@@ -88,7 +88,7 @@ from xmr_core.experiment.protocols import hrem_data
 from xmr_core.experiment.recipes import hrem_encoders, minilm_not_run
 from xmr_core.methods.hrem import HREM, AssociationGraph
 from xmr_core.results import paper_values
-from xmr_core.tuning import TuningResult
+from xmr_core.runs.tuning import TuningResult
 
 
 def _tuned(lr: float = 1e-3, margin: float = 0.2) -> dict[str, TuningResult]:

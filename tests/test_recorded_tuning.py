@@ -16,7 +16,7 @@ from fixtures.tuning import LR, FakeTrainer, method
 from xmr_core import results
 from xmr_core.chapters.recorded import chosen_settings, recorded_tuning
 from xmr_core.config import RunConfig
-from xmr_core.tuning import Axis, Search, tune_many, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import Axis, Search, tune_many, tuning_frame, tuning_summary
 
 KL = Axis("KL weight", 1e-3, 10.0, low=1e-5)
 

@@ -14,6 +14,7 @@ import pytest
 
 from xmr_core import results
 from xmr_core.config import RunConfig
+from xmr_core.runs.log import git_commit
 
 
 @pytest.fixture()
@@ -164,11 +165,11 @@ def test_git_commit_is_dirty_for_changed_sources_but_not_for_changed_results(tmp
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True,
                           check=True).stdout.strip()
-    assert results.git_commit(tmp_path) == head
+    assert git_commit(tmp_path) == head
     (tmp_path / "results" / "t.csv").write_text("a\n2\n")  # a run rewrote its own output
-    assert results.git_commit(tmp_path) == head
+    assert git_commit(tmp_path) == head
     (tmp_path / "code.py").write_text("x = 2\n")  # a source changed
-    assert results.git_commit(tmp_path) == head + "+dirty"
+    assert git_commit(tmp_path) == head + "+dirty"
 
 
 def test_notebook_claims_reads_both_notebooks_and_names_a_missing_one(tmp_path, monkeypatch):

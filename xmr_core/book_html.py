@@ -27,8 +27,7 @@ from typing import Any
 
 from xmr_core.book import SMOKE_RESULTS_DIR, Notebook, chapters
 from xmr_core.book_static import provenance_line, stale_note, static_notebook
-from xmr_core.config import check_profile
-from xmr_core.results import project_root
+from xmr_core.config import check_profile, project_root
 from xmr_core.staleness import Verdict, check_results, result_metas
 
 SOURCE_DIR = "_html_src"

@@ -4,7 +4,7 @@ stage, with its cost: `xmr_core.bookplan`), `xmr book run ... --jobs N` (batches
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
 `xmr results check [--results DIR]` (the results whose inputs changed since they were written);
 `xmr runs pack --profile P [-o FILE]`, `xmr runs unpack ARCHIVE`, `xmr runs ls [--profile P]` (the run archive:
-`xmr_core.runarchive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
+`xmr_core.runs.archive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
 results written)."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 def results_check(folder: str) -> int:
     from pathlib import Path
 
-    from xmr_core.results import project_root
+    from xmr_core.config import project_root
     from xmr_core.staleness import check_results, print_report
 
     root = project_root()
@@ -95,7 +95,7 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
     from pathlib import Path, PurePosixPath
 
     from xmr_core import results_diff as diff
-    from xmr_core.results import project_root
+    from xmr_core.config import project_root
 
     root = project_root()
     results = Path(folder) if Path(folder).is_absolute() else root / folder
@@ -116,7 +116,8 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
 
 
 def runs_main(args: argparse.Namespace) -> int:
-    from xmr_core import book, bookplan, runarchive
+    from xmr_core import book, bookplan
+    from xmr_core.runs import archive as runarchive
 
     if args.action == "train":
         if args.jobs < 1:

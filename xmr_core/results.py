@@ -18,7 +18,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -27,9 +26,10 @@ from typing import Any
 
 import pandas as pd
 
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, project_root
 from xmr_core.io import remove_stale_temps, temp_beside
-from xmr_core.plantrace import tracing
+from xmr_core.runs.log import git_commit
+from xmr_core.runs.trace import tracing
 from xmr_core.sources import digest_bytes
 from xmr_core.verdicts import VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (the chapters import them from here)
 
@@ -41,35 +41,10 @@ PAPER_VALUES_DIR = Path(__file__).parent / "paper_values"
 _READS: dict[Path, dict[str, str | None]] = {}
 
 
-def project_root() -> Path:
-    """The checkout this library runs from: the nearest parent of the cwd (or of this package) with
-    `pyproject.toml` and `xmr_core/`."""
-    for start in (Path.cwd(), Path(__file__).resolve().parent):
-        for folder in (start, *start.parents):
-            if (folder / "pyproject.toml").is_file() and (folder / "xmr_core").is_dir():
-                return folder
-    return Path.cwd()
-
-
 def results_root(run: RunConfig) -> Path:
     """`run.results_dir`, relative paths taken from the project root (so a notebook's cwd does not matter)."""
     root = Path(run.results_dir)
     return root if root.is_absolute() else project_root() / root
-
-
-def git_commit(root: Path | None = None) -> str | None:
-    """HEAD's hash with `+dirty` when tracked files outside `results/` differ from it; None outside a git
-    checkout. `results/` is left out because it is this run's output: a run rewriting it is not dirty."""
-    root = root or project_root()
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
-            cwd=root, capture_output=True, text=True, check=False,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _current_cell() -> str | None:

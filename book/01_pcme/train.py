@@ -74,7 +74,7 @@ from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.scoring import TABLE2_COLUMNS
 from xmr_core.experiment.training import chapter_runs, tune_methods
 from xmr_core.results import write_figure, write_table
-from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -114,7 +114,7 @@ split_sizes(data)
 #
 # ### Tuning: one protocol for every method
 #
-# Every method is tuned by the same rule (`xmr_core.tuning`, docs/training.md), judged by validation rSum:
+# Every method is tuned by the same rule (`xmr_core.runs.tuning`, docs/training.md), judged by validation rSum:
 # log-spaced learning rates around the recipe's (step ×2) and values of the method's own main loss weight
 # or margin around its paper's default (margins ×2 up to 2, past which a hinge on cosine scores can no
 # longer vanish; the KL and uniformity weights ×10). The first round trains the default and its four

@@ -67,7 +67,7 @@ from xmr_core.claims import judgements_frame, render_claims, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import query_strata
 from xmr_core.results import write_figure, write_table, write_text
-from xmr_core.tuning import SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
