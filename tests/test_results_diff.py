@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, PngImagePlugin
 
-from xmr_core import book, cli
-from xmr_core.results_diff import compare_committed, compare_trees, differences
+from xmr_core.book import cli
+from xmr_core.book import runner as book
+from xmr_core.book.diff import compare_committed, compare_trees, differences
 
 TABLE = """# pcme/tuning
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 from fixtures.corpora import word_split
 
-from xmr_core import cli
+from xmr_core.book import cli
 from xmr_core.config import PROFILES
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders import token_cache
@@ -307,9 +307,9 @@ def test_conflicting_run_in_the_cache_is_an_error(cache_a: dict, tmp_path: Path)
 
 def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, monkeypatch) -> None:
     pkg = tmp_path / "xmr_core"
-    for folder in ("methods", "bench", "runs"):
+    for folder in ("methods", "bench", "runs", "book"):
         (pkg / folder).mkdir(parents=True)
-    for rel in ("runs/train.py", "methods/vse.py", "book.py", "bench/cold.py", "runs/log.py"):
+    for rel in ("runs/train.py", "methods/vse.py", "book/runner.py", "bench/cold.py", "runs/log.py"):
         (pkg / rel).write_text("x = 1\n")
     monkeypatch.setattr(runlog, "CHECKOUT", pkg.parent)
 
@@ -319,7 +319,7 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
 
     base = fingerprint()
     # the runner, the benchmarks, the tuning protocol and the chapters (which choose runs) change no run
-    for rel in ("book.py", "bench/cold.py", "runs/tuning.py", "chapters/pcme.py"):
+    for rel in ("book/runner.py", "bench/cold.py", "runs/tuning.py", "chapters/pcme.py"):
         (pkg / rel).parent.mkdir(exist_ok=True)
         (pkg / rel).write_text("x = 2\n")
         assert fingerprint() == base

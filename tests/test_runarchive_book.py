@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book, results_diff
+from xmr_core.book import diff as results_diff
+from xmr_core.book import runner as book
 from xmr_core.runs import archive as runarchive
 from xmr_core.runs import log as runlog
 

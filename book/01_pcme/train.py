@@ -52,6 +52,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # %%
 import matplotlib.pyplot as plt
 
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.ceiling import bayes_ceiling, split_ceiling
 from xmr_core.chapters.pcme import (
     CEILING_RSUM,
@@ -67,13 +68,12 @@ from xmr_core.chapters.pcme import (
     write_ceiling,
 )
 from xmr_core.chapters.summary import ceiling_note, dataset_note, seed_summary, with_ceiling_share, with_paper
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.scoring import TABLE2_COLUMNS
 from xmr_core.experiment.training import chapter_runs, tune_methods
-from xmr_core.results import write_figure, write_table
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,

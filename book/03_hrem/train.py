@@ -64,6 +64,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # would resolve them at their observed effect)
 
 # %%
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     MODELS,
@@ -80,13 +81,12 @@ from xmr_core.chapters.hrem import (
     tune_methods,
 )
 from xmr_core.chapters.summary import ceiling_note, dataset_note, write_ceiling_table
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import query_hits, query_strata
 from xmr_core.experiment.compared import MARGIN
 from xmr_core.experiment.protocols import hrem_setup
 from xmr_core.experiment.recipes import minilm_not_run, pcme_train_config
-from xmr_core.results import write_table
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,

@@ -81,6 +81,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 
 # %%
 
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
     ENSEMBLE,
@@ -109,12 +110,11 @@ from xmr_core.chapters.hmrn import (
     write_tables,
 )
 from xmr_core.chapters.summary import dataset_note
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.compared import MARGIN
 from xmr_core.experiment.recipes import pcme_train_config
-from xmr_core.results import write_table
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
 from xmr_core.claims import (
@@ -99,7 +100,6 @@ from xmr_core.grounding import sub_embedding_grounding
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config
 from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats
-from xmr_core.results import write_figure, write_table
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank

@@ -63,6 +63,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
+from xmr_core.book.results import paper_values, write_figure, write_table
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
 from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
@@ -105,7 +106,6 @@ from xmr_core.methods.drilldown import DrillDown, DrillDownConfig
 from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config, text_image_weights
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
-from xmr_core.results import paper_values, write_figure, write_table
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
 from xmr_core.runs.tuning import Axis, TuningResult, tune_many, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, retrieval_gallery, sweep_grid

@@ -47,6 +47,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.book.results import write_table
 from xmr_core.chapters.summary import seed_means, seed_summary, with_paper
 from xmr_core.claims import (
     ClaimSpec,
@@ -78,7 +79,6 @@ from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
 from xmr_core.metrics import ranking_stats
-from xmr_core.results import write_table
 from xmr_core.runs.plan import batched
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
@@ -257,7 +257,7 @@ def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
 
 def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig, caption: str = "",
                          extra: dict[str, object] | None = None) -> None:
-    """`results.write_table`, skipped when there is no table (a protocol or a ceiling this data set lacks)."""
+    """`book.results.write_table`, skipped when there is no table (a protocol or a ceiling this data set lacks)."""
     if table is not None:
         write_table(table, key, run=run, caption=caption, extra=extra)
 

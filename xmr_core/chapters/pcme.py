@@ -36,6 +36,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.book.results import paper_values, write_figure
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import (
     ceiling_share,
@@ -77,7 +78,6 @@ from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
-from xmr_core.results import paper_values, write_figure
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery

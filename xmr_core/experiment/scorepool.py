@@ -2,7 +2,7 @@
 
 A chapter trains a batch of runs on N workers (`XMR_JOBS`, `xmr_core.runs.executors`) and then scores every trained
 model on its test split. In the notebook's kernel that scoring is serial, on the kernel's torch threads
-(`book.kernel_threads`, one), while the workers idle: measured on the HMRN chapter's ablations, the workers
+(`book.runner.kernel_threads`, one), while the workers idle: measured on the HMRN chapter's ablations, the workers
 trained during 38 % of two cores' time, and 2,251 s of its tables' time was scoring on one core.
 
 `score_each(fn, models, *args)` returns `[fn(model, *args) for model in models]`, computed on a local pool of

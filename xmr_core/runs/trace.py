@@ -29,7 +29,7 @@ from typing import Any
 from xmr_core.io import read_json_lines
 
 PLAN_ENV = "XMR_PLAN"
-NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`results.NOTEBOOK_ENV`, which imports this
+NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`book.results.NOTEBOOK_ENV`, which imports this
 # module: the name is spelled here too, and a test checks the two agree)
 
 

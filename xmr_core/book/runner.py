@@ -10,7 +10,7 @@ and the user's parameters that it declares into its `parameters` cell, executes 
 status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
 its parameters, the `xmr_core` files it imports: `sources.notebook_sources`, the files `xmr results check`
 judges its results by) are unchanged since its last successful run, and none of the other notebooks' results its
-results were computed from has changed since (`staleness.notebook_reads_changed`: a chapter's claims page after
+results were computed from has changed since (`book.staleness.notebook_reads_changed`: a chapter's claims page after
 its train.py reran), is skipped unless `force=True` (or `jobs`, which changes where runs train, not what they
 learn). Each execution writes its run log beside the
 notebook (`xmr_core.runs.log`: the runs it trained or loaded, and their frozen inputs), and its status line
@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from xmr_core import results_diff
+from xmr_core.book import diff as results_diff
+from xmr_core.book.results import NOTEBOOK_ENV, PARAMETERS_ENV
+from xmr_core.book.staleness import notebook_reads_changed
 from xmr_core.config import check_profile, project_root
 from xmr_core.io import RUN_LOG_ENV, atomic_write_text
-from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV
 from xmr_core.runs.executors import JOBS_ENV
 from xmr_core.runs.log import describe, log_path, notebook_rank
 from xmr_core.sources import fingerprint, notebook_sources
-from xmr_core.staleness import notebook_reads_changed
 
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
 SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
@@ -362,7 +362,7 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
 def report_against_committed(notebooks: list[Notebook], root: Path, results_dir: str,
                              echo: Callable[[str], None] = print) -> None:
     """One line per results folder (`<results_dir>/<chapter>`) the notebooks write that is committed: all its
-    files as at HEAD, or which differ (`xmr_core.results_diff`); nothing where no such folder is committed."""
+    files as at HEAD, or which differ (`xmr_core.book.diff`); nothing where no such folder is committed."""
     folder = Path(results_dir)
     if folder.is_absolute():
         if not folder.is_relative_to(root):

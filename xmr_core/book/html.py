@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr_core.book import SMOKE_RESULTS_DIR, Notebook, chapters
-from xmr_core.book_static import provenance_line, stale_note, static_notebook
+from xmr_core.book.runner import SMOKE_RESULTS_DIR, Notebook, chapters
+from xmr_core.book.staleness import Verdict, check_results, result_metas
+from xmr_core.book.static import provenance_line, stale_note, static_notebook
 from xmr_core.config import check_profile, project_root
-from xmr_core.staleness import Verdict, check_results, result_metas
 
 SOURCE_DIR = "_html_src"
 HTML_DIR = "html"

@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from xmr_core.book import Notebook, check_parameters, execute_notebook, resolve_chapters
+from xmr_core.book.runner import Notebook, check_parameters, execute_notebook, resolve_chapters
 from xmr_core.config import check_profile, project_root
 from xmr_core.runs.executors import JOBS_ENV
 from xmr_core.runs.trace import PLAN_ENV, cold_wall, read_plan
