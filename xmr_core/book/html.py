@@ -3,7 +3,7 @@ the notebooks' sources and the committed results.
 
 Nothing is executed. The pages are, in book order (the runner's chapter and notebook order), every notebook
 of the book: its executed copy under `book/_build/<profile>/<chapter>/` when there is one, else its
-py:percent source with the results it wrote placed after the cells that wrote them (`book_static`); then
+py:percent source with the results it wrote placed after the cells that wrote them (`book.static`); then
 each chapter's `claims.md`, and a results page that lists every table and figure of the profile's results
 folder (`results/`, or `book/_build/smoke/results` for `smoke`) with its provenance, read from the `.json`
 beside it. Results that `xmr results check` finds stale are marked as such on every page.

@@ -1,6 +1,6 @@
 """A run's code identity: the training sources of its method, here and at the commit it was trained at.
 
-`xmr runs pack` and `unpack` (`xmr_core.runs.archive`) ask `code_problem` of every run. `runlog`'s fingerprint
+`xmr runs pack` and `unpack` (`xmr_core.runs.archive`) ask `code_problem` of every run. `runs.log`'s fingerprint
 covers every training source, so an edit to one method's file (a faster HREM) would make every run "trained by other code",
 the PCME chapter's too, which that file never ran. A run of method M is computed by the training sources outside
 the method files (`registry.METHOD_MODULES`: the training loop, losses, encoders, data, metrics, the registry
