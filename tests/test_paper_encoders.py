@@ -12,7 +12,7 @@ import pytest
 import torch
 import torchvision
 
-from xmr_core import results
+from xmr_core.book import results
 from xmr_core.config import RunConfig
 from xmr_core.encoders.trunk import imagenet_trunk
 from xmr_core.experiment.paper_encoders import EncoderChoice, chosen_word_vectors, encoder_choice

@@ -10,7 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from xmr_core import book, book_html, results
+from xmr_core.book import html as book_html
+from xmr_core.book import results
+from xmr_core.book import runner as book
 from xmr_core.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +25,7 @@ RESULTS_DIR = ""
 # %%
 import pandas as pd
 from xmr_core.config import RunConfig
-from xmr_core.results import Claim, write_claims, write_table
+from xmr_core.book.results import Claim, write_claims, write_table
 from xmr_core.chapters.recorded import recorded_tuning
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, RESULTS_DIR=RESULTS_DIR)
 '''
@@ -105,7 +107,7 @@ def test_a_paper_run_never_changes_the_cpu_results(clone: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_book_plan_keeps_the_failing_notebooks_executed_copy(clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from xmr_core import bookplan
+    from xmr_core.book import plan as bookplan
 
     monkeypatch.chdir(clone)  # the project root is the clone's
     lines: list[str] = []

@@ -48,8 +48,7 @@ from xmr_core.encoders.image import (
     imagenet_weights_path,
 )
 from xmr_core.encoders.trunk_cache import load_trunk_state, trunk_dir
-from xmr_core.io import atomic_write, atomic_write_text, file_digest
-from xmr_core.runlog import log_input
+from xmr_core.io import atomic_write, atomic_write_text, file_digest, log_input
 
 TRUNK_VERSION = 1  # bump when pretraining changes for the same config
 ATTRIBUTES: tuple[str, ...] = ("shape", "colour", "size")
@@ -159,7 +158,7 @@ def pretrained_trunk(scenes: ScenesConfig, cfg: TrunkConfig | None = None, progr
         net.load_state_dict(state)
         atomic_write(root / "trunk.pt", lambda fh: torch.save(net.state_dict(), fh))
         atomic_write_text(done, json.dumps(meta, indent=1))  # written last: marks the cache complete
-    log_input(root, ["trunk.pt", "meta.json"])  # its features enter the run keys (`xmr_core.runlog`)
+    log_input(root, ["trunk.pt", "meta.json"])  # its features enter the run keys (`xmr_core.runs.log`)
     net.eval()
     for p in net.parameters():
         p.requires_grad_(False)

@@ -1,7 +1,7 @@
 """`xmr results check`: which committed results were computed from inputs that have changed since.
 
 A result's inputs are its notebook's code cells, the `xmr_core` files the notebook imports
-(`xmr_core.sources`) and the results of other notebooks it read (`reads`, `results.read_result`: each file's
+(`xmr_core.sources`) and the results of other notebooks it read (`reads`, `book.results.read_result`: each file's
 digest as read, None where it was absent; compared with the file now, `changed_reads`). A result whose
 provenance records their digests (`xmr_core_sources`,
 `notebook_code`) is compared with the working tree directly, with no git needed. An older result records
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xmr_core.results import own_result_files
+from xmr_core.book.results import own_result_files
 from xmr_core.sources import code_digest, digest_bytes, file_digests, notebook_sources
 
 KINDS = {"table", "figure", "text"}
