@@ -106,7 +106,7 @@ def test_unmigrated_chapter_counts_its_old_claims_and_fails(tmp_path: Path, caps
     (tmp_path / "nochapter").mkdir()  # no module declares its claims
     (tmp_path / "nochapter" / "claims.md").write_text(
         "# Claims\n\n| # | claim | source | evidence | verdict |\n|---|---|---|---|---|\n"
-        "| 1 | a | b | c | **held** |\n| 2 | d | e | f | **within noise** |\n\nOf 2 claims.\n")
+        "| 1 | a | b | c | **held** |\n| 2 | d | e | f | **inconclusive** |\n\nOf 2 claims.\n")
     with pytest.raises(SystemExit) as stop:
         bench.main(["--results", str(tmp_path)])
     assert stop.value.code == 1
@@ -136,17 +136,17 @@ def test_against_a_revision_counts_both_pages_and_names_each_changed_verdict(
     _git(tmp_path, "add", ".")
     _git(tmp_path, "commit", "-qm", "then")
     then = pd.read_csv(csv)
-    # now: a retrain moved 'beats' to within noise, by hand in the table and on the page
+    # now: a retrain moved 'beats' to inconclusive, by hand in the table and on the page
     now = then.copy()
-    now.loc[0, ["effect", "low", "high", "verdict"]] = [1.5, -0.5, 3.5, "within noise"]
+    now.loc[0, ["effect", "low", "high", "verdict"]] = [1.5, -0.5, 3.5, "inconclusive"]
     now.to_csv(csv, index=False)
-    (tmp_path / "demo" / "claims.md").write_text(page.replace("**held**", "**within noise**"))
+    (tmp_path / "demo" / "claims.md").write_text(page.replace("**held**", "**inconclusive**"))
     bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
     out = capsys.readouterr().out.splitlines()
     b = then.loc[0]
-    assert "  at HEAD: 2 claims (1 held, 1 did not hold, 0 within noise, 0 not tested)" in out
-    assert "  now:     2 claims (0 held, 1 did not hold, 1 within noise, 0 not tested)" in out
-    assert (f"  changed beats: held {b['effect']:+.3g} [{b['low']:+.3g}, {b['high']:+.3g}] -> within noise +1.5 "
+    assert "  at HEAD: 2 claims (1 held, 1 did not hold, 0 inconclusive, 0 not tested)" in out
+    assert "  now:     2 claims (0 held, 1 did not hold, 1 inconclusive, 0 not tested)" in out
+    assert (f"  changed beats: held {b['effect']:+.3g} [{b['low']:+.3g}, {b['high']:+.3g}] -> inconclusive +1.5 "
             "[-0.5, +3.5]") in out
     assert "  2 claims judged at both, 1 changed verdict; 0 judged at one only" in out
     assert out[-1].endswith("failures=0 against=HEAD changed=1")
@@ -163,7 +163,7 @@ def test_against_a_page_judged_by_the_old_rule_compares_counts_only(
     (tmp_path / "demo" / "claims.md").write_text("| 1 | A beats B | **held** |\n| 2 | R@1 rises | **did not hold** |\n")
     bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
     out = capsys.readouterr().out.splitlines()
-    assert "  at HEAD: 3 claims (2 held, 0 did not hold, 0 within noise, 1 not tested)" in out
+    assert "  at HEAD: 3 claims (2 held, 0 did not hold, 0 inconclusive, 1 not tested)" in out
     assert "  no judgements at HEAD (its claims were judged by the old rule): counts only" in out
     assert out[-1].endswith("against=HEAD changed=0")
 
@@ -215,21 +215,21 @@ def test_seeds_lists_the_claims_within_noise(tmp_path: Path, demo_chapter: types
                                              capsys: pytest.CaptureFixture) -> None:
     s = (0, 1, 2)
     ev = {"A": Evidence(s, np.array([50.0, 51.0, 49.0])), "B": Evidence(s, np.array([50.5, 49.0, 50.0]))}
-    judged = [judge(SPECS[0], ev)]  # A - B per seed: -0.5, +2, -1: within noise
+    judged = [judge(SPECS[0], ev)]  # A - B per seed: -0.5, +2, -1: inconclusive
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
     claims.write_judgements(judged, "demo", "train", run)
     (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
     bench.main(["demo", "--results", str(tmp_path), "--seeds"])
     j = judged[0]
     n, verdict = bench.seeds_to_resolve("superiority", j.effect, j.low, j.high, 3)
-    assert j.verdict == "within noise" and verdict == "held"  # the mean difference is +1/6
-    assert (f"  within noise at 3 seeds: beats {j.effect:+.3g} [{j.low:+.3g}, {j.high:+.3g}] over seeds: {n} seeds "
+    assert j.verdict == "inconclusive" and verdict == "held"  # the mean difference is +1/6
+    assert (f"  inconclusive at 3 seeds: beats {j.effect:+.3g} [{j.low:+.3g}, {j.high:+.3g}] over seeds: {n} seeds "
             "for 'held' at this effect") in capsys.readouterr().out.splitlines()
 
 
 def test_central_claims_get_the_seed_cap_when_it_would_resolve_one(tmp_path: Path, demo_chapter: types.ModuleType,
                                                                      capsys: pytest.CaptureFixture) -> None:
-    """The rule for more seeds: train.py's claims are central; one within noise that `SEED_CAP` seeds would resolve
+    """The rule for more seeds: train.py's claims are central; one inconclusive that `SEED_CAP` seeds would resolve
     at its effect (seeds_to_resolve, checked above by its own test) gives train.py `SEED_CAP` seeds; one that would
     need more is named and changes nothing; ablate.py's claims never count."""
     s = (0, 1, 2)
@@ -240,7 +240,7 @@ def test_central_claims_get_the_seed_cap_when_it_would_resolve_one(tmp_path: Pat
     beats_wide, beats_near = judge(SPECS[0], wide), judge(SPECS[0], near)  # wide: A - B per seed +1.5, +2, +0.5
     need_wide = bench.seeds_to_resolve("superiority", beats_wide.effect, beats_wide.low, beats_wide.high, 3)[0]
     need_near = bench.seeds_to_resolve("superiority", beats_near.effect, beats_near.low, beats_near.high, 3)[0]
-    assert beats_wide.verdict == beats_near.verdict == "within noise"
+    assert beats_wide.verdict == beats_near.verdict == "inconclusive"
     assert 3 < need_wide <= bench.SEED_CAP < need_near  # the two cases the rule tells apart
     claims.write_judgements([beats_near], "demo", "train", run)
     claims.write_judgements([beats_wide], "demo", "ablate", run)  # not central: changes nothing
@@ -248,11 +248,11 @@ def test_central_claims_get_the_seed_cap_when_it_would_resolve_one(tmp_path: Pat
     assert list(frame["notebook"]) == ["ablate", "train"]
     assert bench.central_seeds(frame) == (3, [], ["beats"])
     rises = judge(SPECS[1], near)
-    assert rises.verdict == "within noise"
+    assert rises.verdict == "inconclusive"
     assert bench.seeds_to_resolve("trend", rises.effect, rises.low, rises.high, 3)[0] > bench.SEED_CAP
     claims.write_judgements([beats_wide, rises], "demo", "train", run)
     assert bench.central_seeds(bench.judged(tmp_path / "demo")) == (bench.SEED_CAP, ["beats"], ["rises"])
     (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
     bench.main(["demo", "--results", str(tmp_path), "--seeds"])
-    assert (f"  central claims (train.py): 2 within noise on seed noise; train.py's seeds: {bench.SEED_CAP} (within "
+    assert (f"  central claims (train.py): 2 inconclusive on seed noise; train.py's seeds: {bench.SEED_CAP} (within "
             f"{bench.SEED_CAP} seeds at their effect: beats; beyond: rises)") in capsys.readouterr().out.splitlines()
