@@ -221,7 +221,7 @@ def test_train_judgements_by_hand():
         (2.0, 0.0, "held"),  # PVSE R-P K=1 - K=4 = 35 - 33 > -1 (the margin)
         (5.0, 0.0, "held"),  # VSE0 - PVSE R-P = 5, 6, 7: the weakest pair
         (11.0, 1.0, "held"),  # PCME R-P - VSE0's 40: 10 and 12
-        (12.0, 2.0, "within noise"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
+        (12.0, 2.0, "inconclusive"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
     ]
     for j, (effect, half, outcome) in zip(judged, expected):
         assert (j.effect, j.low, j.high, j.verdict) == pytest.approx((effect, effect - k * half, effect + k * half,
@@ -276,7 +276,7 @@ def test_ablate_judgements_by_hand():
     assert [j.verdict for j in judged] == ["did not hold"] * 3
     # W2 - mean only = 0.6 and -0.2: the widened interval reaches past the 0.5 margin
     pcme["2-Wasserstein"] = (20.6, 19.8)
-    assert chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)[1].verdict == "within noise"
+    assert chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)[1].verdict == "inconclusive"
 
 
 # -------------------------------------------------------------------------------------- visualise.py
@@ -499,9 +499,9 @@ def test_visualise_judgements_on_constructed_values():
     assert all(j.n_seeds == 1 and j.noise == "queries (one seed: test sampling only)" for j in judged)
     assert [j.n_queries for j in judged] == [40, 40, 20, 30, 25, 20, 20, 20]
     assert (judged[2].low, judged[2].high) == pytest.approx((0.1, 0.1))  # every image rises by exactly 0.1
-    # erase(A) just as close to A's captions as to any caption (each pair's difference is noise): within noise
+    # erase(A) just as close to A's captions as to any caption (each pair's difference is noise): inconclusive
     tied = chapter.visualise_evidence(0, True, "", **_visualise_inputs(erase_a=0.35))
-    assert chapter.visualise_judgements(tied, run)[-1].verdict == "within noise"
+    assert chapter.visualise_judgements(tied, run)[-1].verdict == "inconclusive"
     # an unconverged or a collapsed model tests nothing; off scenes the levels claim is not tested
     for converged, collapse, why in ((False, "", "did not converge"), (True, "every query's scores are tied",
                                                                       "collapsed (every query's scores are tied)")):

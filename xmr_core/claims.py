@@ -542,9 +542,9 @@ def _pairwise_statistic(spec: ClaimSpec) -> tuple[Callable[[np.ndarray], np.ndar
 def _decide(spec: ClaimSpec, boot: _Boot, comparisons: int = 1) -> tuple[Verdict, str, float]:
     """(verdict, reason, p) of a pairwise claim's bootstrapped effect. "held" needs the 95% interval to clear the
     claim's bound on its side; "did not hold" needs the interval at 1 - 0.05 / `comparisons` to clear it on the other
-    side (Bonferroni: a claim refuted by any one of `comparisons` parts errs at most 2.5% in all); "negligible" (a
-    superiority claim with a smallest effect of interest s) needs the 95% interval inside (-s, s) and comes first;
-    otherwise "inconclusive". `p` is the p-value of the verdict reached (`_Boot.p_value`, times `comparisons` for a
+    side (Bonferroni: a claim refuted by any one of `comparisons` parts errs at most 2.5% in all); undecided,
+    "negligible" (a superiority claim with a smallest effect of interest s) needs the 95% interval inside (-s, s);
+    otherwise "inconclusive". A decided effect whose interval lies inside (-s, s) says so in its reason. `p` is the p-value of the verdict reached (`_Boot.p_value`, times `comparisons` for a
     refutation): it is below 0.05 exactly when the verdict is decided; NaN when inconclusive."""
     low, high = boot.bounds()
     refuting = 1 - ALPHA / comparisons
@@ -561,14 +561,15 @@ def _decide(spec: ClaimSpec, boot: _Boot, comparisons: int = 1) -> tuple[Verdict
     bound = -m if spec.kind == "non-inferiority" else 0.0
     s, _ = spec.smallest_effect
     small = spec.kind == "superiority" and s > 0
-    if small and -s < low and high < s:
-        return "negligible", f"interval inside ±{s:g}, the smallest effect of interest", \
-            boot.p_value(lambda lo, hi: -s < lo and hi < s)
+    tiny = f", but all of it within ±{s:g}: too small to matter" if small and -s < low and high < s else ""
     if low > bound:
-        return "held", f"interval above {bound:g}", boot.p_value(lambda lo, hi: lo > bound)
+        return "held", f"interval above {bound:g}{tiny}", boot.p_value(lambda lo, hi: lo > bound)
     if high_r < bound:
-        return "did not hold", f"{level} below {bound:g}", \
+        return "did not hold", f"{level} below {bound:g}{tiny}", \
             min(1.0, comparisons * boot.p_value(lambda lo, hi: hi < bound))
+    if tiny:
+        return "negligible", f"interval spans {bound:g} inside ±{s:g}, the smallest effect of interest", \
+            boot.p_value(lambda lo, hi: -s < lo and hi < s)
     lo, hi = signed(low, high)
     wide = f"; wider than ±{s:g}, the smallest effect of interest" if small else ""
     return "inconclusive", f"interval spans {bound:g}: effects outside [{lo}, {hi}] ruled out{wide}", math.nan
