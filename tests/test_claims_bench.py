@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import math
 import subprocess
 import sys
 import types
@@ -257,3 +258,36 @@ def test_central_claims_get_the_seed_cap_when_it_would_resolve_one(tmp_path: Pat
     assert (f"  central claims (train.py): 2 inconclusive on seed noise; train.py's seeds: {bench.SEED_CAP} (within "
             f"{bench.SEED_CAP} seeds at their smallest effect of interest: beats; beyond: rises)"
             ) in capsys.readouterr().out.splitlines()
+
+
+def test_rejudged_relabels_committed_rows_by_hand() -> None:
+    rows = pd.DataFrame([
+        # a two-model claim within noise inside ±0.5 pp: negligible; wider: inconclusive
+        {"key": "a", "kind": "superiority", "metric": "R@1, pp", "effect": 0.1, "low": -0.3, "high": 0.4,
+         "margin": np.nan, "verdict": "within noise"},
+        {"key": "b", "kind": "superiority", "metric": "R@1, pp", "effect": 0.1, "low": -0.9, "high": 1.1,
+         "margin": np.nan, "verdict": "within noise"},
+        # held, effect 1, low 0.5: p = 2 Phi(-1.96 x 1 / 0.5) = 2 Phi(-3.92) = 8.9e-5
+        {"key": "c", "kind": "superiority", "metric": "R@1, pp", "effect": 1.0, "low": 0.5, "high": 1.5,
+         "margin": np.nan, "verdict": "held"},
+        # a peak: its parts are not in the file
+        {"key": "d", "kind": "peak", "metric": "R@1, pp", "effect": -0.1, "low": -0.3, "high": 0.2,
+         "margin": np.nan, "verdict": "within noise"},
+    ])
+    out = bench.rejudged(rows)
+    assert list(out["now"]) == ["negligible", "inconclusive", "held", "inconclusive"]
+    assert list(out["how"]) == ["same interval"] * 3 + ["needs its per-side values"]
+    assert out["p"].iloc[2] == pytest.approx(8.86e-5, rel=0.01)
+    # negligible, effect 0.1 in [-0.3, 0.4] against ±0.5: the nearer edge 0.5 - 0.1 = 0.4 over a reach of 0.3
+    assert out["p"].iloc[0] == pytest.approx(2 * 0.5 * math.erfc(1.959964 * 0.4 / 0.3 / math.sqrt(2)), rel=1e-3)
+    assert list(out["after Holm"]) == ["held" if v == "held" else v for v in out["now"]]
+
+
+def test_calibration_prints_every_kind_at_3_and_5_seeds() -> None:
+    lines, failures = bench.calibration_lines([claims.Noise(1.0, source="seed scores only")], 20)
+    assert lines[0].startswith("calibration on seed scores only")
+    for key in ("superiority", "non-inferiority", "equivalence", "trend 3", "trend 5", "peak 3", "peak 4", "peak 6",
+                "universal 3"):
+        row = next(line for line in lines if line.strip().startswith(key + " "))
+        assert "3 seeds" in row and "5 seeds" in row
+    assert lines[-1].startswith("  power at the paper's effect: none")

@@ -3,6 +3,7 @@
 committed results.
 
     rates(spec, noise, n_seeds, n_claims, effect=, seed=, judge_fn=) -> {verdict: share of the simulated claims}
+    exceeds(rate, n_claims)                                           -> the rate is above LIMIT beyond sampling error
     chapter_noise(results, chapter)                                   -> Noise measured on its committed results
 
 `rates` of a tied claim are its false-decision rates: "held" is a false decision on the claim's side, "did not
@@ -19,8 +20,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scipy import stats
+
 from xmr_core.claims import ClaimSpec, Evidence, Judgement, Noise, judge, simulated
 from xmr_core.verdicts import VERDICTS
+
+
+LIMIT = 0.05  # the most a verdict may err to one side under the null (the issue's bar; nominal 2.5%)
+
+
+def exceeds(rate: float, n_claims: int, limit: float = LIMIT) -> bool:
+    """Whether a false-decision `rate` measured on `n_claims` simulated claims shows a true rate above `limit` beyond
+    the simulation's own sampling error (one-sided exact binomial test at 5%): with 300 claims it fails at 22 or
+    more (7.3%): a true 4% about 1 time in 400, a true 10% 19 times in 20."""
+    return stats.binomtest(round(rate * n_claims), n_claims, limit, alternative="greater").pvalue < 0.05
 
 
 def rates(spec: ClaimSpec, noise: Noise, n_seeds: int, n_claims: int, *, effect: float = 0.0, seed: int = 0,
