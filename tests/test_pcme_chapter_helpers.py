@@ -548,3 +548,23 @@ def test_stacked_evidence_judges_every_seed_paired_by_seed():
                                                        values=short[chapter.FIG8["mix_a"]].values[:, :19])
     with pytest.raises(ValueError, match="differs in queries"):
         chapter.stacked_evidence([per_seed[0], short])
+
+
+def test_figure6_thirds_hold_the_same_queries_at_every_seed():
+    """Two seeds rank six queries by σ differently; the thirds come from each query's mean σ rank over the seeds (by
+    hand: ranks seed 0 = 0..5, seed 1 = 1, 0, 3, 2, 5, 4; means 0.5, 0.5, 2.5, 2.5, 4.5, 4.5 -> thirds {0, 1},
+    {2, 3}, {4, 5}), so column j of a third's stack is one query at both seeds."""
+    sigma = np.array([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.2, 0.1, 0.4, 0.3, 0.6, 0.5]])
+    hits = np.array([[100.0, 100.0, 100.0, 0.0, 0.0, 0.0], [100.0, 0.0, 100.0, 100.0, 0.0, 0.0]])
+    assert [list(c) for c in chapter.thirds_across_seeds(hits, sigma)] == [[0, 1], [2, 3], [4, 5]]
+    inputs = _visualise_inputs()
+    per_seed = [chapter.visualise_evidence(s, True, "", **inputs, queries={"i2t": (hits[s], sigma[s]),
+                                                                        "t2i": (hits[s], sigma[s])}) for s in (0, 1)]
+    stacked = chapter.stacked_evidence(per_seed)
+    assert not any("test order" in k for k in stacked)  # the per-query carriers are consumed
+    low = stacked[chapter.sigma_third("i2t", "lowest")]
+    assert low.seeds == (0, 1) and low.values.tolist() == [[100.0, 100.0], [100.0, 0.0]]
+    assert "binned by the mean σ rank over the seeds" in low.split
+    assert stacked[chapter.sigma_third("t2i", "highest")].values.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(ValueError, match="must both be"):
+        chapter.thirds_across_seeds(hits[:, :5], sigma)
