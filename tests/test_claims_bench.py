@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import math
+import pkgutil
 import subprocess
 import sys
 import types
@@ -284,7 +284,7 @@ def test_rejudged_relabels_committed_rows_by_hand() -> None:
 
 
 def test_calibration_prints_every_kind_at_3_and_5_seeds() -> None:
-    lines, failures = bench.calibration_lines([claims.Noise(1.0, source="seed scores only")], 20)
+    lines, _ = bench.calibration_lines([claims.Noise(1.0, source="seed scores only")], 20)
     assert lines[0].startswith("calibration on seed scores only")
     for key in ("superiority", "non-inferiority", "equivalence", "trend 3", "trend 5", "peak 3", "peak 4", "peak 6",
                 "universal 3"):

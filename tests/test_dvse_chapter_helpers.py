@@ -872,8 +872,8 @@ def test_ablate_judgements_by_hand():
         k: "not tested" if k in one_seed else "did not hold" if k == "no-lvar-dm-close-to-full-ablation" else "held"
         for k in judged}
     no_interval = "one seed and no per-query values: no interval can be had"
-    assert all(judged[k].reason in (no_interval, f"{judged[k].reason.split(' (not tested: ')[0]} (not tested: "
-                                                 f"{no_interval})") for k in one_seed)  # a peak says it once
+    assert all(judged[k].reason in (no_interval, f"{judged[k].reason.split(' (not tested: ')[0]} (not tested: {no_interval})")
+               for k in one_seed)  # a peak says it once
     for key, effect in (("no-dm-lowers-rsum", 5.0), ("no-lvar-lowers-rsum", 15.0), ("se-alone-no-gain", 0.5),
                         ("no-lvar-dm-close-to-full-ablation", 2.0), ("impact-order", 5.0), ("full-dvse-best", 5.0),
                         ("se-improves", 5.0), ("fr-diagonal-rises", 0.4), ("fr-diagonal-falls", 0.5),

@@ -858,8 +858,8 @@ def _effect_cell(j: Judgement) -> str:
     return f"{j.effect_of}: {effect} [{low}, {high}] ({pct}% interval over {j.noise})"
 
 
-def _holm_note(verdict: Verdict, after: Verdict) -> str:
-    return f" (after Holm over this table's claims: {after})" if after != verdict else ""
+def _holm_note(before: Verdict, after: Verdict) -> str:
+    return f" (after Holm over this table's claims: {after})" if after != before else ""
 
 
 def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
@@ -889,8 +889,8 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
     lines += [("Judged by `xmr_core.claims.judge` (`docs/claims.md`): the effect is oriented so that > 0 favours "
               "the claim. Each interval is a 95% interval: on its own it errs 5% of the time; across the page's "
               "claims, the verdicts that keep theirs after Holm's adjustment err at most 5% all together."), "",
-              "| # | claim | source | kind | metric | effect [interval] | seeds / queries | paired | margin | "
-              "smallest effect of interest | verdict |",
+              ("| # | claim | source | kind | metric | effect [interval] | seeds / queries | paired | margin | "
+               "smallest effect of interest | verdict |"),
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, (j, after) in enumerate(zip(judgements, adjusted), 1):
         s = j.spec
@@ -903,8 +903,8 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
         lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     counts = ", ".join(f"{sum(j.verdict == v for j in judgements)} {v}" for v in VERDICTS)
     after_counts = ", ".join(f"{adjusted.count(v)} {v}" for v in VERDICTS)
-    lines += ["", f"Of {len(judgements)} claims on this run (profile `{profile}`, dataset `{dataset}`): {counts}. "
-              f"After Holm's adjustment over them: {after_counts}."]
+    lines += ["", (f"Of {len(judgements)} claims on this run (profile `{profile}`, dataset `{dataset}`): {counts}. "
+                   f"After Holm's adjustment over them: {after_counts}.")]
     return "\n".join(lines) + "\n"
 
 

@@ -297,8 +297,8 @@ def rejudged_lines(frame: pd.DataFrame) -> list[str]:
         return ", ".join(f"{int((frame[col] == v).sum())} {v}" for v in VERDICTS)
 
     lines = [f"  re-judged from the committed rows: {counts('now')}",
-             f"  after Holm over the chapter's {int(frame['now'].ne('not tested').sum())} tested claims: "
-             f"{counts('after Holm')}"]
+             (f"  after Holm over the chapter's {int(frame['now'].ne('not tested').sum())} tested claims: "
+              f"{counts('after Holm')}")]
     changed = frame[frame["verdict"] != frame["now"]]
     lines += [f"  relabelled {r['key']}: {r['verdict']} -> {r['now']} [{r['low']:+.3g}, {r['high']:+.3g}]"
               for _, r in changed.iterrows()]
