@@ -415,7 +415,8 @@ def calibration_lines(noises: Sequence[Noise], n_claims: int) -> tuple[list[str]
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m xmr_core.bench claims")
-    parser.add_argument("chapters", nargs="*", help="chapters to report (default: every one with a claims.md)")
+    parser.add_argument("chapters", nargs="*", help="chapters to report (default: every one with a claims.md; with "
+                        "--calibration, those whose noise to simulate, 'none' for seed scores only)")
     parser.add_argument("--results", default="results")
     parser.add_argument("--against", metavar="REV", help="also compare each chapter's verdicts with those committed "
                         "at git revision REV")
@@ -428,9 +429,14 @@ def main(argv: list[str]) -> None:
     root = Path(args.results)
     if args.calibration:
         chapters = args.chapters or sorted(p.parent.name for p in root.glob("*/per_seed.csv"))
-        noises = [Noise(1.0, source="seed scores only (sd 1)")] + [chapter_noise(root, c) for c in chapters]
-        lines, failures = calibration_lines(noises, args.sims)
-        print("\n".join(lines))
+        noises = [Noise(1.0, source="seed scores only (sd 1)")] + [chapter_noise(root, c) for c in chapters
+                                                                    if c != "none"]
+        failures = []
+        for noise in noises:  # one noise at a time, printed as it is done
+            lines, failed = calibration_lines([noise], args.sims)
+            print("\n".join(lines[:-1]), flush=True)
+            failures += failed
+        print(lines[-1])
         if failures:
             print("\nFAILED:\n" + "\n".join(f"  {f}" for f in failures))
         print(f"calibration cells={len(noises) * len(calibration_specs(1.0)) * 2} sims={args.sims} "
