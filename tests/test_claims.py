@@ -455,3 +455,17 @@ def test_signed_keeps_small_effects_readable_on_one_scale():
     assert claims.signed(0.5, -0.013) == ["+0.50", "-0.01"]
     assert claims.signed(0.000353, -2.58e-05, 0.0) == ["+0.00035", "-0.00003", "+0.00000"]
     assert claims.signed(0.0) == ["+0.00"] and claims.signed(math.nan, 0.05) == ["+nan", "+0.050"]
+
+
+def test_the_claims_page_and_table_mark_what_holm_changes() -> None:
+    """Three decided claims with p = 0.01, 0.04, 0.04: Holm keeps the first (3 x 0.01 = 0.03) and undoes the others
+    (2 x 0.04 = 0.08); the page marks the two and counts before and after."""
+    judged = [claims.Judgement(spec("superiority"), v, 1.0, 0.5, 1.5, "A − B", 3, 0, "seed", "seeds", p=p)
+              for v, p in (("held", 0.01), ("held", 0.04), ("did not hold", 0.04))]
+    frame = claims.judgements_frame(judged)
+    assert list(frame["verdict after Holm"]) == ["held", "inconclusive", "inconclusive"]
+    page = claims.render_claims(judged, "demo", profile="cpu", dataset="scenes")
+    assert page.count("(after Holm over this table's claims: inconclusive)") == 2
+    assert "After Holm's adjustment over them: 1 held, 0 did not hold, 0 negligible, 2 inconclusive" in page
+    rows = claims.claim_rows(judged)
+    assert rows["evidence"].str.contains("after Holm").tolist() == [False, True, True]
