@@ -21,8 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, Noise, judge, simulated
-from xmr_core.verdicts import VERDICTS
+from xmr_core.claims import VERDICTS, ClaimSpec, Evidence, Judgement, Noise, judge, simulated
 
 LIMIT = 0.05  # the most a verdict may err to one side under the null (the bar; nominal 2.5%)
 

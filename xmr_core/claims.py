@@ -18,7 +18,7 @@ the mean of, the seeds and test split they came from, whether every run converge
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
-    write_judgements(judgements, chapter, part, run)        -> `<chapter>/judgements_<part>.{csv,md,json}`
+    verdict(held), universal_verdict(verdicts)              -> the verdict of a yes/no check, of "for every model"
 
 Kinds (the effect is oriented so that > 0 favours the claim; `direction` "greater" or "less"):
 
@@ -33,7 +33,7 @@ The interval of the effect is a percentile bootstrap at `CONFIDENCE` with `N_RES
 generator seed (deterministic): over seeds, over queries, or both (crossed: the same resampled queries for
 every seed, since every seed scores the same test queries). Sides share the resampled seeds when they have the
 same seeds and split (paired by seed), and the resampled queries when they score the same queries (paired by
-query). Verdicts (`xmr_core.verdicts`): held / did not hold when the interval excludes zero (or the margin) on one
+query). Verdicts (`VERDICTS`): held / did not hold when the interval excludes zero (or the margin) on one
 side; negligible when it lies inside ± the claim's smallest effect of interest (`ClaimSpec.smallest_effect`: the
 declared `sesoi`, else the metric family's, `family_sesoi`); otherwise inconclusive. Peak, trend and universal
 claims are intersections of pairwise parts: held when every part held at 95%, did not hold when one part is
@@ -44,6 +44,9 @@ profile this run does not have, or it `needs` a model or data the book does not 
 naming them). A superiority claim whose claimed-lower side diverged in training on every seed, the other side
 converging, held on that (`Evidence.diverged`). `holm` adjusts a set of judgements' decided verdicts for their
 number.
+
+The science imports nothing of the runs or the book: a chapter writes its judgements through
+`xmr_core.book.results.write_judgements`.
 """
 
 from __future__ import annotations
@@ -53,7 +56,6 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -62,12 +64,41 @@ import torch
 from scipy import stats
 
 from xmr_core.metrics import Relevance, ranking_stats
-from xmr_core.results import write_table
-from xmr_core.verdicts import DECIDED, VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
-    from xmr_core.config import RunConfig
     from xmr_core.data.corpus import Split
+
+# The verdicts a claim can reach, and the two rules that combine yes/no checks into one:
+#   held          the interval excludes the claim's bound on its side
+#   did not hold  the interval excludes it on the other side
+#   negligible    undecided, the interval inside ± the claim's smallest effect of interest: too small to matter
+#   inconclusive  undecided and wider than that: the run cannot say
+#   not tested    with the reason (the run lacks a model, a model did not converge or collapsed, ...)
+Verdict = Literal["held", "did not hold", "negligible", "inconclusive", "not tested"]
+VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "negligible", "inconclusive", "not tested")
+DECIDED: tuple[Verdict, ...] = ("held", "did not hold", "negligible")  # what a multiple-comparison adjustment can undo
+
+
+def verdict(held: bool | None) -> Verdict:
+    """The verdict of a yes/no check; None = not tested on this run."""
+    return "not tested" if held is None else ("held" if held else "did not hold")
+
+
+def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict of "X holds for every part" from the verdict per part (an intersection-union rule): one
+    counterexample refutes it ("did not hold"); else a part not tested leaves it "not tested"; else "held" when
+    every part held, "negligible" when every part is negligible, and "inconclusive" otherwise (no parts: not
+    tested)."""
+    found = set(verdicts)
+    if not found:
+        return "not tested"
+    for first in ("did not hold", "not tested"):
+        if first in found:
+            return first  # type: ignore[return-value]
+    if len(found) == 1 and found & {"held", "negligible"}:
+        return found.pop()
+    return "inconclusive"
+
 
 Kind = Literal["superiority", "non-inferiority", "equivalence", "trend", "peak", "universal"]
 KINDS: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence", "trend", "peak", "universal")
@@ -863,7 +894,7 @@ def _holm_note(before: Verdict, after: Verdict) -> str:
 
 
 def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
-    """The judgements in the layout `results.notebook_claims` collects (claim, source, evidence, verdict), for a
+    """The judgements in the layout `book.results.notebook_claims` collects (claim, source, evidence, verdict), for a
     chapter whose claims page is still assembled from per-notebook claim tables; a verdict Holm's adjustment over
     these judgements changes (`holm`) says so in its evidence."""
     adjusted = holm([j.p for j in judgements], [j.verdict for j in judgements])
@@ -907,10 +938,3 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
                    f"After Holm's adjustment over them: {after_counts}.")]
     return "\n".join(lines) + "\n"
 
-
-def write_judgements(judgements: Sequence[Judgement], chapter: str, part: str, run: RunConfig) -> Path:
-    """Write `<results>/<chapter>/judgements_<part>.{csv,md,json}` (`judgements_frame`), which
-    `python -m xmr_core.bench claims` reads."""
-
-    return write_table(judgements_frame(judgements), f"{chapter}/judgements_{part}", run=run, float_digits=2,
-                       caption=f"The claims of `{chapter}` ({part}) judged by `xmr_core.claims.judge`.")

@@ -2,21 +2,26 @@
 
 For every chapter with a claims page (`results/<chapter>/claims.md`): its declared claims (`CLAIMS`, a list of
 `xmr_core.claims.ClaimSpec` in `xmr_core/chapters/<chapter>.py`), each put through `claims.can_fail`, and its
-judged claims (`results/<chapter>/judgements_*.csv`, written by `claims.write_judgements`): per kind how many
-verdicts of each sort, how many were paired, the median interval width, and any verdict other than "not tested"
-resting on a run that did not converge or collapsed. A chapter that declares no claims yet is reported as not
-migrated, with the number of claims its committed claims.md judged by the old rule; one whose claims.md has more
-claims than its judgement files as partly migrated.
+judged claims (`results/<chapter>/judgements_*.csv`, written by `book.results.write_judgements`): per kind how many
+verdicts of each sort, the committed rows re-judged under today's statistics where they suffice (`rejudged`: the
+four verdicts, then Holm's adjustment over the chapter, each change named; a peak, trend or universal claim needs its
+parts' intervals, which the rows do not hold), how many were paired, the median interval width, and any verdict
+other than "not tested" resting on a run that did not converge or collapsed. A chapter that declares no claims yet
+is reported as not migrated, with the number of claims its committed claims.md judged by the old rule; one whose
+claims.md has more claims than its judgement files as partly migrated.
 
 Exits non-zero when a chapter is not (or partly) migrated, a declared claim fails the can-fail test, or a verdict rests on
 a non-converged or collapsed run.
 
-`--seeds` also lists, per chapter, each claim judged within noise on seed noise with the seeds a verdict would need
-if its observed effect were the true one (`seeds_to_resolve`): which claims the book's 3 seeds cannot resolve. Then
-the rule for more seeds (`central_seeds`): a chapter's central claims are those its train.py judges (the paper's
-main tables); where one is within noise and `SEED_CAP` seeds or fewer would resolve it at its observed effect,
-train.py's compared models get `SEED_CAP` seeds (the projection rests on a 3-seed estimate of the effect, so it
-gets the whole cap, not the bare count); the claims that would need more are named, not chased.
+`--seeds` also lists, per chapter, each claim inconclusive on seed noise with the seeds that would resolve it at its
+smallest effect of interest or margin (`seeds_to_resolve`; where no number of seeds would, the test size that
+would). Then the rule for more seeds (`central_seeds`): a chapter's central claims are those its train.py judges
+(the paper's main tables); where one is inconclusive and `SEED_CAP` seeds or fewer would resolve it, train.py's
+compared models get `SEED_CAP` seeds; the claims that would need more are named, not chased.
+
+`--calibration` instead simulates each kind under a tie at 3 and 5 seeds at the chapters' noise and prints its
+false-decision rates per side and its power (`calibration_lines`); it exits non-zero when a rate is above 5% beyond
+the simulation's sampling error.
 
 `--against REV` also compares each chapter with its results committed at git revision REV (e.g. the commit before a
 retrain): the verdict counts of both claims pages, and every claim judged at both (by key) whose verdict changed,
@@ -39,9 +44,9 @@ import pandas as pd
 from scipy import stats
 
 from xmr_core.bench._committed import committed_text
+from xmr_core.book.diff import committed_files, table_cells
 from xmr_core.calibration import LIMIT, chapter_noise, exceeds, rates
 from xmr_core.claims import CONFIDENCE, VERDICTS, ClaimSpec, Noise, can_fail, family_sesoi, holm
-from xmr_core.results_diff import committed_files, table_cells
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
 LEGACY = "within noise"  # the verdict pages written before the four verdicts carry for negligible or inconclusive
@@ -312,7 +317,7 @@ def rejudged_lines(frame: pd.DataFrame) -> list[str]:
 
 
 def chapter_report(chapter: str, folder: Path, seeds: bool = False) -> tuple[list[str], list[str], dict[str, float]]:
-    """(lines to print, failures, figures) of one chapter; with `seeds`, its claims within noise too (`unresolved`)."""
+    """(lines to print, failures, figures) of one chapter; with `seeds`, its inconclusive claims too (`unresolved`)."""
     specs = declared(chapter)
     page = folder / "claims.md"
     n_page = sum(bool(OLD_ROW.match(line)) for line in page.read_text().splitlines()) if page.is_file() else 0
