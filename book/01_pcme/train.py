@@ -244,7 +244,7 @@ fits
 # The claims are declared once (`CLAIMS` in `xmr_core.chapters.pcme`) and judged by the book's one verdict
 # protocol (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval over the seeds,
 # paired by seed (every model trains on the same seeds and is scored on the same test split); held or did not
-# hold only when the interval excludes zero (or the declared margin), otherwise within noise with the interval;
+# hold only when the interval excludes zero (or the declared margin), otherwise negligible or inconclusive;
 # not tested when a compared run did not converge or collapsed (`collapse` in the per-seed table), or with one
 # seed. These claims use each seed's score only (no per-query values yet), so their intervals cover training
 # noise, not test sampling.

@@ -205,7 +205,7 @@ write_table(runs.per_run, "msrm/per_seed", run=run, caption=(
 # The claims are declared once (`TRAIN_CLAIMS` in `xmr_core.chapters.msrm`) and judged by the book's one verdict
 # protocol (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval over the seeds,
 # paired by seed (every model trains on the same seeds and is scored on the same test split); held or did not
-# hold only when the interval excludes zero (or the declared margin), otherwise within noise with the interval;
+# hold only when the interval excludes zero (or the declared margin), otherwise negligible or inconclusive;
 # not tested when a compared run did not converge or collapsed (`collapse` in the per-seed table), when the
 # model is not built here (VSRN, AOQ, P2RM), or with one seed. "Under every metric" is a universal claim: it
 # holds only when MSRM is above PCME on each column, and one column below refutes it. "Differ very little" is an

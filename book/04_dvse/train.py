@@ -288,7 +288,7 @@ write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per D
 # The claims are declared once (`TRAIN_CLAIMS` in `xmr_core.chapters.dvse`) and judged by the book's one verdict
 # protocol (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval over the seeds,
 # paired by seed where the compared runs share them (a model with and without FR, or re-ranked by RR / MR, is the
-# same trained model, so those claims are paired), "within noise" when the interval spans zero (or the margin);
+# same trained model, so those claims are paired), negligible or inconclusive when it spans zero (or the margin);
 # "similar" and "slightly behind" use margins declared with the claim from the paper's tables, never the run's
 # noise. A claim on a model that did not converge or collapsed (`claims.detect_collapse` of its test scores), or
 # that this book does not build (DiVE, P2RM, the BERT block), is "not tested", saying why. rSum (whole test split)

@@ -294,7 +294,7 @@ class Claim:
     claim: str  # what the paper says, in one sentence
     source: str  # where the paper says it (section / table / figure)
     evidence: str  # the numbers from this run, rendered from computed values
-    verdict: Verdict  # "not tested": say why in evidence; "within noise": the deciding difference is within the seed spread
+    verdict: Verdict  # "not tested": say why in evidence; "inconclusive": the interval is too wide to say
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
