@@ -24,7 +24,8 @@ The same list of runs is trained in each mode, each timed on its wall clock (dat
   (`train.ADAMP` = "foreach", `xmr_core.optim.ForeachAdamP`, the book's default since; the other modes run the
   `adamp` package's, the reference). It computes the package's update at float tolerance, so a fast run's result
   differs from a new run's in the last bits and is compared only with other fast runs.
-Prints each chapter's training seconds a run (`fit`, the mean over its seeds) per mode, and each mode's wall
+Prints each chapter's training seconds a run (`fit`, the mean over its seeds) and its CPU seconds (the training
+process's, which other load on a shared machine does not inflate) per mode, and each mode's wall
 seconds and runs per hour next to `old-serial`'s, with the load average (the machine is shared: rerun on a quiet
 machine for the record; `--repeat` R runs every mode R times, the modes interleaved, and reports each mode's
 fastest round). It also prints whether each run's result (best validation score, final weights'
@@ -87,6 +88,8 @@ class RunOutcome:
     fit_seconds: float
     best_score: float
     fingerprint: str
+    cpu_seconds: float = 0.0  # CPU time of the training process during `fit` (its one thread): what a loaded
+    # machine's wall clock inflates and this does not
 
 
 def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
@@ -134,12 +137,12 @@ def train_run(spec: RunSpec, run_dir: Path) -> RunOutcome:
     datasets.BATCHES, train_module.ADAMP = spec.batches, spec.adamp
     try:
         model, train, val, cfg, vocab = build_run(spec)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = fit(model, train, val, cfg, out_dir=run_dir, vocab=vocab)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         datasets.BATCHES, train_module.ADAMP = before
-    return RunOutcome(spec, seconds, result.best_score, state_fingerprint(model))
+    return RunOutcome(spec, seconds, result.best_score, state_fingerprint(model), cpu)
 
 
 def _one_thread() -> None:
@@ -221,6 +224,12 @@ def main(argv: list[str]) -> None:
         seconds = {m: min(sum(o[k].fit_seconds for k in ks) / args.copies for o in rounds[m]) for m in args.modes}
         print(f"{LABELS[chapter]:<24}" + "".join(f"{seconds[m]:>{width}.1f}" for m in args.modes)
               + f"  {'yes' if same else 'no (seed 0): ' + scores}")
+    print(f"{'fit CPU seconds a run':<24}" + "".join(f"{m:>{width}}" for m in args.modes)
+          + "  (the training process's CPU time: what other load on the machine does not inflate)")
+    for c, chapter in enumerate(args.chapters):
+        ks = range(c * args.copies, (c + 1) * args.copies)
+        cpu = {m: min(sum(o[k].cpu_seconds for k in ks) / args.copies for o in rounds[m]) for m in args.modes}
+        print(f"{LABELS[chapter]:<24}" + "".join(f"{cpu[m]:>{width}.1f}" for m in args.modes))
     wall = {m: min(walls[m]) for m in args.modes}
     print(f"{'wall seconds':<24}" + "".join(f"{wall[m]:>{width}.1f}" for m in args.modes))
     per_hour = {m: 3600.0 * n / wall[m] for m in args.modes}
