@@ -51,6 +51,7 @@ import pandas as pd
 import torch
 from scipy import stats
 
+from xmr_core.margins import Margin
 from xmr_core.metrics import Relevance, ranking_stats
 from xmr_core.results import write_table
 from xmr_core.verdicts import UNIVERSAL_ORDER, VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (re-exported)
@@ -250,10 +251,22 @@ class ClaimSpec:
     datasets: tuple[str, ...] = ()  # the data sets the claim can be tested on (empty: any)
     profiles: tuple[str, ...] = ()  # the profiles the claim can be tested on (empty: any)
     needs: str = ""  # the model or data the claim needs that this book does not build or have: never tested
+    # The paper's words (docs/claims.md, "The paper's words"): its sentence verbatim as its text has it (`source`
+    # says where), the paper it is from ("" : the chapter's own), and one line on how the test reads the words.
+    quote: str = ""
+    paper: str = ""
+    reading: str = ""
+    stronger_than_paper: str = ""  # a test harder than the words, kept as the book's own claim: why ("": none)
+    margin_from: Margin | None = None  # where the margin comes from; sets `margin` (docs/claims.md, Margins)
 
     def __post_init__(self) -> None:
         def bad(why: str) -> ValueError:
             return ValueError(f"claim {self.key!r}: {why}")
+
+        if self.margin_from is not None:
+            if self.margin not in (0.0, self.margin_from.value):
+                raise bad(f"margin {self.margin} differs from its source's {self.margin_from.value}")
+            object.__setattr__(self, "margin", self.margin_from.value)
 
         if self.kind not in KINDS:
             raise bad(f"kind must be one of {KINDS}, got {self.kind!r}")
