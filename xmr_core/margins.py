@@ -3,6 +3,7 @@
 
     Cell(table, row, key, protocol="")                 -> one number of `xmr_core/paper_values/<chapter>.csv`
     Margin.from_paper(chapter, basis, above, below)    -> mean(above) - mean(below) of the paper's numbers
+    Margin.from_paper(..., total=True)                 -> sum(above) - sum(below) (a sum of recalls, as rSum)
     Margin.rule(name, **inputs)                        -> a rule of `RULES` applied to its inputs
     margin.recompute()                                 -> the value read again from its source
     doc_rules(text)                                    -> {rule: parameter} as docs/claims.md states them
@@ -14,6 +15,7 @@ table of docs/claims.md.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,22 +74,25 @@ class Margin:
     source: Literal["paper", "rule"]
     basis: str
     chapter: str = ""  # paper: the chapter whose paper values hold the cells
-    above: tuple[Cell, ...] = ()  # paper: value = mean(above) - mean(below)
+    above: tuple[Cell, ...] = ()  # paper: value = mean(above) - mean(below), or with `total` their sums
     below: tuple[Cell, ...] = ()
+    total: bool = False
     name: str = ""  # rule: its name in RULES
     inputs: tuple[tuple[str, float], ...] = field(default=())  # rule: its inputs
 
     @classmethod
-    def from_paper(cls, chapter: str, basis: str, above: Sequence[Cell], below: Sequence[Cell]) -> Margin:
-        """The gap mean(above) − mean(below) of the paper's numbers (`paper_values(chapter)`); it must be > 0."""
-        m = cls(0.0, "paper", basis, chapter, tuple(above), tuple(below))
-        return cls(m.recompute(), "paper", basis, chapter, tuple(above), tuple(below))
+    def from_paper(cls, chapter: str, basis: str, above: Sequence[Cell], below: Sequence[Cell],
+                   total: bool = False) -> Margin:
+        """The gap mean(above) − mean(below) of the paper's numbers (`paper_values(chapter)`), or with `total`
+        sum(above) − sum(below) (the same number of cells each side); it must be > 0."""
+        m = cls(0.0, "paper", basis, chapter, tuple(above), tuple(below), total=total)
+        return dataclasses.replace(m, value=m.recompute())
 
     @classmethod
     def rule(cls, name: str, basis: str, **inputs: float) -> Margin:
         """Rule `name` of `RULES` applied to `inputs`."""
         m = cls(0.0, "rule", basis, name=name, inputs=tuple(sorted(inputs.items())))
-        return cls(m.recompute(), "rule", basis, name=name, inputs=m.inputs)
+        return dataclasses.replace(m, value=m.recompute())
 
     def recompute(self) -> float:
         """The value read again from the source: the paper's cells, or the rule's parameter and inputs."""
@@ -96,8 +101,11 @@ class Margin:
         else:
             if not self.above or not self.below:
                 raise ValueError(f"margin {self.basis!r}: a paper margin needs cells above and below")
-            value = float(np.mean([c.value(self.chapter) for c in self.above])
-                          - np.mean([c.value(self.chapter) for c in self.below]))
+            if self.total and len(self.above) != len(self.below):
+                raise ValueError(f"margin {self.basis!r}: a total compares as many cells above as below")
+            pool = np.sum if self.total else np.mean
+            value = float(pool([c.value(self.chapter) for c in self.above])
+                          - pool([c.value(self.chapter) for c in self.below]))
         if not value > 0:
             raise ValueError(f"margin {self.basis!r}: its source gives {value:g}, not > 0")
         return round(value, 6)
@@ -107,8 +115,9 @@ class Margin:
         if self.source == "rule":
             inputs = ", ".join(f"{k} = {v:g}" for k, v in self.inputs)
             return f"{self.value:g} by the rule {self.name} ({inputs}): {self.basis}"
-        return (f"{self.value:g} from the {self.chapter.upper()} paper: {self.basis} (mean of "
-                f"{'; '.join(map(str, self.above))} minus mean of {'; '.join(map(str, self.below))})")
+        pool = "sum" if self.total else "mean"
+        return (f"{self.value:g} from the {self.chapter.upper()} paper: {self.basis} ({pool} of "
+                f"{'; '.join(map(str, self.above))} minus {pool} of {'; '.join(map(str, self.below))})")
 
 
 _RULE_ROW = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|\s*([0-9.]+)\s*\|", re.MULTILINE)
