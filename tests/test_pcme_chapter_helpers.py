@@ -218,7 +218,8 @@ def test_train_judgements_by_hand():
         (30.0, 0.0, "held"),  # R-P: PCME - mu only = 30 on both seeds
         (31.0, 1.0, "held"),  # PMRP: 30 and 32
         (5.0, 0.0, "held"),  # PVSE R@1 20 -> 25 -> 30: the smaller step
-        (2.0, 0.0, "held"),  # PVSE R-P K=1 - K=4 = 35 - 33 > -1 (the margin)
+        (10.0, 0.0, "held"),  # PVSE R@1 K=4 - K=1 = 30 - 20
+        (2.0, 0.0, "held"),  # PVSE R-P K=1 - K=4 = 35 - 33 > -1.4 (the margin)
         (5.0, 0.0, "held"),  # VSE0 - PVSE R-P = 5, 6, 7: the weakest pair
         (11.0, 1.0, "held"),  # PCME R-P - VSE0's 40: 10 and 12
         (12.0, 2.0, "within noise"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
@@ -235,11 +236,11 @@ def test_train_judgements_by_hand():
     assert chapter.train_judgements(_claims_runs(swapped), run)[0].verdict == "did not hold"
     # an unconverged VSE0 leaves its three claims not tested; a collapsed PCME run its four
     unconverged = chapter.train_judgements(_claims_runs({("VSE0", 1): {"converged": False}}), run)
-    assert [j.verdict for j in unconverged] == ["held"] * 4 + ["not tested"] * 3
-    assert "VSE0 did not converge" in unconverged[4].reason
+    assert [j.verdict for j in unconverged] == ["held"] * 5 + ["not tested"] * 3
+    assert "VSE0 did not converge" in unconverged[5].reason
     collapsed = chapter.train_judgements(_claims_runs({("PCME", 0): {"collapse": "every query's scores are tied"}}),
                                          run)
-    assert [j.verdict for j in collapsed] == ["not tested"] * 2 + ["held"] * 3 + ["not tested"] * 2
+    assert [j.verdict for j in collapsed] == ["not tested"] * 2 + ["held"] * 4 + ["not tested"] * 2
     assert "PCME collapsed (every query's scores are tied)" in collapsed[0].reason
 
 

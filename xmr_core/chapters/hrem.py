@@ -92,10 +92,10 @@ from xmr_core.experiment.scorepool import score_trained
 from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.grounding import link_precision
+from xmr_core.margins import Cell, Margin
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig
 from xmr_core.methods.scan import SCAN, scan_config
-from xmr_core.margins import Cell, Margin
 from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
 from xmr_core.runrequest import RunRequest

@@ -75,9 +75,9 @@ from xmr_core.experiment.scoring import TABLE2_COLUMNS, run_collapse, scored_row
 from xmr_core.experiment.training import chapter_runs as model_runs
 from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import request_model as request_compared
+from xmr_core.margins import Cell, Margin
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
-from xmr_core.margins import Cell, Margin
 from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
 from xmr_core.results import write_table

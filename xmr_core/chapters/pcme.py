@@ -73,9 +73,9 @@ from xmr_core.experiment.scoring import (
     scored_row,
 )
 from xmr_core.experiment.training import fit_row, request_built, request_model, train_many, train_model
+from xmr_core.margins import Cell, Margin
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
-from xmr_core.margins import Cell, Margin
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.paper_words import Words, worded
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
