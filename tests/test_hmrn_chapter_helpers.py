@@ -542,26 +542,39 @@ def test_sweep_claims_are_judged_on_the_points_the_run_has():
                                 )[0].verdict == "did not hold"
 
 
-def test_tau_levels_off_is_an_equivalence_within_the_declared_margin():
+def test_tau_levels_off_is_judged_on_every_tau_above_40_the_run_has():
     spec = _spec("f6-tau-levels-off-I-T")
-    assert (spec.kind, spec.margin) == ("equivalence", chapter.LEVEL_OFF_MARGIN)
-    a, b = spec.models
-    per_run, scores = _runs({a: 2.0, b: 2.0}, seeds=(0,))
-    same = {(m, 0): chapter.RoundScores(scores[b, 0].scores.clone(), 0.0) for m in (a, b)}  # the same model twice
+    assert (spec.kind, spec.each, spec.margin) == ("universal", "equivalence", chapter.LEVEL_OFF_MARGIN.value)
+    t40, t80, t160 = (chapter.sweep_label(chapter.IT, {"tau": v}) for v in (40.0, 80.0, 160.0))
+    per_run, scores = _runs({t80: 2.0, t40: 2.0}, seeds=(0,))
+    same = {(m, 0): chapter.RoundScores(scores[t40, 0].scores.clone(), 0.0) for m in (t80, t40)}  # one model twice
     assert chapter.judge_claims([spec], per_run, 3, CPU, same)[0].verdict == "held"
-    per_run, scores = _runs({a: 1.5, b: 4.0}, seeds=(0,))
+    per_run, scores = _runs({t80: 1.5, t40: 4.0}, seeds=(0,))
     assert chapter.judge_claims([spec], per_run, 3, CPU, scores)[0].verdict == "did not hold"
+    # the tuned tau beyond the grid (160) counts too: tau = 80 as tau = 40, tau = 160 far below it
+    per_run, scores = _runs({t80: 4.0, t40: 4.0, t160: 1.5}, seeds=(0,))
+    scores[t80, 0] = chapter.RoundScores(scores[t40, 0].scores.clone(), 0.0)
+    judged = chapter.judge_claims([spec], per_run, 3, CPU, scores)[0]
+    assert judged.verdict == "did not hold" and [p.spec.models for p in judged.parts] == [(t80, t40), (t160, t40)]
+    assert [p.verdict for p in judged.parts] == ["held", "did not hold"]
+    assert "has no tau = 40" in chapter.beyond_tau(spec, [t80, chapter.sweep_label(chapter.IT, {"tau": 20.0})])
+    assert "(none)" in chapter.beyond_tau(spec, [])
 
 
 def test_the_minilm_claim_is_judged_where_the_minilm_rows_train():
-    spec = _spec("t10-bigru-over-minilm")
+    spec, slight = _spec("t10-bigru-over-minilm"), _spec("t10-gain-slight")
     per_run, scores = _runs({chapter.BIGRU: 3.0, chapter.MINILM: 1.5})
     smoke = RunConfig.from_params(PROFILE="smoke", DATASET="scenes")
     assert chapter.judge_claims([spec], per_run, 3, smoke, scores)[0].reason == \
         "needs profile paper or cpu; this run has smoke"
     assert chapter.judge_claims([spec], per_run, 3, CPU, scores)[0].verdict == "held"
     paper = RunConfig.from_params(PROFILE="paper", DATASET="scenes")
-    assert chapter.judge_claims([spec], per_run, 3, paper, scores)[0].verdict == "held"
+    judged = chapter.judge_claims([spec, slight], per_run, 3, paper, scores)
+    assert judged[0].verdict == "held"
+    # the gain is no slight one: far beyond the 3 points of the margin, "slightly" does not hold
+    gain = judged[0].effect
+    assert gain > 3 * chapter.LEVEL_OFF_MARGIN.value and judged[1].verdict == "did not hold"
+    assert judged[1].effect == pytest.approx(-gain)
 
 
 def test_every_declared_claim_can_hold_and_fail():
