@@ -3,10 +3,11 @@
     Words(quote, reading, ...)          the words of one claim, declared beside the chapter's claims
     worded(specs, words)                the specs with their words ({key: Words}) set
     PAPERS                              the five papers, by chapter name
-    papers_dir(repo)                    <repo>/../shared/papers, where the papers' full texts live beside a clone
+    papers_dir(repo)                    <repo>/../shared/papers (or $XMR_PAPERS): the papers' full texts
     normalised(text)                    whitespace collapsed; a hyphen at a line break marked (`BREAK`)
     words_missing(spec)                 "" or which of the quote, the section, the reading the claim lacks
     quote_missing(spec, chapter, texts) "" or why the quote is not verbatim in its paper's text
+    words_report(chapter, specs, texts) (one line, failures): how many claims carry the paper's words (`bench claims`)
 
 A quote matches its paper's text up to whitespace and hyphenation line breaks: "sub-\\nembeddings" in the text
 matches a quote's "subembeddings" or "sub-embeddings", nothing else.
@@ -15,6 +16,7 @@ matches a quote's "subembeddings" or "sub-embeddings", nothing else.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,8 +51,9 @@ def worded(specs: Sequence[ClaimSpec], words: Mapping[str, Words]) -> list[Claim
 
 
 def papers_dir(repo: Path) -> Path:
-    """The folder of the papers' full texts (`<paper>.txt`) beside a clone at `repo`."""
-    return repo.parent / "shared" / "papers"
+    """The folder of the papers' full texts (`<paper>.txt`) beside a clone at `repo`: `<repo>/../shared/papers`, or
+    `$XMR_PAPERS` where set (a checkout whose parent holds no shared/, e.g. a git worktree)."""
+    return Path(os.environ["XMR_PAPERS"]) if os.environ.get("XMR_PAPERS") else repo.parent / "shared" / "papers"
 
 
 def normalised(text: str) -> str:
@@ -87,3 +90,20 @@ def quote_missing(spec: ClaimSpec, chapter: str, texts: Mapping[str, str]) -> st
 def read_papers(folder: Path) -> dict[str, str]:
     """{paper: full text} of every `PAPERS` text in `folder` (those present)."""
     return {p: (folder / f"{p}.txt").read_text(encoding="utf-8") for p in PAPERS if (folder / f"{p}.txt").is_file()}
+
+
+def words_report(chapter: str, specs: Sequence[ClaimSpec], texts: Mapping[str, str] | None) -> tuple[str, list[str]]:
+    """(one line, failures) of `chapter`'s declared claims: how many carry the paper's words, how many quotes were
+    found verbatim in the papers' texts (`texts`; None: the texts are absent, the quotes unchecked), how many tests
+    the book keeps as its own stronger claim. A claim without its words, or whose quote is not verbatim, fails."""
+    failures = [f"{chapter}: {why}" for why in map(words_missing, specs) if why]
+    worded_n = len(specs) - len(failures)
+    if texts is None:
+        checked = "quotes not checked (no papers' texts beside the clone)"
+    else:
+        wrong = [f"{chapter}: {why}" for s in specs if s.quote for why in [quote_missing(s, chapter, texts)] if why]
+        failures += wrong
+        checked = f"{worded_n - len(wrong)} quotes verbatim in the papers"
+    stronger = sum(bool(s.stronger_than_paper) for s in specs)
+    return (f"  the paper's words: {worded_n} of {len(specs)} claims; {checked}; {stronger} tests stronger than the "
+            "paper, kept as the book's own"), failures

@@ -8,8 +8,12 @@ resting on a run that did not converge or collapsed. A chapter that declares no 
 migrated, with the number of claims its committed claims.md judged by the old rule; one whose claims.md has more
 claims than its judgement files as partly migrated.
 
-Exits non-zero when a chapter is not (or partly) migrated, a declared claim fails the can-fail test, or a verdict rests on
-a non-converged or collapsed run.
+Per chapter also how many declared claims carry the paper's words (`xmr_core.paper_words`: the quote, its section, the
+test's reading), with each quote checked verbatim against the papers' texts where they lie beside the clone
+(`<repo>/../shared/papers`).
+
+Exits non-zero when a chapter is not (or partly) migrated, a declared claim fails the can-fail test or lacks the
+paper's words (or its quote is not verbatim), or a verdict rests on a non-converged or collapsed run.
 
 `--seeds` also lists, per chapter, each claim judged within noise on seed noise with the seeds a verdict would need
 if its observed effect were the true one (`seeds_to_resolve`): which claims the book's 3 seeds cannot resolve. Then
@@ -39,6 +43,7 @@ from scipy import stats
 
 from xmr_core.bench._committed import committed_text
 from xmr_core.claims import CONFIDENCE, VERDICTS, ClaimSpec, can_fail
+from xmr_core.paper_words import papers_dir, read_papers, words_report
 from xmr_core.results_diff import committed_files, table_cells
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
@@ -219,6 +224,10 @@ def chapter_report(chapter: str, folder: Path, seeds: bool = False) -> tuple[lis
         reason = can_fail(s)
         if reason:
             failures.append(f"{chapter}: {reason}")
+    papers = papers_dir(Path(__file__).resolve().parents[2])
+    words, unworded = words_report(chapter, specs, read_papers(papers) if papers.is_dir() else None)
+    lines.append(words)
+    failures += unworded
     frame = judged(folder)
     n_old = max(n_page - len(frame), 0)  # the page's claims that no judgement file accounts for
     if n_old:

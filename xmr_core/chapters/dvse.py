@@ -1267,9 +1267,9 @@ WORDS: dict[str, Words] = {
     "fr-improves-any-model": Words(
         "Furthermore, since it operates directly on the similarity matrix, FR has the potential to enhance the accuracy "
         "of any image-text retrieval model.",
-        "Each model of the chapter above itself without FR in rSum, re-ranked at the scales the paper set for DVSE on "
-        "COCO (gamma1 = gamma2 = 25, lambda1 = lambda2 = 20), whatever the model's score scale (PCME's match "
-        "probabilities included).",
+        "Each model of the chapter above itself without FR in rSum, re-ranked at the fixed scales the paper set for "
+        "DVSE on COCO (`FR_COCO`: gamma1 = gamma2 = 25, lambda1 = lambda2 = 20), whatever the model's score scale "
+        "(PCME's match probabilities included).",
         stronger_than_paper="'has the potential to' is read by the leaderboard's `fr-improves-any` (the same question, "
         "FR's scales tuned on validation for each model); this test fixes the paper's DVSE scales for every model, "
         "so it can fail where FR would help at scales suited to the model: the two verdicts differ by that"),
