@@ -86,3 +86,20 @@ def test_the_two_verdicts_on_fr_improving_any_model_name_each_other() -> None:
     assert dvse.quote == board.quote and board.paper == "dvse"
     assert "`fr-improves-any`" in dvse.stronger_than_paper and "`fr-improves-any-model`" in board.reading
     assert "fixed" in dvse.stronger_than_paper + dvse.reading and "tuned" in board.reading
+
+
+def test_the_claims_pages_show_the_words_and_the_margins_source() -> None:
+    from xmr_core.claims import Evidence, claim_rows, judge, judgements_frame, render_claims
+
+    spec = next(s for s in _claims("dvse") if s.key == "dvse-r1-similar-to-pvse")
+    ev = {m: Evidence((0, 1, 2), [40.0 + d, 40.5 + d, 39.5 + d]) for m, d in (("DVSE", 1.0), ("PVSE K=4", 0.0))}
+    judged = [judge(spec, ev)]
+    row = judgements_frame(judged).iloc[0]
+    assert (row["quote"], row["reading"], row["paper"]) == (spec.quote, spec.reading, "")
+    assert row["margin source"] == spec.margin_from.describe() and row["margin"] == spec.margin
+    cell = claim_rows(judged)["claim"].iloc[0]
+    assert cell.startswith(spec.text) and f"“{spec.quote}”" in cell and spec.reading in cell
+    assert f"“{spec.quote}”" in render_claims(judged, "dvse", profile="cpu", dataset="scenes")
+    stronger = next(s for s in _claims("dvse") if s.key == "dvse-best-set-based")
+    assert "Stronger than the paper: the words say competitive or better" in \
+        claim_rows([judge(stronger, {})])["claim"].iloc[0]

@@ -1,7 +1,8 @@
 """Claims as data and the one verdict protocol of the book (the reasons are in `docs/claims.md`).
 
 A paper's claim is declared once as a `ClaimSpec` (its text, section, kind, metric, the compared models or
-variants, the claimed direction, and a margin where the kind has one) and judged by `judge` against the
+variants, the claimed direction, a margin where the kind has one with its source (`xmr_core.margins`), and the
+paper's words: its sentence verbatim and how the test reads it (`xmr_core.paper_words`)) and judged by `judge` against the
 `Evidence` of each compared model on this run: its per-seed scores, optionally the per-query values they are
 the mean of, the seeds and test split they came from, whether every run converged and whether it collapsed.
 
@@ -14,6 +15,7 @@ the mean of, the seeds and test split they came from, whether every run converge
     query_evidence(per_run, array cols, split=)             -> the same from per-query values, one stratum a column
     run_evidence(per_run, {(model, seed): values}, strata=)   -> the same from per-query values kept beside it
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
+    claim_cell(spec)                                        -> the claim with the paper's words and the test's reading
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
     write_judgements(judgements, chapter, part, run)        -> `<chapter>/judgements_<part>.{csv,md,json}`
@@ -612,7 +614,8 @@ def can_fail(spec: ClaimSpec) -> str:
 
 
 COLUMNS = ("key", "claim", "source", "kind", "metric", "effect of", "effect", "low", "high", "confidence",
-           "n seeds", "n queries", "paired", "noise", "margin", "verdict", "reason", "unconverged", "collapsed")
+           "n seeds", "n queries", "paired", "noise", "margin", "verdict", "reason", "unconverged", "collapsed",
+           "quote", "paper", "reading", "stronger than paper", "margin source")
 
 
 def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
@@ -624,8 +627,17 @@ def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
             s.key, s.text, s.source, s.kind if s.kind != "universal" else f"universal ({s.each})", s.metric,
             j.effect_of, j.effect, j.low, j.high, j.confidence, j.n_seeds, j.n_queries, j.paired, j.noise,
             s.margin if s.margin > 0 else math.nan, j.verdict, j.reason, ", ".join(j.unconverged),
-            ", ".join(j.collapsed)))))
+            ", ".join(j.collapsed), s.quote, s.paper, s.reading, s.stronger_than_paper,
+            s.margin_from.describe() if s.margin_from else ""))))
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def claim_cell(spec: ClaimSpec) -> str:
+    """A claims page's claim cell: the book's sentence, then the paper's words and how the test reads them."""
+    words = f" The paper{f' ({spec.paper.upper()})' if spec.paper else ''}: “{spec.quote}”" if spec.quote else ""
+    reading = f" The test: {spec.reading}" if spec.reading else ""
+    stronger = f" Stronger than the paper: {spec.stronger_than_paper}." if spec.stronger_than_paper else ""
+    return spec.text + words + reading + stronger
 
 
 def _effect_cell(j: Judgement) -> str:
@@ -644,7 +656,7 @@ def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
         margin = f"; margin {j.spec.margin:g}" if j.spec.margin > 0 else ""
         evidence = (f"{j.spec.metric}: {_effect_cell(j)}; {j.n_seeds} seeds / {j.n_queries} queries, paired: "
                     f"{j.paired}{margin}; {j.reason}")
-        rows.append({"claim": j.spec.text, "source": j.spec.source, "evidence": evidence, "verdict": j.verdict})
+        rows.append({"claim": claim_cell(j.spec), "source": j.spec.source, "evidence": evidence, "verdict": j.verdict})
     return pd.DataFrame(rows, columns=["claim", "source", "evidence", "verdict"])
 
 
@@ -663,7 +675,7 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
         s = j.spec
         kind = s.kind if s.kind != "universal" else f"universal ({s.each})"
         why = f"**{j.verdict}**" + (f": {j.reason}" if j.reason else "")
-        cells = [str(i), s.text, s.source, kind, s.metric, _effect_cell(j), f"{j.n_seeds} / {j.n_queries}",
+        cells = [str(i), claim_cell(s), s.source, kind, s.metric, _effect_cell(j), f"{j.n_seeds} / {j.n_queries}",
                  j.paired, f"{s.margin:g}" if s.margin > 0 else "-", why]
         lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     counts = ", ".join(f"{sum(j.verdict == v for j in judgements)} {v}" for v in VERDICTS)
