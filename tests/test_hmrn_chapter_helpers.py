@@ -495,6 +495,22 @@ def test_improves_with_queries_compares_the_ensemble_after_the_last_round_with_a
     assert chapter.judge_claims(spec, per_run, 3, CPU, scores)[0].verdict == "did not hold"
 
 
+def test_improves_every_round_is_a_trend_over_the_rounds_the_run_scores():
+    spec = [_spec("improves-every-round")]
+    assert spec[0].models == chapter.EVERY_ROUND and len(chapter.EVERY_ROUND) == chapter.ROUNDS
+    per_run, scores = _runs({chapter.ENSEMBLE: 1.5}, growth=1.5)
+    judged = chapter.judge_claims(spec, per_run, 3, CPU, scores)[0]
+    assert judged.verdict == "held" and judged.spec.models == chapter.EVERY_ROUND[:3]
+    means = [per_run[f"round{r}/R@1"].mean() for r in (1, 2, 3)]
+    assert judged.effect == pytest.approx(min(means[1] - means[0], means[2] - means[1]))
+    per_run, scores = _runs({chapter.ENSEMBLE: 4.0}, growth=-1.2)
+    assert chapter.judge_claims(spec, per_run, 3, CPU, scores)[0].verdict == "did not hold"
+    short = per_run.drop(columns=[c for c in per_run if c.startswith("round3/")])
+    two = {k: chapter.RoundScores(v.scores[:2], 0.0) for k, v in scores.items()}
+    assert chapter.judge_claims(spec, short, 2, CPU, two)[0].reason == \
+        "this run scores 2 rounds of the ensemble: a trend needs three"
+
+
 def test_multi_over_single_is_refuted_by_one_multi_vector_model_below_and_needs_round_3():
     lifts = {**{m: 5.0 for m in chapter.MULTI_VECTOR}, **{s: 1.5 for s in chapter.SINGLE_VECTOR}}
     specs = [s for s in chapter.TRAIN_CLAIMS if s.key.startswith("multi-over-")]
