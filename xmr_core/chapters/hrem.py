@@ -962,43 +962,45 @@ VISUALISE_CLAIMS: list[ClaimSpec] = [
               datasets=("scenes",)),
 ]
 # The paper's words of every claim (docs/claims.md, "The paper's words"): verbatim, and how the test reads them.
-SOTA = ("Furthermore, on the more extensive database of 5K test set, our method outperforms previous work [21, 50, 51] "
+_SOTA = ("Furthermore, on the more extensive database of 5K test set, our method outperforms previous work [21, 50, 51] "
         "with larger performance gaps, both embedding-based and score-based methods, which shows the superiority of "
         "our method more convincingly.")
-MECHANISMS = "We first perform two proposed interaction mechanisms individually, then report the ensemble results."
-EMBEDDING = ("Quantitative results on Flickr30K 1K test-set are shown in Tab. 2, where our proposed method outperforms "
+_MECHANISMS = "We first perform two proposed interaction mechanisms individually, then report the ensemble results."
+_EMBEDDING = ("Quantitative results on Flickr30K 1K test-set are shown in Tab. 2, where our proposed method outperforms "
              "all state-of-the-art embedding-based image-text matching methods [20, 21, 24, 35, 45] with impressive "
              "margins for the $R@K$ and $rSum$.")
-TABLE3A = ("It shows that both instance-level and fragment-level relation modeling help improve the learning of "
+_TABLE3A = ("It shows that both instance-level and fragment-level relation modeling help improve the learning of "
            "cross-modal embeddings.")
-CRITICAL = ("First, capturing the instance-level relation, especially the inter-modal relation, is more critical than "
+_CRITICAL = ("First, capturing the instance-level relation, especially the inter-modal relation, is more critical than "
             "the intra-modal and fragment-level relation.")
-MATRICES = "First, the connection and relevance matrices are significant in explicitly capturing the cross-modal relation."
-FIG6 = "λ is the attention coefficient for the relevance matrix, thus it should be large enough to provide extra fine-grained supervision, K is related to the number of words in variable sentences, thus it cannot be too large to adapt short texts."
-SPECIAL = "We find our method can improve these special samples significantly."
-SPEED_WORDS = ("Although our method belongs to the embedding-based image-text matching methods [4, 20], achieves both "
+_MATRICES = "First, the connection and relevance matrices are significant in explicitly capturing the cross-modal relation."
+_FIG6 = ("λ is the attention coefficient for the relevance matrix, thus it should be large enough to provide extra "
+         "fine-grained supervision, K is related to the number of words in variable sentences, thus it cannot be too "
+         "large to adapt short texts.")
+_SPECIAL = "We find our method can improve these special samples significantly."
+_SPEED_WORDS = ("Although our method belongs to the embedding-based image-text matching methods [4, 20], achieves both "
                "high accuracy and efficiency, and is more than 10 times faster than the latest score-based methods "
                "[7, 19, 51] on Flickr30K.")
-FROM_TABLE = "; the text does not compare these two, Table 1's rows do (HREM (Standalone), HREM (Fusion), HREM*)"
+_FROM_TABLE = "; the text does not compare these two, Table 1's rows do (HREM (Standalone), HREM (Fusion), HREM*)"
 WORDS: dict[str, Words] = {
-    "beats-embedding-methods": Words(EMBEDDING, "The ensemble above GPO and above VSE++ in whole-split rSum (the "
+    "beats-embedding-methods": Words(_EMBEDDING, "The ensemble above GPO and above VSE++ in whole-split rSum (the "
                                      "embedding-based methods the book builds)."),
-    "fusion-best-single": Words(SOTA, "HREM fusion above every other single model the chapter trains in rSum."),
-    "standalone-over-gpo": Words(SOTA, "HREM standalone above GPO in rSum."),
-    "fusion-over-gpo": Words(SOTA, "HREM fusion above GPO in rSum."),
-    "fusion-over-standalone": Words(MECHANISMS, "HREM fusion above HREM standalone in rSum" + FROM_TABLE + "."),
-    "ensemble-over-standalone": Words(MECHANISMS, "The ensemble above HREM standalone in rSum" + FROM_TABLE + "."),
-    "ensemble-over-fusion": Words(MECHANISMS, "The ensemble above HREM fusion in rSum" + FROM_TABLE + "."),
+    "fusion-best-single": Words(_SOTA, "HREM fusion above every other single model the chapter trains in rSum."),
+    "standalone-over-gpo": Words(_SOTA, "HREM standalone above GPO in rSum."),
+    "fusion-over-gpo": Words(_SOTA, "HREM fusion above GPO in rSum."),
+    "fusion-over-standalone": Words(_MECHANISMS, "HREM fusion above HREM standalone in rSum" + _FROM_TABLE + "."),
+    "ensemble-over-standalone": Words(_MECHANISMS, "The ensemble above HREM standalone in rSum" + _FROM_TABLE + "."),
+    "ensemble-over-fusion": Words(_MECHANISMS, "The ensemble above HREM fusion in rSum" + _FROM_TABLE + "."),
     "both-text-encoders": Words(
         "Furthermore, our method has the coincident superiority on different textual encoders [6, 38] and still gets "
         "the best on the ensemble results.",
         "The ensemble above GPO with BiGRU and with BERT, each in rSum."),
-    "beats-score-based": Words(SOTA, "The ensemble above IMRAM, UARD and NAAF on COCO 5K; not built, never tested."),
-    "instance-level": Words(TABLE3A, "HREM above w/o instance level on the mean of R@1 and R@5 both ways."),
-    "fragment-level": Words(TABLE3A, "HREM above w/o fragment level on the mean of R@1 and R@5 both ways."),
-    "instance-over-fragment": Words(CRITICAL, "Removing the instance level costs more than removing the fragment "
+    "beats-score-based": Words(_SOTA, "The ensemble above IMRAM, UARD and NAAF on COCO 5K; not built, never tested."),
+    "instance-level": Words(_TABLE3A, "HREM above w/o instance level on the mean of R@1 and R@5 both ways."),
+    "fragment-level": Words(_TABLE3A, "HREM above w/o fragment level on the mean of R@1 and R@5 both ways."),
+    "instance-over-fragment": Words(_CRITICAL, "Removing the instance level costs more than removing the fragment "
                                     "level: w/o fragment level above w/o instance level."),
-    "inter-over-intra": Words(CRITICAL, "Removing the inter-modal relation costs more than removing the intra-modal "
+    "inter-over-intra": Words(_CRITICAL, "Removing the inter-modal relation costs more than removing the intra-modal "
                               "one: w/o intra-modal above w/o inter-modal."),
     "regions-over-words": Words(
         "Besides, capturing fragment-level relations for the textual modality seems redundant.",
@@ -1007,8 +1009,8 @@ WORDS: dict[str, Words] = {
     "visual-fragment": Words(
         "However, exploring the semantic relations for region features are meaningful as previous work [20, 21, 46].",
         "HREM above w/o visual fragment on the mean of R@1 and R@5 both ways."),
-    "connection-a": Words(MATRICES, "HREM above w/o connection A on the mean of R@1 and R@5 both ways."),
-    "relevance-s": Words(MATRICES, "HREM above w/o relevance S on the mean of R@1 and R@5 both ways."),
+    "connection-a": Words(_MATRICES, "HREM above w/o connection A on the mean of R@1 and R@5 both ways."),
+    "relevance-s": Words(_MATRICES, "HREM above w/o relevance S on the mean of R@1 and R@5 both ways."),
     "l-cross": Words(
         "And the cross-embedding matching loss \\mathcal{L}_{cross} is indispensable to keep the embedding "
         "consistency at the inference stage.",
@@ -1023,8 +1025,8 @@ WORDS: dict[str, Words] = {
     "all-relations-best": Words(
         "Finally, modeling all hierarchical relations is also essential for the optimal result.",
         "HREM above every row of Table 3a on the mean of R@1 and R@5 both ways."),
-    "lambda-large-enough": Words(FIG6, "λ = 1.5 (the default) above λ = 0 in rSum, every seed at both."),
-    "k-not-too-large": Words(FIG6, "K = 10 (the default) above K = 15 in rSum."),
+    "lambda-large-enough": Words(_FIG6, "λ = 1.5 (the default) above λ = 0 in rSum, every seed at both."),
+    "k-not-too-large": Words(_FIG6, "K = 10 (the default) above K = 15 in rSum."),
     "tau-not-extreme": Words(
         "τ represents the ratio of connected samples in the batch, it will not be meaningful if close to 0 or 1.",
         "τ = 0.5 (the default) above τ = 0.1 and above τ = 0.9 in rSum."),
@@ -1037,11 +1039,11 @@ WORDS: dict[str, Words] = {
         "Fig. 7 shows the curve of triplet loss with hard negative mining, the values of enhanced embeddings are lower "
         "than the initial, proving the capacity for recognizing hard samples.",
         "The enhanced embeddings' triplet loss below the initial ones', each seed's mean over the logged epochs."),
-    "hard-samples": Words(SPECIAL, "R@1 on the hard queries higher with sample relation modelling than without."),
-    "infrequent-samples": Words(SPECIAL, "R@1 on the infrequent queries higher with sample relation modelling than "
+    "hard-samples": Words(_SPECIAL, "R@1 on the hard queries higher with sample relation modelling than without."),
+    "infrequent-samples": Words(_SPECIAL, "R@1 on the infrequent queries higher with sample relation modelling than "
                                 "without."),
-    "ten-times-faster": Words(SPEED_WORDS, "SCAN t2i's log10 seconds above HREM fusion's + 1 (ten times its time)."),
-    "above-score-based": Words(SOTA, "HREM fusion above SCAN t2i (the score-based matcher the book builds) in rSum."),
+    "ten-times-faster": Words(_SPEED_WORDS, "SCAN t2i's log10 seconds above HREM fusion's + 1 (ten times its time)."),
+    "above-score-based": Words(_SOTA, "HREM fusion above SCAN t2i (the score-based matcher the book builds) in rSum."),
     "fragments-find-connections": Words(
         "Following score-based methods [19, 40], we use the fine-grained matching of fragments and local features to "
         "measure the inter-modal neighbor space.",

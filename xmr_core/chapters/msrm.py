@@ -813,18 +813,20 @@ VISUALISE_CLAIMS: list[ClaimSpec] = [
               "(smaller zeta).", "Sec. 4.4, Figure 3", "superiority", ZETA_TOP6, ("MSRM", "PCME"), direction="less"),
 ]
 # The paper's words of every claim (docs/claims.md, "The paper's words"): verbatim, and how the test reads them.
-SURPASS = ("Consequently, our MSRM method can comprehensively surpass the existing PCME and P2RM approaches under all "
+_SURPASS = ("Consequently, our MSRM method can comprehensively surpass the existing PCME and P2RM approaches under all "
            "evaluation metrics and test settings.")
+_PVSE_M = ("(1) The increase of $M$ value can indeed improve the R@K performance of PVSE [34] while suffering an "
+           "opposite trend on R-P performance")
 WORDS: dict[str, Words] = {
     "pvse-r1-rises-with-m": Words(
-        "(1) The increase of $M$ value can indeed improve the R@K performance of PVSE [34] while suffering an opposite trend on R-P performance",
+        _PVSE_M,
         "Zero-shot R@1 (mean of i2t and t2i) rises at every step M = 1 → 2 → 4."),
     "pvse-rp-falls-with-m": Words(
-        "(1) The increase of $M$ value can indeed improve the R@K performance of PVSE [34] while suffering an opposite trend on R-P performance",
+        _PVSE_M,
         "Zero-shot R-P (mean of i2t and t2i) falls at every step M = 1 → 2 → 4."),
-    "msrm-over-pcme-zero-shot": Words(SURPASS, "MSRM above PCME in each of Table 2's four columns (zero-shot); one "
+    "msrm-over-pcme-zero-shot": Words(_SURPASS, "MSRM above PCME in each of Table 2's four columns (zero-shot); one "
                                       "column not above refutes it."),
-    "msrm-best-rp": Words(SURPASS, "Read on Table 2's R-P (mean of i2t and t2i): MSRM above every model the chapter "
+    "msrm-best-rp": Words(_SURPASS, "Read on Table 2's R-P (mean of i2t and t2i): MSRM above every model the chapter "
                           "trains (P2RM is not built)."),
     "msrm-over-pcme-all-classes": Words(
         "(3) The advantages of our method can again be verified in the horizontal comparison between the two "

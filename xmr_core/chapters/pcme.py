@@ -755,9 +755,9 @@ VISUALISE_CLAIMS: list[ClaimSpec] = [
               "match probability per image", (FIG8["erase_a"], FIG8["erase_any"])),
 ]
 # The paper's words of every claim (docs/claims.md, "The paper's words"): verbatim, and how the test reads them.
-ERASE_PIXELS = ("We quantitatively verify that the sigma values positively correlate with the ratio of erased pixels in "
+_ERASE_PIXELS = ("We quantitatively verify that the sigma values positively correlate with the ratio of erased pixels in "
                 "Figure 7.")
-ERASE_WORDS = "between the caption ambiguity induced by erasing words and the embedding uncertainty"
+_ERASE_WORDS = "between the caption ambiguity induced by erasing words and the embedding uncertainty"
 WORDS: dict[str, Words] = {
     "rp-over-mu-only": Words(
         "PCME also improves upon its deterministic version, PCME μ -only, with some margin: +1.6 pp and +1.2 pp on "
@@ -823,12 +823,12 @@ WORDS: dict[str, Words] = {
         quote, f"Each {item}'s σ rises at every step of the erased ratio 0 → 50% (the same {item}s at every ratio, "
         "paired).", stronger_than_paper=f"the words say σ correlates positively with the erased share, not that it "
         f"rises at every step; `sigma-higher-when-erased-{what}` tests the words")
-       for what, item, quote in (("pixels", "image", ERASE_PIXELS), ("words", "caption", ERASE_WORDS))},
+       for what, item, quote in (("pixels", "image", _ERASE_PIXELS), ("words", "caption", _ERASE_WORDS))},
     **{f"sigma-higher-when-erased-{what}": Words(
         quote, f"The positive correlation read as: each {item}'s σ with 50% erased above its σ with none (paired "
         "by item)" + (";" if what == "words" else ".") + (" the sentence opens 'We discover another positive "
         "correlation' before Figure 8's caption." if what == "words" else ""))
-       for what, item, quote in (("pixels", "image", ERASE_PIXELS), ("words", "caption", ERASE_WORDS))},
+       for what, item, quote in (("pixels", "image", _ERASE_PIXELS), ("words", "caption", _ERASE_WORDS))},
     "vague-captions-widest": Words(
         "This generic caption covers most of the caption variations in the embedding space (red ellipses).",
         "On scenes the vague captions (a count, a colour or a shape only) stand for the generic one: their mean σ "
