@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from xmr_core.results import PAPER_VALUES_DIR, paper_values
+from xmr_core.reported import PAPER_VALUES_DIR, paper_values
 
 
 @dataclass(frozen=True)
