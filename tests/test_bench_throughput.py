@@ -57,8 +57,8 @@ def test_old_modes_build_batches_item_by_item(tmp_path, monkeypatch):
 
 def test_train_run_trains_with_its_adamp_step(tmp_path, monkeypatch):
     """`train_run` sets `train.ADAMP` to the spec's AdamP step while it trains, and restores it after."""
-    from xmr_core.runs import train
     from xmr_core.bench import throughput
+    from xmr_core.runs import train
 
     seen = []
     monkeypatch.setattr(throughput, "build_run", lambda spec: (None,) * 5)

@@ -46,9 +46,11 @@ def test_every_claim_judged_on_no_runs_says_what_it_would_need() -> None:
                 assert all(m in j.reason for m in spec.compared), where
 
 
+WORDS = {"paper": "pcme", "quote": "We observe performance drops with increasing uncertainty.",  # a PCME sentence
+         "reading": "A above B"}
 SPECS = [
-    ClaimSpec("beats", "A beats B", "Table 1", "superiority", "R@1, pp", ("A", "B")),
-    ClaimSpec("rises", "R@1 rises with K", "Table 2", "trend", "R@1, pp", ("A", "B", "C")),
+    ClaimSpec("beats", "A beats B", "Table 1", "superiority", "R@1, pp", ("A", "B"), **WORDS),
+    ClaimSpec("rises", "R@1 rises with K", "Table 2", "trend", "R@1, pp", ("A", "B", "C"), **WORDS),
 ]
 
 
@@ -80,6 +82,20 @@ def test_migrated_chapter_summary(tmp_path: Path, demo_chapter: types.ModuleType
     assert "superiority: 1 (1 held)" in out and "trend: 1 (1 did not hold)" in out  # C is below B: falls
     assert f"paired: 1 of 2; median interval width {widths.median():.3g}" in out
     assert out.strip().splitlines()[-1] == "chapters=1 migrated=1 claims=2 judged=2 paired=1 failures=0"
+    assert "  the paper's words: 2 of 2 claims; " in out
+
+
+def test_a_claim_without_the_papers_words_fails_the_bench(tmp_path: Path, demo_chapter: types.ModuleType,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    _judge_demo(tmp_path)
+    monkeypatch.setattr(demo_chapter, "CLAIMS", [SPECS[0], ClaimSpec("rises", "R@1 rises with K", "Table 2", "trend",
+                                                                     "R@1, pp", ("A", "B", "C"))])
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["demo", "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert stop.value.code == 1 and "demo: claim 'rises' has no quote, no reading" in out
+    assert "the paper's words: 1 of 2 claims" in out
 
 
 def test_verdict_on_an_unconverged_run_fails(tmp_path: Path, demo_chapter: types.ModuleType,

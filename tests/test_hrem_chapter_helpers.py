@@ -523,7 +523,7 @@ def test_every_declared_claim_can_hold_and_fail_and_keys_are_unique() -> None:
     assert [can_fail(spec) for spec in CLAIMS] == [""] * len(CLAIMS)
     assert len({spec.key for spec in CLAIMS}) == len(CLAIMS) == len(TRAIN_CLAIMS) + len(ABLATE_CLAIMS) + 1
     insensitive = next(s for s in CLAIMS if s.key == "insensitive")
-    assert insensitive.margin == FIG6_MARGIN
+    assert insensitive.margin == FIG6_MARGIN.value and insensitive.margin_from == FIG6_MARGIN
     for profile in ("cpu", "paper"):  # their grids hold every point of the Figure 6 claims
         points = {fig6_label(p, v) for p, grid in FIG6_GRIDS[profile].items() for v in grid}
         fig6 = [s for s in CLAIMS if "Figure 6" in s.source]
@@ -646,7 +646,7 @@ def test_ablate_judgements_on_constructed_runs() -> None:
     for key in ("lambda-large-enough", "k-not-too-large", "tau-not-extreme", "insensitive"):
         assert judged[key].verdict == "held", key
     assert judged["lambda-large-enough"].noise == "seeds+queries" and judged["insensitive"].paired == "seed+query"
-    assert judged["insensitive"].effect == 0.0 and judged["insensitive"].spec.margin == FIG6_MARGIN
+    assert judged["insensitive"].effect == 0.0 and judged["insensitive"].spec.margin == FIG6_MARGIN.value
     # Figure 7: enhanced 0.515 + 0.1 s against initial 1 + 0.1 s, lower is better: +0.485 on every seed
     assert judged["enhanced-loss-lower"].verdict == "held"
     assert judged["enhanced-loss-lower"].effect == pytest.approx(0.485) and judged["enhanced-loss-lower"].paired == "seed"

@@ -443,8 +443,8 @@ def _zero_shot_values(rp: float, r1: float, pmrp: float, ir1: float) -> dict[str
 def test_every_declared_claim_can_hold_and_fail():
     assert [s.key for s in chapter.CLAIMS] == [s.key for s in chapter.TRAIN_CLAIMS + chapter.ABLATE_CLAIMS
                                                + chapter.VISUALISE_CLAIMS]
-    assert len({s.key for s in chapter.CLAIMS}) == len(chapter.CLAIMS) == 22
-    assert [can_fail(s) for s in chapter.CLAIMS] == [""] * 22
+    assert len({s.key for s in chapter.CLAIMS}) == len(chapter.CLAIMS) == 23
+    assert [can_fail(s) for s in chapter.CLAIMS] == [""] * 23
     assert all(s.metric in chapter.CLAIM_METRICS for s in chapter.TRAIN_CLAIMS + chapter.ABLATE_CLAIMS)
 
 
@@ -546,8 +546,9 @@ def test_ablate_claims_judged_by_hand():
         "without-l-h-lower": "not tested",  # collapsed
         "without-variance-lower": "held",  # 20 against 10
         "bipolar-inferior": "held",  # MSRM 20 against alpha 0 at 10
-        "alpha-little-effect": "held",  # +0.2 and -0.1, inside +-0.5
+        "alpha-little-effect": "held",  # +0.2 and -0.1, inside +-0.9
         "batch-insensitive": "did not hold",  # batch 32 is 3 above batch 128
+        "batch-small-best": "held",  # batch 32: 23 against 20 and 20
         "gamma-peak": "held",  # 0.8: 20 against 18
         "two-layers-best": "did not hold",  # 1 layer: 25
         "msrm-over-pcme-every-zeta": "held",  # 10 above at every zeta

@@ -77,7 +77,7 @@ def test_projection_is_exercised_both_ways() -> None:
     decisions: list[float] = []
     original = opt._projection
 
-    def spy(*args):  # noqa: ANN002, ANN202
+    def spy(*args):
         out = original(*args)
         decisions.append(out[1])
         return out

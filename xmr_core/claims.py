@@ -1,7 +1,8 @@
 """Claims as data and the one verdict protocol of the book (the reasons are in `docs/claims.md`).
 
 A paper's claim is declared once as a `ClaimSpec` (its text, section, kind, metric, the compared models or
-variants, the claimed direction, and a margin where the kind has one) and judged by `judge` against the
+variants, the claimed direction, a margin where the kind has one with its source (`xmr_core.margins`), and the
+paper's words: its sentence verbatim and how the test reads it (`xmr_core.paper_words`)) and judged by `judge` against the
 `Evidence` of each compared model on this run: its per-seed scores, optionally the per-query values they are
 the mean of, the seeds and test split they came from, whether every run converged and whether it collapsed.
 
@@ -16,6 +17,7 @@ the mean of, the seeds and test split they came from, whether every run converge
     simulated(spec, Noise, n_seeds, effect, rng)            -> {model: Evidence} drawn at the book's noise
     can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
+    claim_cell(spec)                                        -> the claim with the paper's words and the test's reading
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
     verdict(held), universal_verdict(verdicts)              -> the verdict of a yes/no check, of "for every model"
@@ -63,6 +65,7 @@ import pandas as pd
 import torch
 from scipy import stats
 
+from xmr_core.margins import Margin
 from xmr_core.metrics import Relevance, ranking_stats
 
 if TYPE_CHECKING:
@@ -325,6 +328,13 @@ class ClaimSpec:
     needs: str = ""  # the model or data the claim needs that this book does not build or have: never tested
     sesoi: float = 0.0  # smallest effect of interest, in the metric's unit; 0: the metric family's (`family_sesoi`)
     sesoi_source: str = ""  # where a declared `sesoi` comes from (the paper's words, or a stated rule)
+    # The paper's words (docs/claims.md, "The paper's words"): its sentence verbatim as its text has it (`source`
+    # says where), the paper it is from ("" : the chapter's own), and one line on how the test reads the words.
+    quote: str = ""
+    paper: str = ""
+    reading: str = ""
+    stronger_than_paper: str = ""  # a test harder than the words, kept as the book's own claim: why ("": none)
+    margin_from: Margin | None = None  # where the margin comes from; sets `margin` (docs/claims.md, Margins)
 
     def __post_init__(self) -> None:
         def bad(why: str) -> ValueError:
@@ -333,6 +343,10 @@ class ClaimSpec:
         if self.sesoi < 0 or (self.sesoi > 0) != bool(self.sesoi_source.strip()):
             raise bad(f"a declared smallest effect of interest must be > 0 and name its source, got {self.sesoi} "
                       f"from {self.sesoi_source!r}")
+        if self.margin_from is not None:
+            if self.margin not in (0.0, self.margin_from.value):
+                raise bad(f"margin {self.margin} differs from its source's {self.margin_from.value}")
+            object.__setattr__(self, "margin", self.margin_from.value)
 
         if self.kind not in KINDS:
             raise bad(f"kind must be one of {KINDS}, got {self.kind!r}")
@@ -862,7 +876,8 @@ def holm(p_values: Sequence[float], verdicts: Sequence[Verdict], alpha: float = 
 
 COLUMNS = ("key", "claim", "source", "kind", "metric", "effect of", "effect", "low", "high", "confidence",
            "n seeds", "n queries", "paired", "noise", "margin", "sesoi", "sesoi source", "verdict", "reason", "p",
-           "verdict after Holm", "seed share", "unconverged", "collapsed")
+           "verdict after Holm", "seed share", "unconverged", "collapsed", "quote", "paper", "reading",
+           "stronger than paper", "margin source")
 
 
 def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
@@ -877,8 +892,17 @@ def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
             s.key, s.text, s.source, s.kind if s.kind != "universal" else f"universal ({s.each})", s.metric,
             j.effect_of, j.effect, j.low, j.high, j.confidence, j.n_seeds, j.n_queries, j.paired, j.noise,
             s.margin if s.margin > 0 else math.nan, sesoi if sesoi > 0 else math.nan, source, j.verdict, j.reason,
-            j.p, after, j.seed_share, ", ".join(j.unconverged), ", ".join(j.collapsed)))))
+            j.p, after, j.seed_share, ", ".join(j.unconverged), ", ".join(j.collapsed), s.quote, s.paper, s.reading,
+            s.stronger_than_paper, s.margin_from.describe() if s.margin_from else ""))))
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def claim_cell(spec: ClaimSpec) -> str:
+    """A claims page's claim cell: the book's sentence, then the paper's words and how the test reads them."""
+    words = f" The paper{f' ({spec.paper.upper()})' if spec.paper else ''}: “{spec.quote}”" if spec.quote else ""
+    reading = f" The test: {spec.reading}" if spec.reading else ""
+    stronger = f" Stronger than the paper: {spec.stronger_than_paper}." if spec.stronger_than_paper else ""
+    return spec.text + words + reading + stronger
 
 
 def _effect_cell(j: Judgement) -> str:
@@ -903,7 +927,7 @@ def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
         margin = f"; margin {j.spec.margin:g}" if j.spec.margin > 0 else ""
         evidence = (f"{j.spec.metric}: {_effect_cell(j)}; {j.n_seeds} seeds / {j.n_queries} queries, paired: "
                     f"{j.paired}{margin}; {j.reason}{_holm_note(j.verdict, after)}")
-        rows.append({"claim": j.spec.text, "source": j.spec.source, "evidence": evidence, "verdict": j.verdict})
+        rows.append({"claim": claim_cell(j.spec), "source": j.spec.source, "evidence": evidence, "verdict": j.verdict})
     return pd.DataFrame(rows, columns=["claim", "source", "evidence", "verdict"])
 
 
@@ -928,7 +952,7 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
         kind = s.kind if s.kind != "universal" else f"universal ({s.each})"
         sesoi, source = s.smallest_effect
         why = f"**{j.verdict}**" + (f": {j.reason}" if j.reason else "") + _holm_note(j.verdict, after)
-        cells = [str(i), s.text, s.source, kind, s.metric, _effect_cell(j), f"{j.n_seeds} / {j.n_queries}",
+        cells = [str(i), claim_cell(s), s.source, kind, s.metric, _effect_cell(j), f"{j.n_seeds} / {j.n_queries}",
                  j.paired, f"{s.margin:g}" if s.margin > 0 else "-", f"{sesoi:g} ({source})" if sesoi > 0 else "-",
                  why]
         lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")

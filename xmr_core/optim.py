@@ -35,12 +35,12 @@ class ForeachAdamP(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  delta: float = 0.1, wd_ratio: float = 0.1, nesterov: bool = False) -> None:
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, delta=delta, wd_ratio=wd_ratio,
-                        nesterov=nesterov)
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "delta": delta,
+                    "wd_ratio": wd_ratio, "nesterov": nesterov}
         super().__init__(params, defaults)
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # noqa: ANN401 - torch's signature
+    def step(self, closure: Any = None) -> Any:
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]

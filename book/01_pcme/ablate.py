@@ -120,7 +120,8 @@ table_ab
 # (`xmr_core.claims.judge`, `docs/claims.md`): each similarity's score is the mean of its i2t and t2i R-P; every
 # similarity of a seed scores the same trained PCME on the same test queries, so they are paired by seed and by
 # query; a 95% bootstrap interval for each effect over the seeds and the queries (resampled within each
-# direction); "close" and "at least as good" use the 0.5 pp margin declared with the claim, never the run's noise.
+# direction); "close" and "at least as good" use the gap of Table 1 the paper does not call close (`T1_CLOSE`: Mean
+# only over ELK), never the run's noise.
 
 # %%
 judged = ablate_judgements(t1_runs, run)

@@ -209,7 +209,7 @@ write_table(runs.per_run, "msrm/per_seed", run=run, caption=(
 # not tested when a compared run did not converge or collapsed (`collapse` in the per-seed table), when the
 # model is not built here (VSRN, AOQ, P2RM), or with one seed. "Under every metric" is a universal claim: it
 # holds only when MSRM is above PCME on each column, and one column below refutes it. "Differ very little" is an
-# equivalence claim with the margin declared with it (0.5 pp), never the run's noise. These claims use each
+# equivalence claim within the smallest fall the paper calls a degradation (`LITTLE_EFFECT`), never the run's noise. These claims use each
 # seed's score only (no per-query values), so their intervals cover training noise, not test sampling.
 
 # %%

@@ -136,7 +136,7 @@ table3b
 #
 # Every value gets `N_SEEDS` seeds, its default (λ 1.5, K 10, τ 0.5) being Table 3's HREM fusion of the same seeds:
 # "insensitive within a proper range" is a robustness claim, judged as an equivalence of each value in the range with
-# the default within a margin of one seed's noise (`xmr_core.chapters.hrem.FIG6_MARGIN`), paired by seed and query,
+# the default within a margin from the paper (`xmr_core.chapters.hrem.FIG6_MARGIN`: what removing S costs in Table 3b), paired by seed and query,
 # so the intervals cover training noise and test sampling. Mean ± std over the seeds; rSum on the whole test split.
 
 # %%
@@ -212,9 +212,9 @@ fig5_points
 # both ways) and Figure 5's rSum use each test query's hits, images and captions as two strata, paired by seed and
 # query; Figure 6's values are paired by seed and query with the default; "K cannot be too large" is K = 10 against
 # K = 15, "τ not close to 0 or 1" is τ = 0.5 against 0.1 and 0.9, and "insensitive within a proper range" is an
-# equivalence of every value of the range with the default within the declared margin `FIG6_MARGIN` (one seed's
-# noise of HREM fusion's rSum, its value and derivation in `xmr_core.chapters.hrem`; the judgements table prints
-# it). Figure 7 and Table 4 (whose queries are chosen per seed) are per seed, paired by seed; Figure 5's speed
+# equivalence of every value of the range with the default within the declared margin `FIG6_MARGIN` (what removing
+# the relevance matrix S costs in the paper's Table 3b, its value and source in `xmr_core.chapters.hrem`; the
+# judgements table prints it). Figure 7 and Table 4 (whose queries are chosen per seed) are per seed, paired by seed; Figure 5's speed
 # compares log10 seconds of SCAN t2i with HREM fusion's + 1 (ten times its time), per seed. Not tested when a
 # compared run did not converge or collapsed, is not trained in this profile, or with one timing.
 

@@ -245,7 +245,8 @@ plt.show()
 # train.py's models are read from its per-seed table, so a claim on one of them is judged on the seed scores, paired
 # by seed. A sweep claim declared on
 # the paper's grid is judged on the points this profile sweeps. "Fluctuates within a narrow range" (Figure 6) is an
-# equivalence with a 3 pp Avg. R@Sum margin declared with the claim. A run that did not converge or collapsed
+# equivalence of every tau above 40 this run has (the tuned tau included) with tau = 40, within the 3 pp Avg. R@Sum of
+# the rule `share-of-scale` (`LEVEL_OFF_MARGIN`, docs/claims.md). A run that did not converge or collapsed
 # (`claims.detect_collapse` on every round's scores) leaves its claims "not tested".
 
 # %%

@@ -10,8 +10,12 @@ other than "not tested" resting on a run that did not converge or collapsed. A c
 is reported as not migrated, with the number of claims its committed claims.md judged by the old rule; one whose
 claims.md has more claims than its judgement files as partly migrated.
 
-Exits non-zero when a chapter is not (or partly) migrated, a declared claim fails the can-fail test, or a verdict rests on
-a non-converged or collapsed run.
+Per chapter also how many declared claims carry the paper's words (`xmr_core.paper_words`: the quote, its section, the
+test's reading), with each quote checked verbatim against the papers' texts where they lie beside the clone
+(`<repo>/../shared/papers`).
+
+Exits non-zero when a chapter is not (or partly) migrated, a declared claim fails the can-fail test or lacks the
+paper's words (or its quote is not verbatim), or a verdict rests on a non-converged or collapsed run.
 
 `--seeds` also lists, per chapter, each claim inconclusive on seed noise with the seeds that would resolve it at its
 smallest effect of interest or margin (`seeds_to_resolve`; where no number of seeds would, the test size that
@@ -47,6 +51,7 @@ from xmr_core.bench._committed import committed_text
 from xmr_core.book.diff import committed_files, table_cells
 from xmr_core.calibration import LIMIT, chapter_noise, exceeds, rates
 from xmr_core.claims import CONFIDENCE, VERDICTS, ClaimSpec, Noise, can_fail, family_sesoi, holm
+from xmr_core.paper_words import papers_dir, read_papers, words_report
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
 LEGACY = "within noise"  # the verdict pages written before the four verdicts carry for negligible or inconclusive
@@ -334,6 +339,10 @@ def chapter_report(chapter: str, folder: Path, seeds: bool = False) -> tuple[lis
         reason = can_fail(s)
         if reason:
             failures.append(f"{chapter}: {reason}")
+    papers = papers_dir(Path(__file__).resolve().parents[2])
+    words, unworded = words_report(chapter, specs, read_papers(papers) if papers.is_dir() else None)
+    lines.append(words)
+    failures += unworded
     frame = judged(folder)
     n_old = max(n_page - len(frame), 0)  # the page's claims that no judgement file accounts for
     if n_old:

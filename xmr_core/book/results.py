@@ -34,13 +34,13 @@ import pandas as pd
 from xmr_core.claims import VERDICTS, Judgement, Verdict, judgements_frame
 from xmr_core.config import PROFILES, RunConfig, check_profile, project_root
 from xmr_core.io import remove_stale_temps, temp_beside
+from xmr_core.reported import PAPER_VALUES_DIR, paper_values  # noqa: F401 (re-exported)
 from xmr_core.runs.log import git_commit
 from xmr_core.runs.trace import tracing
 from xmr_core.sources import digest_bytes
 
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
 PARAMETERS_ENV = "XMR_PARAMETERS"  # set by the runner to the parameters it injected (JSON)
-PAPER_VALUES_DIR = Path(__file__).parents[1] / "paper_values"
 CPU_RESULTS_DIR = "results"  # the committed book: the cpu profile on scenes
 SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never write into results/
 # the results this process has read (`read_result`), per results folder: key -> digest of the bytes read (None: the
@@ -379,11 +379,3 @@ def write_index(root: Path) -> Path:
     index = root / "README.md"
     _commit_files({index: text.encode("utf-8")})
     return index
-
-
-def paper_values(chapter: str) -> pd.DataFrame:
-    """The paper's reported numbers for a chapter (`xmr_core/paper_values/<chapter>.csv`)."""
-    path = PAPER_VALUES_DIR / f"{chapter}.csv"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no paper values recorded for chapter {chapter!r}")
-    return pd.read_csv(path)

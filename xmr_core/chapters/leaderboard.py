@@ -71,6 +71,7 @@ from xmr_core.experiment.recipes import region_encoders
 from xmr_core.experiment.training import request_model, train_many
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
+from xmr_core.paper_words import Words, worded
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.similarity import FastReranker
@@ -317,6 +318,32 @@ CLAIMS: list[ClaimSpec] = [
               "validation).", "DVSE Sec. IV-D, Table IV", "universal", FR_RSUM,
               pairs=tuple((f"{m} + FR", m) for m in BOOK_LABELS)),
 ]
+# The paper's words of every claim (docs/claims.md, "The paper's words"), each from the paper named.
+WORDS: dict[str, Words] = {
+    "pcme-pmrp-over-deterministic": Words(
+        "However, on the more accurate PMRP metric, PCME outperforms previous methods with some margin (e.g. 31.8%, "
+        "29.7%, 33.0% versus 34.1% for the 5K, i2t task).",
+        "PCME above every deterministic model of the zero-shot grid protocol in whole-split PMRP, the best of them "
+        "chosen inside each resample.", paper="pcme"),
+    "msrm-pmrp-over-deterministic": Words(
+        "2) The performance gap between two kinds of evaluation metrics of VSRN [16] and AOQ [4] further indicates "
+        "that R@K focusing only on ground-truth match (the most similar instance) may lead to poor performance in "
+        "semantic retrieval.",
+        "MSRM above every deterministic model of the zero-shot grid protocol in whole-split PMRP.", paper="msrm"),
+    "relations-help": Words(
+        "It shows that both instance-level and fragment-level relation modeling help improve the learning of "
+        "cross-modal embeddings.",
+        "Each relation-modelling model above the model it extends in instance rSum (MSRM over PCME; HREM standalone "
+        "and fusion over VSE++); one pair not above refutes it.", paper="hrem"),
+    "fr-improves-any": Words(
+        "Furthermore, since it operates directly on the similarity matrix, FR has the potential to enhance the "
+        "accuracy of any image-text retrieval model.",
+        "'Has the potential': every model of the board with FR at temperatures tuned on validation for it above "
+        "itself without FR in instance rSum. The DVSE chapter's `fr-improves-any-model` asks the same question at the "
+        "paper's fixed DVSE scales for every model, a harder test: where the two differ (PCME's match "
+        "probabilities), the scales make the difference.", paper="dvse"),
+}
+CLAIMS = worded(CLAIMS, WORDS)
 CLAIM_METRICS: dict[str, str] = {PMRP: "PMRP", RSUM: "rSum", FR_RSUM: "rSum"}  # a claim's metric -> `query_values`
 
 
