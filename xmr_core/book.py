@@ -32,6 +32,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -44,7 +45,7 @@ from xmr_core.io import atomic_write_text
 from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
 from xmr_core.runlog import RUN_LOG_ENV, describe, log_path
 from xmr_core.sources import fingerprint, notebook_sources
-from xmr_core.staleness import notebook_reads_changed
+from xmr_core.staleness import notebook_reads_changed, result_metas
 
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
@@ -391,14 +392,30 @@ def report_against_committed(notebooks: list[Notebook], root: Path, results_dir:
 
 
 def list_book(root: Path | None = None, echo: Callable[[str], None] = print) -> None:
-    """Print every chapter, its notebooks and the results each writes."""
-    found = chapters((root or project_root()) / "book")
+    """Print every chapter, its notebooks and the results each wrote, then the count. A notebook's results are
+    those whose provenance under results/ names it (`staleness.result_metas`, what `xmr results check` and the
+    built pages go by), so the list follows what was written, helper-written and f-string keys included; a result
+    whose notebook is not in book/ is listed at the end, not dropped."""
+    root = root or project_root()
+    found = chapters(root / "book")
     if not found:
         echo("no chapters under book/")
+    metas = result_metas(root / "results") if (root / "results").is_dir() else []
+    by_notebook: dict[str, list[tuple[str, str]]] = {}
+    for key, meta in metas:
+        by_notebook.setdefault(str(meta.get("notebook")), []).append((key, str(meta.get("kind"))))
     for chapter, notebooks in found.items():
         echo(chapter)
         for nb in notebooks:
-            results = nb.declared_results()
-            echo(f"  {nb.name:<10} {nb.source.relative_to(nb.source.parents[2])}")
-            for key in results:
-                echo(f"               -> results/{key}")
+            relative = nb.source.relative_to(root).as_posix()
+            written = by_notebook.pop(relative, [])
+            echo(f"  {nb.name:<10} {relative}: {len(written)} result(s)"
+                 + ("" if written else f" (none committed: `xmr book run {nb.label}` writes them)"))
+            for key, kind in written:
+                echo(f"               -> results/{key} ({kind})")
+    for notebook, written in by_notebook.items():
+        echo(f"results whose notebook {notebook} is not in book/:")
+        for key, kind in written:
+            echo(f"               -> results/{key} ({kind})")
+    kinds = Counter(meta.get("kind") for _, meta in metas)
+    echo(f"{len(metas)} results in results/: " + ", ".join(f"{n} {kind}s" for kind, n in sorted(kinds.items())))

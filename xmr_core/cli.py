@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xmr", description="The xmr replication book.")
     sub = parser.add_subparsers(dest="command", required=True)
     book = sub.add_parser("book", help="list or run the book's chapters").add_subparsers(dest="action", required=True)
-    book.add_parser("list", help="chapters, their notebooks and the results each writes")
+    book.add_parser("list", help="chapters, their notebooks and the results each wrote (their provenance in results/), "
+                                 "with the count")
     run = book.add_parser("run", help="execute chapters with papermill (all chapters when none is named)")
     run.add_argument("chapters", nargs="*", help="chapter folders or names (01_pcme or pcme), or notebooks (01_pcme/train)")
     run.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
