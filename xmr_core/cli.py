@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject a notebook parameter (VALUE parsed as a Python literal when possible)",
     )
     run.add_argument("--force", action="store_true", help="rerun notebooks whose inputs are unchanged")
+    run.add_argument("--yes", action="store_true", help="train what the cache lacks without asking (profiles cpu "
+                     "and paper ask first, and refuse when stdin is not a terminal)")
     run.add_argument("--jobs", type=int, help="train each batch of independent runs on N worker processes of one "
                      "torch thread each (XMR_JOBS; XMR_EXECUTOR=slurm submits them to Slurm instead)")
     plan = book.add_parser("plan", help="list every training run the notebooks ask for, by stage, cached or not, "
@@ -138,6 +140,26 @@ def runs_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def confirm_training(chapters: list[str], profile: str, yes: bool) -> bool:
+    """Before `xmr book run` of profile cpu or paper (hours to days cold; smoke trains in minutes and is never
+    held): print what it would train (`bookplan.cold_cost`) when that is anything; unless `yes`, ask on a terminal,
+    and with stdin not a terminal refuse in one line naming --yes (SystemExit). True to go on."""
+    from xmr_core import book, bookplan
+
+    if profile == "smoke":
+        return True
+    cost = bookplan.cold_cost(book.resolve_chapters(chapters), profile)
+    if not cost.trains:
+        return True
+    print(cost.line())
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise SystemExit("xmr book run: not started: it would train runs and stdin is not a terminal; add --yes to "
+                         "train them (or restore the run archive first: `xmr runs unpack`)")
+    return input("Train them now? [y/N] ").strip().lower() in ("y", "yes")
+
+
 def main(argv: list[str] | None = None) -> int:
     from xmr_core import book
 
@@ -163,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = bookplan.plan_book(args.chapters, profile=args.profile, params=params)
         plan.print(sorted({1, 2, args.jobs, os.cpu_count() or 1}))
         return 1 if plan.failed else 0
+    if not confirm_training(args.chapters, args.profile, args.yes):
+        return 1
     summary = book.run_book(args.chapters, profile=args.profile, params=params, force=args.force, jobs=args.jobs)
     return 0 if summary.ok else 1
 
