@@ -213,6 +213,15 @@ def test_book_run_states_the_cost_and_needs_yes_off_a_terminal(tmp_path: Path, m
     assert cli.main(["book", "run"]) == 0 and ran[-1] == "cpu" and capsys.readouterr().out == ""
 
 
+def test_help_starts_with_the_command_that_builds_the_book(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert capsys.readouterr().out.startswith("Start here: `xmr book build`")
+    with pytest.raises(SystemExit):
+        cli.main(["book", "--help"])  # a subcommand's help is its own
+    assert capsys.readouterr().out.startswith("usage: xmr book")
+
+
 def test_cli_parses_plan_run_jobs_and_runs_train() -> None:
     parser = cli.build_parser()
     plan = parser.parse_args(["book", "plan", "pcme", "--profile", "smoke", "--jobs", "4"])

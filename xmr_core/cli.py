@@ -1,4 +1,6 @@
-"""`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`,
+"""`xmr`: the command line; its help opens with the command that builds the book to read (`xmr book build`).
+`xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...] [--yes]` (profiles cpu and paper
+first state what they would train and, without --yes, ask, or off a terminal refuse: `confirm_training`),
 `xmr book plan [CHAPTER ...] [--profile P]` (every training run the notebooks ask for, by
 stage, with its cost: `xmr_core.bookplan`), `xmr book run ... --jobs N` (batches of runs on N workers),
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
@@ -16,9 +18,21 @@ import sys
 from xmr_core.config import PROFILES
 
 
+START = ("Start here: `xmr book build` builds the book to read from the committed results (about a minute, nothing "
+         "trained), then open book/_build/cpu/html/index.html.")
+
+
+class TopParser(argparse.ArgumentParser):
+    """`xmr`'s own parser: its help opens with `START`, before the usage line."""
+
+    def format_help(self) -> str:
+        return f"{START}\n\n{super().format_help()}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xmr", description="The xmr replication book.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = TopParser(prog="xmr", description="The xmr replication book: five papers on image-text retrieval "
+                                               "under one-to-many correspondence, rerun on a synthetic benchmark.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=argparse.ArgumentParser)
     book = sub.add_parser("book", help="list or run the book's chapters").add_subparsers(dest="action", required=True)
     book.add_parser("list", help="chapters, their notebooks and the results each wrote (their provenance in results/), "
                                  "with the count")
