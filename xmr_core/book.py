@@ -99,6 +99,23 @@ def written_keys(text: str) -> list[str]:
     return sorted(set(keys))
 
 
+def shown_output(source: str) -> str:
+    """What a code cell shows when executed, read from its source: "printed" (it calls print or display: text no
+    committed result holds), "value" (it ends in a bare expression, no `;`: a table, a figure through
+    `plt.show()`, a value), else "" (nothing). The static renderer folds a cell that shows output but wrote no
+    committed result, saying that its output is in the executed book."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    if calls & {"print", "display"}:
+        return "printed"
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not source.rstrip().endswith(";"):
+        return "value"
+    return ""
+
+
 @dataclass
 class Outcome:
     notebook: Notebook
