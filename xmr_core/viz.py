@@ -214,16 +214,23 @@ def image_grid(images: np.ndarray, titles: Sequence[str] | None = None, ncols: i
     return fig
 
 
+RELEVANCE_COLOURS = {True: "tab:green", False: "tab:red"}  # one code for relevance across the book
+RELEVANCE_CODE = "Frames and text: green = a positive, red = not."  # what each gallery's caption states
+
+
 def retrieval_gallery(
     queries: Sequence[str],
     ranked_images: np.ndarray,
     relevant: np.ndarray,
     scores: np.ndarray | None = None,
     width: int = 40,
+    shown: np.ndarray | None = None,
 ) -> Figure:
-    """Text-to-image results: one row per query caption, its top-K images framed green (a positive) or red.
+    """Text-to-image results: one row per query caption, its top-K images framed in `RELEVANCE_COLOURS` (green a
+    positive, red not).
 
-    ranked_images: (Q, K, H, W, 3) uint8, best first; relevant: (Q, K) bool; scores: optional (Q, K).
+    ranked_images: (Q, K, H, W, 3) uint8, best first; relevant: (Q, K) bool; scores: optional (Q, K); shown:
+    optional (Q, K) bool, the tiles to draw (the others are left empty, no placeholder).
     """
     ranked_images, relevant = np.asarray(ranked_images), np.asarray(relevant, dtype=bool)
     if ranked_images.ndim != 5 or relevant.shape != ranked_images.shape[:2] or len(queries) != len(relevant):
@@ -232,20 +239,26 @@ def retrieval_gallery(
             "expected Q queries, (Q, K, H, W, 3) images and (Q, K) relevance"
         )
     n_q, k = relevant.shape
-    fig, axes = plt.subplots(n_q, k + 1, figsize=(1.5 * k + 3.5, 1.6 * n_q), squeeze=False,
-                             gridspec_kw={"width_ratios": [2.5] + [1] * k})
+    shown = np.ones_like(relevant) if shown is None else np.asarray(shown, dtype=bool)
+    if shown.shape != relevant.shape:
+        raise ValueError(f"shown {shown.shape}: expected (Q, K) = {relevant.shape}")
+    fig, axes = plt.subplots(n_q, k + 1, figsize=(1.5 * k + 4.5, 1.6 * n_q), squeeze=False,
+                             gridspec_kw={"width_ratios": [3.3] + [1] * k})
     for q in range(n_q):
         text_ax = axes[q, 0]
         text_ax.axis("off")
         wrapped = "\n".join(textwrap.wrap(queries[q], width))
-        text_ax.text(0.0, 0.5, wrapped, fontsize=7, va="center", ha="left", transform=text_ax.transAxes)
+        text_ax.text(0.0, 0.5, wrapped, fontsize=9, va="center", ha="left", transform=text_ax.transAxes)
         for j in range(k):
             ax = axes[q, j + 1]
+            if not shown[q, j]:
+                ax.axis("off")
+                continue
             ax.imshow(ranked_images[q, j])
             ax.set_xticks([])
             ax.set_yticks([])
             h, w = ranked_images.shape[2:4]
-            colour = "tab:green" if relevant[q, j] else "tab:red"
+            colour = RELEVANCE_COLOURS[bool(relevant[q, j])]
             ax.add_patch(Rectangle((-0.5, -0.5), w, h, fill=False, edgecolor=colour, linewidth=4))
             if scores is not None:
                 ax.set_title(f"{scores[q, j]:.3g}", fontsize=7)
@@ -285,7 +298,7 @@ def caption_gallery(
         for j, caption in enumerate(ranked_captions[q]):
             line = textwrap.shorten(f"{j + 1}. {caption}", width) + (" (True)" if marked[q, j] else "")
             text_ax.text(0.0, 1.0 - (j + 0.5) / k, line, fontsize=8, va="center", transform=text_ax.transAxes,
-                         color="tab:green" if relevant[q, j] else "tab:red")
+                         color=RELEVANCE_COLOURS[bool(relevant[q, j])])
     fig.tight_layout()
     return fig
 

@@ -181,7 +181,9 @@ by_level
 
 # %%
 gallery = level_gallery(scores, test, by_level["level"], k=5)
-write_figure(gallery, "pcme/gallery", run=run, caption="Text-to-image top-5 (match probability); green = exact positive.")
+write_figure(gallery, "pcme/gallery", run=run, caption=(
+    "Text-to-image top-5 (match probability); green = exact positive (the caption's logical form holds in the image), "
+    "red = not."))
 
 # %% [markdown]
 # ## The claims of the chapter
