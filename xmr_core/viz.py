@@ -120,6 +120,20 @@ def sigma_scale(mu: np.ndarray, logvar: np.ndarray, level: float = 0.5, share: f
     return float(next(m * 10 ** exponent for m in (1, 2, 5, 10) if m * 10 ** exponent >= need))
 
 
+HEAT_CMAP = "inferno"  # perceptually uniform: equal steps of attention look like equal steps of colour
+LUMINANCE = np.array([0.299, 0.587, 0.114])  # ITU-R BT.601 weights of R, G, B
+
+
+def heat_overlay(ax: Axes, image: np.ndarray, heat: np.ndarray, vmin: float, vmax: float,
+                 mask: np.ndarray | None = None, alpha: float = 0.6) -> plt.matplotlib.image.AxesImage:
+    """`heat` (S, S) in `HEAT_CMAP` over `image` (S, S, 3) uint8 drawn in grey (its luminance: the shapes' own
+    colours would mix with the colour map's), left clear where `mask` (S, S) is False. Returns the heat's image,
+    for a colour bar."""
+    ax.imshow(np.asarray(image, dtype=float) @ LUMINANCE / 255.0, cmap="gray", vmin=0.0, vmax=1.0)
+    shown = heat if mask is None else np.ma.masked_where(~np.asarray(mask, dtype=bool), heat)
+    return ax.imshow(shown, cmap=HEAT_CMAP, alpha=alpha, vmin=vmin, vmax=vmax)
+
+
 def heatmap(
     ax: Axes,
     values: np.ndarray,

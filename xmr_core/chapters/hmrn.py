@@ -109,7 +109,7 @@ from xmr_core.results import paper_values, write_figure, write_table
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult, TrainConfig
 from xmr_core.tuning import Axis, TuningResult, tune_many, tuning_frame
-from xmr_core.viz import RELEVANCE_CODE, attention_heat, heatmap, retrieval_gallery, sweep_grid
+from xmr_core.viz import RELEVANCE_CODE, attention_heat, heat_overlay, heatmap, retrieval_gallery, sweep_grid
 
 ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)  # `_cpu_eval_copy` returns what it is given
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
@@ -777,8 +777,7 @@ def attention_figure(split: Split, image: int, weights: np.ndarray, heat: np.nda
     axes[0, 0].imshow(pixels)
     axes[0, 0].set_title("image", fontsize=7)
     for ax, h, q in zip(axes[0, 1:], heat, queries):
-        ax.imshow(pixels)
-        ax.imshow(h, cmap="inferno", alpha=0.6, vmin=0.0, vmax=max(float(h.max()), 1e-9))
+        heat_overlay(ax, pixels, h, 0.0, max(float(h.max()), 1e-9))
         ax.set_title(textwrap.fill(q, 18), fontsize=6)
     for ax in axes[0]:
         ax.axis("off")
