@@ -1,13 +1,13 @@
 """Code cells on a page rendered from source (not executed): a cell whose output a reader needs and cannot see
-there is folded under a note that its output is in the executed book (`book.shown_output`,
-`book_static.fold_unseen_output`)."""
+there is folded under a note that its output is in the executed book (`book.runner.shown_output`,
+`book.static.fold_unseen_output`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from xmr_core import book_static
-from xmr_core.book import Notebook, shown_output
+from xmr_core.book import static as book_static
+from xmr_core.book.runner import Notebook, shown_output
 
 SOURCE = '''# %% [markdown]
 # A demo notebook.

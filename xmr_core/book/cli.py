@@ -2,11 +2,11 @@
 `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...] [--yes]` (profiles cpu and paper
 first state what they would train and, without --yes, ask, or off a terminal refuse: `confirm_training`),
 `xmr book plan [CHAPTER ...] [--profile P]` (every training run the notebooks ask for, by
-stage, with its cost: `xmr_core.bookplan`), `xmr book run ... --jobs N` (batches of runs on N workers),
+stage, with its cost: `xmr_core.book.plan`), `xmr book run ... --jobs N` (batches of runs on N workers),
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
 `xmr results check [--results DIR]` (the results whose inputs changed since they were written);
 `xmr runs pack --profile P [-o FILE]`, `xmr runs unpack ARCHIVE`, `xmr runs ls [--profile P]` (the run archive:
-`xmr_core.runarchive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
+`xmr_core.runs.archive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
 results written)."""
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 def results_check(folder: str) -> int:
     from pathlib import Path
 
-    from xmr_core.results import project_root
-    from xmr_core.staleness import check_results, print_report
+    from xmr_core.book.staleness import check_results, print_report
+    from xmr_core.config import project_root
 
     root = project_root()
     path = Path(folder) if Path(folder).is_absolute() else root / folder
@@ -111,8 +111,8 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
     import re
     from pathlib import Path, PurePosixPath
 
-    from xmr_core import results_diff as diff
-    from xmr_core.results import project_root
+    from xmr_core.book import diff
+    from xmr_core.config import project_root
 
     root = project_root()
     results = Path(folder) if Path(folder).is_absolute() else root / folder
@@ -133,12 +133,14 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
 
 
 def runs_main(args: argparse.Namespace) -> int:
-    from xmr_core import book, bookplan, runarchive
+    from xmr_core.book import plan as bookplan
+    from xmr_core.book import runner
+    from xmr_core.runs import archive as runarchive
 
     if args.action == "train":
         if args.jobs < 1:
             raise SystemExit(f"xmr runs train: --jobs must be >= 1, got {args.jobs}")
-        params = {name: book.parse_value(value) for name, value in args.parameter}
+        params = {name: runner.parse_value(value) for name, value in args.parameter}
         return 0 if bookplan.train_runs(args.chapters, args.profile, args.jobs, params) else 1
     try:
         if args.action == "pack":
@@ -156,13 +158,14 @@ def runs_main(args: argparse.Namespace) -> int:
 
 def confirm_training(chapters: list[str], profile: str, yes: bool) -> bool:
     """Before `xmr book run` of profile cpu or paper (hours to days cold; smoke trains in minutes and is never
-    held): print what it would train (`bookplan.cold_cost`) when that is anything; unless `yes`, ask on a terminal,
+    held): print what it would train (`book.plan.cold_cost`) when that is anything; unless `yes`, ask on a terminal,
     and with stdin not a terminal refuse in one line naming --yes (SystemExit). True to go on."""
-    from xmr_core import book, bookplan
+    from xmr_core.book import plan as bookplan
+    from xmr_core.book import runner
 
     if profile == "smoke":
         return True
-    cost = bookplan.cold_cost(book.resolve_chapters(chapters), profile)
+    cost = bookplan.cold_cost(runner.resolve_chapters(chapters), profile)
     if not cost.trains:
         return True
     print(cost.line())
@@ -175,7 +178,7 @@ def confirm_training(chapters: list[str], profile: str, yes: bool) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xmr_core import book
+    from xmr_core.book import runner
 
     args = build_parser().parse_args(argv)
     if args.command == "results":
@@ -185,23 +188,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "runs":
         return runs_main(args)
     if args.action == "list":
-        book.list_book()
+        runner.list_book()
         return 0
     if args.action == "build":
-        from xmr_core import book_html
+        from xmr_core.book import html as book_html
 
         book_html.build_html(args.profile, quiet=not args.verbose)
         return 0
-    params = {name: book.parse_value(value) for name, value in args.parameter}
+    params = {name: runner.parse_value(value) for name, value in args.parameter}
     if args.action == "plan":
-        from xmr_core import bookplan
+        from xmr_core.book import plan as bookplan
 
         plan = bookplan.plan_book(args.chapters, profile=args.profile, params=params)
         plan.print(sorted({1, 2, args.jobs, os.cpu_count() or 1}))
         return 1 if plan.failed else 0
     if not confirm_training(args.chapters, args.profile, args.yes):
         return 1
-    summary = book.run_book(args.chapters, profile=args.profile, params=params, force=args.force, jobs=args.jobs)
+    summary = runner.run_book(args.chapters, profile=args.profile, params=params, force=args.force, jobs=args.jobs)
     return 0 if summary.ok else 1
 
 

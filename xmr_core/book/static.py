@@ -11,7 +11,7 @@ its provenance, and a warning where `xmr results check` finds it stale. The cell
 3. the first code cell after a narration cell that names the result in code (`table1_regions`), else
 4. none: the result is shown at the end of the page, under a heading that says its cell is not known.
 
-A code cell whose output a reader needs (`book.shown_output`: it prints, or ends in a value) and that no committed
+A code cell whose output a reader needs (`runner.shown_output`: it prints, or ends in a value) and that no committed
 result shows is folded under a note that its output is in the executed book (`fold_unseen_output`).
 """
 
@@ -23,9 +23,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from xmr_core.book import Notebook, shown_output, written_keys
+from xmr_core.book.runner import Notebook, shown_output, written_keys
+from xmr_core.book.staleness import Verdict
 from xmr_core.sources import digest_bytes
-from xmr_core.staleness import Verdict
 
 UNPLACED = "Results of this notebook whose cell is not known"
 
@@ -120,7 +120,7 @@ def place_results(cells: list[tuple[str, str]], metas: dict[str, dict[str, Any]]
 
 
 def fold_unseen_output(cell: Any, label: str) -> None:
-    """A code cell whose output a reader needs (`book.shown_output`) but which no committed result shows here: its
+    """A code cell whose output a reader needs (`runner.shown_output`) but which no committed result shows here: its
     code folded (`hide-input`) under a note that the output is in the executed book; a cell with results that also
     prints gets the note alone."""
     shown = shown_output(cell.source) if cell.cell_type == "code" else ""
