@@ -137,12 +137,14 @@ def test_failure_is_reported_with_the_executed_notebook(project: Path) -> None:
 
 def test_cli_exit_status_and_listing(project: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(project)
-    (project / "book" / "01_demo" / "ablate.py").write_text(
-        NOTEBOOK + '\nfrom xmr_core.book.results import write_table\n# write_table(df, "demo/table1", run=cfg)\n'
-    )
+    (project / "book" / "01_demo" / "ablate.py").write_text(NOTEBOOK)
+    (project / "results" / "demo").mkdir(parents=True)  # a result written through a helper: no key in the source
+    (project / "results" / "demo" / "table1.json").write_text(json.dumps(
+        {"key": "demo/table1", "kind": "table", "notebook": "book/01_demo/ablate.py"}))
     assert cli.main(["book", "list"]) == 0
     listing = capsys.readouterr().out
-    assert listing.index("train") < listing.index("ablate") and "results/demo/table1" in listing
+    assert listing.index("train") < listing.index("ablate") < listing.index("results/demo/table1")
+    assert "book/01_demo/train.py: 0 result(s)" in listing and listing.rstrip().endswith("1 results in results/: 1 tables")
     out = str(project / "o.json")
     assert cli.main(["book", "run", "--profile", "smoke", "-p", "OUT", out, "-p", "FAIL", "True"]) == 1
     assert "0 passed, 2 failed" in capsys.readouterr().out
@@ -151,6 +153,27 @@ def test_cli_exit_status_and_listing(project: Path, monkeypatch, capsys) -> None
     assert [nb.label for nb in one] == ["01_demo/ablate"]
     assert [nb.label for nb in book.resolve_chapters(["01_demo/train", "demo"], project / "book")] == [
         "01_demo/train", "01_demo/ablate"]
+
+
+def test_book_list_names_every_committed_result_under_its_notebook(capsys) -> None:
+    """Against the committed results/: every provenance record's result is listed once, under the notebook the
+    record names (HMRN's Tables 1-5 are written by a helper, `write_tables`, whose keys train.py never spells)."""
+    root = Path(__file__).resolve().parents[1]
+    records = {p.relative_to(root / "results").with_suffix("").as_posix(): json.loads(p.read_text())["notebook"]
+               for p in (root / "results").glob("*/*.json") if "kind" in json.loads(p.read_text())}
+    book.list_book(root)
+    lines = capsys.readouterr().out.splitlines()
+    listed, notebook = {}, None
+    for line in lines:
+        if line.startswith("  ") and not line.lstrip().startswith("->"):
+            notebook = line.split()[1].rstrip(":")
+        elif "-> results/" in line:
+            key = line.split("-> results/")[1].split(" (")[0]
+            assert key not in listed
+            listed[key] = notebook
+    assert listed == records
+    assert listed["hmrn/table1"] == "book/05_hmrn/train.py" and listed["msrm/table1"] == "book/02_msrm/train.py"
+    assert lines[-1].startswith(f"{len(records)} results in results/")
 
 
 def test_unknown_chapter_and_missing_parameters_cell(project: Path) -> None:

@@ -4,6 +4,7 @@ list."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from xmr_core.book import cli
 from xmr_core.book import plan as bookplan
-from xmr_core.book.runner import Notebook, resolve_chapters
+from xmr_core.book.runner import Notebook, RunSummary, resolve_chapters
 from xmr_core.runs.executors import JOBS_ENV
 from xmr_core.runs.log import read_log
 from xmr_core.runs.trace import PLAN_ENV
@@ -149,6 +150,89 @@ def test_book_run_jobs_sets_the_workers_for_the_notebooks_only(tmp_path: Path,
     summary = run_book(["hrem/train"], profile="smoke", force=True, root=ROOT, echo=lambda line: None, jobs=2,
                        execute=lambda nb, output, parameters: seen.append(os.environ.get(JOBS_ENV)))
     assert summary.ok and seen == ["2"] and os.environ[JOBS_ENV] == "5"
+
+
+def _cold_project(root: Path) -> list[Notebook]:
+    """A book of two notebooks: 01_x/train with committed runs (a training table, provenance naming it) and
+    01_x/visualise with none."""
+    folder = root / "book" / "01_x"
+    folder.mkdir(parents=True)
+    for name in ("train", "visualise"):
+        (folder / f"{name}.py").write_text('# %% tags=["parameters"]\nPROFILE = "cpu"\n')
+    _results(root, [("vse-" + "a" * 16, 3600.0), ("vse-" + "b" * 16, 1800.0), ("pcme-" + "c" * 16, 7200.0)])
+    (root / "results" / "x" / "training.json").write_text(json.dumps(
+        {"key": "x/training", "kind": "table", "notebook": "book/01_x/train.py"}))
+    return resolve_chapters([], root / "book")
+
+
+def test_cold_cost_counts_the_runs_the_cache_lacks(tmp_path: Path) -> None:
+    notebooks = _cold_project(tmp_path)
+    cache = tmp_path / "cache"
+    cold = bookplan.cold_cost(notebooks, "cpu", tmp_path, cache)
+    assert sorted(cold.runs) == ["pcme-" + "c" * 16, "vse-" + "a" * 16, "vse-" + "b" * 16]
+    assert cold.core_seconds == pytest.approx(3600.0 + 1800.0 + 7200.0) and cold.unknown == ["01_x/visualise"]
+    assert "3 run(s) to train" in cold.line() and "at least 3.50 core-hours" in cold.line()
+    done = cache / "runs" / ("vse-" + "a" * 16)  # finished in the cache: not to train
+    done.mkdir(parents=True)
+    (done / "result.json").write_text("{}")
+    (done / "best.pt").write_bytes(b"")
+    unfinished = cache / "runs" / ("vse-" + "b" * 16)  # no best weights: still to train
+    unfinished.mkdir(parents=True)
+    (unfinished / "result.json").write_text("{}")
+    assert sorted(bookplan.cold_cost(notebooks, "cpu", tmp_path, cache).runs) == ["pcme-" + "c" * 16, "vse-" + "b" * 16]
+    # a notebook's last run log names its runs: it wins over the committed tables; an unknown run costs the default
+    log = tmp_path / "book" / "_build" / "cpu" / "01_x" / "visualise.runs.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(json.dumps({"kind": "run", "name": "hrem-" + "d" * 16}) + "\n"
+                   + json.dumps({"kind": "run", "name": "vse-" + "a" * 16}) + "\n")
+    warm = bookplan.cold_cost(notebooks[1:], "cpu", tmp_path, cache)
+    assert warm.runs == ["hrem-" + "d" * 16] and warm.unknown == []
+    assert warm.core_seconds == bookplan.DEFAULT_CORE_SECONDS["cpu"]
+    # other profiles: the committed (cpu) tables say nothing about their runs
+    paper = bookplan.cold_cost(notebooks, "paper", tmp_path, cache)
+    assert paper.runs == [] and paper.unknown == ["01_x/train", "01_x/visualise"] and paper.trains
+
+
+def test_book_run_states_the_cost_and_needs_yes_off_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """cpu and paper: the cost first; with stdin not a terminal one line naming --yes and nothing runs; --yes runs.
+    smoke is never held (CI runs `xmr book run --profile smoke`); a warm cache is not asked about."""
+    _cold_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='demo'\n")
+    (tmp_path / "xmr_core").mkdir()  # `config.project_root`: the nearest folder with both
+    ran: list[str] = []
+    monkeypatch.setattr("xmr_core.book.runner.run_book", lambda names, profile, **kw: ran.append(profile) or
+                        RunSummary())
+    monkeypatch.setattr("sys.stdin", io.StringIO())  # not a terminal
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["book", "run"])
+    assert ran == [] and str(refused.value).count("\n") == 0 and "add --yes" in str(refused.value)
+    assert "3 run(s) to train" in capsys.readouterr().out
+    assert cli.main(["book", "run", "--yes"]) == 0 and ran == ["cpu"]
+    assert "3 run(s) to train" in capsys.readouterr().out
+    assert cli.main(["book", "run", "--profile", "smoke"]) == 0 and ran == ["cpu", "smoke"]
+    with pytest.raises(SystemExit, match="add --yes"):
+        cli.main(["book", "run", "--profile", "paper"])
+    assert "runs of 2 notebook(s) not known here" in capsys.readouterr().out
+    for name in ("vse-" + "a" * 16, "vse-" + "b" * 16, "pcme-" + "c" * 16):  # every committed run cached
+        run_dir = tmp_path / "cache" / "runs" / name
+        run_dir.mkdir(parents=True)
+        (run_dir / "result.json").write_text("{}")
+        (run_dir / "best.pt").write_bytes(b"")
+    (tmp_path / "results" / "x" / "figure.json").write_text(json.dumps(
+        {"key": "x/figure", "kind": "figure", "notebook": "book/01_x/visualise.py"}))
+    assert cli.main(["book", "run"]) == 0 and ran[-1] == "cpu" and capsys.readouterr().out == ""
+
+
+def test_help_starts_with_the_command_that_builds_the_book(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert capsys.readouterr().out.startswith("Start here: `xmr book build`")
+    with pytest.raises(SystemExit):
+        cli.main(["book", "--help"])  # a subcommand's help is its own
+    assert capsys.readouterr().out.startswith("usage: xmr book")
 
 
 def test_cli_parses_plan_run_jobs_and_runs_train() -> None:

@@ -973,7 +973,8 @@ def test_heat_figure_titles_each_map_with_the_images_own_caption():
     vocab = Vocabulary.build(split.captions)
     model = DVSE(dvse_config(n_embeds=3, **small), rng.standard_normal((len(vocab), 3)).astype(np.float32))
     fig = heat_figure(model, split, vocab, [2, 0], grid_boxes(16, 16), "cpu")
-    assert len(fig.axes) == 2 * (3 + 1)
+    assert len(fig.axes) == 2 * (3 + 1) + 2  # and a colour bar per image (its own scale)
+    assert [ax.get_ylabel() for ax in fig.axes[8:]] == ["image 2: heat", "image 0: heat"]
     _, attn, mask = sub_embeddings(model, split, "cpu", [2, 0])
     for row, image in enumerate((2, 0)):
         assert fig.axes[4 * row].get_title() == f"image {image}"
@@ -983,6 +984,7 @@ def test_heat_figure_titles_each_map_with_the_images_own_caption():
             masked = " (masked)" if mask[row, j] == 0 else ""
             assert ax.get_title().replace("\n", " ") == f"v{j + 1}{masked}: {split.captions[image]}"  # its only caption
             assert np.allclose(np.asarray(ax.images[1].get_array()), heat[j])
+            assert ax.images[1].get_cmap().name == "inferno" and ax.images[0].get_array().ndim == 2  # over grey
 
 
 def _lists() -> pd.DataFrame:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from fixtures.corpora import synthetic_split
 
+from xmr_core import viz
 from xmr_core.chapters import hmrn as chapter
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
@@ -269,12 +271,21 @@ def test_round_gallery_by_hand():
     split = SPLIT.subset([0, 1, 2], "three")
     scores = torch.tensor([[[0.1, 0.9, 0.5], [0.0, 1.0, 0.0], [0.3, 0.2, 0.1]],
                            [[0.9, 0.1, 0.5], [0.0, 1.0, 0.0], [0.3, 0.2, 0.4]]])
-    texts, images, hits, ranks = chapter.round_gallery(scores, split, 2, k=2)
+    texts, images, hits, ranks, shown = chapter.round_gallery(scores, split, 2, k=2)
     assert ranks == [3, 1]  # set 2 (target image 2): 0.1 is last, then 0.4 is first
     assert hits.tolist() == [[True, False], [False, False], [True, False]]  # row 0: the target alone
+    assert shown.tolist() == [[True, False], [True, True], [True, True]]  # no placeholder beside the target
     assert np.array_equal(images[0, 0], split.images[2]) and not images[0, 1].any()
     assert np.array_equal(images[2, 0], split.images[2]) and np.array_equal(images[1, 0], split.images[0])
     assert texts[1].startswith("round 1: + 'object 0 of image 2'") and texts[2].endswith("target rank 1")
+    held = torch.cat([scores, scores[1:], scores[1:]])  # rounds 3 and 4 rank as round 2: drawn once, said once
+    texts, images, hits, ranks, shown = chapter.round_gallery(held, split, 2, k=2)
+    assert ranks == [3, 1, 1, 1] and len(texts) == len(images) == len(hits) == len(shown) == 3
+    assert texts[2].endswith("target rank 1 (set held from round 3: rounds 3-4 the same)")
+    fig = viz.retrieval_gallery(texts, images, hits, shown=shown)
+    tiles = np.array(fig.axes).reshape(3, 3)[:, 1:]
+    assert [[ax.axison for ax in row] for row in tiles] == shown.tolist()  # the blank is not drawn
+    assert [p.get_edgecolor() for p in tiles[0, 0].patches] == [matplotlib.colors.to_rgba("tab:green")]
 
 
 def test_without_pixels_the_ranks_and_the_attention_are_still_drawn(tmp_path):

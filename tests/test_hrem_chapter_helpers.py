@@ -508,7 +508,9 @@ def test_batch_and_region_matching_figures_show_each_caption_over_its_own_image(
     assert len(fig.axes) == 3 and all(len(ax.images) == 2 for ax in panels)  # the image and the heat, a colour bar
     assert colour_bar.get_ylabel() == "best word cosine of the region"
     assert fig.axes[1].get_title().startswith("image 2:")
-    np.testing.assert_array_equal(fig.axes[1].images[0].get_array(), split.images[2])
+    grey = split.images[2].astype(float) @ np.array([0.299, 0.587, 0.114]) / 255  # the image's luminance, under
+    np.testing.assert_allclose(fig.axes[1].images[0].get_array(), grey)  # the heat (a perceptually uniform map)
+    assert fig.axes[1].images[1].get_cmap().name == "inferno"
     plt.close(fig)
 
 

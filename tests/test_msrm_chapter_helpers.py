@@ -4,6 +4,8 @@ import dataclasses
 import itertools
 import math
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -331,9 +333,19 @@ def test_model_lists_figure_and_summary():
     fig = chapter.lists_figure(lists, split)
     assert len(fig.axes) == 2 * (1 + 2 * 2)  # two queries; the query, then two results of each model
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles[:5] == ["image query 0", "A 1: ζ=1", "A 2: ζ=2", "B 1: ζ=0", "B 2: ζ=1"]
-    assert titles[5:] == ["", "A 1: ζ=2", "A 2: ζ=0", "B 1: ζ=0", "B 2: ζ=1"]
-    assert fig.axes[3].spines["left"].get_edgecolor() != fig.axes[1].spines["left"].get_edgecolor()  # hit vs miss
+    assert titles[:5] == ["image query 0", "A 1: ζ=1", "A 2: ζ=2", "B 1: ζ=0 GT", "B 2: ζ=1"]
+    assert titles[5:] == ["", "A 1: ζ=2", "A 2: ζ=0 GT", "B 1: ζ=0 GT", "B 2: ζ=1"]
+    green, red = (matplotlib.colors.to_rgba(c) for c in ("tab:green", "tab:red"))
+    frames = [fig.axes[i].spines["left"].get_edgecolor() for i in (1, 2, 3, 4, 6, 7, 8, 9)]
+    assert chapter.positives_view(split) == "instance" and frames == [red, red, green, red, red, green, green, red]
+    plt.close(fig)
+    # with exact relevance the frames show it (caption 0 holds in images 0 and 2, caption 1 in images 0 and 1), GT
+    # the instance: a result that plainly matches its query is green though it is not the ground truth
+    split.exact = np.array([[True, False, True], [True, True, False], [False, False, True]])
+    fig = chapter.lists_figure(lists, split)
+    frames = [fig.axes[i].spines["left"].get_edgecolor() for i in (1, 2, 3, 4, 6, 7, 8, 9)]
+    assert chapter.positives_view(split) == "exact" and frames == [green, red, green, green, green, green, green, red]
+    plt.close(fig)
     summary = chapter.list_summary(lists).set_index(["model", "direction"])
     # A: i2t zetas 1, 2, no hit; t2i zetas 2, 0, one hit. B: i2t 0, 1 (caption 0 hits); t2i 0, 1 (image 0 hits)
     assert summary.loc[("A", "i2t")].tolist() == [1.5, 0.0, 0.0]

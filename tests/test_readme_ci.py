@@ -1,5 +1,7 @@
 """The README's commands are the ones CI runs."""
 
+import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -25,3 +27,25 @@ def test_ci_script_refuses_tracked_notebooks_and_reads_the_readme() -> None:
     tracked = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout
     assert tracked == ""
+
+
+def test_readme_first_screen_reads_the_book_and_says_the_data_is_synthetic() -> None:
+    """A newcomer's first screen (25 lines): what the book is, synthetic data, the one-minute build and where to
+    open it; the README stays under 1,200 words, and the rerun's cost comes before its command."""
+    text = (ROOT / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:25])
+    assert "synthetic" in first and "not** COCO" in first
+    assert "xmr book build" in first and "book/_build/cpu/html/index.html" in first and "xmr book run" not in first
+    assert len(text.split()) <= 1200
+    assert text.index("core-hours") < text.index("<!-- ci:main -->")
+
+
+def test_readme_counts_the_committed_results_once() -> None:
+    """The one count of results the README states is that of the provenance records under results/."""
+    kinds = [json.loads(p.read_text()).get("kind") for p in (ROOT / "results").glob("*/*.json")]
+    stated = re.findall(r"(\d+) results \((\d+) tables, (\d+) figures, (\d+) claims pages\)",
+                        (ROOT / "README.md").read_text())
+    assert stated == [(str(len(kinds)), str(kinds.count("table")), str(kinds.count("figure")),
+                       str(kinds.count("text")))]
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:  # no other count of the book's results
+        assert not re.search(r"\d+ (?:tables and figures|results in results/)", doc.read_text()), doc

@@ -9,6 +9,7 @@ chapters save through `xmr_core.book.results.write_figure`. Gaussians follow the
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -57,12 +58,14 @@ def confidence_ellipses(
     colors: Sequence | str = "C0",
     level: float = 0.5,
     fill_alpha: float = 0.15,
+    scale: float = 1.0,
     **kwargs,
 ) -> list[Ellipse]:
-    """Draw the `level` confidence ellipse of each 2-D diagonal Gaussian.
+    """Draw the `level` confidence ellipse of each 2-D diagonal Gaussian, its semi-axes times `scale` (a figure
+    whose σ are small beside the spread of the means draws them larger and says so: `sigma_scale`).
 
     mu, logvar: (N, 2). colors: one colour or N colours. The ellipse of item n has semi-axes
-    r * sigma_n along the coordinate axes, r = `chi2_radius(level)`.
+    scale * r * sigma_n along the coordinate axes, r = `chi2_radius(level)`.
     """
     mu, logvar = np.asarray(mu, dtype=float), np.asarray(logvar, dtype=float)
     if mu.ndim != 2 or mu.shape[1] != 2 or logvar.shape != mu.shape:
@@ -72,7 +75,7 @@ def confidence_ellipses(
     colors = [colors] * len(mu) if isinstance(colors, str) else list(colors)
     if len(colors) != len(mu):
         raise ValueError(f"{len(colors)} colours for {len(mu)} Gaussians")
-    radius = chi2_radius(level)
+    radius = chi2_radius(level) * scale
     sigma = np.exp(0.5 * logvar)
     patches = []
     for (x, y), (sx, sy), colour in zip(mu, sigma, colors):
@@ -85,6 +88,50 @@ def confidence_ellipses(
     ax.update_datalim(np.stack([span_lo, span_hi]))
     ax.autoscale_view()
     return patches
+
+
+SHAPE_MARKERS = {"circle": "o", "square": "s", "triangle": "^", "diamond": "D", "star": "*", "cross": "X"}
+
+
+def class_styles(names: Sequence[str], rgb: Mapping[str, Sequence[int]]) -> list[tuple[tuple[float, ...], str]]:
+    """(colour, marker) of each class name: the colour its name says ("red circle" -> `rgb["red"]` / 255), else a
+    tab10 colour by position; the marker its shape word says (`SHAPE_MARKERS`), else "o". So a class is drawn in
+    the colour its label names."""
+    styles = []
+    for i, name in enumerate(names):
+        words = name.lower().split()
+        colour = next((tuple(v / 255 for v in rgb[w]) for w in words if w in rgb), None)
+        marker = next((SHAPE_MARKERS[w] for w in words if w in SHAPE_MARKERS), "o")
+        styles.append((colour or plt.matplotlib.colors.to_rgb(f"C{i % 10}"), marker))
+    return styles
+
+
+def sigma_scale(mu: np.ndarray, logvar: np.ndarray, level: float = 0.5, share: float = 0.03) -> float:
+    """The factor (1, 2, 5 x a power of ten, at least 1) by which to draw the `level` ellipses of (N, 2) Gaussians
+    so that the median semi-axis is at least `share` of the means' span: σ then stays visible beside the spread
+    of the means, and the figure states the factor."""
+    mu, logvar = np.asarray(mu, dtype=float), np.asarray(logvar, dtype=float)
+    drawn = chi2_radius(level) * float(np.median(np.exp(0.5 * logvar)))
+    span = float(np.ptp(mu, axis=0).max()) if len(mu) > 1 else 0.0
+    if drawn <= 0 or span <= 0 or drawn >= share * span:
+        return 1.0
+    need = share * span / drawn
+    exponent = math.floor(math.log10(need))
+    return float(next(m * 10 ** exponent for m in (1, 2, 5, 10) if m * 10 ** exponent >= need))
+
+
+HEAT_CMAP = "inferno"  # perceptually uniform: equal steps of attention look like equal steps of colour
+LUMINANCE = np.array([0.299, 0.587, 0.114])  # ITU-R BT.601 weights of R, G, B
+
+
+def heat_overlay(ax: Axes, image: np.ndarray, heat: np.ndarray, vmin: float, vmax: float,
+                 mask: np.ndarray | None = None, alpha: float = 0.6) -> plt.matplotlib.image.AxesImage:
+    """`heat` (S, S) in `HEAT_CMAP` over `image` (S, S, 3) uint8 drawn in grey (its luminance: the shapes' own
+    colours would mix with the colour map's), left clear where `mask` (S, S) is False. Returns the heat's image,
+    for a colour bar."""
+    ax.imshow(np.asarray(image, dtype=float) @ LUMINANCE / 255.0, cmap="gray", vmin=0.0, vmax=1.0)
+    shown = heat if mask is None else np.ma.masked_where(~np.asarray(mask, dtype=bool), heat)
+    return ax.imshow(shown, cmap=HEAT_CMAP, alpha=alpha, vmin=vmin, vmax=vmax)
 
 
 def heatmap(
@@ -181,16 +228,23 @@ def image_grid(images: np.ndarray, titles: Sequence[str] | None = None, ncols: i
     return fig
 
 
+RELEVANCE_COLOURS = {True: "tab:green", False: "tab:red"}  # one code for relevance across the book
+RELEVANCE_CODE = "Frames and text: green = a positive, red = not."  # what each gallery's caption states
+
+
 def retrieval_gallery(
     queries: Sequence[str],
     ranked_images: np.ndarray,
     relevant: np.ndarray,
     scores: np.ndarray | None = None,
     width: int = 40,
+    shown: np.ndarray | None = None,
 ) -> Figure:
-    """Text-to-image results: one row per query caption, its top-K images framed green (a positive) or red.
+    """Text-to-image results: one row per query caption, its top-K images framed in `RELEVANCE_COLOURS` (green a
+    positive, red not).
 
-    ranked_images: (Q, K, H, W, 3) uint8, best first; relevant: (Q, K) bool; scores: optional (Q, K).
+    ranked_images: (Q, K, H, W, 3) uint8, best first; relevant: (Q, K) bool; scores: optional (Q, K); shown:
+    optional (Q, K) bool, the tiles to draw (the others are left empty, no placeholder).
     """
     ranked_images, relevant = np.asarray(ranked_images), np.asarray(relevant, dtype=bool)
     if ranked_images.ndim != 5 or relevant.shape != ranked_images.shape[:2] or len(queries) != len(relevant):
@@ -199,20 +253,26 @@ def retrieval_gallery(
             "expected Q queries, (Q, K, H, W, 3) images and (Q, K) relevance"
         )
     n_q, k = relevant.shape
-    fig, axes = plt.subplots(n_q, k + 1, figsize=(1.5 * k + 3.5, 1.6 * n_q), squeeze=False,
-                             gridspec_kw={"width_ratios": [2.5] + [1] * k})
+    shown = np.ones_like(relevant) if shown is None else np.asarray(shown, dtype=bool)
+    if shown.shape != relevant.shape:
+        raise ValueError(f"shown {shown.shape}: expected (Q, K) = {relevant.shape}")
+    fig, axes = plt.subplots(n_q, k + 1, figsize=(1.5 * k + 4.5, 1.6 * n_q), squeeze=False,
+                             gridspec_kw={"width_ratios": [3.3] + [1] * k})
     for q in range(n_q):
         text_ax = axes[q, 0]
         text_ax.axis("off")
         wrapped = "\n".join(textwrap.wrap(queries[q], width))
-        text_ax.text(0.0, 0.5, wrapped, fontsize=7, va="center", ha="left", transform=text_ax.transAxes)
+        text_ax.text(0.0, 0.5, wrapped, fontsize=9, va="center", ha="left", transform=text_ax.transAxes)
         for j in range(k):
             ax = axes[q, j + 1]
+            if not shown[q, j]:
+                ax.axis("off")
+                continue
             ax.imshow(ranked_images[q, j])
             ax.set_xticks([])
             ax.set_yticks([])
             h, w = ranked_images.shape[2:4]
-            colour = "tab:green" if relevant[q, j] else "tab:red"
+            colour = RELEVANCE_COLOURS[bool(relevant[q, j])]
             ax.add_patch(Rectangle((-0.5, -0.5), w, h, fill=False, edgecolor=colour, linewidth=4))
             if scores is not None:
                 ax.set_title(f"{scores[q, j]:.3g}", fontsize=7)
@@ -252,7 +312,7 @@ def caption_gallery(
         for j, caption in enumerate(ranked_captions[q]):
             line = textwrap.shorten(f"{j + 1}. {caption}", width) + (" (True)" if marked[q, j] else "")
             text_ax.text(0.0, 1.0 - (j + 0.5) / k, line, fontsize=8, va="center", transform=text_ax.transAxes,
-                         color="tab:green" if relevant[q, j] else "tab:red")
+                         color=RELEVANCE_COLOURS[bool(relevant[q, j])])
     fig.tight_layout()
     return fig
 
@@ -277,3 +337,72 @@ def attention_heat(weights: np.ndarray, boxes: np.ndarray, image_size: int,
     per_box = np.where(cover[:, None], weights[:, :, None, None], -np.inf)  # (R, K, S_y, S_x)
     heat = per_box.max(0, initial=-np.inf)  # no box at all: -inf everywhere
     return np.where(np.isfinite(heat), heat, 0.0)
+
+
+def seed_interval(mean: np.ndarray, std: np.ndarray, seeds: np.ndarray,
+                  confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The t interval of a mean over seeds: mean ± t(confidence, seeds - 1) · std / sqrt(seeds), elementwise
+    (arrays of one shape); where seeds < 2 or std is NaN the interval is the mean itself."""
+    from scipy import stats
+
+    mean, std, seeds = (np.asarray(a, dtype=float) for a in (mean, std, seeds))
+    ok = (seeds > 1) & np.isfinite(std)
+    half = np.zeros_like(mean)
+    half[ok] = stats.t.ppf(0.5 + confidence / 2, seeds[ok] - 1) * std[ok] / np.sqrt(seeds[ok])
+    return mean - half, mean + half
+
+
+def round_curves(tables: Mapping[str, pd.DataFrame], ours: str, confidence: float = 0.95,
+                 ceiling: str = "Bayes ceiling") -> Figure:
+    """A metric by round, one line per model: `tables` maps a metric ("R@1") to its per-round table (one row per
+    model, columns `model`, `seeds`, `round<r>/<metric> (<ours>)`, `round<r>/<metric> std` and, where the paper gives
+    it, `round<r>/<metric> (paper)`). Top row: ours, each model's mean over seeds with its `confidence` t interval
+    (`seed_interval`, shaded), the `ceiling` row dashed in black. Bottom row: the paper's values, the same colour
+    per model, markers only where it gives a value (its data are not ours: compare shapes and orderings, not
+    heights). Rows with neither our values nor the paper's are left out; a model the paper gives but we do not
+    build is drawn in the bottom row alone, grey."""
+    metrics = list(tables)
+    fig, axes = plt.subplots(2, len(metrics), figsize=(4.2 * len(metrics) + 2.2, 7.4), squeeze=False, sharex=True)
+    models = list(dict.fromkeys(m for t in tables.values() for m in t["model"]))
+    built = [m for m in models if m != ceiling and any(
+        np.isfinite(_round_values(t[t["model"] == m], k, ours)[1]).any() for k, t in tables.items())]
+    palette = [f"C{i}" for i in (0, 1, 2, 3, 4, 5, 6, 8, 9)]  # C7, grey, is the paper-only models'
+    colour = {m: palette[i % len(palette)] for i, m in enumerate(built)}
+    for j, (metric, table) in enumerate(tables.items()):
+        top, bottom = axes[0, j], axes[1, j]
+        for _, row in table.iterrows():
+            rounds, values = _round_values(row.to_frame().T, metric, ours)
+            if row["model"] == ceiling:
+                top.plot(rounds, values, color="black", ls="--", lw=1.5, label=ceiling)
+                continue
+            if row["model"] in colour:
+                std = np.array([row.get(f"round{r}/{metric} std", np.nan) for r in rounds], dtype=float)
+                lo, hi = seed_interval(values, std, np.full(len(rounds), row["seeds"], dtype=float), confidence)
+                top.plot(rounds, values, color=colour[row["model"]], marker="o", ms=3, label=row["model"])
+                top.fill_between(rounds, lo, hi, color=colour[row["model"]], alpha=0.18, lw=0)
+            _, paper = _round_values(row.to_frame().T, metric, "paper")
+            if np.isfinite(paper).any():
+                bottom.plot(rounds, paper, color=colour.get(row["model"], "0.6"), marker="s", ms=4,
+                            ls="-" if row["model"] in colour else ":", label=row["model"])
+        top.set_title(f"{metric} by round: ours ({ours})", fontsize=10)
+        bottom.set_title(f"{metric} by round: the paper", fontsize=10)
+        for ax in (top, bottom):
+            ax.set_ylabel(f"{metric} (%)")
+            ax.grid(alpha=0.3)
+        bottom.set_xlabel("round (queries so far)")
+        bottom.set_xticks(rounds)
+    axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                       title=f"ours: mean over seeds,\n{confidence:.0%} t interval shaded", title_fontsize=8)
+    axes[1, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                       title="the paper's values\n(markers where given;\ngrey: not built here)", title_fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _round_values(rows: pd.DataFrame, metric: str, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds (R,) and the values (R,) of the first of `rows` in columns `round<r>/<metric> (<source>)`, rounds in
+    order; NaN where a value is missing."""
+    pattern = re.compile(rf"^round(\d+)/{re.escape(metric)} \({re.escape(source)}\)$")
+    found = sorted((int(m.group(1)), c) for c in rows.columns if (m := pattern.match(c)))
+    values = pd.to_numeric(rows.iloc[0][[c for _, c in found]], errors="coerce").to_numpy(dtype=float)
+    return np.array([r for r, _ in found]), values

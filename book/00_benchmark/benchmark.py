@@ -229,7 +229,8 @@ write_figure(
     fig,
     "benchmark/example_queries",
     run=run,
-    caption="One test caption per level with exact positives (green).",
+    caption=("One test caption per level: its own image, other images where its logical form holds, then images where "
+             "it does not; green = exact positive (the caption's logical form holds in the image), red = not."),
 )
 plt.show()
 

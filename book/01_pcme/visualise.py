@@ -103,16 +103,22 @@ img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 # L2 projection maps every 2-D mean to one of two points. So we draw the full model instead, projected onto
 # the two principal directions of the means of `FIG5_CLASSES` classes: each Gaussian's projection has exact
 # means and per-axis variances (the covariance between the two axes is dropped). The classes are spread over
-# the class list (different shapes and colours; the legend names them, ellipse colours are just labels).
-# Ellipses are 50% regions; the thick black one is the 99% region of the most generic caption, every word
-# unknown (the paper's "this bird has <unk> ... <unk>")
+# the class list (different shapes and colours), each drawn in the colour its name says ("red circle" in the
+# scenes' red, a circle marker at each mean). Ellipses are 50% regions; the thick black one is the 99% region of the
+# most generic caption, every word unknown (the paper's "this bird has <unk> ... <unk>"). Where σ is small beside
+# the spread of the means every ellipse is drawn larger by one stated factor (the panel titles), and a bar in each
+# panel gives the radius of its median σ as drawn. The figure committed in `results/pcme/fig5` is from the last
+# execution, before this restyle: the restyled figure appears when this notebook is next re-executed.
 
 # %%
 classes = spread_classes(test.image_class, FIG5_CLASSES)
 generic = generic_caption(pcme, test, data.vocab, device)
 generic_sigma = float(uncertainty(generic[1])[0])
 fig5 = embedding_figure(test, (img_mu, img_lv), (cap_mu, cap_lv), generic, classes)
-write_figure(fig5, "pcme/fig5", run=run, caption="Figure 5 analogue: PCME Gaussians of a few scenes classes, PCA-projected.")
+write_figure(fig5, "pcme/fig5", run=run, caption=(
+    "Figure 5 analogue: PCME Gaussians of a few scenes classes, projected on the two principal directions of their "
+    "means; each class in the colour and marker its name says; 50% regions (the factor they are drawn larger by, if "
+    "any, in the titles; the bar: the median σ's radius), the generic caption's 99% region in black."))
 
 # %% [markdown]
 # ## Figure 6 — R@1 against uncertainty
@@ -187,7 +193,9 @@ by_level
 
 # %%
 gallery = level_gallery(scores, test, by_level["level"], k=5)
-write_figure(gallery, "pcme/gallery", run=run, caption="Text-to-image top-5 (match probability); green = exact positive.")
+write_figure(gallery, "pcme/gallery", run=run, caption=(
+    "Text-to-image top-5 (match probability); green = exact positive (the caption's logical form holds in the image), "
+    "red = not."))
 
 # %% [markdown]
 # ## The claims of the chapter

@@ -86,8 +86,11 @@ scores = split_scores(models, test, data.vocab, run.torch_device)  # each model'
 # %% [markdown]
 # ## Figure 3 — top-6 lists with each result's ζ
 #
-# Queries are spread over the test split. Green = the instance ground truth, ζ = concept-label differences
-# from the query's image (0: a plausible match under PMRP's strictest ζ).
+# Queries are spread over the test split. Frames use the book's one relevance code: green = an exact positive (the
+# caption's logical form holds in the image), red = not; "GT" marks the instance ground truth, and ζ = concept-label
+# differences from the query's image (0: a plausible match under PMRP's strictest ζ). The committed figure is from
+# the last execution, when green meant the instance ground truth: the frames change when this notebook is next
+# re-executed.
 
 # %%
 rng = np.random.default_rng(SEED)  # draws Figure 3's queries, then the incidence's batch
@@ -98,8 +101,9 @@ write_table(lists, "msrm/fig3_lists", run=run, caption=(
     f"{N_QUERIES} caption queries of the {DATASET} test split; zeta = L1 distance of concept labels to the query's image."))
 fig3 = lists_figure(lists, test)
 write_figure(fig3, "msrm/fig3", run=run, caption=(
-    "Figure 3 analogue: top-6 lists, MSRM (left six) against PCME (right six); green frame = instance ground "
-    "truth, red = not; zeta = concept-label differences from the query's image."))
+    "Figure 3 analogue: top-6 lists, MSRM (left six) against PCME (right six); green frame = exact positive (the "
+    "caption's logical form holds in the image), red = not; GT = the instance ground truth; zeta = concept-label "
+    "differences from the query's image."))
 zeta_summary = list_summary(lists)
 zeta_summary
 

@@ -125,7 +125,10 @@ graph_stats
 # %% [markdown]
 # ## Region–word matching over the image (Eq. 7)
 #
-# `N_HEAT` more test images drawn at random, each with one of its own captions.
+# `N_HEAT` more test images drawn at random, each with one of its own captions. The cosines are drawn in a
+# perceptually uniform map (inferno) over the image in grey; the association graph's three matrices above are
+# stacked one above the other so that their cells stay legible at the page's width. Both restyles appear in
+# `results/` when this notebook is next re-executed (the committed figures are from its last execution).
 
 # %%
 heat_captions = draw_pairs(test, N_HEAT, rng)

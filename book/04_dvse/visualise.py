@@ -125,7 +125,9 @@ corr_runs.groupby("panel", sort=False)["mean |corr|"].agg(["mean", "std", "count
 # DVSE of seed `SEED` on the grid features (4 × 4 cells of the trunk) and, where the data set has them, the region
 # DVSE of `train.py` (its region boxes): one figure each (`fig10_grid`, `fig10_regions`). Above each map: the
 # image's own caption that sub-embedding matches best (cosine of v^k with the caption embedding); "masked" = its
-# dynamic-mask bit is 0 (Eq. 3).
+# dynamic-mask bit is 0 (Eq. 3). The heat is drawn in a perceptually uniform map (inferno) over the image in grey,
+# with a colour bar per image (each image its own scale). The committed figures are from the last execution, drawn in
+# jet over the coloured image without a colour bar: the restyled ones appear when this notebook is next re-executed.
 
 # %%
 heat_images = random_images(rng, test, N_HEAT)

@@ -1,4 +1,6 @@
-"""`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`,
+"""`xmr`: the command line; its help opens with the command that builds the book to read (`xmr book build`).
+`xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...] [--yes]` (profiles cpu and paper
+first state what they would train and, without --yes, ask, or off a terminal refuse: `confirm_training`),
 `xmr book plan [CHAPTER ...] [--profile P]` (every training run the notebooks ask for, by
 stage, with its cost: `xmr_core.book.plan`), `xmr book run ... --jobs N` (batches of runs on N workers),
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
@@ -15,12 +17,24 @@ import sys
 
 from xmr_core.config import PROFILES
 
+START = ("Start here: `xmr book build` builds the book to read from the committed results (about a minute, nothing "
+         "trained), then open book/_build/cpu/html/index.html.")
+
+
+class TopParser(argparse.ArgumentParser):
+    """`xmr`'s own parser: its help opens with `START`, before the usage line."""
+
+    def format_help(self) -> str:
+        return f"{START}\n\n{super().format_help()}"
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xmr", description="The xmr replication book.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = TopParser(prog="xmr", description="The xmr replication book: five papers on image-text retrieval "
+                                               "under one-to-many correspondence, rerun on a synthetic benchmark.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=argparse.ArgumentParser)
     book = sub.add_parser("book", help="list or run the book's chapters").add_subparsers(dest="action", required=True)
-    book.add_parser("list", help="chapters, their notebooks and the results each writes")
+    book.add_parser("list", help="chapters, their notebooks and the results each wrote (their provenance in results/), "
+                                 "with the count")
     run = book.add_parser("run", help="execute chapters with papermill (all chapters when none is named)")
     run.add_argument("chapters", nargs="*", help="chapter folders or names (01_pcme or pcme), or notebooks (01_pcme/train)")
     run.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
@@ -29,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject a notebook parameter (VALUE parsed as a Python literal when possible)",
     )
     run.add_argument("--force", action="store_true", help="rerun notebooks whose inputs are unchanged")
+    run.add_argument("--yes", action="store_true", help="train what the cache lacks without asking (profiles cpu "
+                     "and paper ask first, and refuse when stdin is not a terminal)")
     run.add_argument("--jobs", type=int, help="train each batch of independent runs on N worker processes of one "
                      "torch thread each (XMR_JOBS; XMR_EXECUTOR=slurm submits them to Slurm instead)")
     plan = book.add_parser("plan", help="list every training run the notebooks ask for, by stage, cached or not, "
@@ -141,6 +157,27 @@ def runs_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def confirm_training(chapters: list[str], profile: str, yes: bool) -> bool:
+    """Before `xmr book run` of profile cpu or paper (hours to days cold; smoke trains in minutes and is never
+    held): print what it would train (`book.plan.cold_cost`) when that is anything; unless `yes`, ask on a terminal,
+    and with stdin not a terminal refuse in one line naming --yes (SystemExit). True to go on."""
+    from xmr_core.book import plan as bookplan
+    from xmr_core.book import runner
+
+    if profile == "smoke":
+        return True
+    cost = bookplan.cold_cost(runner.resolve_chapters(chapters), profile)
+    if not cost.trains:
+        return True
+    print(cost.line())
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise SystemExit("xmr book run: not started: it would train runs and stdin is not a terminal; add --yes to "
+                         "train them (or restore the run archive first: `xmr runs unpack`)")
+    return input("Train them now? [y/N] ").strip().lower() in ("y", "yes")
+
+
 def main(argv: list[str] | None = None) -> int:
     from xmr_core.book import runner
 
@@ -166,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = bookplan.plan_book(args.chapters, profile=args.profile, params=params)
         plan.print(sorted({1, 2, args.jobs, os.cpu_count() or 1}))
         return 1 if plan.failed else 0
+    if not confirm_training(args.chapters, args.profile, args.yes):
+        return 1
     summary = runner.run_book(args.chapters, profile=args.profile, params=params, force=args.force, jobs=args.jobs)
     return 0 if summary.ok else 1
 

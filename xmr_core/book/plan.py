@@ -27,6 +27,7 @@ every run is trained into the run cache, no result is written to results/; `xmr 
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import tempfile
@@ -39,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from xmr_core.book.runner import Notebook, check_parameters, execute_notebook, resolve_chapters
+from xmr_core.book.staleness import result_metas
 from xmr_core.config import check_profile, project_root
 from xmr_core.io import atomic_write_bytes
 from xmr_core.runs.executors import JOBS_ENV
@@ -119,20 +121,102 @@ class Plan:
             echo(f"incomplete: {notebook} failed in trace mode ({error}); runs it would ask for later are missing")
 
 
-def committed_costs(root: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """From the committed results (results/<chapter>/*.csv with `run` and `train s` columns): seconds per run
-    directory name, and the median seconds per method (the run name's prefix before its key)."""
-    per_run: dict[str, float] = {}
-    per_method: dict[str, list[float]] = {}
+@dataclass
+class ColdCost:
+    """What `xmr book run` would train, known before any notebook starts and without a trace (`cold_cost`)."""
+
+    profile: str
+    runs: list[str]  # runs to train: named, and missing from the cache
+    core_seconds: float  # their estimated cost (`estimated_cost`)
+    unknown: list[str]  # notebooks whose runs are not known here (no run log, no committed runs of the profile)
+
+    @property
+    def trains(self) -> bool:
+        return bool(self.runs or self.unknown)
+
+    def line(self) -> str:
+        """One line: the runs to train and their core-hours, where they were read, what is not counted."""
+        unknown = (f"; and the runs of {len(self.unknown)} notebook(s) not known here: {', '.join(self.unknown)}"
+                   if self.unknown else "")
+        return (f"xmr book run: profile {self.profile}: {len(self.runs)} run(s) to train that the cache lacks, at "
+                f"least {self.core_seconds / 3600:.2f} core-hours (runs named by each notebook's last run log, else "
+                f"by its committed tables){unknown}. `xmr book plan --profile {self.profile}` lists every run; "
+                f"docs/training.md, \"What it costs\"")
+
+
+def cold_cost(notebooks: Sequence[Notebook], profile: str, root: Path | None = None,
+              cache: Path | None = None) -> ColdCost:
+    """The runs `notebooks` would train and their cost, read without executing anything: each notebook's runs are
+    those its last run log of `profile` names (`runs.archive.profile_logs`), else, on the cpu profile, those its
+    committed results' tables name (`committed_run_rows`; a lower bound: tables name the train and tuning runs, not
+    every ablation's, and a notebook with committed results but no such table counts none); a run is to train when
+    the cache has not finished it (`runs.archive.finished_runs`). A
+    notebook with neither is `unknown`. Costs as the plan's (`estimated_cost`)."""
+    from xmr_core.config import cache_dir
+    from xmr_core.runs.archive import finished_runs, profile_logs
+    from xmr_core.runs.log import read_log
+
+    root, cache = root or project_root(), cache or cache_dir()
+    logs = profile_logs(profile, root)
+    committed: dict[str, list[str]] = {}
+    if profile == "cpu" and (root / "results").is_dir():
+        committed = {str(meta.get("notebook")): [] for _, meta in result_metas(root / "results")}
+        for notebook, name, _ in committed_run_rows(root):
+            committed.setdefault(notebook, []).append(name)
+    per_run, per_method = committed_costs(root) if profile == "cpu" else ({}, {})
+    finished = finished_runs(cache)
+    runs: dict[str, None] = {}
+    unknown = []
+    for nb in notebooks:
+        if nb.label in logs:
+            names = [r["name"] for r in read_log(logs[nb.label]) if r["kind"] == "run"]
+        elif nb.source.relative_to(root).as_posix() in committed:
+            names = committed[nb.source.relative_to(root).as_posix()]
+        else:
+            unknown.append(nb.label)
+            continue
+        runs.update(dict.fromkeys(n for n in names if n not in finished))
+    seconds = sum(estimated_cost(n, n.rsplit("-", 1)[0], profile, per_run, per_method)[0] for n in runs)
+    return ColdCost(profile, list(runs), seconds, unknown)
+
+
+def committed_run_rows(root: Path) -> list[tuple[str, str, float | None]]:
+    """(notebook, run directory name, train seconds or None) of every row of the committed results' tables with
+    `run` and `train s` columns (results/<chapter>/*.csv; the notebook is the one the table's provenance names)."""
+    rows = []
     for path in sorted((root / "results").glob("*/*.csv")):
         frame = pd.read_csv(path)
         if not {"run", "train s"} <= set(frame.columns):
             continue
+        meta = path.with_suffix(".json")
+        notebook = str(json.loads(meta.read_text(encoding="utf-8")).get("notebook")) if meta.is_file() else ""
         for name, seconds in zip(frame["run"].astype(str), frame["train s"]):
-            if pd.notna(seconds) and "-" in name:
-                per_run[name] = float(seconds)
-                per_method.setdefault(name.rsplit("-", 1)[0], []).append(float(seconds))
+            if "-" in name:
+                rows.append((notebook, name, float(seconds) if pd.notna(seconds) else None))
+    return rows
+
+
+def committed_costs(root: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """From the committed results (`committed_run_rows`): seconds per run directory name, and the median seconds
+    per method (the run name's prefix before its key)."""
+    per_run: dict[str, float] = {}
+    per_method: dict[str, list[float]] = {}
+    for _, name, seconds in committed_run_rows(root):
+        if seconds is not None:
+            per_run[name] = seconds
+            per_method.setdefault(name.rsplit("-", 1)[0], []).append(seconds)
     return per_run, {m: statistics.median(v) for m, v in per_method.items()}
+
+
+def estimated_cost(name: str, method: str, profile: str, per_run: dict[str, float],
+                   per_method: dict[str, float]) -> tuple[float, str]:
+    """A run to train's cost in core-seconds and its source: its committed `train s`, else its method's median,
+    else `DEFAULT_CORE_SECONDS` of the profile."""
+    if name in per_run:
+        return per_run[name], "results"
+    if method in per_method:
+        return per_method[method], "method median"
+    return DEFAULT_CORE_SECONDS.get(profile, DEFAULT_CORE_SECONDS["cpu"]), "default"
 
 
 def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path) -> Plan:
@@ -148,12 +232,8 @@ def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path) -> P
         seen.add(record["key"])
         if record["cached"]:
             cost, source = float(record["core_seconds"]), "recorded"
-        elif record["run"] in per_run:
-            cost, source = per_run[record["run"]], "results"
-        elif record["method"] in per_method:
-            cost, source = per_method[record["method"]], "method median"
         else:
-            cost, source = DEFAULT_CORE_SECONDS.get(profile, DEFAULT_CORE_SECONDS["cpu"]), "default"
+            cost, source = estimated_cost(record["run"], record["method"], profile, per_run, per_method)
         runs.append(PlannedRun(record, cost, source))
     return Plan(profile, runs, requests=n)
 

@@ -32,6 +32,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -39,7 +40,7 @@ from typing import Any
 
 from xmr_core.book import diff as results_diff
 from xmr_core.book.results import NOTEBOOK_ENV, PARAMETERS_ENV, results_folder
-from xmr_core.book.staleness import notebook_reads_changed
+from xmr_core.book.staleness import notebook_reads_changed, result_metas
 from xmr_core.config import check_profile, project_root
 from xmr_core.io import RUN_LOG_ENV, atomic_write_text
 from xmr_core.runs.executors import JOBS_ENV
@@ -94,6 +95,23 @@ def written_keys(text: str) -> list[str]:
     """Result keys that the `write_*` calls in `text` (a notebook or one of its cells) write."""
     keys = _RESULT_CALL.findall(text) + [f"{c}/claims.md" for c in _CLAIMS_CALL.findall(text)]
     return sorted(set(keys))
+
+
+def shown_output(source: str) -> str:
+    """What a code cell shows when executed, read from its source: "printed" (it calls print or display: text no
+    committed result holds), "value" (it ends in a bare expression, no `;`: a table, a figure through
+    `plt.show()`, a value), else "" (nothing). The static renderer folds a cell that shows output but wrote no
+    committed result, saying that its output is in the executed book."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    if calls & {"print", "display"}:
+        return "printed"
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not source.rstrip().endswith(";"):
+        return "value"
+    return ""
 
 
 @dataclass
@@ -383,14 +401,30 @@ def report_against_committed(notebooks: list[Notebook], root: Path, results_dir:
 
 
 def list_book(root: Path | None = None, echo: Callable[[str], None] = print) -> None:
-    """Print every chapter, its notebooks and the results each writes."""
-    found = chapters((root or project_root()) / "book")
+    """Print every chapter, its notebooks and the results each wrote, then the count. A notebook's results are
+    those whose provenance under results/ names it (`staleness.result_metas`, what `xmr results check` and the
+    built pages go by), so the list follows what was written, helper-written and f-string keys included; a result
+    whose notebook is not in book/ is listed at the end, not dropped."""
+    root = root or project_root()
+    found = chapters(root / "book")
     if not found:
         echo("no chapters under book/")
+    metas = result_metas(root / "results") if (root / "results").is_dir() else []
+    by_notebook: dict[str, list[tuple[str, str]]] = {}
+    for key, meta in metas:
+        by_notebook.setdefault(str(meta.get("notebook")), []).append((key, str(meta.get("kind"))))
     for chapter, notebooks in found.items():
         echo(chapter)
         for nb in notebooks:
-            results = nb.declared_results()
-            echo(f"  {nb.name:<10} {nb.source.relative_to(nb.source.parents[2])}")
-            for key in results:
-                echo(f"               -> results/{key}")
+            relative = nb.source.relative_to(root).as_posix()
+            written = by_notebook.pop(relative, [])
+            echo(f"  {nb.name:<10} {relative}: {len(written)} result(s)"
+                 + ("" if written else f" (none committed: `xmr book run {nb.label}` writes them)"))
+            for key, kind in written:
+                echo(f"               -> results/{key} ({kind})")
+    for notebook, written in by_notebook.items():
+        echo(f"results whose notebook {notebook} is not in book/:")
+        for key, kind in written:
+            echo(f"               -> results/{key} ({kind})")
+    kinds = Counter(meta.get("kind") for _, meta in metas)
+    echo(f"{len(metas)} results in results/: " + ", ".join(f"{n} {kind}s" for kind, n in sorted(kinds.items())))

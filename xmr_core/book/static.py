@@ -10,6 +10,9 @@ its provenance, and a warning where `xmr results check` finds it stale. The cell
    `write_claims(claims, "pcme", ...)`, `write_ceiling_table(..., "msrm/ceiling", ...)`), else
 3. the first code cell after a narration cell that names the result in code (`table1_regions`), else
 4. none: the result is shown at the end of the page, under a heading that says its cell is not known.
+
+A code cell whose output a reader needs (`runner.shown_output`: it prints, or ends in a value) and that no committed
+result shows is folded under a note that its output is in the executed book (`fold_unseen_output`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from xmr_core.book.runner import Notebook, written_keys
+from xmr_core.book.runner import Notebook, shown_output, written_keys
 from xmr_core.book.staleness import Verdict
 from xmr_core.sources import digest_bytes
 
@@ -116,6 +119,21 @@ def place_results(cells: list[tuple[str, str]], metas: dict[str, dict[str, Any]]
     return placed
 
 
+def fold_unseen_output(cell: Any, label: str) -> None:
+    """A code cell whose output a reader needs (`runner.shown_output`) but which no committed result shows here: its
+    code folded (`hide-input`) under a note that the output is in the executed book; a cell with results that also
+    prints gets the note alone."""
+    shown = shown_output(cell.source) if cell.cell_type == "code" else ""
+    if not shown or (cell.outputs and shown != "printed"):
+        return
+    what = "Its printed output" if cell.outputs else "Its output"
+    cell.outputs.append(_html_output(
+        f'<p class="xmr-unexecuted">{what} is in the executed book, not on this page: <code>xmr book run '
+        f"{label}</code>, then <code>xmr book build</code>.</p>"))
+    if len(cell.outputs) == 1:
+        cell.metadata.setdefault("tags", []).append("hide-input")
+
+
 def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str, dict[str, Any]],
                     verdicts: dict[str, Verdict]) -> Any:
     """The notebook `nb` (at `relative`, e.g. `book/01_pcme/train.py`) as an unexecuted notebook with the
@@ -131,6 +149,8 @@ def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str,
     for key in order:
         if placed[key] is not None:
             book.cells[placed[key]].outputs += result_outputs(key, metas[key], results, verdicts.get(key))
+    for cell in book.cells:
+        fold_unseen_output(cell, nb.label)
     banner = nbformat.v4.new_markdown_cell(
         f"```{{note}}\nThis page is `{relative}` as written, **not executed**: under each cell are the committed"
         f" results it wrote (from `{results.name}/`, each with its provenance); its other outputs (printed"

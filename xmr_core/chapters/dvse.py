@@ -105,7 +105,7 @@ from xmr_core.paper_words import Words, worded
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
-from xmr_core.viz import attention_heat, caption_gallery, heatmap, retrieval_gallery, sweep_grid
+from xmr_core.viz import attention_heat, caption_gallery, heat_overlay, heatmap, retrieval_gallery, sweep_grid
 
 COMPARED: dict[str, Compared] = {**BASELINES, "DVSE": DVSE_COMPARED}
 
@@ -1046,7 +1046,8 @@ def heat_figure(model: DVSE, split: Split, vocab: Vocabulary, images: Sequence[i
     (v, _, mask), cap = embed_split(model, split, vocab, device=device)
     _, attn, _ = sub_embeddings(model, split, device, images)
     k = attn.shape[2]
-    fig, axes = plt.subplots(len(images), k + 1, figsize=(2.1 * (k + 1), 2.8 * len(images)), squeeze=False)
+    fig, axes = plt.subplots(len(images), k + 1, figsize=(2.5 * (k + 1) + 0.8, 3.3 * len(images)), squeeze=False,
+                             layout="constrained")
     for row, i in enumerate(images):
         own = np.flatnonzero(np.asarray(split.caption_image) == i)
         best = (v[i].cpu() @ cap[own].cpu().T).argmax(1).numpy()  # (K,) the own caption each v^k matches best
@@ -1056,14 +1057,13 @@ def heat_figure(model: DVSE, split: Split, vocab: Vocabulary, images: Sequence[i
         axes[row, 0].set_title(f"image {i}", fontsize=8)
         for j in range(k):
             ax = axes[row, j + 1]
-            ax.imshow(split.images[i])
-            ax.imshow(heat[j], cmap="jet", alpha=0.5, vmin=0, vmax=heat.max())  # one scale per image
+            shown = heat_overlay(ax, split.images[i], heat[j], 0.0, float(heat.max()))  # one scale per image
             masked = " (masked)" if float(mask[i, j]) == 0 else ""
-            ax.set_title("\n".join(textwrap.wrap(f"v{j + 1}{masked}: {split.captions[own[best[j]]]}", 26)), fontsize=6)
+            ax.set_title("\n".join(textwrap.wrap(f"v{j + 1}{masked}: {split.captions[own[best[j]]]}", 28)), fontsize=7)
+        fig.colorbar(shown, ax=axes[row, 1:].tolist(), shrink=0.8, label=f"image {i}: heat")
         for ax in axes[row]:
             ax.set_xticks([])
             ax.set_yticks([])
-    fig.tight_layout()
     return fig
 
 

@@ -110,7 +110,7 @@ from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
 from xmr_core.runs.tuning import Axis, TuningResult, tune_many, tuning_frame
-from xmr_core.viz import attention_heat, heatmap, retrieval_gallery, sweep_grid
+from xmr_core.viz import RELEVANCE_CODE, attention_heat, heat_overlay, heatmap, retrieval_gallery, sweep_grid
 
 ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)  # `_cpu_eval_copy` returns what it is given
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
@@ -693,17 +693,25 @@ def round_ranks(scores: Tensor, split: Split, query_set: int, k: int = 5
 
 
 def round_gallery(scores: Tensor, split: Split, query_set: int, k: int = 5
-                  ) -> tuple[list[str], np.ndarray, np.ndarray, list[int]]:
-    """`round_ranks` with pixels: a first row with the target image alone (the rest blank), then per round the text
-    and the top-k images; returns (texts (T + 1), images (T + 1, k, H, W, 3), whether each is the target
-    (T + 1, k), the target's rank after each round (T,))."""
+                  ) -> tuple[list[str], np.ndarray, np.ndarray, list[int], np.ndarray]:
+    """`round_ranks` with pixels: a first row with the target image alone, then per round the text and the top-k
+    images; a round whose top-k and target rank are those of the round before (the query set held once exhausted)
+    is not drawn again: the last drawn row says from which round the set is held. Returns (texts (D + 1), images
+    (D + 1, k, H, W, 3), whether each is the target (D + 1, k), the target's rank after every round (T,), which tiles
+    to draw (D + 1, k): all but the first row's k - 1 blanks), D <= T the rounds drawn."""
     if split.images is None:
         raise ValueError(f"{split.source}: split {split.name!r} holds no pixels to draw")
     texts, top, hits, ranks = round_ranks(scores, split, query_set, k)
+    drawn = [r for r in range(len(ranks)) if r == 0 or ranks[r] != ranks[r - 1] or not np.array_equal(top[r], top[r - 1])]
+    texts = [texts[r] for r in drawn]
+    if drawn[-1] < len(ranks) - 1:
+        texts[-1] += f" (set held from round {drawn[-1] + 2}: rounds {drawn[-1] + 2}-{len(ranks)} the same)"
     target = np.zeros((k, *split.images.shape[1:]), dtype=split.images.dtype)
     target[0] = split.images[query_set]
-    return ([f"target: test image {query_set}", *texts], np.concatenate([target[None], split.images[top]]),
-            np.concatenate([np.arange(k)[None] == 0, hits]), ranks)
+    shown = np.ones((len(drawn) + 1, k), dtype=bool)
+    shown[0, 1:] = False
+    return ([f"target: test image {query_set}", *texts], np.concatenate([target[None], split.images[top[drawn]]]),
+            np.concatenate([np.arange(k)[None] == 0, hits[drawn]]), ranks, shown)
 
 
 def _cpu_eval_copy(model: ModuleT) -> ModuleT:
@@ -770,8 +778,7 @@ def attention_figure(split: Split, image: int, weights: np.ndarray, heat: np.nda
     axes[0, 0].imshow(pixels)
     axes[0, 0].set_title("image", fontsize=7)
     for ax, h, q in zip(axes[0, 1:], heat, queries):
-        ax.imshow(pixels)
-        ax.imshow(h, cmap="inferno", alpha=0.6, vmin=0.0, vmax=max(float(h.max()), 1e-9))
+        heat_overlay(ax, pixels, h, 0.0, max(float(h.max()), 1e-9))
         ax.set_title(textwrap.fill(q, 18), fontsize=6)
     for ax in axes[0]:
         ax.axis("off")
@@ -1331,10 +1338,11 @@ def write_galleries(scores: Tensor, split: Split, sets: Sequence[int], k: int, r
         if split.images is None:
             ranks[f"set {q}"] = round_ranks(scores, split, int(q), k)[3]
             continue
-        texts, images, hits, ranks[f"set {q}"] = round_gallery(scores, split, int(q), k)
-        write_figure(retrieval_gallery(texts, images, hits, width=60), f"hmrn/gallery_{q}", run=run,
-                     caption=f"Test query set {q}: the top {k} images after each round (green: the target) and the "
-                     "target's rank.")
+        texts, images, hits, ranks[f"set {q}"], shown = round_gallery(scores, split, int(q), k)
+        write_figure(retrieval_gallery(texts, images, hits, width=60, shown=shown), f"hmrn/gallery_{q}", run=run,
+                     caption=f"Test query set {q}: the top {k} images after each round and the target's rank; a set "
+                     f"held once its queries are exhausted is drawn once. {RELEVANCE_CODE} Here the positive is the "
+                     "target image.")
     return pd.DataFrame(ranks, index=pd.RangeIndex(1, scores.shape[0] + 1, name="round"))
 
 

@@ -100,7 +100,7 @@ from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult, tuning_frame
-from xmr_core.viz import attention_heat, heatmap, image_grid, sweep_grid
+from xmr_core.viz import attention_heat, heat_overlay, heatmap, image_grid, sweep_grid
 
 MODELS = ["VSE++", "GPO", "HREM standalone", "HREM fusion"]  # trained, tuned, every seed
 ENSEMBLE = "HREM ensemble"  # the paper's "HREM (Full)*": standalone + fusion similarities averaged
@@ -745,10 +745,11 @@ def neighbour_count(tau: float, n: int) -> int:
 
 def association_figure(graph: AssociationGraph, attention: np.ndarray, lam: float) -> Figure:
     """A, S and the fusion layer's attention of one batch (`batch_graph`, 2N x 2N nodes I0.., T0..) as annotated
-    heatmaps, red lines between the image and the caption blocks."""
+    heatmaps, one above the other (side by side they shrink below legibility on a page), red lines between the image
+    and the caption blocks."""
     n = graph.connect.shape[0] // 2
     nodes = [f"I{k}" for k in range(n)] + [f"T{k}" for k in range(n)]
-    fig, axes = plt.subplots(1, 3, figsize=(19, 6))
+    fig, axes = plt.subplots(3, 1, figsize=(8, 20))
     heatmap(axes[0], graph.connect.cpu().numpy().astype(float), nodes, nodes, fmt="{:.0f}", cmap="Greys",
             colorbar=False)
     heatmap(axes[1], graph.relevance.cpu().numpy(), nodes, nodes, fmt="{:.2f}")
@@ -795,9 +796,7 @@ def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, caption
         columns = np.stack([real_match, np.ones_like(real_match)], 1)  # the heat, and 1 where a box covers
         heat, cover = attention_heat(columns, split.region_boxes[i][~np.isnan(match)], size, reduce="max")
         covered = cover > 0
-        ax.imshow(split.images[i])
-        shown = ax.imshow(np.ma.masked_where(~covered, heat), cmap="jet", alpha=0.5, vmin=real.min(),
-                          vmax=real.max())
+        shown = heat_overlay(ax, split.images[i], heat, float(real.min()), float(real.max()), mask=covered)
         ax.set_title("\n".join(textwrap.wrap(f"image {i}: {split.captions[c]}", 30)), fontsize=7)
         ax.set_xticks([])
         ax.set_yticks([])

@@ -84,7 +84,7 @@ from xmr_core.paper_words import Words, worded
 from xmr_core.runs.plan import batched
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
-from xmr_core.viz import heatmap, sweep_grid
+from xmr_core.viz import RELEVANCE_COLOURS, heatmap, sweep_grid
 
 COMPARED: dict[str, Compared] = {**BASELINES, "MSRM": MSRM_COMPARED}
 
@@ -774,12 +774,13 @@ def _draw_query(ax: Axes, split: Split, direction: str, query: int) -> None:
                 va="center", transform=ax.transAxes)
 
 
-def _draw_result(ax: Axes, split: Split, direction: str, row: Any, model: str) -> None:
+def _draw_result(ax: Axes, split: Split, direction: str, row: Any, model: str, positive: bool) -> None:
     """One result of Figure 3 (`row`: a row of `top_k_lists`, from `itertuples`): the image (t2i) or the caption
-    (i2t), framed green on an instance ground truth and red otherwise, titled with the model, rank and zeta."""
+    (i2t), framed in the book's relevance colours (`viz.RELEVANCE_COLOURS`: green when `positive`), titled with the
+    model, rank, zeta and "GT" on the instance ground truth."""
     ax.set_xticks([])
     ax.set_yticks([])
-    colour = "tab:green" if row.instance else "tab:red"
+    colour = RELEVANCE_COLOURS[positive]
     if direction == "t2i":
         ax.imshow(split.images[row.result])
     else:
@@ -788,12 +789,19 @@ def _draw_result(ax: Axes, split: Split, direction: str, row: Any, model: str) -
     for side in ax.spines.values():
         side.set_edgecolor(colour)
         side.set_linewidth(3)
-    ax.set_title(f"{model} {row.rank}: ζ={row.zeta}", fontsize=7)
+    ax.set_title(f"{model} {row.rank}: ζ={row.zeta}" + (" GT" if row.instance else ""), fontsize=7)
+
+
+def positives_view(split: Split) -> str:
+    """The relevance Figure 3's frames show: "exact" (the caption's logical form holds in the image) where the split
+    has it, else "instance"."""
+    return "exact" if "exact" in split.views() else "instance"
 
 
 def lists_figure(lists: pd.DataFrame, split: Split) -> Figure:
     """Figure 3 from `model_lists`: one row per query (in `lists`' order), the query, then each model's top-k
-    results side by side (models in `lists`' order)."""
+    results side by side (models in `lists`' order), each framed by `positives_view` relevance to its query."""
+    relevance = {d: split.relevance(positives_view(split), d) for d in ("i2t", "t2i")}
     models = list(dict.fromkeys(lists["model"]))
     queries = list(dict.fromkeys(zip(lists["direction"], lists["query"])))
     k = int(lists["rank"].max())
@@ -804,7 +812,8 @@ def lists_figure(lists: pd.DataFrame, split: Split) -> Figure:
         for m, name in enumerate(models):
             part = lists[(lists["model"] == name) & (lists["direction"] == direction) & (lists["query"] == query)]
             for j, row in enumerate(part.itertuples()):
-                _draw_result(axes[r, 1 + k * m + j], split, direction, row, name)
+                _draw_result(axes[r, 1 + k * m + j], split, direction, row, name,
+                             bool(relevance[direction][query, row.result]))
     return fig
 
 

@@ -58,6 +58,7 @@ from xmr_core.claims import (
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.scene_grammar import LEVELS
+from xmr_core.data.scenes import RGB
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
@@ -83,7 +84,15 @@ from xmr_core.paper_words import Words, worded
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
-from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
+from xmr_core.viz import (
+    chi2_radius,
+    class_styles,
+    confidence_ellipses,
+    pca_basis,
+    project_gaussians,
+    retrieval_gallery,
+    sigma_scale,
+)
 
 COMPARED = BASELINES  # the chapter's compared methods: the book's baselines (`experiment.compared`)
 SPECS = BASELINE_SPECS  # its trained models (name, K)
@@ -472,26 +481,45 @@ def generic_caption(model: PCME, split: Split, vocab: Vocabulary, device: torch.
 def embedding_figure(split: Split, images: Gaussians, captions: Gaussians, generic: Gaussians,
                      classes: Sequence[int]) -> Figure:
     """Figure 5: the 50% regions of the images (left) and captions (right) of `classes`, projected onto the two
-    principal directions of their means (`viz.project_gaussians`), coloured by class, with the 99% region of the
-    `generic` caption (`generic_caption`) in black on both."""
+    principal directions of their means (`viz.project_gaussians`), each class in the colour and marker its name
+    says (`viz.class_styles`: "red circle" red, a circle at each mean), with the 99% region of the `generic` caption
+    (`generic_caption`) in black on both. Where σ is small beside the spread of the means, every ellipse is drawn
+    `viz.sigma_scale` times larger (one factor for both panels, stated in the titles), and a bar in each panel
+    shows the drawn radius of its median σ with the value."""
     pick_img = np.flatnonzero(np.isin(split.image_class, classes))
     pick_cap = np.flatnonzero(np.isin(split.image_class[split.caption_image], classes))
     centre, basis = pca_basis(np.concatenate([images[0][pick_img].numpy(), captions[0][pick_cap].numpy()]))
     generic_2d = project_gaussians(generic[0].numpy(), generic[1].numpy(), centre, basis)
     names = split.class_names or [str(c) for c in range(int(split.image_class.max()) + 1)]
-    palette = {c: f"C{k}" for k, c in enumerate(classes)}
-    panels = [(images[0][pick_img], images[1][pick_img], split.image_class[pick_img], "images"),
-              (captions[0][pick_cap], captions[1][pick_cap], split.image_class[split.caption_image[pick_cap]],
-               "captions")]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    for ax, (mu, logvar, cls, title) in zip(axes, panels):
-        m2, l2 = project_gaussians(mu.numpy(), logvar.numpy(), centre, basis)
-        confidence_ellipses(ax, m2, l2, colors=[palette[int(c)] for c in cls], level=0.5, linewidth=0.6)
-        confidence_ellipses(ax, *generic_2d, colors="black", level=0.99, linewidth=2.5, fill_alpha=0.0)
-        ax.set_title(f"{title} (50% regions, PCA of the means); black: generic caption (99%)", fontsize=9)
+    style = dict(zip(classes, class_styles([names[c] for c in classes], RGB)))
+    panels = [(*project_gaussians(images[0][pick_img].numpy(), images[1][pick_img].numpy(), centre, basis),
+               split.image_class[pick_img], "images"),
+              (*project_gaussians(captions[0][pick_cap].numpy(), captions[1][pick_cap].numpy(), centre, basis),
+               split.image_class[split.caption_image[pick_cap]], "captions")]
+    scale = sigma_scale(np.concatenate([p[0] for p in panels]), np.concatenate([p[1] for p in panels]))
+    radius = chi2_radius(0.5)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.6))
+    for ax, (m2, l2, cls, title) in zip(axes, panels):
+        confidence_ellipses(ax, m2, l2, colors=[style[int(c)][0] for c in cls], level=0.5, linewidth=0.8, scale=scale)
+        for c in classes:
+            at = m2[np.asarray(cls) == c]
+            ax.scatter(at[:, 0], at[:, 1], marker=style[c][1], color=style[c][0], s=14, edgecolors="black",
+                       linewidths=0.3, zorder=3)
+        confidence_ellipses(ax, *generic_2d, colors="black", level=0.99, linewidth=2.5, fill_alpha=0.0, scale=scale)
+        drawn = f", drawn ×{scale:g}" if scale > 1 else ""
+        ax.set_title(f"{title}: 50% regions (radius {radius:.2f}σ{drawn}); black: generic caption (99%)", fontsize=9)
+        ax.set_xlabel("principal direction 1 of the means")
+        ax.set_ylabel("principal direction 2 of the means")
+        sigma = float(np.median(np.exp(0.5 * l2)))
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        bar = radius * sigma * scale
+        ax.plot([x0 + 0.05 * (x1 - x0), x0 + 0.05 * (x1 - x0) + bar], [y0 + 0.05 * (y1 - y0)] * 2, color="black", lw=2)
+        ax.text(x0 + 0.05 * (x1 - x0), y0 + 0.07 * (y1 - y0), f"median σ = {sigma:.3g}: a 50% radius as drawn",
+                fontsize=8, va="bottom")
     for c in classes:
-        axes[0].plot([], [], color=palette[c], label=names[c])
-    axes[0].legend(fontsize=7, loc="best", title="class", title_fontsize=7)
+        axes[0].plot([], [], color=style[c][0], marker=style[c][1], ls="-", label=names[c])
+    axes[0].legend(fontsize=8, loc="best", title="class", title_fontsize=8)
+    fig.tight_layout()
     return fig
 
 

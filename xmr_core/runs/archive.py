@@ -413,6 +413,12 @@ def _folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def finished_runs(cache: Path) -> set[str]:
+    """Names of the cache's finished runs (`runs/<name>/` with its result.json and best weights)."""
+    return {p.name for p in (cache / "runs").glob("*/")
+            if not p.name.startswith(".") and (p / "result.json").is_file() and (p / "best.pt").is_file()}
+
+
 def notebook_needs(profile: str, root: Path, cache: Path) -> tuple[dict[str, list[str]], str]:
     """Each notebook's runs: from the profile's run logs here, else from the manifest of the profile's archive
     restored into the cache; (needs, where they were read)."""
@@ -449,7 +455,7 @@ def list_cache(profile: str | None = None, *, root: Path | None = None, cache: P
 
     root, cache = root or project_root(), cache or cache_dir()
     run_dirs = sorted(p for p in (cache / "runs").glob("*/") if not p.name.startswith("."))
-    finished = {p.name for p in run_dirs if (p / "result.json").is_file() and (p / "best.pt").is_file()}
+    finished = finished_runs(cache)
     records = sorted(p.name for p in (cache / RECORDS).glob("*/") if (p / "result.json").is_file())
     trunks = sorted(p for p in (cache / "trunks").glob("*/") if (p / "meta.json").is_file())
     regions = sorted(p for p in (cache / "scenes").glob("*/regions-*/") if (p / "regions_meta.json").is_file())
