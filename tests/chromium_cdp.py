@@ -128,7 +128,8 @@ class Browser:
         self.evaluate("window.scrollTo(0, 0); true")
         clip = {"x": 0, "y": 0, "width": self.width, "height": height or self.height, "scale": 1}
         fmt = {"format": "jpeg", "quality": quality} if quality else {"format": "png"}
-        data = self.call("Page.captureScreenshot", clip=clip, captureBeyondViewport=True, **fmt)["data"]
+        beyond = (height or self.height) > self.height  # only then: it can shift a page sideways in the shot
+        data = self.call("Page.captureScreenshot", clip=clip, captureBeyondViewport=beyond, **fmt)["data"]
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
@@ -148,9 +149,18 @@ class Browser:
         self.close()
 
 
+def compress(png: Path, colours: int = 96) -> None:
+    """Rewrite a screenshot with a palette of `colours` (a page's text and badges survive it), optimised."""
+    from PIL import Image
+
+    image = Image.open(png).convert("RGB")
+    image.quantize(colors=colours, method=Image.Quantize.MEDIANCUT).save(png, optimize=True)
+
+
 def main(argv: list[str]) -> None:
     """`python tests/chromium_cdp.py HTML_DIR [SHOTS_DIR]`: each chapter page's height and findings position at
-    1400 px, its wide tables, `nan` cells and images without a caption; with SHOTS_DIR, its first screen as PNG."""
+    1400 px, its wide tables, `nan` cells and images without a caption; with SHOTS_DIR, its first screen as a
+    palette PNG."""
     html = Path(argv[0])
     shots = Path(argv[1]) if len(argv) > 1 else None
     executable = find_chromium()
@@ -170,7 +180,9 @@ def main(argv: list[str]) -> None:
             if shots is not None and page.stem != "claims":
                 shots.mkdir(parents=True, exist_ok=True)
                 browser.open(page)
-                browser.screenshot(shots / f"{page.parent.name}_{page.stem}.png")
+                shot = shots / f"{page.parent.name}_{page.stem}.png"
+                browser.screenshot(shot)
+                compress(shot)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 `chapter_judgements` reads a chapter's judgement tables (one per notebook: `judgements_train.csv`, ...) into one
 frame; `findings_html` writes the block a chapter page opens with: the chapter's verdict tally, colour-coded, and
-one sentence per verdict for the claims a notebook judges ("2 of 7 held: ..."), each claim with its effect and
-interval, or why it was not tested. Verdict names are read from the data (ordered as `xmr_core.verdicts` lists
-them, any other after), so a new verdict kind shows up without a change here.
+one sentence per verdict for the claims a notebook judges ("held 2 of 7: ..."), each claim with its effect and
+interval, or why it was not tested; `findings_page` the book's Findings page. Verdict names are read from the
+data (ordered as `xmr_core.claims.VERDICTS` lists them, any other after), so a new verdict kind shows up
+without a change here.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xmr_core.claims import signed
-from xmr_core.verdicts import VERDICTS
+from xmr_core.claims import VERDICTS, signed
 
 NOTEBOOK_COLUMN = "notebook"  # added by `chapter_judgements`: the part after `judgements_` (train, ablate, ...)
 
@@ -39,7 +39,7 @@ def chapter_judgements(folder: Path) -> pd.DataFrame:
 
 
 def verdict_order(verdicts: pd.Series) -> list[str]:
-    """The verdicts present in `verdicts`, in `xmr_core.verdicts.VERDICTS` order, unknown ones after in order of
+    """The verdicts present in `verdicts`, in `xmr_core.claims.VERDICTS` order, unknown ones after in order of
     appearance."""
     present = list(dict.fromkeys(str(v) for v in verdicts))
     return [v for v in VERDICTS if v in present] + [v for v in present if v not in VERDICTS]
