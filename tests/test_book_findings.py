@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from xmr_core.book_findings import chapter_judgements, findings_html, findings_page, sentences, tally_html
-from xmr_core.book_html import claims_page
-from xmr_core.book_leaderboard import ranking, t_interval
-from xmr_core.book_static import split_opening
-from xmr_core.book_tables import columns, is_diagnostic, parts, result_table_html, table_html
-from xmr_core.staleness import Verdict
+from xmr_core.book.findings import chapter_judgements, findings_html, findings_page, sentences, tally_html
+from xmr_core.book.html import claims_page
+from xmr_core.book.leaderboard import ranking, t_interval
+from xmr_core.book.staleness import Verdict
+from xmr_core.book.static import split_opening
+from xmr_core.book.tables import columns, is_diagnostic, parts, result_table_html, table_html
 
 ROOT = Path(__file__).resolve().parents[1]
 HELD = '<span class="xmr-verdict xmr-v-held">held</span>'

@@ -34,7 +34,7 @@ import pytest
 from chromium_cdp import OPEN_DETAILS, PAGE_METRICS, Browser
 from PIL import Image
 
-from xmr_core import book_html
+from xmr_core.book import html as book_html
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_COLOUR = (13, 200, 77)  # the notebook figure's colour, a colour no theme uses
@@ -140,7 +140,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _cli(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "xmr_core.cli", "book", *args], check=False, cwd=project, env=env,
+    return subprocess.run([sys.executable, "-m", "xmr_core.book.cli", "book", *args], check=False, cwd=project, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -284,7 +284,7 @@ def _fresh_copy(dest: Path) -> Path:
 
 def _build_cpu(root: Path) -> Path:
     env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run([sys.executable, "-m", "xmr_core.cli", "book", "build", "--profile", "cpu"], check=False,
+    done = subprocess.run([sys.executable, "-m", "xmr_core.book.cli", "book", "build", "--profile", "cpu"], check=False,
                           cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root / "book" / "_build" / "cpu" / "html"

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from xmr_core.book.results import paper_values, write_table
 from xmr_core.ceiling import SplitCeiling, percent_of_ceiling
 from xmr_core.config import RunConfig
-from xmr_core.results import paper_values, write_table
 
 
 def seed_summary(per_run: pd.DataFrame, cols: Sequence[str], order: Sequence[str]) -> pd.DataFrame:

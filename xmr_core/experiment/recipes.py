@@ -15,7 +15,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
 from xmr_core.encoders.text_features import token_features
 from xmr_core.encoders.trunk import PretrainedTrunk
-from xmr_core.train import TrainConfig
+from xmr_core.runs.train import TrainConfig
 
 PretrainedText = BertEncoderConfig | FeatureTextEncoderConfig
 MINILM_FINETUNED = ("paper",)  # profiles whose BERT rows fine-tune the packaged MiniLM (the papers' protocol)

@@ -20,10 +20,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from xmr_core.book import Notebook, written_keys
-from xmr_core.book_tables import result_table_html
+from xmr_core.book.runner import Notebook, written_keys
+from xmr_core.book.staleness import Verdict
+from xmr_core.book.tables import result_table_html
 from xmr_core.sources import digest_bytes
-from xmr_core.staleness import Verdict
 
 UNPLACED = "Results of this notebook whose cell is not known"
 FIGURES = "_static/results"  # where the book build copies every result figure (`<key>.png`), from the book's root

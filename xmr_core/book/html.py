@@ -3,7 +3,7 @@ the notebooks' sources and the committed results.
 
 Nothing is executed. The pages are, in book order (the runner's chapter and notebook order), every notebook
 of the book: its executed copy under `book/_build/<profile>/<chapter>/` when there is one, else its
-py:percent source with the results it wrote placed after the cells that wrote them (`book_static`); then
+py:percent source with the results it wrote placed after the cells that wrote them (`book.static`); then
 each chapter's `claims.md`, and a results page that lists every table and figure of the profile's results
 folder (`results/`, or `book/_build/smoke/results` for `smoke`) with its provenance, read from the `.json`
 beside it. Results that `xmr results check` finds stale are marked as such on every page.
@@ -27,8 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from xmr_core.book import SMOKE_RESULTS_DIR, Notebook, chapters
-from xmr_core.book_findings import (
+from xmr_core.book.findings import (
     badge,
     chapter_judgements,
     findings_html,
@@ -36,8 +35,10 @@ from xmr_core.book_findings import (
     tally_html,
     verdict_order,
 )
-from xmr_core.book_leaderboard import leaderboard_html
-from xmr_core.book_static import (
+from xmr_core.book.leaderboard import leaderboard_html
+from xmr_core.book.runner import SMOKE_RESULTS_DIR, Notebook, chapters
+from xmr_core.book.staleness import Verdict, check_results, result_metas
+from xmr_core.book.static import (
     FIGURES,
     figure_html,
     inline_html,
@@ -45,15 +46,13 @@ from xmr_core.book_static import (
     stale_note,
     static_notebook,
 )
-from xmr_core.book_tables import result_table_html
-from xmr_core.config import check_profile
-from xmr_core.results import project_root
-from xmr_core.staleness import Verdict, check_results, result_metas
+from xmr_core.book.tables import result_table_html
+from xmr_core.config import check_profile, project_root
 
 SOURCE_DIR = "_html_src"
 STATIC = "_static"  # the staged book's static files (style, script, result figures), copied into the HTML
-ASSETS = Path(__file__).parent / "book_assets"  # xmr.css, findings.js
-LEADERBOARD = "leaderboard"  # the results folder whose notebook page opens with the ranking (`book_leaderboard`)
+ASSETS = Path(__file__).parent / "assets"  # xmr.css, findings.js
+LEADERBOARD = "leaderboard"  # the results folder whose notebook page opens with the ranking (`book.leaderboard`)
 RANKING = "leaderboard_ranking.png"
 HTML_DIR = "html"
 TITLE = "xmr: a replication book for image-text retrieval"
