@@ -115,6 +115,7 @@ def test_wide_tables_split_into_parts_repeating_labels_and_ceiling_share() -> No
 def test_diagnostics_are_folded(tmp_path: Path) -> None:
     assert is_diagnostic("pcme/tuning", 3) and is_diagnostic("hrem/table3_per_seed", 3)
     assert is_diagnostic("hmrn/ceiling", 400) and is_diagnostic("msrm/table4_runs", 12)
+    assert is_diagnostic("hmrn/sweeps_lambda_tau", 39) and not is_diagnostic("hmrn/table5", 14)
     assert not is_diagnostic("pcme/table2", 6) and is_diagnostic("pcme/table2", 41)
     csv = tmp_path / "tuning.csv"
     pd.DataFrame({"lr": [0.001, 0.0001], "rsum": [300.0, math.nan]}).to_csv(csv, index=False)

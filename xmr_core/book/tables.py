@@ -8,8 +8,8 @@ The CSVs are data and stay as written; only how a page shows them changes here:
 - a table wider than `WIDTH_CHARS` is split into parts of its value columns, each part repeating the leading
   label columns (model, protocol, ...) and the share of the Bayes ceiling, so no table is wider than the
   column it is shown in;
-- diagnostics (tuning logs, per-seed and per-run tables, per-round ceilings, judgement tables, any table of
-  more than `LONG_ROWS` rows) are folded in a `<details>` that names what is inside.
+- diagnostics (tuning logs, per-seed and per-run tables, per-round ceilings, judgement tables, the sweeps a
+  figure draws, any table of more than `LONG_ROWS` rows) are folded in a `<details>` that names what is inside.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import pandas as pd
 WIDTH_CHARS = 96  # characters of small-font table text that fit the ~770 px content column at 1400 px
 LEAD_SPAN = 4  # label columns among the first 4 (model, protocol, seed, ...) are repeated in every part
 LONG_ROWS = 40  # a table with more rows than this is a listing: folded
-DIAGNOSTIC_KEYS = re.compile(r"(^|_)(tuning|per_seed|training|ceiling|judgements|claims|runs)(_|$)")
+# tuning logs, per-seed and per-run tables, ceilings per model and round, judgements, and the sweeps a figure draws
+DIAGNOSTIC_KEYS = re.compile(r"(^|_)(tuning|per_seed|training|ceiling|judgements|claims|runs|sweeps)(_|$)")
 MISSING = "—"
 CEILING_SHARE = "% of ceiling"  # a column of each model's share of the Bayes ceiling: shown in every part
 MERGED_NOTE = "Each cell: the paper's value · ours ± std over seeds (— where there is none)."
