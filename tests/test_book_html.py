@@ -8,6 +8,12 @@ the CLI, then Chromium dumps the DOM of the executed train page, the page of `02
 from its source and the results, and the results page, and screenshots them: the test finds the title,
 the table's cells and the figure (its exact colour, over about its area, in the screenshot's pixels),
 and on the page rendered from source each result after the cell that wrote it, with its provenance.
+
+Then the cpu book as a newcomer gets it: the project's files copied to a new folder, `xmr book build` there, and
+every chapter page (notebooks and claims pages) opened at 1400 px over the DevTools protocol (`chromium_cdp`):
+the findings block starts within the first 2,000 px, no table is wider than the content column (the folded
+diagnostics opened too), no cell reads `nan`, every image has a caption and an alt text that is not a file hash;
+after an imported module changes, the claims page shows the stale banner.
 Skipped, with the reason, only when no Chromium can be found.
 """
 
@@ -25,6 +31,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from chromium_cdp import OPEN_DETAILS, PAGE_METRICS, Browser
 from PIL import Image
 
 from xmr_core.book import html as book_html
@@ -216,8 +223,10 @@ def test_results_page_lists_provenance_table_and_figure(built: Path, tmp_path: P
         assert expected in text, expected
     assert COMMIT not in text  # the short commit only
     cells = _cells(dom)
-    assert {"alpha", "31.75", "beta", "29.125"} <= set(cells)
-    assert (built / "_images" / "curve.png").is_file() and 'src="_images/curve.png"' in dom
+    # from the CSV, on one scale for the column: one decimal, as its largest value is at least 10
+    assert {"alpha", "31.8", "beta", "29.1"} <= set(cells)
+    assert (built / "_static" / "results" / "demo" / "curve.png").is_file()
+    assert '<img src="_static/results/demo/curve.png" alt="A demo curve.">' in dom
     assert any(p.name == "scores.csv" for p in (built / "_downloads").rglob("*.csv"))
     assert _pixels(shot, RESULT_COLOUR) >= 0.9 * FIG_W * FIG_H
 
@@ -253,3 +262,96 @@ def test_no_executed_notebooks_and_no_results_is_one_clear_line(project: Path) -
     assert last == (f"xmr book build: no executed notebooks in {project / 'book' / '_build' / 'smoke'} and no "
                     f"results in {project / 'book' / '_build' / 'smoke' / 'results'}; "
                     "run `xmr book run --profile smoke` first")
+
+
+# The cpu book as a newcomer builds it: the project's files (what git tracks or would add) copied to a new folder,
+# `xmr book build` there, every chapter page opened at 1400 px.
+FINDINGS_WITHIN_PX = 2000
+HASH_ALT = re.compile(r"(?:.*/)?[0-9a-f]{16,}(?:\.png)?")
+CHANGED_IMPORT = "xmr_core/chapters/pcme.py"  # imported by every PCME notebook: its change stales their results
+# (when the banner names it already, stale since, the first other file the claims were computed from is changed)
+
+
+def _fresh_copy(dest: Path) -> Path:
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def _build_cpu(root: Path) -> Path:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-m", "xmr_core.book.cli", "book", "build", "--profile", "cpu"], check=False,
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return root / "book" / "_build" / "cpu" / "html"
+
+
+@pytest.fixture(scope="module")
+def cpu_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (ROOT / "results" / "pcme" / "claims.md").is_file():
+        pytest.skip("no committed cpu results in this checkout")
+    chromium()  # skips without Chromium before the copy and the build
+    return _fresh_copy(tmp_path_factory.mktemp("freshclone"))
+
+
+def _chapter_pages(html: Path) -> list[Path]:
+    return sorted(p for p in html.glob("0*/*.html"))
+
+
+def test_cpu_book_chapter_pages_read_findings_first_fit_and_caption(cpu_book: Path) -> None:
+    html = _build_cpu(cpu_book)
+    pages = _chapter_pages(html)
+    assert len(pages) >= 17, [p.name for p in pages]
+    problems: list[str] = [] if (html / "findings.html").is_file() else ["no Findings page (findings.html)"]
+    with Browser(chromium(), width=1400) as browser:
+        for page in pages:
+            name = page.relative_to(html).as_posix()
+            browser.open(page)
+            shown = browser.evaluate(PAGE_METRICS)
+            browser.evaluate(OPEN_DETAILS)
+            opened = browser.evaluate(PAGE_METRICS)  # the folded diagnostics too
+            top = shown["findings_top"]
+            if top is None or top > FINDINGS_WITHIN_PX:
+                problems.append(f"{name}: findings block at {top} px (want within {FINDINGS_WITHIN_PX})")
+            for wide in opened["wide"]:
+                problems.append(f"{name}: table {wide['width']:.0f} px wide in a {wide['column']:.0f} px column: "
+                                f"{wide['head'][:60]!r}")
+            if opened["page_width"] > 1400:
+                problems.append(f"{name}: the page scrolls sideways ({opened['page_width']} px)")
+            if opened["n_nan"]:
+                problems.append(f"{name}: {opened['n_nan']} cells read nan, e.g. {opened['nan'][:3]}")
+            for image in opened["images"]:
+                if not image["caption"]:
+                    problems.append(f"{name}: image {image['src']} has no caption")
+                if not image["alt"].strip() or HASH_ALT.fullmatch(image["alt"].strip()):
+                    problems.append(f"{name}: image {image['src']} has alt text {image['alt']!r}")
+            if name.endswith("/claims.html") and not shown["provenance"]:
+                problems.append(f"{name}: no provenance")
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:40])
+
+
+def test_cpu_book_claims_page_marks_stale_after_an_import_changes(cpu_book: Path) -> None:
+    banner = "document.querySelector('.xmr-stale') ? document.querySelector('.xmr-stale').innerText : ''"
+    fresh = _build_cpu(cpu_book)
+    with Browser(chromium()) as browser:
+        browser.open(fresh / "01_pcme" / "claims.html")
+        before = browser.evaluate(banner)  # none while fresh; stale for other reasons, it does not name the file
+    # an xmr_core file the claims were computed from (their provenance lists it) that the banner does not name yet
+    sources = json.loads((cpu_book / "results" / "pcme" / "claims.json").read_text())["xmr_core_sources"]
+    name = next(n for n in [CHANGED_IMPORT, *sorted(sources)] if n in sources and n not in before
+                and (cpu_book / n).is_file() and n.endswith(".py") and not n.endswith("__init__.py"))
+    changed = cpu_book / name
+    changed.write_text(changed.read_text(encoding="utf-8") + "\n# a change to an imported module\n", encoding="utf-8")
+    stale = _build_cpu(cpu_book)
+    with Browser(chromium()) as browser:
+        browser.open(stale / "01_pcme" / "claims.html")
+        after = browser.evaluate(PAGE_METRICS)
+        shown = browser.evaluate(banner)
+    assert name not in before
+    assert after["stale"] == 1 and "Stale" in shown and name in shown
+    assert after["provenance"] >= 1

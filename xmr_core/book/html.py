@@ -25,13 +25,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from xmr_core.book.findings import (
+    badge,
+    chapter_judgements,
+    findings_html,
+    findings_page,
+    tally_html,
+    verdict_order,
+)
+from xmr_core.book.leaderboard import leaderboard_html
 from xmr_core.book.results import own_result_files, results_folder
 from xmr_core.book.runner import Notebook, chapters
 from xmr_core.book.staleness import Verdict, check_results, result_metas
-from xmr_core.book.static import provenance_line, stale_note, static_notebook
+from xmr_core.book.static import (
+    FIGURES,
+    figure_html,
+    inline_html,
+    provenance_line,
+    stale_note,
+    static_notebook,
+)
+from xmr_core.book.tables import result_table_html
 from xmr_core.config import check_profile, project_root
 
 SOURCE_DIR = "_html_src"
+STATIC = "_static"  # the staged book's static files (style, script, result figures), copied into the HTML
+ASSETS = Path(__file__).parent / "assets"  # xmr.css, findings.js
+LEADERBOARD = "leaderboard"  # the results folder whose notebook page opens with the ranking (`book.leaderboard`)
+RANKING = "leaderboard_ranking.png"
 HTML_DIR = "html"
 TITLE = "xmr: a replication book for image-text retrieval"
 
@@ -74,6 +97,8 @@ _CONFIG = {
                 "sphinx_design",
                 "sphinx_book_theme",
             ],
+            "html_static_path": [STATIC],
+            "html_css_files": ["xmr.css"],
             "html_show_copyright": False,
             "html_show_sphinx": False,
             "html_theme_options": {
@@ -187,22 +212,55 @@ def results_page(results: Path, staged: Path, profile: str, verdicts: dict[str, 
             out += ["", f"## {folder}", ""]
             current = folder
         copy = staged / "results" / rel
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(target, copy)
         anchor = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
         out += [f"({anchor})=", f"### {key}", "", provenance_line(meta), ""]
         if note := stale_note(verdicts.get(key)):
             out += [":::{warning}", note, ":::", ""]
         if meta["kind"] == "figure":
-            caption = (meta.get("caption") or key).replace("\n", " ")
-            out += [f"![{caption}](results/{rel.as_posix()})", "", caption, ""]
+            out += [figure_html(key, meta.get("caption") or key, FIGURES), ""]
         else:
-            out += [_table_body(target.read_text(encoding="utf-8")), ""]
             csv = target.with_suffix(".csv")
+            body = (result_table_html(csv, key, meta.get("caption") or key) if csv.is_file()
+                    else _table_body(target.read_text(encoding="utf-8")))
+            out += [body, ""]
             if csv.is_file():
+                copy.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(csv, copy.with_suffix(".csv"))
                 out += [f"{{download}}`{rel.with_suffix('.csv').as_posix()} <results/{rel.with_suffix('.csv').as_posix()}>`", ""]
     return "\n".join(out) + "\n", len(items)
+
+
+def stage_assets(staged: Path, results: Path, metas: dict[str, dict[str, Any]]) -> None:
+    """The book's style and script, and every result figure as `<FIGURES>/<key>.png`, into the staged sources."""
+    static = staged / STATIC
+    static.mkdir(parents=True, exist_ok=True)
+    for asset in ASSETS.iterdir():
+        if asset.is_file():
+            shutil.copy2(asset, static / asset.name)
+    for key, meta in metas.items():
+        figure = results / f"{key}.png"
+        if meta.get("kind") == "figure" and figure.is_file():
+            (staged / FIGURES / key).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(figure, staged / FIGURES / f"{key}.png")
+
+
+def claims_page(text: str, meta: dict[str, Any] | None, verdict: Verdict | None, frame: pd.DataFrame) -> str:
+    """A chapter's `claims.md` as its page: after the title, its provenance, a stale warning where `xmr results
+    check` finds it stale, and the verdict tally of the chapter's judgements (`frame`); verdicts colour-coded."""
+    lines = text.splitlines()
+    title, rest = (lines[0], lines[1:]) if lines and lines[0].startswith("# ") else ("# Claims", lines)
+    head = [title, ""]
+    if meta is not None:
+        words = inline_html(provenance_line(meta))
+        head += [f'<p class="xmr-provenance"><strong>results/{meta.get("key", "")}</strong> · {words}</p>', ""]
+    if note := stale_note(verdict):
+        head += [":::{admonition} Stale result", ":class: warning xmr-stale", note, ":::", ""]
+    if not frame.empty:
+        head += [f'<p class="xmr-findings">{tally_html(frame)}</p>', ""]
+    body = "\n".join(rest)
+    for v in verdict_order(frame["verdict"]) if not frame.empty else []:
+        body = body.replace(f"| **{v}** |", f"| {badge(v)} |").replace(f"| **{v}**:", f"| {badge(v)}:")
+    return "\n".join(head) + body + "\n"
 
 
 def _write_yaml(path: Path, data: Any) -> None:
@@ -241,26 +299,42 @@ def stage(profile: str, root: Path, staged: Path, dataset: str = "scenes") -> tu
         shutil.rmtree(staged)
     staged.mkdir(parents=True)
     metas = dict(result_metas(results)) if verdicts else {}
+    stage_assets(staged, results, metas)
     pages: list[str] = []
     parts = []
+    judged: list[tuple[str, pd.DataFrame, str | None]] = []
     for chapter, notebooks in found.items():
         entries = []
         (staged / chapter).mkdir()
+        folder = _chapter_results(chapter)
+        claims = results / folder / "claims.md"
+        frame = chapter_judgements(results / folder)
+        judged.append((chapter, frame, f"{chapter}/claims.html" if claims.is_file() else None))
         for nb in notebooks:
             target = staged / chapter / f"{nb.name}.ipynb"
             if nb.label in from_source:
                 relative = nb.source.relative_to(root).as_posix()
                 mine = {k: m for k, m in metas.items() if m.get("notebook") == relative}
-                nbformat.write(static_notebook(nb, relative, results, mine, verdicts), target)
+                findings = findings_html(frame, nb.name if len(notebooks) > 1 else None,
+                                         "claims.html" if claims.is_file() else None)
+                if folder == LEADERBOARD and (board := leaderboard_html(
+                        results, staged / FIGURES / RANKING, f"../{FIGURES}/{RANKING}")):
+                    findings += "\n" + board
+                nbformat.write(static_notebook(nb, relative, results, mine, verdicts, findings), target)
             else:
                 shutil.copy2(executed / chapter / f"{nb.name}.ipynb", target)
             entries.append({"file": f"{chapter}/{nb.name}"})
-        claims = results / _chapter_results(chapter) / "claims.md"
         if claims.is_file():
-            shutil.copy2(claims, staged / chapter / "claims.md")
+            key = f"{folder}/claims"
+            (staged / chapter / "claims.md").write_text(
+                claims_page(claims.read_text(encoding="utf-8"), metas.get(key), verdicts.get(key), frame),
+                encoding="utf-8")
             entries.append({"file": f"{chapter}/claims"})
         parts.append({"caption": chapter, "chapters": entries})
         pages += [e["file"] for e in entries]
+    (staged / "findings.md").write_text(findings_page(judged, f"{STATIC}/findings.js"), encoding="utf-8")
+    parts.insert(0, {"caption": "Findings", "chapters": [{"file": "findings"}]})
+    pages.insert(0, "findings")
     text, n_results = results_page(results, staged, profile, verdicts, dataset)
     (staged / "results.md").write_text(text, encoding="utf-8")
     parts.append({"caption": "Results", "chapters": [{"file": "results"}]})

@@ -17,17 +17,19 @@ result shows is folded under a note that its output is in the executed book (`fo
 
 from __future__ import annotations
 
-import base64
 import functools
+import html
 import re
 from pathlib import Path
 from typing import Any
 
 from xmr_core.book.runner import Notebook, shown_output, written_keys
 from xmr_core.book.staleness import Verdict
+from xmr_core.book.tables import result_table_html
 from xmr_core.sources import digest_bytes
 
 UNPLACED = "Results of this notebook whose cell is not known"
+FIGURES = "_static/results"  # where the book build copies every result figure (`<key>.png`), from the book's root
 
 
 def provenance_line(meta: dict[str, Any]) -> str:
@@ -67,6 +69,11 @@ def _markdown_to_html(text: str) -> str:
     return _markdown().render(text)
 
 
+def inline_html(text: str) -> str:
+    """One paragraph of Markdown as inline HTML (no enclosing `<p>`)."""
+    return _markdown_to_html(text).strip().removeprefix("<p>").removesuffix("</p>")
+
+
 def _html_output(html: str) -> dict[str, Any]:
     import nbformat
 
@@ -76,29 +83,34 @@ def _html_output(html: str) -> dict[str, Any]:
 def result_outputs(key: str, meta: dict[str, Any], results: Path, verdict: Verdict | None) -> list[Any]:
     """The outputs that show one result: its provenance (and stale warning), then its table or document as
     HTML and its figure as PNG, whichever files it has."""
-    import nbformat
 
     base = results / key
-    head = f'<p class="xmr-provenance"><strong>results/{key}</strong> · ' + \
-           _markdown_to_html(provenance_line(meta)).strip().removeprefix("<p>").removesuffix("</p>") + "</p>"
+    head = f'<p class="xmr-provenance"><strong>results/{key}</strong> · {inline_html(provenance_line(meta))}</p>'
     note = stale_note(verdict)
     if note:
         head += ('<div class="admonition warning xmr-stale"><p class="admonition-title">Stale result</p>'
                  + _markdown_to_html(note) + "</div>")
     outputs = [_html_output(head)]
-    document = base.with_suffix(".md")
-    if document.is_file():
+    document, table = base.with_suffix(".md"), base.with_suffix(".csv")
+    if table.is_file():
+        outputs.append(_html_output(result_table_html(table, key, meta.get("caption") or key)))
+    elif document.is_file():
         lines = document.read_text(encoding="utf-8").splitlines()
         if lines and lines[0].startswith("# "):
             lines = lines[1:]
         body = _markdown_to_html("\n".join(lines)).replace("<table>", '<table class="table">')
         outputs.append(_html_output(f'<div class="xmr-result" style="overflow-x: auto">{body}</div>'))
-    figure = base.with_suffix(".png")
-    if figure.is_file():
-        caption = meta.get("caption") or key
-        outputs.append(nbformat.v4.new_output("display_data", data={
-            "image/png": base64.b64encode(figure.read_bytes()).decode("ascii"), "text/plain": caption}))
+    if base.with_suffix(".png").is_file():
+        outputs.append(_html_output(figure_html(key, meta.get("caption") or key, f"../{FIGURES}")))
     return outputs
+
+
+def figure_html(key: str, caption: str, figures: str) -> str:
+    """A result's figure (`<figures>/<key>.png`, copied there by the book build) under its caption, with the
+    caption's words (Markdown code marks dropped) as its alt text."""
+    alt = html.escape(caption.replace("`", "").replace("\n", " "), quote=True)
+    return (f'<figure class="xmr-figure"><img src="{figures}/{key}.png" alt="{alt}">'
+            f"<figcaption>{inline_html(caption)}</figcaption></figure>")
 
 
 def place_results(cells: list[tuple[str, str]], metas: dict[str, dict[str, Any]]) -> dict[str, int | None]:
@@ -134,16 +146,43 @@ def fold_unseen_output(cell: Any, label: str) -> None:
         cell.metadata.setdefault("tags", []).append("hide-input")
 
 
+def split_opening(text: str) -> tuple[str, str]:
+    """A notebook's first Markdown cell split after its opening: the title and the paragraphs up to the first
+    one of more than one line (the paper's citation, then its summary); (text, "") when there is no such one."""
+    paragraphs = text.split("\n\n")
+    for i, paragraph in enumerate(paragraphs):
+        if i > 0 and len(paragraph.strip().splitlines()) > 1:
+            return "\n\n".join(paragraphs[:i + 1]), "\n\n".join(paragraphs[i + 1:])
+    return text, ""
+
+
+def html_cell(html_text: str, comment: str) -> Any:
+    """A code cell shown as its HTML output only (`comment` is its hidden source)."""
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell(f"# {comment}")  # an empty cell is dropped
+    cell.outputs = [_html_output(html_text)]
+    cell.metadata["tags"] = ["remove-input"]
+    return cell
+
+
 def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str, dict[str, Any]],
-                    verdicts: dict[str, Verdict]) -> Any:
+                    verdicts: dict[str, Verdict], findings: str | None = None) -> Any:
     """The notebook `nb` (at `relative`, e.g. `book/01_pcme/train.py`) as an unexecuted notebook with the
     results `metas` (key -> provenance, those that name this notebook) as outputs of the cells that wrote
-    them; `verdicts` (key -> staleness) marks the stale ones."""
+    them; `verdicts` (key -> staleness) marks the stale ones; `findings` (HTML) follows the opening
+    paragraphs of its first cell (`split_opening`)."""
     import jupytext
     import nbformat
 
     book = jupytext.read(nb.source, fmt="py:percent")
     book.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    first = 1 if book.cells and book.cells[0].cell_type == "markdown" else 0
+    if findings is not None and first:
+        opening, rest = split_opening(book.cells[0].source)
+        book.cells[0].source = opening
+        if rest.strip():
+            book.cells.insert(1, nbformat.v4.new_markdown_cell(rest))
     placed = place_results([(cell.cell_type, cell.source) for cell in book.cells], metas)
     order = sorted(metas, key=lambda k: (str(metas[k].get("created_utc")), k))
     for key in order:
@@ -151,12 +190,13 @@ def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str,
             book.cells[placed[key]].outputs += result_outputs(key, metas[key], results, verdicts.get(key))
     for cell in book.cells:
         fold_unseen_output(cell, nb.label)
+    if findings is not None:
+        book.cells.insert(first, html_cell(findings, "what this chapter found, from its committed judgements"))
     banner = nbformat.v4.new_markdown_cell(
         f"```{{note}}\nThis page is `{relative}` as written, **not executed**: under each cell are the committed"
         f" results it wrote (from `{results.name}/`, each with its provenance); its other outputs (printed"
         f" values, progress) are not shown. `xmr book run {nb.label}` executes it.\n```")
-    first = 1 if book.cells and book.cells[0].cell_type == "markdown" else 0
-    book.cells.insert(first, banner)
+    book.cells.insert(first + (findings is not None), banner)
     unplaced = [key for key in order if placed[key] is None]
     if unplaced:
         book.cells.append(nbformat.v4.new_markdown_cell(
