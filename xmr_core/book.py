@@ -49,6 +49,7 @@ from xmr_core.staleness import notebook_reads_changed
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
 SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
+PAPER_SMOKE_RESULTS_DIR = "book/_build/paper-smoke/results"  # nor do paper-smoke runs
 KERNEL_THREADS_ENV = "XMR_KERNEL_THREADS"
 THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # read by torch (and its BLAS) when the kernel starts
 _RESULT_CALL = re.compile(r"""write_(?:table|figure|text)\(\s*[^,()]+,\s*f?["']([^"']+)["']""")
@@ -320,8 +321,8 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
     root = root or project_root()
     check_profile(profile)
     runner: dict[str, Any] = {"PROFILE": profile}  # the runner's own parameters, given to every notebook
-    if profile == "smoke":
-        runner["RESULTS_DIR"] = SMOKE_RESULTS_DIR
+    if profile in ("smoke", "paper-smoke"):
+        runner["RESULTS_DIR"] = SMOKE_RESULTS_DIR if profile == "smoke" else PAPER_SMOKE_RESULTS_DIR
     notebooks = resolve_chapters(names, root / "book")
     own = check_parameters(notebooks, params or {}, root / "book")
     build = root / "book" / "_build" / profile

@@ -43,7 +43,7 @@ from xmr_core.executors import JOBS_ENV
 from xmr_core.plantrace import PLAN_ENV, cold_wall, read_plan
 from xmr_core.results import project_root
 
-DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0}  # a run with nothing better to go by
+DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0, "paper-smoke": 5.0}  # a run with nothing better to go by
 
 
 @dataclass

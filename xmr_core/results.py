@@ -148,6 +148,7 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
         "numpy": numpy.__version__,
         "torch_threads": torch.get_num_threads(),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **({"run_extra": dict(run.extra)} if run.extra else {}),  # e.g. the trunk's weights (`chapter_setup`)
         **extra,
         **_notebook_inputs(notebook),
         **({"reads": dict(sorted(reads.items()))} if (reads := _READS.get(results_root(run).resolve())) else {}),

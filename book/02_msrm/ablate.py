@@ -60,7 +60,7 @@ from xmr_core.chapters.msrm import (
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
 from xmr_core.results import write_figure, write_table
@@ -68,7 +68,7 @@ from xmr_core.results import write_figure, write_table
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
-grids = ABLATION_GRIDS[PROFILE]
+grids = ABLATION_GRIDS[budget(PROFILE)]
 print(run.describe())
 print(f"seeds = {seeds}; grids = {grids}")
 

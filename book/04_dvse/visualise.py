@@ -72,7 +72,7 @@ from xmr_core.chapters.dvse import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, write_judgements
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
@@ -97,7 +97,7 @@ rng = np.random.default_rng(SEED)
 # |off-diagonal correlation|: the claims compare those.
 
 # %%
-panels = fig6_panels(ABLATION_GRIDS[PROFILE]["combination"])
+panels = fig6_panels(ABLATION_GRIDS[budget(PROFILE)]["combination"])
 image = int(rng.integers(test.n_images))
 corr_runs, corr_maps = correlation_runs(panels, seeds, image, base, data, tuned, enc, run)
 write_figure(correlation_figure(corr_maps, image), "dvse/fig6", run=run, caption=(

@@ -59,7 +59,7 @@ from xmr_core.claims import (
 from xmr_core.claims import (
     query_evidence as stratified_evidence,  # this module's query_evidence reads QueryValues
 )
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate, image_loader
 from xmr_core.data.text import Vocabulary
@@ -460,7 +460,7 @@ def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: SplitCeilin
 def rerank_bench_args(profile: str) -> list[str]:
     """`python -m xmr_core.bench rerank`'s arguments: a 500 x 2,500 matrix on smoke, 1% of the COCO 5K-size query
     rows otherwise (RR and MR extrapolated), two threads."""
-    size = ["--images", "500", "--captions", "2500"] if profile == "smoke" else ["--fraction", "0.01"]
+    size = ["--images", "500", "--captions", "2500"] if budget(profile) == "smoke" else ["--fraction", "0.01"]
     return size + ["--threads", "2"]
 
 
@@ -1229,8 +1229,8 @@ def claims_preamble(profile: str, dataset: str) -> str:
 def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part,
     the runs the PCME chapter already made (`shared`) and the chapter's own, with the seeds each gets."""
-    grids = ABLATION_GRIDS[profile]
-    seeds = 1 if profile == "smoke" else n_seeds
+    grids = ABLATION_GRIDS[budget(profile)]
+    seeds = 1 if budget(profile) == "smoke" else n_seeds
     tune_runs = least_tuning_runs(profile)  # the first round; the search adds runs until bracketed
     rows = [
         ("train", "tuning, the PCME chapter's 4 methods (at least: the first round)", 4 * tune_runs, 1, True),

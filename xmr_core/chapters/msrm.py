@@ -57,7 +57,7 @@ from xmr_core.claims import (
     judge,
     seed_evidence,
 )
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary, load_word_vectors
@@ -106,8 +106,8 @@ def chapter_runs(profile: str, seeds: Sequence[int]) -> list[tuple[str, str, int
     "zero-shot" (every model, every seed) or "all classes" (`ALL_CLASSES_SPECS`; the methods outside
     `ALL_CLASSES_SEEDED` with the first seed only)."""
     runs = [("zero-shot", name, k, seed) for name, k, seed in model_runs(seeds, SPECS)]
-    runs += [("all classes", name, k, seed) for seed in seeds for name, k in ALL_CLASSES_SPECS[profile]
-             if seed == seeds[0] or name in ALL_CLASSES_SEEDED[profile]]
+    runs += [("all classes", name, k, seed) for seed in seeds for name, k in ALL_CLASSES_SPECS[budget(profile)]
+             if seed == seeds[0] or name in ALL_CLASSES_SEEDED[budget(profile)]]
     return runs
 
 # Our Table 1 (all classes) and Table 2 (zero-shot) columns -> the paper's keys (`summary.with_paper`).
@@ -907,10 +907,10 @@ def incidence_stats(incidence: np.ndarray, matched: np.ndarray) -> dict[str, flo
 def training_runs(profile: str, n_seeds: int = 3, all_classes: bool = True) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part, the
     runs the PCME chapter already made (`shared`) and the chapter's own."""
-    grids = ABLATION_GRIDS[profile]
+    grids = ABLATION_GRIDS[budget(profile)]
     default_batch = pcme_train_config(profile).batch_size
     tune_runs = least_tuning_runs(profile)  # the first round; the search adds runs until bracketed
-    seeds = 1 if profile == "smoke" else n_seeds
+    seeds = 1 if budget(profile) == "smoke" else n_seeds
     rows = [
         ("train", "tuning, PCME chapter's 4 methods (at least: the first round)", 4 * tune_runs, True),
         ("train", "tuning, MSRM (at least: the first round)", tune_runs, False),

@@ -193,12 +193,16 @@ def _held_out_accuracy(model: TrunkPretrainer, x: Tensor, y: Tensor) -> tuple[di
 
 def imagenet_trunk(arch: str = "resnet152", pretrained: bool | str = True) -> PretrainedTrunk:
     """The paper profile's trunk: a torchvision ResNet cut before GAP with ImageNet weights (never downloaded:
-    `image.load_pretrained_state` names the missing file)."""
-    resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=pretrained)  # type: ignore[arg-type]
+    `image.load_pretrained_state` names the missing file). pretrained=False: torchvision's initialisation from
+    seed 0, keyed and labelled as such (the paper-smoke profile's stand-in when the weights are not installed)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=pretrained)  # type: ignore[arg-type]
     net = resnet.backbone.eval()
     for p in net.parameters():
         p.requires_grad_(False)
-    source = pretrained if isinstance(pretrained, str) else "torchvision-IMAGENET1K_V1"
+    source = pretrained if isinstance(pretrained, str) else (
+        "torchvision-IMAGENET1K_V1" if pretrained else "random-init-seed-0 (no ImageNet weights)")
     return PretrainedTrunk(net, f"{arch}-{hashlib.sha1(str(source).encode()).hexdigest()[:8]}",
                            {"channels": resnet.out_channels, "cells": 49, "source": str(source)})
 

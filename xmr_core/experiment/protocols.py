@@ -13,11 +13,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xmr_core.config import RunConfig, check_profile
+from xmr_core.config import RunConfig, recipe
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.load import load_corpus
 from xmr_core.data.scenes import ScenesConfig
 from xmr_core.data.text import Vocabulary, load_word_vectors
+from xmr_core.encoders.image import imagenet_weights_path
 from xmr_core.encoders.trunk import (
     PretrainedTrunk,
     attach_grid_features,
@@ -53,9 +54,12 @@ def word_table(data: ChapterData, bert: bool) -> np.ndarray:
 
 def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True) -> PretrainedTrunk:
     """The frozen image trunk of a chapter: the scenes trunk pretrained on the corpus's pretraining set
-    (cached), or, for the paper profile, torchvision's ImageNet ResNet-50 (PCME's CUB trunk)."""
-    if check_profile(profile) == "paper":
-        return imagenet_trunk("resnet50")
+    (cached), or, for the paper profile, torchvision's ImageNet ResNet-50 (PCME's CUB trunk). paper-smoke: the
+    same ResNet-50, randomly initialised when its ImageNet weights are not installed (its key and `meta["source"]`
+    say so, and the run keys and provenance carry them); only there."""
+    if recipe(profile) == "paper":
+        weighted = profile == "paper" or imagenet_weights_path("resnet50").is_file()
+        return imagenet_trunk("resnet50", pretrained=weighted)
     scenes = ScenesConfig(**corpus.meta["config"])
     return pretrained_trunk(scenes, trunk_config(profile), progress)
 
@@ -91,9 +95,12 @@ class ChapterSetup(NamedTuple):
 
 def chapter_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> ChapterSetup:
     """Load `run`'s data set (generated from `run.data_seed`), its frozen trunk (cached), the chapter data
-    (`load_chapter_data`, grid features attached) and the encoder configs of `run.profile`."""
+    (`load_chapter_data`, grid features attached) and the encoder configs of `run.profile`. A torchvision trunk
+    (paper profiles) is named with its weights in `run.extra["trunk"]`, so in every result's provenance."""
     corpus = load_corpus(run.dataset, run.data_root, run.profile, progress=run.progress, seed=run.data_seed)
     trunk = chapter_trunk(run.profile, corpus, progress=run.progress)
+    if "source" in trunk.meta:  # the paper profiles' ResNet: its weights named in every result's provenance
+        run.extra["trunk"] = f"{trunk.key}: {trunk.meta['source']}"
     data = load_chapter_data(corpus, word_vectors, trunk=trunk, progress=run.progress)
     return ChapterSetup(corpus, trunk, data, encoder_configs(run.profile, trunk))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterable
 
-from xmr_core.config import check_profile
+from xmr_core.config import budget, check_profile, recipe
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
@@ -39,12 +39,12 @@ def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **ove
     measurements behind it: docs/training.md). In both, patience never stops a run in the first half of its
     schedule (`patience_after` 0.5: a cpu run trains at least 13 epochs), where the plateau is that of a high
     learning rate: such stops left seeds 8 to 131 rSum below their siblings (docs/training.md, "Runs stopped early").
-    smoke: 2 epochs, batch 32.
+    smoke and paper-smoke: 2 epochs, batch 32.
     """
     optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
     sizes = {"smoke": (2, 1, 32, 5e-4, 0, 0.0, 0), "cpu": (20, 1, 128, 1e-3, 3, 1.0, 10),
              "paper": (60, 10, 128, 1e-4, 10, 0.0, 10)}
-    epochs, frozen, batch, lr, patience, min_delta, extend = sizes[check_profile(profile)]
+    epochs, frozen, batch, lr, patience, min_delta, extend = sizes[budget(profile)]
     base = {"epochs": epochs, "frozen_epochs": frozen if finetune else 0, "batch_size": batch, "lr": lr,
             "optimizer": optimizer, "scheduler": "cosine", "finetune_lr_mult": 0.1, "grad_clip": 2.0,
             "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience,
@@ -59,11 +59,12 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
     Default: the frozen pretrained trunk's grid features (`ImageEncoder` kind "grid"). `finetune=True`: the
     same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
     """
-    if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512
+    if recipe(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512 (paper-smoke: 64, 32)
+        embed_dim, text_hidden = (512, 512) if profile == "paper" else (64, 32)
         image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True) if finetune else \
             ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
                                trunk=trunk.key)
-        return {"embed_dim": 512, "image": image, "text": TextEncoderConfig(hidden=512)}
+        return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}
     widths = tuple(trunk.meta["config"]["widths"])
     sizes = {"smoke": (64, 128, 32), "cpu": (256, 512, 128)}[profile]
     embed_dim, hidden, text_hidden = sizes
@@ -78,10 +79,11 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
 def hrem_encoders(profile: str, region_dim: int, text: PretrainedText | None = None) -> dict[str, object]:
     """Encoders of every model of the chapter: regions (region_dim D) projected to the embedding size, and the
     BiGRU over word vectors (or `text`, the BERT rows' `minilm_text`). Sizes: smoke 64 (BiGRU 32), cpu 256 (128),
-    paper 1024 (1024, the papers' d)."""
+    paper 1024 (1024, the papers' d), paper-smoke as smoke."""
     if region_dim <= 0:
         raise ValueError(f"hrem_encoders: region_dim must be > 0, got {region_dim}")
-    embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[check_profile(profile)]
+    embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[
+        "paper" if profile == "paper" else budget(profile)]
     return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim),
             "text": TextEncoderConfig(hidden=hidden) if text is None else text}
 
