@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -356,7 +357,11 @@ def evaluate_scores(
         raise ValueError(f"{split.source}: COCO 5K needs 5000 images × 25000 captions, got {tuple(s.shape)}")
     all_ks = tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
     full = [(slice(0, split.n_images), slice(0, split.n_captions))]
-    blocks = metrics.coco_folds(split.n_images, split.n_captions) if protocol == "coco1k" else full
+    try:
+        blocks = metrics.coco_folds(split.n_images, split.n_captions) if protocol == "coco1k" else full
+    except ValueError as err:
+        raise ValueError(f"{split.source}: split {split.name!r}: the COCO 1K protocol needs five equal folds: {err}"
+                         ) from None
     # plausible relevance is built from the labels chunk by chunk: its (M, N) matrix is never needed
     t2i = {view: None if view == "plausible" else split.relevance(view, "t2i") for view in views}
     results = []
@@ -607,19 +612,24 @@ def top_k_lists(scores_i2t: Tensor, scores_t2i: Tensor, split: Split, image_quer
                 caption_queries: Sequence[int], k: int = 6) -> pd.DataFrame:
     """Figure 3's lists: for each image query its top-k captions (by `scores_i2t` rows) and for each caption
     query its top-k images (by `scores_t2i` columns), with each result's zeta to the query's image and whether
-    it is an instance positive. Columns: direction, query, rank, result, zeta, instance."""
+    it is an instance positive. Columns: direction, query, rank, result, zeta (NaN where the split has no concept
+    labels: real data other than COCO), instance."""
     rows = []
     cap_img = np.asarray(split.caption_image)
+
+    def zetas(query_image: int, images: np.ndarray) -> list[float]:
+        if split.image_labels is None:
+            return [math.nan] * len(images)
+        return [int(z) for z in label_distance(split.image_labels, query_image, images)]
+
     for q in image_queries:
         top = torch.topk(torch.as_tensor(scores_i2t)[q], k).indices.numpy()
-        zeta = label_distance(split.image_labels, q, cap_img[top])
-        rows += [{"direction": "i2t", "query": int(q), "rank": r + 1, "result": int(c), "zeta": int(z),
-                  "instance": bool(cap_img[c] == q)} for r, (c, z) in enumerate(zip(top, zeta))]
+        rows += [{"direction": "i2t", "query": int(q), "rank": r + 1, "result": int(c), "zeta": z,
+                  "instance": bool(cap_img[c] == q)} for r, (c, z) in enumerate(zip(top, zetas(q, cap_img[top])))]
     for q in caption_queries:
         top = torch.topk(torch.as_tensor(scores_t2i)[:, q], k).indices.numpy()
-        zeta = label_distance(split.image_labels, int(cap_img[q]), top)
-        rows += [{"direction": "t2i", "query": int(q), "rank": r + 1, "result": int(i), "zeta": int(z),
-                  "instance": bool(i == cap_img[q])} for r, (i, z) in enumerate(zip(top, zeta))]
+        rows += [{"direction": "t2i", "query": int(q), "rank": r + 1, "result": int(i), "zeta": z,
+                  "instance": bool(i == cap_img[q])} for r, (i, z) in enumerate(zip(top, zetas(int(cap_img[q]), top)))]
     return pd.DataFrame(rows)
 
 

@@ -61,9 +61,10 @@ from xmr_core.chapters.pcme import (
     visualise_judgements,
 )
 from xmr_core.chapters.recorded import recorded_tuning
-from xmr_core.chapters.summary import dataset_note
+from xmr_core.chapters.summary import dataset_note, write_optional_table
 from xmr_core.claims import claim_rows, detect_collapse, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.data.datasets import with_pixels
 from xmr_core.evaluate import score_matrix
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import train_model
@@ -80,7 +81,7 @@ corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
 tuned = recorded_tuning("pcme/tuning", run)  # the settings train.py chose, read from its tuning table
 pcme, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, SEED)
-test = data.test
+test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(pcme, test, data.vocab, device)
 img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 
@@ -160,7 +161,9 @@ fig8_df
 
 # %%
 by_level = sigma_by_level(test, cap_sigma)
-write_table(by_level, "pcme/sigma_by_level", run=run, float_digits=4, caption=(
+print("σ by level: " + ("measured" if by_level is not None else
+                         f"not measured: {DATASET} has no caption levels or exact relevance (scenes only)"))
+write_optional_table(by_level, "pcme/sigma_by_level", run=run, float_digits=4, caption=(
     "Mean caption σ by specificity level on the scenes test split, with the mean number of exact positives."))
 rho = sigma_positives_correlation(test, cap_sigma)
 print(f"Spearman(σ, exact positives) = {rho:.2f}; the all-unknown caption's σ {generic_sigma:.4f} against the largest "
@@ -174,8 +177,9 @@ by_level
 # form holds in the image (exact positive), red = it does not.
 
 # %%
-gallery = level_gallery(scores, test, by_level["level"], k=5)
-write_figure(gallery, "pcme/gallery", run=run, caption="Text-to-image top-5 (match probability); green = exact positive.")
+gallery = level_gallery(scores, test, None if by_level is None else by_level["level"], k=5)
+write_figure(gallery, "pcme/gallery", run=run, caption="Text-to-image top-5 (match probability); green = exact positive"
+             + ("." if test.exact is not None else " (real data: the image the caption was written for)."))
 
 # %% [markdown]
 # ## The claims of the chapter

@@ -93,6 +93,7 @@ from xmr_core.chapters.summary import (
     with_ceiling_share,
     write_ceiling_table,
 )
+from xmr_core.chapters.views import missing_views
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
@@ -117,6 +118,8 @@ training_runs(PROFILE, N_SEEDS)
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
 print(data_summary(trunk, data))
+missing = missing_views({"class": data.test_unseen, "exact": data.test}, DATASET)  # views this data set lacks: NaN
+print("missing views: " + ("; ".join(missing.values()) or "none"))
 split_sizes(data)
 
 # %% [markdown]
@@ -224,7 +227,8 @@ write_table(table3, "dvse/table3", run=run, caption=(
     f"DVSE Table III analogue. Paper: CUB Captions (50 unseen classes), class relevance. Ours: "
     f"{DATASET}{dataset_note(DATASET, 'CUB')}, {data.test_unseen.n_images} test images of unseen classes, profile "
     f"{PROFILE}; mean over seeds. FR at the paper's CUB scales (gamma (9, 8), lambda (8, 17)). Paper rows: Table III "
-    "of Wei et al.; its VSE++ row has the numbers of PCME's VSE0 row."))
+    "of Wei et al.; its VSE++ row has the numbers of PCME's VSE0 row."
+    + (f" Not tested: {missing['class']}." if "class" in missing else "")))
 table3
 
 # %% [markdown]
@@ -293,7 +297,7 @@ write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per D
 # per-direction CUB claim and Table 4's use each seed's score only (training noise).
 
 # %%
-judged = train_judgements(per_run, runs.table4, run, runs.per_query)
+judged = train_judgements(per_run, runs.table4, run, runs.per_query, missing)
 write_judgements(judged, "dvse", "train", run)
 write_table(pair_judgements(judged, "fr-improves-any-model"), "dvse/fr_any_model", run=run, caption=(
     "FR on every model: the claim 'FR can improve any model' judged per model (its whole-split rSum with FR against "

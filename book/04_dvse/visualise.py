@@ -71,8 +71,10 @@ from xmr_core.chapters.dvse import (
     write_heat_figures,
 )
 from xmr_core.chapters.recorded import recorded_tuning
+from xmr_core.chapters.views import missing_views
 from xmr_core.claims import claim_rows, write_judgements
 from xmr_core.config import RunConfig, budget
+from xmr_core.data.datasets import with_pixels
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
 from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
@@ -84,9 +86,11 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+missing = missing_views({"class": data.test_unseen, "exact": data.test}, DATASET)  # views this data set lacks: NaN
+print("missing views: " + ("; ".join(missing.values()) or "none"))
 tuned = recorded_tuning("dvse/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
-test = data.test
+test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 rng = np.random.default_rng(SEED)
 
 # %% [markdown]
@@ -168,7 +172,8 @@ plt.show()
 precision = precision_runs(seeds, data, tuned, enc, run)
 write_table(precision, "dvse/fig11_12_precision", run=run, caption=(
     f"Share of the top results that hold the query (exact relevance) over every query of the {DATASET} test split: "
-    "P@4 of caption queries, P@5 of image queries, DVSE and PVSE K=2, every seed, no FR."))
+    "P@4 of caption queries, P@5 of image queries, DVSE and PVSE K=2, every seed, no FR."
+    + (f" Not measured: {missing['exact']}." if "exact" in missing else "")))
 precision.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
 
 # %% [markdown]
@@ -180,7 +185,7 @@ precision.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
 # every seed against chance (paired by seed and image).
 
 # %%
-judged = visualise_judgements(corr_runs, precision, grounding, run)
+judged = visualise_judgements(corr_runs, precision, grounding, run, missing)
 write_judgements(judged, "dvse", "visualise", run)
 claims = notebook_claims(run, "dvse") + [Claim(**row) for row in claim_rows(judged).to_dict("records")]
 write_claims(claims, "dvse", run=run, preamble=claims_preamble(PROFILE, DATASET))

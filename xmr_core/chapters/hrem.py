@@ -731,9 +731,13 @@ def draw_pairs(split: Split, n: int, rng: np.random.Generator) -> list[int]:
 
 
 def batch_figure(split: Split, captions: Sequence[int]) -> Figure:
-    """The batch of the association graph: each caption's image, titled "Ik / Tk" and the caption."""
+    """The batch of the association graph: each caption's image, titled "Ik / Tk" and the caption. A split of region
+    features without pixels (SCAN's precomp) shows a blank panel titled with the image id instead of the image."""
     images = np.asarray(split.caption_image)[list(captions)]
     titles = [f"I{k} / T{k}:\n" + "\n".join(textwrap.wrap(split.captions[c], 22)) for k, c in enumerate(captions)]
+    if split.images is None:
+        titles = [f"{t}\n(image {split.image_ids[i]}: no pixels)" for t, i in zip(titles, images)]
+        return image_grid(np.full((len(images), 32, 32, 3), 235, np.uint8), titles, ncols=len(captions))
     return image_grid(split.images[images], titles, ncols=len(captions))
 
 
@@ -778,12 +782,21 @@ def association_stats(graph: AssociationGraph, attention: np.ndarray, tau: float
         "attention I->other captions": float(attention[:n, n:][~own].mean())}])
 
 
+def region_matching_missing(split: Split) -> str:
+    """Why `region_matching_figure` cannot be drawn on `split` ('' when it can)."""
+    lacks = [what for what, value in (("pixels", split.images), ("region boxes", split.region_boxes)) if value is None]
+    return f"not drawn: {split.source} has no {' and no '.join(lacks)}" if lacks else ""
+
+
 def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, captions: Sequence[int],
-                           device: torch.device | str) -> Figure:
+                           device: torch.device | str) -> Figure | None:
     """Eq. (7) over the image, one panel per caption: each real region's best word cosine with the caption
     (`region_word_matching`) painted over the pixels its box covers, each pixel showing the best region that
     covers it (`viz.attention_heat`, reduce "max": a sum would light up where boxes overlap), over the caption's
-    own image; pixels no region covers are left clear. One colour scale, the panels' range of cosines."""
+    own image; pixels no region covers are left clear. One colour scale, the panels' range of cosines. None where the
+    split has no pixels or no region boxes (SCAN's precomp: `region_matching_missing` says so)."""
+    if region_matching_missing(split):
+        return None
     size = split.images.shape[1]
     images = [int(split.caption_image[c]) for c in captions]
     matches = [region_word_matching(model, split, vocab, c, device) for c in captions]  # (R,) each, NaN on padding

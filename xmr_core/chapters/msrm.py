@@ -48,6 +48,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from xmr_core.chapters.summary import seed_means, seed_summary, with_paper
+from xmr_core.chapters.views import judge_viewed, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -78,7 +79,6 @@ from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
 from xmr_core.metrics import ranking_stats
-from xmr_core.results import write_table
 from xmr_core.runplan import batched
 from xmr_core.runrequest import RunRequest
 from xmr_core.train import FitResult
@@ -198,7 +198,9 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
 def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
               prefix: str = "T1 ") -> dict[str, float]:
     """Class-relevance R-P and R@1 in both directions on `split` (the model's own per-direction scores):
-    {f"{prefix}{direction} {metric}"}."""
+    {f"{prefix}{direction} {metric}"}; NaN where `split` has no classes (`views.missing_view`)."""
+    if "class" not in split.views():
+        return {f"{prefix}{d} {m}": float("nan") for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
     values = evaluate_model(model.to(device).eval(), split, vocab, device=device, views=["class"])
     return {f"{prefix}{d} {m}": values[f"class/{d}/{m}"] for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
 
@@ -256,13 +258,6 @@ def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
     return with_paper(seed_summary(all_classes, list(TABLE1_COLUMNS), order), "msrm", "table1", TABLE1_COLUMNS, label)
 
 
-def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig, caption: str = "",
-                         extra: dict[str, object] | None = None) -> None:
-    """`results.write_table`, skipped when there is no table (a protocol or a ceiling this data set lacks)."""
-    if table is not None:
-        write_table(table, key, run=run, caption=caption, extra=extra)
-
-
 # ------------------------------------------------------------------------------------------- the claims
 class ClaimMetric(NamedTuple):
     """What a claim compares: the per-run table it reads ("zero-shot", "all classes", "ablation", "zeta"), the
@@ -304,6 +299,10 @@ CLAIM_METRICS: dict[str, ClaimMetric] = {
     T4: ClaimMetric("ablation", "ablation test split", {"": tuple(TABLE4_COLUMNS)}),
     FIG7: ClaimMetric("zeta", "test", {f"zeta {z}": (f"i2t zeta{z}", f"t2i zeta{z}") for z in FIG7_ZETAS}),
 }
+
+METRIC_VIEWS: dict[str, str] = {T2_RP: "class", T2_R1: "class", T2_EACH: "class", T1_EACH: "class", T4: "class",
+                                T3_PMRP: "plausible", T3_PMRP_EACH: "plausible", FIG7: "plausible",
+                                T3_R1_EACH: "instance"}  # the relevance each claim metric is measured with
 
 
 def part_pairs(a: str, b: str, metric: str) -> tuple[tuple[str, str], ...]:
@@ -391,13 +390,18 @@ def _query_evidence(e: Evidence, model: str, queries: QueryValues) -> Evidence:
 
 
 def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame], run: RunConfig,
-                 queries: Mapping[str, QueryValues] | None = None) -> list[Judgement]:
+                 queries: Mapping[str, QueryValues] | None = None, missing: Mapping[str, str] | None = None
+                 ) -> list[Judgement]:
     """Every claim of `specs` judged (`claims.judge`) on the per-run tables it reads ({`ClaimMetric.table`: per-run
     table}; a table absent or empty: its claims' models are missing from this run), with the per-query values of a
     table's runs where `queries` has them (`claim_evidence`). A claim on a model none of whose runs was scored is
-    "not tested", naming it."""
+    "not tested", naming it; so is a claim whose metric's view (`METRIC_VIEWS`) is in `missing` ({view: why the
+    data lacks it}, `pcme.table_views`), with that reason."""
     out = []
     for spec in specs:
+        if reason := (missing or {}).get(METRIC_VIEWS[spec.metric], ""):
+            out.append(not_tested(spec, reason))
+            continue
         metric = CLAIM_METRICS[spec.metric]
         table = tables.get(metric.table)
         evidence, unscored = claim_evidence(table, metric, (queries or {}).get(metric.table)) \
@@ -411,16 +415,20 @@ def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame],
     return out
 
 
-def train_judgements(runs: ChapterRuns, run: RunConfig) -> list[Judgement]:
+def train_judgements(runs: ChapterRuns, run: RunConfig, missing: Mapping[str, str] | None = None
+                     ) -> list[Judgement]:
     """`TRAIN_CLAIMS` judged on train.py's runs (`train_and_score`): each model's per-seed scores (no per-query
-    values), whether every run converged and whether any collapsed."""
-    return judge_claims(TRAIN_CLAIMS, {"zero-shot": runs.zero_shot, "all classes": runs.all_classes}, run)
+    values), whether every run converged and whether any collapsed; a claim on a view in `missing` not tested."""
+    return judge_claims(TRAIN_CLAIMS, {"zero-shot": runs.zero_shot, "all classes": runs.all_classes}, run,
+                        missing=missing)
 
 
 def pmrp_by_zeta(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
                  zetas: Sequence[int] = FIG7_ZETAS) -> dict[str, float]:
     """Figure 7: plausible-relevance R-Precision at each zeta, both directions, on `split` (whole-split
-    protocol): {f"{direction} zeta{z}": value}."""
+    protocol): {f"{direction} zeta{z}": value}; NaN where `split` has no concept labels."""
+    if "plausible" not in split.views():
+        return {f"{d} zeta{z}": float("nan") for d in ("i2t", "t2i") for z in zetas}
     img, cap = embed_split(model.to(device).eval(), split, vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap)
     whole = dataclasses.replace(split, caption_level=None)
@@ -465,9 +473,12 @@ class QueryScores(NamedTuple):
 def class_queries(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str) -> QueryScores:
     """`model`'s own per-direction scores on `split` ranked with class relevance (`metrics.ranking_stats`, the
     statistics `evaluate` averages), per query and averaged, and `claims.detect_collapse` of its i2t scores under
-    instance relevance."""
+    instance relevance. Without classes (`views.missing_view`): NaN scores and no per-query values."""
     img, cap = embed_split(model.to(device).eval(), split, vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap)
+    if "class" not in split.views():
+        return QueryScores(dict.fromkeys(TABLE4_COLUMNS, float("nan")), np.empty(0), np.empty(0, np.int64),
+                           instance_collapse(i2t, split))
     row, values = {}, []
     for direction, scores in (("i2t", i2t), ("t2i", t2i.T)):
         stats = ranking_stats(scores, {"class": split.relevance("class", direction)})["class"]
@@ -675,12 +686,12 @@ def ablation_table(t4: AblationRuns, sweep: AblationRuns) -> pd.DataFrame:
 
 
 def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataFrame,
-                      run: RunConfig) -> list[Judgement]:
+                      run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
     """`ABLATE_CLAIMS` judged on ablate.py's runs (`table4_runs`, `sweep_runs`, `zeta_runs`): Table 4's rows and the
     sweeps with their per-query values (i2t and t2i queries two strata: paired by seed and query); Figure 7 with
     per-seed scores."""
     return judge_claims(ABLATE_CLAIMS, {"ablation": ablation_table(t4, sweep), "zeta": fig7_runs}, run,
-                        queries={"ablation": {**t4.queries, **sweep.queries}})
+                        queries={"ablation": {**t4.queries, **sweep.queries}}, missing=missing)
 
 
 
@@ -832,9 +843,12 @@ def chance_lists(split: Split) -> pd.DataFrame:
     """What `query_lists` expects of a uniformly random ranking, for every query of `split` (image queries, then
     caption queries): a random top-k list's share of instance ground truths is the gallery's (P / G, %) and its mean
     zeta the gallery's mean zeta to the query's image, whatever k. Columns: model (`CHANCE`), direction, query,
-    GT_TOP6, ZETA_TOP6."""
-    labels = np.asarray(split.image_labels, dtype=np.int64)
-    zeta = np.abs(labels[:, None, :] - labels[None, :, :]).sum(-1)  # (N, N) zeta between every two images
+    GT_TOP6, ZETA_TOP6 (NaN without concept labels: real data other than COCO)."""
+    if split.image_labels is None:
+        zeta = np.full((split.n_images, split.n_images), np.nan)
+    else:
+        labels = np.asarray(split.image_labels, dtype=np.int64)
+        zeta = np.abs(labels[:, None, :] - labels[None, :, :]).sum(-1)  # (N, N) zeta between every two images
     cap_img = np.asarray(split.caption_image)
     per_image = np.bincount(cap_img, minlength=split.n_images)
     i2t = pd.DataFrame({"direction": "i2t", "query": np.arange(split.n_images), GT_TOP6: 100.0 * per_image
@@ -863,24 +877,30 @@ def seed_query_lists(names: Sequence[str], seeds: Sequence[int], data: ChapterDa
     return pd.concat(frames, ignore_index=True)
 
 
-def visualise_judgements(lists: pd.DataFrame, run: RunConfig) -> list[Judgement]:
-    """`VISUALISE_CLAIMS` judged on `query_lists` (one or several seeds, `seed_query_lists`): each model's per-query
-    values (S seeds, Q queries), i2t and t2i queries two strata (`claims.Evidence`), paired by seed and by query
-    (every seed of every model lists the same test queries)."""
+def list_evidence(lists: pd.DataFrame, metric: str) -> dict[str, Evidence]:
+    """{model: Evidence} of one `VISUALISE_CLAIMS` metric (`GT_TOP6`, `ZETA_TOP6`) from `query_lists` (one or several
+    seeds): each model's per-query values (S seeds, Q queries), i2t and t2i queries two strata, paired by seed and by
+    query (every seed of every model lists the same test queries)."""
     evidence = {}
     for model, rows in lists.groupby("model", sort=False):
         by_seed = [part for _, part in rows.groupby("seed", sort=True)]
         queries = [list(zip(part["direction"], part["query"])) for part in by_seed]
         if any(q != queries[0] for q in queries):
             raise ValueError(f"visualise_judgements: model {model!r}: its seeds' lists are not of the same queries")
-        seeds = tuple(int(part["seed"].iloc[0]) for part in by_seed)
-        strata = (by_seed[0]["direction"] == "t2i").to_numpy(dtype=np.int64)
-        collapse = "; ".join(sorted({c for c in rows["collapse"] if c}))
-        evidence[str(model)] = {metric: Evidence(seeds, np.stack([part[metric].to_numpy() for part in by_seed]),
-                                                 split="test", converged=bool(rows["converged"].all()),
-                                                 collapse=collapse, strata=strata) for metric in (GT_TOP6, ZETA_TOP6)}
-    return [judge(spec, {m: e[spec.metric] for m, e in evidence.items()}, dataset=run.dataset, profile=run.profile)
-            for spec in VISUALISE_CLAIMS]
+        evidence[str(model)] = Evidence(tuple(int(part["seed"].iloc[0]) for part in by_seed),
+                                        np.stack([part[metric].to_numpy() for part in by_seed]), split="test",
+                                        converged=bool(rows["converged"].all()),
+                                        collapse="; ".join(sorted({c for c in rows["collapse"] if c})),
+                                        strata=(by_seed[0]["direction"] == "t2i").to_numpy(dtype=np.int64))
+    return evidence
+
+
+def visualise_judgements(lists: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
+                         ) -> list[Judgement]:
+    """`VISUALISE_CLAIMS` judged on `query_lists` (`list_evidence`); the zeta claim needs concept labels: not tested
+    where `missing` (`pcme.table_views`) says the data has none."""
+    return judge_viewed(VISUALISE_CLAIMS, {m: lambda m=m: list_evidence(lists, m) for m in (GT_TOP6, ZETA_TOP6)},
+                        {ZETA_TOP6: "plausible"}, missing, run)
 
 
 def incidence_figure(incidence: np.ndarray, split: Split, captions: Sequence[int], alpha: float) -> Figure:

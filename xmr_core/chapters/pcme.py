@@ -44,7 +44,7 @@ from xmr_core.chapters.summary import (
     with_paper,
     write_ceiling_table,
 )
-from xmr_core.chapters.views import missing_views, not_tested
+from xmr_core.chapters.views import judge_viewed, missing_views, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -56,6 +56,7 @@ from xmr_core.claims import (
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
+from xmr_core.data.datasets import with_pixels
 from xmr_core.data.scene_grammar import LEVELS
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.trunk import PretrainedTrunk
@@ -120,7 +121,10 @@ def table1_rows(variant: str, seed: int, per_method: Mapping[str, tuple[np.ndarr
 def similarity_rp(model: RetrievalModel, split: Split, vocab: Vocabulary, methods: Sequence[str],
                   device: torch.device | str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{test-time similarity: (i2t (N,), t2i (M,)) per-query R-Precision in percent under class relevance on
-    `split`} (`metrics.ranking_stats`), `split` embedded once."""
+    `split`} (`metrics.ranking_stats`), `split` embedded once; NaN where `split` has no classes (real data other
+    than CUB: `views.missing_view`)."""
+    if "class" not in split.views():
+        return {m: (np.full(split.n_images, np.nan), np.full(split.n_captions, np.nan)) for m in methods}
     img, cap = embed_split(model, split, vocab, device=device)
     rel_i2t, rel_t2i = split.relevance("class", "i2t"), split.relevance("class", "t2i")
     out = {}
@@ -156,15 +160,17 @@ def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
 def ablation_row(name: str, model: PCME, result: FitResult, data: ChapterData,
                  device: torch.device | str) -> dict[str, object]:
     """One ablation row, scored with the match probability: class R-P / R@1 on the unseen classes, PMRP
-    and instance rSum on the whole test split, the learned a, b of Eq. (3) and the fit."""
+    and instance rSum on the whole test split, the learned a, b of Eq. (3) and the fit; a value whose view the data
+    lacks (class, plausible) is NaN."""
     unseen = evaluate_similarities(model, data.test_unseen, data.vocab, ["match_prob"], views=["class"],
-                                   device=device)["match_prob"]
-    full = evaluate_similarities(model, data.test, data.vocab, ["match_prob"], views=["instance", "plausible"],
+                                   device=device)["match_prob"] if "class" in data.test_unseen.views() else {}
+    views = [v for v in ("instance", "plausible") if v in data.test.views()]
+    full = evaluate_similarities(model, data.test, data.vocab, ["match_prob"], views=views,
                                  device=device)["match_prob"]
+    nan = float("nan")
     return {"ablation": name, "cached": result.cached,
-            "i2t R-P": unseen["class/i2t/R-P"], "t2i R-P": unseen["class/t2i/R-P"],
-            "i2t R@1": unseen["class/i2t/R@1"], "t2i R@1": unseen["class/t2i/R@1"],
-            "i2t PMRP": full["plausible/i2t/PMRP"], "t2i PMRP": full["plausible/t2i/PMRP"],
+            **{f"{d} {m}": unseen.get(f"class/{d}/{m}", nan) for m in ("R-P", "R@1") for d in ("i2t", "t2i")},
+            "i2t PMRP": full.get("plausible/i2t/PMRP", nan), "t2i PMRP": full.get("plausible/t2i/PMRP", nan),
             "rSum": full["rsum"], "a": model.scale.item(), "b": model.shift.item(),
             "best epoch": result.best_epoch, "converged": result.converged,
             "train s": round(result.train_seconds, 1)}
@@ -435,14 +441,16 @@ ABLATE_CLAIMS: list[ClaimSpec] = [
 ]
 
 
-def ablate_judgements(t1_runs: pd.DataFrame, run: RunConfig) -> list[Judgement]:
+def ablate_judgements(t1_runs: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
+                      ) -> list[Judgement]:
     """Every claim of `ABLATE_CLAIMS` judged (`claims.judge`) on Table 1's runs (`table1_runs`): each
     "<variant>: <similarity>" a compared model, its score the mean of its i2t and t2i R-P, from the per-query
     values of both directions (`claims.query_evidence`: the similarities score the same queries, so they pair by
-    query as well as by seed)."""
+    query as well as by seed). Table 1 is class relevance: not tested where `missing` (`table_views`) has it."""
     runs = t1_runs.assign(model=t1_runs["variant"] + ": " + t1_runs["similarity"])
-    evidence = query_evidence(runs, ["i2t R-P per query", "t2i R-P per query"], split="test unseen classes")
-    return [judge(spec, evidence, dataset=run.dataset, profile=run.profile) for spec in ABLATE_CLAIMS]
+    evidence = {T1: lambda: query_evidence(runs, ["i2t R-P per query", "t2i R-P per query"],
+                                           split="test unseen classes")}
+    return judge_viewed(ABLATE_CLAIMS, evidence, {T1: "class"}, missing, run)
 
 
 # ==================================================================================================
@@ -658,9 +666,11 @@ def set_algebra_figure(images: Mapping[str, np.ndarray], gaussians: Mapping[str,
     return fig
 
 
-def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame:
+def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame | None:
     """Per caption level: the number of captions, their mean σ (caption_sigma (M,)) and their mean number of exact
-    positives, rows by increasing positives."""
+    positives, rows by increasing positives; None without caption levels and exact relevance (real data)."""
+    if split.caption_level is None or split.exact is None:
+        return None
     levels = pd.DataFrame({"level": split.caption_level, "sigma": caption_sigma,
                            "exact positives": split.exact.sum(1)})
     by_level = levels.groupby("level").agg(captions=("sigma", "size"), sigma=("sigma", "mean"),
@@ -669,26 +679,38 @@ def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame:
 
 
 def sigma_per_level(split: Split, caption_sigma: np.ndarray) -> dict[str, np.ndarray]:
-    """{level: (n_l,) the σ of each caption of that level} (caption_sigma (M,)): the values `sigma_by_level` averages."""
+    """{level: (n_l,) the σ of each caption of that level} (caption_sigma (M,)): the values `sigma_by_level` averages;
+    {} without caption levels (real data)."""
+    if split.caption_level is None:
+        return {}
     levels = np.asarray(split.caption_level)
     return {str(lv): np.asarray(caption_sigma, dtype=np.float64)[levels == lv] for lv in np.unique(levels)}
 
 
 def sigma_positives_correlation(split: Split, caption_sigma: np.ndarray) -> float:
-    """Spearman correlation of each caption's σ (caption_sigma (M,)) with its number of exact positives."""
+    """Spearman correlation of each caption's σ (caption_sigma (M,)) with its number of exact positives; NaN without
+    exact relevance (real data)."""
+    if split.exact is None:
+        return float("nan")
     return float(pd.Series(caption_sigma).corr(pd.Series(split.exact.sum(1)), method="spearman"))
 
 
-def level_gallery(scores: Tensor, split: Split, levels: Sequence[str], k: int = 5) -> Figure:
+def level_gallery(scores: Tensor, split: Split, levels: Sequence[str] | None, k: int = 5) -> Figure:
     """Text-to-image top-k (scores (N, M) images × captions) of the first caption of each of `levels`, framed green
-    where the caption's logical form holds in the image (`viz.retrieval_gallery`)."""
-    picks = [int(np.flatnonzero(np.array(split.caption_level) == lv)[0]) for lv in levels]
+    where the caption's logical form holds in the image (`viz.retrieval_gallery`). Without levels (real data): the
+    first caption of `GALLERY_CAPTIONS` test images, framed green on the image it was written for."""
+    if levels is not None and split.exact is not None:
+        picks = [int(np.flatnonzero(np.array(split.caption_level) == lv)[0]) for lv in levels]
+        relevance, titles = split.exact, [f"[{split.caption_level[c]}] {split.captions[c]}" for c in picks]
+    else:
+        picks = [int(np.flatnonzero(split.caption_image == i)[0]) for i in range(min(GALLERY_CAPTIONS, split.n_images))]
+        relevance, titles = split.relevance("instance", "t2i"), [split.captions[c] for c in picks]
     top = torch.topk(scores.T[picks], k, dim=1)
-    relevant = np.stack([split.exact[c, top.indices[q].numpy()] for q, c in enumerate(picks)])
-    return retrieval_gallery([f"[{split.caption_level[c]}] {split.captions[c]}" for c in picks],
-                             split.images[top.indices.numpy()], relevant, top.values.numpy())
+    relevant = np.stack([relevance[c, top.indices[q].numpy()] for q, c in enumerate(picks)])
+    return retrieval_gallery(titles, split.images[top.indices.numpy()], relevant, top.values.numpy())
 
 
+GALLERY_CAPTIONS = 4  # captions `level_gallery` draws on real data (one per level on scenes)
 SIGMA_THIRDS = ("lowest", "middle", "highest")  # the σ bins of Figure 6's claims, by increasing σ
 ERASE_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)  # Figure 7's erased shares of pixels / words
 FIG8 = {"mix_a": "p(mix, A's captions)", "mix_b": "p(mix, B's captions)", "mix_any": "p(mix, any caption)",
@@ -786,7 +808,7 @@ def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk
     figures measure, for that model: the R@1 hits of each third of σ, σ at each erased ratio (the erased words drawn
     by `default_rng(seed)`), σ per caption level and the set algebra of the first `n_pairs` test image pairs."""
     model, fit = train_model("PCME", 1, data, tuned, enc, run, seed)
-    test, device = data.test, run.torch_device
+    test, device = with_pixels(data.test), run.torch_device  # real data: the image files decoded (erasing, mixing)
     (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(model, test, data.vocab, device)
     img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
     scores = score_matrix(model, (img_mu, img_lv), (cap_mu, cap_lv)).cpu()

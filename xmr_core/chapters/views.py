@@ -12,10 +12,11 @@ claim on it is "not tested" with the reason (`not_tested`), never a crash:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from xmr_core.ceiling import bayes_ceiling
-from xmr_core.claims import ClaimSpec, Judgement
+from xmr_core.claims import ClaimSpec, Evidence, Judgement, judge
+from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 
 VIEW_SOURCE: dict[str, str] = {
@@ -59,3 +60,20 @@ def ceiling_rsum(split: Split) -> float | None:
 def not_tested(spec: ClaimSpec, reason: str) -> Judgement:
     """`spec` not tested because its data lacks a view: `reason` (`missing_view`)."""
     return Judgement(spec, "not tested", reason=reason)
+
+
+def judge_viewed(specs: Sequence[ClaimSpec], evidence: Mapping[str, Callable[[], Mapping[str, Evidence]]],
+                 views: Mapping[str, str], missing: Mapping[str, str] | None, run: RunConfig) -> list[Judgement]:
+    """Every claim of `specs` judged (`claims.judge`) on the evidence of its metric, built only when judged
+    (`evidence`: {metric: a function returning {model: Evidence}}); a claim whose metric's view (`views`, {metric:
+    view}; absent: instance) is in `missing` ({view: reason}) is not tested with the reason, its evidence never
+    built (its values are NaN)."""
+    out, built = [], {}
+    for spec in specs:
+        if reason := (missing or {}).get(views.get(spec.metric, "instance"), ""):
+            out.append(not_tested(spec, reason))
+            continue
+        if spec.metric not in built:
+            built[spec.metric] = evidence[spec.metric]()
+        out.append(judge(spec, built[spec.metric], dataset=run.dataset, profile=run.profile))
+    return out

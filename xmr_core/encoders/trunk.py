@@ -204,7 +204,8 @@ def imagenet_trunk(arch: str = "resnet152", pretrained: bool | str = True) -> Pr
     source = pretrained if isinstance(pretrained, str) else (
         "torchvision-IMAGENET1K_V1" if pretrained else "random-init-seed-0 (no ImageNet weights)")
     return PretrainedTrunk(net, f"{arch}-{hashlib.sha1(str(source).encode()).hexdigest()[:8]}",
-                           {"channels": resnet.out_channels, "cells": 49, "source": str(source)})
+                           {"channels": resnet.out_channels, "cells": 49, "source": str(source),
+                            "pretrained": pretrained})
 
 
 # ------------------------------------------------------------------------------------ frozen grid features

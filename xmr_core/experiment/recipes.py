@@ -7,9 +7,10 @@ papers' BERT rows in each profile (`minilm_text`).
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterable
 
-from xmr_core.config import budget, check_profile, recipe
+from xmr_core.config import budget, check_profile, recipe, select_device
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
@@ -18,6 +19,7 @@ from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.train import TrainConfig
 
 PretrainedText = BertEncoderConfig | FeatureTextEncoderConfig
+LOADER_WORKERS = min(8, os.cpu_count() or 1)  # data-loader processes of a paper-profile run on CUDA
 MINILM_FINETUNED = ("paper",)  # profiles whose BERT rows fine-tune the packaged MiniLM (the papers' protocol)
 MINILM_FROZEN = ("cpu",)  # profiles whose BERT rows train a head on its frozen, cached token features
 
@@ -39,7 +41,9 @@ def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **ove
     measurements behind it: docs/training.md). In both, patience never stops a run in the first half of its
     schedule (`patience_after` 0.5: a cpu run trains at least 13 epochs), where the plateau is that of a high
     learning rate: such stops left seeds 8 to 131 rSum below their siblings (docs/training.md, "Runs stopped early").
-    smoke and paper-smoke: 2 epochs, batch 32.
+    smoke and paper-smoke: 2 epochs, batch 32. The paper profiles on CUDA load batches in `LOADER_WORKERS`
+    worker processes (not part of a run's key); every profile trains in mixed precision on CUDA
+    (`TrainConfig.amp`, PCME's code trains in fp16).
     """
     optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
     sizes = {"smoke": (2, 1, 32, 5e-4, 0, 0.0, 0), "cpu": (20, 1, 128, 1e-3, 3, 1.0, 10),
@@ -50,6 +54,8 @@ def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **ove
             "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience,
             "min_delta": min_delta, "patience_after": 0.5 if patience else 0.0, "extend_epochs": extend,
             "on_nonfinite": "stop"}
+    if recipe(profile) == "paper" and select_device(str(overrides.get("device", "auto"))).type == "cuda":
+        base["num_workers"] = LOADER_WORKERS  # on the GPU the images are decoded beside it, as the papers' loaders do
     return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
@@ -61,7 +67,8 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
     """
     if recipe(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512 (paper-smoke: 64, 32)
         embed_dim, text_hidden = (512, 512) if profile == "paper" else (64, 32)
-        image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=True) if finetune else \
+        pretrained = trunk.meta.get("pretrained", True)  # paper-smoke without the weights: the trunk's random init
+        image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=pretrained) if finetune else \
             ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
                                trunk=trunk.key)
         return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}
