@@ -76,9 +76,27 @@ def test_a_missing_view_is_named_and_its_claim_not_tested_without_building_evide
 def test_the_coco_1k_protocol_names_the_split_it_cannot_fold() -> None:
     split = synthetic_split("test", 7, np.random.default_rng(0))
     scores = torch.zeros(7, 35)
-    with pytest.raises(ValueError, match=r"^synthetic:test: split 'test': the COCO 1K protocol needs five equal folds: "
+    with pytest.raises(ValueError, match=r"^synthetic:test: split 'test': the COCO 1K protocol: "
                                          r"7 images / 35 captions do not split into 5 equal folds$"):
         evaluate_scores(split, scores, views=["instance"], protocol="coco1k")
+
+
+def test_coco_1k_folds_keep_each_images_captions_when_some_have_more() -> None:
+    """Karpathy's COCO json gives a few images 6 or 7 captions: a fold holds its 1/5 of the images and exactly their
+    captions (`image_folds`), which equal caption slices would cut across; with 5 each, the stored-order folds."""
+    from xmr_core.metrics import coco_folds, image_folds
+
+    uniform = np.repeat(np.arange(10), 5)
+    assert image_folds(uniform, 10) == coco_folds(10, 50)
+    counts = [5, 7, 5, 5, 6, 5, 5, 5, 5, 5]  # images 1 and 4 hold 7 and 6 captions: 53 captions
+    caption_image = np.repeat(np.arange(10), counts)
+    folds = image_folds(caption_image, 10)
+    assert [(i.start, i.stop) for i, _ in folds] == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    assert [(c.start, c.stop) for _, c in folds] == [(0, 12), (12, 22), (22, 33), (33, 43), (43, 53)]  # by hand
+    for images, captions in folds:
+        assert set(caption_image[captions]) == set(range(images.start, images.stop))
+    with pytest.raises(ValueError, match="not grouped by image"):
+        image_folds(caption_image[::-1], 10)
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,8 @@ scoring at least as high, itself included). A set with fewer than `rounds` queri
 whole set in the later rounds (`short="hold"`); no query is ever dropped.
 
 Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 test split), `coco1k`
-(every metric on each of five folds of 1,000 images / 5,000 captions in stored order, then averaged).
+(every metric on each of five folds of 1,000 images and their captions in stored order, then averaged:
+`metrics.image_folds`, so an image with 6 or 7 captions keeps them in its fold).
 """
 
 from __future__ import annotations
@@ -358,10 +359,9 @@ def evaluate_scores(
     all_ks = tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
     full = [(slice(0, split.n_images), slice(0, split.n_captions))]
     try:
-        blocks = metrics.coco_folds(split.n_images, split.n_captions) if protocol == "coco1k" else full
+        blocks = metrics.image_folds(split.caption_image, split.n_images) if protocol == "coco1k" else full
     except ValueError as err:
-        raise ValueError(f"{split.source}: split {split.name!r}: the COCO 1K protocol needs five equal folds: {err}"
-                         ) from None
+        raise ValueError(f"{split.source}: split {split.name!r}: the COCO 1K protocol: {err}") from None
     # plausible relevance is built from the labels chunk by chunk: its (M, N) matrix is never needed
     t2i = {view: None if view == "plausible" else split.relevance(view, "t2i") for view in views}
     results = []

@@ -36,6 +36,7 @@ The notebook calls, in order: `book_setup`, `recorded_book`, `score_book` (every
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -140,11 +141,28 @@ def same_test_split(a: Split, b: Split) -> None:
                              "both formats)")
 
 
+def aligned_test(test: Split, other: Split) -> Split:
+    """`test` with, per image, only as many of its first captions as `other` has for it, when both hold the same
+    images and `other` fewer captions: Karpathy's COCO json gives a few test images 6 or 7 captions, SCAN's precomp
+    (HREM's regions) their first 5. `test` itself otherwise (`same_test_split` then judges them)."""
+    caption_image = np.asarray(test.caption_image)
+    if (list(test.image_ids) != list(other.image_ids) or test.n_captions <= other.n_captions
+            or np.any(np.diff(caption_image) < 0)):
+        return test
+    counts = np.bincount(np.asarray(other.caption_image), minlength=other.n_images)
+    rank = np.arange(test.n_captions) - np.searchsorted(caption_image, caption_image)  # the caption's place in its image
+    return test.subset(np.arange(test.n_images), test.name, captions=np.flatnonzero(rank < counts[caption_image]))
+
+
 def book_setup(run: RunConfig) -> BookData:
     """The zero-shot grid data (`chapter_setup`) and the HREM chapter's region data (`hrem_setup`) of `run`, their
-    test splits checked to be the same (`same_test_split`)."""
+    test splits checked to be the same (`same_test_split`, after `aligned_test` on real COCO)."""
     _, _, grid, grid_enc = chapter_setup(run)
     _, regions, region_enc = hrem_setup(run)
+    test = aligned_test(grid.test, regions.test)
+    if test is not grid.test:  # real data: the whole test split is the unseen one (no class split)
+        grid = dataclasses.replace(grid, test=test, test_unseen=test if grid.test_unseen is grid.test else
+                                   grid.test_unseen)
     same_test_split(grid.test, regions.test)
     return BookData(grid, grid_enc, regions, region_enc)
 
