@@ -18,6 +18,7 @@ from xmr_core.bookplan import with_upstream
 from xmr_core.chapters.views import ceiling_caption, judge_viewed, missing_view, missing_views
 from xmr_core.claims import ClaimSpec, Evidence
 from xmr_core.config import RunConfig, budget, check_profile, recipe
+from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import with_pixels
 from xmr_core.data.load import load_corpus
 from xmr_core.encoders.image import imagenet_weights_path
@@ -151,3 +152,18 @@ def test_the_paper_profiles_load_in_workers_and_use_mixed_precision_on_cuda_only
     assert pcme_train_config("paper", device="cuda").num_workers == LOADER_WORKERS >= 1
     assert pcme_train_config("paper-smoke", device="auto").num_workers == LOADER_WORKERS
     assert pcme_train_config("cpu", device="cuda").num_workers == 0  # the scenes book keeps its one-thread runs
+
+
+def test_the_leaderboard_aligns_karpathys_extra_captions_to_precomps_first_five() -> None:
+    from xmr_core.chapters.leaderboard import aligned_test, same_test_split
+
+    full = Split("test", "synthetic:test", [f"i{i}" for i in range(4)], [f"c{j}" for j in range(24)],
+                 [f"caption {j}" for j in range(24)], np.repeat(np.arange(4), 6))  # 6 an image, as Karpathy's json
+    first5 = full.subset(np.arange(4), "test", captions=np.flatnonzero(np.arange(24) % 6 < 5))  # precomp's
+    extra = full.subset(np.arange(4), "test", captions=np.flatnonzero((np.arange(24) % 6 < 5) | (np.arange(24) == 11)))
+    with pytest.raises(ValueError, match="differ in captions"):
+        same_test_split(extra, first5)
+    aligned = aligned_test(extra, first5)  # image 1's 6th caption (index 11) dropped
+    same_test_split(aligned, first5)
+    assert aligned.caption_ids == [c for i, c in enumerate(full.caption_ids) if i % 6 < 5]
+    assert aligned_test(first5, first5) is first5
