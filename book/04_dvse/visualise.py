@@ -91,6 +91,7 @@ print("missing views: " + ("; ".join(missing.values()) or "none"))
 tuned = recorded_tuning("dvse/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
 test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
+data = data.with_test(test)  # the figures below draw the test images
 rng = np.random.default_rng(SEED)
 
 # %% [markdown]

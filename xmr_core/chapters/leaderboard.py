@@ -36,7 +36,6 @@ The notebook calls, in order: `book_setup`, `recorded_book`, `score_book` (every
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -159,10 +158,7 @@ def book_setup(run: RunConfig) -> BookData:
     test splits checked to be the same (`same_test_split`, after `aligned_test` on real COCO)."""
     _, _, grid, grid_enc = chapter_setup(run)
     _, regions, region_enc = hrem_setup(run)
-    test = aligned_test(grid.test, regions.test)
-    if test is not grid.test:  # real data: the whole test split is the unseen one (no class split)
-        grid = dataclasses.replace(grid, test=test, test_unseen=test if grid.test_unseen is grid.test else
-                                   grid.test_unseen)
+    grid = grid.with_test(aligned_test(grid.test, regions.test))
     same_test_split(grid.test, regions.test)
     return BookData(grid, grid_enc, regions, region_enc)
 

@@ -8,6 +8,7 @@ chapter data and the encoder sizes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,6 +45,13 @@ class ChapterData:
     vocab: Vocabulary
     word_vectors: np.ndarray  # (V, d) float32
     coverage: float  # share of the vocabulary found in the word vectors
+
+    def with_test(self, test: Split) -> ChapterData:
+        """This data with another version of its whole test split (its pixels decoded: `datasets.with_pixels`; its
+        captions aligned to another format's); the unseen-class split too where it is the whole test split (real
+        data has no class split of its own)."""
+        return dataclasses.replace(self, test=test, test_unseen=test if self.test_unseen is self.test
+                                   else self.test_unseen)
 
 
 
