@@ -46,6 +46,7 @@ from xmr_core.chapters.pcme import (
     erasing_figure,
     generic_caption,
     image_gaussians,
+    image_groups,
     level_gallery,
     mixed_and_erased,
     recall_by_sigma,
@@ -97,11 +98,12 @@ img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 # unknown (the paper's "this bird has <unk> ... <unk>")
 
 # %%
-classes = spread_classes(test.image_class, FIG5_CLASSES)
+classes = spread_classes(image_groups(test), FIG5_CLASSES)  # real data without classes (COCO): images
 generic = generic_caption(pcme, test, data.vocab, device)
 generic_sigma = float(uncertainty(generic[1])[0])
 fig5 = embedding_figure(test, (img_mu, img_lv), (cap_mu, cap_lv), generic, classes)
-write_figure(fig5, "pcme/fig5", run=run, caption="Figure 5 analogue: PCME Gaussians of a few scenes classes, PCA-projected.")
+write_figure(fig5, "pcme/fig5", run=run, caption=f"Figure 5 analogue: PCME Gaussians of a few {DATASET} "
+             + ("classes" if test.image_class is not None else "images and their own captions") + ", PCA-projected.")
 
 # %% [markdown]
 # ## Figure 6 — R@1 against uncertainty

@@ -477,20 +477,27 @@ def generic_caption(model: PCME, split: Split, vocab: Vocabulary, device: torch.
     return mu[:1], logvar[:1]
 
 
+def image_groups(split: Split) -> np.ndarray:
+    """(N,) the group of each image Figure 5 colours by: its class (CUB, scenes), or the image itself where the data
+    has no classes (COCO: each image with its own captions)."""
+    return np.asarray(split.image_class) if split.image_class is not None else np.arange(split.n_images)
+
+
 def embedding_figure(split: Split, images: Gaussians, captions: Gaussians, generic: Gaussians,
                      classes: Sequence[int]) -> Figure:
-    """Figure 5: the 50% regions of the images (left) and captions (right) of `classes`, projected onto the two
-    principal directions of their means (`viz.project_gaussians`), coloured by class, with the 99% region of the
-    `generic` caption (`generic_caption`) in black on both."""
-    pick_img = np.flatnonzero(np.isin(split.image_class, classes))
-    pick_cap = np.flatnonzero(np.isin(split.image_class[split.caption_image], classes))
+    """Figure 5: the 50% regions of the images (left) and captions (right) of `classes` (groups of `image_groups`),
+    projected onto the two principal directions of their means (`viz.project_gaussians`), coloured by group, with
+    the 99% region of the `generic` caption (`generic_caption`) in black on both."""
+    groups = image_groups(split)
+    pick_img = np.flatnonzero(np.isin(groups, classes))
+    pick_cap = np.flatnonzero(np.isin(groups[split.caption_image], classes))
     centre, basis = pca_basis(np.concatenate([images[0][pick_img].numpy(), captions[0][pick_cap].numpy()]))
     generic_2d = project_gaussians(generic[0].numpy(), generic[1].numpy(), centre, basis)
-    names = split.class_names or [str(c) for c in range(int(split.image_class.max()) + 1)]
+    names = split.class_names or [f"image {split.image_ids[c]}" if split.image_class is None else str(c)
+                                  for c in range(int(groups.max()) + 1)]
     palette = {c: f"C{k}" for k, c in enumerate(classes)}
-    panels = [(images[0][pick_img], images[1][pick_img], split.image_class[pick_img], "images"),
-              (captions[0][pick_cap], captions[1][pick_cap], split.image_class[split.caption_image[pick_cap]],
-               "captions")]
+    panels = [(images[0][pick_img], images[1][pick_img], groups[pick_img], "images"),
+              (captions[0][pick_cap], captions[1][pick_cap], groups[split.caption_image[pick_cap]], "captions")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
     for ax, (mu, logvar, cls, title) in zip(axes, panels):
         m2, l2 = project_gaussians(mu.numpy(), logvar.numpy(), centre, basis)
