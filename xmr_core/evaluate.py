@@ -589,12 +589,21 @@ def multi_round_metrics(scores: Tensor, ks: Sequence[int] = metrics.RSUM_KS) -> 
 RK_COLUMNS = [f"{d} R@{k}" for d in DIRECTIONS for k in metrics.RSUM_KS]  # "i2t R@1", ..., "t2i R@10"
 
 
+def coco1k_missing(split: Split) -> str:
+    """Why the COCO 1K protocol does not apply to `split` ('' when it does): its images do not split into five equal
+    folds (real CUB's 2,933 test images; COCO's 5,000 and the scenes' splits do)."""
+    if split.n_images % 5 == 0:
+        return ""
+    return f"{split.n_images} {split.name} images do not split into five equal folds: no COCO 1K protocol"
+
+
 def instance_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str, float]:
-    """Instance R@1/5/10 per direction and rSum on `split` under the 1K protocol (five folds) and on the whole
-    split ("all"): {"1K i2t R@1", ..., "1K rSum", "all i2t R@1", ..., "all rSum"}. Scores (N, M) both."""
+    """Instance R@1/5/10 per direction and rSum on `split` under the 1K protocol (five folds; NaN where it does not
+    apply, `coco1k_missing`) and on the whole split ("all"): {"1K i2t R@1", ..., "1K rSum", "all i2t R@1", ...,
+    "all rSum"}. Scores (N, M) both."""
     whole = dataclasses.replace(split, caption_level=None)  # no per-level breakdown (a fold may lack a level)
-    out = {}
-    for proto, protocol in (("1K", "coco1k"), ("all", "full")):
+    out = {f"1K {c}": math.nan for c in [*RK_COLUMNS, "rSum"]}
+    for proto, protocol in (("1K", "coco1k"), ("all", "full")) if not coco1k_missing(split) else (("all", "full"),):
         values = evaluate_scores(whole, scores_i2t, views=["instance"], protocol=protocol, scores_t2i=scores_t2i)
         out.update({f"{proto} {c}": values[f"instance/{c.replace(' ', '/')}"] for c in RK_COLUMNS})
         out[f"{proto} rSum"] = values["rsum"]

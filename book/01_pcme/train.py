@@ -214,6 +214,7 @@ write_table(table3, "pcme/table3", run=run, caption=(
     f"on the seen classes; profile {PROFILE}. Paper rows: Table 3 of Chun et al. 2021 (VSE++ is our VSE0 row's "
     "nearest paper baseline and is not trained here)."
     + (f" PMRP not tested: {missing['plausible']}." if "plausible" in missing else "")
+    + (f" '1K' not tested: {missing['1K']}." if "1K" in missing else "")
     + ceiling_note(ceiling, " (exact relevance, xmr_core.ceiling); '% of ceiling': the model's 5K instance rSum over "
                             "the ceiling's")))
 table3

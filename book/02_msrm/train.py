@@ -184,6 +184,7 @@ write_table(table3, "msrm/table3", run=run, caption=(
     f"{data.test.n_images // 5} test images, '5K' = all {data.test.n_images}; models trained on the seen classes; "
     f"profile {PROFILE}. Paper rows: Table 3 of Wang et al. 2023 (VSE++, VSRN, AOQ and P2RM are not built)."
     + (f" PMRP not tested: {missing['plausible']}." if "plausible" in missing else "")
+    + (f" '1K' not tested: {missing['1K']}." if "1K" in missing else "")
     + ceiling_note(ceiling)))
 table3
 

@@ -96,6 +96,7 @@ from xmr_core.chapters.summary import (
 from xmr_core.chapters.views import missing_views
 from xmr_core.claims import claim_rows, judgements_frame, write_judgements
 from xmr_core.config import RunConfig
+from xmr_core.evaluate import coco1k_missing
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.training import tune_methods
@@ -188,7 +189,8 @@ write_table(table1, "dvse/table1", run=run, caption=(
     "'(paper only)': not built here. 'DVSE + FR': Fast Re-ranking is applied to the whole test split's score "
     "matrix and the re-ranked matrix is then cut into the 1K folds, so its 1K columns use neighbourhoods from the "
     "whole gallery, where the paper's 1K protocol re-ranks within each fold of 1,000 images (a stated deviation; "
-    "its 'all' columns follow the protocol)." + ceiling_note(ceiling)))
+    "its 'all' columns follow the protocol)." + (f" '1K' not tested: {coco1k_missing(data.test)}."
+                                                 if coco1k_missing(data.test) else "") + ceiling_note(ceiling)))
 table1
 
 # %% [markdown]

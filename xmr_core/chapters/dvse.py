@@ -46,7 +46,7 @@ from torch import Tensor
 
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
-from xmr_core.chapters.views import judge_viewed, not_tested
+from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -586,7 +586,7 @@ def train_judgements(per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,
     (`column_evidence`). A claim whose metric's view (`METRIC_VIEWS`) is in `missing` is not tested, with its reason."""
     out = []
     for spec in TRAIN_CLAIMS:
-        if reason := (missing or {}).get(METRIC_VIEWS.get(spec.metric, "instance"), ""):
+        if reason := missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
             out.append(not_tested(spec, reason))
             continue
         on_t4 = bool(set(spec.compared) & set(NEIGHBOUR_RERANKED))

@@ -48,7 +48,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from xmr_core.chapters.summary import seed_means, seed_summary, with_paper
-from xmr_core.chapters.views import judge_viewed, not_tested
+from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -300,9 +300,9 @@ CLAIM_METRICS: dict[str, ClaimMetric] = {
     FIG7: ClaimMetric("zeta", "test", {f"zeta {z}": (f"i2t zeta{z}", f"t2i zeta{z}") for z in FIG7_ZETAS}),
 }
 
-METRIC_VIEWS: dict[str, str] = {T2_RP: "class", T2_R1: "class", T2_EACH: "class", T1_EACH: "class", T4: "class",
-                                T3_PMRP: "plausible", T3_PMRP_EACH: "plausible", FIG7: "plausible",
-                                T3_R1_EACH: "instance"}  # the relevance each claim metric is measured with
+METRIC_VIEWS: dict[str, str | tuple[str, ...]] = {  # the relevance (and protocol) each claim metric needs
+    T2_RP: "class", T2_R1: "class", T2_EACH: "class", T1_EACH: "class", T4: "class", T3_PMRP: "plausible",
+    T3_PMRP_EACH: ("plausible", "1K"), FIG7: "plausible", T3_R1_EACH: "1K"}
 
 
 def part_pairs(a: str, b: str, metric: str) -> tuple[tuple[str, str], ...]:
@@ -399,7 +399,7 @@ def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame],
     data lacks it}, `pcme.table_views`), with that reason."""
     out = []
     for spec in specs:
-        if reason := (missing or {}).get(METRIC_VIEWS[spec.metric], ""):
+        if reason := missing_reason(METRIC_VIEWS[spec.metric], missing):
             out.append(not_tested(spec, reason))
             continue
         metric = CLAIM_METRICS[spec.metric]

@@ -44,7 +44,7 @@ from xmr_core.chapters.summary import (
     with_paper,
     write_ceiling_table,
 )
-from xmr_core.chapters.views import judge_viewed, missing_views, not_tested
+from xmr_core.chapters.views import DATASET_NAMES, judge_viewed, missing_reason, missing_views, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -61,6 +61,7 @@ from xmr_core.data.scene_grammar import LEVELS
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
+    coco1k_missing,
     direction_scores,
     embed_split,
     evaluate_similarities,
@@ -360,8 +361,11 @@ TRAIN_CLAIMS: list[ClaimSpec] = [
 
 def table_views(data: ChapterData, dataset: str) -> dict[str, str]:
     """{view: why it is missing} of the views Tables 2 and 3 need (class on the unseen classes, plausible on the
-    whole test split) that `data` lacks (`views.missing_views`)."""
-    return missing_views({"class": data.test_unseen, "plausible": data.test}, dataset)
+    whole test split) that `data` lacks (`views.missing_views`), and "1K" where the test split does not split into
+    COCO's five folds (`evaluate.coco1k_missing`: its columns are NaN)."""
+    folds = coco1k_missing(data.test)
+    return {**missing_views({"class": data.test_unseen, "plausible": data.test}, dataset),
+            **({"1K": f"{DATASET_NAMES.get(dataset, dataset)}: {folds}"} if folds else {})}
 
 
 def train_judgements(per_run: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
@@ -372,7 +376,7 @@ def train_judgements(per_run: pd.DataFrame, run: RunConfig, missing: Mapping[str
     out = []
     for spec in TRAIN_CLAIMS:
         cols, split = CLAIM_METRICS[spec.metric]
-        reason = (missing or {}).get(CLAIM_VIEWS[spec.metric])
+        reason = missing_reason(CLAIM_VIEWS[spec.metric], missing)
         out.append(not_tested(spec, reason) if reason else
                    judge(spec, seed_evidence(per_run, cols, split=split), dataset=run.dataset, profile=run.profile))
     return out

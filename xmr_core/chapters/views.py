@@ -62,15 +62,22 @@ def not_tested(spec: ClaimSpec, reason: str) -> Judgement:
     return Judgement(spec, "not tested", reason=reason)
 
 
+def missing_reason(needs: str | Sequence[str], missing: Mapping[str, str] | None) -> str:
+    """Why a metric that needs the view (or views and protocols, e.g. ("plausible", "1K")) `needs` cannot be measured:
+    the first of them in `missing` ({view: reason}); '' when it can."""
+    return next((missing[n] for n in ((needs,) if isinstance(needs, str) else needs) if n in (missing or {})), "")
+
+
 def judge_viewed(specs: Sequence[ClaimSpec], evidence: Mapping[str, Callable[[], Mapping[str, Evidence]]],
-                 views: Mapping[str, str], missing: Mapping[str, str] | None, run: RunConfig) -> list[Judgement]:
+                 views: Mapping[str, str | tuple[str, ...]], missing: Mapping[str, str] | None, run: RunConfig
+                 ) -> list[Judgement]:
     """Every claim of `specs` judged (`claims.judge`) on the evidence of its metric, built only when judged
-    (`evidence`: {metric: a function returning {model: Evidence}}); a claim whose metric's view (`views`, {metric:
-    view}; absent: instance) is in `missing` ({view: reason}) is not tested with the reason, its evidence never
-    built (its values are NaN)."""
+    (`evidence`: {metric: a function returning {model: Evidence}}); a claim whose metric needs a view (`views`,
+    {metric: view or views}; absent: instance) in `missing` ({view: reason}, `missing_reason`) is not tested with
+    the reason, its evidence never built (its values are NaN)."""
     out, built = [], {}
     for spec in specs:
-        if reason := (missing or {}).get(views.get(spec.metric, "instance"), ""):
+        if reason := missing_reason(views.get(spec.metric, "instance"), missing):
             out.append(not_tested(spec, reason))
             continue
         if spec.metric not in built:

@@ -12,7 +12,14 @@ from torch import Tensor
 from xmr_core.claims import instance_collapse
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.evaluate import Reranker, direction_scores, embed_split, evaluate_model, evaluate_scores
+from xmr_core.evaluate import (
+    Reranker,
+    coco1k_missing,
+    direction_scores,
+    embed_split,
+    evaluate_model,
+    evaluate_scores,
+)
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.methods.base import RetrievalModel
 
@@ -49,6 +56,7 @@ def scored_row(model: RetrievalModel, data: ChapterData, device: torch.device | 
     whole = dataclasses.replace(data.test, caption_level=None)
     views = [v for v in ("instance", "plausible") if v in whole.views()]
     protocols = {proto: evaluate_scores(whole, i2t, views=views, protocol=protocol, scores_t2i=t2i)
+                 if protocol != "coco1k" or not coco1k_missing(whole) else {}  # no five folds: NaN
                  for proto, protocol in TABLE3_PROTOCOLS.items()}
     row = {"rsum 5K": protocols["5K"]["rsum"]}
     for direction in ("i2t", "t2i"):
@@ -56,7 +64,7 @@ def scored_row(model: RetrievalModel, data: ChapterData, device: torch.device | 
         row[f"T2 {direction} R@1"] = unseen[f"class/{direction}/R@1"]
         for proto, values in protocols.items():
             row[f"T3 {proto} {direction} PMRP"] = values.get(f"plausible/{direction}/PMRP", math.nan)
-            row[f"T3 {proto} {direction} R@1"] = values[f"instance/{direction}/R@1"]
+            row[f"T3 {proto} {direction} R@1"] = values.get(f"instance/{direction}/R@1", math.nan)
     return row, i2t
 
 
