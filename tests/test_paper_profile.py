@@ -167,3 +167,15 @@ def test_the_leaderboard_aligns_karpathys_extra_captions_to_precomps_first_five(
     same_test_split(aligned, first5)
     assert aligned.caption_ids == [c for i, c in enumerate(full.caption_ids) if i % 6 < 5]
     assert aligned_test(first5, first5) is first5
+
+
+def test_a_test_split_without_five_folds_has_no_1k_columns() -> None:
+    """Real CUB's 2,933 test images do not fold into COCO's five: its '1K' values are NaN, the whole split's stand."""
+    from xmr_core.evaluate import RK_COLUMNS, coco1k_missing, instance_row
+
+    split = synthetic_split("test", 7, np.random.default_rng(0))
+    scores = torch.randn(7, 35, generator=torch.Generator().manual_seed(0))
+    row = instance_row(split, scores, scores)
+    assert all(np.isnan(row[f"1K {c}"]) for c in [*RK_COLUMNS, "rSum"]) and np.isfinite(row["all rSum"])
+    assert coco1k_missing(split) == "7 test images do not split into five equal folds: no COCO 1K protocol"
+    assert coco1k_missing(synthetic_split("test", 10, np.random.default_rng(0))) == ""
