@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # tables of the chapters before it).
 BOOKS: dict[str, list[str]] = {
     "cub": ["01_pcme", "02_msrm", "04_dvse"],
-    "coco": ["01_pcme", "02_msrm", "03_hrem", "04_dvse", "06_leaderboard"],
+    "coco": ["03_hrem", "01_pcme", "02_msrm", "04_dvse", "06_leaderboard"],
     "vg": ["05_hmrn"],
 }
 WRITERS = {"cub": write_cub, "coco": write_coco, "vg": write_vg}
