@@ -31,8 +31,8 @@ FOLDERS = {"01_pcme": "pcme", "02_msrm": "msrm", "03_hrem": "hrem", "04_dvse": "
 PAPER_BESIDE_OURS = {
     ("01_pcme", "cub"): ("table2", "T2 i2t R-P"), ("01_pcme", "coco"): ("table3", "T3 5K i2t PMRP"),
     ("02_msrm", "cub"): ("table2", "T2 i2t R-P"), ("02_msrm", "coco"): ("table3", "T3 5K i2t PMRP"),
-    ("03_hrem", "coco"): ("table1", "i2t R@1"), ("04_dvse", "cub"): ("table3", "CUB i2t R-P"),
-    ("04_dvse", "coco"): ("table1", "all i2t R@1"), ("05_hmrn", "vg"): ("table11", "R@1"),
+    ("03_hrem", "coco"): ("table1", "all i2t R@1"), ("04_dvse", "cub"): ("table3", "CUB i2t R-P"),
+    ("04_dvse", "coco"): ("table1", "all i2t R@1"), ("05_hmrn", "vg"): ("table1", "round1/R@1"),
 }
 
 
@@ -85,7 +85,8 @@ def test_every_chapter_runs_under_paper_smoke_on_real_layout_data(dataset: str, 
         if (chapter, dataset) in PAPER_BESIDE_OURS:
             key, column = PAPER_BESIDE_OURS[chapter, dataset]
             table = pd.read_csv(folder / f"{key}.csv")
-            paper, ours = table[f"{column} (paper)"], _ours(table, column, dataset)
+            built = table[table["seeds"] > 0]  # the paper's rows this book does not build have no values of ours
+            paper, ours = built[f"{column} (paper)"], _ours(built, column, dataset)
             assert paper.notna().any() and ours.notna().all(), f"{folder}/{key}.csv:\n{table}"
     if dataset == "cub":  # CUB has classes, not COCO's concept labels: PMRP is NaN, said in the caption and claims
         table3 = pd.read_csv(out / "pcme" / "table3.csv")
