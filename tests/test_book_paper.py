@@ -69,6 +69,12 @@ def test_every_chapter_runs_under_paper_smoke_on_real_layout_data(dataset: str, 
                             params={"DATASET": dataset, "DATA_ROOT": str(root), "RESULTS_DIR": str(out)})
     assert summary.ok, "\n".join(lines)
     assert summary.count("passed") == sum(len(book.chapters(ROOT / "book")[c]) for c in BOOKS[dataset])
+    check_results(out, dataset, root)
+
+
+def check_results(out: Path, dataset: str, root: Path) -> None:
+    """What the paper-smoke book wrote to `out` for `dataset` (read from `root`): provenance, verdicts, the paper's
+    numbers beside ours, and the views the data set lacks said."""
     for chapter in BOOKS[dataset]:
         folder = out / FOLDERS[chapter]
         written = sorted(folder.glob("*.json"))
@@ -95,9 +101,9 @@ def test_every_chapter_runs_under_paper_smoke_on_real_layout_data(dataset: str, 
         assert "PMRP not tested: CUB has no plausible relevance" in caption
         assert "No ceiling: this data set's relevance is annotated, not exact" in caption
         judged = pd.read_csv(out / "pcme" / "judgements_train.csv")
-        pmrp = judged[judged["claim"] == "pmrp-over-mu-only"].iloc[0]
+        pmrp = judged[judged["key"] == "pmrp-over-mu-only"].iloc[0]
         assert pmrp["verdict"] == "not tested" and "no plausible relevance" in pmrp["reason"]
     if dataset == "coco":  # COCO has concept labels, not classes: Table 2's class R-P is NaN and not tested
         judged = pd.read_csv(out / "pcme" / "judgements_train.csv")
-        rp = judged[judged["claim"] == "rp-over-mu-only"].iloc[0]
+        rp = judged[judged["key"] == "rp-over-mu-only"].iloc[0]
         assert rp["verdict"] == "not tested" and "COCO has no class relevance" in rp["reason"]
