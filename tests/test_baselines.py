@@ -180,7 +180,7 @@ def test_pvse_ranking_reduction_is_checked_and_enters_the_run_key() -> None:
     # ranking loss (before issue 33) is not reused for the averaged one.
     from fixtures.corpora import word_split
 
-    from xmr_core.train import TrainConfig, run_key
+    from xmr_core.runs.train import TrainConfig, run_key
 
     with pytest.raises(ValueError, match="ranking_reduction"):
         PVSEConfig(ranking_reduction="avg")  # type: ignore[arg-type]
@@ -256,7 +256,7 @@ def test_hard_negative_recipe_does_not_collapse(tmp_path, monkeypatch) -> None:
     from xmr_core.data.scenes import load_scenes
     from xmr_core.data.text import Vocabulary
     from xmr_core.evaluate import embed_split, evaluate_model, score_matrix
-    from xmr_core.train import TrainConfig, fit
+    from xmr_core.runs.train import TrainConfig, fit
 
     monkeypatch.setenv("XMR_CACHE", str(tmp_path))
     corpus = load_scenes("smoke", progress=False, regions=False)

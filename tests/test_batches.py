@@ -25,7 +25,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.registry import create_method
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.train import TrainConfig, fit, state_fingerprint
+from xmr_core.runs.train import TrainConfig, fit, state_fingerprint
 
 WORDS = ["red", "blue", "green", "circle", "square", "star", "left", "of", "a", "and", "small", "big"]
 SIDE, CHANNELS, REGIONS, REGION_DIM = 4, 5, 4, 6

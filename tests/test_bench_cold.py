@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book
 from xmr_core.bench import cold
+from xmr_core.book import runner as book
 
 
 def _fake_run(seen: dict, seconds: tuple[float, ...], status: str = "passed"):

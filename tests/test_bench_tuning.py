@@ -7,7 +7,7 @@ import pytest
 from fixtures.tuning import LR, MARGIN, FakeTrainer, method
 
 from xmr_core.bench.tuning import main
-from xmr_core.tuning import Search, tune, tuning_frame
+from xmr_core.runs.tuning import Search, tune, tuning_frame
 
 
 def _table(script, max_runs: int = 16) -> pd.DataFrame:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book, cli
+from xmr_core.book import cli
+from xmr_core.book import runner as book
 
 NOTEBOOK = '''# %% [markdown]
 # A demo chapter notebook.
@@ -137,7 +138,7 @@ def test_failure_is_reported_with_the_executed_notebook(project: Path) -> None:
 def test_cli_exit_status_and_listing(project: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(project)
     (project / "book" / "01_demo" / "ablate.py").write_text(
-        NOTEBOOK + '\nfrom xmr_core.results import write_table\n# write_table(df, "demo/table1", run=cfg)\n'
+        NOTEBOOK + '\nfrom xmr_core.book.results import write_table\n# write_table(df, "demo/table1", run=cfg)\n'
     )
     assert cli.main(["book", "list"]) == 0
     listing = capsys.readouterr().out
@@ -222,7 +223,7 @@ def test_a_parameter_goes_only_to_the_notebooks_that_declare_it(project: Path) -
 
 def test_the_command_line_exits_non_zero_with_one_line(project: Path) -> None:
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "xmr_core.cli", "book", "run", "--profile", "smoke",
+    done = subprocess.run([sys.executable, "-m", "xmr_core.book.cli", "book", "run", "--profile", "smoke",
                            "-p", "N", "many"], cwd=project, capture_output=True, text=True, check=False,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode != 0 and done.stdout == ""
@@ -239,7 +240,7 @@ VALUE = 1.0
 import pandas as pd
 
 from xmr_core.config import RunConfig
-from xmr_core.results import write_table
+from xmr_core.book.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, RESULTS_DIR=RESULTS_DIR, PROGRESS=False)
 write_table(pd.DataFrame({"value": [VALUE]}), "demo/per_seed", run=run)
@@ -250,8 +251,8 @@ PROFILE = "cpu"
 RESULTS_DIR = "results"
 
 # %%
+from xmr_core.book.results import read_table, write_table
 from xmr_core.config import RunConfig
-from xmr_core.results import read_table, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, RESULTS_DIR=RESULTS_DIR, PROGRESS=False)
 write_table(read_table("demo/per_seed", run=run) * 2, "demo/doubled", run=run)
@@ -260,12 +261,12 @@ write_table(read_table("demo/per_seed", run=run) * 2, "demo/doubled", run=run)
 
 @pytest.mark.slow
 def test_a_notebook_reruns_when_a_result_it_read_changed(tmp_path: Path) -> None:
-    """A chapter whose visualise.py reads the table train.py writes (`results.read_table`): after train.py reruns
+    """A chapter whose visualise.py reads the table train.py writes (`book.results.read_table`): after train.py reruns
     with another value, visualise.py reruns too, though its own inputs are unchanged, and its table follows; when
     train.py's table comes out as before, visualise.py is skipped. Kernels import the library under test."""
     (tmp_path / "pyproject.toml").write_text("[project]\nname='demo'\n")
-    (tmp_path / "xmr_core").mkdir()
-    (tmp_path / "xmr_core" / "results.py").write_text("# stand-in\n")
+    (tmp_path / "xmr_core" / "book").mkdir(parents=True)
+    (tmp_path / "xmr_core" / "book" / "results.py").write_text("# stand-in\n")
     (tmp_path / "book" / "01_demo").mkdir(parents=True)
     (tmp_path / "book" / "01_demo" / "train.py").write_text(TRAIN_WRITES)
     (tmp_path / "book" / "01_demo" / "visualise.py").write_text(VISUALISE_READS)

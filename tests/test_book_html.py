@@ -27,7 +27,7 @@ import nbformat
 import pytest
 from PIL import Image
 
-from xmr_core import book_html
+from xmr_core.book import html as book_html
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_COLOUR = (13, 200, 77)  # the notebook figure's colour, a colour no theme uses
@@ -133,7 +133,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _cli(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "xmr_core.cli", "book", *args], check=False, cwd=project, env=env,
+    return subprocess.run([sys.executable, "-m", "xmr_core.book.cli", "book", *args], check=False, cwd=project, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 from fixtures.real_layout import write_coco, write_cub, write_vg
 
-from xmr_core import book, results
+from xmr_core.book import runner as book
+from xmr_core.claims import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each data set and the chapters whose papers used it, in the order they run (the leaderboard reads the tuning
@@ -87,7 +88,7 @@ def check_results(out: Path, dataset: str, root: Path) -> None:
         claims = (folder / "claims.md").read_text() if (folder / "claims.md").is_file() else ""
         rows = [line for line in claims.splitlines() if line.startswith("| ") and not line.startswith("| #")]
         for line in rows:
-            assert any(f"**{v}**" in line for v in results.VERDICTS), f"{folder}/claims.md: no verdict in {line}"
+            assert any(f"**{v}**" in line for v in VERDICTS), f"{folder}/claims.md: no verdict in {line}"
         if (chapter, dataset) in PAPER_BESIDE_OURS:
             key, column = PAPER_BESIDE_OURS[chapter, dataset]
             table = pd.read_csv(folder / f"{key}.csv")

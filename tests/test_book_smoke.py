@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book, results
+from xmr_core.book import runner as book
+from xmr_core.claims import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = list(book.chapters(ROOT / "book"))
@@ -39,4 +40,4 @@ def test_chapter_runs_under_smoke(chapter: str) -> None:
         rows = [line for line in claims.read_text().splitlines() if line.startswith("| ") and not line.startswith("| #")]
         assert rows, f"{claims}: no claims"
         for line in rows:
-            assert any(f"**{v}**" in line for v in results.VERDICTS), f"{claims}: no verdict in {line}"
+            assert any(f"**{v}**" in line for v in VERDICTS), f"{claims}: no verdict in {line}"

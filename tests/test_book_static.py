@@ -1,4 +1,4 @@
-"""The book from committed results: where each result goes (`book_static.place_results`), stale results
+"""The book from committed results: where each result goes (`book.static.place_results`), stale results
 marked on the pages, and (slow) the whole cpu book built from the committed `results/` with no executed
 notebook."""
 
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book_html, book_static, sources
-from xmr_core.staleness import Verdict
+from xmr_core import sources
+from xmr_core.book import html as book_html
+from xmr_core.book import static as book_static
+from xmr_core.book.staleness import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 

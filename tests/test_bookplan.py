@@ -1,4 +1,4 @@
-"""`xmr book plan` (`xmr_core.bookplan`): the runs the notebooks ask for, by notebook and stage, their costs and the
+"""`xmr book plan` (`xmr_core.book.plan`): the runs the notebooks ask for, by notebook and stage, their costs and the
 totals; `xmr runs train`; and, on the smoke profile, that executing a notebook asks for no run its plan did not
 list."""
 
@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from xmr_core import bookplan, cli
-from xmr_core.book import Notebook, resolve_chapters
-from xmr_core.executors import JOBS_ENV
-from xmr_core.plantrace import PLAN_ENV
-from xmr_core.runlog import read_log
+from xmr_core.book import cli
+from xmr_core.book import plan as bookplan
+from xmr_core.book.runner import Notebook, resolve_chapters
+from xmr_core.runs.executors import JOBS_ENV
+from xmr_core.runs.log import read_log
+from xmr_core.runs.trace import PLAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,8 @@ def _results(root: Path, rows: list[tuple[str, float]]) -> None:
 
 
 def test_the_trace_reads_the_notebook_the_runner_names() -> None:
-    from xmr_core import plantrace, results
+    from xmr_core.book import results
+    from xmr_core.runs import trace as plantrace
 
     assert plantrace.NOTEBOOK_ENV == results.NOTEBOOK_ENV
 
@@ -130,7 +132,7 @@ def test_runs_train_executes_with_the_workers_and_writes_no_results(monkeypatch:
 
 def test_book_run_jobs_sets_the_workers_for_the_notebooks_only(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from xmr_core.book import run_book
+    from xmr_core.book.runner import run_book
 
     seen: list[str | None] = []
     monkeypatch.setenv(JOBS_ENV, "5")
@@ -159,7 +161,7 @@ def test_executing_a_notebook_asks_for_no_run_its_plan_did_not_list(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """On a cold cache the plan's firm runs (not provisional) are all asked for when the notebook executes; on the
     warm cache after it, the plan lists exactly the runs the execution asked for, every one cached."""
-    from xmr_core.book import run_book
+    from xmr_core.book.runner import run_book
 
     monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
     notebook = "03_hrem/train"

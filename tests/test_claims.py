@@ -16,6 +16,7 @@ from fixtures.corpora import synthetic_split
 from scipy import stats
 
 from xmr_core import claims
+from xmr_core.book.results import write_judgements
 from xmr_core.claims import ClaimSpec, Evidence, can_fail, detect_collapse, judge
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
@@ -351,7 +352,7 @@ def test_claims_page_and_table_show_effect_interval_counts_pairing_and_margin(tm
     assert f"[{low}, {high}]" in row and "| 3 / 0 |" in row and "| seed |" in row and "| 1 |" in row
     assert "Of 4 claims" in page and "1 held, 1 did not hold, 1 within noise, 1 not tested" in page
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
-    csv = claims.write_judgements(judged, "demo", "train", run)
+    csv = write_judgements(judged, "demo", "train", run)
     assert csv.name == "judgements_train.csv"
     back = pd.read_csv(csv)
     assert list(back["verdict"]) == list(frame["verdict"]) and back["low"].iloc[0] == pytest.approx(judged[0].low)

@@ -16,6 +16,7 @@ import pytest
 import xmr_core.chapters
 from xmr_core import claims
 from xmr_core.bench import claims as bench
+from xmr_core.book.results import write_judgements
 from xmr_core.claims import ClaimSpec, Evidence, can_fail, judge
 from xmr_core.config import RunConfig
 
@@ -64,7 +65,7 @@ def _judge_demo(tmp_path: Path) -> Path:
           "C": Evidence((5, 6, 7), np.array([30.0, 30.1, 29.9]))}
     judged = [judge(SPECS[0], ev), judge(SPECS[1], ev)]
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
-    return claims.write_judgements(judged, "demo", "train", run)
+    return write_judgements(judged, "demo", "train", run)
 
 
 def test_migrated_chapter_summary(tmp_path: Path, demo_chapter: types.ModuleType, capsys: pytest.CaptureFixture) -> None:
@@ -217,7 +218,7 @@ def test_seeds_lists_the_claims_within_noise(tmp_path: Path, demo_chapter: types
     ev = {"A": Evidence(s, np.array([50.0, 51.0, 49.0])), "B": Evidence(s, np.array([50.5, 49.0, 50.0]))}
     judged = [judge(SPECS[0], ev)]  # A - B per seed: -0.5, +2, -1: within noise
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
-    claims.write_judgements(judged, "demo", "train", run)
+    write_judgements(judged, "demo", "train", run)
     (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
     bench.main(["demo", "--results", str(tmp_path), "--seeds"])
     j = judged[0]
@@ -242,15 +243,15 @@ def test_central_claims_get_the_seed_cap_when_it_would_resolve_one(tmp_path: Pat
     need_near = bench.seeds_to_resolve("superiority", beats_near.effect, beats_near.low, beats_near.high, 3)[0]
     assert beats_wide.verdict == beats_near.verdict == "within noise"
     assert 3 < need_wide <= bench.SEED_CAP < need_near  # the two cases the rule tells apart
-    claims.write_judgements([beats_near], "demo", "train", run)
-    claims.write_judgements([beats_wide], "demo", "ablate", run)  # not central: changes nothing
+    write_judgements([beats_near], "demo", "train", run)
+    write_judgements([beats_wide], "demo", "ablate", run)  # not central: changes nothing
     frame = bench.judged(tmp_path / "demo")
     assert list(frame["notebook"]) == ["ablate", "train"]
     assert bench.central_seeds(frame) == (3, [], ["beats"])
     rises = judge(SPECS[1], near)
     assert rises.verdict == "within noise"
     assert bench.seeds_to_resolve("trend", rises.effect, rises.low, rises.high, 3)[0] > bench.SEED_CAP
-    claims.write_judgements([beats_wide, rises], "demo", "train", run)
+    write_judgements([beats_wide, rises], "demo", "train", run)
     assert bench.central_seeds(bench.judged(tmp_path / "demo")) == (bench.SEED_CAP, ["beats"], ["rises"])
     (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
     bench.main(["demo", "--results", str(tmp_path), "--seeds"])

@@ -179,7 +179,7 @@ def test_dvse_fit_one_tiny_epoch(tmp_path) -> None:
     from xmr_core.data.corpus import Split
     from xmr_core.data.datasets import caption_loader, image_loader
     from xmr_core.data.text import Vocabulary
-    from xmr_core.train import TrainConfig, fit
+    from xmr_core.runs.train import TrainConfig, fit
 
     words = ["red", "blue", "green", "circle", "square", "star", "left", "right", "a", "and"]
 

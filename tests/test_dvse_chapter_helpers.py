@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from xmr_core.book.results import paper_values
 from xmr_core.chapters.dvse import (
     ABLATE_CLAIMS,
     ABLATION_GRIDS,
@@ -101,7 +102,6 @@ from xmr_core.experiment.compared import REGIONS
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import region_encoders
 from xmr_core.methods.dvse import DVSE, dvse_config
-from xmr_core.results import paper_values
 from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
 from xmr_core.viz import attention_heat, caption_gallery
 

@@ -32,7 +32,7 @@ from xmr_core.methods.hmrn import (
     project_regions,
 )
 from xmr_core.methods.registry import create_method, list_methods
-from xmr_core.train import TrainConfig, fit
+from xmr_core.runs.train import TrainConfig, fit
 
 D = 8
 ENCODERS = {"embed_dim": D, "image": ImageEncoderConfig(kind="regions", region_dim=4),

@@ -19,7 +19,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import multi_query_scores
 from xmr_core.methods.hmrn import HMRN, HMRNEnsemble
-from xmr_core.tuning import TuningResult
+from xmr_core.runs.tuning import TuningResult
 
 SPLIT = synthetic_split("test", 6, np.random.default_rng(0))  # image i holds 1 + i % 3 queries
 VOCAB = Vocabulary.build([q for qs in SPLIT.queries for q in qs])
@@ -572,7 +572,7 @@ def test_every_declared_claim_can_hold_and_fail():
 
 
 def test_paper_values_cover_tables_1_to_11():
-    from xmr_core.results import paper_values
+    from xmr_core.book.results import paper_values
 
     paper = paper_values("hmrn")
     assert sorted(paper["table"].unique(), key=lambda t: int(t[5:])) == [f"table{i}" for i in range(1, 12)]

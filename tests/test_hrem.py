@@ -37,7 +37,7 @@ from xmr_core.methods.hrem import (
     relevance_kl,
 )
 from xmr_core.methods.registry import create_method
-from xmr_core.train import TrainConfig, fit
+from xmr_core.runs.train import TrainConfig, fit
 
 D = 8
 ENCODERS = {"embed_dim": D, "image": ImageEncoderConfig(kind="regions", region_dim=4),

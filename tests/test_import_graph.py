@@ -1,6 +1,8 @@
 """The library's modules import each other without circles, counting imports inside functions too (a lazy
-import that closes a circle only hides it). The graph is `xmr_core.sources.import_graph`, the one the stale-result
-check follows."""
+import that closes a circle only hides it), and only downwards through the layers of `docs/layout.md`: the science
+(every module outside the packages below) imports nothing of the runs or the book, the runs nothing of the book, and
+no chapter module another chapter's. The graph is `xmr_core.sources.import_graph`, the one the stale-result check
+follows."""
 
 from __future__ import annotations
 
@@ -107,3 +109,48 @@ def test_the_experiment_layer_imports_no_chapter() -> None:
     found = {m: {d for d in deps if d.startswith("xmr_core.chapters")} for m, deps in graph.items()
              if m.startswith("xmr_core.experiment")}
     assert not {m: d for m, d in found.items() if d}, f"the experiment layer imports chapters: {found}"
+
+
+# The packages above the science, bottom up (`docs/layout.md`); every other module of xmr_core, at the top or in a
+# science package (data, encoders, methods), is of the science layer, so a new file is judged without being listed.
+UPPER = ("runs", "book", "experiment", "chapters", "bench")
+
+
+def layer(module: str) -> str:
+    """The layer of an xmr_core module: its package under xmr_core if that is one of `UPPER`, else "science"."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in UPPER else "science"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{science or runs module: the modules of a higher layer it imports} (non-empty entries only): the science may
+    import only the science, the runs the science and the runs."""
+    allowed = {"science": {"science"}, "runs": {"science", "runs"}}
+    return {m: found for m in sorted(graph) if layer(m) in allowed
+            and (found := {d for d in graph[m] if layer(d) not in allowed[layer(m)]})}
+
+
+def test_upward_imports_finds_planted_violations(tmp_path: Path) -> None:
+    pkg = tmp_path / "xmr_core"
+    for folder in ("data", "runs", "book"):
+        (pkg / folder).mkdir(parents=True)
+    for f in ("__init__.py", "data/__init__.py", "runs/__init__.py", "book/__init__.py", "book/results.py",
+              "runs/train.py", "metrics.py"):
+        (pkg / f).write_text("")
+    (pkg / "newly_added.py").write_text("def f():\n    from xmr_core.runs.train import fit\n")  # no list names it
+    (pkg / "data" / "corpus.py").write_text("from xmr_core.book import results\n")
+    (pkg / "runs" / "log.py").write_text("from xmr_core.book.results import x\nfrom xmr_core import metrics\n")
+    (pkg / "book" / "cli.py").write_text("from xmr_core.runs import train\nfrom xmr_core import metrics\n")
+    graph = import_graph(tmp_path)
+    assert upward_imports(graph) == {
+        "xmr_core.data.corpus": {"xmr_core.book", "xmr_core.book.results"},
+        "xmr_core.newly_added": {"xmr_core.runs.train"},
+        "xmr_core.runs.log": {"xmr_core.book.results"}}
+
+
+def test_the_science_imports_nothing_of_the_runs_or_the_book() -> None:
+    """Losses, metrics, claims, the data and the methods are what the papers define: they must stay usable (and
+    testable) without the machinery that trains runs or writes the book, and the runs without the book."""
+    found = upward_imports(import_graph(ROOT))
+    assert not found, "imports against the layers (docs/layout.md): " + "; ".join(
+        f"{m} ({layer(m)}) -> {', '.join(sorted(v))}" for m, v in found.items())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fixtures.corpora import synthetic_corpus
 
-from xmr_core import results
+from xmr_core.book import results
 from xmr_core.config import RunConfig
 from xmr_core.data.export import export_corpus
 from xmr_core.io import FOREIGN_TEMP_AGE_S, atomic_write, atomic_write_text, read_json_lines

@@ -31,7 +31,7 @@ from xmr_core.chapters.leaderboard import (
     same_test_split,
     tune_fast_rerank,
 )
-from xmr_core.claims import can_fail
+from xmr_core.claims import can_fail, universal_verdict
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
@@ -40,7 +40,6 @@ from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
 from xmr_core.experiment.compared import DVSE_COMPARED
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.methods.registry import create_method
-from xmr_core.results import universal_verdict
 from xmr_core.similarity import FastReranker
 from xmr_core.viz import column_scaled
 

@@ -17,7 +17,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import _rows, direction_scores, embed_split, score_matrix
 from xmr_core.methods.registry import create_method, list_methods, method_entry, register_method
-from xmr_core.train import TrainConfig, fit
+from xmr_core.runs.train import TrainConfig, fit
 
 D = 16
 IMAGE_KINDS = {

@@ -317,7 +317,7 @@ def test_a_1000_by_5000_score_matrix_in_chunks() -> None:
 
 def test_one_fit_epoch_on_a_tiny_split(tmp_path) -> None:
     from xmr_core.evaluate import embed_split, evaluate_model, evaluate_scores, score_matrix
-    from xmr_core.train import TrainConfig, fit
+    from xmr_core.runs.train import TrainConfig, fit
 
     train, val = word_split("train", 16, 0), word_split("val", 6, 1)
     vocab = Vocabulary.build(train.captions)

@@ -13,8 +13,8 @@ import torch
 from fixtures.corpora import synthetic_split
 from fixtures.real_layout import N_REGIONS, write_coco, write_cub, write_f30k, write_vg
 
-from xmr_core.book import resolve_chapters
-from xmr_core.bookplan import with_upstream
+from xmr_core.book.plan import LEADERBOARD_READS, with_upstream
+from xmr_core.book.runner import resolve_chapters
 from xmr_core.chapters.views import ceiling_caption, judge_viewed, missing_view, missing_views
 from xmr_core.claims import ClaimSpec, Evidence
 from xmr_core.config import RunConfig, budget, check_profile, recipe
@@ -138,7 +138,10 @@ def test_plan_runs_the_train_notebook_whose_tables_a_notebook_reads_before_it() 
     assert labels(with_upstream(resolve_chapters(["03_hrem"]))) == labels(resolve_chapters(["03_hrem"]))
     board = labels(with_upstream(resolve_chapters(["06_leaderboard"])))
     assert board[-1] == "06_leaderboard/leaderboard" and all(label.endswith("/train") for label in board[:-1])
-    assert board[:-1] == ["01_pcme/train", "02_msrm/train", "04_dvse/train", "03_hrem/train"]  # `BOOK_MODELS`' order
+    assert board[:-1] == ["01_pcme/train", "02_msrm/train", "04_dvse/train", "03_hrem/train"]
+    from xmr_core.chapters.leaderboard import BOOK_MODELS  # the chapters the leaderboard reads, in its order
+
+    assert LEADERBOARD_READS == tuple(dict.fromkeys(chapter for chapter, _, _ in BOOK_MODELS))
 
 
 def test_the_paper_profiles_load_in_workers_and_use_mixed_precision_on_cuda_only(monkeypatch) -> None:

@@ -34,7 +34,7 @@ from xmr_core.experiment.scoring import TABLE2_COLUMNS, TABLE3_COLUMNS
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.methods.vse import vse0_config
 from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
-from xmr_core.tuning import Axis, TuningResult
+from xmr_core.runs.tuning import Axis, TuningResult
 
 
 def test_columns_and_labels():

@@ -16,7 +16,7 @@ from xmr_core.encoders.trunk_cache import trunk_dir
 from xmr_core.experiment.compared import BASELINES
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import train_config
-from xmr_core.train import run_key
+from xmr_core.runs.train import run_key
 
 
 def _fresh_key(cache: Path, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:

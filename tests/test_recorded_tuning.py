@@ -2,7 +2,7 @@
 
 The settings are derived independently by running the protocol (`tuning.tune_many`) on scripted validation
 scores (the fake trainer of test_tuning.py, no training); the table is written as train.py writes it
-(`results.write_table` of `tuning.tuning_frame`) and read back."""
+(`book.results.write_table` of `tuning.tuning_frame`) and read back."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from fixtures.tuning import LR, FakeTrainer, method
 
-from xmr_core import results
+from xmr_core.book import results
 from xmr_core.chapters.recorded import chosen_settings, recorded_tuning
 from xmr_core.config import RunConfig
-from xmr_core.tuning import Axis, Search, tune_many, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import Axis, Search, tune_many, tuning_frame, tuning_summary
 
 KL = Axis("KL weight", 1e-3, 10.0, low=1e-5)
 
@@ -127,7 +127,7 @@ def test_the_leaderboard_takes_each_method_from_its_own_chapters_table(tmp_path:
 def test_in_trace_mode_a_table_of_planned_runs_makes_what_follows_provisional(tmp_path: Path, monkeypatch) -> None:
     """`xmr book plan` runs train.py untrained: its tuning table holds planned runs, so the choice an ablate.py reads
     from it stands in for the one training will make, and what ablate.py asks for next is provisional."""
-    from xmr_core import plantrace
+    from xmr_core.runs import trace as plantrace
 
     _, run = tuned_and_run(tmp_path)
     monkeypatch.setattr(plantrace, "_TRACE", plantrace._Trace())

@@ -12,8 +12,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from xmr_core import results
+from xmr_core.book import results
+from xmr_core.claims import verdict
 from xmr_core.config import RunConfig
+from xmr_core.runs.log import git_commit
 
 
 @pytest.fixture()
@@ -123,9 +125,9 @@ def test_figure_text_claims_and_index(run: RunConfig) -> None:
     plt.close(fig)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     claims = [
-        results.Claim("A beats B", "Table 2", "A 51.0 vs B 49.0", results.verdict(True)),
-        results.Claim("C rises with K", "Fig. 3", "falls: 3.0, 2.0", results.verdict(False)),
-        results.Claim("D | E", "Sec. 4", "not run under smoke", results.verdict(None)),
+        results.Claim("A beats B", "Table 2", "A 51.0 vs B 49.0", verdict(True)),
+        results.Claim("C rises with K", "Fig. 3", "falls: 3.0, 2.0", verdict(False)),
+        results.Claim("D | E", "Sec. 4", "not run under smoke", verdict(None)),
         results.Claim("F beats G", "Table 3", "+0.1 [-0.4, +0.6]", "within noise"),
     ]
     path = results.write_claims(claims, "demo", run=run)
@@ -164,17 +166,17 @@ def test_git_commit_is_dirty_for_changed_sources_but_not_for_changed_results(tmp
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True,
                           check=True).stdout.strip()
-    assert results.git_commit(tmp_path) == head
+    assert git_commit(tmp_path) == head
     (tmp_path / "results" / "t.csv").write_text("a\n2\n")  # a run rewrote its own output
-    assert results.git_commit(tmp_path) == head
+    assert git_commit(tmp_path) == head
     (tmp_path / "code.py").write_text("x = 2\n")  # a source changed
-    assert results.git_commit(tmp_path) == head + "+dirty"
+    assert git_commit(tmp_path) == head + "+dirty"
 
 
 def test_notebook_claims_reads_both_notebooks_and_names_a_missing_one(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "_READS", {})
+    from xmr_core.book.results import notebook_claims
     from xmr_core.config import RunConfig
-    from xmr_core.results import notebook_claims
 
     run = RunConfig.from_params(PROFILE="smoke", RESULTS_DIR=str(tmp_path), PROGRESS=False)
     (tmp_path / "demo").mkdir()

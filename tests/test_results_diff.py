@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, PngImagePlugin
 
-from xmr_core import book, cli
-from xmr_core.results_diff import compare_committed, compare_trees, differences
+from xmr_core.book import cli
+from xmr_core.book import runner as book
+from xmr_core.book.diff import compare_committed, compare_trees, differences
 
 TABLE = """# pcme/tuning
 
@@ -110,7 +111,7 @@ def test_the_working_tree_against_the_commit(project: Path, monkeypatch, capsys)
         "results/pcme/fig.png": ["missing: committed, not written"],
         "results/pcme/extra.md": ["not in HEAD"]}
 
-    monkeypatch.setattr("xmr_core.results.project_root", lambda: project)
+    monkeypatch.setattr("xmr_core.config.project_root", lambda: project)
     assert cli.main(["results", "diff", "01_pcme"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert "[DIFF] results/pcme/tuning.csv: row 2, val rsum: '360.4' -> '359.0'" in out

@@ -21,16 +21,20 @@ import pytest
 import torch
 from fixtures.corpora import word_split
 
-from xmr_core import cli, runarchive, runidentity, runlog
+from xmr_core.book import cli
 from xmr_core.config import PROFILES
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders import token_cache
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
+from xmr_core.io import RUN_LOG_ENV, log_input
 from xmr_core.liveness import Owner, host_tag
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.runarchive import ArchiveError, list_cache, pack, unpack
-from xmr_core.train import TrainConfig, fit, state_fingerprint
+from xmr_core.runs import archive as runarchive
+from xmr_core.runs import identity as runidentity
+from xmr_core.runs import log as runlog
+from xmr_core.runs.archive import ArchiveError, list_cache, pack, unpack
+from xmr_core.runs.train import TrainConfig, fit, state_fingerprint
 
 TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
 VOCAB = Vocabulary.build(TRAIN.captions)
@@ -62,7 +66,7 @@ def cache_a(tmp_path_factory: pytest.TempPathFactory) -> dict:
     log.write_text("")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XMR_CACHE", str(cache))
-        mp.setenv(runlog.RUN_LOG_ENV, str(log))
+        mp.setenv(RUN_LOG_ENV, str(log))
         used = _model()
         result = fit(used, TRAIN, VAL, CFG, vocab=VOCAB)
         trunk, region = cache / "trunks" / "t1", cache / "scenes" / "s1" / "regions-r1"
@@ -71,15 +75,15 @@ def cache_a(tmp_path_factory: pytest.TempPathFactory) -> dict:
                            (region / "train_regions.npy", b"regions"), (region / "regions_meta.json", b"{}")):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        runlog.log_input(trunk, ["trunk.pt", "meta.json"])
-        runlog.log_input(trunk / "features", ["train-abc.npy"])
-        runlog.log_input(region)
+        log_input(trunk, ["trunk.pt", "meta.json"])
+        log_input(trunk / "features", ["train-abc.npy"])
+        log_input(region)
         tokens = token_cache.features_dir("ab" * 32)  # where the MiniLM token features are cached
         tokens.mkdir(parents=True)
         (tokens / "features.npy").write_bytes(b"tokens")
         (tokens / "meta.json").write_bytes(b"{}")
-        runlog.log_input(tokens, ["features.npy", "meta.json"])
-        mp.delenv(runlog.RUN_LOG_ENV)
+        log_input(tokens, ["features.npy", "meta.json"])
+        mp.delenv(RUN_LOG_ENV)
         other = fit(_model(), TRAIN, VAL, replace(CFG, seed=1), vocab=VOCAB)  # in no notebook's log
     archive = tmp / "runs.tar.gz"
     manifest = pack("smoke", archive, root=root, cache=cache, echo=lambda _: None)
@@ -142,7 +146,7 @@ def test_round_trip_restores_runs_records_and_inputs(cache_a: dict, tmp_path: Pa
     # fit on cache B trains nothing: it loads the same weights, and the run log says so
     log = tmp_path / "again.runs.jsonl"
     monkeypatch.setenv("XMR_CACHE", str(b))
-    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    monkeypatch.setenv(RUN_LOG_ENV, str(log))
     model = _model()
     again = fit(model, TRAIN, VAL, CFG, vocab=VOCAB)
     assert again.cached and again.run_dir.name == cache_a["run"] and state_fingerprint(model) == cache_a["state"]
@@ -303,9 +307,9 @@ def test_conflicting_run_in_the_cache_is_an_error(cache_a: dict, tmp_path: Path)
 
 def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, monkeypatch) -> None:
     pkg = tmp_path / "xmr_core"
-    (pkg / "methods").mkdir(parents=True)
-    (pkg / "bench").mkdir()
-    for rel in ("train.py", "methods/vse.py", "book.py", "bench/cold.py", "runlog.py"):
+    for folder in ("methods", "bench", "runs", "book"):
+        (pkg / folder).mkdir(parents=True)
+    for rel in ("runs/train.py", "methods/vse.py", "book/runner.py", "bench/cold.py", "runs/log.py"):
         (pkg / rel).write_text("x = 1\n")
     monkeypatch.setattr(runlog, "CHECKOUT", pkg.parent)
 
@@ -315,11 +319,11 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
 
     base = fingerprint()
     # the runner, the benchmarks, the tuning protocol and the chapters (which choose runs) change no run
-    for rel in ("book.py", "bench/cold.py", "tuning.py", "chapters/pcme.py"):
+    for rel in ("book/runner.py", "bench/cold.py", "runs/tuning.py", "chapters/pcme.py"):
         (pkg / rel).parent.mkdir(exist_ok=True)
         (pkg / rel).write_text("x = 2\n")
         assert fingerprint() == base
-    for rel in ("train.py", "methods/vse.py"):
+    for rel in ("runs/train.py", "methods/vse.py"):
         (pkg / rel).write_text("x = 3\n")
         assert fingerprint() != base
         base = fingerprint()
@@ -328,9 +332,9 @@ def test_training_source_fingerprint_covers_training_code_only(tmp_path: Path, m
 
 def committed_package(tmp_path: Path, files: dict[str, bytes]) -> tuple[Path, str]:
     """A git repository at `tmp_path` with one commit of an `xmr_core` package of `files` ({package path: bytes})
-    and a `runlog.py`; returns the package folder and the commit."""
+    and a `runs/log.py`; returns the package folder and the commit."""
     pkg = tmp_path / "xmr_core"
-    for rel, content in (files | {"runlog.py": b"x = 1\n"}).items():
+    for rel, content in (files | {"runs/log.py": b"x = 1\n"}).items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_bytes(content)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
@@ -345,7 +349,7 @@ def test_a_run_is_of_this_code_when_its_commit_had_these_training_sources(tmp_pa
     """A run records the fingerprint taken under the `NOT_TRAINING` of its day; at a clean commit, its training
     sources are read back from git under today's rule, so a later change outside them (a chapter, the tuning
     protocol) leaves the run of this code, and a change inside them does not."""
-    pkg, commit = committed_package(tmp_path, {rel: b"x = 1\n" for rel in ("train.py", "chapters/pcme.py", "data.json")})
+    pkg, commit = committed_package(tmp_path, {rel: b"x = 1\n" for rel in ("runs/train.py", "chapters/pcme.py", "data.json")})
     monkeypatch.setattr(runlog, "CHECKOUT", pkg.parent)
 
     def problem(commit: str, source: str) -> str:
@@ -374,7 +378,7 @@ def test_runs_from_before_the_training_source_are_not_packed(tmp_path: Path, mon
     log = root / LOG
     log.parent.mkdir(parents=True)
     monkeypatch.setenv("XMR_CACHE", str(cache))
-    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    monkeypatch.setenv(RUN_LOG_ENV, str(log))
     run_dir = fit(_model(), TRAIN, VAL, CFG, vocab=VOCAB).run_dir
     result = json.loads((run_dir / "result.json").read_text())
     del result["trained_at"]
@@ -405,11 +409,11 @@ def test_pack_refuses_an_input_in_a_folder_unpack_would_not_restore(tmp_path: Pa
     log.parent.mkdir(parents=True)
     log.write_text("")
     monkeypatch.setenv("XMR_CACHE", str(cache))
-    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    monkeypatch.setenv(RUN_LOG_ENV, str(log))
     odd = cache / "elsewhere" / "x"
     odd.mkdir(parents=True)
     (odd / "f.npy").write_bytes(b"x")
-    runlog.log_input(odd, ["f.npy"])
+    log_input(odd, ["f.npy"])
     out = tmp_path / "runs.tar.gz"
     with pytest.raises(ArchiveError, match="elsewhere/x is in none of the cache folders") as err:
         pack("smoke", out, root=root, cache=cache, echo=lambda _: None)
@@ -430,7 +434,7 @@ def test_committed_archive_checksums_name_the_archive_pack_writes() -> None:
 # A run's code identity is its method's training sources: an edit to one method's file leaves the runs of the
 # other methods of this code, an edit to a file they share does not.
 
-SHARED = {"train.py": b"from xmr_core.methods.base import RetrievalModel\n", "losses.py": b"x = 1\n",
+SHARED = {"runs/train.py": b"from xmr_core.methods.base import RetrievalModel\n", "losses.py": b"x = 1\n",
           "methods/__init__.py": b"", "methods/base.py": b"x = 1\n",
           "methods/registry.py": b"import importlib\nfrom xmr_core.methods.base import RetrievalModel\n"}
 METHODS = {"methods/vse.py": b"from xmr_core.losses import x\n",

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book, results_diff, runarchive, runlog
+from xmr_core.book import diff as results_diff
+from xmr_core.book import runner as book
+from xmr_core.runs import archive as runarchive
+from xmr_core.runs import log as runlog
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "01_pcme/train"  # one notebook keeps CI short; it trains several methods and writes tables and figures

@@ -1,4 +1,4 @@
-"""Run claims (`xmr_core.runcache`) and `fit` under real concurrent processes: a run is trained once, by one
+"""Run claims (`xmr_core.runs.cache`) and `fit` under real concurrent processes: a run is trained once, by one
 worker; every worker returns the weights the run's result describes; a killed worker's claim is taken over."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from xmr_core.liveness import Owner
-from xmr_core.runcache import ClaimLost, ClaimPolicy, acquire, current, try_claim
-from xmr_core.train import load_checkpoint
+from xmr_core.runs.cache import ClaimLost, ClaimPolicy, acquire, current, try_claim
+from xmr_core.runs.train import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def test_acquire_waits_for_the_live_owner_then_reads_the_finished_run(tmp_path: 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from xmr_core.runcache import try_claim
+from xmr_core.runs.cache import try_claim
 run = Path(sys.argv[1])
 claim = try_claim(run)
 print("claimed", flush=True)
@@ -125,7 +125,7 @@ claim.release(finished=True)
 
 TAKER = """
 import json, os, sys, time
-from xmr_core.runcache import try_claim
+from xmr_core.runs.cache import try_claim
 run, go, out = sys.argv[1:4]
 open(out + ".ready", "w").close()
 while not os.path.exists(go):
@@ -160,7 +160,7 @@ def ctx() -> multiprocessing.context.BaseContext:
     """Fresh worker processes forked from a server that has imported torch and xmr_core once (the server
     imports what it can from its own sys.path, which lacks tests/; the worker module itself is light)."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["xmr_core.train", "xmr_core.methods.vse", "xmr_core.evaluate"])
+    context.set_forkserver_preload(["xmr_core.runs.train", "xmr_core.methods.vse", "xmr_core.evaluate"])
     return context
 
 

@@ -1,4 +1,4 @@
-"""`runplan.fit_many` on its executors (serial, a local pool of spawn workers, submitit's local executor, Slurm) and
+"""`runs.plan.fit_many` on its executors (serial, a local pool of spawn workers, submitit's local executor, Slurm) and
 the run plan's trace (`XMR_PLAN`): the same runs, the same weights, wherever they train."""
 
 from __future__ import annotations
@@ -15,14 +15,16 @@ import slurm_cluster
 import torch
 from fixtures.corpora import word_split
 
-from xmr_core import plantrace, runlog
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
-from xmr_core.executors import Executor
+from xmr_core.io import RUN_LOG_ENV
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.runplan import RunRequest, batched, fit_many
-from xmr_core.train import FitResult, TrainConfig, fit, run_key, state_fingerprint
+from xmr_core.runs import log as runlog
+from xmr_core.runs import trace as plantrace
+from xmr_core.runs.executors import Executor
+from xmr_core.runs.plan import batched, fit_many
+from xmr_core.runs.train import FitResult, RunRequest, TrainConfig, fit, run_key, state_fingerprint
 
 TRAIN, VAL = word_split("train", 24, 0), word_split("val", 8, 1)
 VOCAB = Vocabulary.build(TRAIN.captions)
@@ -183,7 +185,7 @@ def test_batched_trains_nothing_serially_and_is_one_stage_in_trace_mode(
 def test_the_run_log_records_the_batch_each_run_was_asked_for_in(cache: Path, executor: Executor, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "notebook.runs.jsonl"
-    monkeypatch.setenv(runlog.RUN_LOG_ENV, str(log))
+    monkeypatch.setenv(RUN_LOG_ENV, str(log))
     names = [r.run_dir.name for r in fit_many(_requests((0, 1)), executor)]
     lone = _requests((2,))[0]
     names.append(fit(lone.model, TRAIN, VAL, lone.cfg, vocab=VOCAB).run_dir.name)

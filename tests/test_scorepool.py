@@ -11,14 +11,14 @@ import pytest
 import torch
 from fixtures.corpora import word_split
 
-from xmr_core import plantrace
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import score_split
-from xmr_core.executors import Executor
 from xmr_core.experiment.scorepool import pooled, score_each
 from xmr_core.methods.vse import VSE, vse0_config
+from xmr_core.runs import trace as plantrace
+from xmr_core.runs.executors import Executor
 
 TEST = word_split("test", 40, 3)
 VOCAB = Vocabulary.build(TEST.captions)

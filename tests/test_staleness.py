@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from xmr_core import book_html, cli, sources, staleness
+from xmr_core import sources
+from xmr_core.book import cli, staleness
+from xmr_core.book import html as book_html
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,7 +140,7 @@ def test_unknown_commits_dirty_trees_and_missing_notebooks_fail(project: Path, m
 
 
 def test_a_result_is_stale_once_a_result_it_read_changes_or_appears(project: Path, monkeypatch, capsys) -> None:
-    """`reads` in a result's provenance (what `results.read_result` recorded: another notebook's file and the
+    """`reads` in a result's provenance (what `book.results.read_result` recorded: another notebook's file and the
     digest of the bytes read, None where it was absent): the result is fresh while every such file is as read,
     and stale, naming the file, once one changes, is removed, or appears where it was absent."""
     upstream = project / "results" / "demo" / "per_seed.csv"
@@ -215,7 +217,7 @@ RESULTS_DIR = "results"
 import pandas as pd
 
 from xmr_core.config import RunConfig
-from xmr_core.results import write_table
+from xmr_core.book.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, RESULTS_DIR=RESULTS_DIR, PROGRESS=False)
 
@@ -228,13 +230,13 @@ write_table(pd.DataFrame({"a": [1.5]}), "demo/written", run=run)
 def test_a_notebook_run_records_what_it_was_computed_from(tmp_path: Path, monkeypatch, capsys) -> None:
     """`xmr book run` of a notebook that writes a table with the real library: the provenance records the
     injected parameters, the digest of the cell that wrote it, the code cells and the imported sources (here
-    a stand-in `xmr_core/results.py` in the project: the static analysis reads the project's files), and the
+    a stand-in `xmr_core/book/results.py` in the project: the static analysis reads the project's files), and the
     check then passes until that file changes."""
-    from xmr_core import book
+    from xmr_core.book import runner as book
 
     (tmp_path / "pyproject.toml").write_text("[project]\nname='demo'\n")
-    (tmp_path / "xmr_core").mkdir()
-    (tmp_path / "xmr_core" / "results.py").write_text("# stand-in\n")
+    (tmp_path / "xmr_core" / "book").mkdir(parents=True)
+    (tmp_path / "xmr_core" / "book" / "results.py").write_text("# stand-in\n")
     (tmp_path / "book" / "01_demo").mkdir(parents=True)
     (tmp_path / "book" / "01_demo" / "train.py").write_text(WRITER)
     summary = book.run_book(["demo"], profile="cpu", params={"RESULTS_DIR": str(tmp_path / "results")},
@@ -246,11 +248,11 @@ def test_a_notebook_run_records_what_it_was_computed_from(tmp_path: Path, monkey
     cells = sources.code_cells(WRITER)
     assert meta["cell"] == sources.digest_bytes(cells[2].encode())  # the third code cell wrote it
     assert meta["notebook_code"] == sources.code_digest(WRITER)
-    assert meta["xmr_core_sources"] == {"xmr_core/results.py": sources.digest_bytes(b"# stand-in\n")}
+    assert meta["xmr_core_sources"] == {"xmr_core/book/results.py": sources.digest_bytes(b"# stand-in\n")}
     assert check(tmp_path, monkeypatch, capsys)[0] == 0
-    (tmp_path / "xmr_core" / "results.py").write_text("# stand-in, edited\n")
+    (tmp_path / "xmr_core" / "book" / "results.py").write_text("# stand-in, edited\n")
     code, out = check(tmp_path, monkeypatch, capsys)
-    assert code == 1 and "changed since: xmr_core/results.py" in out
+    assert code == 1 and "changed since: xmr_core/book/results.py" in out
 
 
 def test_built_pages_mark_stale_results(project: Path) -> None:

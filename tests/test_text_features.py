@@ -35,7 +35,7 @@ from xmr_core.methods.hmrn import hmrn_config
 from xmr_core.methods.hrem import hrem_config
 from xmr_core.methods.registry import create_method
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.train import TrainConfig, fit, run_key
+from xmr_core.runs.train import TrainConfig, fit, run_key
 
 CAPTIONS = ["a large red circle at the top left", "two shapes", "a small blue square next to a green triangle",
             "two shapes"]  # a repeated caption is encoded once

@@ -13,11 +13,11 @@ from fixtures.corpora import word_split
 from xmr_core import losses as L
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.distributed import DistEnv, ShardedSampler
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.train import (
+from xmr_core.runs.distributed import DistEnv, ShardedSampler
+from xmr_core.runs.train import (
     CheckpointError,
     TrainConfig,
     earliest_patience_stop,
@@ -308,7 +308,7 @@ def test_sharded_sampler_splits_the_epoch_order_across_ranks() -> None:
 def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
-    from xmr_core.distributed import cleanup_distributed, init_distributed
+    from xmr_core.runs.distributed import cleanup_distributed, init_distributed
 
     torch.set_num_threads(1)
     init_distributed("cpu")

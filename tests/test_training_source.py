@@ -1,17 +1,18 @@
-"""The training sources the cpu book's runs were trained by: an edit to one (`runlog.is_training`) makes the cached
-and archived runs it computes count as "trained by other code" (`runidentity.code_problem`: every run for a shared
+"""The training sources the cpu book's runs were trained by: an edit to one (`runs.log.is_training`) makes the cached
+and archived runs it computes count as "trained by other code" (`runs.identity.code_problem`: every run for a shared
 file, one method's runs for its own file), which `xmr runs pack` refuses, so such an edit must be a decision (a
 retrain of those runs), never an accident."""
 
 from __future__ import annotations
 
-from xmr_core import runlog
+from xmr_core.runs import log as runlog
 
-# `runlog.source_fingerprint()` of the sources the cpu book is retrained by from an empty cache (begun 2026-11-28, with
-# patience never stopping a run in the first half of its schedule, after the machine that held the runs of the
-# 2026-11-27 retrain was replaced): each run's result.json records it as trained_at.source. Update it only with a
-# retrain of the book on the new sources.
-BOOK_TRAINING_SOURCE = "a7fed0601d9631216961cc025dae8bf1ef474c150a7e0715c93a695f48cb0245"
+# `runs.log.source_fingerprint()` of the sources the cpu book is retrained by: each run's result.json records it as
+# trained_at.source. Update it only with a retrain of the book on the new sources. Last changed by the layout move
+# (issue 75: `train.py` -> `runs/train.py` with `RunRequest` folded in, `distributed.py` -> `runs/distributed.py`, the
+# frozen inputs' run-log writer in `io`, `project_root` in `config`), which renames and edits training sources, so every
+# run counts as other code until the retrain that follows it.
+BOOK_TRAINING_SOURCE = "eb84e695595f7ae90f7239a9f190067705724f2ccc48941247fc18c90e028664"
 
 
 def test_the_training_sources_are_those_the_cpu_book_was_trained_by() -> None:
@@ -19,5 +20,5 @@ def test_the_training_sources_are_those_the_cpu_book_was_trained_by() -> None:
     assert here == BOOK_TRAINING_SOURCE, (
         f"the training sources changed (fingerprint {here[:12]}; the cpu book's runs: {BOOK_TRAINING_SOURCE[:12]}), so "
         "the runs of every method these sources compute count as other code for `xmr runs pack` "
-        "(`runidentity.code_problem`): revert, or retrain those runs on the change (docs/training.md, 'The book's runs, "
+        "(`runs.identity.code_problem`): revert, or retrain those runs on the change (docs/training.md, 'The book's runs, "
         "retrained from an empty cache') and then update this pin")

@@ -31,7 +31,7 @@ from xmr_core.encoders.trunk import (
     trunk_dir,
 )
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.train import TrainConfig, fit
+from xmr_core.runs.train import TrainConfig, fit
 
 SCENES = ScenesConfig(seed=3, n_train=20, n_val=4, n_test=4)
 TINY = TrunkConfig(widths=(8, 16, 32, 64), n_images=120, held_out=20, hidden=32,

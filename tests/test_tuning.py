@@ -1,4 +1,4 @@
-"""`xmr_core.tuning`: the bracketing search, the schedule check and the run record, with scripted validation
+"""`xmr_core.runs.tuning`: the bracketing search, the schedule check and the run record, with scripted validation
 scores and a fake trainer (no training); last, one tiny real run through the chapters' entry points."""
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from xmr_core.experiment.compared import Compared, with_margin
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.training import train_model, tune_methods
 from xmr_core.methods.vse import VSE, vse0_config
-from xmr_core.runplan import RunRequest
-from xmr_core.train import FitResult
-from xmr_core.tuning import (
+from xmr_core.runs.train import FitResult, RunRequest
+from xmr_core.runs.tuning import (
     Axis,
     Search,
     TuningResult,

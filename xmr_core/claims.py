@@ -16,7 +16,7 @@ the mean of, the seeds and test split they came from, whether every run converge
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
-    write_judgements(judgements, chapter, part, run)        -> `<chapter>/judgements_<part>.{csv,md,json}`
+    verdict(held), universal_verdict(verdicts)              -> the verdict of a yes/no check, of "for every model"
 
 Kinds (the effect is oriented so that > 0 favours the claim; `direction` "greater" or "less"):
 
@@ -35,6 +35,9 @@ query). Verdicts: held / did not hold when the interval excludes zero (or the ma
 within noise; not tested, with the reason (a "not tested" judgement without one is refused), when a compared
 run did not converge, collapsed, is missing, the claim needs a data set or profile this run does not have, or
 it `needs` a model or data the book does not build (declared with the claim, naming them).
+
+The science imports nothing of the runs or the book: a chapter writes its judgements through
+`xmr_core.book.results.write_judgements`.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -52,12 +54,27 @@ import torch
 from scipy import stats
 
 from xmr_core.metrics import Relevance, ranking_stats
-from xmr_core.results import write_table
-from xmr_core.verdicts import UNIVERSAL_ORDER, VERDICTS, Verdict, universal_verdict, verdict  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
-    from xmr_core.config import RunConfig
     from xmr_core.data.corpus import Split
+
+# The four verdicts a claim can reach, and the two rules that combine yes/no checks into one.
+Verdict = Literal["held", "did not hold", "within noise", "not tested"]
+VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "within noise", "not tested")
+UNIVERSAL_ORDER: tuple[Verdict, ...] = ("did not hold", "not tested", "within noise", "held")  # first one present wins
+
+
+def verdict(held: bool | None) -> Verdict:
+    """The verdict of a yes/no check; None = not tested on this run."""
+    return "not tested" if held is None else ("held" if held else "did not hold")
+
+
+def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict of "X holds for every model" from the verdict per model: one counterexample refutes it
+    ("did not hold"); else a model not tested leaves it "not tested"; else any within noise makes it "within
+    noise"; else "held"."""
+    return min(verdicts, key=UNIVERSAL_ORDER.index, default=verdict(None))
+
 
 Kind = Literal["superiority", "non-inferiority", "equivalence", "trend", "peak", "universal"]
 KINDS: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence", "trend", "peak", "universal")
@@ -624,7 +641,7 @@ def _effect_cell(j: Judgement) -> str:
 
 
 def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
-    """The judgements in the layout `results.notebook_claims` collects (claim, source, evidence, verdict), for a
+    """The judgements in the layout `book.results.notebook_claims` collects (claim, source, evidence, verdict), for a
     chapter whose claims page is still assembled from per-notebook claim tables."""
     rows = []
     for j in judgements:
@@ -657,10 +674,3 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
     lines += ["", f"Of {len(judgements)} claims on this run (profile `{profile}`, dataset `{dataset}`): {counts}."]
     return "\n".join(lines) + "\n"
 
-
-def write_judgements(judgements: Sequence[Judgement], chapter: str, part: str, run: RunConfig) -> Path:
-    """Write `<results>/<chapter>/judgements_<part>.{csv,md,json}` (`judgements_frame`), which
-    `python -m xmr_core.bench claims` reads."""
-
-    return write_table(judgements_frame(judgements), f"{chapter}/judgements_{part}", run=run, float_digits=2,
-                       caption=f"The claims of `{chapter}` ({part}) judged by `xmr_core.claims.judge`.")

@@ -95,6 +95,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XMR_CACHE", Path.home() / ".cache" / "xmr"))
 
 
+def project_root() -> Path:
+    """The checkout this library runs from: the nearest parent of the cwd (or of this package) with
+    `pyproject.toml` and `xmr_core/`."""
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for folder in (start, *start.parents):
+            if (folder / "pyproject.toml").is_file() and (folder / "xmr_core").is_dir():
+                return folder
+    return Path.cwd()
+
+
 @dataclass
 class RunConfig:
     """What every notebook's parameters cell sets."""

@@ -8,6 +8,11 @@ the next successful write of the same file removes it: a temp file of this host 
 or one of another host (or one named by `tempfile.mkstemp`, as before the owner tag) untouched for
 `FOREIGN_TEMP_AGE_S`. A temp file whose writer still runs is never removed. A staging folder is named the same
 way (`staging_dir`) and removed by the same rule (`remove_stale_temps`) after the next complete write.
+
+JSON-lines files are read whole (`read_json_lines`) and appended to one record per `write` (`append_json_line`:
+processes sharing the file never interleave a line). The run log (`RUN_LOG_ENV`, `xmr_core.runs.log`) is one: the
+frozen inputs whose bytes enter run keys name themselves in it from here (`log_input`), so the data and encoders
+that build them need nothing of the runs layer.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import IO, Any
 
 from xmr_core.liveness import Owner, host_tag, pid_alive
 
+RUN_LOG_ENV = "XMR_RUN_LOG"  # the run log the book runner names for the notebook it executes (`xmr_core.runs.log`)
 FOREIGN_TEMP_AGE_S = 24 * 3600  # another host's temp file older than this is a dead writer's (no write takes a day)
 _TEMP = re.compile(r"(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]+|[a-z0-9_]{8})\.tmp(?:\.bak)?")
 
@@ -126,3 +132,28 @@ def read_json_lines(path: str | Path, is_record: Callable[[Any], bool], what: st
             raise ValueError(f"{path}: line {n} is not {what}: {line[:80]}")
         records.append(record)
     return records
+
+
+def append_json_line(path: str | Path, record: dict[str, Any]) -> None:
+    """Append `record` to the JSON-lines file `path` (created if missing) as one line, with a single `write`, so
+    processes appending to one file never interleave a line."""
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def append_run_log(record: dict[str, Any]) -> None:
+    """Append `record` to the run log `RUN_LOG_ENV` names; nothing outside a book run (unset)."""
+    target = os.environ.get(RUN_LOG_ENV)
+    if target:
+        append_json_line(target, record)
+
+
+def log_input(folder: Path, files: list[str] | None = None) -> None:
+    """Name a frozen input whose bytes enter run keys in the run log (`xmr runs pack` packs it): `files` of
+    `folder`, in the order they are to be restored (a completion marker last), or the whole folder (None: complete
+    as a whole)."""
+    append_run_log({"kind": "input", "dir": str(Path(folder).resolve()), "files": files})

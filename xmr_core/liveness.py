@@ -1,5 +1,5 @@
 """Who owns a file, and whether that owner still runs: the owner of a temp file (`xmr_core.io`) or of a run
-claim (`xmr_core.runcache`).
+claim (`xmr_core.runs.cache`).
 
 An owner is (host, pid, start): `start` is the process's start time in clock ticks since boot (Linux
 `/proc/<pid>/stat`, field 22; "0" where there is no /proc), so a pid reused by a later process is not taken

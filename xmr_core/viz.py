@@ -2,7 +2,7 @@
 caption galleries.
 
 Every function draws on a matplotlib `Axes` (or returns a new `Figure`) and never saves anything:
-chapters save through `xmr_core.results.write_figure`. Gaussians follow the library convention, a pair
+chapters save through `xmr_core.book.results.write_figure`. Gaussians follow the library convention, a pair
 `(mu, logvar)` with `logvar = log sigma^2` per dimension (diagonal covariance).
 """
 

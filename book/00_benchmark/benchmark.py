@@ -54,6 +54,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
+from xmr_core.book.results import write_figure, write_table
 from xmr_core.chapters.benchmark import (
     caption_gallery_figure,
     corpus_images,
@@ -80,7 +81,6 @@ from xmr_core.data.scenes import (
 )
 from xmr_core.data.text import Vocabulary, load_word_vectors
 from xmr_core.encoders.trunk import pretrained_trunk, trunk_config
-from xmr_core.results import write_figure, write_table
 from xmr_core.viz import retrieval_gallery
 
 run = RunConfig.from_params(

@@ -38,6 +38,7 @@ N_SEEDS = 3  # the ablations' seeds, train.py's first three: its PCME / mu-only 
 # %%
 import dataclasses
 
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.chapters.pcme import (
     ablate_judgements,
     ablation_frame,
@@ -48,12 +49,11 @@ from xmr_core.chapters.pcme import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import encoder_configs
 from xmr_core.experiment.training import tuned_model
-from xmr_core.results import write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

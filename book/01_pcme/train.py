@@ -52,6 +52,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # %%
 import matplotlib.pyplot as plt
 
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.pcme import (
     CEILING_RSUM,
@@ -69,14 +70,13 @@ from xmr_core.chapters.pcme import (
 )
 from xmr_core.chapters.summary import ceiling_note, dataset_note, seed_summary, with_ceiling_share, with_paper
 from xmr_core.chapters.views import ceiling_caption, ceiling_rsum
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.scoring import TABLE2_COLUMNS
 from xmr_core.experiment.training import chapter_runs, tune_methods
-from xmr_core.results import write_figure, write_table
-from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
                             RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -118,7 +118,7 @@ split_sizes(data)
 #
 # ### Tuning: one protocol for every method
 #
-# Every method is tuned by the same rule (`xmr_core.tuning`, docs/training.md), judged by validation rSum:
+# Every method is tuned by the same rule (`xmr_core.runs.tuning`, docs/training.md), judged by validation rSum:
 # log-spaced learning rates around the recipe's (step ×2) and values of the method's own main loss weight
 # or margin around its paper's default (margins ×2 up to 2, past which a hinge on cosine scores can no
 # longer vanish; the KL and uniformity weights ×10). The first round trains the default and its four

@@ -38,6 +38,15 @@ FIG5_CLASSES = 6  # classes drawn in Figure 5 (the paper: 9 CUB classes)
 # %%
 import numpy as np
 
+from xmr_core.book.results import (
+    Claim,
+    claims_frame,
+    notebook_claims,
+    write_claims,
+    write_figure,
+    write_judgements,
+    write_table,
+)
 from xmr_core.chapters.pcme import (
     ERASE_RATIOS,
     bin_correlation,
@@ -63,14 +72,13 @@ from xmr_core.chapters.pcme import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note, write_optional_table
-from xmr_core.claims import claim_rows, detect_collapse, write_judgements
+from xmr_core.claims import claim_rows, detect_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import with_pixels
 from xmr_core.evaluate import score_matrix
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import train_model
 from xmr_core.methods.pcme import uncertainty
-from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 from xmr_core.viz import pca_basis
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,

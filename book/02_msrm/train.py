@@ -53,6 +53,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # would resolve them at their observed effect)
 
 # %%
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.msrm import (
     COMPARED,
@@ -75,13 +76,12 @@ from xmr_core.chapters.summary import (
     write_ceiling_table,
     write_optional_table,
 )
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.training import tune_methods
-from xmr_core.results import write_table
-from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -109,7 +109,7 @@ split_sizes(data, all_classes)
 # %% [markdown]
 # ## Tuning: one protocol for every method
 #
-# The PCME chapter's protocol (`xmr_core.tuning`, docs/training.md): the learning rate and the method's main
+# The PCME chapter's protocol (`xmr_core.runs.tuning`, docs/training.md): the learning rate and the method's main
 # weight, log-spaced around their defaults, searched until the choice is bracketed (both neighbours tried
 # and lower) or at a hard bound, then the training length checked; judged by validation rSum on the seen
 # classes. MSRM's main weight is γ of Eq. (12) (the paper's 0.8, step ×2); the other four methods' tuning

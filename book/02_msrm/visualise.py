@@ -37,6 +37,15 @@ N_SEEDS = 5  # train.py's seeds: Figure 3's claim is judged on every one (smoke 
 # %%
 import numpy as np
 
+from xmr_core.book.results import (
+    Claim,
+    claims_frame,
+    notebook_claims,
+    write_claims,
+    write_figure,
+    write_judgements,
+    write_table,
+)
 from xmr_core.chapters.msrm import (
     COMPARED,
     batch_incidence,
@@ -56,11 +65,10 @@ from xmr_core.chapters.msrm import (
 from xmr_core.chapters.pcme import table_views
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note
-from xmr_core.claims import claim_rows, write_judgements
+from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import with_pixels
 from xmr_core.experiment.protocols import chapter_setup
-from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

@@ -64,6 +64,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # would resolve them at their observed effect)
 
 # %%
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     MODELS,
@@ -80,14 +81,13 @@ from xmr_core.chapters.hrem import (
     tune_methods,
 )
 from xmr_core.chapters.summary import ceiling_note, dataset_note, write_ceiling_table
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import query_hits, query_strata
 from xmr_core.experiment.compared import MARGIN
 from xmr_core.experiment.protocols import hrem_setup
 from xmr_core.experiment.recipes import minilm_not_run, pcme_train_config
-from xmr_core.results import write_table
-from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -112,7 +112,7 @@ split_sizes(data)
 # %% [markdown]
 # ## Tuning: one protocol for every model
 #
-# The book's protocol (`xmr_core.tuning`, docs/training.md): the learning rate (around the recipe's, step ×2) and
+# The book's protocol (`xmr_core.runs.tuning`, docs/training.md): the learning rate (around the recipe's, step ×2) and
 # the margin α (around the papers' 0.2, step ×2, at most 2), searched until the choice is bracketed (both
 # neighbours tried and lower) or at a hard bound, then the training length checked; judged by validation rSum.
 # HREM's other hyperparameters stay at the paper's (β 0.8, τ 0.5, λ 1.5, K 10, L 1), which `ablate.py` sweeps

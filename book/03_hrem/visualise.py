@@ -48,6 +48,15 @@ LINK_BATCH = 128  # pairs per batch in Figure 3's measurement (the cpu training 
 import matplotlib.pyplot as plt
 import numpy as np
 
+from xmr_core.book.results import (
+    Claim,
+    claims_frame,
+    notebook_claims,
+    write_claims,
+    write_figure,
+    write_judgements,
+    write_table,
+)
 from xmr_core.chapters.hrem import (
     MODELS,
     association_figure,
@@ -65,18 +74,10 @@ from xmr_core.chapters.hrem import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import write_optional_figure
-from xmr_core.claims import claim_rows, write_judgements
+from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import with_pixels
 from xmr_core.experiment.protocols import hrem_setup
-from xmr_core.results import (
-    Claim,
-    claims_frame,
-    notebook_claims,
-    write_claims,
-    write_figure,
-    write_table,
-)
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

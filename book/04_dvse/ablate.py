@@ -45,6 +45,7 @@ N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 # %%
 import matplotlib.pyplot as plt
 
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
     COMPARED,
@@ -63,11 +64,10 @@ from xmr_core.chapters.dvse import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.views import missing_views
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig, budget
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
-from xmr_core.results import write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

@@ -61,6 +61,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 import matplotlib.pyplot as plt
 
 from xmr_core.bench.rerank import main as rerank_benchmark
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.dvse import (
     CEILING_RSUM,
@@ -94,14 +95,13 @@ from xmr_core.chapters.summary import (
     write_ceiling_table,
 )
 from xmr_core.chapters.views import missing_views
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import coco1k_missing
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.training import tune_methods
-from xmr_core.results import write_figure, write_table
-from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -126,7 +126,7 @@ split_sizes(data)
 # %% [markdown]
 # ## Tuning: one protocol for every method
 #
-# The PCME chapter's protocol (`xmr_core.tuning`, docs/training.md): the learning rate and the method's main
+# The PCME chapter's protocol (`xmr_core.runs.tuning`, docs/training.md): the learning rate and the method's main
 # weight, log-spaced around their defaults, searched until the choice is bracketed (both neighbours tried and
 # lower) or at a hard bound, then the training length checked; judged by validation rSum on the seen classes.
 # DVSE's main weight is the margin α of its hinge (Eq. 10; the paper's 0.2, step ×2, at most 2), as for VSE0

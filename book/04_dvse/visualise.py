@@ -51,6 +51,15 @@ N_HEAT = 4  # images in Figure 10
 import matplotlib.pyplot as plt
 import numpy as np
 
+from xmr_core.book.results import (
+    Claim,
+    claims_frame,
+    notebook_claims,
+    write_claims,
+    write_figure,
+    write_judgements,
+    write_table,
+)
 from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
     COMPARED,
@@ -72,12 +81,11 @@ from xmr_core.chapters.dvse import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.views import missing_views
-from xmr_core.claims import claim_rows, write_judgements
+from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.datasets import with_pixels
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
-from xmr_core.results import Claim, claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

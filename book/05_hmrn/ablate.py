@@ -58,6 +58,7 @@ N_SEEDS = 3
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from xmr_core.book.results import read_table, write_figure, write_judgements, write_table
 from xmr_core.chapters.hmrn import (
     ABLATION_SEEDS,
     BIGRU,
@@ -102,11 +103,10 @@ from xmr_core.chapters.hmrn import (
     write_minilm_tuning,
 )
 from xmr_core.chapters.recorded import recorded_tuning
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.recipes import MINILM_FINETUNED, MINILM_FROZEN, minilm_not_run
-from xmr_core.results import read_table, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

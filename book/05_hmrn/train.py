@@ -81,6 +81,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 
 # %%
 
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
     ENSEMBLE,
@@ -109,13 +110,12 @@ from xmr_core.chapters.hmrn import (
     write_tables,
 )
 from xmr_core.chapters.summary import dataset_note
-from xmr_core.claims import claim_rows, judgements_frame, write_judgements
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.compared import MARGIN
 from xmr_core.experiment.recipes import pcme_train_config
-from xmr_core.results import write_table
-from xmr_core.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
@@ -145,7 +145,7 @@ split_sizes(data)
 # %% [markdown]
 # ## Tuning: one protocol for every trained model
 #
-# The book's protocol (`xmr_core.tuning`, docs/training.md): the learning rate and the model's weight, log-spaced
+# The book's protocol (`xmr_core.runs.tuning`, docs/training.md): the learning rate and the model's weight, log-spaced
 # around their defaults, searched until the choice is bracketed (both neighbours tried and lower) or at a hard
 # bound, then the training length checked; every model's runs of a round are asked for together. Judged by
 # the validation Avg. R@Sum (HMRN, R-RE, R-HRE, Drill-down: the mean over rounds of R@1 + R@5 + R@10 of the query

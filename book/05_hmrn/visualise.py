@@ -42,6 +42,7 @@ TOP_K = 5  # images shown per round
 import matplotlib.pyplot as plt
 import numpy as np
 
+from xmr_core.book.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
     IT,
@@ -62,7 +63,6 @@ from xmr_core.chapters.hmrn import (
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
-from xmr_core.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

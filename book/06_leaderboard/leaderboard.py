@@ -51,6 +51,7 @@ N_SEEDS = 3  # seeds of every model (cpu / paper); smoke uses 1
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from xmr_core.book.results import write_figure, write_judgements, write_table, write_text
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
@@ -63,11 +64,10 @@ from xmr_core.chapters.leaderboard import (
 )
 from xmr_core.chapters.summary import ceiling_frame, dataset_note, write_optional_table
 from xmr_core.chapters.views import ceiling_rsum, missing_views, no_ceiling
-from xmr_core.claims import judgements_frame, render_claims, write_judgements
+from xmr_core.claims import judgements_frame, render_claims
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import query_strata
-from xmr_core.results import write_figure, write_table, write_text
-from xmr_core.tuning import SUMMARY_CAPTION, tuning_frame, tuning_summary
+from xmr_core.runs.tuning import SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xmr_core.staleness import git
+from xmr_core.book.staleness import git
 
 
 def committed_text(results: Path, rev: str, rel: str) -> str:

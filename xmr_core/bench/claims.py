@@ -2,7 +2,7 @@
 
 For every chapter with a claims page (`results/<chapter>/claims.md`): its declared claims (`CLAIMS`, a list of
 `xmr_core.claims.ClaimSpec` in `xmr_core/chapters/<chapter>.py`), each put through `claims.can_fail`, and its
-judged claims (`results/<chapter>/judgements_*.csv`, written by `claims.write_judgements`): per kind how many
+judged claims (`results/<chapter>/judgements_*.csv`, written by `book.results.write_judgements`): per kind how many
 verdicts of each sort, how many were paired, the median interval width, and any verdict other than "not tested"
 resting on a run that did not converge or collapsed. A chapter that declares no claims yet is reported as not
 migrated, with the number of claims its committed claims.md judged by the old rule; one whose claims.md has more
@@ -38,8 +38,8 @@ import pandas as pd
 from scipy import stats
 
 from xmr_core.bench._committed import committed_text
+from xmr_core.book.diff import committed_files, table_cells
 from xmr_core.claims import CONFIDENCE, VERDICTS, ClaimSpec, can_fail
-from xmr_core.results_diff import committed_files, table_cells
 
 OLD_ROW = re.compile(r"^\| \d+ \|")
 BOLD = re.compile(r"\*\*(.+?)\*\*")

@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from xmr_core import book
+from xmr_core.book import runner as book
 
 
 def main(argv: list[str]) -> None:

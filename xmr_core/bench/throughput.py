@@ -32,7 +32,7 @@ differently with another thread count, so `old-serial` (all cores) learns other 
 validation rSum after one epoch 52.19 with 2 threads, 47.03 with 1): the thread count is part of the run key.
 
 `train_plan(specs, jobs, root)` trains into fresh run directories (never the run cache), for timing; the book's
-runs are spread over workers by `xmr_core.runplan.fit_many` and its executors (`xmr_core.executors`).
+runs are spread over workers by `xmr_core.runs.plan.fit_many` and its executors (`xmr_core.runs.executors`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
 
 def train_run(spec: RunSpec, run_dir: Path) -> RunOutcome:
     """Train `spec` into `run_dir` with its batch builder (`datasets.BATCHES`, restored after)."""
-    from xmr_core.train import fit, state_fingerprint
+    from xmr_core.runs.train import fit, state_fingerprint
 
     before = datasets.BATCHES
     datasets.BATCHES = spec.batches

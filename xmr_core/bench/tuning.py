@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xmr_core.tuning import RUN_COLUMNS, tuning_summary, unbracketed
+from xmr_core.runs.tuning import RUN_COLUMNS, tuning_summary, unbracketed
 
 
 def main(argv: list[str]) -> None:
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> None:
             raise SystemExit(f"{path}: not found; run `xmr book run {path.parent.name}` first")
         frame = pd.read_csv(path)
         if any(c not in frame.columns for c in RUN_COLUMNS):
-            print(f"== {path.parent.name}\n{path}: old format (before the bracketing protocol of xmr_core.tuning: "
+            print(f"== {path.parent.name}\n{path}: old format (before the bracketing protocol of xmr_core.runs.tuning: "
                   f"no lattice columns), so no setting in it counts as bracketed; retrain the chapter")
             old += 1
             continue

@@ -3,7 +3,7 @@ benchmark is: its splits, captions and language, its exact relevance, its region
 variant, and its round trip through the real data formats.
 
 Every function reads a generated corpus (`data.scenes.load_scenes`) or one of its splits; the figures are returned,
-never saved (the notebook writes them through `results.write_figure`).
+never saved (the notebook writes them through `book.results.write_figure`).
 """
 
 from __future__ import annotations

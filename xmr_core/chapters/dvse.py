@@ -7,7 +7,7 @@ re-implementation from the paper's text, and its docstring lists every choice th
 Compared models. VSE0, PVSE (K = 1, 2, 4, hardest negatives), PCME mu-only and PCME are the PCME chapter's
 (`xmr_core.experiment.compared.BASELINES`): the same builders, recipe and tuning budget, so their runs have the same
 run keys and are loaded from the cache. DVSE (K = 6, the paper's COCO / Flickr30K value; hardest negatives with
-the library's from-scratch recipe, as PVSE) is tuned by the same protocol (`xmr_core.tuning`): the
+the library's from-scratch recipe, as PVSE) is tuned by the same protocol (`xmr_core.runs.tuning`): the
 learning rate and its main weight, searched until the choice is bracketed or at a hard bound. That weight is the
 hinge margin alpha of Eq. (10) (the paper's 0.2, step ×2, at most 2), as for VSE0 and PVSE, the other hinge losses
 of the book; beta and eta stay at the paper's 0.4 and 0.6 and are swept in Figures 8 and 9. "DVSE + FR" is
@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
 from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
@@ -100,11 +101,9 @@ from xmr_core.grounding import sub_embedding_grounding
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config
 from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats
-from xmr_core.results import write_figure, write_table
-from xmr_core.runrequest import RunRequest
+from xmr_core.runs.train import FitResult, RunRequest
+from xmr_core.runs.tuning import TuningResult
 from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
-from xmr_core.train import FitResult
-from xmr_core.tuning import TuningResult
 from xmr_core.viz import attention_heat, caption_gallery, heatmap, retrieval_gallery, sweep_grid
 
 COMPARED: dict[str, Compared] = {**BASELINES, "DVSE": DVSE_COMPARED}

@@ -23,7 +23,7 @@ fewer pairs a step, 4× fewer a epoch) and the first images of each split (`SUBS
 training images, 128 of 1,000 validation images scored every epoch, 500 of 1,000 test images for the tables.
 smoke and paper use the whole splits and the recipe's batch.
 
-Compared models, each tuned by the one protocol on the validation split (`xmr_core.tuning`, through
+Compared models, each tuned by the one protocol on the validation split (`xmr_core.runs.tuning`, through
 `training.tuning_methods`, every model's runs of a round in one `fit_many` call): the learning rate and the model's
 weight around their defaults, extended until the choice is bracketed or at a hard bound, then the training length
 checked. HMRN I-T and HMRN T-I are tuned on the InfoNCE scale τ (`TAU`: the paper's 40, step ×2), the temperature
@@ -63,6 +63,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
+from xmr_core.book.results import paper_values, write_figure, write_table
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
 from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
@@ -105,10 +106,8 @@ from xmr_core.methods.drilldown import DrillDown, DrillDownConfig
 from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config, text_image_weights
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
-from xmr_core.results import paper_values, write_figure, write_table
-from xmr_core.runrequest import RunRequest
-from xmr_core.train import FitResult, TrainConfig
-from xmr_core.tuning import Axis, TuningResult, tune_many, tuning_frame
+from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
+from xmr_core.runs.tuning import Axis, TuningResult, tune_many, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, retrieval_gallery, sweep_grid
 
 ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)  # `_cpu_eval_copy` returns what it is given

@@ -13,7 +13,7 @@ about 15 minutes an epoch on 2 cores: a deviation from the paper, which fine-tun
 dropout is then done on the features (`FEATURE_TRAIN_OVERRIDES`, `FeatureTextEncoderConfig.token_dropout`). The
 smoke tables carry the paper's BERT rows with ours marked "not run on smoke".
 
-Compared models, each tuned by the one protocol (`xmr_core.tuning`, through `training.tune_methods`): the learning
+Compared models, each tuned by the one protocol (`xmr_core.runs.tuning`, through `training.tune_methods`): the learning
 rate and the margin α around their defaults (the recipe's lr; the papers' α 0.2, step ×2, at most 2), extended
 until the choice is bracketed or at a hard bound, then the training length checked. The margin is every model's
 tuned weight: all four train a triplet / hinge loss with
@@ -96,9 +96,8 @@ from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig
 from xmr_core.methods.scan import SCAN, scan_config
 from xmr_core.metrics import ranking_stats
-from xmr_core.runrequest import RunRequest
-from xmr_core.train import FitResult
-from xmr_core.tuning import TuningResult, tuning_frame
+from xmr_core.runs.train import FitResult, RunRequest
+from xmr_core.runs.tuning import TuningResult, tuning_frame
 from xmr_core.viz import attention_heat, heatmap, image_grid, sweep_grid
 
 MODELS = ["VSE++", "GPO", "HREM standalone", "HREM fusion"]  # trained, tuned, every seed

@@ -72,10 +72,9 @@ from xmr_core.experiment.recipes import region_encoders
 from xmr_core.experiment.training import request_model, train_many
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
-from xmr_core.runrequest import RunRequest
+from xmr_core.runs.train import FitResult, RunRequest
+from xmr_core.runs.tuning import TuningResult
 from xmr_core.similarity import FastReranker
-from xmr_core.train import FitResult
-from xmr_core.tuning import TuningResult
 from xmr_core.viz import heatmap
 
 # Every compared model of the book's chapters, in book order: (chapter, method, K). A new chapter adds its rows.

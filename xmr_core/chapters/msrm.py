@@ -7,7 +7,7 @@ paper's text, and its docstring lists every choice the paper leaves open.
 Compared models. VSE0, PVSE (K = 1, 2, 4, hardest negatives), PCME mu-only and PCME are the PCME chapter's
 (`xmr_core.experiment.compared.BASELINES`): the same builders, training recipe and tuning budget, so on the same data
 their runs have the same run keys and are loaded from the cache, never retrained. MSRM is tuned by the same
-protocol (`xmr_core.tuning`): the learning rate and its main loss weight, searched until the choice is
+protocol (`xmr_core.runs.tuning`): the learning rate and its main loss weight, searched until the choice is
 bracketed or at a hard bound. Its main weight is gamma of Eq. (12), L = gamma L_d + L_h, around the paper's
 0.8 (step ×2; Figure 4 sweeps 0.5 to 2). gamma was chosen over
 the Eq. (8) form or Eq. (10)'s last sigmoid because it is a continuous loss weight like every other method's
@@ -79,10 +79,9 @@ from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
 from xmr_core.metrics import ranking_stats
-from xmr_core.runplan import batched
-from xmr_core.runrequest import RunRequest
-from xmr_core.train import FitResult
-from xmr_core.tuning import TuningResult
+from xmr_core.runs.plan import batched
+from xmr_core.runs.train import FitResult, RunRequest
+from xmr_core.runs.tuning import TuningResult
 from xmr_core.viz import heatmap, sweep_grid
 
 COMPARED: dict[str, Compared] = {**BASELINES, "MSRM": MSRM_COMPARED}
@@ -528,7 +527,7 @@ def ablation_run(request: RunRequest, seed: int, data: ChapterData, run: RunConf
 
 def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: ChapterData,
                 tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> AblationRuns:
-    """Every Table 4 variant at every seed (`ablation_run`; one batch, `runplan.batched`). Columns: model, seed,
+    """Every Table 4 variant at every seed (`ablation_run`; one batch, `runs.plan.batched`). Columns: model, seed,
     converged, best epoch, stopped, stop message, collapse and `TABLE4_COLUMNS`; per-query values keyed by (model,
     seed)."""
     rows, queries = [], {}
@@ -573,7 +572,7 @@ def sweep_label(parameter: str, value: float) -> str:
 def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], data: ChapterData,
                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> AblationRuns:
     """Every sweep setting at every seed of `seeds` (claims compare the points of the sweeps, each needing its seed
-    noise; `ablation_run`, one batch, `runplan.batched`). Columns: parameter, value, seed, converged, stopped,
+    noise; `ablation_run`, one batch, `runs.plan.batched`). Columns: parameter, value, seed, converged, stopped,
     cached, collapse and `TABLE4_COLUMNS`; per-query values keyed by (`sweep_label`, seed)."""
     rows, queries = [], {}
     runs = [(setting, s) for setting in settings for s in seeds]

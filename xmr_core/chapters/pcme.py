@@ -2,7 +2,7 @@
 `ablate.py` and `visualise.py` load the same cached runs).
 
 The compared models are the book's baselines (`xmr_core.experiment.compared.BASELINES`), tuned and trained as
-every chapter does (`xmr_core.experiment.training`): the one protocol of `xmr_core.tuning` on the seen-class
+every chapter does (`xmr_core.experiment.training`): the one protocol of `xmr_core.runs.tuning` on the seen-class
 validation split, the learning rate and the method's own main loss weight or margin, log-spaced around their
 defaults and searched until the choice is bracketed or at a hard bound, then the training length checked. The
 weights (`xmr_core.experiment.compared`):
@@ -36,6 +36,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from xmr_core.book.results import paper_values, write_figure
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import (
     ceiling_share,
@@ -80,10 +81,8 @@ from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
-from xmr_core.results import paper_values, write_figure
-from xmr_core.runrequest import RunRequest
-from xmr_core.train import FitResult
-from xmr_core.tuning import TuningResult
+from xmr_core.runs.train import FitResult, RunRequest
+from xmr_core.runs.tuning import TuningResult
 from xmr_core.viz import confidence_ellipses, pca_basis, project_gaussians, retrieval_gallery
 
 COMPARED = BASELINES  # the chapter's compared methods: the book's baselines (`experiment.compared`)

@@ -1,9 +1,9 @@
 """Each method's tuned setting as its chapter's `train.py` recorded it, read back from the tuning table.
 
-`train.py` of a chapter tunes its compared methods by the one protocol (`xmr_core.tuning`) and writes every run of
+`train.py` of a chapter tunes its compared methods by the one protocol (`xmr_core.runs.tuning`) and writes every run of
 the search to `<chapter>/tuning` (`tuning.tuning_frame`: one row per run, `chosen` marking the setting and schedule
 every seed is trained with). The chapter's `ablate.py` and `visualise.py`, and the leaderboard, start from those
-choices: `recorded_tuning` reads the table (through `results.read_table`, so the read is in the reader's
+choices: `recorded_tuning` reads the table (through `book.results.read_table`, so the read is in the reader's
 provenance and `xmr book run` re-executes the reader when the table changes) and gives one `TuningResult` per
 method, the chosen learning rate, weight and epochs as written (the table's floats round-trip exactly: they are
 the lattice values `tuning.Axis` rounds to 12 digits, written in their shortest form) and the method's rows.
@@ -20,10 +20,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from xmr_core.book.results import read_table, results_root
 from xmr_core.config import RunConfig
-from xmr_core.plantrace import mark_provisional, tracing
-from xmr_core.results import read_table, results_root
-from xmr_core.tuning import TuningResult
+from xmr_core.runs.trace import mark_provisional, tracing
+from xmr_core.runs.tuning import TuningResult
 
 PLANNED = "planned"  # `FitResult.stopped` of a run listed in trace mode, not trained
 COLUMNS = ("method", "lr", "weight", "value", "epochs", "chosen")

@@ -37,8 +37,7 @@ from xmr_core.config import cache_dir, check_profile, recipe
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.regions import RegionConfig, add_regions
-from xmr_core.io import atomic_write, atomic_write_text
-from xmr_core.runlog import log_input
+from xmr_core.io import atomic_write, atomic_write_text, log_input
 
 GENERATOR_VERSION = 2  # bump when the generated data change for the same config
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -556,7 +555,7 @@ def load_scenes(
         pretraining_set = lambda n: generate_pretraining_set(cfg, n)
         meta["regions"] = add_regions(splits, root / f"regions-{rcfg.key()}", rcfg, cfg.seed, pretraining_set,
                                       progress)
-        log_input(root / f"regions-{rcfg.key()}")  # its features enter the run keys (`xmr_core.runlog`)
+        log_input(root / f"regions-{rcfg.key()}")  # its features enter the run keys (`xmr_core.runs.log`)
     split_classes = class_split(cfg.seed)
     names = class_names()
     return Corpus(

@@ -35,7 +35,7 @@ from xmr_core.encoders.token_cache import (
     save_token_features,
     vocabulary_digest,
 )
-from xmr_core.runlog import log_input
+from xmr_core.io import log_input
 
 # What a run on cached features changes in a chapter's recipe: the cache holds each caption as written, so the data's
 # word dropout is off (a dropped caption is not in the cache); `FeatureTextEncoderConfig.token_dropout` drops tokens

@@ -37,8 +37,7 @@ from xmr_core.data.scenes import GENERATOR_VERSION, Layout, ScenesConfig, genera
 from xmr_core.encoders.attributes import AttributeTraining, fit_attribute_classifier
 from xmr_core.encoders.image import GridHead, ResNetEncoder, conv_trunk, grid_side, grid_to_sequence
 from xmr_core.encoders.trunk_cache import load_trunk_state, trunk_dir
-from xmr_core.io import atomic_write, atomic_write_text
-from xmr_core.runlog import log_input
+from xmr_core.io import atomic_write, atomic_write_text, log_input
 
 TRUNK_VERSION = 1  # bump when pretraining changes for the same config
 ATTRIBUTES: tuple[str, ...] = ("shape", "colour", "size")
@@ -148,7 +147,7 @@ def pretrained_trunk(scenes: ScenesConfig, cfg: TrunkConfig | None = None, progr
         net.load_state_dict(state)
         atomic_write(root / "trunk.pt", lambda fh: torch.save(net.state_dict(), fh))
         atomic_write_text(done, json.dumps(meta, indent=1))  # written last: marks the cache complete
-    log_input(root, ["trunk.pt", "meta.json"])  # its features enter the run keys (`xmr_core.runlog`)
+    log_input(root, ["trunk.pt", "meta.json"])  # its features enter the run keys (`xmr_core.runs.log`)
     net.eval()
     for p in net.parameters():
         p.requires_grad_(False)

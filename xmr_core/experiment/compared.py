@@ -1,6 +1,6 @@
 """The compared methods of the book: each method's tuned weight (its axis: name, paper default, step, hard bounds)
 and how to build it, in one registry every chapter and the leaderboard read (`book_compared`). Every method is
-tuned by the one protocol of `xmr_core.tuning` (`training.tune_methods`), its weight axis declared here:
+tuned by the one protocol of `xmr_core.runs.tuning` (`training.tune_methods`), its weight axis declared here:
 
 - The baselines (`BASELINES`: VSE0, PVSE, PCME μ-only, PCME), the PCME chapter's models, which every later
   zero-shot chapter compares against. VSE0 and PVSE are tuned on the hinge margin α (`MARGIN`: the papers' 0.2,
@@ -32,7 +32,7 @@ from xmr_core.methods.msrm import MSRM, msrm_config
 from xmr_core.methods.pcme import PCME, pcme_config
 from xmr_core.methods.pvse import PVSE, pvse_config
 from xmr_core.methods.vse import VSE, vse0_config, vse_pp_config
-from xmr_core.tuning import MAX_RUNS, Axis
+from xmr_core.runs.tuning import MAX_RUNS, Axis
 
 MARGIN_BOUND = 2.0  # cosine scores: s(i, t) - s(i, t') <= 2, so at a margin >= 2 the hinge can no longer vanish
 MARGIN = Axis("margin", 0.2, 2.0, high=MARGIN_BOUND)  # every hinge margin α: the papers' 0.2, step x2

@@ -16,7 +16,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
 from xmr_core.encoders.text_features import token_features
 from xmr_core.encoders.trunk import PretrainedTrunk
-from xmr_core.train import TrainConfig
+from xmr_core.runs.train import TrainConfig
 
 PretrainedText = BertEncoderConfig | FeatureTextEncoderConfig
 LOADER_WORKERS = min(8, os.cpu_count() or 1)  # data-loader processes of a paper-profile run on CUDA

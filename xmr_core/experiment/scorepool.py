@@ -1,8 +1,8 @@
 """Test-set scoring of a batch of trained models, side by side on the local workers.
 
-A chapter trains a batch of runs on N workers (`XMR_JOBS`, `xmr_core.executors`) and then scores every trained
+A chapter trains a batch of runs on N workers (`XMR_JOBS`, `xmr_core.runs.executors`) and then scores every trained
 model on its test split. In the notebook's kernel that scoring is serial, on the kernel's torch threads
-(`book.kernel_threads`, one), while the workers idle: measured on the HMRN chapter's ablations, the workers
+(`book.runner.kernel_threads`, one), while the workers idle: measured on the HMRN chapter's ablations, the workers
 trained during 38 % of two cores' time, and 2,251 s of its tables' time was scoring on one core.
 
 `score_each(fn, models, *args)` returns `[fn(model, *args) for model in models]`, computed on a local pool of
@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from xmr_core import plantrace
-from xmr_core.executors import Executor, spawn_pool
+from xmr_core.runs import trace as plantrace
+from xmr_core.runs.executors import Executor, spawn_pool
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ def _score_pickled(payload: bytes) -> bytes:
 
 def pooled(executor: Executor, models: Sequence[torch.nn.Module]) -> bool:
     """Whether `score_each` scores `models` on workers: a local pool of more than one job, more than one model, every
-    parameter on the CPU, and not in trace mode (`xmr_core.plantrace`)."""
+    parameter on the CPU, and not in trace mode (`xmr_core.runs.trace`)."""
     return (executor.kind == "local" and (executor.jobs or 1) > 1 and len(models) > 1 and not plantrace.tracing()
             and all(p.device.type == "cpu" for model in models for p in model.parameters()))
 

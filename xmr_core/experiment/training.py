@@ -1,9 +1,9 @@
 """Tuning and training the compared methods (`compared`) the same way in every chapter: the recipe at a learning
 rate (`train_config`), the tuning budget (`tune_methods`), one model at its tuned setting (`train_built`,
 `train_model`), a batch of independent runs trained side by side (`request_built` / `request_model`, then
-`train_many`: `runplan.fit_many` on the workers `XMR_JOBS` names) and the training table's row (`fit_row`).
+`train_many`: `runs.plan.fit_many` on the workers `XMR_JOBS` names) and the training table's row (`fit_row`).
 
-Every compared method is tuned by the same protocol on the validation split (`xmr_core.tuning`): log-spaced
+Every compared method is tuned by the same protocol on the validation split (`xmr_core.runs.tuning`): log-spaced
 learning rates around the recipe's (step `tuning.LR_STEP`) and values of its own main loss weight or margin around
 its paper's (its `Compared.weight` axis), extended until the chosen setting is bracketed or at a hard bound, then
 the training length checked; smoke trains one setting per method (the defaults: every code path, seconds). The
@@ -24,10 +24,9 @@ from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.runplan import fit_many
-from xmr_core.runrequest import RunRequest
-from xmr_core.train import FitResult, TrainConfig
-from xmr_core.tuning import FIRST_ROUND, LR_STEP, Axis, Method, Search, TuningResult, tune_many
+from xmr_core.runs.plan import fit_many
+from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
+from xmr_core.runs.tuning import FIRST_ROUND, LR_STEP, Axis, Method, Search, TuningResult, tune_many
 
 
 def train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
@@ -86,7 +85,7 @@ def request_built(build: Callable[[], RetrievalModel], tuning: TuningResult, dat
 
 
 def train_many(requests: Sequence[RunRequest], run: RunConfig) -> list[tuple[RetrievalModel, FitResult]]:
-    """Train (or load from the run cache) a batch of independent runs (`runplan.fit_many`: side by side on the
+    """Train (or load from the run cache) a batch of independent runs (`runs.plan.fit_many`: side by side on the
     workers `XMR_JOBS` / `XMR_EXECUTOR` name); per request, in order, its model (best weights, eval mode, on
     `run.torch_device`) and its fit. Every chapter trains through here, so the same model, recipe and seed give
     the same run key (the tuning run at the chosen setting is the seed's run)."""

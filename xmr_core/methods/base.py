@@ -1,4 +1,4 @@
-"""The model contract every method implements; `xmr_core.train.fit` and `xmr_core.evaluate` rely on it.
+"""The model contract every method implements; `xmr_core.runs.train.fit` and `xmr_core.evaluate` rely on it.
 
 A method is an `nn.Module` with a dataclass `config` and
 

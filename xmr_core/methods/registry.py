@@ -2,7 +2,7 @@
 open_clip's factories. A method file registers its model class and its config class with
 `@register_method`; `list_methods()` names them all.
 
-The method modules are imported on the first look-up (not at package import), so `xmr_core.train`, which
+The method modules are imported on the first look-up (not at package import), so `xmr_core.runs.train`, which
 the method modules' users import, never imports a method module back.
 """
 

@@ -1,10 +1,10 @@
 """`xmr`: the command line. `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...]`,
 `xmr book plan [CHAPTER ...] [--profile P]` (every training run the notebooks ask for, by
-stage, with its cost: `xmr_core.bookplan`), `xmr book run ... --jobs N` (batches of runs on N workers),
+stage, with its cost: `xmr_core.book.plan`), `xmr book run ... --jobs N` (batches of runs on N workers),
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
 `xmr results check [--results DIR]` (the results whose inputs changed since they were written);
 `xmr runs pack --profile P [-o FILE]`, `xmr runs unpack ARCHIVE`, `xmr runs ls [--profile P]` (the run archive:
-`xmr_core.runarchive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
+`xmr_core.runs.archive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
 results written)."""
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 def results_check(folder: str) -> int:
     from pathlib import Path
 
-    from xmr_core.results import project_root
-    from xmr_core.staleness import check_results, print_report
+    from xmr_core.book.staleness import check_results, print_report
+    from xmr_core.config import project_root
 
     root = project_root()
     path = Path(folder) if Path(folder).is_absolute() else root / folder
@@ -94,8 +94,8 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
     import re
     from pathlib import Path, PurePosixPath
 
-    from xmr_core import results_diff as diff
-    from xmr_core.results import project_root
+    from xmr_core.book import diff
+    from xmr_core.config import project_root
 
     root = project_root()
     results = Path(folder) if Path(folder).is_absolute() else root / folder
@@ -116,12 +116,14 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
 
 
 def runs_main(args: argparse.Namespace) -> int:
-    from xmr_core import book, bookplan, runarchive
+    from xmr_core.book import plan as bookplan
+    from xmr_core.book import runner
+    from xmr_core.runs import archive as runarchive
 
     if args.action == "train":
         if args.jobs < 1:
             raise SystemExit(f"xmr runs train: --jobs must be >= 1, got {args.jobs}")
-        params = {name: book.parse_value(value) for name, value in args.parameter}
+        params = {name: runner.parse_value(value) for name, value in args.parameter}
         return 0 if bookplan.train_runs(args.chapters, args.profile, args.jobs, params) else 1
     try:
         if args.action == "pack":
@@ -138,7 +140,7 @@ def runs_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xmr_core import book
+    from xmr_core.book import runner
 
     args = build_parser().parse_args(argv)
     if args.command == "results":
@@ -148,21 +150,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "runs":
         return runs_main(args)
     if args.action == "list":
-        book.list_book()
+        runner.list_book()
         return 0
     if args.action == "build":
-        from xmr_core import book_html
+        from xmr_core.book import html as book_html
 
         book_html.build_html(args.profile, quiet=not args.verbose)
         return 0
-    params = {name: book.parse_value(value) for name, value in args.parameter}
+    params = {name: runner.parse_value(value) for name, value in args.parameter}
     if args.action == "plan":
-        from xmr_core import bookplan
+        from xmr_core.book import plan as bookplan
 
         plan = bookplan.plan_book(args.chapters, profile=args.profile, params=params)
         plan.print(sorted({1, 2, args.jobs, os.cpu_count() or 1}))
         return 1 if plan.failed else 0
-    summary = book.run_book(args.chapters, profile=args.profile, params=params, force=args.force, jobs=args.jobs)
+    summary = runner.run_book(args.chapters, profile=args.profile, params=params, force=args.force, jobs=args.jobs)
     return 0 if summary.ok else 1
 
 

@@ -1,7 +1,7 @@
 """`xmr results check`: which committed results were computed from inputs that have changed since.
 
 A result's inputs are its notebook's code cells, the `xmr_core` files the notebook imports
-(`xmr_core.sources`) and the results of other notebooks it read (`reads`, `results.read_result`: each file's
+(`xmr_core.sources`) and the results of other notebooks it read (`reads`, `book.results.read_result`: each file's
 digest as read, None where it was absent; compared with the file now, `changed_reads`). A result whose
 provenance records their digests (`xmr_core_sources`,
 `notebook_code`) is compared with the working tree directly, with no git needed. An older result records

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from xmr_core.staleness import git
+from xmr_core.book.staleness import git
 
 EXECUTION_COLUMNS = ("cached", "wall s", "written (UTC)")
 EXECUTION_META = ("wall_s", "created_utc", "git_commit", "xmr_version", "python", "torch", "numpy", "torch_threads",

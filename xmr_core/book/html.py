@@ -3,7 +3,7 @@ the notebooks' sources and the committed results.
 
 Nothing is executed. The pages are, in book order (the runner's chapter and notebook order), every notebook
 of the book: its executed copy under `book/_build/<profile>/<chapter>/` when there is one, else its
-py:percent source with the results it wrote placed after the cells that wrote them (`book_static`); then
+py:percent source with the results it wrote placed after the cells that wrote them (`book.static`); then
 each chapter's `claims.md`, and a results page that lists every table and figure of the profile's results
 folder (`results/`, or `book/_build/smoke/results` for `smoke`) with its provenance, read from the `.json`
 beside it. Results that `xmr results check` finds stale are marked as such on every page.
@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr_core.book import SMOKE_RESULTS_DIR, Notebook, chapters
-from xmr_core.book_static import provenance_line, stale_note, static_notebook
-from xmr_core.config import check_profile
-from xmr_core.results import project_root
-from xmr_core.staleness import Verdict, check_results, result_metas
+from xmr_core.book.runner import SMOKE_RESULTS_DIR, Notebook, chapters
+from xmr_core.book.staleness import Verdict, check_results, result_metas
+from xmr_core.book.static import provenance_line, stale_note, static_notebook
+from xmr_core.config import check_profile, project_root
 
 SOURCE_DIR = "_html_src"
 HTML_DIR = "html"

@@ -7,7 +7,7 @@ is appended to the file (`record`): the notebook, the stage, the request's label
 directory, whether the run is cached, and its recorded cost (`train_seconds` x threads of a cached run; None for a
 missing one, which the plan estimates).
 
-Stages: the requests of one batch (one `runplan.fit_many` call, or a lone `fit`; its number, `batch_id`, is
+Stages: the requests of one batch (one `runs.plan.fit_many` call, or a lone `fit`; its number, `batch_id`, is
 recorded here and in the run log) are independent of each other. A batch with a missing run ends a stage: what
 the notebook asks for afterwards may depend on that run's outcome (a tuned setting), so every later request is
 *provisional*: its setting may change once the earlier runs are trained. Batches, stages and provisional marks
@@ -29,7 +29,7 @@ from typing import Any
 from xmr_core.io import read_json_lines
 
 PLAN_ENV = "XMR_PLAN"
-NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`results.NOTEBOOK_ENV`, which imports this
+NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`book.results.NOTEBOOK_ENV`, which imports this
 # module: the name is spelled here too, and a test checks the two agree)
 
 

@@ -1,6 +1,6 @@
 """`xmr book plan` and `xmr runs train`: the book's training runs listed, or trained, without writing results/.
 
-`plan_book` executes the selected notebooks in trace mode (`xmr_core.plantrace`: `XMR_PLAN`), into a temporary
+`plan_book` executes the selected notebooks in trace mode (`xmr_core.runs.trace`: `XMR_PLAN`), into a temporary
 folder (executed notebooks, run logs and results: never book/_build or results/). Every run a notebook asks
 `fit` for is listed, cached or not; a missing one is not trained, so the notebook goes on with an untrained model
 (its tables are meaningless and thrown away) and what it asks for afterwards is provisional (its setting may
@@ -15,9 +15,9 @@ Cost of a run, in core-seconds (`train_seconds` x torch threads):
   directory's prefix), else `DEFAULT_CORE_SECONDS`; other profiles: `DEFAULT_CORE_SECONDS[profile]`.
   Committed `train s` were measured with torch's default threads on the 2-core machine; a one-thread run takes
   about as long or longer, so core-hours from them are a lower estimate.
-Wall time: each notebook's batches run one after another, a batch's runs side by side (`runplan.fit_many`), so the
+Wall time: each notebook's batches run one after another, a batch's runs side by side (`runs.plan.fit_many`), so the
 wall at W workers is the sum, over (notebook, batch), of that batch's missing runs packed on W workers (longest
-first, `plantrace.cold_wall`); cold, the same over every run, cached or not, each in the batch that first asks
+first, `runs.trace.cold_wall`); cold, the same over every run, cached or not, each in the batch that first asks
 for it.
 
 `train_runs` executes the selected notebooks with the executor of `--jobs N` (`XMR_JOBS`) into a temporary folder:
@@ -37,13 +37,13 @@ from typing import Any
 
 import pandas as pd
 
-from xmr_core.book import Notebook, chapters, check_parameters, execute_notebook, resolve_chapters
-from xmr_core.config import check_profile
-from xmr_core.executors import JOBS_ENV
-from xmr_core.plantrace import PLAN_ENV, cold_wall, read_plan
-from xmr_core.results import project_root
+from xmr_core.book.runner import Notebook, chapters, check_parameters, execute_notebook, resolve_chapters
+from xmr_core.config import check_profile, project_root
+from xmr_core.runs.executors import JOBS_ENV
+from xmr_core.runs.trace import PLAN_ENV, cold_wall, read_plan
 
-LEADERBOARD = "06_leaderboard"  # reads every chapter's tuning table
+LEADERBOARD = "06_leaderboard"  # reads the tuning tables of the chapters whose models it ranks:
+LEADERBOARD_READS = ("pcme", "msrm", "dvse", "hrem")  # `chapters.leaderboard.BOOK_MODELS`' chapters (a test checks)
 DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0, "paper-smoke": 5.0}  # a run with nothing better to go by
 
 
@@ -51,7 +51,7 @@ DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0, "paper-smok
 class PlannedRun:
     """One distinct run of the plan (the first request for its key) and its cost."""
 
-    record: dict[str, Any]  # the trace record (`plantrace.record`)
+    record: dict[str, Any]  # the trace record (`runs.trace.record`)
     core_seconds: float
     source: str  # "recorded" | "results" (this run's committed row) | "method median" | "default"
 
@@ -76,7 +76,7 @@ class Plan:
     def wall_seconds(self, workers: int, cold: bool = False) -> float:
         """Estimated wall seconds to train the missing runs (`cold`: every run, cached or not) on `workers`: each run
         in the batch that first asks for it, a batch packed longest first, batches one after another
-        (`plantrace.cold_wall`)."""
+        (`runs.trace.cold_wall`)."""
         return cold_wall(((r.record["notebook"], r.record.get("batch"), r.core_seconds) for r in self.runs
                           if cold or not r.cached), workers)
 
@@ -193,11 +193,9 @@ def _execute_aside(notebooks: list[Notebook], profile: str, params: dict[str, An
 def with_upstream(notebooks: list[Notebook]) -> list[Notebook]:
     """`notebooks` with, before each, the `train.py` whose tables it reads and that is not among them: its own
     chapter's (ablate / visualise read its tuning table), those of the chapters whose models the leaderboard
-    (`LEADERBOARD`) ranks (`leaderboard.BOOK_MODELS`)."""
-    from xmr_core.chapters.leaderboard import BOOK_MODELS
-
+    (`LEADERBOARD`) ranks (`LEADERBOARD_READS`)."""
     trains = {c.split("_", 1)[1]: nb for c, nbs in chapters().items() for nb in nbs if nb.name == "train"}
-    ranked = [trains[name] for name in dict.fromkeys(chapter for chapter, _, _ in BOOK_MODELS)]
+    ranked = [trains[name] for name in LEADERBOARD_READS]
     out: list[Notebook] = []
     for nb in notebooks:
         own = trains.get(nb.chapter.split("_", 1)[1])

@@ -1,6 +1,6 @@
 """Where runs come from and who uses them: the code a run was trained at, and each notebook's run log.
 
-- `trained_at()`: the commit and the *training source fingerprint* a new run records in its `result.json`.
+- `trained_at()`: the commit (`git_commit`) and the *training source fingerprint* a new run records in its `result.json`.
   The training source fingerprint hashes every `xmr_core` source and data file except those that only run
   the book, report results, manage the cache or choose which runs to ask for (`NOT_TRAINING`): a run whose
   fingerprint differs from this code's may have been computed by other code, even under the same run key (the
@@ -9,38 +9,38 @@
 - The run log: the book runner names a file in `XMR_RUN_LOG` for each notebook it executes
   (`book/_build/<profile>/<chapter>/<notebook>.runs.jsonl`, `log_path`); `fit` appends one line per run it
   trains or loads (`log_run`), and the frozen inputs whose bytes enter the run keys append theirs
-  (`log_input`: the pretrained trunk and its grid features, the region encoder and its features). One JSON
-  object a line, appended with a single `write` (so processes sharing the log never interleave a line).
+  (`xmr_core.io.log_input`: the pretrained trunk and its grid features, the region encoder and its features; it
+  sits in `io` so that the data and encoders name them without importing the runs layer). One JSON object a line,
+  appended with a single `write` (`io.append_json_line`: processes sharing the log never interleave a line). A
+  chapter's logs are listed in the order the book runs its notebooks (`notebook_rank`).
   `xmr runs pack` packs what the logs name; `xmr book run` prints each notebook's trained / loaded counts.
-- Batches: the runs asked for in one `runplan.fit_many` call are independent of each other, so they may train side
-  by side; `log_run` records the batch (`plantrace.batch_id`: numbered per process, None for a lone `fit`), from
+- Batches: the runs asked for in one `plan.fit_many` call are independent of each other, so they may train side
+  by side; `log_run` records the batch (`runs.trace.batch_id`: numbered per process, None for a lone `fit`), from
   which `xmr runs ls` derives the book's cold wall time at W workers as `xmr book plan` does from its trace.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
 import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from xmr_core import plantrace, sources
-from xmr_core.io import read_json_lines
+from xmr_core import sources
+from xmr_core.config import project_root
+from xmr_core.io import append_run_log, read_json_lines
+from xmr_core.runs import trace as plantrace
 
-RUN_LOG_ENV = "XMR_RUN_LOG"
-CHECKOUT = Path(__file__).resolve().parent.parent  # the checkout this package runs from (its git repository)
+NOTEBOOK_ORDER = ("train", "ablate", "visualise")  # a chapter's notebooks in the order the book runs them
+CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this package runs from (its git repository)
 # xmr_core paths (files, or folders ending in "/") that do not change what a run computes: the book runner, reports,
 # the cache, and the experiment layer that only chooses which runs to ask for (the chapters, the compared methods and
 # recipes, the tuning protocol). What a run is asked for enters its key: the method config, the model's initial
 # state, the train config and the data; what computes it from there (training, methods, encoders, data, metrics)
 # is the training source.
-NOT_TRAINING = ("book.py", "book_html.py", "book_static.py", "bookplan.py", "cli.py", "results.py", "viz.py",
-                "claims.py", "grounding.py", "verdicts.py", "ceiling.py", "staleness.py", "sources.py", "runlog.py",
-                "runarchive.py", "runidentity.py", "results_diff.py", "runcache.py", "io.py", "liveness.py", "executors.py",
-                "plantrace.py", "runplan.py", "runrequest.py", "tuning.py", "chapters/", "experiment/", "bench/",
-                "paper_values/")
+NOT_TRAINING = ("book/", "viz.py", "claims.py", "grounding.py", "ceiling.py", "sources.py", "io.py", "liveness.py",
+                "runs/log.py", "runs/archive.py", "runs/identity.py", "runs/cache.py", "runs/executors.py",
+                "runs/trace.py", "runs/plan.py", "runs/tuning.py", "chapters/", "experiment/", "bench/", "paper_values/")
 
 
 def is_training(rel: str) -> bool:
@@ -107,12 +107,30 @@ def code_problem(commit: str | None, source: str | None) -> str:
     return f"was trained by other code (training source {source[:12]} at commit {commit}, this code {here[:12]})"
 
 
+def git_commit(root: Path | None = None) -> str | None:
+    """HEAD's hash with `+dirty` when tracked files outside `results/` differ from it; None outside a git
+    checkout. `results/` is left out because it is this run's output: a run rewriting it is not dirty."""
+    root = root or project_root()
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+            cwd=root, capture_output=True, text=True, check=False,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def trained_at() -> dict[str, str | None]:
     """What a new run records about its code: the git commit (`+dirty` with local changes; None outside a
     checkout) and the training source fingerprint."""
-    from xmr_core.results import git_commit
-
     return {"commit": git_commit(), "source": source_fingerprint()}
+
+
+def notebook_rank(stem: str) -> tuple[int, str]:
+    """A chapter's notebook's place in running order: train, ablate, visualise, then any other by name."""
+    return NOTEBOOK_ORDER.index(stem) if stem in NOTEBOOK_ORDER else len(NOTEBOOK_ORDER), stem
 
 
 def log_path(notebook_output: Path) -> Path:
@@ -120,29 +138,11 @@ def log_path(notebook_output: Path) -> Path:
     return notebook_output.with_name(f"{notebook_output.stem}.runs.jsonl")
 
 
-def _append(record: dict[str, Any]) -> None:
-    target = os.environ.get(RUN_LOG_ENV)
-    if not target:
-        return
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
 def log_run(run_dir: Path, key: str, method: str, seed: int, trained: bool) -> None:
     """Append a run `fit` trained (`trained`) or loaded from its finished run directory to the run log, with the
-    batch it was asked for in (`plantrace.batch_id`)."""
-    _append({"kind": "run", "name": Path(run_dir).name, "run_dir": str(Path(run_dir).resolve()), "key": key,
+    batch it was asked for in (`runs.trace.batch_id`)."""
+    append_run_log({"kind": "run", "name": Path(run_dir).name, "run_dir": str(Path(run_dir).resolve()), "key": key,
              "method": method, "seed": seed, "trained": trained, "batch": plantrace.batch_id()})
-
-
-def log_input(folder: Path, files: list[str] | None = None) -> None:
-    """Append a frozen input whose bytes enter run keys: `files` of `folder`, in the order they are to be
-    restored (a completion marker last), or the whole folder (None: complete as a whole)."""
-    _append({"kind": "input", "dir": str(Path(folder).resolve()), "files": files})
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:

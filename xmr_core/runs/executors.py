@@ -1,6 +1,6 @@
 """Where a batch of training runs is trained: in this process, on a local pool of workers, or as a submitit job array.
 
-`runplan.fit_many` picks the executor from the environment (`Executor.from_env`), so a notebook runs unchanged
+`runs.plan.fit_many` picks the executor from the environment (`Executor.from_env`), so a notebook runs unchanged
 on one core, on N local workers or on a Slurm cluster:
 
 - `XMR_EXECUTOR` = `serial` (default; `local` when only `XMR_JOBS` > 1 is set): every run in this process;
@@ -14,9 +14,9 @@ on one core, on N local workers or on a Slurm cluster:
 
 Every worker trains its runs through `train.fit` into the shared run cache, with `TrainConfig.threads` torch
 threads (one by default, so a task asks Slurm for that many cores); the claims on run directories
-(`xmr_core.runcache`) make two workers never train the same run, and a dead worker's run is taken over. The
+(`xmr_core.runs.cache`) make two workers never train the same run, and a dead worker's run is taken over. The
 executor returns, per run key, whether the worker found the run cached and its final weights' fingerprint; the
-caller then loads each run from the cache (`runplan.fit_many`).
+caller then loads each run from the cache (`runs.plan.fit_many`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from xmr_core.config import cache_dir
-from xmr_core.runrequest import RunRequest
+from xmr_core.runs.train import RunRequest
 
 EXECUTOR_ENV = "XMR_EXECUTOR"
 JOBS_ENV = "XMR_JOBS"
@@ -60,7 +60,7 @@ def _environment() -> dict[str, str]:
 
 def train_request(request: RunRequest, env: dict[str, str]) -> WorkerOutcome:
     """A worker's task: with `env` set, train `request` (or find it finished) in the run cache through `fit`."""
-    from xmr_core.train import fit, run_key
+    from xmr_core.runs.train import fit, run_key
 
     os.environ.update(env)
     log = os.environ.get("XMR_RUN_LOG")

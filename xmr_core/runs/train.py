@@ -25,16 +25,16 @@
 - Run cache: without `out_dir`, the run lives in `cache_dir()/runs/<method>-<key>/`, the key hashing the
   method config, the model's initial state (word vectors, initial weights), the train config, the data
   (content fingerprints of both splits) and the seed; a finished
-  run there is loaded, never retrained. A run directory is claimed before training (`xmr_core.runcache`): of
+  run there is loaded, never retrained. A run directory is claimed before training (`xmr_core.runs.cache`): of
   any number of processes asking for one run, one trains it and the others wait for it, then load it; a dead
   worker's claim is taken over, and its cached run goes on from its `last.pt`. `fit` returns exactly the weights its `result.json` describes (`best_state`,
   checked whenever `best.pt` is loaded).
 - Threads: a run trains with exactly `cfg.threads` torch CPU threads (restored after): torch's kernels round
   differently with another count, so the count is part of the run key, and a run learns the same serially or
-  in a worker (`xmr_core.runplan`).
-- Trace mode (`XMR_PLAN`, `xmr_core.plantrace`): a run missing from the cache is recorded, not trained, and
+  in a worker (`xmr_core.runs.plan`).
+- Trace mode (`XMR_PLAN`, `xmr_core.runs.trace`): a run missing from the cache is recorded, not trained, and
   `fit` returns it as planned (`stopped == "planned"`, never converged; the model untrained).
-- DDP through `torchrun` (`xmr_core.distributed`); deterministic on CPU for a seed.
+- DDP through `torchrun` (`xmr_core.runs.distributed`); deterministic on CPU for a seed.
 """
 
 from __future__ import annotations
@@ -58,17 +58,24 @@ from torch import Tensor, nn
 from torch.utils.data import BatchSampler
 from tqdm import tqdm
 
-from xmr_core import plantrace
 from xmr_core.config import cache_dir, seed_everything, select_device, torch_threads
 from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.datasets import Augmentation, pair_loader, query_loader
 from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
 from xmr_core.data.text import Vocabulary
-from xmr_core.distributed import DistEnv, ShardedSampler, all_reduce_sum, barrier, current_env, wrap_model
 from xmr_core.io import atomic_write_bytes, atomic_write_text
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.runcache import Claim, acquire
-from xmr_core.runlog import log_run, trained_at
+from xmr_core.runs import trace as plantrace
+from xmr_core.runs.cache import Claim, acquire
+from xmr_core.runs.distributed import (
+    DistEnv,
+    ShardedSampler,
+    all_reduce_sum,
+    barrier,
+    current_env,
+    wrap_model,
+)
+from xmr_core.runs.log import log_run, trained_at
 
 CHECKPOINT_FORMAT = 1
 
@@ -107,7 +114,7 @@ class TrainConfig:
     progress: bool = True
     on_nonfinite: Literal["raise", "stop"] = "raise"  # a NaN/inf loss: raise, or end the run (an ablation's outcome)
     threads: int = 1  # torch CPU threads while training: kernels round differently with another count, so it is
-    # part of what a run learns (and of its key); one thread a run, runs spread over workers (`xmr_core.runplan`)
+    # part of what a run learns (and of its key); one thread a run, runs spread over workers (`xmr_core.runs.plan`)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 2:
@@ -128,6 +135,20 @@ _NOT_IN_KEY = ("device", "num_workers", "progress", "eval_batch_size", "on_nonfi
 
 
 @dataclass
+class RunRequest:
+    """One training run asked for, what `xmr_core.runs.plan.fit_many` and its executors take: the model as built
+    (before training), its train and validation splits, recipe, vocabulary, and a label for listings (e.g. "PCME
+    tuning lr=1e-3 KL weight=1e-4")."""
+
+    model: RetrievalModel
+    train: Split
+    val: Split
+    cfg: TrainConfig
+    vocab: Vocabulary
+    label: str = ""
+
+
+@dataclass
 class FitResult:
     """What `fit` returns; `model` holds the best weights afterwards."""
 
@@ -142,7 +163,7 @@ class FitResult:
     stopped: str = "max_epochs"  # "patience": validation stopped improving; "max_epochs": ran out of epochs;
     # "extension": the schedule ended on its best epoch and an extension epoch was no better (`extend_epochs`);
     # "diverged": a NaN/inf loss ended the run (`on_nonfinite="stop"`); "planned": not trained, listed by the
-    # run plan's trace (`xmr_core.plantrace`), the model untrained
+    # run plan's trace (`xmr_core.runs.trace`), the model untrained
     stop_message: str = ""  # why a diverged run ended: the loss, epoch, step and terms
     best_state: str = ""  # `state_fingerprint` of the best epoch's weights, which `model` holds (runs from before
     # the field: "")
@@ -381,7 +402,7 @@ def _load_best(model: RetrievalModel, run_dir: Path, result: dict[str, Any]) -> 
 
 
 def _claim(run_dir: Path, key: str, env: DistEnv) -> Claim | None:
-    """Rank 0 claims `run_dir` for this run (`xmr_core.runcache`), waiting while a live worker holds it; None
+    """Rank 0 claims `run_dir` for this run (`xmr_core.runs.cache`), waiting while a live worker holds it; None
     when the run is finished (by this or another worker) and on the other ranks, which wait at a barrier until
     rank 0 holds the claim or has found the run finished."""
     claim = acquire(run_dir, lambda: _finished(run_dir, key) is not None, log=tqdm.write) if env.is_main else None
@@ -409,7 +430,7 @@ def fit(
 
     out_dir: the run directory (default: the run cache, see the module docstring). A finished run with the
     same key there is loaded instead of retrained. The run directory is claimed before training
-    (`xmr_core.runcache`): while another live process trains the same run, this one waits for it and then
+    (`xmr_core.runs.cache`): while another live process trains the same run, this one waits for it and then
     loads its result. resume: continue from `out_dir/last.pt`.
     on_epoch_end(epoch, row): called after each epoch's checkpoint (e.g. to log, or to stop a run).
     validate(model, split) -> metrics: replaces `evaluate_model` (must return `cfg.select`).
@@ -427,7 +448,7 @@ def fit(
         with torch_threads(cfg.threads):
             result = _fit(model, train_split, val_split, cfg, run_dir, key, out_dir is None, resume, claim, env,
                           vocab=vocab, on_epoch_end=on_epoch_end, validate=validate)
-        if env.is_main:  # the notebook's run log (`xmr_core.runlog`)
+        if env.is_main:  # the notebook's run log (`xmr_core.runs.log`)
             log_run(run_dir, key, model.name, cfg.seed, trained=not result.cached)
         return result
     finally:

@@ -1,6 +1,6 @@
 """A run's code identity: the training sources of its method, here and at the commit it was trained at.
 
-`xmr runs pack` and `unpack` (`xmr_core.runarchive`) ask `code_problem` of every run. `runlog`'s fingerprint
+`xmr runs pack` and `unpack` (`xmr_core.runs.archive`) ask `code_problem` of every run. `runs.log`'s fingerprint
 covers every training source, so an edit to one method's file (a faster HREM) would make every run "trained by other code",
 the PCME chapter's too, which that file never ran. A run of method M is computed by the training sources outside
 the method files (`registry.METHOD_MODULES`: the training loop, losses, encoders, data, metrics, the registry
@@ -18,8 +18,9 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 
-from xmr_core import runlog, sources
+from xmr_core import sources
 from xmr_core.methods.registry import METHOD_MODULES, method_entry
+from xmr_core.runs import log as runlog
 
 METHOD_FILES = frozenset(f"methods/{m}.py" for m in METHOD_MODULES)
 
@@ -82,8 +83,8 @@ def _files_here() -> dict[str, bytes]:
 
 @functools.cache
 def _files_at(commit: str) -> dict[str, bytes] | None:
-    """{package path: bytes} of the training sources at git `commit` of this checkout (`runlog.training_blobs_at`:
-    read from git, the working tree untouched, under today's `runlog.NOT_TRAINING`); None when git or the commit is
+    """{package path: bytes} of the training sources at git `commit` of this checkout (`runs.log.training_blobs_at`:
+    read from git, the working tree untouched, under today's `runs.log.NOT_TRAINING`); None when git or the commit is
     not available."""
     blobs = runlog.training_blobs_at(commit)
     if blobs is None:
@@ -114,7 +115,7 @@ def method_fingerprint_at(method: str, commit: str) -> str | None:
 
 def code_problem(method: str, commit: str | None, source: str | None) -> str:
     """'' when a run of `method` that records `commit` and training `source` was computed by this code, else why
-    not: the recorded training source is this code's (`runlog.code_problem`), or the run's commit is clean, or
+    not: the recorded training source is this code's (`runs.log.code_problem`), or the run's commit is clean, or
     `+dirty` with the commit's own training source recorded, and `method`'s training sources there are this
     code's (`method_fingerprint_at`). Each commit's sources are read from git once (`_files_at`)."""
     if not source or not commit or source == runlog.source_fingerprint():

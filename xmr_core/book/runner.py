@@ -10,10 +10,10 @@ and the user's parameters that it declares into its `parameters` cell, executes 
 status line per notebook and a closing `N passed, N failed` line. A notebook whose inputs (its source,
 its parameters, the `xmr_core` files it imports: `sources.notebook_sources`, the files `xmr results check`
 judges its results by) are unchanged since its last successful run, and none of the other notebooks' results its
-results were computed from has changed since (`staleness.notebook_reads_changed`: a chapter's claims page after
+results were computed from has changed since (`book.staleness.notebook_reads_changed`: a chapter's claims page after
 its train.py reran), is skipped unless `force=True` (or `jobs`, which changes where runs train, not what they
 learn). Each execution writes its run log beside the
-notebook (`xmr_core.runlog`: the runs it trained or loaded, and their frozen inputs), and its status line
+notebook (`xmr_core.runs.log`: the runs it trained or loaded, and their frozen inputs), and its status line
 says how many runs it trained and loaded.
 
 Every kernel computes on `kernel_threads()` torch CPU threads (1 unless `XMR_KERNEL_THREADS` says otherwise):
@@ -37,16 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from xmr_core import results_diff
-from xmr_core.config import check_profile
-from xmr_core.executors import JOBS_ENV
-from xmr_core.io import atomic_write_text
-from xmr_core.results import NOTEBOOK_ENV, PARAMETERS_ENV, project_root
-from xmr_core.runlog import RUN_LOG_ENV, describe, log_path
+from xmr_core.book import diff as results_diff
+from xmr_core.book.results import NOTEBOOK_ENV, PARAMETERS_ENV
+from xmr_core.book.staleness import notebook_reads_changed
+from xmr_core.config import check_profile, project_root
+from xmr_core.io import RUN_LOG_ENV, atomic_write_text
+from xmr_core.runs.executors import JOBS_ENV
+from xmr_core.runs.log import describe, log_path, notebook_rank
 from xmr_core.sources import fingerprint, notebook_sources
-from xmr_core.staleness import notebook_reads_changed
 
-NOTEBOOK_ORDER = ("train", "ablate", "visualise")
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
 SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
 PAPER_SMOKE_RESULTS_DIR = "book/_build/paper-smoke/results"  # nor do paper-smoke runs
@@ -138,11 +137,6 @@ def chapters(book: Path | None = None) -> dict[str, list[Notebook]]:
         if sources:
             out[folder.name] = [Notebook(folder.name, p.stem, p) for p in sources]
     return out
-
-
-def notebook_rank(stem: str) -> tuple[int, str]:
-    """A chapter's notebook's place in running order: train, ablate, visualise, then any other by name."""
-    return NOTEBOOK_ORDER.index(stem) if stem in NOTEBOOK_ORDER else len(NOTEBOOK_ORDER), stem
 
 
 def resolve_chapters(names: Iterable[str], book: Path | None = None) -> list[Notebook]:
@@ -268,7 +262,7 @@ def execute_notebook(nb: Notebook, output: Path, parameters: dict[str, Any]) -> 
         os.environ[name] = threads
     os.environ[NOTEBOOK_ENV] = nb.source.relative_to(nb.source.parents[2]).as_posix()
     os.environ[PARAMETERS_ENV] = json.dumps(parameters, sort_keys=True, default=repr)
-    log_path(output).write_text("")  # this execution's run log (`xmr_core.runlog`): the runs it trains or loads
+    log_path(output).write_text("")  # this execution's run log (`xmr_core.runs.log`): the runs it trains or loads
     os.environ[RUN_LOG_ENV] = str(log_path(output).resolve())
     try:
         papermill.execute_notebook(
@@ -299,7 +293,7 @@ def run_book(
     jobs: int | None = None,
 ) -> RunSummary:
     """Run the named chapters (all when empty) under `profile`; returns every notebook's outcome. jobs: the
-    notebooks' batches of runs train on that many workers of one thread each (`XMR_JOBS`, `xmr_core.executors`;
+    notebooks' batches of runs train on that many workers of one thread each (`XMR_JOBS`, `xmr_core.runs.executors`;
     None: as the environment says)."""
     if jobs is None:
         return _run_book(names, profile, params, force, root, echo, execute)
@@ -369,7 +363,7 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
 def report_against_committed(notebooks: list[Notebook], root: Path, results_dir: str,
                              echo: Callable[[str], None] = print) -> None:
     """One line per results folder (`<results_dir>/<chapter>`) the notebooks write that is committed: all its
-    files as at HEAD, or which differ (`xmr_core.results_diff`); nothing where no such folder is committed."""
+    files as at HEAD, or which differ (`xmr_core.book.diff`); nothing where no such folder is committed."""
     folder = Path(results_dir)
     if folder.is_absolute():
         if not folder.is_relative_to(root):

@@ -3,7 +3,7 @@
 `torchrun --nproc_per_node=4 script.py` sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT;
 `init_distributed()` then joins the process group through `env://` (NCCL on CUDA, Gloo on CPU) and pins
 each process to its GPU. Without those variables it returns a single-process `DistEnv` and changes nothing,
-so the same script runs on a laptop CPU. `xmr_core.train.fit` reads `current_env()`: it wraps the model in
+so the same script runs on a laptop CPU. `xmr_core.runs.train.fit` reads `current_env()`: it wraps the model in
 DDP, shards every epoch's sampled order across ranks (`ShardedSampler`, DistributedSampler's rule applied
 to any base sampler) and lets rank 0 alone validate, log and write checkpoints. See docs/training.md.
 """

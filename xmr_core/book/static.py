@@ -20,9 +20,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from xmr_core.book import Notebook, written_keys
+from xmr_core.book.runner import Notebook, written_keys
+from xmr_core.book.staleness import Verdict
 from xmr_core.sources import digest_bytes
-from xmr_core.staleness import Verdict
 
 UNPLACED = "Results of this notebook whose cell is not known"
 

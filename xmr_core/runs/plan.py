@@ -11,8 +11,8 @@ notebook needs no change to train on N local workers or a Slurm cluster. Off-pro
 missing from the run cache into it; this process then loads every run through `fit` (a cache hit), so each
 request's model holds the weights and its result is what a serial `fit` would have returned (`cached` is what
 the worker found). A run trains with `TrainConfig.threads` torch threads wherever it runs, so it learns the same
-serially or in a worker. In trace mode (`XMR_PLAN`, `xmr_core.plantrace`) the batch is one stage of the plan and
-nothing trains. Either way the run log records each run's batch (`plantrace.batch_id`), from which the book's wall time
+serially or in a worker. In trace mode (`XMR_PLAN`, `xmr_core.runs.trace`) the batch is one stage of the plan and
+nothing trains. Either way the run log records each run's batch (`runs.trace.batch_id`), from which the book's wall time
 at W workers is estimated.
 """
 
@@ -24,12 +24,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
-from xmr_core import plantrace
-from xmr_core.executors import Executor, WorkerOutcome
-from xmr_core.runrequest import RunRequest
-from xmr_core.train import FitResult, cached_run_dir, fit, run_key
+from xmr_core.runs import trace as plantrace
+from xmr_core.runs.executors import Executor, WorkerOutcome
+from xmr_core.runs.train import FitResult, RunRequest, cached_run_dir, fit, run_key
 
-__all__ = ["RunRequest", "batched", "fit_many"]
+__all__ = ["batched", "fit_many"]
 
 
 def _fit(request: RunRequest) -> FitResult:

@@ -3,7 +3,7 @@ in one `.tar.gz` with a manifest; `unpack` restores it into a run cache only who
 
 What `pack(profile)` takes from the cache (`XMR_CACHE`), paths relative to it:
 - `runs/<method>-<key16>/{best.pt,result.json,metrics.csv}` of every run a run log of the profile's executed
-  notebooks names (`xmr_core.runlog`: `book/_build/<profile>/<chapter>/<notebook>.runs.jsonl`); never
+  notebooks names (`xmr_core.runs.log`: `book/_build/<profile>/<chapter>/<notebook>.runs.jsonl`); never
   `last.pt` (optimiser and RNG state: only needed to resume or extend a run).
 - `run-records/<name>/{result.json,metrics.csv}` for every other finished run in the cache (tuning runs no
   notebook loads, older runs): their results, without weights. They are restored under `run-records/`, not
@@ -16,15 +16,15 @@ What `pack(profile)` takes from the cache (`XMR_CACHE`), paths relative to it:
 
 `manifest.json` is the first member: the profile, the commit and training source it was packed at, each
 notebook's runs, and per unit (a folder or some files of one) its files with size and SHA-256, per run its
-key, method, seed and the commit and training source fingerprint it was trained at (`runlog.trained_at`).
+key, method, seed and the commit and training source fingerprint it was trained at (`runs.log.trained_at`).
 `pack` refuses runs of other or unknown training source: such an archive could not be restored.
 
-A run's code identity is its method's training sources (`xmr_core.runidentity`).
+A run's code identity is its method's training sources (`xmr_core.runs.identity`).
 
 `unpack` extracts into a staging folder inside the cache, checking every member against the manifest (a
 member not in it, not a regular file, of another size or SHA-256, a path outside the cache's run folders,
 a missing member), then that every run was trained by this code's training sources of its method
-(`runidentity.code_problem`), then that nothing in
+(`runs.identity.code_problem`), then that nothing in
 the cache conflicts (a file the archive holds that exists with other bytes, or a run folder without it);
 only then it moves the units into place: a run folder, a run record and a region folder by one rename
 (they appear complete or not at all), the trunk's files one by one, completion marker last. Any error is one
@@ -47,12 +47,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from xmr_core import runidentity
-from xmr_core.book import notebook_rank
 from xmr_core.config import cache_dir
 from xmr_core.io import atomic_write, remove_stale_temps, staging_dir
-from xmr_core.plantrace import cold_wall, core_seconds
-from xmr_core.runlog import read_log, run_batches, trained_at
+from xmr_core.runs import identity as runidentity
+from xmr_core.runs.log import notebook_rank, read_log, run_batches, trained_at
+from xmr_core.runs.trace import cold_wall, core_seconds
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -121,7 +120,7 @@ def _relative(path: str, cache: Path, what: str) -> str:
 
 def _run_info(run_dir: Path) -> dict[str, Any]:
     """Key, method, seed, the code a finished run was trained at and its cost in core-seconds
-    (`plantrace.core_seconds`), from its result.json."""
+    (`runs.trace.core_seconds`), from its result.json."""
     path = run_dir / "result.json"
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
@@ -212,7 +211,7 @@ def pack(profile: str, out: str | Path, *, root: Path | None = None, cache: Path
          echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Write the archive of `profile` to `out` (atomically); returns its manifest. The archive's bytes depend
     only on the cache's files (fixed member order, times and owners)."""
-    from xmr_core.results import project_root
+    from xmr_core.config import project_root
 
     root, cache = root or project_root(), cache or cache_dir()
     t0 = time.perf_counter()
@@ -431,7 +430,7 @@ def notebook_needs(profile: str, root: Path, cache: Path) -> tuple[dict[str, lis
 def cold_walls(profile: str, root: Path, cost: dict[str, float], workers: Sequence[int]) -> str:
     """'1 worker X h, 2 workers Y h, ...': the wall time to train the runs the profile's executed notebooks name
     (`profile_logs`, in book order) from an empty cache, each in the batch that first asks for it, at `cost`
-    core-seconds (`plantrace.cold_wall`); '' without run logs."""
+    core-seconds (`runs.trace.cold_wall`); '' without run logs."""
     first: dict[str, tuple[str, int | None]] = {}  # run -> (notebook, batch) of its first request
     for label, log in profile_logs(profile, root).items():
         for name, batch in run_batches(log).items():
@@ -446,7 +445,7 @@ def list_cache(profile: str | None = None, *, root: Path | None = None, cache: P
     profile what each of its notebooks needs and what those runs cost (core-hours, per notebook and for the
     profile's distinct runs: the book's cold cost; the wall time to train them at each of `workers`); returns each
     notebook's missing runs."""
-    from xmr_core.results import project_root
+    from xmr_core.config import project_root
 
     root, cache = root or project_root(), cache or cache_dir()
     run_dirs = sorted(p for p in (cache / "runs").glob("*/") if not p.name.startswith("."))

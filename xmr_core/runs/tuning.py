@@ -19,7 +19,7 @@ One rule for every method (`tune_many`; the reasons for hand-written search: doc
   `TuningResult.epochs` is the chosen schedule: every seed trains at it, so the tuning run at the chosen
   setting is the seed's own run (same run key).
 
-Every round asks for all its runs (of every method tuned together) in one `runplan.fit_many` call, so an
+Every round asks for all its runs (of every method tuned together) in one `runs.plan.fit_many` call, so an
 executor may train them side by side. Every run is a row (`TuningResult.rows`, `tuning_frame`);
 `tuning_summary` turns the rows into one line per method: the chosen setting, each axis 'bracketed' /
 'hard bound' / 'unbracketed', the schedule, runs and epochs spent, and whether the chosen run converged.
@@ -38,8 +38,8 @@ import torch
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.runplan import RunRequest, fit_many
-from xmr_core.train import FitResult, TrainConfig
+from xmr_core.runs.plan import fit_many
+from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
 
 Trainer = Callable[[Sequence[RunRequest]], list[FitResult]]
 Point = tuple[int, int]  # (learning-rate index, weight index) on the lattice
@@ -244,7 +244,7 @@ def _config(method: Method, lr: float, epochs: int) -> TrainConfig:
 
 
 def train_tuning_runs(requests: Sequence[RunRequest]) -> list[FitResult]:
-    """The protocol's trainer: `runplan.fit_many`, a run that diverges in its first epoch returned as a result
+    """The protocol's trainer: `runs.plan.fit_many`, a run that diverges in its first epoch returned as a result
     (score -inf: a tried setting that scored lower than any that learnt) rather than raised."""
     return fit_many(requests, diverged="result")
 
@@ -322,7 +322,7 @@ def tuning_summary(frame: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in RUN_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"tuning_summary: the table has no {missing} columns: it predates the bracketing protocol "
-                         f"(xmr_core.tuning); retrain the chapter to regenerate it")
+                         f"(xmr_core.runs.tuning); retrain the chapter to regenerate it")
     score = next(c for c in frame.columns if c.startswith("val "))
     frame = frame.assign(**{c: frame[c].astype(object).fillna("") for c in ("lr bound", "weight bound")})  # CSV: NaN
     rows = []
