@@ -282,18 +282,25 @@ class BookRuns(NamedTuple):
     queries: dict[tuple[str, str, int], np.ndarray]  # (metric, model, seed) -> (N + M,) `query_values`
 
 
+def ranked_models(book: BookData) -> list[tuple[str, str, int]]:
+    """The models of `BOOK_MODELS` this data set has: the region DVSE (`REGIONS`) only where the grid protocol's
+    splits carry region features (scenes; real COCO's raw images have none), as the DVSE chapter trains it."""
+    return [m for m in BOOK_MODELS if m[1] != REGIONS or book.grid.test.regions is not None]
+
+
 def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResult], run: RunConfig) -> BookRuns:
-    """Every model of `BOOK_MODELS` with every seed (`train_book_model` on its chapter's protocol data: its
+    """Every model of `ranked_models` with every seed (`train_book_model` on its chapter's protocol data: its
     chapter's run, loaded or trained), scored without and with Fast Re-ranking (`leaderboard_rows`), printing a
     line per run: one row per model, seed and FR, with the model's protocol (`MODEL_PROTOCOLS`, else its
     chapter's `PROTOCOLS`), and the per-query values."""
     rows, queries = [], {}
     requests = []  # every model and seed: one batch (side by side on the workers; usually all cached)
-    for chapter, name, k in BOOK_MODELS:
+    models = ranked_models(book)
+    for chapter, name, k in models:
         data, enc = book.of(chapter)
         requests += [request_book_model(chapter, name, k, data, tuned, enc, run, seed) for seed in seeds]
     trained = iter(train_many(requests, run))
-    for chapter, name, k in BOOK_MODELS:
+    for chapter, name, k in models:
         label = model_label(name, k)
         data = book.of(chapter)[0]
         for seed in seeds:
