@@ -182,3 +182,14 @@ def test_a_test_split_without_five_folds_has_no_1k_columns() -> None:
     assert all(np.isnan(row[f"1K {c}"]) for c in [*RK_COLUMNS, "rSum"]) and np.isfinite(row["all rSum"])
     assert coco1k_missing(split) == "7 test images do not split into five equal folds: no COCO 1K protocol"
     assert coco1k_missing(synthetic_split("test", 10, np.random.default_rng(0))) == ""
+
+
+def test_the_leaderboard_ranks_the_region_dvse_only_where_the_grid_data_has_regions() -> None:
+    from xmr_core.chapters.leaderboard import BOOK_MODELS, REGIONS, BookData, ranked_models
+    from xmr_core.experiment.protocols import ChapterData
+
+    split = synthetic_split("test", 5, np.random.default_rng(0))  # with region features, as scenes
+    data = ChapterData(split, split, split, split, None, None, 1.0)  # type: ignore[arg-type]
+    assert ranked_models(BookData(data, {}, data, {})) == BOOK_MODELS
+    raw = data.with_test(dataclasses.replace(split, regions=None, region_boxes=None))  # real COCO's raw images
+    assert ranked_models(BookData(raw, {}, data, {})) == [m for m in BOOK_MODELS if m[1] != REGIONS]
