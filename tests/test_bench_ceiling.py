@@ -113,7 +113,7 @@ def test_against_compares_the_best_model_with_the_one_committed_at_a_revision(tm
         "best_percent_then=80.00 best_percent_now=80.00 at_or_above=True below_beyond_noise=False"
 
 
-def test_against_a_change_that_seeds_disagree_on_is_within_noise(tmp_path, capsys) -> None:
+def test_against_a_change_that_seeds_disagree_on_is_inconclusive(tmp_path, capsys) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     _write(tmp_path, [("PCME", 0, 320, 400, 80.0, True), ("PCME", 1, 336, 400, 84.0, True),
                       ("PCME", 2, 328, 400, 82.0, True)])
@@ -124,7 +124,7 @@ def test_against_a_change_that_seeds_disagree_on_is_within_noise(tmp_path, capsy
                       ("PCME", 2, 328, 400, 82.0, True)])
     main(["pcme", "--results", str(tmp_path), "--against", "HEAD"])
     out = capsys.readouterr().out.splitlines()
-    assert "at or above it; within noise: now − then +0.0 pp" in out[-2]
+    assert "at or above it; inconclusive: now − then +0.0 pp" in out[-2]
     assert out[-1] == "best_percent_then=82.00 best_percent_now=82.00 at_or_above=True below_beyond_noise=False"
 
 

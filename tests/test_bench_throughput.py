@@ -47,11 +47,27 @@ def test_old_modes_build_batches_item_by_item(tmp_path, monkeypatch):
     monkeypatch.setattr(throughput, "train_run", where_trained)
     monkeypatch.setattr(throughput, "train_plan", lambda specs, jobs, root: [where_trained(s, root / "0")
                                                                              for s in specs])
-    for mode, batches in (("old-serial", "items"), ("new-serial", "arrays")):
+    for mode, batches, adamp in (("old-serial", "items", "package"), ("new-serial", "arrays", "package"),
+                                 ("new-jobs", "arrays", "package"), ("fast-jobs", "arrays", "foreach")):
         _, (outcome,) = run_mode(mode, ["pcme"], 1, 2, tmp_path / mode)
-        assert outcome.spec.batches == batches
+        assert (outcome.spec.batches, outcome.spec.adamp) == (batches, adamp)
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         run_mode("fast", ["pcme"], 1, 2, tmp_path)
+
+
+def test_train_run_trains_with_its_adamp_step(tmp_path, monkeypatch):
+    """`train_run` sets `train.ADAMP` to the spec's AdamP step while it trains, and restores it after."""
+    from xmr_core.bench import throughput
+    from xmr_core.runs import train
+
+    seen = []
+    monkeypatch.setattr(throughput, "build_run", lambda spec: (None,) * 5)
+    monkeypatch.setattr(train, "fit", lambda *a, **k: seen.append(train.ADAMP) or type("R", (), {"best_score": 0})())
+    monkeypatch.setattr(train, "state_fingerprint", lambda model: "")
+    for adamp in ("package", "foreach"):
+        throughput.train_run(RunSpec("pcme", adamp=adamp), tmp_path)
+        assert train.ADAMP == "foreach"
+    assert seen == ["package", "foreach"]
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         train_plan(SPECS, 0, tmp_path)
 

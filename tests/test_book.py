@@ -217,8 +217,8 @@ def test_a_parameter_goes_only_to_the_notebooks_that_declare_it(project: Path) -
     seen: dict[str, dict] = {}
     run(project, profile="smoke", params={"N_HEAT": 2, "N": 3},
         execute=lambda nb, out, params: seen.setdefault(nb.label, params))
-    assert seen["01_demo/ablate"] == {"PROFILE": "smoke", "RESULTS_DIR": book.SMOKE_RESULTS_DIR, "N_HEAT": 2, "N": 3}
-    assert seen["01_demo/train"] == {"PROFILE": "smoke", "RESULTS_DIR": book.SMOKE_RESULTS_DIR, "N": 3}
+    assert seen["01_demo/ablate"] == {"PROFILE": "smoke", "N_HEAT": 2, "N": 3}
+    assert seen["01_demo/train"] == {"PROFILE": "smoke", "N": 3}
 
 
 def test_the_command_line_exits_non_zero_with_one_line(project: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from xmr_core.book import runner as book
+from xmr_core.book.results import SMOKE_RESULTS_DIR
 from xmr_core.claims import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def test_chapter_runs_under_smoke(chapter: str) -> None:
     assert summary.ok, "\n".join(lines)
     assert summary.count("passed") == len(book.chapters(ROOT / "book")[chapter])
     # the chapter's claims page gives every claim one of the four verdicts
-    for claims in (ROOT / book.SMOKE_RESULTS_DIR).glob("*/claims.md"):
+    for claims in (ROOT / SMOKE_RESULTS_DIR).glob("*/claims.md"):
         rows = [line for line in claims.read_text().splitlines() if line.startswith("| ") and not line.startswith("| #")]
         assert rows, f"{claims}: no claims"
         for line in rows:

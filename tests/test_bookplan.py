@@ -100,11 +100,21 @@ def test_plan_book_executes_in_trace_mode_aside_and_reports_failures(tmp_path: P
         with open(os.environ[PLAN_ENV], "a") as fh:
             fh.write(json.dumps(_record(str(len(seen)) * 64, notebook=nb.label)) + "\n")
         if nb.name == "ablate":
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text("the executed notebook, with its traceback")
             raise ValueError("the untrained model has no history")
 
     monkeypatch.delenv(PLAN_ENV, raising=False)
     lines: list[str] = []
-    plan = bookplan.plan_book(["pcme"], profile="smoke", params={"SEED": 1}, echo=lines.append, execute=execute)
+    keep = tmp_path / "plan-failed"
+    (keep / "01_pcme").mkdir(parents=True)
+    (keep / "01_pcme" / "train.ipynb").write_text("an earlier failure")  # train passes now: its old copy goes
+    plan = bookplan.plan_book(["pcme"], profile="smoke", params={"SEED": 1}, echo=lines.append, execute=execute,
+                              keep=keep)
+    kept = keep / "01_pcme" / "ablate.ipynb"
+    assert kept.read_text() == "the executed notebook, with its traceback"  # its temporary folder is gone
+    assert not (keep / "01_pcme" / "train.ipynb").exists()
+    assert f"       executed notebook with the traceback: {kept}" in lines
     assert [s[0] for s in seen] == [nb.label for nb in resolve_chapters(["pcme"], ROOT / "book")]
     for _, parameters, output in seen:
         assert parameters["PROFILE"] == "smoke" and parameters["SEED"] == 1

@@ -77,7 +77,7 @@ def test_the_old_rule_calls_held_what_the_paired_interval_calls_within_noise() -
     a, b = np.array([52.0, 52.0, 50.1]), np.array([50.0, 50.0, 50.0])
     assert a.mean() - b.mean() > max(a.std(ddof=1), b.std(ddof=1))
     j = judge(spec("superiority"), {"A": seeds_only(*a), "B": seeds_only(*b)})
-    assert j.verdict == "within noise" and j.low < 0 < j.high
+    assert j.verdict == "inconclusive" and j.low < 0 < j.high
     assert "ruled out" in j.reason
 
 
@@ -111,7 +111,7 @@ def test_pairing_by_query_removes_the_shared_query_noise() -> None:
     assert paired.paired == "seed+query" and paired.noise == "seeds+queries" and paired.verdict == "held"
     assert paired.effect == pytest.approx(0.5) and paired.low == pytest.approx(0.5) and paired.high == pytest.approx(0.5)
     apart = judge(spec("superiority"), {"A": a, "B": Evidence(SEEDS, rng.normal(50, 20, size=(3, 300)), split="other")})
-    assert apart.paired == "none" and apart.verdict == "within noise" and apart.width > 3
+    assert apart.paired == "none" and apart.verdict == "inconclusive" and apart.width > 3
 
 
 def test_one_seed_uses_test_sampling_only_and_says_so() -> None:
@@ -137,12 +137,12 @@ def evidence_for(kind: str, outcome: str) -> dict[str, Evidence]:
     noise = np.array([0.0, 0.3, -0.3])
     clear, unclear = 10.0, np.array([2.0, -2.0, 0.3])  # far beyond / across the noise and the margin of 1
     if kind == "equivalence":
-        shift = {"held": 0.0 * noise, "did not hold": clear + noise, "within noise": 1.0 + unclear}[outcome]
+        shift = {"held": 0.0 * noise, "did not hold": clear + noise, "inconclusive": 1.0 + unclear}[outcome]
         return {"A": seeds_only(*(50 + shift)), "B": seeds_only(50.0, 50.0, 50.0)}
     sign = {"held": 1.0, "did not hold": -1.0}.get(outcome, 0.0)
-    step = sign * (clear + noise) + (unclear if outcome == "within noise" else 0.0)
-    if kind == "non-inferiority":  # the bound is -margin: shift by -1 so "within noise" straddles it
-        step = step - (1.0 if outcome == "within noise" else 0.0)
+    step = sign * (clear + noise) + (unclear if outcome == "inconclusive" else 0.0)
+    if kind == "non-inferiority":  # the bound is -margin: shift by -1 so "inconclusive" straddles it
+        step = step - (1.0 if outcome == "inconclusive" else 0.0)
     if kind in ("superiority", "non-inferiority"):
         return {"A": seeds_only(*(50 + step)), "B": seeds_only(50.0, 50.0, 50.0)}
     if kind == "trend":
@@ -154,7 +154,7 @@ def evidence_for(kind: str, outcome: str) -> dict[str, Evidence]:
 
 
 @pytest.mark.parametrize("kind", claims.KINDS)
-@pytest.mark.parametrize("outcome", ["held", "did not hold", "within noise"])
+@pytest.mark.parametrize("outcome", ["held", "did not hold", "inconclusive"])
 def test_every_kind_reaches_every_verdict(kind: str, outcome: str) -> None:
     j = judge(spec(kind), evidence_for(kind, outcome))
     assert j.verdict == outcome, j
@@ -191,17 +191,17 @@ def test_a_not_tested_judgement_without_its_reason_is_refused() -> None:
         claims.Judgement(s, "not tested")
     with pytest.raises(ValueError, match="must say why"):
         claims.Judgement(s, "not tested", reason="  ")
-    assert claims.Judgement(s, "within noise").reason == ""  # other verdicts may carry their reason in the interval
+    assert claims.Judgement(s, "inconclusive").reason == ""  # other verdicts may carry their reason in the interval
 
 
 def test_trend_and_peak_are_judged_on_their_weakest_point() -> None:
-    # a sweep that rises A -> B clearly but B -> C only by noise: the trend is within noise, not held
+    # a sweep that rises A -> B clearly but B -> C only by noise: the trend is inconclusive, not held
     ev = {"A": seeds_only(40.0, 40.2, 39.8), "B": seeds_only(50.0, 50.2, 49.8), "C": seeds_only(52.0, 48.0, 50.3)}
     j = judge(spec("trend"), ev)
-    assert j.verdict == "within noise" and j.effect == pytest.approx(np.mean([2.0, -2.2, 0.5]))
+    assert j.verdict == "inconclusive" and j.effect == pytest.approx(np.mean([2.0, -2.2, 0.5]))
     # the claimed peak B against the best of the others (C) in each resample: C ties it, so it cannot hold
     j = judge(spec("peak"), ev)
-    assert j.verdict == "within noise" and j.effect == pytest.approx(50.0 - np.mean([52.0, 48.0, 50.3]))
+    assert j.verdict == "inconclusive" and j.effect == pytest.approx(50.0 - np.mean([52.0, 48.0, 50.3]))
 
 
 def test_universal_one_refutation_refutes_and_reports_the_weakest_pair() -> None:
@@ -215,7 +215,7 @@ def test_universal_one_refutation_refutes_and_reports_the_weakest_pair() -> None
 
 
 @pytest.mark.parametrize(("verdicts", "expected"), [
-    (["held", "held"], "held"), (["held", "within noise"], "within noise"), (["within noise", "not tested"],
+    (["held", "held"], "held"), (["held", "inconclusive"], "inconclusive"), (["inconclusive", "not tested"],
      "not tested"), (["not tested", "did not hold", "held"], "did not hold"), ([], "not tested"),
 ])
 def test_universal_verdict(verdicts: list, expected: str) -> None:
@@ -257,7 +257,7 @@ def test_a_universal_claim_whose_pairs_form_a_circle_cannot_hold() -> None:
 
 
 def test_can_fail_flags_a_judge_that_cannot_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(claims, "_decide", lambda kind, margin, low, high: ("held", "always"))
+    monkeypatch.setattr(claims, "_decide", lambda spec, boot, comparisons=1: ("held", "always", 0.01))
     assert "clear loss judged 'held'" in can_fail(spec("superiority"))
 
 
@@ -336,13 +336,13 @@ def test_detect_collapse_on_real_score_matrices() -> None:
 
 def test_claims_page_and_table_show_effect_interval_counts_pairing_and_margin(tmp_path: Path) -> None:
     judged = [judge(spec("superiority"), evidence_for("superiority", "held")),
-              judge(spec("equivalence"), evidence_for("equivalence", "within noise")),
+              judge(spec("equivalence"), evidence_for("equivalence", "inconclusive")),
               judge(spec("trend"), {**evidence_for("trend", "held"), "C": seeds_only(1.0, 2.0, 3.0, seeds=(7, 8, 9))}),
               judge(spec("peak"), {m: dataclasses.replace(e, converged=m != "C") for m, e in
                                    evidence_for("peak", "held").items()})]
     frame = claims.judgements_frame(judged)
     assert list(frame.columns) == list(claims.COLUMNS)
-    assert list(frame["verdict"]) == ["held", "within noise", "did not hold", "not tested"]
+    assert list(frame["verdict"]) == ["held", "inconclusive", "did not hold", "not tested"]
     assert list(frame["paired"]) == ["seed", "seed", "none", "none"] and frame["margin"].iloc[1] == 1.0
     assert frame["unconverged"].iloc[3] == "C" and math.isnan(frame["margin"].iloc[0])
     page = claims.render_claims(judged, "demo", profile="cpu", dataset="scenes")
@@ -350,7 +350,7 @@ def test_claims_page_and_table_show_effect_interval_counts_pairing_and_margin(tm
     eq = judged[1]
     low, high = claims.signed(eq.effect, eq.low, eq.high)[1:]
     assert f"[{low}, {high}]" in row and "| 3 / 0 |" in row and "| seed |" in row and "| 1 |" in row
-    assert "Of 4 claims" in page and "1 held, 1 did not hold, 1 within noise, 1 not tested" in page
+    assert "Of 4 claims" in page and "1 held, 1 did not hold, 0 negligible, 1 inconclusive, 1 not tested." in page
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
     csv = write_judgements(judged, "demo", "train", run)
     assert csv.name == "judgements_train.csv"
@@ -433,7 +433,8 @@ def test_a_reason_shared_by_several_compared_groups_is_said_once() -> None:
     tied = "every query's scores are tied across the gallery"
     ev = {m: Evidence(SEEDS, np.array([1.0, 2.0, 3.0]), converged=False, collapse=tied) for m in "ABC"}
     j = judge(ClaimSpec("t", "t", "s", "trend", "m", models=("A", "B", "C")), ev)
-    assert j.verdict == "not tested" and j.reason == f"A, B, C did not converge; A, B, C collapsed ({tied})"
+    assert j.verdict == "not tested" and j.reason.endswith(f"(not tested: A, B, C did not converge; A, B, C collapsed "
+                                                           f"({tied}))") and j.reason.count(tied) == 1
     u = judge(ClaimSpec("u", "t", "s", "universal", "m", pairs=(("A", "B"), ("A", "C"))), ev)
     assert u.reason.count(tied) == 1 and u.reason.startswith("A vs B: not tested; A vs C: not tested (not tested: ")
 
@@ -455,3 +456,17 @@ def test_signed_keeps_small_effects_readable_on_one_scale():
     assert claims.signed(0.5, -0.013) == ["+0.50", "-0.01"]
     assert claims.signed(0.000353, -2.58e-05, 0.0) == ["+0.00035", "-0.00003", "+0.00000"]
     assert claims.signed(0.0) == ["+0.00"] and claims.signed(math.nan, 0.05) == ["+nan", "+0.050"]
+
+
+def test_the_claims_page_and_table_mark_what_holm_changes() -> None:
+    """Three decided claims with p = 0.01, 0.04, 0.04: Holm keeps the first (3 x 0.01 = 0.03) and undoes the others
+    (2 x 0.04 = 0.08); the page marks the two and counts before and after."""
+    judged = [claims.Judgement(spec("superiority"), v, 1.0, 0.5, 1.5, "A − B", 3, 0, "seed", "seeds", p=p)
+              for v, p in (("held", 0.01), ("held", 0.04), ("did not hold", 0.04))]
+    frame = claims.judgements_frame(judged)
+    assert list(frame["verdict after Holm"]) == ["held", "inconclusive", "inconclusive"]
+    page = claims.render_claims(judged, "demo", profile="cpu", dataset="scenes")
+    assert page.count("(after Holm over this table's claims: inconclusive)") == 2
+    assert "After Holm's adjustment over them: 1 held, 0 did not hold, 0 negligible, 2 inconclusive" in page
+    rows = claims.claim_rows(judged)
+    assert rows["evidence"].str.contains("after Holm").tolist() == [False, True, True]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def test_verdict_on_an_unconverged_run_fails(tmp_path: Path, demo_chapter: types
 
 def test_a_claim_that_cannot_fail_fails_the_bench(tmp_path: Path, demo_chapter: types.ModuleType,
                                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr(claims, "_decide", lambda kind, margin, low, high: ("held", "always"))
+    monkeypatch.setattr(claims, "_decide", lambda spec, boot, comparisons=1: ("held", "always", 0.01))
     with pytest.raises(SystemExit):
         bench.main(["demo", "--results", str(tmp_path)])
     out = capsys.readouterr().out
@@ -107,7 +108,7 @@ def test_unmigrated_chapter_counts_its_old_claims_and_fails(tmp_path: Path, caps
     (tmp_path / "nochapter").mkdir()  # no module declares its claims
     (tmp_path / "nochapter" / "claims.md").write_text(
         "# Claims\n\n| # | claim | source | evidence | verdict |\n|---|---|---|---|---|\n"
-        "| 1 | a | b | c | **held** |\n| 2 | d | e | f | **within noise** |\n\nOf 2 claims.\n")
+        "| 1 | a | b | c | **held** |\n| 2 | d | e | f | **inconclusive** |\n\nOf 2 claims.\n")
     with pytest.raises(SystemExit) as stop:
         bench.main(["--results", str(tmp_path)])
     assert stop.value.code == 1
@@ -137,17 +138,17 @@ def test_against_a_revision_counts_both_pages_and_names_each_changed_verdict(
     _git(tmp_path, "add", ".")
     _git(tmp_path, "commit", "-qm", "then")
     then = pd.read_csv(csv)
-    # now: a retrain moved 'beats' to within noise, by hand in the table and on the page
+    # now: a retrain moved 'beats' to inconclusive, by hand in the table and on the page
     now = then.copy()
-    now.loc[0, ["effect", "low", "high", "verdict"]] = [1.5, -0.5, 3.5, "within noise"]
+    now.loc[0, ["effect", "low", "high", "verdict"]] = [1.5, -0.5, 3.5, "inconclusive"]
     now.to_csv(csv, index=False)
-    (tmp_path / "demo" / "claims.md").write_text(page.replace("**held**", "**within noise**"))
+    (tmp_path / "demo" / "claims.md").write_text(page.replace("**held**", "**inconclusive**"))
     bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
     out = capsys.readouterr().out.splitlines()
     b = then.loc[0]
-    assert "  at HEAD: 2 claims (1 held, 1 did not hold, 0 within noise, 0 not tested)" in out
-    assert "  now:     2 claims (0 held, 1 did not hold, 1 within noise, 0 not tested)" in out
-    assert (f"  changed beats: held {b['effect']:+.3g} [{b['low']:+.3g}, {b['high']:+.3g}] -> within noise +1.5 "
+    assert "  at HEAD: 2 claims (1 held, 1 did not hold, 0 negligible, 0 inconclusive, 0 not tested)" in out
+    assert "  now:     2 claims (0 held, 1 did not hold, 0 negligible, 1 inconclusive, 0 not tested)" in out
+    assert (f"  changed beats: held {b['effect']:+.3g} [{b['low']:+.3g}, {b['high']:+.3g}] -> inconclusive +1.5 "
             "[-0.5, +3.5]") in out
     assert "  2 claims judged at both, 1 changed verdict; 0 judged at one only" in out
     assert out[-1].endswith("failures=0 against=HEAD changed=1")
@@ -164,7 +165,7 @@ def test_against_a_page_judged_by_the_old_rule_compares_counts_only(
     (tmp_path / "demo" / "claims.md").write_text("| 1 | A beats B | **held** |\n| 2 | R@1 rises | **did not hold** |\n")
     bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
     out = capsys.readouterr().out.splitlines()
-    assert "  at HEAD: 3 claims (2 held, 0 did not hold, 0 within noise, 1 not tested)" in out
+    assert "  at HEAD: 3 claims (2 held, 0 did not hold, 0 negligible, 0 inconclusive, 1 not tested)" in out
     assert "  no judgements at HEAD (its claims were judged by the old rule): counts only" in out
     assert out[-1].endswith("against=HEAD changed=0")
 
@@ -195,65 +196,99 @@ def test_against_a_page_with_an_unknown_verdict_names_the_file_and_line(
         bench.main(["demo", "--results", str(tmp_path), "--against", "HEAD"])
 
 
-def test_seeds_to_resolve_projects_a_t_interval_over_seeds() -> None:
+def test_seeds_to_resolve_projects_to_the_smallest_effect_of_interest() -> None:
     """By hand, with t(0.975, n-1)/sqrt(n) from a t table: 4.303/1.732 = 2.484 at 3 seeds, 3.182/2 = 1.591 at 4,
-    2.776/2.236 = 1.241 at 5, 2.365/2.828 = 0.836 at 8, 2.306/3 = 0.769 at 9."""
-    # superiority, +1 with 1.5 below it: the interval must shrink under 1/1.5 of today's (2.484 x 0.667 = 1.656)
-    assert bench.seeds_to_resolve("superiority", 1.0, -0.5, 2.5, 3) == (4, "held")
-    # the same effect below the bound, reached from above: 'did not hold'
-    assert bench.seeds_to_resolve("trend", -1.0, -2.5, 0.5, 3) == (4, "did not hold")
-    # non-inferiority, margin 1: -0.5 is 0.5 above the bound -1, reached by 1.5 below: under 1/3 (0.828) -> 9
-    assert bench.seeds_to_resolve("non-inferiority", -0.5, -2.0, 1.0, 3, margin=1.0) == (9, "held")
-    # equivalence, margin 1: +0.2 needs both sides inside ±1; the upper one (0.8 of 1.5 -> 1.325) decides -> 5
-    assert bench.seeds_to_resolve("equivalence", 0.2, -1.3, 1.7, 3, margin=1.0) == (5, "held")
-    # a universal claim is judged on its weakest pair by its `each` kind
-    assert bench.seeds_to_resolve("universal (superiority)", 1.0, -0.5, 2.5, 3) == (4, "held")
-    assert bench.seeds_to_resolve("superiority", 0.0, -1.0, 1.0, 3) == (None, "did not hold")  # on the bound
-    assert bench.seeds_to_resolve("superiority", 1e-4, -1.0, 1.0, 3)[0] is None  # beyond MAX_SEEDS
+    2.776/2.236 = 1.2416 at 5. The goal is a width, not an effect: an interval narrower than ± the goal decides the
+    claim whatever its true effect (clears the bound, or lies inside ± the goal)."""
+    # seeds only, half-width 2 at 3 seeds, goal 1: under 1/2 of today's, 2.484 / 2 = 1.242 > 1.2416 -> 5 seeds
+    assert bench.seeds_to_resolve(2.0, 3, 1.0) == (5, None)
+    assert bench.seeds_to_resolve(0.9, 3, 1.0) == (3, None)  # already narrower than the goal
+    # half the variance from the queries: sqrt(0.5) x 2 = 1.414 stays at any seeds, above the goal 1.2; the queries
+    # part shrinks like 1/sqrt(Q): 1000 x (1.414 / 1.2)^2 = 1388.9 -> more than 1388.9, 1390 with the +1 of the rule
+    assert bench.seeds_to_resolve(2.0, 3, 1.2, seed_share=0.5, n_queries=1000) == (None, 1390)
+    assert bench.seeds_to_resolve(2.0, 3, 0.0) == (None, None)  # no smallest effect of interest: no count
+    # the goal: a margin for the kinds that have one, else the metric family's smallest effect of interest
+    assert bench.target("non-inferiority", "R@1, pp", 1.0) == (1.0, "the margin 1")
+    assert bench.target("universal (equivalence)", "rSum", 10.0)[0] == 10.0
+    assert bench.target("peak", "rSum on the whole test split", 0.0)[0] == 3.0  # 0.5 pp on each of six recalls
+    assert bench.target("superiority", "sigma of each caption", 0.0)[0] == 0.0
 
 
-def test_seeds_lists_the_claims_within_noise(tmp_path: Path, demo_chapter: types.ModuleType,
+def test_seeds_lists_the_inconclusive_claims(tmp_path: Path, demo_chapter: types.ModuleType,
                                              capsys: pytest.CaptureFixture) -> None:
     s = (0, 1, 2)
     ev = {"A": Evidence(s, np.array([50.0, 51.0, 49.0])), "B": Evidence(s, np.array([50.5, 49.0, 50.0]))}
-    judged = [judge(SPECS[0], ev)]  # A - B per seed: -0.5, +2, -1: within noise
+    judged = [judge(SPECS[0], ev)]  # A - B per seed: -0.5, +2, -1: inconclusive
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
     write_judgements(judged, "demo", "train", run)
     (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
     bench.main(["demo", "--results", str(tmp_path), "--seeds"])
     j = judged[0]
-    n, verdict = bench.seeds_to_resolve("superiority", j.effect, j.low, j.high, 3)
-    assert j.verdict == "within noise" and verdict == "held"  # the mean difference is +1/6
-    assert (f"  within noise at 3 seeds: beats {j.effect:+.3g} [{j.low:+.3g}, {j.high:+.3g}] over seeds: {n} seeds "
-            "for 'held' at this effect") in capsys.readouterr().out.splitlines()
+    n, _ = bench.seeds_to_resolve((j.high - j.low) / 2, 3, 0.5)  # R@1 in pp: 0.5 pp
+    assert j.verdict == "inconclusive" and n > 3
+    assert (f"  inconclusive at 3 seeds: beats {j.effect:+.3g} [{j.low:+.3g}, {j.high:+.3g}] over seeds: {n} seeds "
+            "to resolve it at the smallest effect of interest 0.5") in capsys.readouterr().out.splitlines()
 
 
 def test_central_claims_get_the_seed_cap_when_it_would_resolve_one(tmp_path: Path, demo_chapter: types.ModuleType,
                                                                      capsys: pytest.CaptureFixture) -> None:
-    """The rule for more seeds: train.py's claims are central; one within noise that `SEED_CAP` seeds would resolve
-    at its effect (seeds_to_resolve, checked above by its own test) gives train.py `SEED_CAP` seeds; one that would
-    need more is named and changes nothing; ablate.py's claims never count."""
+    """The rule for more seeds: train.py's claims are central; one inconclusive that `SEED_CAP` seeds would resolve
+    at its smallest effect of interest (seeds_to_resolve, checked above by its own test) gives train.py `SEED_CAP`
+    seeds; one that would need more is named and changes nothing; ablate.py's claims never count."""
     s = (0, 1, 2)
     near = {"A": Evidence(s, np.array([50.0, 51.0, 49.0])), "B": Evidence(s, np.array([50.5, 49.0, 50.0])),
             "C": Evidence(s, np.array([51.0, 49.5, 50.5]))}  # A - B per seed: -0.5, +2, -1 (needs many seeds)
-    wide = {"A": Evidence(s, np.array([51.5, 52.2, 49.5])), "B": Evidence(s, np.array([50.0, 50.2, 49.0]))}
+    close = {"A": Evidence(s, np.array([50.2, 50.7, 50.7])), "B": Evidence(s, np.array([50.0, 50.2, 49.9]))}
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path), DATASET="scenes")
-    beats_wide, beats_near = judge(SPECS[0], wide), judge(SPECS[0], near)  # wide: A - B per seed +1.5, +2, +0.5
-    need_wide = bench.seeds_to_resolve("superiority", beats_wide.effect, beats_wide.low, beats_wide.high, 3)[0]
-    need_near = bench.seeds_to_resolve("superiority", beats_near.effect, beats_near.low, beats_near.high, 3)[0]
-    assert beats_wide.verdict == beats_near.verdict == "within noise"
-    assert 3 < need_wide <= bench.SEED_CAP < need_near  # the two cases the rule tells apart
+    beats_close, beats_near = judge(SPECS[0], close), judge(SPECS[0], near)  # close: A - B +0.2, +0.5, +0.8
+    need_close = bench.seeds_to_resolve((beats_close.high - beats_close.low) / 2, 3, 0.5)[0]
+    need_near = bench.seeds_to_resolve((beats_near.high - beats_near.low) / 2, 3, 0.5)[0]
+    assert beats_close.verdict == beats_near.verdict == "inconclusive"
+    assert 3 < need_close <= bench.SEED_CAP < need_near  # the two cases the rule tells apart
     write_judgements([beats_near], "demo", "train", run)
-    write_judgements([beats_wide], "demo", "ablate", run)  # not central: changes nothing
+    write_judgements([beats_close], "demo", "ablate", run)  # not central: changes nothing
     frame = bench.judged(tmp_path / "demo")
     assert list(frame["notebook"]) == ["ablate", "train"]
     assert bench.central_seeds(frame) == (3, [], ["beats"])
     rises = judge(SPECS[1], near)
-    assert rises.verdict == "within noise"
-    assert bench.seeds_to_resolve("trend", rises.effect, rises.low, rises.high, 3)[0] > bench.SEED_CAP
-    write_judgements([beats_wide, rises], "demo", "train", run)
+    assert rises.verdict == "inconclusive"
+    write_judgements([beats_close, rises], "demo", "train", run)
     assert bench.central_seeds(bench.judged(tmp_path / "demo")) == (bench.SEED_CAP, ["beats"], ["rises"])
     (tmp_path / "demo" / "claims.md").write_text("# claims\n\n| 1 | A beats B | x |\n")
     bench.main(["demo", "--results", str(tmp_path), "--seeds"])
-    assert (f"  central claims (train.py): 2 within noise on seed noise; train.py's seeds: {bench.SEED_CAP} (within "
-            f"{bench.SEED_CAP} seeds at their effect: beats; beyond: rises)") in capsys.readouterr().out.splitlines()
+    assert (f"  central claims (train.py): 2 inconclusive on seed noise; train.py's seeds: {bench.SEED_CAP} (within "
+            f"{bench.SEED_CAP} seeds at their smallest effect of interest: beats; beyond: rises)"
+            ) in capsys.readouterr().out.splitlines()
+
+
+def test_rejudged_relabels_committed_rows_by_hand() -> None:
+    rows = pd.DataFrame([
+        # a two-model claim within noise inside ±0.5 pp: negligible; wider: inconclusive
+        {"key": "a", "kind": "superiority", "metric": "R@1, pp", "effect": 0.1, "low": -0.3, "high": 0.4,
+         "margin": np.nan, "verdict": "within noise"},
+        {"key": "b", "kind": "superiority", "metric": "R@1, pp", "effect": 0.1, "low": -0.9, "high": 1.1,
+         "margin": np.nan, "verdict": "within noise"},
+        # held, effect 1, low 0.5: p = 2 Phi(-1.96 x 1 / 0.5) = 2 Phi(-3.92) = 8.9e-5
+        {"key": "c", "kind": "superiority", "metric": "R@1, pp", "effect": 1.0, "low": 0.5, "high": 1.5,
+         "margin": np.nan, "verdict": "held"},
+        # a peak: its parts are not in the file
+        {"key": "d", "kind": "peak", "metric": "R@1, pp", "effect": -0.1, "low": -0.3, "high": 0.2,
+         "margin": np.nan, "verdict": "within noise"},
+    ])
+    out = bench.rejudged(rows)
+    assert list(out["now"]) == ["negligible", "inconclusive", "held", "inconclusive"]
+    assert list(out["how"]) == ["same interval"] * 3 + ["needs its per-side values"]
+    assert out["p"].iloc[2] == pytest.approx(8.86e-5, rel=0.01)
+    # negligible, effect 0.1 in [-0.3, 0.4] against ±0.5: the nearer edge 0.5 - 0.1 = 0.4 over a reach of 0.3
+    assert out["p"].iloc[0] == pytest.approx(2 * 0.5 * math.erfc(1.959964 * 0.4 / 0.3 / math.sqrt(2)), rel=1e-3)
+    assert list(out["after Holm"]) == ["held" if v == "held" else v for v in out["now"]]
+
+
+def test_calibration_prints_every_kind_at_3_and_5_seeds() -> None:
+    lines, _ = bench.calibration_lines([claims.Noise(1.0, source="seed scores only")], 20)
+    assert lines[0].startswith("calibration on seed scores only")
+    for key in ("superiority", "non-inferiority", "equivalence", "trend 3", "trend 5", "peak 3", "peak 4", "peak 6",
+                "universal 3"):
+        row = next(line for line in lines if line.strip().startswith(key + " "))
+        assert "3 seeds" in row and "5 seeds" in row
+    assert lines[-1].startswith("  power at the paper's effect: none")

@@ -718,7 +718,8 @@ def test_train_judgements_not_tested_on_unconverged_or_collapsed_runs():
     for key in pcme | pvse4:
         assert judged[key].verdict == "not tested", key
     assert judged["dvse-r1-over-pcme"].reason == "PCME did not converge"
-    assert judged["pvse-r1-rises-with-k"].reason == "PVSE K=4 collapsed (tied)"
+    assert judged["pvse-r1-rises-with-k"].reason.endswith("PVSE K=4 vs PVSE K=2: not tested (not tested: PVSE K=4 "
+                                                          "collapsed (tied))")  # the trend's step that reads K=4
     assert judged["dvse-over-pvse"].verdict == "held" and judged["fr-improves-dvse"].verdict == "held"
     t4.loc[t4["model"] == "DVSE + MR", "converged"] = False
     judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
@@ -870,7 +871,9 @@ def test_ablate_judgements_by_hand():
     assert {k: j.verdict for k, j in judged.items()} == {
         k: "not tested" if k in one_seed else "did not hold" if k == "no-lvar-dm-close-to-full-ablation" else "held"
         for k in judged}
-    assert {judged[k].reason for k in one_seed} == {"one seed and no per-query values: no interval can be had"}
+    no_interval = "one seed and no per-query values: no interval can be had"
+    assert all(judged[k].reason in (no_interval, f"{judged[k].reason.split(' (not tested: ')[0]} (not tested: {no_interval})")
+               for k in one_seed)  # a peak says it once
     for key, effect in (("no-dm-lowers-rsum", 5.0), ("no-lvar-lowers-rsum", 15.0), ("se-alone-no-gain", 0.5),
                         ("no-lvar-dm-close-to-full-ablation", 2.0), ("impact-order", 5.0), ("full-dvse-best", 5.0),
                         ("se-improves", 5.0), ("fr-diagonal-rises", 0.4), ("fr-diagonal-falls", 0.5),

@@ -134,8 +134,8 @@ def test_ceiling_row_is_the_bayes_ceiling_and_the_table_puts_it_first():
 
 @pytest.mark.parametrize("verdicts, expected", [
     (["held", "held"], "held"),
-    (["held", "within noise"], "within noise"),
-    (["held", "not tested", "within noise"], "not tested"),
+    (["held", "inconclusive"], "inconclusive"),
+    (["held", "not tested", "inconclusive"], "not tested"),
     (["held", "not tested", "did not hold"], "did not hold"),
     ([], "not tested"),
 ])

@@ -221,7 +221,7 @@ def test_train_judgements_by_hand():
         (2.0, 0.0, "held"),  # PVSE R-P K=1 - K=4 = 35 - 33 > -1 (the margin)
         (5.0, 0.0, "held"),  # VSE0 - PVSE R-P = 5, 6, 7: the weakest pair
         (11.0, 1.0, "held"),  # PCME R-P - VSE0's 40: 10 and 12
-        (12.0, 2.0, "within noise"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
+        (12.0, 2.0, "inconclusive"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
     ]
     for j, (effect, half, outcome) in zip(judged, expected):
         assert (j.effect, j.low, j.high, j.verdict) == pytest.approx((effect, effect - k * half, effect + k * half,
@@ -276,7 +276,7 @@ def test_ablate_judgements_by_hand():
     assert [j.verdict for j in judged] == ["did not hold"] * 3
     # W2 - mean only = 0.6 and -0.2: the widened interval reaches past the 0.5 margin
     pcme["2-Wasserstein"] = (20.6, 19.8)
-    assert chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)[1].verdict == "within noise"
+    assert chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)[1].verdict == "inconclusive"
 
 
 # -------------------------------------------------------------------------------------- visualise.py
@@ -499,9 +499,9 @@ def test_visualise_judgements_on_constructed_values():
     assert all(j.n_seeds == 1 and j.noise == "queries (one seed: test sampling only)" for j in judged)
     assert [j.n_queries for j in judged] == [40, 40, 20, 30, 25, 20, 20, 20]
     assert (judged[2].low, judged[2].high) == pytest.approx((0.1, 0.1))  # every image rises by exactly 0.1
-    # erase(A) just as close to A's captions as to any caption (each pair's difference is noise): within noise
+    # erase(A) just as close to A's captions as to any caption (each pair's difference is noise): inconclusive
     tied = chapter.visualise_evidence(0, True, "", **_visualise_inputs(erase_a=0.35))
-    assert chapter.visualise_judgements(tied, run)[-1].verdict == "within noise"
+    assert chapter.visualise_judgements(tied, run)[-1].verdict == "inconclusive"
     # an unconverged or a collapsed model tests nothing; off scenes the levels claim is not tested
     for converged, collapse, why in ((False, "", "did not converge"), (True, "every query's scores are tied",
                                                                       "collapsed (every query's scores are tied)")):
@@ -548,3 +548,23 @@ def test_stacked_evidence_judges_every_seed_paired_by_seed():
                                                        values=short[chapter.FIG8["mix_a"]].values[:, :19])
     with pytest.raises(ValueError, match="differs in queries"):
         chapter.stacked_evidence([per_seed[0], short])
+
+
+def test_figure6_thirds_hold_the_same_queries_at_every_seed():
+    """Two seeds rank six queries by σ differently; the thirds come from each query's mean σ rank over the seeds (by
+    hand: ranks seed 0 = 0..5, seed 1 = 1, 0, 3, 2, 5, 4; means 0.5, 0.5, 2.5, 2.5, 4.5, 4.5 -> thirds {0, 1},
+    {2, 3}, {4, 5}), so column j of a third's stack is one query at both seeds."""
+    sigma = np.array([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.2, 0.1, 0.4, 0.3, 0.6, 0.5]])
+    hits = np.array([[100.0, 100.0, 100.0, 0.0, 0.0, 0.0], [100.0, 0.0, 100.0, 100.0, 0.0, 0.0]])
+    assert [list(c) for c in chapter.thirds_across_seeds(hits, sigma)] == [[0, 1], [2, 3], [4, 5]]
+    inputs = _visualise_inputs()
+    per_seed = [chapter.visualise_evidence(s, True, "", **inputs, queries={"i2t": (hits[s], sigma[s]),
+                                                                        "t2i": (hits[s], sigma[s])}) for s in (0, 1)]
+    stacked = chapter.stacked_evidence(per_seed)
+    assert not any("test order" in k for k in stacked)  # the per-query carriers are consumed
+    low = stacked[chapter.sigma_third("i2t", "lowest")]
+    assert low.seeds == (0, 1) and low.values.tolist() == [[100.0, 100.0], [100.0, 0.0]]
+    assert "binned by the mean σ rank over the seeds" in low.split
+    assert stacked[chapter.sigma_third("t2i", "highest")].values.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(ValueError, match="must both be"):
+        chapter.thirds_across_seeds(hits[:, :5], sigma)

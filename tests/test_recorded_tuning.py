@@ -64,7 +64,8 @@ def test_the_read_is_in_the_provenance_of_what_the_reader_writes(tmp_path: Path)
 
 def test_a_missing_table_is_named(tmp_path: Path) -> None:
     run = RunConfig(profile="smoke", results_dir=str(tmp_path / "results"))
-    with pytest.raises(FileNotFoundError, match=r"results/hrem/tuning\.csv: not found; run the notebook"):
+    with pytest.raises(FileNotFoundError, match=r"results/hrem/tuning\.csv: not found for profile smoke on "
+                                                    r"scenes; run the notebook"):
         recorded_tuning("hrem/tuning", run)
 
 

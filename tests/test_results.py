@@ -128,14 +128,14 @@ def test_figure_text_claims_and_index(run: RunConfig) -> None:
         results.Claim("A beats B", "Table 2", "A 51.0 vs B 49.0", verdict(True)),
         results.Claim("C rises with K", "Fig. 3", "falls: 3.0, 2.0", verdict(False)),
         results.Claim("D | E", "Sec. 4", "not run under smoke", verdict(None)),
-        results.Claim("F beats G", "Table 3", "+0.1 [-0.4, +0.6]", "within noise"),
+        results.Claim("F beats G", "Table 3", "+0.1 [-0.4, +0.6]", "inconclusive"),
     ]
     path = results.write_claims(claims, "demo", run=run)
     text = path.read_text()
-    for v in ("held", "did not hold", "not tested", "within noise"):
+    for v in ("held", "did not hold", "not tested", "inconclusive"):
         assert f"**{v}**" in text
     assert "D \\| E" in text
-    assert "Of 4 claims" in text and "1 held, 1 did not hold, 1 within noise, 1 not tested" in text
+    assert "Of 4 claims" in text and "1 held, 1 did not hold, 0 negligible, 1 inconclusive, 1 not tested" in text
     with pytest.raises(ValueError, match="verdict must be one of"):
         results.Claim("H", "Sec. 1", "-", "yes")  # type: ignore[arg-type]
     index = (Path(run.results_dir) / "README.md").read_text()
@@ -209,8 +209,8 @@ def test_results_written_after_a_read_name_what_was_read(run: RunConfig, monkeyp
     assert "reads" not in json.loads(before.with_suffix(".json").read_text())
     assert results.read_table("demo/per_seed", run=run).equals(pd.DataFrame({"a": [1.0, 2.0]}))
     assert results.read_result("demo/absent.csv", run=run) is None
-    with pytest.raises(FileNotFoundError, match=r"res/demo/missing\.csv: not found; run the notebook that writes "
-                                                r"demo/missing first"):
+    with pytest.raises(FileNotFoundError, match=r"res/demo/missing\.csv: not found for profile smoke on scenes; run the "
+                                                r"notebook that writes demo/missing under that profile and data set first"):
         results.read_table("demo/missing", run=run)
     after = results.write_table(pd.DataFrame({"c": [4.0]}), "demo/after", run=run)
     assert json.loads(after.with_suffix(".json").read_text())["reads"] == {

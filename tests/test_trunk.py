@@ -24,11 +24,14 @@ from xmr_core.encoders.trunk import (
     TrunkConfig,
     attach_grid_features,
     cell_targets,
+    grid_features,
+    imagenet_trunk,
     load_trunk_state,
     normalise,
     pretrained_trunk,
     trunk_config,
     trunk_dir,
+    write_grid_features,
 )
 from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.runs.train import TrainConfig, fit
@@ -201,7 +204,7 @@ def test_attach_grid_features_matches_the_trunk_and_is_cached(built, monkeypatch
     def no_features(*args, **kwargs):
         raise AssertionError("cached grid features were computed again")
 
-    monkeypatch.setattr(trunk_mod, "grid_features", no_features)
+    monkeypatch.setattr(trunk_mod, "write_grid_features", no_features)
     fresh = _split("val", 6, 0)
     attach_grid_features([fresh], trunk, progress=False)
     assert np.array_equal(fresh.grid, split.grid)
@@ -210,6 +213,82 @@ def test_attach_grid_features_matches_the_trunk_and_is_cached(built, monkeypatch
     other = _split("val", 6, 1)  # other pixels: another cache entry, so computed
     with pytest.raises(AssertionError, match="computed again"):
         attach_grid_features([other], trunk, progress=False)
+
+
+def test_features_written_in_chunks_to_a_memory_mapped_file_match_the_in_memory_ones(built, tmp_path,
+                                                                                     monkeypatch) -> None:
+    _, trunk = built
+    split = _split("train", 7, 2)
+    monkeypatch.setattr(trunk_mod, "FEATURE_BATCHES", 1)  # chunks of one batch of 2: 4 chunks, the last of 1 image
+    lines: list[str] = []
+    written = write_grid_features(trunk, split, tmp_path / "f.npy", batch_size=2, progress=False, echo=lines.append)
+    assert isinstance(written, np.memmap) and written.shape == (7, CELLS, CHANNELS)
+    assert np.array_equal(written, grid_features(trunk, split, batch_size=2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.npy"]  # the partial file renamed, its marker gone
+    assert len(lines) == 1 and lines[0].startswith("grid features train: 7 images, 7 to compute on cpu with 0 loader "
+                                                   "worker(s): ") and "s an image on the first chunk of 2" in lines[0]
+    # the images decoded by loader worker processes (as on a GPU, `feature_workers`): the same features
+    by_workers = write_grid_features(trunk, split, tmp_path / "w.npy", batch_size=2, workers=2, progress=False,
+                                     echo=lines.append)
+    assert np.array_equal(by_workers, written) and "with 2 loader worker(s)" in lines[1]
+
+
+def test_a_killed_extraction_resumes_at_its_first_missing_chunk(built, tmp_path, monkeypatch) -> None:
+    _, trunk = built
+    split = _split("train", 7, 2)
+    monkeypatch.setattr(trunk_mod, "FEATURE_BATCHES", 1)
+    forward, calls = trunk_mod._forward, []
+
+    def killed_at_the_third_chunk(net, split, rows, *args):
+        calls.append(rows)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return forward(net, split, rows, *args)
+
+    monkeypatch.setattr(trunk_mod, "_forward", killed_at_the_third_chunk)
+    path = tmp_path / "f.npy"
+    with pytest.raises(KeyboardInterrupt):
+        write_grid_features(trunk, split, path, batch_size=2, progress=False, echo=lambda line: None)
+    assert not path.exists() and json.loads((tmp_path / "f.partial.json").read_text())["done"] == 4
+    calls.clear()
+    monkeypatch.setattr(trunk_mod, "_forward", lambda net, split, rows, *args: calls.append(rows) or
+                        forward(net, split, rows, *args))
+    lines: list[str] = []
+    resumed = write_grid_features(trunk, split, path, batch_size=2, progress=False, echo=lines.append)
+    assert calls == [range(4, 6), range(6, 7)]
+    assert np.array_equal(resumed, grid_features(trunk, split, batch_size=2))
+    assert lines[0] == f"grid features train: resuming at image 4 of 7 ({tmp_path / 'f.partial.npy'})"
+    assert "7 images, 3 to compute" in lines[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.npy"]
+
+
+def _resnet18_file(path, seed: int):
+    import torchvision
+
+    torch.manual_seed(seed)
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
+    return path
+
+
+def test_the_imagenet_trunk_key_names_the_weights_file_loaded(tmp_path) -> None:
+    import hashlib
+
+    a, b = _resnet18_file(tmp_path / "a.pth", 0), _resnet18_file(tmp_path / "b.pth", 1)
+    ta, tb = imagenet_trunk("resnet18", str(a)), imagenet_trunk("resnet18", str(b))
+    assert ta.key != tb.key
+    digest = hashlib.sha256(a.read_bytes()).hexdigest()
+    assert ta.key == f"resnet18-{digest[:16]}" and ta.meta["weights_sha256"] == digest
+    assert ta.meta["channels"] == 512 and ta.meta["weights"] == str(a)
+    assert torch.equal(ta.net[0].weight, torch.load(a, weights_only=True)["conv1.weight"])
+    shutil.copy(a, tmp_path / "elsewhere.pth")  # the bytes name the weights, not where the file lies
+    assert imagenet_trunk("resnet18", str(tmp_path / "elsewhere.pth")).key == ta.key
+    # no ImageNet weights: torchvision's initialisation from a fixed seed, labelled so
+    none, again = imagenet_trunk("resnet18", None), imagenet_trunk("resnet18", None)
+    assert none.key == "resnet18-init0" and none.meta["source"].startswith("no ImageNet weights")
+    assert torch.equal(none.net[0].weight, again.net[0].weight) and none.meta["weights"] is None
+    with pytest.raises(FileNotFoundError) as err:
+        imagenet_trunk("resnet18", str(tmp_path / "absent.pth"))
+    assert "set the notebook parameter IMAGE_WEIGHTS" in str(err.value) and "\n" not in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------- image encoder

@@ -8,11 +8,13 @@ the mean of, the seeds and test split they came from, whether every run converge
     detect_collapse(scores (Q, G), relevance (Q, G) | None) -> "" or why the run learnt nothing
     instance_collapse(scores_i2t (N, M), split)             -> the same under the split's instance relevance
     chance_best_rank(n_positives (Q,), gallery)             -> (mean, variance) of the best rank at random
-    judge(spec, {model: Evidence}, dataset=, profile=)      -> Judgement (verdict, effect, interval, pairing)
-    can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
+    judge(spec, {model: Evidence}, dataset=, profile=)      -> Judgement (verdict, effect, interval, pairing, p)
+    holm(judgements)                                        -> each one's verdict after Holm's adjustment
     seed_evidence(per_run, cols, split=)                    -> {model: Evidence} from a chapter's per-run table
     query_evidence(per_run, array cols, split=)             -> the same from per-query values, one stratum a column
     run_evidence(per_run, {(model, seed): values}, strata=)   -> the same from per-query values kept beside it
+    simulated(spec, Noise, n_seeds, effect, rng)            -> {model: Evidence} drawn at the book's noise
+    can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
     render_claims(judgements, chapter, ...)                 -> the chapter's claims.md text
@@ -23,18 +25,25 @@ Kinds (the effect is oriented so that > 0 favours the claim; `direction` "greate
     superiority      models (a, b): a is greater (less) than b         effect = ±(a - b)
     non-inferiority  models (a, b): a at least as good as b, margin m   effect = ±(a - b), compared with -m
     equivalence      models (a, b): no real difference, margin m        effect = a - b, compared with [-m, m]
-    trend            models x1..xn (ordered): rises (falls) at every step   effect = the smallest oriented step
-    peak             models x1..xn, `peak` among them: the best of all   effect = ±peak - max(±others)
-    universal        `pairs` ((a1, b1), ...): `each` kind holds for every pair; one refutation refutes it
+    trend            models x1..xn (ordered): rises (falls) at every step   parts: each step ±(x[i+1] - x[i])
+    peak             models x1..xn, `peak` among them: the best of all   parts: ±(peak - x) for each other x
+    universal        `pairs` ((a1, b1), ...): `each` kind holds for every pair   parts: the pairs
 
 The interval of the effect is a percentile bootstrap at `CONFIDENCE` with `N_RESAMPLES` resamples and a fixed
 generator seed (deterministic): over seeds, over queries, or both (crossed: the same resampled queries for
 every seed, since every seed scores the same test queries). Sides share the resampled seeds when they have the
 same seeds and split (paired by seed), and the resampled queries when they score the same queries (paired by
-query). Verdicts: held / did not hold when the interval excludes zero (or the margin) on one side, otherwise
-within noise; not tested, with the reason (a "not tested" judgement without one is refused), when a compared
-run did not converge, collapsed, is missing, the claim needs a data set or profile this run does not have, or
-it `needs` a model or data the book does not build (declared with the claim, naming them).
+query). Verdicts (`VERDICTS`): held / did not hold when the interval excludes zero (or the margin) on one
+side; negligible when it lies inside ± the claim's smallest effect of interest (`ClaimSpec.smallest_effect`: the
+declared `sesoi`, else the metric family's, `family_sesoi`); otherwise inconclusive. Peak, trend and universal
+claims are intersections of pairwise parts: held when every part held at 95%, did not hold when one part is
+refuted at 95% Bonferroni-corrected over the parts, so that each side errs at most 2.5% under a tie (`python -m
+xmr_core.bench claims --calibration` measures it). Not tested, with the reason (a "not tested" judgement without
+one is refused), when a compared run did not converge, collapsed, is missing, the claim needs a data set or
+profile this run does not have, or it `needs` a model or data the book does not build (declared with the claim,
+naming them). A superiority claim whose claimed-lower side diverged in training on every seed, the other side
+converging, held on that (`Evidence.diverged`). `holm` adjusts a set of judgements' decided verdicts for their
+number.
 
 The science imports nothing of the runs or the book: a chapter writes its judgements through
 `xmr_core.book.results.write_judgements`.
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -58,10 +68,15 @@ from xmr_core.metrics import Relevance, ranking_stats
 if TYPE_CHECKING:
     from xmr_core.data.corpus import Split
 
-# The four verdicts a claim can reach, and the two rules that combine yes/no checks into one.
-Verdict = Literal["held", "did not hold", "within noise", "not tested"]
-VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "within noise", "not tested")
-UNIVERSAL_ORDER: tuple[Verdict, ...] = ("did not hold", "not tested", "within noise", "held")  # first one present wins
+# The verdicts a claim can reach, and the two rules that combine yes/no checks into one:
+#   held          the interval excludes the claim's bound on its side
+#   did not hold  the interval excludes it on the other side
+#   negligible    undecided, the interval inside ± the claim's smallest effect of interest: too small to matter
+#   inconclusive  undecided and wider than that: the run cannot say
+#   not tested    with the reason (the run lacks a model, a model did not converge or collapsed, ...)
+Verdict = Literal["held", "did not hold", "negligible", "inconclusive", "not tested"]
+VERDICTS: tuple[Verdict, ...] = ("held", "did not hold", "negligible", "inconclusive", "not tested")
+DECIDED: tuple[Verdict, ...] = ("held", "did not hold", "negligible")  # what a multiple-comparison adjustment can undo
 
 
 def verdict(held: bool | None) -> Verdict:
@@ -70,10 +85,19 @@ def verdict(held: bool | None) -> Verdict:
 
 
 def universal_verdict(verdicts: Sequence[Verdict]) -> Verdict:
-    """The verdict of "X holds for every model" from the verdict per model: one counterexample refutes it
-    ("did not hold"); else a model not tested leaves it "not tested"; else any within noise makes it "within
-    noise"; else "held"."""
-    return min(verdicts, key=UNIVERSAL_ORDER.index, default=verdict(None))
+    """The verdict of "X holds for every part" from the verdict per part (an intersection-union rule): one
+    counterexample refutes it ("did not hold"); else a part not tested leaves it "not tested"; else "held" when
+    every part held, "negligible" when every part is negligible, and "inconclusive" otherwise (no parts: not
+    tested)."""
+    found = set(verdicts)
+    if not found:
+        return "not tested"
+    for first in ("did not hold", "not tested"):
+        if first in found:
+            return first  # type: ignore[return-value]
+    if len(found) == 1 and found & {"held", "negligible"}:
+        return found.pop()
+    return "inconclusive"
 
 
 Kind = Literal["superiority", "non-inferiority", "equivalence", "trend", "peak", "universal"]
@@ -150,9 +174,13 @@ class Evidence:
     converged: bool = True  # every run converged (`FitResult.converged`)
     collapse: str = ""  # why the runs learnt nothing (`detect_collapse`); "" when they learnt something
     strata: np.ndarray | None = None  # (Q,) the stratum of each query; None: one stratum
+    diverged: tuple[int, ...] = ()  # the seeds whose training diverged (a NaN/inf loss ended it)
 
     def __post_init__(self) -> None:
         v = np.asarray(self.values, dtype=np.float64)
+        if self.diverged and (self.converged or not set(self.diverged) <= set(self.seeds)):
+            raise ValueError(f"Evidence: diverged seeds {self.diverged} must be among the seeds {self.seeds} of "
+                             "evidence that did not converge")
         if v.ndim not in (1, 2) or v.shape[0] != len(self.seeds) or v.size == 0:
             raise ValueError(f"Evidence: values must be (S,) or (S, Q) with S = {len(self.seeds)} seeds, "
                              f"got shape {v.shape}")
@@ -175,6 +203,11 @@ class Evidence:
             return np.full(self.n_queries, 1.0 / self.n_queries)
         _, inverse, sizes = np.unique(self.strata, return_inverse=True, return_counts=True)
         return 1.0 / (len(sizes) * sizes[inverse])
+
+    @property
+    def all_diverged(self) -> bool:
+        """Training diverged on every seed (at least one)."""
+        return bool(self.diverged) and set(self.diverged) == set(self.seeds)
 
     @property
     def per_seed(self) -> np.ndarray:
@@ -249,6 +282,29 @@ def run_evidence(per_run: pd.DataFrame, values: Mapping[tuple[str, int], np.ndar
 # ------------------------------------------------------------------------------------------- claims
 
 
+# The smallest effect of interest of a metric family (docs/claims.md, "Smallest effect of interest"): a rule set from
+# the papers' scale before the data, never from the run judged. Half a percentage point on a metric in pp (or %):
+# the smallest difference the five papers call an effect is about 1 pp (PCME's R-P gain over mu only, 1.2-1.6 pp, is
+# "some margin"; MSRM calls a 0.9 pp fall a degradation), and half of it is what they read as a tie. A sum of recalls
+# takes it once per recall it sums: rSum (six R@K) 3, HMRN's R@Sum (R@1 + R@5 + R@10) 1.5. A metric in other units
+# (sigma, a probability, seconds, parameters) has none: there a claim's undecided verdict is "inconclusive".
+SESOI_PP = 0.5
+SESOI_RULE = ("rule (docs/claims.md): 0.5 pp per percentage-point metric, once per recall a sum adds up "
+              "(rSum 3, R@Sum 1.5), set from the papers' scale before the data")
+
+
+def family_sesoi(metric: str) -> tuple[float, str]:
+    """(smallest effect of interest, its source) of a metric by its family (`SESOI_RULE`): rSum 3, R@Sum 1.5, a
+    metric in pp or % 0.5; 0.0 (none) for any other unit."""
+    if "rSum" in metric:
+        return 6 * SESOI_PP, SESOI_RULE
+    if "R@Sum" in metric:
+        return 3 * SESOI_PP, SESOI_RULE
+    if re.search(r"\bpp\b|%", metric):
+        return SESOI_PP, SESOI_RULE
+    return 0.0, "none: the metric is not in percentage points, and neither the paper nor the rule gives one"
+
+
 @dataclass(frozen=True)
 class ClaimSpec:
     """One claim of a paper, declared once (see the module docstring for the kinds)."""
@@ -267,10 +323,16 @@ class ClaimSpec:
     datasets: tuple[str, ...] = ()  # the data sets the claim can be tested on (empty: any)
     profiles: tuple[str, ...] = ()  # the profiles the claim can be tested on (empty: any)
     needs: str = ""  # the model or data the claim needs that this book does not build or have: never tested
+    sesoi: float = 0.0  # smallest effect of interest, in the metric's unit; 0: the metric family's (`family_sesoi`)
+    sesoi_source: str = ""  # where a declared `sesoi` comes from (the paper's words, or a stated rule)
 
     def __post_init__(self) -> None:
         def bad(why: str) -> ValueError:
             return ValueError(f"claim {self.key!r}: {why}")
+
+        if self.sesoi < 0 or (self.sesoi > 0) != bool(self.sesoi_source.strip()):
+            raise bad(f"a declared smallest effect of interest must be > 0 and name its source, got {self.sesoi} "
+                      f"from {self.sesoi_source!r}")
 
         if self.kind not in KINDS:
             raise bad(f"kind must be one of {KINDS}, got {self.kind!r}")
@@ -294,6 +356,11 @@ class ClaimSpec:
             raise bad(f"{self.kind} needs at least three models (two is a superiority claim), got {self.models}")
         if (self.kind == "peak") != bool(self.peak) or (self.peak and self.peak not in self.models):
             raise bad(f"`peak` must name one of the models of a peak claim (and only of one), got {self.peak!r}")
+
+    @property
+    def smallest_effect(self) -> tuple[float, str]:
+        """(smallest effect of interest, its source): the declared `sesoi`, else the metric family's."""
+        return (self.sesoi, self.sesoi_source) if self.sesoi > 0 else family_sesoi(self.metric)
 
     @property
     def compared(self) -> tuple[str, ...]:
@@ -320,7 +387,9 @@ class Judgement:
     reason: str = ""  # why not tested, or what decided the verdict
     unconverged: tuple[str, ...] = ()
     collapsed: tuple[str, ...] = ()
-    parts: tuple[Judgement, ...] = field(default=(), repr=False)  # universal: one judgement per pair
+    p: float = math.nan  # the p-value of a decided verdict (`_decide`; decided at p < 0.05), for `holm`
+    seed_share: float = math.nan  # the share of the interval's variance from the seeds (1: seeds only)
+    parts: tuple[Judgement, ...] = field(default=(), repr=False)  # peak, trend, universal: one judgement per part
 
     def __post_init__(self) -> None:
         if self.verdict == "not tested" and not self.reason.strip():
@@ -386,51 +455,92 @@ def _crossed_means(sides: Sequence[Evidence], by_seed: bool, by_query: bool, n: 
     return out
 
 
-def _expansion(v_seed: float, n_seeds: int, v_query: float, n_queries: int) -> float:
-    """The factor widening a percentile interval to small-sample width: a bootstrap over n units estimates the
-    variance of a mean (n-1)/n too small, and its normal-like quantiles ignore that the seed variance rests on
-    n_seeds - 1 degrees of freedom. With v_seed, v_query the bootstrap variances of the effect from resampling
-    seeds alone and queries alone (0 for a level not resampled), the factor is
-    t(df) / z * sqrt(corrected / plug-in variance), df by Welch-Satterthwaite over the two levels."""
+def _expansion(v_seed: float, n_seeds: int, v_query: float, n_queries: int, confidence: float = CONFIDENCE) -> float:
+    """The factor widening a percentile interval at `confidence` to small-sample width: a bootstrap over n units
+    estimates the variance of a mean (n-1)/n too small, and its normal-like quantiles ignore that the seed variance
+    rests on n_seeds - 1 degrees of freedom. With v_seed, v_query the bootstrap variances of the effect from
+    resampling seeds alone and queries alone (0 for a level not resampled), the factor is
+    t(df) / z * sqrt(corrected / plug-in variance) at the interval's level, df by Welch-Satterthwaite over the two
+    levels."""
     parts = [(v * n / (n - 1), n - 1) for v, n in ((v_seed, n_seeds), (v_query, n_queries)) if n > 1 and v > 0]
     total, plugin = sum(v for v, _ in parts), v_seed + v_query
     if not parts or plugin <= 0:
         return 1.0
     df = total ** 2 / sum(v ** 2 / d for v, d in parts)
-    level = 1 - (1 - CONFIDENCE) / 2
+    level = 1 - (1 - confidence) / 2
     return float(stats.t.ppf(level, df) / stats.norm.ppf(level) * math.sqrt(total / plugin))
 
 
-def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.ndarray]
-              ) -> tuple[float, float, float, Pairing, str] | str:
-    """(effect, low, high, paired, noise) of `statistic` (K side means (K, ...) -> (...)) over the sides, or why
-    no interval can be had: the percentile bootstrap interval widened about the effect by `_expansion`.
-    One-level cases use `scipy.stats.bootstrap`; seeds × queries use `_crossed_means`."""
+@dataclass(frozen=True)
+class _Boot:
+    """The bootstrap of one effect: `dist` (n,) its resampled values, and the variances from resampling the seeds
+    alone and the queries alone with their counts (`_expansion`), so that the interval at any level is the
+    percentile interval widened about the effect for that level; `seed_share` the share of the variance from the
+    seeds (1 over seeds only, 0 over one seed's queries)."""
+
+    effect: float
+    dist: np.ndarray
+    paired: Pairing
+    noise: str
+    v_seed: float
+    n_seeds: int
+    v_query: float = 0.0
+    n_queries: int = 0
+
+    @property
+    def seed_share(self) -> float:
+        total = self.v_seed + self.v_query
+        return self.v_seed / total if total > 0 else math.nan
+
+    def bounds(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
+        """The two-sided widened percentile interval at `confidence`."""
+        a = (1 - confidence) / 2
+        low, high = np.quantile(self.dist, [a, 1 - a])
+        k = _expansion(self.v_seed, self.n_seeds, self.v_query, self.n_queries, confidence)
+        return self.effect - k * (self.effect - float(low)), self.effect + k * (float(high) - self.effect)
+
+    def p_value(self, excludes: Callable[[float, float], bool]) -> float:
+        """The smallest two-sided alpha (to 0.01% relative) at whose interval `excludes(low, high)` holds, so that
+        the 95% interval decides exactly when p < 0.05 (intervals nest as alpha falls: bisection); 1.0 when even
+        the interval at alpha = 1 does not exclude, 1e-6 when the one at 1e-6 still does."""
+        if not excludes(*self.bounds(1e-9)):
+            return 1.0
+        lo, hi = 1e-6, 1.0  # excluded at alpha = hi
+        if excludes(*self.bounds(1 - lo)):
+            return lo
+        while hi / lo > 1.0001:
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if excludes(*self.bounds(1 - mid)) else (mid, hi)
+        return hi
+
+
+def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.ndarray]) -> _Boot | str:
+    """The bootstrap (`_Boot`) of `statistic` (K side means (K, ...) -> (...)) over the sides, or why no interval
+    can be had: percentile bootstrap resamples widened about the effect by `_expansion`. One-level cases use
+    `scipy.stats.bootstrap`; seeds × queries use `_crossed_means`."""
     by_seed, by_query = _pairing(sides)
     with_queries = all(e.n_queries > 1 for e in sides)
     one_seed = [i for i, e in enumerate(sides) if len(e.seeds) < 2]
     n_seeds, n_queries = min(len(e.seeds) for e in sides), min(e.n_queries for e in sides)
     effect = float(statistic(np.array([e.per_seed.mean() for e in sides])))
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    alpha = (1 - CONFIDENCE) / 2
     stratified = any(e.strata is not None for e in sides)  # scipy cannot resample within strata
     if with_queries and (len(one_seed) < len(sides) or stratified):  # the crossed two-level bootstrap
         dist = statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng))
         v_seed = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, queries=False))))
         v_query = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, seeds=False))))
-        low, high = np.quantile(dist, [alpha, 1 - alpha])
-        k = _expansion(v_seed, n_seeds, v_query, n_queries)
         paired: Pairing = "seed+query" if by_seed and by_query else "seed" if by_seed else "query" if by_query else "none"
         noise = ("queries (one seed: test sampling only)" if len(one_seed) == len(sides) else "seeds+queries"
                  + (" (one seed for some: their training noise not covered)" if one_seed else ""))
-        return effect, effect - k * (effect - float(low)), effect + k * (float(high) - effect), paired, noise
+        return _Boot(effect, np.asarray(dist), paired, noise, v_seed, n_seeds, v_query, n_queries)
     if with_queries:  # one seed everywhere, one stratum: test sampling only
         data, paired, noise = [e.values[0] for e in sides], ("query" if by_query else "none"), \
             "queries (one seed: test sampling only)"
-        is_paired, n_units = by_query, n_queries
+        is_paired, n_units, by = by_query, n_queries, "queries"
     elif not one_seed:
         data, paired, noise, is_paired, n_units = [e.per_seed for e in sides], ("seed" if by_seed else "none"), \
             "seeds", by_seed, n_seeds
+        by = "seeds"
     else:
         return "one seed and no per-query values: no interval can be had"
 
@@ -439,47 +549,61 @@ def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.nd
 
     res = stats.bootstrap(tuple(data), stat, n_resamples=N_RESAMPLES, paired=is_paired, vectorized=True,
                           confidence_level=CONFIDENCE, method="percentile", rng=rng)
-    k = _expansion(float(np.var(res.bootstrap_distribution)), n_units, 0.0, 0)
-    ci = res.confidence_interval
-    return effect, effect - k * (effect - float(ci.low)), effect + k * (float(ci.high) - effect), paired, noise
+    dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
+    v = float(np.var(dist))
+    return (_Boot(effect, dist, paired, noise, v, n_units) if by == "seeds" else
+            _Boot(effect, dist, paired, noise, 0.0, 0, v, n_units))
 
 
 # ------------------------------------------------------------------------------------------- the judge
 
 
-def _statistic(spec: ClaimSpec, models: Sequence[str]) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
-    """The oriented effect of a non-universal claim as a function of the side means (K, ...) in `models` order,
-    and its description."""
+ALPHA = 1 - CONFIDENCE  # two-sided: each side of a 95% interval errs 2.5% of the time
+
+
+def _pairwise_statistic(spec: ClaimSpec) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """The oriented effect of a pairwise claim as a function of the two side means (2, ...), and its description."""
+    a, b = spec.models
+    if spec.kind == "equivalence":
+        return (lambda m: m[0] - m[1]), f"{a} − {b}"
     sign = 1.0 if spec.direction == "greater" else -1.0
-    if spec.kind in PAIRWISE:
-        a, b = models
-        if spec.kind == "equivalence":
-            return (lambda m: m[0] - m[1]), f"{a} − {b}"
-        return (lambda m: sign * (m[0] - m[1])), (f"{a} − {b}" if sign > 0 else f"{b} − {a}")
-    if spec.kind == "trend":
-        return (lambda m: (sign * np.diff(m, axis=0)).min(0)), \
-            f"smallest step {'up' if sign > 0 else 'down'} along {' → '.join(models)}"
-    p = models.index(spec.peak)
-    rest = [i for i in range(len(models)) if i != p]
-    return (lambda m: sign * m[p] - (sign * m[rest]).max(0)), \
-        f"{spec.peak} − the {'best' if sign > 0 else 'lowest'} of the others"
+    return (lambda m: sign * (m[0] - m[1])), (f"{a} − {b}" if sign > 0 else f"{b} − {a}")
 
 
-def _decide(kind: Kind, margin: float, low: float, high: float) -> tuple[Verdict, str]:
-    """The verdict of an oriented effect with interval [low, high]."""
-    if kind == "equivalence":
-        if -margin < low and high < margin:
-            return "held", f"interval inside ±{margin:g}"
-        if low > margin or high < -margin:
-            return "did not hold", f"interval outside ±{margin:g}"
-        return "within noise", f"interval overlaps the margin ±{margin:g}"
-    bound = -margin if kind == "non-inferiority" else 0.0
+def _decide(spec: ClaimSpec, boot: _Boot, comparisons: int = 1) -> tuple[Verdict, str, float]:
+    """(verdict, reason, p) of a pairwise claim's bootstrapped effect. "held" needs the 95% interval to clear the
+    claim's bound on its side; "did not hold" needs the interval at 1 - 0.05 / `comparisons` to clear it on the other
+    side (Bonferroni: a claim refuted by any one of `comparisons` parts errs at most 2.5% in all); undecided,
+    "negligible" (a superiority claim with a smallest effect of interest s) needs the 95% interval inside (-s, s);
+    otherwise "inconclusive". A decided effect whose interval lies inside (-s, s) says so in its reason. `p` is the p-value of the verdict reached (`_Boot.p_value`, times `comparisons` for a
+    refutation): it is below 0.05 exactly when the verdict is decided; NaN when inconclusive."""
+    low, high = boot.bounds()
+    refuting = 1 - ALPHA / comparisons
+    low_r, high_r = boot.bounds(refuting)
+    level = f"{100 * refuting:.4g}% interval (Bonferroni over {comparisons} parts)" if comparisons > 1 else "interval"
+    m = spec.margin
+    if spec.kind == "equivalence":
+        if -m < low and high < m:
+            return "held", f"interval inside ±{m:g}", boot.p_value(lambda lo, hi: -m < lo and hi < m)
+        if low_r > m or high_r < -m:
+            return "did not hold", f"{level} outside ±{m:g}", \
+                min(1.0, comparisons * boot.p_value(lambda lo, hi: lo > m or hi < -m))
+        return "inconclusive", f"interval overlaps the margin ±{m:g}", math.nan
+    bound = -m if spec.kind == "non-inferiority" else 0.0
+    s, _ = spec.smallest_effect
+    small = spec.kind == "superiority" and s > 0
+    tiny = f", but all of it within ±{s:g}: too small to matter" if small and -s < low and high < s else ""
     if low > bound:
-        return "held", f"interval above {bound:g}"
-    if high < bound:
-        return "did not hold", f"interval below {bound:g}"
+        return "held", f"interval above {bound:g}{tiny}", boot.p_value(lambda lo, hi: lo > bound)
+    if high_r < bound:
+        return "did not hold", f"{level} below {bound:g}{tiny}", \
+            min(1.0, comparisons * boot.p_value(lambda lo, hi: hi < bound))
+    if tiny:
+        return "negligible", f"interval spans {bound:g} inside ±{s:g}, the smallest effect of interest", \
+            boot.p_value(lambda lo, hi: -s < lo and hi < s)
     lo, hi = signed(low, high)
-    return "within noise", f"interval spans {bound:g}: effects outside [{lo}, {hi}] ruled out"
+    wide = f"; wider than ±{s:g}, the smallest effect of interest" if small else ""
+    return "inconclusive", f"interval spans {bound:g}: effects outside [{lo}, {hi}] ruled out{wide}", math.nan
 
 
 def signed(*values: float) -> list[str]:
@@ -500,14 +624,98 @@ def _unsound_reason(unconverged: Sequence[str], collapsed: Sequence[str], eviden
     return "; ".join(why + [f"{', '.join(ms)} collapsed ({r})" for r, ms in by_reason.items()])
 
 
-def _universal_reason(parts: Sequence[Judgement], evidence: Mapping[str, Evidence]) -> str:
-    """Each pair's verdict, then why the pairs not tested were not, each unsound run and each other reason once."""
+def _parts_reason(parts: Sequence[Judgement], evidence: Mapping[str, Evidence]) -> str:
+    """Each part's verdict, then why the parts not tested were not, each unsound run and each other reason once."""
     verdicts = "; ".join(f"{' vs '.join(j.spec.models)}: {j.verdict}" for j in parts)
     unconverged = sorted({m for j in parts for m in j.unconverged})
     collapsed = sorted({m for j in parts for m in j.collapsed})
     reasons = [_unsound_reason(unconverged, collapsed, evidence)] if unconverged or collapsed else []
     reasons += dict.fromkeys(j.reason for j in parts if j.verdict == "not tested" and not (j.unconverged or j.collapsed))
     return verdicts + (f" (not tested: {'; '.join(reasons)})" if reasons else "")
+
+
+def _parts(spec: ClaimSpec) -> tuple[tuple[ClaimSpec, ...], str]:
+    """The pairwise claims a peak, trend or universal claim is the intersection of, and what its effect is: a peak
+    is its point above (below) each other point; a trend each step up (down) along the sweep; a universal claim
+    its pairs."""
+    if spec.kind == "peak":
+        pairs, kind = tuple((spec.peak, m) for m in spec.models if m != spec.peak), "superiority"
+    elif spec.kind == "trend":
+        pairs, kind = tuple((b, a) for a, b in zip(spec.models, spec.models[1:])), "superiority"
+    else:
+        pairs, kind = spec.pairs, spec.each
+    margin = spec.margin if kind in ("non-inferiority", "equivalence") else 0.0
+    sesoi, source = spec.smallest_effect
+    parts = tuple(ClaimSpec(f"{spec.key}[{a} vs {b}]", spec.text, spec.source, kind, spec.metric, (a, b),
+                            direction=spec.direction, margin=margin, sesoi=sesoi,
+                            sesoi_source=source if sesoi > 0 else "") for a, b in pairs)
+    return parts, {"peak": "weakest of the peak's comparisons", "trend": "weakest step",
+                   "universal": "weakest pair"}[spec.kind]
+
+
+PART_ORDER: tuple[Verdict, ...] = ("did not hold", "not tested", "inconclusive", "negligible", "held")  # worst first
+
+
+def _composite(spec: ClaimSpec, evidence: Mapping[str, Evidence]) -> Judgement:
+    """A peak, trend or universal claim, judged as the intersection of its pairwise parts (`_parts`): held when
+    every part held at 95% (each errs at most 2.5%, so the whole does too), did not hold when some part is refuted
+    at 1 - 0.05 / (number of parts) (Bonferroni), negligible when every part is; reported by its weakest part."""
+    specs, what = _parts(spec)
+    parts = tuple(_pairwise(s, evidence, comparisons=len(specs)) for s in specs)
+    worst = min(parts, key=lambda j: (PART_ORDER.index(j.verdict), j.effect if math.isfinite(j.effect) else math.inf))
+    outcome = universal_verdict([j.verdict for j in parts])
+    ps = [j.p for j in parts if j.verdict == outcome]
+    p = (min(ps) if outcome == "did not hold" else max(ps)) if outcome in DECIDED and ps else math.nan
+    return Judgement(
+        spec, outcome, worst.effect, worst.low, worst.high,
+        f"{what}: {worst.effect_of or ' vs '.join(worst.spec.models)}",
+        min(j.n_seeds for j in parts), min(j.n_queries for j in parts),
+        worst.paired, worst.noise, reason=_parts_reason(parts, evidence),
+        unconverged=tuple(sorted({m for j in parts for m in j.unconverged})),
+        collapsed=tuple(sorted({m for j in parts for m in j.collapsed})), p=p, seed_share=worst.seed_share,
+        parts=parts)
+
+
+def _diverged(spec: ClaimSpec, sides: Sequence[Evidence]) -> Judgement | None:
+    """A superiority claim one of whose sides diverged in training on every seed while the other converged on every
+    seed and learnt something: judged on that (the claimed-lower side diverging is what "the component is needed"
+    predicts: held; the claimed-higher side diverging: did not hold). None when that is not the case."""
+    if spec.kind != "superiority":
+        return None
+    gone = [i for i, e in enumerate(sides) if e.all_diverged]
+    if len(gone) != 1 or not sides[1 - gone[0]].converged or sides[1 - gone[0]].collapse:
+        return None
+    lower = 1 if spec.direction == "greater" else 0  # the side the claim says is worse
+    i, n = gone[0], len(sides[gone[0]].seeds)
+    outcome: Verdict = "held" if i == lower else "did not hold"
+    reason = (f"training diverges for {spec.models[i]} on {n} of {n} seeds, while {spec.models[1 - i]} converged on "
+              f"every seed: the run cannot be trained without what the claim says is needed" if outcome == "held" else
+              f"training diverges for {spec.models[i]}, the side claimed better, on {n} of {n} seeds")
+    return Judgement(spec, outcome, n_seeds=min(len(e.seeds) for e in sides), reason=reason,
+                     unconverged=(spec.models[i],), noise="divergence (no interval)")
+
+
+def _pairwise(spec: ClaimSpec, evidence: Mapping[str, Evidence], comparisons: int = 1) -> Judgement:
+    """A superiority, non-inferiority or equivalence claim on `evidence` (every model present), one of
+    `comparisons` parts of a claim (`_decide`)."""
+    sides = [evidence[m] for m in spec.models]
+    diverged = _diverged(spec, sides)
+    if diverged is not None:
+        return diverged
+    unconverged = tuple(m for m, e in zip(spec.models, sides) if not e.converged)
+    collapsed = tuple(m for m, e in zip(spec.models, sides) if e.collapse)
+    counts = {"n_seeds": min(len(e.seeds) for e in sides), "n_queries": min(e.n_queries for e in sides)}
+    if unconverged or collapsed:
+        return Judgement(spec, "not tested", reason=_unsound_reason(unconverged, collapsed, evidence),
+                         unconverged=unconverged, collapsed=collapsed, **counts)
+    statistic, effect_of = _pairwise_statistic(spec)
+    boot = _interval(sides, statistic)
+    if isinstance(boot, str):
+        return Judgement(spec, "not tested", effect_of=effect_of, reason=boot, **counts)
+    outcome, reason, p = _decide(spec, boot, comparisons)
+    low, high = boot.bounds()
+    return Judgement(spec, outcome, boot.effect, low, high, effect_of, paired=boot.paired, noise=boot.noise,
+                     reason=reason, p=p, seed_share=boot.seed_share, **counts)
 
 
 def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | None = None,
@@ -522,91 +730,110 @@ def judge(spec: ClaimSpec, evidence: Mapping[str, Evidence], *, dataset: str | N
     missing = [m for m in spec.compared if m not in evidence]
     if missing:
         return Judgement(spec, "not tested", reason=f"this run has no {', '.join(missing)}")
-    if spec.kind == "universal":
-        parts = tuple(judge(ClaimSpec(f"{spec.key}[{a} vs {b}]", spec.text, spec.source, spec.each, spec.metric,
-                                      (a, b), spec.direction, spec.margin), evidence) for a, b in spec.pairs)
-        worst = min(parts, key=lambda j: (UNIVERSAL_ORDER.index(j.verdict),
-                                          j.effect if math.isfinite(j.effect) else math.inf))
-        return Judgement(
-            spec, universal_verdict([j.verdict for j in parts]), worst.effect, worst.low, worst.high,
-            f"weakest pair: {worst.effect_of or ' vs '.join(worst.spec.models)}",
-            min(j.n_seeds for j in parts), min(j.n_queries for j in parts),
-            worst.paired, worst.noise, reason=_universal_reason(parts, evidence),
-            unconverged=tuple(sorted({m for j in parts for m in j.unconverged})),
-            collapsed=tuple(sorted({m for j in parts for m in j.collapsed})), parts=parts)
-    sides = [evidence[m] for m in spec.models]
-    unconverged = tuple(m for m, e in zip(spec.models, sides) if not e.converged)
-    collapsed = tuple(m for m, e in zip(spec.models, sides) if e.collapse)
-    counts = {"n_seeds": min(len(e.seeds) for e in sides), "n_queries": min(e.n_queries for e in sides)}
-    if unconverged or collapsed:
-        return Judgement(spec, "not tested", reason=_unsound_reason(unconverged, collapsed, evidence),
-                         unconverged=unconverged, collapsed=collapsed,
-                         **counts)
-    statistic, effect_of = _statistic(spec, spec.models)
-    found = _interval(sides, statistic)
-    if isinstance(found, str):
-        return Judgement(spec, "not tested", effect_of=effect_of, reason=found, **counts)
-    effect, low, high, paired, noise = found
-    outcome, reason = _decide(spec.kind, spec.margin, low, high)
-    return Judgement(spec, outcome, effect, low, high, effect_of, paired=paired, noise=noise, reason=reason, **counts)
+    return _composite(spec, evidence) if spec.kind in ("peak", "trend", "universal") else _pairwise(spec, evidence)
 
 
 # ------------------------------------------------------------------------------------------- can it fail?
+# A compared model m at seed s scores query q as `level[m] + a[m, s] + e[m, s, q]`: `a` the training noise of a seed
+# (sd `Noise.seed_sd`), `e` a query's own noise (sd `Noise.query_sd`, independent across models, seeds and queries;
+# absent for seed scores only). Every seed of every model scores the same queries, so the sides pair by seed and by
+# query, as the book's runs do. `xmr_core.calibration` measures the verdicts' error rates on the same simulation.
 
 
-def _universal_shifts(spec: ClaimSpec, step: float, wins: bool) -> dict[str, float]:
-    """Per-model shifts under which every pair of a universal claim clearly holds (`wins`), or its first pair
-    clearly fails. Winning: a model's shift is `step` times the length of the longest chain of pairs below it
-    (a over b over c ...), so a model that is the first of several pairs clears all of them; for "each"
-    equivalence every shift is 0. Pairs that form a circle (a over b over a) cannot all hold: the circle's models
-    keep the levels reached, and `can_fail` reports the claim."""
+@dataclass(frozen=True)
+class Noise:
+    """The noise of one score: `seed_sd` of a seed's score around the model's level (training noise), and
+    `query_sd` of one query's value around its seed's score over `n_queries` test queries (0: seed scores only).
+    `simulated` uses `SIM_QUERIES` queries of spread `query_sd * sqrt(SIM_QUERIES / n_queries)`: the same noise of
+    a seed's mean, at a fraction of the cost. `source`: where the figures come from."""
+
+    seed_sd: float
+    query_sd: float = 0.0
+    n_queries: int = 0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.seed_sd > 0 or self.query_sd < 0 or (self.query_sd > 0) != (self.n_queries > 0):
+            raise ValueError(f"Noise: seed_sd must be > 0 and query_sd > 0 exactly when n_queries > 0, got {self}")
+
+    @property
+    def mean_sd(self) -> float:
+        """The standard deviation of one seed's mean score: sqrt(seed_sd² + query_sd² / n_queries)."""
+        return math.sqrt(self.seed_sd ** 2 + (self.query_sd ** 2 / self.n_queries if self.n_queries else 0.0))
+
+
+SIM_QUERIES = 100  # queries simulated per seed; the query spread is scaled to keep the chapter's noise of a mean
+
+
+def _levels(spec: ClaimSpec, effect: float) -> dict[str, float]:
+    """Each compared model's level, oriented so that > 0 favours the claim: tied at `effect` 0; else the claimed
+    side ahead by `effect` in every part (a peak above each other point, a trend by `effect` at each step, each
+    pair of a universal claim by `effect` along its chain, an equivalence's pair `effect` apart)."""
     sign = 1.0 if spec.direction == "greater" else -1.0
-    models = {m for pair in spec.pairs for m in pair}
-    level = dict.fromkeys(models, 0)
-    if spec.each != "equivalence":
-        for _ in range(len(models)):  # Bellman-Ford style relaxation: longest chains, at most |models| rounds
-            changed = False
-            for a, b in spec.pairs:
-                if level[a] < level[b] + 1:
-                    level[a], changed = level[b] + 1, True
-            if not changed:
-                break
-    shift = {m: sign * step * level[m] for m in models}
-    if not wins:
-        a, b = spec.pairs[0]
-        shift[a] = shift[b] + (step if spec.each == "equivalence" else -sign * step)
-    return shift
-
-
-def _constructed(spec: ClaimSpec, wins: bool, n_seeds: int = 3, n_queries: int = 40) -> dict[str, Evidence]:
-    """Evidence on which `spec`'s claimed side clearly wins (`wins`) or clearly loses: per-query values of
-    `n_seeds` shared seeds, a common noise pattern plus a per-model shift far beyond the noise and margin."""
-    rng = np.random.default_rng(1)
-    noise = rng.normal(0.0, 0.1, size=(n_seeds, n_queries))
-    step = 10.0 * (1.0 + spec.margin)
-    sign = (1.0 if spec.direction == "greater" else -1.0) * (1.0 if wins else -1.0)
+    if spec.kind == "peak":
+        return {m: sign * effect * (m == spec.peak) for m in spec.models}
+    if spec.kind == "trend":
+        return {m: sign * effect * i for i, m in enumerate(spec.models)}
     if spec.kind == "universal":
-        shift = _universal_shifts(spec, step, wins)
-    elif spec.kind == "equivalence":
-        shift = {spec.models[0]: 0.0 if wins else step, spec.models[1]: 0.0}
-    elif spec.kind == "peak":
-        shift = {m: sign * step if m == spec.peak else 0.0 for m in spec.models}
-    elif spec.kind == "trend":
-        shift = {m: sign * step * i for i, m in enumerate(spec.models)}
-    else:
-        shift = {spec.models[0]: sign * step, spec.models[1]: 0.0}
+        level = dict.fromkeys(spec.compared, 0)
+        if spec.each != "equivalence":
+            for _ in range(len(level)):  # longest chain of pairs below each model (pairs forming a circle stop here)
+                for a, b in spec.pairs:
+                    level[a] = max(level[a], level[b] + 1)
+        return {m: sign * effect * n for m, n in level.items()}
+    a, b = spec.models
+    return {a: effect * (1.0 if spec.kind == "equivalence" else sign), b: 0.0}
+
+
+def simulated(spec: ClaimSpec, noise: Noise, n_seeds: int, effect: float, rng: np.random.Generator
+              ) -> dict[str, Evidence]:
+    """{model: Evidence} of `spec`'s compared models under `noise` at `n_seeds` shared seeds (`_levels`)."""
     seeds = tuple(range(n_seeds))
-    return {m: Evidence(seeds, 50.0 + s + noise) for m, s in shift.items()}
+    out = {}
+    for m, level in _levels(spec, effect).items():
+        seed = level + noise.seed_sd * rng.standard_normal(n_seeds)
+        if noise.n_queries:
+            sd = noise.query_sd * math.sqrt(SIM_QUERIES / noise.n_queries)
+            out[m] = Evidence(seeds, seed[:, None] + sd * rng.standard_normal((n_seeds, SIM_QUERIES)))
+        else:
+            out[m] = Evidence(seeds, seed)
+    return out
 
 
-def can_fail(spec: ClaimSpec) -> str:
-    """"" when `judge` says "held" of `spec` on evidence where its claimed side clearly wins and "did not hold"
-    where it clearly loses (judged as if the book had what the claim `needs`); otherwise why not (a claim that
-    cannot fail, or cannot hold, is a defect)."""
-    where = {"dataset": spec.datasets[0] if spec.datasets else None,  # a run the claim can be tested on
+CAN_FAIL_NOISE = Noise(1.0, 45.0, 1000, "the book's scale: a seed's score moves about 1 pp (0.3-2.5 pp in the "
+                       "chapters' per_seed.csv), a query's hit about 45 pp, over 1000 queries (500-6000)")
+CLEAR = 10.0  # a clear win or loss: this many times the noise of a seed's mean, beyond the margin
+EQUIVALENT = 8.0  # an equivalence can hold on 3 seeds when a seed mean's sd is at most margin / this
+
+
+def can_fail(spec: ClaimSpec, noise: Noise = CAN_FAIL_NOISE) -> str:
+    """"" when `judge` says "held" of `spec` on simulated evidence at the book's noise (`simulated`, 3 seeds, seed and
+    query noise) where its claimed side clearly wins, and "did not hold" where it clearly loses (`CLEAR` times the
+    noise of a seed's mean beyond the margin and the smallest effect of interest; judged as if the book had what the
+    claim `needs`, on a run it can be tested on); otherwise why not (a claim that cannot fail, or cannot hold, is a
+    defect). An equivalence wins on a tie, which 3 seeds show only on noise small against its margin: its noise is
+    scaled down to a seed mean's sd of margin / `EQUIVALENT` where the book's is larger (whether the book's own
+    runs can show it is `bench claims --seeds`' question)."""
+    where = {"dataset": spec.datasets[0] if spec.datasets else None,
              "profile": spec.profiles[0] if spec.profiles else None}
     built = dataclasses.replace(spec, needs="")  # as if the book had what it needs
-    got = {wins: judge(built, _constructed(spec, wins), **where).verdict for wins in (True, False)}
+    equivalence = spec.kind == "equivalence" or (spec.kind == "universal" and spec.each == "equivalence")
+    if equivalence and noise.mean_sd > spec.margin / EQUIVALENT:  # can it hold at all: on noise small enough for it
+        shrink = spec.margin / EQUIVALENT / noise.mean_sd
+        noise = Noise(noise.seed_sd * shrink, noise.query_sd * shrink, noise.n_queries,
+                      f"{noise.source}; scaled by {shrink:.3g} to a seed mean's sd of margin / {EQUIVALENT:g}")
+    clear = spec.margin + max(spec.smallest_effect[0], CLEAR * noise.mean_sd)
+    got = {}
+    for wins in (True, False):
+        rng = np.random.default_rng(1)
+        if equivalence:  # tied wins; the first pair apart loses
+            evidence = simulated(spec, noise, 3, 0.0, rng)
+            if not wins:
+                first = spec.models[0] if spec.kind == "equivalence" else spec.pairs[0][0]
+                evidence[first] = dataclasses.replace(evidence[first], values=evidence[first].values + clear)
+        else:
+            evidence = simulated(spec, noise, 3, clear if wins else -clear, rng)
+        got[wins] = judge(built, evidence, **where).verdict
     if got == {True: "held", False: "did not hold"}:
         return ""
     return f"claim {spec.key!r}: clear win judged {got[True]!r}, clear loss judged {got[False]!r}"
@@ -615,20 +842,42 @@ def can_fail(spec: ClaimSpec) -> str:
 # ------------------------------------------------------------------------------------------- rendering
 
 
+def holm(p_values: Sequence[float], verdicts: Sequence[Verdict], alpha: float = ALPHA) -> list[Verdict]:
+    """Each verdict after Holm's step-down adjustment for the whole set (Holm 1979): the family is every verdict
+    reached on an interval (`p_values` finite for the decided ones, NaN for the inconclusive; "not tested" and a
+    verdict on divergence, whose p is NaN too, are not in it unless inconclusive), m its size. The decided verdict
+    with the i-th smallest p keeps its verdict when max over j <= i of (m - j + 1) p_(j) is below `alpha`, and
+    becomes "inconclusive" otherwise; every other verdict is unchanged. The family-wise error of the decided
+    verdicts that keep theirs is then at most `alpha` (two-sided: the book's 95%)."""
+    in_family = [i for i, (p, v) in enumerate(zip(p_values, verdicts)) if math.isfinite(p) or v == "inconclusive"]
+    m = len(in_family)
+    order = sorted((i for i in in_family if math.isfinite(p_values[i])), key=lambda i: p_values[i])
+    out, running = list(verdicts), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        if running >= alpha:
+            out[i] = "inconclusive"
+    return out
+
+
 COLUMNS = ("key", "claim", "source", "kind", "metric", "effect of", "effect", "low", "high", "confidence",
-           "n seeds", "n queries", "paired", "noise", "margin", "verdict", "reason", "unconverged", "collapsed")
+           "n seeds", "n queries", "paired", "noise", "margin", "sesoi", "sesoi source", "verdict", "reason", "p",
+           "verdict after Holm", "seed share", "unconverged", "collapsed")
 
 
 def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
-    """One row per judgement, columns `COLUMNS` (margin NaN for kinds without one)."""
+    """One row per judgement, columns `COLUMNS` (margin NaN for kinds without one; sesoi NaN for a metric without a
+    smallest effect of interest; "verdict after Holm" over these judgements, `holm`)."""
+    adjusted = holm([j.p for j in judgements], [j.verdict for j in judgements])
     rows = []
-    for j in judgements:
+    for j, after in zip(judgements, adjusted):
         s = j.spec
+        sesoi, source = s.smallest_effect
         rows.append(dict(zip(COLUMNS, (
             s.key, s.text, s.source, s.kind if s.kind != "universal" else f"universal ({s.each})", s.metric,
             j.effect_of, j.effect, j.low, j.high, j.confidence, j.n_seeds, j.n_queries, j.paired, j.noise,
-            s.margin if s.margin > 0 else math.nan, j.verdict, j.reason, ", ".join(j.unconverged),
-            ", ".join(j.collapsed)))))
+            s.margin if s.margin > 0 else math.nan, sesoi if sesoi > 0 else math.nan, source, j.verdict, j.reason,
+            j.p, after, j.seed_share, ", ".join(j.unconverged), ", ".join(j.collapsed)))))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -640,14 +889,20 @@ def _effect_cell(j: Judgement) -> str:
     return f"{j.effect_of}: {effect} [{low}, {high}] ({pct}% interval over {j.noise})"
 
 
+def _holm_note(before: Verdict, after: Verdict) -> str:
+    return f" (after Holm over this table's claims: {after})" if after != before else ""
+
+
 def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
     """The judgements in the layout `book.results.notebook_claims` collects (claim, source, evidence, verdict), for a
-    chapter whose claims page is still assembled from per-notebook claim tables."""
+    chapter whose claims page is still assembled from per-notebook claim tables; a verdict Holm's adjustment over
+    these judgements changes (`holm`) says so in its evidence."""
+    adjusted = holm([j.p for j in judgements], [j.verdict for j in judgements])
     rows = []
-    for j in judgements:
+    for j, after in zip(judgements, adjusted):
         margin = f"; margin {j.spec.margin:g}" if j.spec.margin > 0 else ""
         evidence = (f"{j.spec.metric}: {_effect_cell(j)}; {j.n_seeds} seeds / {j.n_queries} queries, paired: "
-                    f"{j.paired}{margin}; {j.reason}")
+                    f"{j.paired}{margin}; {j.reason}{_holm_note(j.verdict, after)}")
         rows.append({"claim": j.spec.text, "source": j.spec.source, "evidence": evidence, "verdict": j.verdict})
     return pd.DataFrame(rows, columns=["claim", "source", "evidence", "verdict"])
 
@@ -655,22 +910,31 @@ def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
 def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str, dataset: str,
                   preamble: str = "") -> str:
     """The chapter's claims page: per claim its kind, the effect with its interval, n seeds / n queries,
-    the pairing, the margin and the verdict with its reason; then the count of each verdict."""
+    the pairing, the margin, the smallest effect of interest and the verdict with its reason (and what Holm's
+    adjustment over the page's claims makes of it, where that differs); then the count of each verdict, before and
+    after the adjustment."""
+    adjusted = holm([j.p for j in judgements], [j.verdict for j in judgements])
     lines = [f"# Claims of the paper tested by the `{chapter}` chapter", ""]
     if preamble:
         lines += [preamble, ""]
     lines += [("Judged by `xmr_core.claims.judge` (`docs/claims.md`): the effect is oriented so that > 0 favours "
-              "the claim."), "",
-              "| # | claim | source | kind | metric | effect [interval] | seeds / queries | paired | margin | verdict |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for i, j in enumerate(judgements, 1):
+              "the claim. Each interval is a 95% interval: on its own it errs 5% of the time; across the page's "
+              "claims, the verdicts that keep theirs after Holm's adjustment err at most 5% all together."), "",
+              ("| # | claim | source | kind | metric | effect [interval] | seeds / queries | paired | margin | "
+               "smallest effect of interest | verdict |"),
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, (j, after) in enumerate(zip(judgements, adjusted), 1):
         s = j.spec
         kind = s.kind if s.kind != "universal" else f"universal ({s.each})"
-        why = f"**{j.verdict}**" + (f": {j.reason}" if j.reason else "")
+        sesoi, source = s.smallest_effect
+        why = f"**{j.verdict}**" + (f": {j.reason}" if j.reason else "") + _holm_note(j.verdict, after)
         cells = [str(i), s.text, s.source, kind, s.metric, _effect_cell(j), f"{j.n_seeds} / {j.n_queries}",
-                 j.paired, f"{s.margin:g}" if s.margin > 0 else "-", why]
+                 j.paired, f"{s.margin:g}" if s.margin > 0 else "-", f"{sesoi:g} ({source})" if sesoi > 0 else "-",
+                 why]
         lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     counts = ", ".join(f"{sum(j.verdict == v for j in judgements)} {v}" for v in VERDICTS)
-    lines += ["", f"Of {len(judgements)} claims on this run (profile `{profile}`, dataset `{dataset}`): {counts}."]
+    after_counts = ", ".join(f"{adjusted.count(v)} {v}" for v in VERDICTS)
+    lines += ["", (f"Of {len(judgements)} claims on this run (profile `{profile}`, dataset `{dataset}`): {counts}. "
+                   f"After Holm's adjustment over them: {after_counts}.")]
     return "\n".join(lines) + "\n"
 

@@ -115,9 +115,14 @@ class RunConfig:
     seed: int = 0  # the training seed (model initialisation, batches, augmentation)
     data_seed: int = 0  # the benchmark's generation seed (scenes and its class split); fixed across training seeds
     device: str = "auto"
-    results_dir: str = "results"
+    results_dir: str = ""  # empty: the profile's and data set's own folder (`results.results_folder`)
     progress: bool = True
+    # the encoders (`experiment.paper_encoders`): empty = the paper's; IMAGE_WEIGHTS "none" = no ImageNet weights
+    backbone: str = ""
+    image_weights: str = ""
+    word_vectors: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    encoders: dict[str, str] = field(default_factory=dict)  # what the chapter's setup used, for provenance
     started: float = field(default_factory=time.time, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -126,7 +131,7 @@ class RunConfig:
     @classmethod
     def from_params(cls, **params: Any) -> RunConfig:
         """Build from notebook parameters (upper- or lower-case names); unknown names go to `extra`."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "started"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "started", "encoders"}
         known, extra = {}, {}
         for key, value in params.items():
             (known if key.lower() in names else extra)[key.lower()] = value

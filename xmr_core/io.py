@@ -17,6 +17,7 @@ that build them need nothing of the runs layer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -117,6 +118,15 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 16 MiB blocks (a ResNet's weights need not fit twice in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(16 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json_lines(path: str | Path, is_record: Callable[[Any], bool], what: str) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@
 # %% tags=["parameters"]
 PROFILE = "cpu"
 DATA_SEED = 0  # generates the benchmark (every chapter passes the same DATA_SEED)
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
 PROGRESS = True
 N_GALLERY = 8  # images shown with their captions
 N_EXAMPLES = 6  # positives shown per example query

@@ -31,7 +31,10 @@ DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below o
 SEED = 0
 N_SEEDS = 5  # train.py's seeds, whose runs are loaded (smoke uses 1)
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+BACKBONE = ""  # image trunk of the paper profile: empty = as the paper (ResNet-152 COCO / F30K, ResNet-50 CUB)
+IMAGE_WEIGHTS = ""  # its ImageNet weights: empty = the torchvision file in the torch cache; a path; "none"
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 FIG5_CLASSES = 6  # classes drawn in Figure 5 (the paper: 9 CUB classes)
 
@@ -82,7 +85,8 @@ from xmr_core.methods.pcme import uncertainty
 from xmr_core.viz import pca_basis
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED, DEVICE=DEVICE,
-                            RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            RESULTS_DIR=RESULTS_DIR,
+                            BACKBONE=BACKBONE, IMAGE_WEIGHTS=IMAGE_WEIGHTS, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 print(run.describe())
 
 # %%

@@ -46,7 +46,10 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+BACKBONE = ""  # image trunk of the paper profile: empty = as the paper (ResNet-152 COCO / F30K, ResNet-50 CUB)
+IMAGE_WEIGHTS = ""  # its ImageNet weights: empty = the torchvision file in the torch cache; a path; "none"
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the rule for the central claims
 # (`python -m xmr_core.bench claims --seeds`: at 3 seeds some of this notebook's claims were within noise where 5
@@ -84,7 +87,8 @@ from xmr_core.experiment.training import tune_methods
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR,
+                            BACKBONE=BACKBONE, IMAGE_WEIGHTS=IMAGE_WEIGHTS, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"seeds = {seeds}")
@@ -205,7 +209,7 @@ write_table(runs.per_run, "msrm/per_seed", run=run, caption=(
 # The claims are declared once (`TRAIN_CLAIMS` in `xmr_core.chapters.msrm`) and judged by the book's one verdict
 # protocol (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval over the seeds,
 # paired by seed (every model trains on the same seeds and is scored on the same test split); held or did not
-# hold only when the interval excludes zero (or the declared margin), otherwise within noise with the interval;
+# hold only when the interval excludes zero (or the declared margin), otherwise negligible or inconclusive;
 # not tested when a compared run did not converge or collapsed (`collapse` in the per-seed table), when the
 # model is not built here (VSRN, AOQ, P2RM), or with one seed. "Under every metric" is a universal claim: it
 # holds only when MSRM is above PCME on each column, and one column below refutes it. "Differ very little" is an

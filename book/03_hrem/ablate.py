@@ -53,7 +53,8 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark; SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 
@@ -89,7 +90,7 @@ from xmr_core.evaluate import query_strata
 from xmr_core.experiment.protocols import hrem_setup
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"Table 3 rows: {TABLE3_ROWS[budget(PROFILE)]}; Figure 6 grids: {FIG6_GRIDS[budget(PROFILE)]}; Table 4 percents: {TABLE4_PERCENTS}")

@@ -57,7 +57,8 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark; SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the rule for the central claims
 # (`python -m xmr_core.bench claims --seeds`: at 3 seeds some of this notebook's claims were within noise where 5
@@ -90,7 +91,7 @@ from xmr_core.experiment.recipes import minilm_not_run, pcme_train_config
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"seeds = {seeds}; Region + BERT rows: {minilm_not_run(PROFILE) or 'trained'}")

@@ -51,7 +51,10 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark (scenes, its class split); SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+BACKBONE = ""  # image trunk of the paper profile: empty = as the paper (ResNet-152 COCO / F30K, ResNet-50 CUB)
+IMAGE_WEIGHTS = ""  # its ImageNet weights: empty = the torchvision file in the torch cache; a path; "none"
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the rule for the central claims
 # (`python -m xmr_core.bench claims --seeds`: at 3 seeds some of this notebook's claims were within noise where 5
@@ -104,7 +107,8 @@ from xmr_core.experiment.training import tune_methods
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR,
+                            BACKBONE=BACKBONE, IMAGE_WEIGHTS=IMAGE_WEIGHTS, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"seeds = {seeds}")
@@ -290,7 +294,7 @@ write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per D
 # The claims are declared once (`TRAIN_CLAIMS` in `xmr_core.chapters.dvse`) and judged by the book's one verdict
 # protocol (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval over the seeds,
 # paired by seed where the compared runs share them (a model with and without FR, or re-ranked by RR / MR, is the
-# same trained model, so those claims are paired), "within noise" when the interval spans zero (or the margin);
+# same trained model, so those claims are paired), negligible or inconclusive when it spans zero (or the margin);
 # "similar" and "slightly behind" use margins declared with the claim from the paper's tables, never the run's
 # noise. A claim on a model that did not converge or collapsed (`claims.detect_collapse` of its test scores), or
 # that this book does not build (DiVE, P2RM, the BERT block), is "not tested", saying why. rSum (whole test split)

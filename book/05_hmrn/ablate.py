@@ -50,7 +50,8 @@ DATA_ROOT = ""
 DATA_SEED = 0
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 3
 
@@ -106,10 +107,11 @@ from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.load import load_corpus
+from xmr_core.experiment.paper_encoders import chosen_word_vectors
 from xmr_core.experiment.recipes import MINILM_FINETUNED, MINILM_FROZEN, minilm_not_run
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 ablation_seeds = run.seeds(ABLATION_SEEDS[budget(PROFILE)])
 print(run.describe())
 print(f"Table 6 rows: {TABLE6_ROWS[budget(PROFILE)]}; Table 7 rows: {TABLE7_ROWS[budget(PROFILE)]}; seeds {ablation_seeds}; "
@@ -118,7 +120,7 @@ print(f"Table 6 rows: {TABLE6_ROWS[budget(PROFILE)]}; Table 7 rows: {TABLE7_ROWS
 # %%
 corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VARIANT, progress=PROGRESS,
                      seed=DATA_SEED)
-data = hmrn_data(corpus, PROFILE)
+data = hmrn_data(corpus, PROFILE, chosen_word_vectors(run))
 enc = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2])
 tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table
 full = read_table("hmrn/per_seed", run=run)  # train.py's per-seed table (run it first)

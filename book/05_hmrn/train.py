@@ -73,7 +73,8 @@ DATA_ROOT = ""
 DATA_SEED = 0  # generates the benchmark; SEED below only seeds training
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the rule for the central claims
 # (`python -m xmr_core.bench claims --seeds`: at 3 seeds some of this notebook's claims were within noise where 5
@@ -114,11 +115,12 @@ from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.compared import MARGIN
+from xmr_core.experiment.paper_encoders import chosen_word_vectors
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
 print(f"seeds = {seeds}; train / validation / test images: {SUBSETS[budget(PROFILE)]} (None = the whole split)")
@@ -134,7 +136,7 @@ training_runs(PROFILE, N_SEEDS)
 # %%
 corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VARIANT, progress=PROGRESS,
                      seed=DATA_SEED)
-data = hmrn_data(corpus, PROFILE)
+data = hmrn_data(corpus, PROFILE, chosen_word_vectors(run))
 test = data.multi.test
 rounds = rounds_of(test)
 enc = hmrn_encoders(PROFILE, test.regions.shape[2])

@@ -33,7 +33,8 @@ DATA_ROOT = ""
 DATA_SEED = 0
 SEED = 0
 DEVICE = "auto"
-RESULTS_DIR = "results"
+RESULTS_DIR = ""  # empty: the own folder of the profile and data set (`results.results_folder`)
+WORD_VECTORS = ""  # the GloVe 300-d file of the papers; empty = the packaged GloVe 6B 50-d (named substitute)
 PROGRESS = True
 N_GALLERY = 3  # query sets drawn round by round
 TOP_K = 5  # images shown per round
@@ -63,15 +64,16 @@ from xmr_core.chapters.hmrn import (
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
+from xmr_core.experiment.paper_encoders import chosen_word_vectors
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
-                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, PROGRESS=PROGRESS)
+                            DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 print(run.describe())
 
 # %%
 corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VARIANT, progress=PROGRESS,
                      seed=DATA_SEED)
-data = hmrn_data(corpus, PROFILE)
+data = hmrn_data(corpus, PROFILE, chosen_word_vectors(run))
 test, vocab = data.multi.test, data.multi.vocab
 enc = hmrn_encoders(PROFILE, test.regions.shape[2])
 tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table

@@ -12,7 +12,7 @@ Prints, per chapter and model, the mean and std over seeds of that share, whethe
 the strong-start targets: the best baseline at least 80% (aim 90%), every compared model at least 70%. With
 `--against REV`, also each chapter's best model in the results committed at git revision REV (e.g. the commit
 before a retrain) beside today's, whether today's best is at or above it, and the change judged by the book's
-verdict protocol (`claims.judge`, per-seed shares paired by seed): above, below or within noise.
+verdict protocol (`claims.judge`, per-seed shares paired by seed): above, below, negligible or inconclusive.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ CHAPTER_BASELINES = {"hrem": ("VSE++", "GPO"),  # chapters with baselines of the
 COLUMNS = ("model", "seed", "rsum", "ceiling_rsum", "percent_of_ceiling", "converged")
 ROUND_KS = (1, 5, 10)
 ROUND_COLUMNS = ("model", "seed", "round", "converged", *(f"{p}R@{k}" for k in ROUND_KS for p in ("", "ceiling ")))
-_VERDICT_WORDS = {"held": "above beyond noise", "did not hold": "below beyond noise", "within noise": "within noise"}
+_VERDICT_WORDS = {"held": "above beyond noise", "did not hold": "below beyond noise",
+                  "negligible": "negligible (inside ± the smallest effect of interest)", "inconclusive": "inconclusive"}
 
 
 def per_seed(df: pd.DataFrame, path: Path) -> pd.DataFrame:

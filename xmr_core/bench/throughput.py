@@ -19,8 +19,13 @@ The same list of runs is trained in each mode, each timed on its wall clock (dat
 - `new-serial`: one process, one run at a time with one thread (`TrainConfig.threads` = 1, the default), batches
   built on whole arrays (`datasets.BATCHES = "arrays"`, the default);
 - `old-jobs` / `new-jobs`: `--jobs` N worker processes (spawn), one run and one torch thread each (`train_plan`),
-  batches item by item / on arrays.
-Prints each chapter's training seconds a run (`fit`, the mean over its seeds) per mode, and each mode's wall
+  batches item by item / on arrays;
+- `fast-serial` / `fast-jobs`: `new-serial` / `new-jobs` with issue 74's levers: AdamP's step in fewer passes
+  (`train.ADAMP` = "foreach", `xmr_core.optim.ForeachAdamP`, the book's default since; the other modes run the
+  `adamp` package's, the reference). It computes the package's update at float tolerance, so a fast run's result
+  differs from a new run's in the last bits and is compared only with other fast runs.
+Prints each chapter's training seconds a run (`fit`, the mean over its seeds) and its CPU seconds (the training
+process's, which other load on a shared machine does not inflate) per mode, and each mode's wall
 seconds and runs per hour next to `old-serial`'s, with the load average (the machine is shared: rerun on a quiet
 machine for the record; `--repeat` R runs every mode R times, the modes interleaved, and reports each mode's
 fastest round). It also prints whether each run's result (best validation score, final weights'
@@ -51,13 +56,15 @@ from typing import Any, Literal
 import torch
 
 from xmr_core.data import datasets
+from xmr_core.runs import train as train_module
+from xmr_core.runs.train import AdamPImpl
 
 Chapter = Literal["pcme", "msrm", "hrem", "dvse", "hmrn"]
 REPRESENTATIVE: tuple[Chapter, ...] = ("pcme", "msrm", "hrem", "dvse", "hmrn")
 LABELS = {"pcme": "PCME ch.: VSE0, grid", "msrm": "MSRM, grid", "hrem": "HREM fusion, regions",
           "dvse": "DVSE K=6, grid", "hmrn": "HMRN I-T, query sets"}
 LR = 1e-3  # the cpu recipe's learning rate (the tuning protocol's default)
-MODES = ("old-serial", "new-serial", "old-jobs", "new-jobs")
+MODES = ("old-serial", "new-serial", "old-jobs", "new-jobs", "fast-serial", "fast-jobs")
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class RunSpec:
     batches: datasets.Batches = "arrays"
     profile: str = "cpu"  # the data and model sizes (smoke: seconds, for tests)
     threads: int = 1  # torch threads of the run (`TrainConfig.threads`)
+    adamp: AdamPImpl = "foreach"  # AdamP's step (`train.ADAMP`): `optim.ForeachAdamP` or the package's
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,8 @@ class RunOutcome:
     fit_seconds: float
     best_score: float
     fingerprint: str
+    cpu_seconds: float = 0.0  # CPU time of the training process during `fit` (its one thread): what a loaded
+    # machine's wall clock inflates and this does not
 
 
 def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
@@ -119,19 +129,20 @@ def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
 
 
 def train_run(spec: RunSpec, run_dir: Path) -> RunOutcome:
-    """Train `spec` into `run_dir` with its batch builder (`datasets.BATCHES`, restored after)."""
+    """Train `spec` into `run_dir` with its batch builder (`datasets.BATCHES`) and AdamP step (`train.ADAMP`),
+    both restored after."""
     from xmr_core.runs.train import fit, state_fingerprint
 
-    before = datasets.BATCHES
-    datasets.BATCHES = spec.batches
+    before = datasets.BATCHES, train_module.ADAMP
+    datasets.BATCHES, train_module.ADAMP = spec.batches, spec.adamp
     try:
         model, train, val, cfg, vocab = build_run(spec)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = fit(model, train, val, cfg, out_dir=run_dir, vocab=vocab)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
-        datasets.BATCHES = before
-    return RunOutcome(spec, seconds, result.best_score, state_fingerprint(model))
+        datasets.BATCHES, train_module.ADAMP = before
+    return RunOutcome(spec, seconds, result.best_score, state_fingerprint(model), cpu)
 
 
 def _one_thread() -> None:
@@ -160,7 +171,8 @@ def run_mode(mode: str, chapters: Sequence[Chapter], epochs: int, jobs: int, roo
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     batches: datasets.Batches = "items" if mode.startswith("old") else "arrays"
     threads = torch.get_num_threads() if mode == "old-serial" else 1
-    specs = [RunSpec(c, epochs=epochs, seed=seed, batches=batches, profile=profile, threads=threads)
+    adamp: AdamPImpl = "foreach" if mode.startswith("fast") else "package"
+    specs = [RunSpec(c, epochs=epochs, seed=seed, batches=batches, profile=profile, threads=threads, adamp=adamp)
              for c in chapters for seed in range(copies)]
     t0 = time.perf_counter()
     outcomes = train_plan(specs, jobs if mode.endswith("jobs") else 1, root / mode)
@@ -202,16 +214,22 @@ def main(argv: list[str]) -> None:
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after "
           f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     print(f"{'fit seconds a run':<24}" + "".join(f"{m:>{width}}" for m in args.modes)
-          + "  same result in every mode of one thread count")
+          + "  same result in every mode of one thread count and AdamP step (rounds included)")
     for c, chapter in enumerate(args.chapters):
         ks = range(c * args.copies, (c + 1) * args.copies)  # this chapter's runs, one a seed
         same = all(len({(o[k].best_score, o[k].fingerprint) for m in args.modes for o in rounds[m]
-                        if o[k].spec.threads == t}) == 1
-                   for k in ks for t in {o[k].spec.threads for m in args.modes for o in rounds[m]})
+                        if (o[k].spec.threads, o[k].spec.adamp) == t}) == 1
+                   for k in ks for t in {(o[k].spec.threads, o[k].spec.adamp) for m in args.modes for o in rounds[m]})
         scores = ", ".join(f"{rounds[m][0][ks[0]].best_score:.2f}" for m in args.modes)
         seconds = {m: min(sum(o[k].fit_seconds for k in ks) / args.copies for o in rounds[m]) for m in args.modes}
         print(f"{LABELS[chapter]:<24}" + "".join(f"{seconds[m]:>{width}.1f}" for m in args.modes)
               + f"  {'yes' if same else 'no (seed 0): ' + scores}")
+    print(f"{'fit CPU seconds a run':<24}" + "".join(f"{m:>{width}}" for m in args.modes)
+          + "  (the training process's CPU time: what other load on the machine does not inflate)")
+    for c, chapter in enumerate(args.chapters):
+        ks = range(c * args.copies, (c + 1) * args.copies)
+        cpu = {m: min(sum(o[k].cpu_seconds for k in ks) / args.copies for o in rounds[m]) for m in args.modes}
+        print(f"{LABELS[chapter]:<24}" + "".join(f"{cpu[m]:>{width}.1f}" for m in args.modes))
     wall = {m: min(walls[m]) for m in args.modes}
     print(f"{'wall seconds':<24}" + "".join(f"{wall[m]:>{width}.1f}" for m in args.modes))
     per_hour = {m: 3600.0 * n / wall[m] for m in args.modes}
@@ -221,10 +239,12 @@ def main(argv: list[str]) -> None:
     fields = {f"{m.replace('-', '_')}_runs_per_hour": f"{per_hour[m]:.1f}" for m in args.modes}
     speedup = {f"{m.replace('-', '_')}_vs_{base.replace('-', '_')}": f"{per_hour[m] / per_hour[base]:.2f}"
                for m in args.modes[1:]}
+    reproducible = all(len({(o.best_score, o.fingerprint) for o in outcomes}) == 1  # a run in every round of a mode
+                       for m in args.modes for outcomes in zip(*rounds[m]))
     same_items_arrays = all(  # old-serial runs on all the cores, new-serial on one: compared only at one thread
         (a.best_score, a.fingerprint) == (b.best_score, b.fingerprint)
         for old, new in (("old-serial", "new-serial"), ("old-jobs", "new-jobs")) if old in rounds and new in rounds
         for a, b in zip(rounds[old][0], rounds[new][0]) if a.spec.threads == b.spec.threads)
     print(" ".join(f"{k}={v}" for k, v in {**fields, **speedup}.items())
-          + f" items_arrays_identical={same_items_arrays} runs={n} epochs={args.epochs} jobs={args.jobs} "
+          + f" items_arrays_identical={same_items_arrays} reproducible={reproducible} runs={n} epochs={args.epochs} jobs={args.jobs} "
           f"repeat={args.repeat} load1={load[0]:.2f}")

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         "build", help="the HTML book (Jupyter Book) from the executed notebooks, into book/_build/<profile>/html"
     )
     build.add_argument("--profile", choices=PROFILES, default="cpu", help="whose executed notebooks (default cpu)")
+    build.add_argument("--dataset", default="scenes", help="whose results folder the results pages show (default "
+                       "scenes; the paper profile's: the data set it ran on, results/paper/<dataset>)")
     build.add_argument("--verbose", action="store_true", help="show Sphinx's messages")
     results = sub.add_parser("results", help="check the committed results").add_subparsers(dest="action", required=True)
     check = results.add_parser("check", help="list the results whose inputs changed since they were written; "
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "build":
         from xmr_core.book import html as book_html
 
-        book_html.build_html(args.profile, quiet=not args.verbose)
+        book_html.build_html(args.profile, quiet=not args.verbose, dataset=args.dataset)
         return 0
     params = {name: runner.parse_value(value) for name, value in args.parameter}
     if args.action == "plan":

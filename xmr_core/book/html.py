@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr_core.book.runner import SMOKE_RESULTS_DIR, Notebook, chapters
+from xmr_core.book.results import own_result_files, results_folder
+from xmr_core.book.runner import Notebook, chapters
 from xmr_core.book.staleness import Verdict, check_results, result_metas
 from xmr_core.book.static import provenance_line, stale_note, static_notebook
 from xmr_core.config import check_profile, project_root
@@ -99,8 +100,9 @@ class BuildSummary:
     seconds: float
 
 
-def results_dir(profile: str, root: Path) -> Path:
-    return root / (SMOKE_RESULTS_DIR if profile == "smoke" else "results")
+def results_dir(profile: str, root: Path, dataset: str = "scenes") -> Path:
+    """The results folder a build of `profile` on `dataset` shows: theirs alone (`results.results_folder`)."""
+    return root / results_folder(profile, dataset)
 
 
 def _chapter_results(chapter: str) -> str:
@@ -119,7 +121,7 @@ def _load_meta(path: Path) -> dict[str, Any] | None:
 def result_items(results: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every table (`.md`) and figure (`.png`) under `results` that has its provenance `.json`, sorted."""
     items = []
-    for meta_path in sorted(results.glob("*/**/*.json")):
+    for meta_path in own_result_files(results):
         meta = _load_meta(meta_path)
         if meta is None:
             continue
@@ -146,15 +148,19 @@ def _table_body(md: str) -> str:
     )
 
 
-def results_page(results: Path, staged: Path, profile: str, verdicts: dict[str, Verdict]) -> tuple[str, int]:
+def results_page(results: Path, staged: Path, profile: str, verdicts: dict[str, Verdict],
+                 dataset: str = "scenes") -> tuple[str, int]:
     """The results page (MyST markdown): every table and figure with its provenance and, where `verdicts`
     (key -> staleness) says so, a stale warning, by chapter."""
     items = result_items(results)
+    where = results.relative_to(project_root()) if results.is_relative_to(project_root()) else results
     out = [
         "# Results",
         "",
         (
-            f"Every table and figure in the results folder of profile `{profile}`, with the provenance written"
+            f"Every table and figure in the results folder of profile `{profile}` on data set `{dataset}`"
+            f" (`{where.as_posix()}/`,"
+            " no other profile's or data set's), with the provenance written"
             " beside it (the `.json` of the same name). Numbers on the `scenes` data set come from the embedded"
             " synthetic benchmark: compare trends and orderings with the papers, not absolute values."
         ),
@@ -215,14 +221,14 @@ def _verdicts(results: Path, root: Path) -> dict[str, Verdict]:
         raise SystemExit(f"xmr book build: {exc}") from None
 
 
-def stage(profile: str, root: Path, staged: Path) -> tuple[list[str], list[str], int, int]:
+def stage(profile: str, root: Path, staged: Path, dataset: str = "scenes") -> tuple[list[str], list[str], int, int]:
     """Write the book's sources into `staged`: config, table of contents, pages. Returns (pages, notebooks
     rendered from source, number of results, number of stale or unchecked results)."""
     import nbformat
 
     executed = root / "book" / "_build" / profile
     found: dict[str, list[Notebook]] = chapters(root / "book")
-    results = results_dir(profile, root)
+    results = results_dir(profile, root, dataset)
     verdicts = _verdicts(results, root)
     from_source = [nb.label for nbs in found.values() for nb in nbs
                    if not (executed / nb.chapter / f"{nb.name}.ipynb").is_file()]
@@ -255,7 +261,7 @@ def stage(profile: str, root: Path, staged: Path) -> tuple[list[str], list[str],
             entries.append({"file": f"{chapter}/claims"})
         parts.append({"caption": chapter, "chapters": entries})
         pages += [e["file"] for e in entries]
-    text, n_results = results_page(results, staged, profile, verdicts)
+    text, n_results = results_page(results, staged, profile, verdicts, dataset)
     (staged / "results.md").write_text(text, encoding="utf-8")
     parts.append({"caption": "Results", "chapters": [{"file": "results"}]})
     pages.append("results")
@@ -303,9 +309,11 @@ def external_assets(html: Path) -> list[str]:
 
 
 def build_html(
-    profile: str = "cpu", root: Path | None = None, echo: Callable[[str], None] = print, quiet: bool = True
+    profile: str = "cpu", root: Path | None = None, echo: Callable[[str], None] = print, quiet: bool = True,
+    dataset: str = "scenes",
 ) -> BuildSummary:
-    """Stage the executed notebooks, claims and results of `profile`, and build the HTML book."""
+    """Stage the executed notebooks, claims and results of `profile` (its results on `dataset`:
+    `results.results_folder`), and build the HTML book."""
     from jupyter_book.sphinx import build_sphinx
 
     root = root or project_root()
@@ -313,7 +321,7 @@ def build_html(
     start = time.time()
     base = root / "book" / "_build" / profile
     staged, html = base / SOURCE_DIR, base / HTML_DIR
-    pages, from_source, n_results, n_stale = stage(profile, root, staged)
+    pages, from_source, n_results, n_stale = stage(profile, root, staged, dataset)
     if from_source:
         echo(f"xmr book build: not executed, rendered from source and results: {', '.join(from_source)}")
     if n_stale:

@@ -1,7 +1,8 @@
 """`xmr book plan` and `xmr runs train`: the book's training runs listed, or trained, without writing results/.
 
 `plan_book` executes the selected notebooks in trace mode (`xmr_core.runs.trace`: `XMR_PLAN`), into a temporary
-folder (executed notebooks, run logs and results: never book/_build or results/). Every run a notebook asks
+folder (executed notebooks, run logs and results: never book/_build or results/); the executed copy of a notebook
+that fails is kept, with its traceback, in `book/_build/<profile>/plan-failed/` and its path printed. Every run a notebook asks
 `fit` for is listed, cached or not; a missing one is not trained, so the notebook goes on with an untrained model
 (its tables are meaningless and thrown away) and what it asks for afterwards is provisional (its setting may
 depend on the missing run: a tuned learning rate). The listing (`Plan.print`) gives each distinct run once (the
@@ -39,6 +40,7 @@ import pandas as pd
 
 from xmr_core.book.runner import Notebook, chapters, check_parameters, execute_notebook, resolve_chapters
 from xmr_core.config import check_profile, project_root
+from xmr_core.io import atomic_write_bytes
 from xmr_core.runs.executors import JOBS_ENV
 from xmr_core.runs.trace import PLAN_ENV, cold_wall, read_plan
 
@@ -172,21 +174,36 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def failed_folder(profile: str, what: str) -> Path:
+    """Where `xmr book plan` (`what` "plan") or `xmr runs train` ("train") keeps the executed copy of a notebook that
+    failed: `book/_build/<profile>/<what>-failed/<chapter>/<notebook>.ipynb`, outside the temporary folder."""
+    return project_root() / "book" / "_build" / profile / f"{what}-failed"
+
+
 def _execute_aside(notebooks: list[Notebook], profile: str, params: dict[str, Any], folder: Path,
-                   echo: Callable[[str], None],
-                   execute: Callable[[Notebook, Path, dict[str, Any]], None]) -> list[tuple[str, str]]:
-    """Execute `notebooks` with their results and outputs under `folder`; (notebook, error) of those that fail."""
+                   echo: Callable[[str], None], execute: Callable[[Notebook, Path, dict[str, Any]], None],
+                   keep: Path) -> list[tuple[str, str]]:
+    """Execute `notebooks` with their results and outputs under `folder`; (notebook, error) of those that fail, whose
+    executed copy (with the traceback) is kept under `keep` and its path printed (a copy kept by an earlier failure
+    of a notebook is removed when it runs again)."""
     own = check_parameters(notebooks, params, project_root() / "book")
     runner = {"PROFILE": profile, "RESULTS_DIR": str(folder / "results")}
     failed = []
     for nb in notebooks:
         echo(f"[run ] {nb.label} ...")
+        output, kept = (base / nb.chapter / f"{nb.name}.ipynb" for base in (folder / "build", keep))
+        kept.unlink(missing_ok=True)
         try:
-            execute(nb, folder / "build" / nb.chapter / f"{nb.name}.ipynb", runner | own[nb.label])
+            execute(nb, output, runner | own[nb.label])
         except Exception as exc:  # noqa: BLE001 - a failing notebook is reported, the others still run
             line = (f"{getattr(exc, 'ename', type(exc).__name__)}: {getattr(exc, 'evalue', exc)}").splitlines()[0]
             failed.append((nb.label, line[:300]))
             echo(f"[FAIL] {nb.label}: {line[:300]}")
+            if output.is_file():
+                atomic_write_bytes(kept, output.read_bytes())
+                echo(f"       executed notebook with the traceback: {kept}")
+            else:
+                echo("       no executed notebook (its kernel did not run it)")
     return failed
 
 
@@ -206,17 +223,20 @@ def with_upstream(notebooks: list[Notebook]) -> list[Notebook]:
 
 def plan_book(names: Iterable[str] = (), profile: str = "cpu", params: dict[str, Any] | None = None,
               echo: Callable[[str], None] = print,
-              execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook) -> Plan:
-    """Execute the named chapters (all when empty) in trace mode and return their plan (nothing is trained). A
-    notebook that reads a `train.py`'s tables runs after it (`with_upstream`), so the plan lists that train.py's runs
-    (its tuning) and what the notebook asks for after it is provisional (`chapters.recorded.recorded_tuning`)."""
+              execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook,
+              keep: Path | None = None) -> Plan:
+    """Execute the named chapters (all when empty) in trace mode and return their plan (nothing is trained); a
+    failing notebook's executed copy is kept under `keep` (default `failed_folder(profile, "plan")`). A notebook that reads
+    a `train.py`'s tables runs after it (`with_upstream`), so the plan lists that train.py's runs (its tuning) and
+    what the notebook asks for after it is provisional (`chapters.recorded.recorded_tuning`)."""
     check_profile(profile)
     notebooks = with_upstream(resolve_chapters(names))
     with tempfile.TemporaryDirectory(prefix="xmr-plan-") as tmp:
         trace = Path(tmp) / "plan.jsonl"
         trace.touch()
         with _environment(**{PLAN_ENV: str(trace)}):
-            failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute)
+            failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute,
+                                    keep or failed_folder(profile, "plan"))
         plan = build_plan(read_plan(trace), profile, project_root())
     plan.failed = failed
     return plan
@@ -224,13 +244,16 @@ def plan_book(names: Iterable[str] = (), profile: str = "cpu", params: dict[str,
 
 def train_runs(names: Iterable[str], profile: str, jobs: int, params: dict[str, Any] | None = None,
                echo: Callable[[str], None] = print,
-               execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook) -> bool:
+               execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook,
+               keep: Path | None = None) -> bool:
     """Train every run of the named chapters into the run cache on `jobs` workers (the notebooks executed into a
-    temporary folder, results discarded); True when every notebook ran."""
+    temporary folder, results discarded; a failing notebook's executed copy kept under `keep`, default
+    `failed_folder(profile, "train")`); True when every notebook ran."""
     check_profile(profile)
     notebooks = resolve_chapters(names)
     with tempfile.TemporaryDirectory(prefix="xmr-train-") as tmp, _environment(**{JOBS_ENV: str(jobs)}):
-        failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute)
+        failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute,
+                                keep or failed_folder(profile, "train"))
     echo(f"xmr runs train: {len(notebooks) - len(failed)} notebook(s) ran, {len(failed)} failed; their runs are in "
          f"the run cache")
     return not failed

@@ -1,4 +1,9 @@
-"""Tables, figures and claims with provenance, written atomically under `results/<chapter>/`.
+"""Tables, figures and claims with provenance, written atomically under `<results>/<chapter>/`.
+
+Each profile and data set has its own results folder (`results_folder`): the cpu book on scenes `results/` (the
+committed book), smoke `book/_build/smoke/results/`, any other `<profile>/<dataset>/` below one of those (the paper
+profile on COCO: `results/paper/coco/`). A notebook writes and reads (`read_result`, `read_table`) only its own, and
+a run that is not the cpu book on scenes refuses to write into `results/` itself.
 
 Every artefact `<key>.{csv,md,png}` gets a `<key>.json` beside it that says what produced it: profile,
 dataset, seed, device, wall time, library version, git commit, notebook, and the results of other notebooks it
@@ -27,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from xmr_core.claims import VERDICTS, Judgement, Verdict, judgements_frame
-from xmr_core.config import RunConfig, project_root
+from xmr_core.config import PROFILES, RunConfig, check_profile, project_root
 from xmr_core.io import remove_stale_temps, temp_beside
 from xmr_core.runs.log import git_commit
 from xmr_core.runs.trace import tracing
@@ -36,15 +41,40 @@ from xmr_core.sources import digest_bytes
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # set by the runner to the notebook being executed
 PARAMETERS_ENV = "XMR_PARAMETERS"  # set by the runner to the parameters it injected (JSON)
 PAPER_VALUES_DIR = Path(__file__).parents[1] / "paper_values"
+CPU_RESULTS_DIR = "results"  # the committed book: the cpu profile on scenes
+SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never write into results/
 # the results this process has read (`read_result`), per results folder: key -> digest of the bytes read (None: the
 # file was absent), named in the provenance of every result written after into the same folder
 _READS: dict[Path, dict[str, str | None]] = {}
 
 
+def results_folder(profile: str, dataset: str = "scenes") -> str:
+    """The results folder of a profile and data set, from the project root: `results` for the cpu book on scenes,
+    `book/_build/smoke/results` for smoke on scenes, else `<base>/<profile>/<dataset>` with base the smoke folder
+    for smoke and `results` for the others (the paper profile on COCO: `results/paper/coco`)."""
+    if (check_profile(profile), dataset) in {("cpu", "scenes"), ("smoke", "scenes")}:
+        return CPU_RESULTS_DIR if profile == "cpu" else SMOKE_RESULTS_DIR
+    if not dataset or "/" in dataset or dataset.startswith("."):
+        raise ValueError(f"data set name {dataset!r} cannot name a results folder")
+    return f"{SMOKE_RESULTS_DIR if profile in ('smoke', 'paper-smoke') else CPU_RESULTS_DIR}/{profile}/{dataset}"
+
+
 def results_root(run: RunConfig) -> Path:
-    """`run.results_dir`, relative paths taken from the project root (so a notebook's cwd does not matter)."""
-    root = Path(run.results_dir)
-    return root if root.is_absolute() else project_root() / root
+    """The run's results folder: `run.results_dir` when given (relative paths taken from the project root, so a
+    notebook's cwd does not matter), else its profile's and data set's own (`results_folder`). ValueError when a
+    run other than the cpu book on scenes would write into the cpu book's `results/`."""
+    root = Path(run.results_dir or results_folder(run.profile, run.dataset))
+    root = root if root.is_absolute() else project_root() / root
+    if (run.profile, run.dataset) != ("cpu", "scenes") and root.resolve() == (project_root() / CPU_RESULTS_DIR).resolve():
+        raise ValueError(f"RESULTS_DIR {run.results_dir!r} is the cpu book's results folder; profile {run.profile} on "
+                         f"{run.dataset} writes to {results_folder(run.profile, run.dataset)}/ (leave RESULTS_DIR empty)")
+    return root
+
+
+def own_result_files(root: Path) -> list[Path]:
+    """Every provenance `.json` of the results folder `root` (`<chapter>/**/<name>.json`), sorted, without those of
+    the other profiles' folders nested in it (`<root>/<profile>/...`, `results_folder`)."""
+    return sorted(p for p in root.glob("*/**/*.json") if p.relative_to(root).parts[0] not in PROFILES)
 
 
 def _current_cell() -> str | None:
@@ -87,11 +117,12 @@ def read_result(key: str, *, run: RunConfig) -> bytes | None:
 
 def read_table(key: str, *, run: RunConfig) -> pd.DataFrame:
     """The table `<results>/<key>.csv` another notebook wrote, read through `read_result` (so recorded as read);
-    absent: FileNotFoundError naming the file."""
+    absent: FileNotFoundError naming the file, the profile and data set."""
     data = read_result(f"{key}.csv", run=run)
     if data is None:
-        raise FileNotFoundError(f"{results_root(run) / key}.csv: not found; run the notebook that writes {key} "
-                                "first (`xmr book list` names it)")
+        raise FileNotFoundError(f"{results_root(run) / key}.csv: not found for profile {run.profile} on {run.dataset}; "
+                                f"run the notebook that writes {key} under that profile and data set first (`xmr "
+                                "book list` names it)")
     return pd.read_csv(io.BytesIO(data))
 
 
@@ -122,6 +153,7 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
         "torch": torch.__version__,
         "numpy": numpy.__version__,
         "torch_threads": torch.get_num_threads(),
+        **({"encoders": run.encoders} if run.encoders else {}),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **({"run_extra": dict(run.extra)} if run.extra else {}),  # e.g. the trunk's weights (`chapter_setup`)
         **extra,
@@ -263,7 +295,7 @@ class Claim:
     claim: str  # what the paper says, in one sentence
     source: str  # where the paper says it (section / table / figure)
     evidence: str  # the numbers from this run, rendered from computed values
-    verdict: Verdict  # "not tested": say why in evidence; "within noise": the deciding difference is within the seed spread
+    verdict: Verdict  # "not tested": say why in evidence; "inconclusive": the interval is too wide to say
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -313,9 +345,10 @@ def write_claims(claims: list[Claim], chapter: str, *, run: RunConfig, preamble:
 
 
 def write_index(root: Path) -> Path:
-    """Regenerate `<root>/README.md`: every table, figure and document with its provenance."""
+    """Regenerate `<root>/README.md`: every table, figure and document of this results folder (not of the other
+    profiles' folders nested in it, `own_result_files`) with its provenance."""
     rows: list[str] = []
-    for meta_path in sorted(root.glob("*/**/*.json")):
+    for meta_path in own_result_files(root):
         try:
             meta = json.loads(meta_path.read_text())
         except (OSError, json.JSONDecodeError):

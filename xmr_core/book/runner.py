@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from xmr_core.book import diff as results_diff
-from xmr_core.book.results import NOTEBOOK_ENV, PARAMETERS_ENV
+from xmr_core.book.results import NOTEBOOK_ENV, PARAMETERS_ENV, results_folder
 from xmr_core.book.staleness import notebook_reads_changed
 from xmr_core.config import check_profile, project_root
 from xmr_core.io import RUN_LOG_ENV, atomic_write_text
@@ -47,8 +47,6 @@ from xmr_core.runs.log import describe, log_path, notebook_rank
 from xmr_core.sources import fingerprint, notebook_sources
 
 UNCHECKED = object()  # a declared parameter whose value is not a literal: any value is accepted
-SMOKE_RESULTS_DIR = "book/_build/smoke/results"  # smoke runs never overwrite results/
-PAPER_SMOKE_RESULTS_DIR = "book/_build/paper-smoke/results"  # nor do paper-smoke runs
 KERNEL_THREADS_ENV = "XMR_KERNEL_THREADS"
 THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # read by torch (and its BLAS) when the kernel starts
 _RESULT_CALL = re.compile(r"""write_(?:table|figure|text)\(\s*[^,()]+,\s*f?["']([^"']+)["']""")
@@ -315,15 +313,14 @@ def _run_book(names: Iterable[str], profile: str, params: dict[str, Any] | None,
     root = root or project_root()
     check_profile(profile)
     runner: dict[str, Any] = {"PROFILE": profile}  # the runner's own parameters, given to every notebook
-    if profile in ("smoke", "paper-smoke"):
-        runner["RESULTS_DIR"] = SMOKE_RESULTS_DIR if profile == "smoke" else PAPER_SMOKE_RESULTS_DIR
     notebooks = resolve_chapters(names, root / "book")
     own = check_parameters(notebooks, params or {}, root / "book")
     build = root / "book" / "_build" / profile
     state_path = root / "book" / "_build" / "state.json"
     state: dict[str, str] = json.loads(state_path.read_text()) if state_path.is_file() else {}
     threads = kernel_threads()
-    results_dir = (params or {}).get("RESULTS_DIR") or runner.get("RESULTS_DIR") or "results"
+    # the notebooks write to their profile's and data set's own folder (`results.results_folder`) unless told
+    results_dir = (params or {}).get("RESULTS_DIR") or results_folder(profile, (params or {}).get("DATASET", "scenes"))
     results = Path(results_dir) if Path(results_dir).is_absolute() else root / results_dir
     summary = RunSummary()
     echo(f"xmr book run: {len(notebooks)} notebook(s), profile {profile}, parameters {runner | (params or {})}, "

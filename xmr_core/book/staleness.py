@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xmr_core.book.results import own_result_files
 from xmr_core.sources import code_digest, digest_bytes, file_digests, notebook_sources
 
 KINDS = {"table", "figure", "text"}
@@ -66,9 +67,9 @@ class Report:
 
 def result_metas(results: Path) -> list[tuple[str, dict[str, Any]]]:
     """(key, provenance) of every result under `results` (`<chapter>/<name>.json` of a table, figure or
-    text), sorted by key."""
+    text), sorted by key; not those of the other profiles' folders nested in it (`results.own_result_files`)."""
     out = []
-    for path in sorted(results.glob("*/**/*.json")):
+    for path in own_result_files(results):
         try:
             meta = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:

@@ -364,8 +364,9 @@ def claim_evidence(runs: pd.DataFrame, metric: ClaimMetric, queries: QueryValues
                          f"missing score in {cols}")
     unconverged = set(runs.loc[~runs["converged"].astype(bool), "model"])
     scored = runs[~unscored]
+    diverged = _diverged_models(runs)
     missing = {str(m): "did not converge: no run scored" for m in runs.loc[unscored, "model"]
-               if m not in set(scored["model"])}
+               if m not in set(scored["model"]) and m not in diverged}
     evidence: dict[str, Evidence] = {}
     for part, part_cols in metric.parts.items():
         for model, e in seed_evidence(scored, list(part_cols), split=metric.split).items():
@@ -374,7 +375,21 @@ def claim_evidence(runs: pd.DataFrame, metric: ClaimMetric, queries: QueryValues
             if queries is not None and not part and all((model, s) in queries for s in e.seeds):
                 e = _query_evidence(e, model, queries)
             evidence[key] = e
+        for model, seeds in diverged.items():  # training diverged on every seed: that is the evidence (`claims.judge`)
+            key = f"{model} · {part}" if part else model
+            evidence[key] = Evidence(seeds, np.full(len(seeds), np.nan), split=metric.split, converged=False,
+                                     diverged=seeds)
     return evidence, missing
+
+
+def _diverged_models(runs: pd.DataFrame) -> dict[str, tuple[int, ...]]:
+    """{model: its seeds} of the models of a per-run table whose training diverged on every seed (column `stopped`
+    "diverged..." on each of its runs: `UnscoredRun`, or a fit a NaN/inf loss ended)."""
+    if "stopped" not in runs.columns:
+        return {}
+    gone = runs["stopped"].astype(str).str.startswith("diverged")
+    return {str(m): tuple(int(s) for s in rows["seed"]) for m, rows in runs.groupby("model", sort=False)
+            if gone[rows.index].all()}
 
 
 def _query_evidence(e: Evidence, model: str, queries: QueryValues) -> Evidence:
@@ -678,10 +693,10 @@ ABLATE_CLAIMS: list[ClaimSpec] = [
 
 def ablation_table(t4: AblationRuns, sweep: AblationRuns) -> pd.DataFrame:
     """Table 4's runs and the sweeps' as one per-run table: model (Table 4's row, or `sweep_label`), seed,
-    converged, collapse and `TABLE4_COLUMNS`."""
-    cols = ["model", "seed", "converged", "collapse", *TABLE4_COLUMNS]
+    converged, collapse, stopped (whether and how a run diverged: `claim_evidence`) and `TABLE4_COLUMNS`."""
+    cols = ["model", "seed", "converged", "collapse", "stopped", *TABLE4_COLUMNS]
     sweeps = sweep.runs.assign(model=[sweep_label(p, v) for p, v in zip(sweep.runs["parameter"], sweep.runs["value"])])
-    return pd.concat([t4.runs[cols], sweeps[cols]], ignore_index=True)
+    return pd.concat([t4.runs.reindex(columns=cols), sweeps.reindex(columns=cols)], ignore_index=True)
 
 
 def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataFrame,

@@ -24,6 +24,7 @@ visualise.py) with its tables, figures (returned, never saved) and claims.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -733,6 +734,23 @@ def sigma_third(direction: str, third: str) -> str:
     return f"{direction} queries, {third} third of sigma"
 
 
+def query_sigma(direction: str, what: str) -> str:
+    """The key under which `visualise_evidence` carries one direction's per-query R@1 hits or σ ("hits", "sigma") in
+    test order, for `stacked_evidence` to bin across seeds (`thirds_across_seeds`)."""
+    return f"{direction} queries' {what} (test order)"
+
+
+def thirds_across_seeds(hits: np.ndarray, sigma: np.ndarray) -> list[np.ndarray]:
+    """Figure 6's thirds of σ with the same queries at every seed: the query indices of each third, by increasing
+    mean over the seeds of each query's σ rank (`sigma` (S, Q), ranks within each seed, stable; `np.array_split`
+    into equal-count bins as `metrics.recall_by_bins`), so that a column of a third's (S, n) hits is one query at every
+    seed (`hits` (S, Q) is only checked for its shape)."""
+    if hits.shape != sigma.shape or sigma.ndim != 2:
+        raise ValueError(f"thirds_across_seeds: hits {hits.shape} and sigma {sigma.shape} must both be (S, Q)")
+    ranks = np.argsort(np.argsort(sigma, axis=1, kind="stable"), axis=1, kind="stable").mean(axis=0)
+    return np.array_split(np.argsort(ranks, kind="stable"), len(SIGMA_THIRDS))
+
+
 def erased(modality: str, ratio: float) -> str:
     """The compared "model" of Figure 7's claims: the images (captions) at one erased ratio."""
     return f"{modality}, {ratio:.0%} erased"
@@ -785,12 +803,14 @@ CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # eve
 
 
 def visualise_evidence(seed: int, converged: bool, collapse: str, hits: Mapping[str, Sequence[np.ndarray]],
-                       erasing: Erasing, per_level: Mapping[str, np.ndarray], algebra: SetAlgebra
-                       ) -> dict[str, Evidence]:
+                       erasing: Erasing, per_level: Mapping[str, np.ndarray], algebra: SetAlgebra,
+                       queries: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, Evidence]:
     """{compared model: Evidence} of `VISUALISE_CLAIMS` from one PCME (seed `seed`, its `converged` and `collapse`):
     the per-query R@1 hits of each third of σ (`sigma_bin_hits` with `len(SIGMA_THIRDS)` bins), the per-item σ of each
     erased ratio (`sigma_by_erasing`), the per-caption σ of each level (`sigma_per_level`) and the per-pair values of
-    Figure 8 (`set_algebra`). Items scored at every ratio, and the image pairs, share a split (paired by item)."""
+    Figure 8 (`set_algebra`). Items scored at every ratio, and the image pairs, share a split (paired by item). With
+    `queries` ({direction: (hits (Q,), sigma (Q,)) in test order}, `sigma_query_hits`) they ride along too
+    (`query_sigma`), so that `stacked_evidence` bins the thirds with the same queries at every seed."""
 
     def one(values: np.ndarray, split: str) -> Evidence:
         return Evidence((seed,), np.asarray(values, dtype=np.float64)[None, :], split=split, converged=converged,
@@ -809,7 +829,18 @@ def visualise_evidence(seed: int, converged: bool, collapse: str, hits: Mapping[
         out[level_captions(level)] = one(values, f"test {level} captions")
     for name, model in FIG8.items():
         out[model] = one(getattr(algebra, name), "test image pairs")
+    for direction, (query_hits, sigma) in (queries or {}).items():
+        out[query_sigma(direction, "hits")] = one(query_hits, f"test {direction} queries")
+        out[query_sigma(direction, "sigma")] = one(sigma, f"test {direction} queries")
     return out
+
+
+def sigma_query_hits(scores: Tensor, split: Split, image_sigma: np.ndarray, caption_sigma: np.ndarray
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{direction: ((Q,) 100 × (best rank == 1) of each query, (Q,) its σ)} in test order: what `sigma_bin_hits`
+    bins, kept per query for `thirds_across_seeds`."""
+    return {direction: (100.0 * (rank.numpy() <= 1), np.asarray(sigma, dtype=np.float64))
+            for direction, sigma, rank in zip(("i2t", "t2i"), (image_sigma, caption_sigma), _best_ranks(scores, split))}
 
 
 def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk, tuned: dict[str, TuningResult],
@@ -826,13 +857,16 @@ def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk
     hits = sigma_bin_hits(scores, test, img_sigma, cap_sigma, bins=len(SIGMA_THIRDS))
     erasing = sigma_by_erasing(model, test, trunk, data.vocab, device, ERASE_RATIOS, np.random.default_rng(seed))
     algebra = set_algebra(model, test, trunk, data.vocab, device, (cap_mu, cap_lv), n_pairs)
-    return visualise_evidence(seed, fit.converged, collapse, hits, erasing, sigma_per_level(test, cap_sigma), algebra)
+    return visualise_evidence(seed, fit.converged, collapse, hits, erasing, sigma_per_level(test, cap_sigma), algebra,
+                              sigma_query_hits(scores, test, img_sigma, cap_sigma))
 
 
 def stacked_evidence(per_seed: Sequence[Mapping[str, Evidence]]) -> dict[str, Evidence]:
     """One Evidence per compared model from each seed's (`seed_visualise_evidence`): the seeds' rows stacked (S, Q),
     converged when every seed's run converged, collapsed when any seed's collapsed (the first reason). A model's
-    evidence must score the same split with the same number of queries at every seed."""
+    evidence must score the same split with the same number of queries at every seed. Where the seeds carry each
+    query's hits and σ (`query_sigma`), Figure 6's thirds are binned again across the seeds (`thirds_across_seeds`):
+    each seed's own thirds hold different queries, so a column of their stack would not be one query."""
     out = {}
     for model in per_seed[0]:
         parts = [e[model] for e in per_seed]
@@ -843,6 +877,14 @@ def stacked_evidence(per_seed: Sequence[Mapping[str, Evidence]]) -> dict[str, Ev
         out[model] = Evidence(tuple(s for p in parts for s in p.seeds), np.concatenate([p.values for p in parts]),
                               split=parts[0].split, converged=all(p.converged for p in parts),
                               collapse=next((p.collapse for p in parts if p.collapse), ""), strata=parts[0].strata)
+    for direction in ("i2t", "t2i"):
+        hits, sigma = out.pop(query_sigma(direction, "hits"), None), out.pop(query_sigma(direction, "sigma"), None)
+        if hits is None or sigma is None:
+            continue
+        for third, cols in zip(SIGMA_THIRDS, thirds_across_seeds(hits.values, sigma.values)):
+            key = sigma_third(direction, third)
+            out[key] = dataclasses.replace(out[key], values=hits.values[:, cols],
+                                           split=f"{out[key].split}, binned by the mean σ rank over the seeds")
     return out
 
 

@@ -539,10 +539,13 @@ def image_loader(
     visual: Visual = "auto",
     image_config: ImageConfig | None = None,
     num_workers: int = 0,
+    rows: range | None = None,
 ) -> DataLoader:
-    """Batches of every image in split order: images or regions+region_mask, image_index."""
+    """Batches of every image in split order (or of the images `rows`, in order): images or regions+region_mask,
+    image_index."""
     dataset = ImageDataset(split, visual, image_config)
-    return _loader(dataset, _in_order(dataset, batch_size), num_workers, torch.Generator().manual_seed(0))
+    batches = _in_order(dataset, batch_size) if rows is None else BatchSampler(rows, batch_size, drop_last=False)
+    return _loader(dataset, batches, num_workers, torch.Generator().manual_seed(0))
 
 
 def with_pixels(split: Split, image_config: ImageConfig | None = None) -> Split:

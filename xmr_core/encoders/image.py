@@ -107,6 +107,7 @@ _RESNET_WEIGHTS = {
     "resnet101": "ResNet101_Weights",
     "resnet152": "ResNet152_Weights",
 }
+RESNET_ARCHS: tuple[str, ...] = tuple(_RESNET_WEIGHTS)
 
 
 def imagenet_weights_path(arch: str) -> Path:
@@ -116,12 +117,14 @@ def imagenet_weights_path(arch: str) -> Path:
 
 
 def load_pretrained_state(arch: str, pretrained: bool | str) -> dict[str, Tensor]:
-    """ImageNet weights from `pretrained` (a path) or torchvision's cache (`True`); never downloads."""
+    """ImageNet weights from `pretrained` (a path) or torchvision's cache (`True`); never downloads. A missing
+    file is named with the notebook parameter that sets another (`IMAGE_WEIGHTS`)."""
     path = imagenet_weights_path(arch) if pretrained is True else Path(str(pretrained))
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path}: no ImageNet weights for {arch}; put torchvision's {path.name} there "
-            f"(or pass pretrained=<path to a state dict>), or use pretrained=False"
+            f"{path}: no ImageNet weights for {arch}; put torchvision's {imagenet_weights_path(arch).name} at "
+            f"{imagenet_weights_path(arch)}, or set the notebook parameter IMAGE_WEIGHTS to a state-dict file of "
+            f"{arch} (-p IMAGE_WEIGHTS \"'<path>'\"), or to 'none' for no ImageNet weights"
         )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -13,17 +13,21 @@ The trunk is cached under `cache_dir()/trunks/<key>/` (`trunk.pt`, read with `we
 scenes config that changes the images. `attach_grid_features` runs it once over every split and caches
 the grid features (N, L, C), so training a head and a text encoder costs no CNN pass (`ImageEncoder` kind
 "grid"). The `paper` profile goes through the same path with a torchvision ResNet and ImageNet weights
-(`imagenet_trunk`).
+(`imagenet_trunk`, keyed by the digest of the weights file), its features computed on the run's device in chunks
+into a memory-mapped file that a killed extraction resumes (`write_grid_features`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -35,9 +39,16 @@ from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import DataFormatError, Split, split_fingerprint
 from xmr_core.data.scenes import GENERATOR_VERSION, Layout, ScenesConfig, generate_pretraining_set
 from xmr_core.encoders.attributes import AttributeTraining, fit_attribute_classifier
-from xmr_core.encoders.image import GridHead, ResNetEncoder, conv_trunk, grid_side, grid_to_sequence
+from xmr_core.encoders.image import (
+    GridHead,
+    ResNetEncoder,
+    conv_trunk,
+    grid_side,
+    grid_to_sequence,
+    imagenet_weights_path,
+)
 from xmr_core.encoders.trunk_cache import load_trunk_state, trunk_dir
-from xmr_core.io import atomic_write, atomic_write_text, log_input
+from xmr_core.io import atomic_write, atomic_write_text, file_digest, log_input
 
 TRUNK_VERSION = 1  # bump when pretraining changes for the same config
 ATTRIBUTES: tuple[str, ...] = ("shape", "colour", "size")
@@ -190,60 +201,134 @@ def _held_out_accuracy(model: TrunkPretrainer, x: Tensor, y: Tensor) -> tuple[di
     return every_cell, objects
 
 
-def imagenet_trunk(arch: str = "resnet152", pretrained: bool | str = True) -> PretrainedTrunk:
-    """The paper profile's trunk: a torchvision ResNet cut before GAP with ImageNet weights (never downloaded:
-    `image.load_pretrained_state` names the missing file). pretrained=False: torchvision's initialisation from
-    seed 0, keyed and labelled as such (the paper-smoke profile's stand-in when the weights are not installed)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=pretrained)  # type: ignore[arg-type]
+NO_WEIGHTS_SEED = 0  # torchvision's initialisation of a trunk without ImageNet weights is drawn from this seed
+
+
+def imagenet_trunk(arch: str = "resnet152", weights: str | None = "") -> PretrainedTrunk:
+    """The paper profile's trunk: a torchvision ResNet cut before GAP. `weights`: a state-dict file of its ImageNet
+    weights ("": torchvision's cache file of `arch`, `image.imagenet_weights_path`; never downloaded, a missing file
+    is named with the notebook parameter `IMAGE_WEIGHTS`), or None: no ImageNet weights (torchvision's
+    initialisation drawn from `NO_WEIGHTS_SEED`, labelled so in `meta["source"]`). The key names the weights by
+    the SHA-256 of the bytes of the file loaded (None: by the seed), so features are never shared between weights."""
+    if weights is None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(NO_WEIGHTS_SEED)
+            resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=False)  # type: ignore[arg-type]
+        digest, tag = None, f"init{NO_WEIGHTS_SEED}"
+        source = f"no ImageNet weights (torchvision's initialisation, seed {NO_WEIGHTS_SEED})"
+    else:
+        path = Path(weights) if weights else imagenet_weights_path(arch)
+        resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=str(path))  # type: ignore[arg-type]
+        digest = file_digest(path)
+        tag, source = digest[:16], f"ImageNet weights {path} (sha256 {digest[:16]})"
     net = resnet.backbone.eval()
     for p in net.parameters():
         p.requires_grad_(False)
-    source = pretrained if isinstance(pretrained, str) else (
-        "torchvision-IMAGENET1K_V1" if pretrained else "random-init-seed-0 (no ImageNet weights)")
-    return PretrainedTrunk(net, f"{arch}-{hashlib.sha1(str(source).encode()).hexdigest()[:8]}",
-                           {"channels": resnet.out_channels, "cells": 49, "source": str(source),
-                            "pretrained": pretrained})
+    return PretrainedTrunk(net, f"{arch}-{tag}", {"channels": resnet.out_channels, "cells": 49, "arch": arch,
+                                                  "weights": None if weights is None else str(path),
+                                                  "weights_sha256": digest, "source": source})
 
 
 # ------------------------------------------------------------------------------------ frozen grid features
+FEATURE_BATCHES = 16  # batches a chunk of extracted features: the unit written, timed and resumed
+
+
+def feature_workers(device: str | torch.device) -> int:
+    """Loader workers of a feature extraction: on a GPU up to 8 processes decode images beside it; on the CPU none
+    (the book's one-thread rule: a CPU extraction, as a CPU run, takes one core, `config.one_thread`)."""
+    return min(8, os.cpu_count() or 1) if torch.device(device).type == "cuda" else 0
 
 
 @torch.no_grad()
-def grid_features(trunk: PretrainedTrunk, split: Split, batch_size: int = 256, progress: bool = False,
-                  device: str | torch.device = "cpu") -> np.ndarray:
-    """(N, L, C) float32 grid features of every image of the split, in split order (pixels through the same
-    reader as training: `datasets.image_loader`)."""
+def _forward(net: nn.Module, split: Split, rows: range, batch_size: int, device: torch.device,
+             workers: int) -> np.ndarray:
+    """(len(rows), L, C) float32 grid features of the split's images `rows`, in order."""
     from xmr_core.data.datasets import image_loader
 
-    net = trunk.net.to(device)
-    out = []
-    for batch in tqdm(image_loader(split, batch_size, visual="pixels"), desc=f"grid features {split.name}",
-                      disable=not progress, leave=False):
-        out.append(grid_to_sequence(net(batch["images"].to(device))).cpu().numpy())
-    features = np.concatenate(out).astype(np.float32)
-    if features.shape[1:] != (trunk.cells, trunk.channels):
-        raise DataFormatError(f"{split.source}: trunk {trunk.key} gave grid features of shape "
-                              f"{features.shape[1:]}, expected ({trunk.cells}, {trunk.channels})")
+    out = [grid_to_sequence(net(batch["images"].to(device))).cpu().numpy()
+           for batch in image_loader(split, batch_size, visual="pixels", num_workers=workers, rows=rows)]
+    return np.concatenate(out).astype(np.float32)
+
+
+def _check_shape(trunk: PretrainedTrunk, split: Split, shape: tuple[int, ...]) -> None:
+    if tuple(shape[1:]) != (trunk.cells, trunk.channels):
+        raise DataFormatError(f"{split.source}: trunk {trunk.key} gave grid features of shape {tuple(shape[1:])}, "
+                              f"expected ({trunk.cells}, {trunk.channels})")
+
+
+def grid_features(trunk: PretrainedTrunk, split: Split, batch_size: int = 256,
+                  device: str | torch.device = "cpu") -> np.ndarray:
+    """(N, L, C) float32 grid features of every image of the split, in split order, in memory (pixels through the
+    same reader as training: `datasets.image_loader`); `write_grid_features` writes them to a file in chunks."""
+    device = torch.device(device)
+    features = _forward(trunk.net.to(device), split, range(len(split.image_ids)), batch_size, device, 0)
+    _check_shape(trunk, split, features.shape)
     return features
 
 
+def write_grid_features(trunk: PretrainedTrunk, split: Split, path: Path, batch_size: int = 256,
+                        device: str | torch.device = "cpu", workers: int = 0, progress: bool = True,
+                        echo: Callable[[str], None] = print) -> np.ndarray:
+    """Write the split's (N, L, C) float32 grid features to the `.npy` file `path`, chunk by chunk, and return it
+    memory-mapped (read-only): the array is never held in memory whole.
+
+    A chunk is `FEATURE_BATCHES` batches of `batch_size` images (so its batches are those of `grid_features`, and
+    on the CPU its bits too). The chunks go into `<path>.partial.npy` (a memory-mapped `.npy` of the final shape);
+    after each, the file is flushed and `<path>.partial.json` records the rows done, so an extraction killed midway
+    resumes at its first missing chunk. The partial file is renamed onto `path` once complete. The cost is printed
+    once the first chunk is done: its seconds per image times the images left."""
+    device = torch.device(device)
+    n, chunk = len(split.image_ids), FEATURE_BATCHES * batch_size
+    partial, marker = path.with_name(f"{path.stem}.partial.npy"), path.with_name(f"{path.stem}.partial.json")
+    state = {"trunk": trunk.key, "rows": n, "shape": [n, trunk.cells, trunk.channels]}
+    done = json.loads(marker.read_text()) if marker.is_file() and partial.is_file() else None
+    if done is None or {k: done.get(k) for k in state} != state:  # none yet, or another extraction's
+        path.parent.mkdir(parents=True, exist_ok=True)
+        out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=tuple(state["shape"]))
+        start = 0
+    else:
+        out = np.load(partial, mmap_mode="r+")
+        start = int(done["done"])
+        echo(f"grid features {split.name}: resuming at image {start} of {n} ({partial})")
+    net = trunk.net.to(device)
+    for first in tqdm(range(start, n, chunk), desc=f"grid features {split.name}", disable=not progress,
+                      leave=False):
+        t0 = time.perf_counter()
+        rows = range(first, min(first + chunk, n))
+        features = _forward(net, split, rows, batch_size, device, workers)
+        _check_shape(trunk, split, features.shape)
+        out[rows.start:rows.stop] = features
+        out.flush()
+        atomic_write_text(marker, json.dumps({**state, "done": rows.stop}))
+        if first == start:
+            per_image = (time.perf_counter() - t0) / len(rows)
+            echo(f"grid features {split.name}: {n} images, {n - start} to compute on {device} with {workers} loader "
+                 f"worker(s): {per_image:.4f} s an image on the first chunk of {len(rows)}, about "
+                 f"{per_image * (n - start) / 60:.1f} min in all")
+    del out
+    os.replace(partial, path)
+    marker.unlink()
+    return np.load(path, mmap_mode="r")
+
+
 def attach_grid_features(splits: Iterable[Split], trunk: PretrainedTrunk, progress: bool = True,
-                         device: str | torch.device = "cpu") -> dict[str, float]:
-    """Fill `split.grid` (N, L, C) of every split with the trunk's features: computed once per split content
-    and cached in `cache_dir()/trunks/<key>/features/`. Returns the seconds spent per split (0 when cached)."""
+                         device: str | torch.device = "cpu", batch_size: int = 256) -> dict[str, float]:
+    """Fill `split.grid` (N, L, C) of every split with the trunk's features, memory-mapped: computed once per split
+    content on `device` (`write_grid_features`, with `feature_workers(device)` loader workers; on the CPU on one
+    thread, `config.one_thread`, so the cached features do not depend on the machine's cores) and cached in
+    `cache_dir()/trunks/<key>/features/`. Returns the seconds spent per split (about 0 when cached)."""
     seconds = {}
+    cpu = torch.device(device).type == "cpu"
     for split in splits:
         split.grid = None  # the fingerprint names the split's content without any features
         path = trunk_dir(trunk.key) / "features" / f"{split.name}-{split_fingerprint(split)[:16]}.npy"
         t0 = time.perf_counter()
         if path.is_file():
-            features = np.load(path)
+            features = np.load(path, mmap_mode="r")
         else:
-            with one_thread():  # the same features on any machine (`config.one_thread`)
-                features = grid_features(trunk, split, progress=progress, device=device)
-            atomic_write(path, lambda fh, a=features: np.save(fh, a, allow_pickle=False))
+            with one_thread() if cpu else contextlib.nullcontext():
+                features = write_grid_features(trunk, split, path, batch_size, device, feature_workers(device),
+                                               progress)
         log_input(path.parent, [path.name])
         split.grid = features
         split.validate()

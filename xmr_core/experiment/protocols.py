@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from xmr_core.config import RunConfig, recipe
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.load import load_corpus
 from xmr_core.data.scenes import ScenesConfig
-from xmr_core.data.text import Vocabulary, load_word_vectors
+from xmr_core.data.text import GLOVE_PACKAGE, Vocabulary, load_word_vectors
 from xmr_core.encoders.image import imagenet_weights_path
 from xmr_core.encoders.trunk import (
     PretrainedTrunk,
@@ -26,6 +27,12 @@ from xmr_core.encoders.trunk import (
     imagenet_trunk,
     pretrained_trunk,
     trunk_config,
+)
+from xmr_core.experiment.paper_encoders import (
+    PAPER_BACKBONE,
+    EncoderChoice,
+    chosen_word_vectors,
+    encoder_choice,
 )
 from xmr_core.experiment.recipes import encoder_configs, hrem_encoders
 
@@ -60,25 +67,30 @@ def word_table(data: ChapterData, bert: bool) -> np.ndarray:
     (`bert`: a BERT-style encoder such as the packaged MiniLM)."""
     return np.array(data.vocab.words) if bert else data.word_vectors
 
-def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True) -> PretrainedTrunk:
+def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True,
+                  choice: EncoderChoice | None = None) -> PretrainedTrunk:
     """The frozen image trunk of a chapter: the scenes trunk pretrained on the corpus's pretraining set
-    (cached), or, for the paper profile, torchvision's ImageNet ResNet-50 (PCME's CUB trunk). paper-smoke: the
-    same ResNet-50, randomly initialised when its ImageNet weights are not installed (its key and `meta["source"]`
-    say so, and the run keys and provenance carry them); only there."""
+    (cached), or, for the paper profile, the torchvision ResNet of `choice` with its weights (`imagenet_trunk`;
+    default: the paper's on CUB, ResNet-50 with torchvision's ImageNet weights). paper-smoke: the same, and without
+    torchvision's weights file installed (and no other named) the backbone's seeded initialisation, labelled; only
+    there."""
     if recipe(profile) == "paper":
-        weighted = profile == "paper" or imagenet_weights_path("resnet50").is_file()
-        return imagenet_trunk("resnet50", pretrained=weighted)
+        choice = choice or EncoderChoice(PAPER_BACKBONE["cub"], "", GLOVE_PACKAGE)
+        weights = choice.weights
+        if profile == "paper-smoke" and weights == "" and not imagenet_weights_path(choice.backbone).is_file():
+            weights = None
+        return imagenet_trunk(choice.backbone, weights)
     scenes = ScenesConfig(**corpus.meta["config"])
     return pretrained_trunk(scenes, trunk_config(profile), progress)
 
 
 def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d", trunk: PretrainedTrunk | None = None,
-                      progress: bool = True) -> ChapterData:
+                      progress: bool = True, device: str | torch.device = "cpu") -> ChapterData:
     """Class-split the corpus (scenes: `meta["class_split"]`; CUB's reader already splits by class), build the
     vocabulary from the training captions only, and, with a `trunk`, attach its frozen grid features to
-    every split (`Split.grid`, cached)."""
+    every split (`Split.grid`, memory-mapped, computed on `device` once and cached: `attach_grid_features`)."""
     if trunk is not None:
-        attach_grid_features(corpus.splits.values(), trunk, progress)
+        attach_grid_features(corpus.splits.values(), trunk, progress, device=device)
     split_classes = corpus.meta.get("class_split", {})
     if "seen" in split_classes:  # scenes: every split holds every class; the zero-shot split is applied here
         seen, unseen = split_classes["seen"], split_classes["unseen"]
@@ -101,15 +113,19 @@ class ChapterSetup(NamedTuple):
     enc: dict[str, object]  # `encoder_configs(profile, trunk)`: the sizes every compared model shares
 
 
-def chapter_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> ChapterSetup:
-    """Load `run`'s data set (generated from `run.data_seed`), its frozen trunk (cached), the chapter data
-    (`load_chapter_data`, grid features attached) and the encoder configs of `run.profile`. A torchvision trunk
-    (paper profiles) is named with its weights in `run.extra["trunk"]`, so in every result's provenance."""
+def chapter_setup(run: RunConfig) -> ChapterSetup:
+    """Load `run`'s data set (generated from `run.data_seed`), its frozen trunk (cached; the paper profile: the
+    backbone and weights `run`'s parameters choose, `paper_encoders.encoder_choice`), the chapter data
+    (`load_chapter_data`: its word vectors, grid features attached: the paper profile's computed on `run`'s device) and the encoder
+    configs of `run.profile`; what was used goes to `run.encoders` (every result's provenance)."""
+    choice = encoder_choice(run)
     corpus = load_corpus(run.dataset, run.data_root, run.profile, progress=run.progress, seed=run.data_seed)
-    trunk = chapter_trunk(run.profile, corpus, progress=run.progress)
-    if "source" in trunk.meta:  # the paper profiles' ResNet: its weights named in every result's provenance
-        run.extra["trunk"] = f"{trunk.key}: {trunk.meta['source']}"
-    data = load_chapter_data(corpus, word_vectors, trunk=trunk, progress=run.progress)
+    trunk = chapter_trunk(run.profile, corpus, progress=run.progress, choice=choice)
+    # the paper profile's features on its device; the scenes book's on the CPU, one thread: the same bits, so the same
+    # run keys, on any machine (docs/training.md, "Portable runs")
+    device = run.torch_device if recipe(run.profile) == "paper" else "cpu"
+    data = load_chapter_data(corpus, choice.word_vectors, trunk=trunk, progress=run.progress, device=device)
+    run.encoders = {**run.encoders, **choice.describe(trunk, run.dataset)}
     return ChapterSetup(corpus, trunk, data, encoder_configs(run.profile, trunk))
 
 
@@ -138,10 +154,11 @@ class HREMSetup(NamedTuple):
     enc: dict[str, object]  # `hrem_encoders(profile, region_dim)`
 
 
-def hrem_setup(run: RunConfig, word_vectors: str = "glove-6b-50d") -> HREMSetup:
+def hrem_setup(run: RunConfig) -> HREMSetup:
     """Load `run`'s data set in `DATA_FORMAT` (SCAN's precomp regions; generated from `run.data_seed`), the
-    chapter's data protocol (`hrem_data`) and the encoders of `run.profile` on its region features."""
+    chapter's data protocol (`hrem_data`, the word vectors `run`'s parameters choose) and the encoders of
+    `run.profile` on its region features; what was used goes to `run.encoders`."""
     corpus = load_corpus(run.dataset, run.data_root, run.profile, format=DATA_FORMAT, progress=run.progress,
                          seed=run.data_seed)
-    data = hrem_data(corpus, word_vectors)
+    data = hrem_data(corpus, chosen_word_vectors(run))
     return HREMSetup(corpus, data, hrem_encoders(run.profile, data.test.regions.shape[2]))

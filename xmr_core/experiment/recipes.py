@@ -65,10 +65,12 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
     Default: the frozen pretrained trunk's grid features (`ImageEncoder` kind "grid"). `finetune=True`: the
     same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
     """
-    if recipe(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, GloVe-300 + BiGRU 512 (paper-smoke: 64, 32)
-        embed_dim, text_hidden = (512, 512) if profile == "paper" else (64, 32)
-        pretrained = trunk.meta.get("pretrained", True)  # paper-smoke without the weights: the trunk's random init
-        image = ImageEncoderConfig(kind="resnet", arch="resnet50", pretrained=pretrained) if finetune else \
+    if recipe(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, BiGRU 512 over GloVe 300-d where
+        # WORD_VECTORS names it, else the packaged 50-d (`paper_encoders`: the trunk and word vectors chosen)
+        # fine-tuned: the trunk's backbone from the same weights file (its key, with their digest, in the config)
+        embed_dim, text_hidden = (512, 512) if profile == "paper" else (64, 32)  # paper-smoke: smoke's sizes
+        image = ImageEncoderConfig(kind="resnet", arch=trunk.meta["arch"], pretrained=trunk.meta["weights"] or False,
+                                   trunk=trunk.key) if finetune else \
             ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
                                trunk=trunk.key)
         return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}

@@ -7,7 +7,7 @@
   its region queries, drawn at random) and is validated by `evaluate.evaluate_multi_query` on rounds
   1..min(max_queries, the longest set), a shorter set keeping its whole set in the later rounds; its "rsum"
   is the mean R@1 + R@5 + R@10 over those rounds.
-- Optimiser (Adam, AdamW, AdamP) and a per-epoch lr schedule (cosine, step, constant) from `TrainConfig`.
+- Optimiser (Adam, AdamW, AdamP: `xmr_core.optim.ForeachAdamP`, the package's update in fewer passes) and a per-epoch lr schedule (cosine, step, constant) from `TrainConfig`.
 - PCME's two phases: `frozen_epochs` with `model.backbone_parameters()` frozen, then end-to-end with the
   lr multiplied by `finetune_lr_mult`; the schedule restarts for each phase (PCME's pretrain/finetune).
 - Gradient clipping, AMP (fp16 autocast + GradScaler) on CUDA only. A NaN/inf loss raises `FloatingPointError`
@@ -65,6 +65,7 @@ from xmr_core.data.samplers import AllCaptionsSampler, OneCaptionPerImageSampler
 from xmr_core.data.text import Vocabulary
 from xmr_core.io import atomic_write_bytes, atomic_write_text
 from xmr_core.methods.base import RetrievalModel
+from xmr_core.optim import ForeachAdamP
 from xmr_core.runs import trace as plantrace
 from xmr_core.runs.cache import Claim, acquire
 from xmr_core.runs.distributed import (
@@ -78,6 +79,10 @@ from xmr_core.runs.distributed import (
 from xmr_core.runs.log import log_run, trained_at
 
 CHECKPOINT_FORMAT = 1
+AdamPImpl = Literal["foreach", "package"]
+ADAMP: AdamPImpl = "foreach"  # AdamP's step: `xmr_core.optim.ForeachAdamP` (the package's update at float
+# tolerance, in fewer passes), or the `adamp` package's (the reference, which `bench throughput`'s modes before
+# issue 74 time)
 
 
 @dataclass
@@ -276,15 +281,20 @@ def load_checkpoint(path: str | Path, required: tuple[str, ...] = ("model",)) ->
 
 
 def build_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam / AdamW / AdamP (Heo et al. 2021, PCME's optimiser; the `adamp` package) over `params`."""
+    """Adam / AdamW / AdamP (Heo et al. 2021, PCME's optimiser: `optim.ForeachAdamP`, or the `adamp` package's
+    when `ADAMP` is "package") over `params`."""
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamp":
+    if cfg.optimizer == "adamp" and ADAMP == "foreach":
+        return ForeachAdamP(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamp" and ADAMP == "package":
         from adamp import AdamP
 
         return AdamP(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamp":
+        raise ValueError(f"train.ADAMP must be 'foreach' or 'package', got {ADAMP!r}")
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose adam, adamw or adamp")
 
 
