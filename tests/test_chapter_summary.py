@@ -153,7 +153,8 @@ def test_ceiling_frame_and_write_ceiling_table(tmp_path: Path):
     assert "my caption" in (tmp_path / "res" / "ch" / "other.md").read_text()
 
 
-def test_ceiling_note_only_with_a_ceiling():
-    assert ceiling_note(None) == "" and ceiling_note(None, "") == ""
+def test_ceiling_note_names_the_ceiling_or_says_there_is_none():
+    none = " No ceiling: this data set's relevance is annotated, not exact (only the scenes benchmark has one)."
+    assert ceiling_note(None) == none and ceiling_note(None, "") == none
     assert ceiling_note(CEILING) == " 'Bayes ceiling': the best any scorer can reach on this split (xmr_core.ceiling)."
     assert ceiling_note(CEILING, "") == " 'Bayes ceiling': the best any scorer can reach on this split."

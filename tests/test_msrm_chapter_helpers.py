@@ -24,6 +24,7 @@ from xmr_core.chapters.msrm import (
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
 from xmr_core.chapters.pcme import table3_frame, weight_axes
+from xmr_core.chapters.summary import write_optional_table
 from xmr_core.claims import can_fail, detect_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
@@ -218,10 +219,10 @@ def test_table3_frame_of_msrm_with_and_without_the_ceiling():
 
 def test_write_optional_table_writes_only_a_table(tmp_path):
     run = RunConfig.from_params(PROFILE="smoke", SEED=0, RESULTS_DIR=str(tmp_path / "res"), DATASET="scenes")
-    chapter.write_optional_table(None, "msrm/none", run=run, caption="nothing")
+    write_optional_table(None, "msrm/none", run=run, caption="nothing")
     assert not (tmp_path / "res" / "msrm" / "none.csv").exists()
-    chapter.write_optional_table(pd.DataFrame({"a": [1.0]}), "msrm/some", run=run, caption="one row",
-                                 extra={"note": 1})
+    write_optional_table(pd.DataFrame({"a": [1.0]}), "msrm/some", run=run, caption="one row",
+                         extra={"note": 1})
     assert pd.read_csv(tmp_path / "res" / "msrm" / "some.csv")["a"].tolist() == [1.0]
 
 

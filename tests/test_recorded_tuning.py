@@ -123,3 +123,25 @@ def test_the_leaderboard_takes_each_method_from_its_own_chapters_table(tmp_path:
     assert list(board) == list(chapter_of)  # book order, each method once, no BERT model
     assert {n: (t.lr, t.weight) for n, t in board.items()} == {n: want[(c, n)] for n, c in chapter_of.items()}
     assert (board["VSE0"].lr, board["DVSE"].lr) == (1e-3, 2e-3)  # PCME's VSE0, the DVSE chapter's DVSE
+
+
+def test_in_trace_mode_a_table_of_planned_runs_makes_what_follows_provisional(tmp_path: Path, monkeypatch) -> None:
+    """`xmr book plan` runs train.py untrained: its tuning table holds planned runs, so the choice an ablate.py reads
+    from it stands in for the one training will make, and what ablate.py asks for next is provisional."""
+    from xmr_core.runs import trace as plantrace
+
+    _, run = tuned_and_run(tmp_path)
+    monkeypatch.setattr(plantrace, "_TRACE", plantrace._Trace())
+    monkeypatch.setenv(plantrace.PLAN_ENV, str(tmp_path / "plan.jsonl"))
+    recorded_tuning("demo/tuning", run)  # every run trained (scripted): nothing provisional
+    assert not plantrace._TRACE.provisional
+    path = tmp_path / "results" / "demo" / "tuning.csv"
+    frame = pd.read_csv(path)
+    frame.loc[0, "stopped"] = "planned"
+    frame.to_csv(path, index=False)
+    recorded_tuning("demo/tuning", run)
+    assert plantrace._TRACE.provisional
+    monkeypatch.setattr(plantrace, "_TRACE", plantrace._Trace())
+    monkeypatch.delenv(plantrace.PLAN_ENV)
+    recorded_tuning("demo/tuning", run)  # outside trace mode the table is read as it is
+    assert not plantrace._TRACE.provisional

@@ -21,13 +21,16 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-Profile = Literal["smoke", "cpu", "paper"]
-PROFILES: tuple[str, ...] = ("smoke", "cpu", "paper")
+Profile = Literal["smoke", "cpu", "paper", "paper-smoke"]
+PROFILES: tuple[str, ...] = ("smoke", "cpu", "paper", "paper-smoke")
 
 PROFILE_PURPOSE: dict[str, str] = {
     "smoke": "tiny scenes: every code path of the notebook runs (CI), under a minute a notebook",
     "cpu": "scenes benchmark: real training, real tables and figures on a laptop CPU (the default)",
     "paper": "real data at DATA_ROOT with the paper's hyperparameters, on a GPU",
+    "paper-smoke": "the paper profile's code path on the real data at DATA_ROOT with the smoke budget (a few steps, "
+                   "one seed, one tuning point; the trunk may lack its ImageNet weights, labelled): checks a whole "
+                   "chapter in minutes before the GPU job",
 }
 
 
@@ -35,6 +38,18 @@ def check_profile(profile: str) -> str:
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     return profile
+
+
+def budget(profile: str) -> str:
+    """The profile whose budget a run takes (epochs, seeds, tuning and ablation grids, sizes): paper-smoke
+    takes smoke's, every other profile its own."""
+    return "smoke" if check_profile(profile) == "paper-smoke" else profile
+
+
+def recipe(profile: str) -> str:
+    """The profile whose code path a run takes (the data it reads, the trunk, the encoders' kinds): paper-smoke
+    takes paper's, every other profile its own."""
+    return "paper" if check_profile(profile) == "paper-smoke" else profile
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -135,7 +150,7 @@ class RunConfig:
         `seed` (smoke: the first only)."""
         if n_seeds < 1:
             raise ValueError(f"n_seeds must be >= 1, got {n_seeds}")
-        return [self.seed + k for k in range(1 if self.profile == "smoke" else n_seeds)]
+        return [self.seed + k for k in range(1 if budget(self.profile) == "smoke" else n_seeds)]
 
     def describe(self) -> str:
         """One line per effective value, for the executed notebook."""

@@ -44,13 +44,15 @@ scoring at least as high, itself included). A set with fewer than `rounds` queri
 whole set in the later rounds (`short="hold"`); no query is ever dropped.
 
 Protocols: `full` (the whole split), `coco5k` (the same, on a 5,000 × 25,000 test split), `coco1k`
-(every metric on each of five folds of 1,000 images / 5,000 captions in stored order, then averaged).
+(every metric on each of five folds of 1,000 images and their captions in stored order, then averaged:
+`metrics.image_folds`, so an image with 6 or 7 captions keeps them in its fold).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -356,7 +358,10 @@ def evaluate_scores(
         raise ValueError(f"{split.source}: COCO 5K needs 5000 images × 25000 captions, got {tuple(s.shape)}")
     all_ks = tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
     full = [(slice(0, split.n_images), slice(0, split.n_captions))]
-    blocks = metrics.coco_folds(split.n_images, split.n_captions) if protocol == "coco1k" else full
+    try:
+        blocks = metrics.image_folds(split.caption_image, split.n_images) if protocol == "coco1k" else full
+    except ValueError as err:
+        raise ValueError(f"{split.source}: split {split.name!r}: the COCO 1K protocol: {err}") from None
     # plausible relevance is built from the labels chunk by chunk: its (M, N) matrix is never needed
     t2i = {view: None if view == "plausible" else split.relevance(view, "t2i") for view in views}
     results = []
@@ -584,12 +589,21 @@ def multi_round_metrics(scores: Tensor, ks: Sequence[int] = metrics.RSUM_KS) -> 
 RK_COLUMNS = [f"{d} R@{k}" for d in DIRECTIONS for k in metrics.RSUM_KS]  # "i2t R@1", ..., "t2i R@10"
 
 
+def coco1k_missing(split: Split) -> str:
+    """Why the COCO 1K protocol does not apply to `split` ('' when it does): its images do not split into five equal
+    folds (real CUB's 2,933 test images; COCO's 5,000 and the scenes' splits do)."""
+    if split.n_images % 5 == 0:
+        return ""
+    return f"{split.n_images} {split.name} images do not split into five equal folds: no COCO 1K protocol"
+
+
 def instance_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str, float]:
-    """Instance R@1/5/10 per direction and rSum on `split` under the 1K protocol (five folds) and on the whole
-    split ("all"): {"1K i2t R@1", ..., "1K rSum", "all i2t R@1", ..., "all rSum"}. Scores (N, M) both."""
+    """Instance R@1/5/10 per direction and rSum on `split` under the 1K protocol (five folds; NaN where it does not
+    apply, `coco1k_missing`) and on the whole split ("all"): {"1K i2t R@1", ..., "1K rSum", "all i2t R@1", ...,
+    "all rSum"}. Scores (N, M) both."""
     whole = dataclasses.replace(split, caption_level=None)  # no per-level breakdown (a fold may lack a level)
-    out = {}
-    for proto, protocol in (("1K", "coco1k"), ("all", "full")):
+    out = {f"1K {c}": math.nan for c in [*RK_COLUMNS, "rSum"]}
+    for proto, protocol in (("1K", "coco1k"), ("all", "full")) if not coco1k_missing(split) else (("all", "full"),):
         values = evaluate_scores(whole, scores_i2t, views=["instance"], protocol=protocol, scores_t2i=scores_t2i)
         out.update({f"{proto} {c}": values[f"instance/{c.replace(' ', '/')}"] for c in RK_COLUMNS})
         out[f"{proto} rSum"] = values["rsum"]
@@ -607,19 +621,24 @@ def top_k_lists(scores_i2t: Tensor, scores_t2i: Tensor, split: Split, image_quer
                 caption_queries: Sequence[int], k: int = 6) -> pd.DataFrame:
     """Figure 3's lists: for each image query its top-k captions (by `scores_i2t` rows) and for each caption
     query its top-k images (by `scores_t2i` columns), with each result's zeta to the query's image and whether
-    it is an instance positive. Columns: direction, query, rank, result, zeta, instance."""
+    it is an instance positive. Columns: direction, query, rank, result, zeta (NaN where the split has no concept
+    labels: real data other than COCO), instance."""
     rows = []
     cap_img = np.asarray(split.caption_image)
+
+    def zetas(query_image: int, images: np.ndarray) -> list[float]:
+        if split.image_labels is None:
+            return [math.nan] * len(images)
+        return [int(z) for z in label_distance(split.image_labels, query_image, images)]
+
     for q in image_queries:
         top = torch.topk(torch.as_tensor(scores_i2t)[q], k).indices.numpy()
-        zeta = label_distance(split.image_labels, q, cap_img[top])
-        rows += [{"direction": "i2t", "query": int(q), "rank": r + 1, "result": int(c), "zeta": int(z),
-                  "instance": bool(cap_img[c] == q)} for r, (c, z) in enumerate(zip(top, zeta))]
+        rows += [{"direction": "i2t", "query": int(q), "rank": r + 1, "result": int(c), "zeta": z,
+                  "instance": bool(cap_img[c] == q)} for r, (c, z) in enumerate(zip(top, zetas(q, cap_img[top])))]
     for q in caption_queries:
         top = torch.topk(torch.as_tensor(scores_t2i)[:, q], k).indices.numpy()
-        zeta = label_distance(split.image_labels, int(cap_img[q]), top)
-        rows += [{"direction": "t2i", "query": int(q), "rank": r + 1, "result": int(i), "zeta": int(z),
-                  "instance": bool(i == cap_img[q])} for r, (i, z) in enumerate(zip(top, zeta))]
+        rows += [{"direction": "t2i", "query": int(q), "rank": r + 1, "result": int(i), "zeta": z,
+                  "instance": bool(i == cap_img[q])} for r, (i, z) in enumerate(zip(top, zetas(int(cap_img[q]), top)))]
     return pd.DataFrame(rows)
 
 

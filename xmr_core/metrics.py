@@ -401,6 +401,21 @@ def bidirectional(
     return out
 
 
+def image_folds(caption_image: np.ndarray, n_images: int, n_folds: int = 5) -> list[tuple[slice, slice]]:
+    """COCO 1K folds by image: fold f = images [f·N/n, (f+1)·N/n) and exactly their captions, which must be grouped
+    by image in image order (`caption_image` (M,) non-decreasing). The same as `coco_folds` when every image has
+    the same number of captions; Karpathy's COCO json gives a few images 6 or 7, where equal caption slices would
+    cut across images."""
+    cap = np.asarray(caption_image)
+    if n_images % n_folds:
+        raise ValueError(f"{n_images} images / {len(cap)} captions do not split into {n_folds} equal folds")
+    if np.any(np.diff(cap) < 0):
+        raise ValueError("the captions are not grouped by image in image order, so they do not fold with the images")
+    ni = n_images // n_folds
+    bounds = np.searchsorted(cap, np.arange(0, n_images + 1, ni), side="left")
+    return [(slice(f * ni, (f + 1) * ni), slice(int(bounds[f]), int(bounds[f + 1]))) for f in range(n_folds)]
+
+
 def coco_folds(n_images: int, n_captions: int, n_folds: int = 5) -> list[tuple[slice, slice]]:
     """COCO 1K folds in stored order: fold f = images [f·N/n, (f+1)·N/n) and captions [f·M/n, (f+1)·M/n)."""
     if n_images % n_folds or n_captions % n_folds:

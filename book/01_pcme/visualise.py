@@ -58,6 +58,7 @@ from xmr_core.chapters.pcme import (
     erasing_figure,
     generic_caption,
     image_gaussians,
+    image_groups,
     level_gallery,
     mixed_and_erased,
     recall_by_sigma,
@@ -73,9 +74,10 @@ from xmr_core.chapters.pcme import (
     visualise_judgements,
 )
 from xmr_core.chapters.recorded import recorded_tuning
-from xmr_core.chapters.summary import dataset_note
+from xmr_core.chapters.summary import dataset_note, write_optional_table
 from xmr_core.claims import claim_rows, detect_collapse
 from xmr_core.config import RunConfig
+from xmr_core.data.datasets import with_pixels
 from xmr_core.evaluate import score_matrix
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import train_model
@@ -92,7 +94,7 @@ corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
 tuned = recorded_tuning("pcme/tuning", run)  # the settings train.py chose, read from its tuning table
 pcme, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, SEED)
-test = data.test
+test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(pcme, test, data.vocab, device)
 img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 
@@ -111,14 +113,16 @@ img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
 # execution, before this restyle: the restyled figure appears when this notebook is next re-executed.
 
 # %%
-classes = spread_classes(test.image_class, FIG5_CLASSES)
+classes = spread_classes(image_groups(test), FIG5_CLASSES)  # real data without classes (COCO): images
 generic = generic_caption(pcme, test, data.vocab, device)
 generic_sigma = float(uncertainty(generic[1])[0])
 fig5 = embedding_figure(test, (img_mu, img_lv), (cap_mu, cap_lv), generic, classes)
 write_figure(fig5, "pcme/fig5", run=run, caption=(
-    "Figure 5 analogue: PCME Gaussians of a few scenes classes, projected on the two principal directions of their "
-    "means; each class in the colour and marker its name says; 50% regions (the factor they are drawn larger by, if "
-    "any, in the titles; the bar: the median σ's radius), the generic caption's 99% region in black."))
+    f"Figure 5 analogue: PCME Gaussians of a few {DATASET} "
+    + ("classes" if test.image_class is not None else "images and their own captions")
+    + ", projected on the two principal directions of their means; each group in the colour and marker its name "
+    "says; 50% regions (the factor they are drawn larger by, if any, in the titles; the bar: the median σ's radius), "
+    "the generic caption's 99% region in black."))
 
 # %% [markdown]
 # ## Figure 6 — R@1 against uncertainty
@@ -178,7 +182,9 @@ fig8_df
 
 # %%
 by_level = sigma_by_level(test, cap_sigma)
-write_table(by_level, "pcme/sigma_by_level", run=run, float_digits=4, caption=(
+print("σ by level: " + ("measured" if by_level is not None else
+                         f"not measured: {DATASET} has no caption levels or exact relevance (scenes only)"))
+write_optional_table(by_level, "pcme/sigma_by_level", run=run, float_digits=4, caption=(
     "Mean caption σ by specificity level on the scenes test split, with the mean number of exact positives."))
 rho = sigma_positives_correlation(test, cap_sigma)
 print(f"Spearman(σ, exact positives) = {rho:.2f}; the all-unknown caption's σ {generic_sigma:.4f} against the largest "
@@ -192,10 +198,12 @@ by_level
 # form holds in the image (exact positive), red = it does not.
 
 # %%
-gallery = level_gallery(scores, test, by_level["level"], k=5)
+gallery = level_gallery(scores, test, None if by_level is None else by_level["level"], k=5)
 write_figure(gallery, "pcme/gallery", run=run, caption=(
     "Text-to-image top-5 (match probability); green = exact positive (the caption's logical form holds in the image), "
-    "red = not."))
+    "red = not." if test.exact is not None else
+    "Text-to-image top-5 (match probability); green = the image the caption was written for (real data has no exact "
+    "relevance), red = not."))
 
 # %% [markdown]
 # ## The claims of the chapter

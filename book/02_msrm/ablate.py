@@ -61,10 +61,11 @@ from xmr_core.chapters.msrm import (
     table5_frame,
     zeta_runs,
 )
+from xmr_core.chapters.pcme import table_views
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import seed_summary, with_paper
 from xmr_core.claims import claim_rows, judgements_frame
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
 
@@ -72,7 +73,7 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR,
                             BACKBONE=BACKBONE, IMAGE_WEIGHTS=IMAGE_WEIGHTS, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
-grids = ABLATION_GRIDS[PROFILE]
+grids = ABLATION_GRIDS[budget(PROFILE)]
 print(run.describe())
 print(f"seeds = {seeds}; grids = {grids}")
 
@@ -86,6 +87,8 @@ tuned = recorded_tuning("msrm/tuning", run, methods=list(COMPARED))  # train.py'
 abl_data, abl_protocol = ablation_data(corpus, data)
 base = tuned_model("MSRM", tuned, enc, abl_data.word_vectors, compared=COMPARED).config
 print(f"tuned MSRM: lr {tuned['MSRM'].lr}, gamma {base.gamma}; ablation protocol: {abl_protocol}")
+missing = table_views(data, DATASET)  # class relevance (Tables 4-5, Figures 4-6), plausible (Figure 7): NaN without
+print("missing views: " + ("; ".join(missing.values()) or "none"))
 
 # %% [markdown]
 # ## Table 4 — each loss, and the query's variance
@@ -105,7 +108,7 @@ table4 = with_paper(seed_summary(t4.runs, list(TABLE4_COLUMNS), list(variants)),
 write_table(table4, "msrm/table4", run=run, caption=(
     f"MSRM Table 4 analogue: each loss and the query variance removed in turn ({DATASET}, "
     f"{abl_protocol}, class relevance, profile {PROFILE}, seeds {seeds}). "
-    "Paper: CUB, all classes (Table 4 of Wang et al. 2023)."))
+    "Paper: CUB, all classes (Table 4 of Wang et al. 2023)." + (f" Not tested: {missing['class']}." if "class" in missing else "")))
 table4
 
 # %% [markdown]
@@ -142,7 +145,7 @@ fig7_runs = zeta_runs(seeds, data, tuned, enc, run)
 fig7 = fig7_frame(fig7_runs)
 write_figure(fig7_figure(fig7), "msrm/fig7", run=run, caption=(
     f"Figure 7 analogue: plausible-match R-Precision against zeta for every model ({DATASET}, zero-shot models, "
-    f"whole test split, mean over seeds {seeds})."))
+    f"whole test split, mean over seeds {seeds})." + (f" Not tested: {missing['plausible']}." if "plausible" in missing else "")))
 write_table(fig7_table(fig7), "msrm/fig7", run=run,
             caption="Figure 7's values: plausible-match R-P (mean of both directions) per model and zeta.")
 fig7_table(fig7)
@@ -160,7 +163,7 @@ fig7_table(fig7)
 # interval covers training noise and test sampling. Figure 7 uses per-seed scores. A run that diverged or was not scored makes its claims "not tested".
 
 # %%
-judged = ablate_judgements(t4, sweep, fig7_runs, run)
+judged = ablate_judgements(t4, sweep, fig7_runs, run, missing)
 write_judgements(judged, "msrm", "ablate", run)
 claims = claim_rows(judged)
 write_table(claims, "msrm/claims_ablate", run=run,

@@ -65,10 +65,12 @@ from xmr_core.chapters.msrm import (
     trained_models,
     visualise_judgements,
 )
+from xmr_core.chapters.pcme import table_views
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
+from xmr_core.data.datasets import with_pixels
 from xmr_core.experiment.protocols import chapter_setup
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -79,7 +81,7 @@ print(run.describe())
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
 tuned = recorded_tuning("msrm/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
-test = data.test
+test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 models, _ = trained_models(["MSRM", "PCME"], data, tuned, enc, run, SEED)  # train.py's zero-shot models (and whether they converged)
 scores = split_scores(models, test, data.vocab, run.torch_device)  # each model's own (i2t, t2i) scores
 
@@ -139,7 +141,7 @@ lists_all = seed_query_lists(["MSRM", "PCME"], run.seeds(N_SEEDS), data, tuned, 
 write_table(top6_summary(lists_all, chance_lists(test)), "msrm/fig3_every_query", run=run, caption=(
     f"Figure 3 over every {DATASET} test query and seed {list(run.seeds(N_SEEDS))}: the mean share of instance "
     "ground truths (%) and the mean zeta of the top 6, MSRM and PCME against a random ranking (chance)."))
-judged = visualise_judgements(lists_all, run)
+judged = visualise_judgements(lists_all, run, table_views(data, DATASET))
 write_judgements(judged, "msrm", "visualise", run)
 claims = notebook_claims(run, "msrm")
 claims += [Claim(**row) for row in claim_rows(judged).to_dict("records")]

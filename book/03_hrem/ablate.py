@@ -85,7 +85,7 @@ from xmr_core.chapters.hrem import (
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import ceiling_note, dataset_note
 from xmr_core.claims import claim_rows, judgements_frame
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.evaluate import query_strata
 from xmr_core.experiment.protocols import hrem_setup
 
@@ -93,7 +93,7 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
-print(f"Table 3 rows: {TABLE3_ROWS[PROFILE]}; Figure 6 grids: {FIG6_GRIDS[PROFILE]}; Table 4 percents: {TABLE4_PERCENTS}")
+print(f"Table 3 rows: {TABLE3_ROWS[budget(PROFILE)]}; Figure 6 grids: {FIG6_GRIDS[budget(PROFILE)]}; Table 4 percents: {TABLE4_PERCENTS}")
 training_runs(PROFILE, N_SEEDS)
 
 # %%

@@ -69,12 +69,15 @@ from xmr_core.chapters.hrem import (
     draw_pairs,
     neighbour_count,
     region_matching_figure,
+    region_matching_missing,
     train_model,
     visualise_judgements,
 )
 from xmr_core.chapters.recorded import recorded_tuning
+from xmr_core.chapters.summary import write_optional_figure
 from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
+from xmr_core.data.datasets import with_pixels
 from xmr_core.experiment.protocols import hrem_setup
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -83,7 +86,7 @@ print(run.describe())
 
 # %%
 corpus, data, enc = hrem_setup(run)
-test = data.test
+test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 tuned = recorded_tuning("hrem/tuning", run, methods=MODELS)  # the settings train.py chose, from its table
 device = run.torch_device
 hrem, _ = train_model("HREM fusion", data, tuned, enc, run, SEED)
@@ -132,8 +135,9 @@ graph_stats
 
 # %%
 heat_captions = draw_pairs(test, N_HEAT, rng)
-fig = region_matching_figure(hrem, test, data.vocab, heat_captions, device)
-write_figure(fig, "hrem/region_matching", run=run, caption=(
+fig = region_matching_figure(hrem, test, data.vocab, heat_captions, device)  # None without pixels or boxes
+print(region_matching_missing(test) or f"{N_HEAT} captions drawn")
+write_optional_figure(fig, "hrem/region_matching", run=run, caption=(
     f"Eq. (7) over the image: for {N_HEAT} {DATASET} test captions and their own images, each region's best cosine "
     f"with the caption's words (HREM fusion, seed {SEED}, initial fragments); each pixel shows the best region whose "
     "box covers it (pixels no region covers: clear); one colour scale for the panels."))

@@ -66,8 +66,9 @@ from xmr_core.chapters.dvse import (
     training_runs,
 )
 from xmr_core.chapters.recorded import recorded_tuning
+from xmr_core.chapters.views import missing_views
 from xmr_core.claims import claim_rows, judgements_frame
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
 
@@ -75,13 +76,15 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR,
                             BACKBONE=BACKBONE, IMAGE_WEIGHTS=IMAGE_WEIGHTS, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
-grids = ABLATION_GRIDS[PROFILE]
+grids = ABLATION_GRIDS[budget(PROFILE)]
 print(run.describe())
 print(f"seeds = {seeds}; grids = {grids}")
 training_runs(PROFILE, N_SEEDS).query("notebook == 'ablate'")
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+missing = missing_views({"class": data.test_unseen, "exact": data.test}, DATASET)  # views this data set lacks: NaN
+print("missing views: " + ("; ".join(missing.values()) or "none"))
 tuned = recorded_tuning("dvse/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
 print(f"tuned DVSE: lr {tuned['DVSE'].lr}, margin {base.hinge.margin}, K {base.n_embeds}, beta {base.ort_margin}, "
@@ -116,7 +119,8 @@ table6 = table6_frame(t6_runs, grids["K"], DATASET)
 write_table(table6, "dvse/table6", run=run, caption=(
     f"DVSE Table VI analogue (transposed: one row per K). Paper: CUB Captions (R@1, R-P) and MS-COCO 5K (R@1, "
     f"rSum), BUTD features. Ours: {DATASET}, 'CUB' = unseen classes (class relevance), 'all' = the whole test split "
-    f"(instance relevance); seeds {seeds} at every K (the 'seeds' column)."))
+    f"(instance relevance); seeds {seeds} at every K (the 'seeds' column)."
+    + (f" 'CUB' columns not tested: {missing['class']}." if "class" in missing else "")))
 write_figure(table6_figure(t6_runs), "dvse/table6", run=run, caption=(
     f"Table VI as curves: DVSE against K ({DATASET}; mean over the runs of each K)."))
 table6
@@ -169,7 +173,7 @@ plt.show()
 # on every seed of every point of their sweeps. Runs that did not converge or collapsed leave their claims "not tested".
 
 # %%
-judged = ablate_judgements(t5_runs, t6_runs, fr_runs, sweep, run)
+judged = ablate_judgements(t5_runs, t6_runs, fr_runs, sweep, run, missing)
 write_judgements(judged, "dvse", "ablate", run)
 claims = claim_rows(judged)
 write_table(claims, "dvse/claims_ablate", run=run,

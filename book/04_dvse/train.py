@@ -97,8 +97,10 @@ from xmr_core.chapters.summary import (
     with_ceiling_share,
     write_ceiling_table,
 )
+from xmr_core.chapters.views import missing_views
 from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
+from xmr_core.evaluate import coco1k_missing
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.training import tune_methods
@@ -121,6 +123,8 @@ training_runs(PROFILE, N_SEEDS)
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
 print(data_summary(trunk, data))
+missing = missing_views({"class": data.test_unseen, "exact": data.test}, DATASET)  # views this data set lacks: NaN
+print("missing views: " + ("; ".join(missing.values()) or "none"))
 split_sizes(data)
 
 # %% [markdown]
@@ -189,7 +193,8 @@ write_table(table1, "dvse/table1", run=run, caption=(
     "'(paper only)': not built here. 'DVSE + FR': Fast Re-ranking is applied to the whole test split's score "
     "matrix and the re-ranked matrix is then cut into the 1K folds, so its 1K columns use neighbourhoods from the "
     "whole gallery, where the paper's 1K protocol re-ranks within each fold of 1,000 images (a stated deviation; "
-    "its 'all' columns follow the protocol)." + ceiling_note(ceiling)))
+    "its 'all' columns follow the protocol)." + (f" '1K' not tested: {coco1k_missing(data.test)}."
+                                                 if coco1k_missing(data.test) else "") + ceiling_note(ceiling)))
 table1
 
 # %% [markdown]
@@ -228,7 +233,8 @@ write_table(table3, "dvse/table3", run=run, caption=(
     f"DVSE Table III analogue. Paper: CUB Captions (50 unseen classes), class relevance. Ours: "
     f"{DATASET}{dataset_note(DATASET, 'CUB')}, {data.test_unseen.n_images} test images of unseen classes, profile "
     f"{PROFILE}; mean over seeds. FR at the paper's CUB scales (gamma (9, 8), lambda (8, 17)). Paper rows: Table III "
-    "of Wei et al.; its VSE++ row has the numbers of PCME's VSE0 row."))
+    "of Wei et al.; its VSE++ row has the numbers of PCME's VSE0 row."
+    + (f" Not tested: {missing['class']}." if "class" in missing else "")))
 table3
 
 # %% [markdown]
@@ -297,7 +303,7 @@ write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per D
 # per-direction CUB claim and Table 4's use each seed's score only (training noise).
 
 # %%
-judged = train_judgements(per_run, runs.table4, run, runs.per_query)
+judged = train_judgements(per_run, runs.table4, run, runs.per_query, missing)
 write_judgements(judged, "dvse", "train", run)
 write_table(pair_judgements(judged, "fr-improves-any-model"), "dvse/fr_any_model", run=run, caption=(
     "FR on every model: the claim 'FR can improve any model' judged per model (its whole-split rSum with FR against "

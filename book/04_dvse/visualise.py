@@ -83,8 +83,10 @@ from xmr_core.chapters.dvse import (
     write_heat_figures,
 )
 from xmr_core.chapters.recorded import recorded_tuning
+from xmr_core.chapters.views import missing_views
 from xmr_core.claims import claim_rows
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
+from xmr_core.data.datasets import with_pixels
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.training import tuned_model
 
@@ -96,9 +98,12 @@ print(run.describe())
 
 # %%
 corpus, trunk, data, enc = chapter_setup(run)
+missing = missing_views({"class": data.test_unseen, "exact": data.test}, DATASET)  # views this data set lacks: NaN
+print("missing views: " + ("; ".join(missing.values()) or "none"))
 tuned = recorded_tuning("dvse/tuning", run, methods=list(COMPARED))  # train.py's choices, from its table
 base = tuned_model("DVSE", tuned, enc, data.word_vectors, compared=COMPARED).config
-test = data.test
+test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
+data = data.with_test(test)  # the figures below draw the test images
 rng = np.random.default_rng(SEED)
 
 # %% [markdown]
@@ -109,7 +114,7 @@ rng = np.random.default_rng(SEED)
 # |off-diagonal correlation|: the claims compare those.
 
 # %%
-panels = fig6_panels(ABLATION_GRIDS[PROFILE]["combination"])
+panels = fig6_panels(ABLATION_GRIDS[budget(PROFILE)]["combination"])
 image = int(rng.integers(test.n_images))
 corr_runs, corr_maps = correlation_runs(panels, seeds, image, base, data, tuned, enc, run)
 write_figure(correlation_figure(corr_maps, image), "dvse/fig6", run=run, caption=(
@@ -182,7 +187,8 @@ plt.show()
 precision = precision_runs(seeds, data, tuned, enc, run)
 write_table(precision, "dvse/fig11_12_precision", run=run, caption=(
     f"Share of the top results that hold the query (exact relevance) over every query of the {DATASET} test split: "
-    "P@4 of caption queries, P@5 of image queries, DVSE and PVSE K=2, every seed, no FR."))
+    "P@4 of caption queries, P@5 of image queries, DVSE and PVSE K=2, every seed, no FR."
+    + (f" Not measured: {missing['exact']}." if "exact" in missing else "")))
 precision.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
 
 # %% [markdown]
@@ -194,7 +200,7 @@ precision.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
 # every seed against chance (paired by seed and image).
 
 # %%
-judged = visualise_judgements(corr_runs, precision, grounding, run)
+judged = visualise_judgements(corr_runs, precision, grounding, run, missing)
 write_judgements(judged, "dvse", "visualise", run)
 claims = notebook_claims(run, "dvse") + [Claim(**row) for row in claim_rows(judged).to_dict("records")]
 write_claims(claims, "dvse", run=run, preamble=claims_preamble(PROFILE, DATASET))

@@ -105,17 +105,17 @@ from xmr_core.chapters.hmrn import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.claims import claim_rows, judgements_frame
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.paper_encoders import chosen_word_vectors
 from xmr_core.experiment.recipes import MINILM_FINETUNED, MINILM_FROZEN, minilm_not_run
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
-ablation_seeds = run.seeds(ABLATION_SEEDS[PROFILE])
+ablation_seeds = run.seeds(ABLATION_SEEDS[budget(PROFILE)])
 print(run.describe())
-print(f"Table 6 rows: {TABLE6_ROWS[PROFILE]}; Table 7 rows: {TABLE7_ROWS[PROFILE]}; seeds {ablation_seeds}; "
-      f"ICR steps {ICR_STEPS[PROFILE]}; MiniLM rows trained in the profiles {MINILM_FROZEN + MINILM_FINETUNED}")
+print(f"Table 6 rows: {TABLE6_ROWS[budget(PROFILE)]}; Table 7 rows: {TABLE7_ROWS[budget(PROFILE)]}; seeds {ablation_seeds}; "
+      f"ICR steps {ICR_STEPS[budget(PROFILE)]}; MiniLM rows trained in the profiles {MINILM_FROZEN + MINILM_FINETUNED}")
 
 # %%
 corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VARIANT, progress=PROGRESS,
@@ -134,7 +134,7 @@ note = (f"Ours: {DATASET} (NOT Visual Genome; compare orderings), {data.multi.te
 # ## Table 6 — the hierarchy: each level alone and combined
 
 # %%
-rows6 = ablation_rows(TABLE6, TABLE6_ROWS[PROFILE])
+rows6 = ablation_rows(TABLE6, TABLE6_ROWS[budget(PROFILE)])
 runs6, scores6 = variant_runs(rows6, ablation_seeds, data, tuned, enc, run)
 runs6 = pd.concat([runs6, renamed(full, TABLE6_FULL)], ignore_index=True)
 table6 = hmrn_table(runs6, "table6", TABLE5_COLUMNS, label, order=[*rows6, *TABLE6_FULL], paper_only=())
@@ -146,7 +146,7 @@ table6
 # ## Table 7 — intra-correlation by subtraction (Eq. 14) or concatenation
 
 # %%
-rows7 = ablation_rows(TABLE7, TABLE7_ROWS[PROFILE])
+rows7 = ablation_rows(TABLE7, TABLE7_ROWS[budget(PROFILE)])
 runs7, scores7 = variant_runs(rows7, ablation_seeds, data, tuned, enc, run)
 runs7 = pd.concat([runs7, renamed(full, TABLE7_FULL)], ignore_index=True)
 table7 = hmrn_table(runs7, "table7", TABLE5_COLUMNS, label, order=[*rows7, *TABLE7_FULL], paper_only=())

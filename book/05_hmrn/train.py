@@ -112,7 +112,7 @@ from xmr_core.chapters.hmrn import (
 )
 from xmr_core.chapters.summary import dataset_note
 from xmr_core.claims import CONFIDENCE, claim_rows, judgements_frame
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.compared import MARGIN
 from xmr_core.experiment.paper_encoders import chosen_word_vectors
@@ -124,7 +124,7 @@ run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROO
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
 seeds = run.seeds(N_SEEDS)
 print(run.describe())
-print(f"seeds = {seeds}; train / validation / test images: {SUBSETS[PROFILE]} (None = the whole split)")
+print(f"seeds = {seeds}; train / validation / test images: {SUBSETS[budget(PROFILE)]} (None = the whole split)")
 lr = pcme_train_config(PROFILE).lr  # the recipe's learning rate, the tuning's default
 print(f"training: {hmrn_train_config(PROFILE, lr, SEED, device=DEVICE, progress=PROGRESS)}")
 print(f"learning rate tuned: {lr:g} x {LR_STEP:g}^k; HMRN's {TAU.describe()}; the {MARGIN.describe()} of R-RE, R-HRE, "

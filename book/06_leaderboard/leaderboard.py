@@ -55,7 +55,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from xmr_core.book.results import write_figure, write_judgements, write_table, write_text
-from xmr_core.ceiling import bayes_ceiling
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
@@ -66,7 +65,8 @@ from xmr_core.chapters.leaderboard import (
     recorded_book,
     score_book,
 )
-from xmr_core.chapters.summary import ceiling_frame
+from xmr_core.chapters.summary import ceiling_frame, dataset_note, write_optional_table
+from xmr_core.chapters.views import ceiling_rsum, missing_views, no_ceiling
 from xmr_core.claims import judgements_frame, render_claims
 from xmr_core.config import RunConfig
 from xmr_core.evaluate import query_strata
@@ -90,6 +90,8 @@ pd.DataFrame(BOOK_MODELS, columns=["chapter", "method", "K"])
 book = book_setup(run)
 test = book.grid.test  # the same test split as book.regions.test (checked)
 tuned = recorded_book(run)
+missing = missing_views({"exact": test, "class": test, "plausible": test}, DATASET)  # columns left empty
+print("missing views: " + ("; ".join(missing.values()) or "none"))
 tuning = tuning_frame(tuned)
 write_table(tuning, "leaderboard/tuning", run=run,
             caption=("Each method's tuning runs on the validation split, as its chapter's train.py recorded them "
@@ -107,8 +109,9 @@ summary
 # %%
 book_runs = score_book(seeds, book, tuned, run)  # the rows, and the per-query values the claims are judged on
 per_run = book_runs.per_run
-ceiling_table = ceiling_frame(per_run, "rSum", bayes_ceiling(test)["rsum"])
-write_table(ceiling_table, "leaderboard/ceiling", run=run, caption=(
+ceiling = ceiling_rsum(test)  # None without exact relevance (real data): no ceiling table
+ceiling_table = None if ceiling is None else ceiling_frame(per_run, "rSum", ceiling)
+write_optional_table(ceiling_table, "leaderboard/ceiling", run=run, caption=(
     f"Each model's instance rSum on the whole {DATASET} test split as a share of the Bayes ceiling, per seed, "
     f"with and without Fast Re-ranking (profile {PROFILE})."))
 write_table(per_run, "leaderboard/per_seed", run=run, caption=(
@@ -125,9 +128,11 @@ write_table(per_run, "leaderboard/per_seed", run=run, caption=(
 board = model_summary(per_run, test)
 write_table(board, "leaderboard/leaderboard", run=run, caption=(
     f"Every trained model of the book on one {DATASET} test split ({test.n_images} images, "
-    f"{test.n_captions} captions; synthetic, NOT COCO or CUB: compare orderings, not values), profile "
+    f"{test.n_captions} captions){dataset_note(DATASET, 'COCO or CUB', lead='synthetic')}, profile "
     f"{PROFILE}; mean over seeds. Instance R@K and rSum, exact-view and class R-Precision, plausible PMRP; '+ FR' = "
-    "Fast Re-ranking with validation-tuned temperatures. Top row: the Bayes ceiling (xmr_core.ceiling)."))
+    "Fast Re-ranking with validation-tuned temperatures."
+    + (" Top row: the Bayes ceiling (xmr_core.ceiling)." if ceiling is not None else
+       f" {no_ceiling(DATASET)}; columns of views it lacks are empty ({'; '.join(missing.values())}).")))
 board
 
 # %% [markdown]
@@ -157,10 +162,11 @@ plt.show()
 # collapsed (`collapse` in the per-seed table).
 
 # %%
-judged = cross_method_judgements(book_runs, query_strata(test), run)
+judged = cross_method_judgements(book_runs, query_strata(test), run, missing)
 write_judgements(judged, "leaderboard", "board", run)
 write_text(render_claims(judged, "leaderboard", profile=PROFILE, dataset=DATASET, preamble=(
     f"Claims across the book's methods, on one {DATASET} test split (profile `{PROFILE}`, seeds {seeds}). "
-    "Synthetic scenes: orderings and signs carry across data sets, absolute numbers do not.")),
+    + ("Synthetic scenes: orderings and signs carry across data sets, absolute numbers do not." if DATASET == "scenes"
+       else ""))),
     "leaderboard/claims.md", run=run)
 judgements_frame(judged)

@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "with the count")
     run = book.add_parser("run", help="execute chapters with papermill (all chapters when none is named)")
     run.add_argument("chapters", nargs="*", help="chapter folders or names (01_pcme or pcme), or notebooks (01_pcme/train)")
-    run.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
+    run.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper | paper-smoke (the paper code path, smoke budget)")
     run.add_argument(
         "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
         help="inject a notebook parameter (VALUE parsed as a Python literal when possible)",
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "with its cost, and the totals (core-hours, wall at 1, 2 and N workers); "
                                         "trains nothing, writes no result")
     plan.add_argument("chapters", nargs="*", help="chapters or notebooks, as for run (all when none is named)")
-    plan.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
+    plan.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper | paper-smoke (the paper code path, smoke budget)")
     plan.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                       help="inject a notebook parameter, as for run")
     plan.add_argument("--jobs", type=int, default=16, help="N of the wall-time estimate (default 16)")
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "the notebooks execute into a temporary folder and their results are "
                                           "discarded (never written to results/); `xmr book run` then loads the runs")
     train.add_argument("chapters", nargs="+", help="chapters or notebooks (01_pcme, pcme, pcme/train)")
-    train.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper")
+    train.add_argument("--profile", choices=PROFILES, default="cpu", help="smoke | cpu (default) | paper | paper-smoke (the paper code path, smoke budget)")
     train.add_argument("--jobs", type=int, default=1, help="worker processes of one torch thread each (default 1)")
     train.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                        help="inject a notebook parameter, as for book run")

@@ -39,14 +39,16 @@ from typing import Any
 
 import pandas as pd
 
-from xmr_core.book.runner import Notebook, check_parameters, execute_notebook, resolve_chapters
+from xmr_core.book.runner import Notebook, chapters, check_parameters, execute_notebook, resolve_chapters
 from xmr_core.book.staleness import result_metas
 from xmr_core.config import check_profile, project_root
 from xmr_core.io import atomic_write_bytes
 from xmr_core.runs.executors import JOBS_ENV
 from xmr_core.runs.trace import PLAN_ENV, cold_wall, read_plan
 
-DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0}  # a run with nothing better to go by
+LEADERBOARD = "06_leaderboard"  # reads the tuning tables of the chapters whose models it ranks:
+LEADERBOARD_READS = ("pcme", "msrm", "dvse", "hrem")  # `chapters.leaderboard.BOOK_MODELS`' chapters (a test checks)
+DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0, "paper-smoke": 5.0}  # a run with nothing better to go by
 
 
 @dataclass
@@ -285,14 +287,30 @@ def _execute_aside(notebooks: list[Notebook], profile: str, params: dict[str, An
     return failed
 
 
+def with_upstream(notebooks: list[Notebook]) -> list[Notebook]:
+    """`notebooks` with, before each, the `train.py` whose tables it reads and that is not among them: its own
+    chapter's (ablate / visualise read its tuning table), those of the chapters whose models the leaderboard
+    (`LEADERBOARD`) ranks (`LEADERBOARD_READS`)."""
+    trains = {c.split("_", 1)[1]: nb for c, nbs in chapters().items() for nb in nbs if nb.name == "train"}
+    ranked = [trains[name] for name in LEADERBOARD_READS]
+    out: list[Notebook] = []
+    for nb in notebooks:
+        own = trains.get(nb.chapter.split("_", 1)[1])
+        needs = ranked if nb.chapter == LEADERBOARD else [own] if own is not None and nb.name != "train" else []
+        out += [t for t in needs if t not in out and t not in notebooks] + [nb]
+    return out
+
+
 def plan_book(names: Iterable[str] = (), profile: str = "cpu", params: dict[str, Any] | None = None,
               echo: Callable[[str], None] = print,
               execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook,
               keep: Path | None = None) -> Plan:
     """Execute the named chapters (all when empty) in trace mode and return their plan (nothing is trained); a
-    failing notebook's executed copy is kept under `keep` (default `failed_folder(profile, "plan")`)."""
+    failing notebook's executed copy is kept under `keep` (default `failed_folder(profile, "plan")`). A notebook that reads
+    a `train.py`'s tables runs after it (`with_upstream`), so the plan lists that train.py's runs (its tuning) and
+    what the notebook asks for after it is provisional (`chapters.recorded.recorded_tuning`)."""
     check_profile(profile)
-    notebooks = resolve_chapters(names)
+    notebooks = with_upstream(resolve_chapters(names))
     with tempfile.TemporaryDirectory(prefix="xmr-plan-") as tmp:
         trace = Path(tmp) / "plan.jsonl"
         trace.touch()

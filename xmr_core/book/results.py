@@ -56,7 +56,7 @@ def results_folder(profile: str, dataset: str = "scenes") -> str:
         return CPU_RESULTS_DIR if profile == "cpu" else SMOKE_RESULTS_DIR
     if not dataset or "/" in dataset or dataset.startswith("."):
         raise ValueError(f"data set name {dataset!r} cannot name a results folder")
-    return f"{SMOKE_RESULTS_DIR if profile == 'smoke' else CPU_RESULTS_DIR}/{profile}/{dataset}"
+    return f"{SMOKE_RESULTS_DIR if profile in ('smoke', 'paper-smoke') else CPU_RESULTS_DIR}/{profile}/{dataset}"
 
 
 def results_root(run: RunConfig) -> Path:
@@ -155,6 +155,7 @@ def provenance(run: RunConfig, key: str, kind: str, **extra: Any) -> dict[str, A
         "torch_threads": torch.get_num_threads(),
         **({"encoders": run.encoders} if run.encoders else {}),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **({"run_extra": dict(run.extra)} if run.extra else {}),  # e.g. the trunk's weights (`chapter_setup`)
         **extra,
         **_notebook_inputs(notebook),
         **({"reads": dict(sorted(reads.items()))} if (reads := _READS.get(results_root(run).resolve())) else {}),

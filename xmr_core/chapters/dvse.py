@@ -47,6 +47,7 @@ from torch import Tensor
 from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
+from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -60,7 +61,7 @@ from xmr_core.claims import (
 from xmr_core.claims import (
     query_evidence as stratified_evidence,  # this module's query_evidence reads QueryValues
 )
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate, image_loader
 from xmr_core.data.text import Vocabulary
@@ -219,7 +220,10 @@ def model_scores(model: RetrievalModel, data: ChapterData, device: torch.device 
 
 
 def class_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str, float]:
-    """Class-relevance R-P and R@1 per direction on `split` (Table 3): {"CUB i2t R-P", ...}."""
+    """Class-relevance R-P and R@1 per direction on `split` (Table 3): {"CUB i2t R-P", ...}; NaN where `split` has no
+    classes (`views.missing_view`)."""
+    if "class" not in split.views():
+        return dict.fromkeys(TABLE3_COLUMNS, float("nan"))
     whole = dataclasses.replace(split, caption_level=None)
     values = evaluate_scores(whole, scores_i2t, views=["class"], scores_t2i=scores_t2i)
     return {c: values[key] for c, key in TABLE3_COLUMNS.items()}
@@ -252,13 +256,16 @@ def query_values(scores: ModelScores, data: ChapterData, fr: bool = False) -> Qu
     """Per-query values of the claims' metrics for one model (`metric_row`'s scores, FR at the same scales), whose
     per-stratum mean averaged over the two directions is the metric (`claims.Evidence` with `strata`):
     `ALL_RSUM`: 200 x the hits at R@1, 5, 10 of each query of the whole test split (instance relevance);
-    `CUB_RP`, `CUB_R1`: 100 x each query's R-P and R@1 hit on the unseen classes (class relevance)."""
+    `CUB_RP`, `CUB_R1`: 100 x each query's R-P and R@1 hit on the unseen classes (class relevance; absent where the
+    data has no classes)."""
     whole, unseen = scores.whole, scores.unseen
     if fr:
         whole, unseen = rerank_directions(*whole, FR_COCO), rerank_directions(*unseen, FR_CUB)
-    return {ALL_RSUM: direction_query_values(data.test, *whole, "instance", _rsum_hits),
-            CUB_RP: direction_query_values(data.test_unseen, *unseen, "class", _r_precision),
-            CUB_R1: direction_query_values(data.test_unseen, *unseen, "class", _hit_at_1)}
+    out = {ALL_RSUM: direction_query_values(data.test, *whole, "instance", _rsum_hits)}
+    if "class" in data.test_unseen.views():
+        out[CUB_RP] = direction_query_values(data.test_unseen, *unseen, "class", _r_precision)
+        out[CUB_R1] = direction_query_values(data.test_unseen, *unseen, "class", _hit_at_1)
+    return out
 
 
 def _rsum_hits(stats: RankingStats) -> Tensor:
@@ -461,7 +468,7 @@ def fr_figure(per_run: pd.DataFrame, models: Sequence[str], ceiling: SplitCeilin
 def rerank_bench_args(profile: str) -> list[str]:
     """`python -m xmr_core.bench rerank`'s arguments: a 500 x 2,500 matrix on smoke, 1% of the COCO 5K-size query
     rows otherwise (RR and MR extrapolated), two threads."""
-    size = ["--images", "500", "--captions", "2500"] if profile == "smoke" else ["--fraction", "0.01"]
+    size = ["--images", "500", "--captions", "2500"] if budget(profile) == "smoke" else ["--fraction", "0.01"]
     return size + ["--threads", "2"]
 
 
@@ -590,14 +597,18 @@ def query_evidence(per_run: pd.DataFrame, per_query: Mapping[tuple[str, int], Qu
 
 
 def train_judgements(per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,
-                     per_query: Mapping[tuple[str, int], QueryValues] | None = None) -> list[Judgement]:
+                     per_query: Mapping[tuple[str, int], QueryValues] | None = None,
+                     missing: Mapping[str, str] | None = None) -> list[Judgement]:
     """Every claim of `TRAIN_CLAIMS` judged on train.py's runs: `per_run` (`train_and_score`'s, "+ FR" rows
     included) and Table 4's `t4` (`rerank_rows` of every DVSE seed: the claims comparing RR or MR). Each compared
     model's evidence is its seeds' per-query values (`query_evidence`) where `per_query` has the claim's metric,
     else its per-seed score, the mean of the claim's columns (`CLAIM_METRICS`); the universal CUB claim per column
-    (`column_evidence`)."""
+    (`column_evidence`). A claim whose metric's view (`METRIC_VIEWS`) is in `missing` is not tested, with its reason."""
     out = []
     for spec in TRAIN_CLAIMS:
+        if reason := missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
+            out.append(not_tested(spec, reason))
+            continue
         on_t4 = bool(set(spec.compared) & set(NEIGHBOUR_RERANKED))
         if spec.metric == CUB_EACH:
             evidence = column_evidence(per_run, ["DVSE", "DVSE + FR"], list(TABLE3_COLUMNS), "test unseen classes")
@@ -910,12 +921,12 @@ def beta_range_runs(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def ablate_judgements(t5_runs: pd.DataFrame, t6_runs: pd.DataFrame, fr_runs: pd.DataFrame, sweep: pd.DataFrame,
-                      run: RunConfig) -> list[Judgement]:
+                      run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
     """Every claim of `ABLATE_CLAIMS` judged on ablate.py's runs: Table V (`table5_runs`, and its per-seed
     `impact_runs`), Table VI (`table6_runs`), Figure 7 (`fr_grid_runs` as `fr_scale_runs`) and Figures 8-9
     (`sweep_runs`, `beta_range_runs`). Figure 7's claims use each query's R@1 hit where `fr_runs` has them (the
     same DVSE seeds re-ranked: paired by seed and query). A sweep point with one seed and no per-query values is
-    "not tested"."""
+    "not tested"; so is a claim on a view in `missing` (`views.judge_viewed`)."""
     scales = fr_scale_runs(fr_runs)
     fr = seed_evidence(scales, ["R@1"], split="test i2t")  # without per-query hits: the diagonal's scales only
     if "hits" in scales:  # the regions' best cells score the odd-numbered queries only (`best_cell`)
@@ -925,15 +936,15 @@ def ablate_judgements(t5_runs: pd.DataFrame, t6_runs: pd.DataFrame, fr_runs: pd.
               **stratified_evidence(scales[regions], ["hits"], split="test i2t, odd-numbered images"),
               **stratified_evidence(scales[sides], ["hits"], split="test t2i, odd-numbered captions")}
     evidence = {
-        ALL_RSUM: {**seed_evidence(t5_runs, ["all rSum"], split="test"),
-                   **seed_evidence(t6_runs, ["all rSum"], split="test")},
-        IMPACT: seed_evidence(impact_runs(t5_runs), ["all rSum"], split="test"),
-        CUB_ALL: seed_evidence(t6_runs, CLAIM_METRICS[CUB_ALL][0], split="test unseen classes"),
-        FR_I2T: fr, FR_I2T_REGION: fr, FR_T2I_BEST: fr,
-        R1: seed_evidence(sweep_models(sweep), CLAIM_METRICS[R1][0], split="test"),
-        BETA_RANGE: seed_evidence(beta_range_runs(sweep), ["range"], split="test"),
+        ALL_RSUM: lambda: {**seed_evidence(t5_runs, ["all rSum"], split="test"),
+                           **seed_evidence(t6_runs, ["all rSum"], split="test")},
+        IMPACT: lambda: seed_evidence(impact_runs(t5_runs), ["all rSum"], split="test"),
+        CUB_ALL: lambda: seed_evidence(t6_runs, CLAIM_METRICS[CUB_ALL][0], split="test unseen classes"),
+        FR_I2T: lambda: fr, FR_I2T_REGION: lambda: fr, FR_T2I_BEST: lambda: fr,
+        R1: lambda: seed_evidence(sweep_models(sweep), CLAIM_METRICS[R1][0], split="test"),
+        BETA_RANGE: lambda: seed_evidence(beta_range_runs(sweep), ["range"], split="test"),
     }
-    return [judge(spec, evidence[spec.metric], dataset=run.dataset, profile=run.profile) for spec in ABLATE_CLAIMS]
+    return judge_viewed(ABLATE_CLAIMS, evidence, METRIC_VIEWS, missing, run)
 
 
 # ------------------------------------------------------------------------- Figures 6 and 10 (sub-embeddings)
@@ -1192,14 +1203,16 @@ def image_query_figure(lists: pd.DataFrame, split: Split, image_queries: Sequenc
 def precision_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                    run: RunConfig) -> pd.DataFrame:
     """Figures 11-12 over every query: exact-relevance P@4 of caption queries and P@5 of image queries on the whole
-    test split, DVSE and PVSE K=2 (train.py's, loaded) with every seed, no FR, each run's `claims.instance_collapse`."""
+    test split, DVSE and PVSE K=2 (train.py's, loaded) with every seed, no FR, each run's `claims.instance_collapse`;
+    NaN precision where the data has no exact relevance (real data)."""
     whole = dataclasses.replace(data.test, caption_level=None)
     rows = []
     for seed in seeds:
         for name, k in (("DVSE", 1), ("PVSE", 2)):
             model, result = train_model(name, k, data, tuned, enc, run, seed)
             i2t, t2i = model_scores(model, data, run.torch_device).whole
-            values = evaluate_scores(whole, i2t, views=["exact"], precision_ks=(4, 5), scores_t2i=t2i)
+            values = evaluate_scores(whole, i2t, views=["exact"], precision_ks=(4, 5), scores_t2i=t2i) \
+                if whole.exact is not None else {"exact/t2i/P@4": float("nan"), "exact/i2t/P@5": float("nan")}
             rows.append({"model": model_label(name, k), "seed": seed, "converged": result.converged,
                          "collapse": instance_collapse(i2t, data.test), "t2i P@4": values["exact/t2i/P@4"],
                          "i2t P@5": values["exact/i2t/P@5"]})
@@ -1389,20 +1402,22 @@ WORDS: dict[str, Words] = {
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
+METRIC_VIEWS: dict[str, str] = {CUB_RP: "class", CUB_R1: "class", CUB_ALL: "class", CUB_EACH: "class", P4: "exact",
+                                P5: "exact"}  # the relevance of each claim metric that is not instance
 
 
 def visualise_judgements(corr_runs: pd.DataFrame, precision: pd.DataFrame,
                          grounding: tuple[pd.DataFrame, Mapping[tuple[str, int], np.ndarray]] | None,
-                         run: RunConfig) -> list[Judgement]:
+                         run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
     """Every claim of `VISUALISE_CLAIMS` judged: Figure 6's correlations on `correlation_runs` (a combination outside
     the profile's grid: not tested), Figures 11-12's precision on `precision_runs`, and Figure 10's on
     `grounding_runs` (each test image's share against chance, paired by seed and image; None where the data set
-    has no object boxes: not tested, `ClaimSpec.datasets`)."""
-    evidence = {CORR: seed_evidence(corr_runs, ["mean |corr|"], split="test"),
-                P4: seed_evidence(precision, ["t2i P@4"], split="test"),
-                P5: seed_evidence(precision, ["i2t P@5"], split="test"),
-                HEAT: run_evidence(*grounding, split="test images") if grounding is not None else {}}
-    return [judge(spec, evidence[spec.metric], dataset=run.dataset, profile=run.profile) for spec in VISUALISE_CLAIMS]
+    has no object boxes: not tested, `ClaimSpec.datasets`); a claim on a view in `missing` not tested."""
+    evidence = {CORR: lambda: seed_evidence(corr_runs, ["mean |corr|"], split="test"),
+                P4: lambda: seed_evidence(precision, ["t2i P@4"], split="test"),
+                P5: lambda: seed_evidence(precision, ["i2t P@5"], split="test"),
+                HEAT: lambda: run_evidence(*grounding, split="test images") if grounding is not None else {}}
+    return judge_viewed(VISUALISE_CLAIMS, evidence, METRIC_VIEWS, missing, run)
 
 
 def claims_preamble(profile: str, dataset: str) -> str:
@@ -1424,8 +1439,8 @@ def claims_preamble(profile: str, dataset: str) -> str:
 def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part,
     the runs the PCME chapter already made (`shared`) and the chapter's own, with the seeds each gets."""
-    grids = ABLATION_GRIDS[profile]
-    seeds = 1 if profile == "smoke" else n_seeds
+    grids = ABLATION_GRIDS[budget(profile)]
+    seeds = 1 if budget(profile) == "smoke" else n_seeds
     tune_runs = least_tuning_runs(profile)  # the first round; the search adds runs until bracketed
     rows = [
         ("train", "tuning, the PCME chapter's 4 methods (at least: the first round)", 4 * tune_runs, 1, True),

@@ -67,7 +67,7 @@ from xmr_core.book.results import paper_values, write_figure, write_table
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
 from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
-from xmr_core.config import RunConfig, check_profile
+from xmr_core.config import RunConfig, budget, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import image_loader, query_loader
 from xmr_core.data.scenes import query_attributes
@@ -238,14 +238,14 @@ def gallery_queries(split: Split, n: int | None) -> tuple[list[np.ndarray], np.n
 
 
 def hmrn_data(corpus: Corpus, profile: str, word_vectors: str = "glove-6b-50d") -> HMRNData:
-    """Train on the first `SUBSETS[profile][0]` training images, validate on the first `[1]` validation images and
+    """Train on the first `SUBSETS[budget(profile)][0]` training images, validate on the first `[1]` validation images and
     test on the first `[2]` test images; the vocabulary and word vectors of the training queries."""
     train, val, test = corpus["train"], corpus["val"], corpus["test"]
     missing = [s.name for s in (train, val, test) if s.regions is None or s.queries is None]
     if missing:
         raise ValueError(f"{corpus.meta.get('name', 'this corpus')}: splits {missing} lack region features or region "
                          "queries; HMRN reads both (scenes: variant 'multi'; real data: Drill-down's VG layout)")
-    n_train, n_val, n_test = SUBSETS[check_profile(profile)]
+    n_train, n_val, n_test = SUBSETS[budget(profile)]
     train, val, gallery = first_images(train, n_train), first_images(val, n_val), first_images(test, n_test)
     queries = [q for qs in train.queries for q in qs]
     vocab = Vocabulary.build(queries)
@@ -266,7 +266,7 @@ def hmrn_encoders(profile: str, region_dim: int, text: PretrainedText | None = N
     scoring cost, module docstring), paper 256 (the paper's)."""
     if region_dim <= 0:
         raise ValueError(f"hmrn_encoders: region_dim must be > 0, got {region_dim}")
-    d = {"smoke": 32, "cpu": 64, "paper": 256}[check_profile(profile)]
+    d = {"smoke": 32, "cpu": 64, "paper": 256}[budget(profile)]
     return {"embed_dim": d, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim),
             "text": TextEncoderConfig(hidden=d) if text is None else text}
 
@@ -297,7 +297,7 @@ def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_
     """Tune HMRN I-T, T-I, R-RE, R-HRE, Drill-down (on the multi-query splits) and VSE0 (on the queries as captions)
     by the one protocol, side by side (`tuning.tune_many`; cached runs: free the second time). `ablate.py` and
     `visualise.py` read `train.py`'s choices from its tuning table (`chapters.recorded`)."""
-    overrides = {**TRAIN_OVERRIDES[check_profile(profile)], **train_overrides}
+    overrides = {**TRAIN_OVERRIDES[budget(profile)], **train_overrides}
     multi, single = data.multi, data.single
     return tune_many(
         tuning_methods(profile, enc, multi.word_vectors, multi.train, multi.val, multi.vocab, seed,
@@ -308,7 +308,7 @@ def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_
 
 def hmrn_train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
     """The chapter's recipe: `training.train_config` with the profile's `TRAIN_OVERRIDES` (cpu: batch 32)."""
-    return train_config(profile, lr, seed, **{**TRAIN_OVERRIDES[check_profile(profile)], **overrides})
+    return train_config(profile, lr, seed, **{**TRAIN_OVERRIDES[budget(profile)], **overrides})
 
 
 def tuned_config(name: str, enc: dict, tuned: Mapping[str, TuningResult], **changes: object) -> HMRNConfig:
@@ -324,7 +324,7 @@ def request_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult]
     wv = word_table(data.multi, bert)
     label = f"{name}{' ' + str(changes) if changes else ''} seed {seed}"
     return request_built(lambda: HMRN(cfg, wv), tuned[name], data.multi, run, seed, label,
-                         **TRAIN_OVERRIDES[run.profile])
+                         **TRAIN_OVERRIDES[budget(run.profile)])
 
 
 def train_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
@@ -340,7 +340,7 @@ def request_recurrent(name: str, data: HMRNData, tuned: Mapping[str, TuningResul
     """R-RE, R-HRE or Drill-down on the query sets at its tuned margin and learning rate, as a request."""
     build = lambda: compared()[name].build(enc, data.multi.word_vectors, tuned[name].weight, 1)
     return request_built(build, tuned[name], data.multi, run, seed, f"{name} seed {seed}",
-                         **TRAIN_OVERRIDES[run.profile])
+                         **TRAIN_OVERRIDES[budget(run.profile)])
 
 
 def request_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
@@ -348,7 +348,7 @@ def request_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
     """VSE0 on the region queries as captions at its tuned margin and learning rate, as a request."""
     build = lambda: BASELINES[SINGLE].build(enc, data.single.word_vectors, tuned[SINGLE].weight, 1)
     return request_built(build, tuned[SINGLE], data.single, run, seed, f"{SINGLE} (single queries) seed {seed}",
-                         **TRAIN_OVERRIDES[run.profile])
+                         **TRAIN_OVERRIDES[budget(run.profile)])
 
 
 def train_single(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
@@ -587,12 +587,12 @@ def sweep_settings(profile: str, name: str, kind: str, tuned: Mapping[str, Tunin
     profile = check_profile(profile)
     if kind == "lambda":
         field = LAMBDA_FIELD[name]
-        return [{field: v} for v in sorted(set(LAMBDA_GRID[profile][name]) | {config_default(field)})]
+        return [{field: v} for v in sorted(set(LAMBDA_GRID[budget(profile)][name]) | {config_default(field)})]
     if kind == "tau":
-        return [{"tau": v} for v in sorted(set(TAU_GRID[profile]) | {tuned[name].weight})]
+        return [{"tau": v} for v in sorted(set(TAU_GRID[budget(profile)]) | {tuned[name].weight})]
     if kind == "alpha_beta":
         default = (config_default("alpha"), config_default("beta"))
-        return [{"alpha": a, "beta": b} for a, b in sorted(set(ALPHA_BETA_GRID[profile]) | {default})]
+        return [{"alpha": a, "beta": b} for a, b in sorted(set(ALPHA_BETA_GRID[budget(profile)]) | {default})]
     raise ValueError(f"sweep_settings: kind must be 'lambda', 'tau' or 'alpha_beta', got {kind!r}")
 
 
@@ -791,34 +791,34 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache, per notebook and part, with the seeds each gets
     (smoke: one seed, one setting per tuned model)."""
     profile = check_profile(profile)
-    seeds = 1 if profile == "smoke" else n_seeds
+    seeds = 1 if budget(profile) == "smoke" else n_seeds
     tune_runs = least_tuning_runs(profile)
     trained = len(MODELS) + len(RECURRENT) + 1  # + VSE0
     bert = minilm_not_run(profile) is None
-    lam = sum(len(set(LAMBDA_GRID[profile][m]) - {config_default(LAMBDA_FIELD[m])}) for m in MODELS)
+    lam = sum(len(set(LAMBDA_GRID[budget(profile)][m]) - {config_default(LAMBDA_FIELD[m])}) for m in MODELS)
     cross = {TAU.value(i) for i in (-1, 0, 1)}  # the first tuning round's taus (at the default lr: cached there)
-    tuned_taus = cross if profile != "smoke" else {config_default("tau")}
-    taus = len(set(TAU_GRID[profile]) - tuned_taus)
+    tuned_taus = cross if budget(profile) != "smoke" else {config_default("tau")}
+    taus = len(set(TAU_GRID[budget(profile)]) - tuned_taus)
     ab_default = (config_default("alpha"), config_default("beta"))
-    ablation = ABLATION_SEEDS[profile]
+    ablation = ABLATION_SEEDS[budget(profile)]
     rows = [
         ("train", ("tuning HMRN I-T and T-I (lr x tau), R-RE, R-HRE, Drill-down and VSE0 (lr x margin): at least the "
                    "first round, the search adds runs until bracketed"), trained * tune_runs, 1),
         ("train", "seeds of HMRN I-T, T-I, R-RE, R-HRE, Drill-down and VSE0 (the first reuses its tuning run)",
          trained * (seeds - 1), seeds),
-        ("ablate", "Table 6: levels alone and in pairs", len(TABLE6_ROWS[profile]) * ABLATION_SEEDS[profile],
-         ABLATION_SEEDS[profile]),
-        ("ablate", "Table 7: concatenation in Eq. (14)", len(TABLE7_ROWS[profile]) * ABLATION_SEEDS[profile],
-         ABLATION_SEEDS[profile]),
-        ("ablate", "Table 9: the jointly trained model", len(TABLE9) * ABLATION_SEEDS[profile], ABLATION_SEEDS[profile]),
+        ("ablate", "Table 6: levels alone and in pairs", len(TABLE6_ROWS[budget(profile)]) * ABLATION_SEEDS[budget(profile)],
+         ABLATION_SEEDS[budget(profile)]),
+        ("ablate", "Table 7: concatenation in Eq. (14)", len(TABLE7_ROWS[budget(profile)]) * ABLATION_SEEDS[budget(profile)],
+         ABLATION_SEEDS[budget(profile)]),
+        ("ablate", "Table 9: the jointly trained model", len(TABLE9) * ABLATION_SEEDS[budget(profile)], ABLATION_SEEDS[budget(profile)]),
         ("ablate", "Table 8: ICR steps other than 3, both models",
-         2 * len(set(ICR_STEPS[profile]) - {ICR_DEFAULT}) * ablation, ablation),
+         2 * len(set(ICR_STEPS[budget(profile)]) - {ICR_DEFAULT}) * ablation, ablation),
         ("ablate", "Figure 5: lambda (I-T: lambda1, T-I: lambda2), non-default values", lam * ablation, ablation),
         ("ablate", ("Figure 6: tau, both models: the first seed's values outside the tuning grid (the others: its "
                     "runs), the other seeds' every value but the tuned one (train.py's runs)"),
-         2 * taus + 2 * (len(TAU_GRID[profile]) - 1) * (ablation - 1), ablation),
+         2 * taus + 2 * (len(TAU_GRID[budget(profile)]) - 1) * (ablation - 1), ablation),
         ("ablate", "Figure 8: (alpha, beta) of HMRN I-T, non-default",
-         len(set(ALPHA_BETA_GRID[profile]) - {ab_default}) * ablation, ablation),
+         len(set(ALPHA_BETA_GRID[budget(profile)]) - {ab_default}) * ablation, ablation),
         ("ablate", "Table 10: MiniLM text backbone (cpu: its frozen token features), tuning both models",
          2 * tune_runs if bert else 0, 1),
         ("ablate", "Table 10: MiniLM text backbone, seeds of both models (the first reuses its tuning run)",
@@ -1258,12 +1258,12 @@ def ablation_rows(table: Mapping[str, tuple[str, dict[str, object]]], rows: Sequ
 def icr_rows(profile: str) -> dict[str, dict[str, object]]:
     """Table 8's rows: {"ICR step L": {"icr_steps": L}} for the profile's L, the default's row without changes
     (train.py's models, loaded from the cache and scored again so that every row has its per-query ranks)."""
-    return {f"ICR step {s}": ({} if s == ICR_DEFAULT else {"icr_steps": s}) for s in ICR_STEPS[check_profile(profile)]}
+    return {f"ICR step {s}": ({} if s == ICR_DEFAULT else {"icr_steps": s}) for s in ICR_STEPS[budget(profile)]}
 
 
 def icr_order(profile: str) -> list[str]:
     """Table 8's rows in order of L (the default's row is train.py's ensemble)."""
-    return [f"ICR step {s}" for s in sorted(ICR_STEPS[check_profile(profile)])]
+    return [f"ICR step {s}" for s in sorted(ICR_STEPS[budget(profile)])]
 
 
 def sweeps(kind: str, profile: str, seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult],
@@ -1296,7 +1296,7 @@ def minilm_runs(profile: str, seeds: Sequence[int], data: HMRNData, run: RunConf
     enc = hmrn_encoders(profile, multi.test.regions.shape[2], text)
     tuned = tune_compared(profile, enc, word_table(multi, True), multi.train, multi.val, multi.vocab, run.seed,
                           compared={m: compared()[m] for m in MODELS}, device=run.device, progress=run.progress,
-                          **TRAIN_OVERRIDES[check_profile(profile)])
+                          **TRAIN_OVERRIDES[budget(profile)])
     tuning = tuning_frame(tuned)
     backbone = ("the ensemble, a head on MiniLM's frozen token features (cached)" if profile in MINILM_FROZEN
                 else "the ensemble, MiniLM fine-tuned")

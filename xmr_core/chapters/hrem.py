@@ -32,7 +32,7 @@ the mean over five folds of it (the COCO 1K protocol), and its Flickr30K analogu
 which on scenes has Flickr30K's test size (1,000 images, 5,000 captions): no second, Flickr-sized data set is
 generated, so those are Table 1's numbers in Table 2's layout.
 
-Neighbour batches (Sec. 3.4, "at the later training") start at epoch `NEIGHBOUR_FROM[profile]`: half-way
+Neighbour batches (Sec. 3.4, "at the later training") start at epoch `NEIGHBOUR_FROM[budget(profile)]`: half-way
 through the cpu schedule's early-stopped runs, the code's epoch 15 of 30 on the paper profile.
 """
 
@@ -62,7 +62,7 @@ from xmr_core.claims import (
     run_evidence,
     seed_evidence,
 )
-from xmr_core.config import RunConfig, check_profile
+from xmr_core.config import RunConfig, budget, check_profile
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
@@ -359,7 +359,7 @@ def region_bert(fits: pd.DataFrame, tuning: pd.DataFrame, seeds: Sequence[int], 
 def table3_variants(profile: str) -> dict[str, dict[str, object]]:
     """Table 3's rows trained in `profile`: {row: `HREMConfig` changes}, "HREM" (no change: train.py's HREM
     fusion) first."""
-    return {"HREM": {}, **{name: {**TABLE3A, **TABLE3B}[name] for name in TABLE3_ROWS[check_profile(profile)]}}
+    return {"HREM": {}, **{name: {**TABLE3A, **TABLE3B}[name] for name in TABLE3_ROWS[budget(profile)]}}
 
 
 class Table3Runs(NamedTuple):
@@ -415,18 +415,18 @@ class Fig6Runs(NamedTuple):
 
 def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
               run: RunConfig) -> Fig6Runs:
-    """Figure 6's sweeps of λ, K and τ (`FIG6_GRIDS[profile]`): HREM fusion with one value changed, every seed of
+    """Figure 6's sweeps of λ, K and τ (`FIG6_GRIDS[budget(profile)]`): HREM fusion with one value changed, every seed of
     `seeds` at every value (the robustness claims compare points of the sweeps, each needing its seed noise); the
     default's rows are Table 3's "HREM" of those seeds."""
     default_rows = {int(r["seed"]): r for r in t3.per_seed[t3.per_seed["model"] == "HREM"].to_dict("records")}
     rows, hits = [], {}
-    changed = [(param, value, seed) for param, grid in FIG6_GRIDS[run.profile].items() for value in grid
+    changed = [(param, value, seed) for param, grid in FIG6_GRIDS[budget(run.profile)].items() for value in grid
                for seed in seeds if value != FIG6_DEFAULTS[param]]  # the sweeps' runs: one batch (side by side)
     trained = train_many([request_model("HREM fusion", data, tuned, enc, run, s,
                                         config=ablation_config(enc, run.profile, tuned, **{p: v}),
                                         label=f"Figure 6 {fig6_label(p, v)} seed {s}") for p, v, s in changed], run)
     scored = dict(zip(changed, score_trained(score_split, trained, data.test, data.vocab, run.torch_device)))
-    for param, grid in FIG6_GRIDS[run.profile].items():
+    for param, grid in FIG6_GRIDS[budget(run.profile)].items():
         for value in grid:
             label = fig6_label(param, value)
             for seed in seeds:
@@ -732,9 +732,13 @@ def draw_pairs(split: Split, n: int, rng: np.random.Generator) -> list[int]:
 
 
 def batch_figure(split: Split, captions: Sequence[int]) -> Figure:
-    """The batch of the association graph: each caption's image, titled "Ik / Tk" and the caption."""
+    """The batch of the association graph: each caption's image, titled "Ik / Tk" and the caption. A split of region
+    features without pixels (SCAN's precomp) shows a blank panel titled with the image id instead of the image."""
     images = np.asarray(split.caption_image)[list(captions)]
     titles = [f"I{k} / T{k}:\n" + "\n".join(textwrap.wrap(split.captions[c], 22)) for k, c in enumerate(captions)]
+    if split.images is None:
+        titles = [f"{t}\n(image {split.image_ids[i]}: no pixels)" for t, i in zip(titles, images)]
+        return image_grid(np.full((len(images), 32, 32, 3), 235, np.uint8), titles, ncols=len(captions))
     return image_grid(split.images[images], titles, ncols=len(captions))
 
 
@@ -780,12 +784,21 @@ def association_stats(graph: AssociationGraph, attention: np.ndarray, tau: float
         "attention I->other captions": float(attention[:n, n:][~own].mean())}])
 
 
+def region_matching_missing(split: Split) -> str:
+    """Why `region_matching_figure` cannot be drawn on `split` ('' when it can)."""
+    lacks = [what for what, value in (("pixels", split.images), ("region boxes", split.region_boxes)) if value is None]
+    return f"not drawn: {split.source} has no {' and no '.join(lacks)}" if lacks else ""
+
+
 def region_matching_figure(model: HREM, split: Split, vocab: Vocabulary, captions: Sequence[int],
-                           device: torch.device | str) -> Figure:
+                           device: torch.device | str) -> Figure | None:
     """Eq. (7) over the image, one panel per caption: each real region's best word cosine with the caption
     (`region_word_matching`) painted over the pixels its box covers, each pixel showing the best region that
     covers it (`viz.attention_heat`, reduce "max": a sum would light up where boxes overlap), over the caption's
-    own image; pixels no region covers are left clear. One colour scale, the panels' range of cosines."""
+    own image; pixels no region covers are left clear. One colour scale, the panels' range of cosines. None where the
+    split has no pixels or no region boxes (SCAN's precomp: `region_matching_missing` says so)."""
+    if region_matching_missing(split):
+        return None
     size = split.images.shape[1]
     images = [int(split.caption_image[c]) for c in captions]
     matches = [region_word_matching(model, split, vocab, c, device) for c in captions]  # (R,) each, NaN on padding
@@ -809,10 +822,10 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache, per notebook and part, with the seeds each
     gets (smoke: one seed, one setting per method)."""
     check_profile(profile)
-    seeds = 1 if profile == "smoke" else n_seeds
+    seeds = 1 if budget(profile) == "smoke" else n_seeds
     tune_runs = least_tuning_runs(profile)
     bert = minilm_not_run(profile) is None
-    sweeps = sum(v != FIG6_DEFAULTS[p] for p, grid in FIG6_GRIDS[profile].items() for v in grid)
+    sweeps = sum(v != FIG6_DEFAULTS[p] for p, grid in FIG6_GRIDS[budget(profile)].items() for v in grid)
     rows = [
         ("train", "tuning, 4 models (lr x margin): at least the first round, the search adds runs until bracketed",
          4 * tune_runs, 1),
@@ -821,7 +834,7 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
          3 * tune_runs if bert else 0, 1),
         ("train", "Region + BERT: seeds, 3 models (the first reuses its tuning run)", 3 * (seeds - 1) if bert else 0,
          seeds),
-        ("ablate", "Table 3: each relation level / component removed", len(TABLE3_ROWS[profile]) * seeds, seeds),
+        ("ablate", "Table 3: each relation level / component removed", len(TABLE3_ROWS[budget(profile)]) * seeds, seeds),
         ("ablate", "Figure 6: lambda, K, tau sweeps (non-default values)", sweeps * seeds, seeds),
         ("ablate", "Figure 5: SCAN t2i (VSE++'s tuned setting)", seeds, seeds),
         ("ablate", "Figure 7, Table 4 (no training: train.py's and Table 3's runs)", 0, seeds),

@@ -49,7 +49,8 @@ from torch import Tensor
 
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
 from xmr_core.chapters.recorded import recorded_tuning
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, instance_collapse, judge, run_evidence
+from xmr_core.chapters.views import ceiling_rsum, judge_viewed
+from xmr_core.claims import ClaimSpec, Evidence, Judgement, instance_collapse, run_evidence
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
@@ -130,16 +131,34 @@ def same_test_split(a: Split, b: Split) -> None:
     """Raise unless the two test splits hold the same images and captions in the same order (the leaderboard
     scores every protocol's models on one test split)."""
     for field in ("image_ids", "captions", "caption_image"):
-        if list(getattr(a, field)) != list(getattr(b, field)):
-            raise ValueError(f"leaderboard: the test splits '{a.name}' and '{b.name}' differ in {field}; every "
-                             "model must be scored on the same test split (same data set and DATA_SEED)")
+        x, y = list(getattr(a, field)), list(getattr(b, field))
+        if x != y:
+            first = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+            raise ValueError(f"leaderboard: the test split of {a.source} and that of {b.source} differ in {field} "
+                             f"(record {first}; {len(x)} against {len(y)}); every model must be scored on the same "
+                             "test split (same data set and DATA_SEED; real data: the same images and captions in "
+                             "both formats)")
+
+
+def aligned_test(test: Split, other: Split) -> Split:
+    """`test` with, per image, only as many of its first captions as `other` has for it, when both hold the same
+    images and `other` fewer captions: Karpathy's COCO json gives a few test images 6 or 7 captions, SCAN's precomp
+    (HREM's regions) their first 5. `test` itself otherwise (`same_test_split` then judges them)."""
+    caption_image = np.asarray(test.caption_image)
+    if (list(test.image_ids) != list(other.image_ids) or test.n_captions <= other.n_captions
+            or np.any(np.diff(caption_image) < 0)):
+        return test
+    counts = np.bincount(np.asarray(other.caption_image), minlength=other.n_images)
+    rank = np.arange(test.n_captions) - np.searchsorted(caption_image, caption_image)  # the caption's place in its image
+    return test.subset(np.arange(test.n_images), test.name, captions=np.flatnonzero(rank < counts[caption_image]))
 
 
 def book_setup(run: RunConfig) -> BookData:
     """The zero-shot grid data (`chapter_setup`) and the HREM chapter's region data (`hrem_setup`) of `run`, their
-    test splits checked to be the same (`same_test_split`)."""
+    test splits checked to be the same (`same_test_split`, after `aligned_test` on real COCO)."""
     _, _, grid, grid_enc = chapter_setup(run)
     _, regions, region_enc = hrem_setup(run)
+    grid = grid.with_test(aligned_test(grid.test, regions.test))
     same_test_split(grid.test, regions.test)
     return BookData(grid, grid_enc, regions, region_enc)
 
@@ -232,25 +251,28 @@ def leaderboard_rows(label: str, seed: int, model: RetrievalModel, data: Chapter
     """Two rows for one trained model and seed: its own scores and the same scores after Fast Re-ranking (tuned
     on the validation split, `tune_fast_rerank`), each with every `METRICS` column on the whole test split, its
     instance rSum as % of the Bayes ceiling, and whether the model collapsed (`claims.detect_collapse` of its own
-    test scores); and the per-query values of the claims (`query_values`; PMRP of the own scores only)."""
+    test scores); and the per-query values of the claims (`query_values`; PMRP of the own scores only). A column
+    whose view the test split lacks (real data: exact, and class or plausible) is NaN, as is the share of the
+    ceiling without exact relevance."""
     reranker, _ = tune_fast_rerank(model, data.val, data.vocab, device, grid)
     img, cap = embed_split(model.to(device).eval(), data.test, data.vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap)
-    ceiling = bayes_ceiling(data.test)["rsum"]
+    ceiling = ceiling_rsum(data.test)
+    views = [v for v in VIEWS if v in data.test.views()]
     collapse = instance_collapse(i2t, data.test)
     rows, queries = [], {}
     for fr, (s_i2t, s_t2i) in ((False, (i2t, t2i)), (True, (reranker(i2t, "i2t"), reranker(t2i.T, "t2i").T))):
-        values = evaluate_scores(data.test, s_i2t, views=list(VIEWS), scores_t2i=s_t2i)
+        values = evaluate_scores(data.test, s_i2t, views=views, scores_t2i=s_t2i)
         name = f"{label} + FR" if fr else label
         row: dict[str, object] = {"model": name, "base model": label, "FR": fr, "seed": seed,
                                   "converged": converged, "collapse": collapse}
-        row.update({col: values[key] for col, key in METRICS.items()})
-        row["% of ceiling"] = percent_of_ceiling(values["rsum"], ceiling)
+        row.update({col: values.get(key, float("nan")) for col, key in METRICS.items()})
+        row["% of ceiling"] = float("nan") if ceiling is None else percent_of_ceiling(values["rsum"], ceiling)
         row["FR gamma"] = reranker.gamma[0] if fr else float("nan")
         row["FR lambda"] = reranker.lam[0] if fr else float("nan")
         rows.append(row)
         queries |= {(metric, name): v for metric, v in query_values(data.test, s_i2t.cpu(), s_t2i.cpu(),
-                                                                     pmrp=not fr).items()}
+                                                                     pmrp=not fr and "plausible" in views).items()}
     return BoardRows(rows, queries)
 
 
@@ -261,18 +283,25 @@ class BookRuns(NamedTuple):
     queries: dict[tuple[str, str, int], np.ndarray]  # (metric, model, seed) -> (N + M,) `query_values`
 
 
+def ranked_models(book: BookData) -> list[tuple[str, str, int]]:
+    """The models of `BOOK_MODELS` this data set has: the region DVSE (`REGIONS`) only where the grid protocol's
+    splits carry region features (scenes; real COCO's raw images have none), as the DVSE chapter trains it."""
+    return [m for m in BOOK_MODELS if m[1] != REGIONS or book.grid.test.regions is not None]
+
+
 def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResult], run: RunConfig) -> BookRuns:
-    """Every model of `BOOK_MODELS` with every seed (`train_book_model` on its chapter's protocol data: its
+    """Every model of `ranked_models` with every seed (`train_book_model` on its chapter's protocol data: its
     chapter's run, loaded or trained), scored without and with Fast Re-ranking (`leaderboard_rows`), printing a
     line per run: one row per model, seed and FR, with the model's protocol (`MODEL_PROTOCOLS`, else its
     chapter's `PROTOCOLS`), and the per-query values."""
     rows, queries = [], {}
     requests = []  # every model and seed: one batch (side by side on the workers; usually all cached)
-    for chapter, name, k in BOOK_MODELS:
+    models = ranked_models(book)
+    for chapter, name, k in models:
         data, enc = book.of(chapter)
         requests += [request_book_model(chapter, name, k, data, tuned, enc, run, seed) for seed in seeds]
     trained = iter(train_many(requests, run))
-    for chapter, name, k in BOOK_MODELS:
+    for chapter, name, k in models:
         label = model_label(name, k)
         data = book.of(chapter)[0]
         for seed in seeds:
@@ -356,36 +385,38 @@ def board_evidence(per_run: pd.DataFrame, queries: Mapping[tuple[str, str, int],
     return run_evidence(have, values, strata=strata, split="test, whole split")
 
 
-def cross_method_judgements(book_runs: BookRuns, strata: np.ndarray, run: RunConfig) -> list[Judgement]:
-    """`CLAIMS` judged (`claims.judge`) on the book's runs (`score_book`), each on its metric's per-query values."""
-    evidence = {metric: board_evidence(book_runs.per_run, book_runs.queries, metric, strata)
-                for metric in dict.fromkeys(CLAIM_METRICS.values())}
-    return [judge(spec, evidence[CLAIM_METRICS[spec.metric]], dataset=run.dataset, profile=run.profile)
-            for spec in CLAIMS]
+def cross_method_judgements(book_runs: BookRuns, strata: np.ndarray, run: RunConfig,
+                            missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """`CLAIMS` judged (`claims.judge`) on the book's runs (`score_book`), each on its metric's per-query values; the
+    PMRP claims not tested where `missing` ({view: why}, `views.missing_views`) has plausible relevance."""
+    evidence = {spec.metric: lambda metric=CLAIM_METRICS[spec.metric]: board_evidence(
+        book_runs.per_run, book_runs.queries, metric, strata) for spec in CLAIMS}
+    return judge_viewed(CLAIMS, evidence, {PMRP: "plausible"}, missing, run)
 
 
 def model_summary(per_run: pd.DataFrame, test: Split) -> pd.DataFrame:
-    """The leaderboard table: the Bayes ceiling row, then per model (book order, each followed by its + FR row)
-    its protocol, the number of seeds and the mean over seeds of every column."""
+    """The leaderboard table: the Bayes ceiling row (where `test` has exact relevance), then per model (book order,
+    each followed by its + FR row) its protocol, the number of seeds and the mean over seeds of every column."""
     cols = [*METRICS, "% of ceiling"]
     grouped = per_run.groupby("model", sort=False)
     table = grouped[cols].mean()
     table.insert(0, "seeds", grouped.size())
     table.insert(0, "protocol", grouped["protocol"].first())
     table = table.reset_index()
-    return pd.concat([pd.DataFrame([ceiling_row(test)]), table],
-                     ignore_index=True)[["model", "protocol", "seeds", *cols]]
+    top = [pd.DataFrame([ceiling_row(test)])] if test.exact is not None else []
+    return pd.concat([*top, table], ignore_index=True)[["model", "protocol", "seeds", *cols]]
 
 
 def heatmap_figure(board: pd.DataFrame, dataset: str) -> Figure:
     """Models x metrics of the leaderboard table (`model_summary`): every `METRICS` column and the share of the
     ceiling, each column coloured from its lowest to its highest model (`viz.heatmap`), the annotations the values;
-    an instance column's label carries the Bayes ceiling's value (the "Bayes ceiling" row itself is not drawn)."""
-    metric_cols = [*METRICS, "% of ceiling"]
+    an instance column's label carries the Bayes ceiling's value (the "Bayes ceiling" row itself is not drawn); a
+    column no model has a value in (a view the data set lacks) is left out."""
     models_only = board[board["model"] != "Bayes ceiling"]
-    ceiling = board[board["model"] == "Bayes ceiling"].iloc[0]
-    labels = [f"{c}\n(ceiling {ceiling[c]:.1f})" if pd.notna(ceiling[c]) and c != "% of ceiling" else c
-              for c in metric_cols]
+    metric_cols = [c for c in [*METRICS, "% of ceiling"] if models_only[c].notna().any()]
+    ceilings = board[board["model"] == "Bayes ceiling"]
+    labels = [f"{c}\n(ceiling {ceilings[c].iloc[0]:.1f})"
+              if len(ceilings) and pd.notna(ceilings[c].iloc[0]) and c != "% of ceiling" else c for c in metric_cols]
     fig, ax = plt.subplots(figsize=(1.0 * len(metric_cols) + 2, 0.42 * len(models_only) + 2))
     heatmap(ax, models_only[metric_cols].to_numpy(dtype=float), list(models_only["model"]), labels,
             colour_by_column=True, colorbar=False)

@@ -47,8 +47,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.book.results import write_table
 from xmr_core.chapters.summary import seed_means, seed_summary, with_paper
+from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -58,7 +58,7 @@ from xmr_core.claims import (
     judge,
     seed_evidence,
 )
-from xmr_core.config import RunConfig
+from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary, load_word_vectors
@@ -107,8 +107,8 @@ def chapter_runs(profile: str, seeds: Sequence[int]) -> list[tuple[str, str, int
     "zero-shot" (every model, every seed) or "all classes" (`ALL_CLASSES_SPECS`; the methods outside
     `ALL_CLASSES_SEEDED` with the first seed only)."""
     runs = [("zero-shot", name, k, seed) for name, k, seed in model_runs(seeds, SPECS)]
-    runs += [("all classes", name, k, seed) for seed in seeds for name, k in ALL_CLASSES_SPECS[profile]
-             if seed == seeds[0] or name in ALL_CLASSES_SEEDED[profile]]
+    runs += [("all classes", name, k, seed) for seed in seeds for name, k in ALL_CLASSES_SPECS[budget(profile)]
+             if seed == seeds[0] or name in ALL_CLASSES_SEEDED[budget(profile)]]
     return runs
 
 # Our Table 1 (all classes) and Table 2 (zero-shot) columns -> the paper's keys (`summary.with_paper`).
@@ -199,7 +199,9 @@ def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningRes
 def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
               prefix: str = "T1 ") -> dict[str, float]:
     """Class-relevance R-P and R@1 in both directions on `split` (the model's own per-direction scores):
-    {f"{prefix}{direction} {metric}"}."""
+    {f"{prefix}{direction} {metric}"}; NaN where `split` has no classes (`views.missing_view`)."""
+    if "class" not in split.views():
+        return {f"{prefix}{d} {m}": float("nan") for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
     values = evaluate_model(model.to(device).eval(), split, vocab, device=device, views=["class"])
     return {f"{prefix}{d} {m}": values[f"class/{d}/{m}"] for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
 
@@ -257,13 +259,6 @@ def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
     return with_paper(seed_summary(all_classes, list(TABLE1_COLUMNS), order), "msrm", "table1", TABLE1_COLUMNS, label)
 
 
-def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig, caption: str = "",
-                         extra: dict[str, object] | None = None) -> None:
-    """`book.results.write_table`, skipped when there is no table (a protocol or a ceiling this data set lacks)."""
-    if table is not None:
-        write_table(table, key, run=run, caption=caption, extra=extra)
-
-
 # ------------------------------------------------------------------------------------------- the claims
 class ClaimMetric(NamedTuple):
     """What a claim compares: the per-run table it reads ("zero-shot", "all classes", "ablation", "zeta"), the
@@ -305,6 +300,10 @@ CLAIM_METRICS: dict[str, ClaimMetric] = {
     T4: ClaimMetric("ablation", "ablation test split", {"": tuple(TABLE4_COLUMNS)}),
     FIG7: ClaimMetric("zeta", "test", {f"zeta {z}": (f"i2t zeta{z}", f"t2i zeta{z}") for z in FIG7_ZETAS}),
 }
+
+METRIC_VIEWS: dict[str, str | tuple[str, ...]] = {  # the relevance (and protocol) each claim metric needs
+    T2_RP: "class", T2_R1: "class", T2_EACH: "class", T1_EACH: "class", T4: "class", T3_PMRP: "plausible",
+    T3_PMRP_EACH: ("plausible", "1K"), FIG7: "plausible", T3_R1_EACH: "1K"}
 
 
 def part_pairs(a: str, b: str, metric: str) -> tuple[tuple[str, str], ...]:
@@ -412,13 +411,18 @@ def _query_evidence(e: Evidence, model: str, queries: QueryValues) -> Evidence:
 
 
 def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame], run: RunConfig,
-                 queries: Mapping[str, QueryValues] | None = None) -> list[Judgement]:
+                 queries: Mapping[str, QueryValues] | None = None, missing: Mapping[str, str] | None = None
+                 ) -> list[Judgement]:
     """Every claim of `specs` judged (`claims.judge`) on the per-run tables it reads ({`ClaimMetric.table`: per-run
     table}; a table absent or empty: its claims' models are missing from this run), with the per-query values of a
     table's runs where `queries` has them (`claim_evidence`). A claim on a model none of whose runs was scored is
-    "not tested", naming it."""
+    "not tested", naming it; so is a claim whose metric's view (`METRIC_VIEWS`) is in `missing` ({view: why the
+    data lacks it}, `pcme.table_views`), with that reason."""
     out = []
     for spec in specs:
+        if reason := missing_reason(METRIC_VIEWS[spec.metric], missing):
+            out.append(not_tested(spec, reason))
+            continue
         metric = CLAIM_METRICS[spec.metric]
         table = tables.get(metric.table)
         evidence, unscored = claim_evidence(table, metric, (queries or {}).get(metric.table)) \
@@ -432,16 +436,20 @@ def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame],
     return out
 
 
-def train_judgements(runs: ChapterRuns, run: RunConfig) -> list[Judgement]:
+def train_judgements(runs: ChapterRuns, run: RunConfig, missing: Mapping[str, str] | None = None
+                     ) -> list[Judgement]:
     """`TRAIN_CLAIMS` judged on train.py's runs (`train_and_score`): each model's per-seed scores (no per-query
-    values), whether every run converged and whether any collapsed."""
-    return judge_claims(TRAIN_CLAIMS, {"zero-shot": runs.zero_shot, "all classes": runs.all_classes}, run)
+    values), whether every run converged and whether any collapsed; a claim on a view in `missing` not tested."""
+    return judge_claims(TRAIN_CLAIMS, {"zero-shot": runs.zero_shot, "all classes": runs.all_classes}, run,
+                        missing=missing)
 
 
 def pmrp_by_zeta(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
                  zetas: Sequence[int] = FIG7_ZETAS) -> dict[str, float]:
     """Figure 7: plausible-relevance R-Precision at each zeta, both directions, on `split` (whole-split
-    protocol): {f"{direction} zeta{z}": value}."""
+    protocol): {f"{direction} zeta{z}": value}; NaN where `split` has no concept labels."""
+    if "plausible" not in split.views():
+        return {f"{d} zeta{z}": float("nan") for d in ("i2t", "t2i") for z in zetas}
     img, cap = embed_split(model.to(device).eval(), split, vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap)
     whole = dataclasses.replace(split, caption_level=None)
@@ -486,9 +494,12 @@ class QueryScores(NamedTuple):
 def class_queries(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str) -> QueryScores:
     """`model`'s own per-direction scores on `split` ranked with class relevance (`metrics.ranking_stats`, the
     statistics `evaluate` averages), per query and averaged, and `claims.detect_collapse` of its i2t scores under
-    instance relevance."""
+    instance relevance. Without classes (`views.missing_view`): NaN scores and no per-query values."""
     img, cap = embed_split(model.to(device).eval(), split, vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap)
+    if "class" not in split.views():
+        return QueryScores(dict.fromkeys(TABLE4_COLUMNS, float("nan")), np.empty(0), np.empty(0, np.int64),
+                           instance_collapse(i2t, split))
     row, values = {}, []
     for direction, scores in (("i2t", i2t), ("t2i", t2i.T)):
         stats = ranking_stats(scores, {"class": split.relevance("class", direction)})["class"]
@@ -698,12 +709,12 @@ def ablation_table(t4: AblationRuns, sweep: AblationRuns) -> pd.DataFrame:
 
 
 def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataFrame,
-                      run: RunConfig) -> list[Judgement]:
+                      run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
     """`ABLATE_CLAIMS` judged on ablate.py's runs (`table4_runs`, `sweep_runs`, `zeta_runs`): Table 4's rows and the
     sweeps with their per-query values (i2t and t2i queries two strata: paired by seed and query); Figure 7 with
     per-seed scores."""
     return judge_claims(ABLATE_CLAIMS, {"ablation": ablation_table(t4, sweep), "zeta": fig7_runs}, run,
-                        queries={"ablation": {**t4.queries, **sweep.queries}})
+                        queries={"ablation": {**t4.queries, **sweep.queries}}, missing=missing)
 
 
 
@@ -964,9 +975,12 @@ def chance_lists(split: Split) -> pd.DataFrame:
     """What `query_lists` expects of a uniformly random ranking, for every query of `split` (image queries, then
     caption queries): a random top-k list's share of instance ground truths is the gallery's (P / G, %) and its mean
     zeta the gallery's mean zeta to the query's image, whatever k. Columns: model (`CHANCE`), direction, query,
-    GT_TOP6, ZETA_TOP6."""
-    labels = np.asarray(split.image_labels, dtype=np.int64)
-    zeta = np.abs(labels[:, None, :] - labels[None, :, :]).sum(-1)  # (N, N) zeta between every two images
+    GT_TOP6, ZETA_TOP6 (NaN without concept labels: real data other than COCO)."""
+    if split.image_labels is None:
+        zeta = np.full((split.n_images, split.n_images), np.nan)
+    else:
+        labels = np.asarray(split.image_labels, dtype=np.int64)
+        zeta = np.abs(labels[:, None, :] - labels[None, :, :]).sum(-1)  # (N, N) zeta between every two images
     cap_img = np.asarray(split.caption_image)
     per_image = np.bincount(cap_img, minlength=split.n_images)
     i2t = pd.DataFrame({"direction": "i2t", "query": np.arange(split.n_images), GT_TOP6: 100.0 * per_image
@@ -995,24 +1009,30 @@ def seed_query_lists(names: Sequence[str], seeds: Sequence[int], data: ChapterDa
     return pd.concat(frames, ignore_index=True)
 
 
-def visualise_judgements(lists: pd.DataFrame, run: RunConfig) -> list[Judgement]:
-    """`VISUALISE_CLAIMS` judged on `query_lists` (one or several seeds, `seed_query_lists`): each model's per-query
-    values (S seeds, Q queries), i2t and t2i queries two strata (`claims.Evidence`), paired by seed and by query
-    (every seed of every model lists the same test queries)."""
+def list_evidence(lists: pd.DataFrame, metric: str) -> dict[str, Evidence]:
+    """{model: Evidence} of one `VISUALISE_CLAIMS` metric (`GT_TOP6`, `ZETA_TOP6`) from `query_lists` (one or several
+    seeds): each model's per-query values (S seeds, Q queries), i2t and t2i queries two strata, paired by seed and by
+    query (every seed of every model lists the same test queries)."""
     evidence = {}
     for model, rows in lists.groupby("model", sort=False):
         by_seed = [part for _, part in rows.groupby("seed", sort=True)]
         queries = [list(zip(part["direction"], part["query"])) for part in by_seed]
         if any(q != queries[0] for q in queries):
             raise ValueError(f"visualise_judgements: model {model!r}: its seeds' lists are not of the same queries")
-        seeds = tuple(int(part["seed"].iloc[0]) for part in by_seed)
-        strata = (by_seed[0]["direction"] == "t2i").to_numpy(dtype=np.int64)
-        collapse = "; ".join(sorted({c for c in rows["collapse"] if c}))
-        evidence[str(model)] = {metric: Evidence(seeds, np.stack([part[metric].to_numpy() for part in by_seed]),
-                                                 split="test", converged=bool(rows["converged"].all()),
-                                                 collapse=collapse, strata=strata) for metric in (GT_TOP6, ZETA_TOP6)}
-    return [judge(spec, {m: e[spec.metric] for m, e in evidence.items()}, dataset=run.dataset, profile=run.profile)
-            for spec in VISUALISE_CLAIMS]
+        evidence[str(model)] = Evidence(tuple(int(part["seed"].iloc[0]) for part in by_seed),
+                                        np.stack([part[metric].to_numpy() for part in by_seed]), split="test",
+                                        converged=bool(rows["converged"].all()),
+                                        collapse="; ".join(sorted({c for c in rows["collapse"] if c})),
+                                        strata=(by_seed[0]["direction"] == "t2i").to_numpy(dtype=np.int64))
+    return evidence
+
+
+def visualise_judgements(lists: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
+                         ) -> list[Judgement]:
+    """`VISUALISE_CLAIMS` judged on `query_lists` (`list_evidence`); the zeta claim needs concept labels: not tested
+    where `missing` (`pcme.table_views`) says the data has none."""
+    return judge_viewed(VISUALISE_CLAIMS, {m: lambda m=m: list_evidence(lists, m) for m in (GT_TOP6, ZETA_TOP6)},
+                        {ZETA_TOP6: "plausible"}, missing, run)
 
 
 def incidence_figure(incidence: np.ndarray, split: Split, captions: Sequence[int], alpha: float) -> Figure:
@@ -1039,10 +1059,10 @@ def incidence_stats(incidence: np.ndarray, matched: np.ndarray) -> dict[str, flo
 def training_runs(profile: str, n_seeds: int = 3, all_classes: bool = True) -> pd.DataFrame:
     """How many training runs the chapter needs from a cold cache (profile's grids): per notebook and part, the
     runs the PCME chapter already made (`shared`) and the chapter's own."""
-    grids = ABLATION_GRIDS[profile]
+    grids = ABLATION_GRIDS[budget(profile)]
     default_batch = pcme_train_config(profile).batch_size
     tune_runs = least_tuning_runs(profile)  # the first round; the search adds runs until bracketed
-    seeds = 1 if profile == "smoke" else n_seeds
+    seeds = 1 if budget(profile) == "smoke" else n_seeds
     rows = [
         ("train", "tuning, PCME chapter's 4 methods (at least: the first round)", 4 * tune_runs, True),
         ("train", "tuning, MSRM (at least: the first round)", tune_runs, False),

@@ -46,6 +46,7 @@ from xmr_core.chapters.summary import (
     with_paper,
     write_ceiling_table,
 )
+from xmr_core.chapters.views import DATASET_NAMES, judge_viewed, missing_reason, missing_views, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -57,11 +58,13 @@ from xmr_core.claims import (
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
+from xmr_core.data.datasets import with_pixels
 from xmr_core.data.scene_grammar import LEVELS
 from xmr_core.data.scenes import RGB
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
+    coco1k_missing,
     direction_scores,
     embed_split,
     evaluate_similarities,
@@ -130,7 +133,10 @@ def table1_rows(variant: str, seed: int, per_method: Mapping[str, tuple[np.ndarr
 def similarity_rp(model: RetrievalModel, split: Split, vocab: Vocabulary, methods: Sequence[str],
                   device: torch.device | str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{test-time similarity: (i2t (N,), t2i (M,)) per-query R-Precision in percent under class relevance on
-    `split`} (`metrics.ranking_stats`), `split` embedded once."""
+    `split`} (`metrics.ranking_stats`), `split` embedded once; NaN where `split` has no classes (real data other
+    than CUB: `views.missing_view`)."""
+    if "class" not in split.views():
+        return {m: (np.full(split.n_images, np.nan), np.full(split.n_captions, np.nan)) for m in methods}
     img, cap = embed_split(model, split, vocab, device=device)
     rel_i2t, rel_t2i = split.relevance("class", "i2t"), split.relevance("class", "t2i")
     out = {}
@@ -166,15 +172,17 @@ def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
 def ablation_row(name: str, model: PCME, result: FitResult, data: ChapterData,
                  device: torch.device | str) -> dict[str, object]:
     """One ablation row, scored with the match probability: class R-P / R@1 on the unseen classes, PMRP
-    and instance rSum on the whole test split, the learned a, b of Eq. (3) and the fit."""
+    and instance rSum on the whole test split, the learned a, b of Eq. (3) and the fit; a value whose view the data
+    lacks (class, plausible) is NaN."""
     unseen = evaluate_similarities(model, data.test_unseen, data.vocab, ["match_prob"], views=["class"],
-                                   device=device)["match_prob"]
-    full = evaluate_similarities(model, data.test, data.vocab, ["match_prob"], views=["instance", "plausible"],
+                                   device=device)["match_prob"] if "class" in data.test_unseen.views() else {}
+    views = [v for v in ("instance", "plausible") if v in data.test.views()]
+    full = evaluate_similarities(model, data.test, data.vocab, ["match_prob"], views=views,
                                  device=device)["match_prob"]
+    nan = float("nan")
     return {"ablation": name, "cached": result.cached,
-            "i2t R-P": unseen["class/i2t/R-P"], "t2i R-P": unseen["class/t2i/R-P"],
-            "i2t R@1": unseen["class/i2t/R@1"], "t2i R@1": unseen["class/t2i/R@1"],
-            "i2t PMRP": full["plausible/i2t/PMRP"], "t2i PMRP": full["plausible/t2i/PMRP"],
+            **{f"{d} {m}": unseen.get(f"class/{d}/{m}", nan) for m in ("R-P", "R@1") for d in ("i2t", "t2i")},
+            "i2t PMRP": full.get("plausible/i2t/PMRP", nan), "t2i PMRP": full.get("plausible/t2i/PMRP", nan),
             "rSum": full["rsum"], "a": model.scale.item(), "b": model.shift.item(),
             "best epoch": result.best_epoch, "converged": result.converged,
             "train s": round(result.train_seconds, 1)}
@@ -263,14 +271,15 @@ def learning_curves(results: Mapping[tuple[str, int], FitResult]) -> pd.DataFram
                         columns=["model", "seed", "epoch", "val rSum"])
 
 
-def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: float, title: str) -> Figure:
+def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: float | None, title: str) -> Figure:
     """Validation rSum per epoch of each model of `order` (`learning_curves`; line: mean over seeds, band: std),
-    with the validation split's Bayes ceiling `ceiling` dashed."""
+    with the validation split's Bayes ceiling `ceiling` dashed (none on real data: `val_ceiling_rsum`)."""
     fig, ax = plt.subplots(figsize=(8.5, 4))
     sns.lineplot(data=curves, x="epoch", y="val rSum", hue="model", hue_order=list(order), errorbar="sd", marker="o",
                  ax=ax)
-    ax.axhline(ceiling, color="black", ls="--", lw=1)
-    ax.text(1, ceiling, " Bayes ceiling", va="bottom", fontsize=8)
+    if ceiling is not None:
+        ax.axhline(ceiling, color="black", ls="--", lw=1)
+        ax.text(1, ceiling, " Bayes ceiling", va="bottom", fontsize=8)
     ax.set_title(title)
     ax.legend(title="model", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
@@ -338,6 +347,7 @@ R1 = "T2 R@1 (class relevance, unseen classes; mean of i2t and t2i), pp"
 PMRP = "T3 5K-analogue PMRP (mean of i2t and t2i), pp"
 CLAIM_METRICS: dict[str, tuple[list[str], str]] = {  # a claim's metric -> (per-run columns averaged, test split)
     RP: (RP_COLUMNS, "test unseen classes"), R1: (R1_COLUMNS, "test unseen classes"), PMRP: (PMRP_COLUMNS, "test")}
+CLAIM_VIEWS: dict[str, str] = {RP: "class", R1: "class", PMRP: "plausible"}  # the relevance each metric needs
 
 # The claims of Sec. 4.2-4.3 judged on train.py's runs (`xmr_core.claims`, docs/claims.md). The margin of "R-P
 # does not rise with K" is the smallest R-P gain the paper calls a gain: PCME over mu only in Table 2 ("some margin").
@@ -366,13 +376,26 @@ TRAIN_CLAIMS: list[ClaimSpec] = [
 ]
 
 
-def train_judgements(per_run: pd.DataFrame, run: RunConfig) -> list[Judgement]:
+def table_views(data: ChapterData, dataset: str) -> dict[str, str]:
+    """{view: why it is missing} of the views Tables 2 and 3 need (class on the unseen classes, plausible on the
+    whole test split) that `data` lacks (`views.missing_views`), and "1K" where the test split does not split into
+    COCO's five folds (`evaluate.coco1k_missing`: its columns are NaN)."""
+    folds = coco1k_missing(data.test)
+    return {**missing_views({"class": data.test_unseen, "plausible": data.test}, dataset),
+            **({"1K": f"{DATASET_NAMES.get(dataset, dataset)}: {folds}"} if folds else {})}
+
+
+def train_judgements(per_run: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
+                     ) -> list[Judgement]:
     """Every claim of `TRAIN_CLAIMS` judged (`claims.judge`) on train.py's runs (`per_run_frame`), each model's per-seed
-    score the mean of the claim's columns (`CLAIM_METRICS`, `claims.seed_evidence`)."""
+    score the mean of the claim's columns (`CLAIM_METRICS`, `claims.seed_evidence`); a claim on a view in `missing`
+    (`table_views`) is not tested, with its reason."""
     out = []
     for spec in TRAIN_CLAIMS:
         cols, split = CLAIM_METRICS[spec.metric]
-        out.append(judge(spec, seed_evidence(per_run, cols, split=split), dataset=run.dataset, profile=run.profile))
+        reason = missing_reason(CLAIM_VIEWS[spec.metric], missing)
+        out.append(not_tested(spec, reason) if reason else
+                   judge(spec, seed_evidence(per_run, cols, split=split), dataset=run.dataset, profile=run.profile))
     return out
 
 
@@ -444,14 +467,16 @@ ABLATE_CLAIMS: list[ClaimSpec] = [
 ]
 
 
-def ablate_judgements(t1_runs: pd.DataFrame, run: RunConfig) -> list[Judgement]:
+def ablate_judgements(t1_runs: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
+                      ) -> list[Judgement]:
     """Every claim of `ABLATE_CLAIMS` judged (`claims.judge`) on Table 1's runs (`table1_runs`): each
     "<variant>: <similarity>" a compared model, its score the mean of its i2t and t2i R-P, from the per-query
     values of both directions (`claims.query_evidence`: the similarities score the same queries, so they pair by
-    query as well as by seed)."""
+    query as well as by seed). Table 1 is class relevance: not tested where `missing` (`table_views`) has it."""
     runs = t1_runs.assign(model=t1_runs["variant"] + ": " + t1_runs["similarity"])
-    evidence = query_evidence(runs, ["i2t R-P per query", "t2i R-P per query"], split="test unseen classes")
-    return [judge(spec, evidence, dataset=run.dataset, profile=run.profile) for spec in ABLATE_CLAIMS]
+    evidence = {T1: lambda: query_evidence(runs, ["i2t R-P per query", "t2i R-P per query"],
+                                           split="test unseen classes")}
+    return judge_viewed(ABLATE_CLAIMS, evidence, {T1: "class"}, missing, run)
 
 
 # ==================================================================================================
@@ -478,24 +503,33 @@ def generic_caption(model: PCME, split: Split, vocab: Vocabulary, device: torch.
     return mu[:1], logvar[:1]
 
 
+def image_groups(split: Split) -> np.ndarray:
+    """(N,) the group of each image Figure 5 colours by: its class (CUB, scenes), or the image itself where the data
+    has no classes (COCO: each image with its own captions)."""
+    return np.asarray(split.image_class) if split.image_class is not None else np.arange(split.n_images)
+
+
 def embedding_figure(split: Split, images: Gaussians, captions: Gaussians, generic: Gaussians,
                      classes: Sequence[int]) -> Figure:
-    """Figure 5: the 50% regions of the images (left) and captions (right) of `classes`, projected onto the two
+    """Figure 5: the 50% regions of the images (left) and captions (right) of `classes` (groups of `image_groups`:
+    classes, or images where the data has none), projected onto the two
     principal directions of their means (`viz.project_gaussians`), each class in the colour and marker its name
     says (`viz.class_styles`: "red circle" red, a circle at each mean), with the 99% region of the `generic` caption
     (`generic_caption`) in black on both. Where σ is small beside the spread of the means, every ellipse is drawn
     `viz.sigma_scale` times larger (one factor for both panels, stated in the titles), and a bar in each panel
     shows the drawn radius of its median σ with the value."""
-    pick_img = np.flatnonzero(np.isin(split.image_class, classes))
-    pick_cap = np.flatnonzero(np.isin(split.image_class[split.caption_image], classes))
+    groups = image_groups(split)
+    pick_img = np.flatnonzero(np.isin(groups, classes))
+    pick_cap = np.flatnonzero(np.isin(groups[split.caption_image], classes))
     centre, basis = pca_basis(np.concatenate([images[0][pick_img].numpy(), captions[0][pick_cap].numpy()]))
     generic_2d = project_gaussians(generic[0].numpy(), generic[1].numpy(), centre, basis)
-    names = split.class_names or [str(c) for c in range(int(split.image_class.max()) + 1)]
+    names = split.class_names or [f"image {split.image_ids[c]}" if split.image_class is None else str(c)
+                                  for c in range(int(groups.max()) + 1)]
     style = dict(zip(classes, class_styles([names[c] for c in classes], RGB)))
     panels = [(*project_gaussians(images[0][pick_img].numpy(), images[1][pick_img].numpy(), centre, basis),
-               split.image_class[pick_img], "images"),
+               groups[pick_img], "images"),
               (*project_gaussians(captions[0][pick_cap].numpy(), captions[1][pick_cap].numpy(), centre, basis),
-               split.image_class[split.caption_image[pick_cap]], "captions")]
+               groups[split.caption_image[pick_cap]], "captions")]
     scale = sigma_scale(np.concatenate([p[0] for p in panels]), np.concatenate([p[1] for p in panels]))
     radius = chi2_radius(0.5)
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.6))
@@ -686,9 +720,11 @@ def set_algebra_figure(images: Mapping[str, np.ndarray], gaussians: Mapping[str,
     return fig
 
 
-def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame:
+def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame | None:
     """Per caption level: the number of captions, their mean σ (caption_sigma (M,)) and their mean number of exact
-    positives, rows by increasing positives."""
+    positives, rows by increasing positives; None without caption levels and exact relevance (real data)."""
+    if split.caption_level is None or split.exact is None:
+        return None
     levels = pd.DataFrame({"level": split.caption_level, "sigma": caption_sigma,
                            "exact positives": split.exact.sum(1)})
     by_level = levels.groupby("level").agg(captions=("sigma", "size"), sigma=("sigma", "mean"),
@@ -697,26 +733,38 @@ def sigma_by_level(split: Split, caption_sigma: np.ndarray) -> pd.DataFrame:
 
 
 def sigma_per_level(split: Split, caption_sigma: np.ndarray) -> dict[str, np.ndarray]:
-    """{level: (n_l,) the σ of each caption of that level} (caption_sigma (M,)): the values `sigma_by_level` averages."""
+    """{level: (n_l,) the σ of each caption of that level} (caption_sigma (M,)): the values `sigma_by_level` averages;
+    {} without caption levels (real data)."""
+    if split.caption_level is None:
+        return {}
     levels = np.asarray(split.caption_level)
     return {str(lv): np.asarray(caption_sigma, dtype=np.float64)[levels == lv] for lv in np.unique(levels)}
 
 
 def sigma_positives_correlation(split: Split, caption_sigma: np.ndarray) -> float:
-    """Spearman correlation of each caption's σ (caption_sigma (M,)) with its number of exact positives."""
+    """Spearman correlation of each caption's σ (caption_sigma (M,)) with its number of exact positives; NaN without
+    exact relevance (real data)."""
+    if split.exact is None:
+        return float("nan")
     return float(pd.Series(caption_sigma).corr(pd.Series(split.exact.sum(1)), method="spearman"))
 
 
-def level_gallery(scores: Tensor, split: Split, levels: Sequence[str], k: int = 5) -> Figure:
+def level_gallery(scores: Tensor, split: Split, levels: Sequence[str] | None, k: int = 5) -> Figure:
     """Text-to-image top-k (scores (N, M) images × captions) of the first caption of each of `levels`, framed green
-    where the caption's logical form holds in the image (`viz.retrieval_gallery`)."""
-    picks = [int(np.flatnonzero(np.array(split.caption_level) == lv)[0]) for lv in levels]
+    where the caption's logical form holds in the image (`viz.retrieval_gallery`). Without levels (real data): the
+    first caption of `GALLERY_CAPTIONS` test images, framed green on the image it was written for."""
+    if levels is not None and split.exact is not None:
+        picks = [int(np.flatnonzero(np.array(split.caption_level) == lv)[0]) for lv in levels]
+        relevance, titles = split.exact, [f"[{split.caption_level[c]}] {split.captions[c]}" for c in picks]
+    else:
+        picks = [int(np.flatnonzero(split.caption_image == i)[0]) for i in range(min(GALLERY_CAPTIONS, split.n_images))]
+        relevance, titles = split.relevance("instance", "t2i"), [split.captions[c] for c in picks]
     top = torch.topk(scores.T[picks], k, dim=1)
-    relevant = np.stack([split.exact[c, top.indices[q].numpy()] for q, c in enumerate(picks)])
-    return retrieval_gallery([f"[{split.caption_level[c]}] {split.captions[c]}" for c in picks],
-                             split.images[top.indices.numpy()], relevant, top.values.numpy())
+    relevant = np.stack([relevance[c, top.indices[q].numpy()] for q, c in enumerate(picks)])
+    return retrieval_gallery(titles, split.images[top.indices.numpy()], relevant, top.values.numpy())
 
 
+GALLERY_CAPTIONS = 4  # captions `level_gallery` draws on real data (one per level on scenes)
 SIGMA_THIRDS = ("lowest", "middle", "highest")  # the σ bins of Figure 6's claims, by increasing σ
 ERASE_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)  # Figure 7's erased shares of pixels / words
 FIG8 = {"mix_a": "p(mix, A's captions)", "mix_b": "p(mix, B's captions)", "mix_any": "p(mix, any caption)",
@@ -944,7 +992,7 @@ def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk
     figures measure, for that model: the R@1 hits of each third of σ, σ at each erased ratio (the erased words drawn
     by `default_rng(seed)`), σ per caption level and the set algebra of the first `n_pairs` test image pairs."""
     model, fit = train_model("PCME", 1, data, tuned, enc, run, seed)
-    test, device = data.test, run.torch_device
+    test, device = with_pixels(data.test), run.torch_device  # real data: the image files decoded (erasing, mixing)
     (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(model, test, data.vocab, device)
     img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
     scores = score_matrix(model, (img_mu, img_lv), (cap_mu, cap_lv)).cpu()

@@ -22,8 +22,10 @@ import pandas as pd
 
 from xmr_core.book.results import read_table, results_root
 from xmr_core.config import RunConfig
+from xmr_core.runs.trace import mark_provisional, tracing
 from xmr_core.runs.tuning import TuningResult
 
+PLANNED = "planned"  # `FitResult.stopped` of a run listed in trace mode, not trained
 COLUMNS = ("method", "lr", "weight", "value", "epochs", "chosen")
 
 
@@ -64,5 +66,10 @@ def chosen_settings(frame: pd.DataFrame, source: str, methods: Sequence[str] | N
 
 def recorded_tuning(key: str, run: RunConfig, methods: Sequence[str] | None = None) -> dict[str, TuningResult]:
     """The tuned settings `train.py` wrote to the table `key` (e.g. "hrem/tuning") under `run`'s results folder,
-    per method (`chosen_settings`); the table absent: FileNotFoundError naming it (run `train.py` first)."""
-    return chosen_settings(read_table(key, run=run), str(results_root(run) / f"{key}.csv"), methods)
+    per method (`chosen_settings`); the table absent: FileNotFoundError naming it (run `train.py` first). In trace
+    mode (`xmr book plan`) a table written from planned, untrained runs makes what this notebook asks for next
+    provisional (`plantrace.mark_provisional`): its choice stands in for the one training will make."""
+    frame = read_table(key, run=run)
+    if tracing() and "stopped" in frame.columns and (frame["stopped"] == PLANNED).any():
+        mark_provisional()
+    return chosen_settings(frame, str(results_root(run) / f"{key}.csv"), methods)

@@ -24,12 +24,16 @@ The Bayes ceiling in a chapter's tables (`ceiling.split_ceiling`: {protocol: cei
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from xmr_core.book.results import paper_values, write_table
+from xmr_core.book.results import paper_values, write_figure, write_table
 from xmr_core.ceiling import SplitCeiling, percent_of_ceiling
 from xmr_core.config import RunConfig
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def seed_summary(per_run: pd.DataFrame, cols: Sequence[str], order: Sequence[str]) -> pd.DataFrame:
@@ -163,8 +167,11 @@ def write_ceiling_table(per_run: pd.DataFrame, ceiling: SplitCeiling | None, key
 
 
 def ceiling_note(ceiling: SplitCeiling | None, detail: str = " (xmr_core.ceiling)") -> str:
-    """The captions' sentence on the "Bayes ceiling" row, `detail` before its full stop; "" without a ceiling."""
-    return "" if ceiling is None else f" 'Bayes ceiling': the best any scorer can reach on this split{detail}."
+    """The captions' sentence on the "Bayes ceiling" row, `detail` before its full stop; without a ceiling (real data,
+    `ceiling.split_ceiling` None) that there is none and why."""
+    if ceiling is None:
+        return " No ceiling: this data set's relevance is annotated, not exact (only the scenes benchmark has one)."
+    return f" 'Bayes ceiling': the best any scorer can reach on this split{detail}."
 
 
 def paper_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping: Mapping[str, str], label: str,
@@ -179,3 +186,16 @@ def paper_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping
     extra = with_paper(blank, chapter, table, mapping, label)
     extra["model"] = [f"{m} (paper only)" for m in paper_only]
     return pd.concat([out, extra], ignore_index=True)
+
+
+def write_optional_table(table: pd.DataFrame | None, key: str, *, run: RunConfig, caption: str = "",
+                         float_digits: int = 1, extra: dict[str, object] | None = None) -> None:
+    """`results.write_table`, skipped when there is no table (a protocol, a view or a ceiling this data set lacks)."""
+    if table is not None:
+        write_table(table, key, run=run, caption=caption, float_digits=float_digits, extra=extra)
+
+
+def write_optional_figure(fig: Figure | None, key: str, *, run: RunConfig, caption: str = "") -> None:
+    """`results.write_figure`, skipped when there is no figure (what it draws is absent from this data set)."""
+    if fig is not None:
+        write_figure(fig, key, run=run, caption=caption)

@@ -132,15 +132,18 @@ class Split:
             fail(f"{len(self.queries)} query lists for {n} images")
         return self
 
-    def subset(self, images: np.ndarray | list[int], name: str) -> Split:
-        """The given images (indices, in order) with their captions; every per-image and per-caption field
-        is subset, `exact` in both axes, and per-item lists in `meta` are dropped."""
+    def subset(self, images: np.ndarray | list[int], name: str, captions: np.ndarray | None = None) -> Split:
+        """The given images (indices, in order) with their captions (of those, only the caption indices in
+        `captions` when given); every per-image and per-caption field is subset, `exact` in both axes, and per-item
+        lists in `meta` are dropped."""
         keep_img = np.asarray(images, dtype=np.int64)
         if len(keep_img) == 0:
             raise ValueError(f"{self.source}: split {self.name!r}: empty image subset {name!r}")
         new_index = np.full(self.n_images, -1, dtype=np.int64)
         new_index[keep_img] = np.arange(len(keep_img))
         keep_cap = np.flatnonzero(new_index[self.caption_image] >= 0)
+        if captions is not None:
+            keep_cap = np.intersect1d(keep_cap, np.asarray(captions, dtype=np.int64))
 
         def pick(values, index: np.ndarray):
             if values is None:

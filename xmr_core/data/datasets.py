@@ -27,6 +27,7 @@ throughput`). Pixels are read item by item either way.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -214,7 +215,7 @@ class VisualReader:
                 geometry = [transforms.Resize(cfg.resize), transforms.CenterCrop(cfg.crop)]
             self.file_transform = transforms.Compose([*geometry, transforms.PILToTensor()])
 
-    def _pixels(self, i: int) -> torch.Tensor:
+    def pixels(self, i: int) -> torch.Tensor:
         """uint8 (3, H, W) pixels of image i."""
         split = self.split
         if split.images is not None:
@@ -245,7 +246,7 @@ class VisualReader:
                     "(padding) regions"
                 )
             return {"regions": regions, "region_mask": mask}
-        x = (self._pixels(i).float().div_(255.0) - self.mean) / self.std  # (3, H, W)
+        x = (self.pixels(i).float().div_(255.0) - self.mean) / self.std  # (3, H, W)
         if self.flip and torch.rand(()) < 0.5:
             x = x.flip(-1)
         if self.erase is not None:
@@ -545,6 +546,17 @@ def image_loader(
     dataset = ImageDataset(split, visual, image_config)
     batches = _in_order(dataset, batch_size) if rows is None else BatchSampler(rows, batch_size, drop_last=False)
     return _loader(dataset, batches, num_workers, torch.Generator().manual_seed(0))
+
+
+def with_pixels(split: Split, image_config: ImageConfig | None = None) -> Split:
+    """`split` with its pixels in memory (N, crop, crop, 3) uint8 for the figures that draw or perturb images: real
+    data's image files decoded as evaluation reads them (resize, centre crop: `ImageConfig`); `split` itself when it
+    holds pixels (scenes) or has no image files (region features only)."""
+    if split.images is not None or split.image_paths is None:
+        return split
+    reader = VisualReader(split, "pixels", train=False, image_config=image_config)
+    pixels = np.stack([reader.pixels(i).permute(1, 2, 0).numpy() for i in range(split.n_images)])
+    return dataclasses.replace(split, images=pixels)
 
 
 def caption_loader(split: Split, vocab: Vocabulary, batch_size: int, *, num_workers: int = 0) -> DataLoader:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from xmr_core.config import cache_dir, check_profile
+from xmr_core.config import cache_dir, check_profile, recipe
 from xmr_core.data import scene_grammar as g
 from xmr_core.data.corpus import Corpus, DataFormatError, Split
 from xmr_core.data.regions import RegionConfig, add_regions
@@ -101,8 +101,8 @@ def scenes_config(profile: str = "cpu", variant: str = "single", seed: int = 0) 
     on 2 cores. The multi variant (HMRN's multi-query retrieval) uses a 96×96 canvas, a 4×4 grid and
     5–10 objects, so every image has at least five region queries."""
     check_profile(profile)
-    if profile == "paper":
-        raise ValueError("the paper profile reads real data at DATA_ROOT, not the scenes benchmark")
+    if recipe(profile) == "paper":
+        raise ValueError(f"the {profile} profile reads real data at DATA_ROOT, not the scenes benchmark")
     steps = {"smoke": 100, "cpu": 300}[profile]
     if variant == "single":
         sizes = {"smoke": (300, 100, 100), "cpu": (8000, 1000, 1000)}[profile]

@@ -8,7 +8,7 @@ tuned by the one protocol of `xmr_core.runs.tuning` (`training.tune_methods`), i
   weight (the CUB value 1e-3, step ×10; `xmr_core.methods.pcme` says how it compares with the paper's).
 - MSRM (`MSRM_COMPARED`): its γ (the paper's 0.8, step ×2). DVSE (`DVSE_COMPARED`, K = `DVSE_K`): the margin.
 - HREM's chapter (`hrem_compared`): VSE++, GPO and HREM standalone / fusion, each on the hinge margin `MARGIN`,
-  HREM with neighbour batches from epoch `NEIGHBOUR_FROM[profile]`.
+  HREM with neighbour batches from epoch `NEIGHBOUR_FROM[budget(profile)]`.
 
 HMRN's query-set models stay in `xmr_core.chapters.hmrn` (built from that chapter's query-set constants, trained
 there only).
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from xmr_core.config import check_profile
+from xmr_core.config import budget
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, dvse_config
 from xmr_core.methods.gpo import GPOModel, gpo_config
@@ -127,7 +127,7 @@ def _gpo(enc: dict, wv: np.ndarray, margin: float, k: int) -> RetrievalModel:
 
 def hrem_defaults(enc: dict, profile: str, mechanism: str = "fusion", **overrides: object) -> HREMConfig:
     """HREM at the paper's defaults on the chapter's encoders, neighbour batches from `NEIGHBOUR_FROM`."""
-    return hrem_config(enc, mechanism=mechanism, neighbour_from_epoch=NEIGHBOUR_FROM[check_profile(profile)],
+    return hrem_config(enc, mechanism=mechanism, neighbour_from_epoch=NEIGHBOUR_FROM[budget(profile)],
                        **overrides)
 
 

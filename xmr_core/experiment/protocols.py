@@ -8,17 +8,19 @@ chapter data and the encoder sizes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from xmr_core.config import RunConfig, check_profile
+from xmr_core.config import RunConfig, recipe
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.load import load_corpus
 from xmr_core.data.scenes import ScenesConfig
 from xmr_core.data.text import GLOVE_PACKAGE, Vocabulary, load_word_vectors
+from xmr_core.encoders.image import imagenet_weights_path
 from xmr_core.encoders.trunk import (
     PretrainedTrunk,
     attach_grid_features,
@@ -51,6 +53,13 @@ class ChapterData:
     word_vectors: np.ndarray  # (V, d) float32
     coverage: float  # share of the vocabulary found in the word vectors
 
+    def with_test(self, test: Split) -> ChapterData:
+        """This data with another version of its whole test split (its pixels decoded: `datasets.with_pixels`; its
+        captions aligned to another format's); the unseen-class split too where it is the whole test split (real
+        data has no class split of its own)."""
+        return dataclasses.replace(self, test=test, test_unseen=test if self.test_unseen is self.test
+                                   else self.test_unseen)
+
 
 
 def word_table(data: ChapterData, bert: bool) -> np.ndarray:
@@ -62,10 +71,15 @@ def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True,
                   choice: EncoderChoice | None = None) -> PretrainedTrunk:
     """The frozen image trunk of a chapter: the scenes trunk pretrained on the corpus's pretraining set
     (cached), or, for the paper profile, the torchvision ResNet of `choice` with its weights (`imagenet_trunk`;
-    default: the paper's on CUB, ResNet-50 with torchvision's ImageNet weights)."""
-    if check_profile(profile) == "paper":
+    default: the paper's on CUB, ResNet-50 with torchvision's ImageNet weights). paper-smoke: the same, and without
+    torchvision's weights file installed (and no other named) the backbone's seeded initialisation, labelled; only
+    there."""
+    if recipe(profile) == "paper":
         choice = choice or EncoderChoice(PAPER_BACKBONE["cub"], "", GLOVE_PACKAGE)
-        return imagenet_trunk(choice.backbone, choice.weights)
+        weights = choice.weights
+        if profile == "paper-smoke" and weights == "" and not imagenet_weights_path(choice.backbone).is_file():
+            weights = None
+        return imagenet_trunk(choice.backbone, weights)
     scenes = ScenesConfig(**corpus.meta["config"])
     return pretrained_trunk(scenes, trunk_config(profile), progress)
 
@@ -109,7 +123,7 @@ def chapter_setup(run: RunConfig) -> ChapterSetup:
     trunk = chapter_trunk(run.profile, corpus, progress=run.progress, choice=choice)
     # the paper profile's features on its device; the scenes book's on the CPU, one thread: the same bits, so the same
     # run keys, on any machine (docs/training.md, "Portable runs")
-    device = run.torch_device if run.profile == "paper" else "cpu"
+    device = run.torch_device if recipe(run.profile) == "paper" else "cpu"
     data = load_chapter_data(corpus, choice.word_vectors, trunk=trunk, progress=run.progress, device=device)
     run.encoders = {**run.encoders, **choice.describe(trunk, run.dataset)}
     return ChapterSetup(corpus, trunk, data, encoder_configs(run.profile, trunk))

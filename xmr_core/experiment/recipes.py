@@ -7,9 +7,10 @@ papers' BERT rows in each profile (`minilm_text`).
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterable
 
-from xmr_core.config import check_profile
+from xmr_core.config import budget, check_profile, recipe, select_device
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import BertEncoderConfig, FeatureTextEncoderConfig, TextEncoderConfig
@@ -18,6 +19,7 @@ from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.runs.train import TrainConfig
 
 PretrainedText = BertEncoderConfig | FeatureTextEncoderConfig
+LOADER_WORKERS = min(8, os.cpu_count() or 1)  # data-loader processes of a paper-profile run on CUDA
 MINILM_FINETUNED = ("paper",)  # profiles whose BERT rows fine-tune the packaged MiniLM (the papers' protocol)
 MINILM_FROZEN = ("cpu",)  # profiles whose BERT rows train a head on its frozen, cached token features
 
@@ -39,17 +41,21 @@ def pcme_train_config(profile: str, seed: int = 0, finetune: bool = False, **ove
     measurements behind it: docs/training.md). In both, patience never stops a run in the first half of its
     schedule (`patience_after` 0.5: a cpu run trains at least 13 epochs), where the plateau is that of a high
     learning rate: such stops left seeds 8 to 131 rSum below their siblings (docs/training.md, "Runs stopped early").
-    smoke: 2 epochs, batch 32.
+    smoke and paper-smoke: 2 epochs, batch 32. The paper profiles on CUDA load batches in `LOADER_WORKERS`
+    worker processes (not part of a run's key); every profile trains in mixed precision on CUDA
+    (`TrainConfig.amp`, PCME's code trains in fp16).
     """
     optimizer = "adamp" if importlib.util.find_spec("adamp") is not None else "adam"
     sizes = {"smoke": (2, 1, 32, 5e-4, 0, 0.0, 0), "cpu": (20, 1, 128, 1e-3, 3, 1.0, 10),
              "paper": (60, 10, 128, 1e-4, 10, 0.0, 10)}
-    epochs, frozen, batch, lr, patience, min_delta, extend = sizes[check_profile(profile)]
+    epochs, frozen, batch, lr, patience, min_delta, extend = sizes[budget(profile)]
     base = {"epochs": epochs, "frozen_epochs": frozen if finetune else 0, "batch_size": batch, "lr": lr,
             "optimizer": optimizer, "scheduler": "cosine", "finetune_lr_mult": 0.1, "grad_clip": 2.0,
             "random_erasing_prob": 0.2, "word_dropout": 0.1, "seed": seed, "patience": patience,
             "min_delta": min_delta, "patience_after": 0.5 if patience else 0.0, "extend_epochs": extend,
             "on_nonfinite": "stop"}
+    if recipe(profile) == "paper" and select_device(str(overrides.get("device", "auto"))).type == "cuda":
+        base["num_workers"] = LOADER_WORKERS  # on the GPU the images are decoded beside it, as the papers' loaders do
     return TrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 
@@ -59,14 +65,15 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
     Default: the frozen pretrained trunk's grid features (`ImageEncoder` kind "grid"). `finetune=True`: the
     same trunk on pixels, trained end to end after PCME's warm-up phase (`pcme_train_config(finetune=True)`).
     """
-    if check_profile(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, BiGRU 512 over GloVe 300-d where
+    if recipe(profile) == "paper":  # CUB: ResNet-50 (ImageNet), D = 512, BiGRU 512 over GloVe 300-d where
         # WORD_VECTORS names it, else the packaged 50-d (`paper_encoders`: the trunk and word vectors chosen)
         # fine-tuned: the trunk's backbone from the same weights file (its key, with their digest, in the config)
+        embed_dim, text_hidden = (512, 512) if profile == "paper" else (64, 32)  # paper-smoke: smoke's sizes
         image = ImageEncoderConfig(kind="resnet", arch=trunk.meta["arch"], pretrained=trunk.meta["weights"] or False,
                                    trunk=trunk.key) if finetune else \
             ImageEncoderConfig(kind="grid", grid_dim=trunk.channels, grid_cells=trunk.cells, grid_pool="mean",
                                trunk=trunk.key)
-        return {"embed_dim": 512, "image": image, "text": TextEncoderConfig(hidden=512)}
+        return {"embed_dim": embed_dim, "image": image, "text": TextEncoderConfig(hidden=text_hidden)}
     widths = tuple(trunk.meta["config"]["widths"])
     sizes = {"smoke": (64, 128, 32), "cpu": (256, 512, 128)}[profile]
     embed_dim, hidden, text_hidden = sizes
@@ -81,10 +88,11 @@ def encoder_configs(profile: str, trunk: PretrainedTrunk, finetune: bool = False
 def hrem_encoders(profile: str, region_dim: int, text: PretrainedText | None = None) -> dict[str, object]:
     """Encoders of every model of the chapter: regions (region_dim D) projected to the embedding size, and the
     BiGRU over word vectors (or `text`, the BERT rows' `minilm_text`). Sizes: smoke 64 (BiGRU 32), cpu 256 (128),
-    paper 1024 (1024, the papers' d)."""
+    paper 1024 (1024, the papers' d), paper-smoke as smoke."""
     if region_dim <= 0:
         raise ValueError(f"hrem_encoders: region_dim must be > 0, got {region_dim}")
-    embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[check_profile(profile)]
+    embed_dim, hidden = {"smoke": (64, 32), "cpu": (256, 128), "paper": (1024, 1024)}[
+        "paper" if profile == "paper" else budget(profile)]
     return {"embed_dim": embed_dim, "image": ImageEncoderConfig(kind="regions", region_dim=region_dim),
             "text": TextEncoderConfig(hidden=hidden) if text is None else text}
 

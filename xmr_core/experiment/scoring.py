@@ -4,6 +4,7 @@ Tables 2 and 3 (`scored_row`), which the MSRM chapter reports too, and a run's c
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 from torch import Tensor
@@ -11,7 +12,14 @@ from torch import Tensor
 from xmr_core.claims import instance_collapse
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.evaluate import Reranker, direction_scores, embed_split, evaluate_model, evaluate_scores
+from xmr_core.evaluate import (
+    Reranker,
+    coco1k_missing,
+    direction_scores,
+    embed_split,
+    evaluate_model,
+    evaluate_scores,
+)
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.methods.base import RetrievalModel
 
@@ -35,23 +43,28 @@ def tables_row(model: RetrievalModel, data: ChapterData, device: torch.device | 
 
 def scored_row(model: RetrievalModel, data: ChapterData, device: torch.device | str,
                rerank: Reranker | None = None) -> tuple[dict[str, float], Tensor]:
-    """(`tables_row`, the image-to-text scores (N, M) of the whole test split it was computed from)."""
+    """(`tables_row`, the image-to-text scores (N, M) of the whole test split it was computed from). A value whose
+    view the data lacks (class relevance off CUB and scenes, plausible matches off COCO and scenes) is NaN
+    (`chapters.views` says why)."""
     model.to(device).eval()
-    unseen = evaluate_model(model, data.test_unseen, data.vocab, device=device, views=["class"], rerank=rerank)
+    nan = {f"class/{d}/{m}": math.nan for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
+    unseen = evaluate_model(model, data.test_unseen, data.vocab, device=device, views=["class"], rerank=rerank) \
+        if "class" in data.test_unseen.views() else nan
     img, cap = embed_split(model, data.test, data.vocab, device=device)
     i2t, t2i = direction_scores(model, img, cap, rerank=rerank)
     # Table 3 needs no per-level breakdown (a small fold may lack a level): the split without caption levels
     whole = dataclasses.replace(data.test, caption_level=None)
-    protocols = {proto: evaluate_scores(whole, i2t, views=["instance", "plausible"], protocol=protocol,
-                                        scores_t2i=t2i)
+    views = [v for v in ("instance", "plausible") if v in whole.views()]
+    protocols = {proto: evaluate_scores(whole, i2t, views=views, protocol=protocol, scores_t2i=t2i)
+                 if protocol != "coco1k" or not coco1k_missing(whole) else {}  # no five folds: NaN
                  for proto, protocol in TABLE3_PROTOCOLS.items()}
     row = {"rsum 5K": protocols["5K"]["rsum"]}
     for direction in ("i2t", "t2i"):
         row[f"T2 {direction} R-P"] = unseen[f"class/{direction}/R-P"]
         row[f"T2 {direction} R@1"] = unseen[f"class/{direction}/R@1"]
         for proto, values in protocols.items():
-            row[f"T3 {proto} {direction} PMRP"] = values[f"plausible/{direction}/PMRP"]
-            row[f"T3 {proto} {direction} R@1"] = values[f"instance/{direction}/R@1"]
+            row[f"T3 {proto} {direction} PMRP"] = values.get(f"plausible/{direction}/PMRP", math.nan)
+            row[f"T3 {proto} {direction} R@1"] = values.get(f"instance/{direction}/R@1", math.nan)
     return row, i2t
 
 

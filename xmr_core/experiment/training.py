@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from xmr_core.config import RunConfig, check_profile
+from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
 from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared
@@ -44,14 +44,14 @@ def tuning_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Spl
     lr = Axis("lr", pcme_train_config(profile, seed, **train_overrides).lr, LR_STEP)
     return [Method(name, lambda w, spec=spec: spec.build(enc, word_vectors, w, 1),
                    lambda rate: train_config(profile, rate, seed, **train_overrides),
-                   Search(lr, spec.weight, spec.max_runs, single=profile == "smoke"), train, val, vocab, seed)
+                   Search(lr, spec.weight, spec.max_runs, single=budget(profile) == "smoke"), train, val, vocab, seed)
             for name, spec in (BASELINES if compared is None else compared).items()]
 
 
 def least_tuning_runs(profile: str) -> int:
     """The fewest tuning runs a method gets: the first round's cross around its defaults (`tuning.FIRST_ROUND`),
     smoke's one setting; the search adds runs until its choice is bracketed (the count is known only after)."""
-    return 1 if check_profile(profile) == "smoke" else FIRST_ROUND
+    return 1 if budget(profile) == "smoke" else FIRST_ROUND
 
 
 def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,

@@ -87,6 +87,12 @@ def _end_stage() -> None:
     _TRACE.batch_planned = False
 
 
+def mark_provisional() -> None:
+    """What this process asks for from here on is provisional: it depends on runs not trained yet (a setting read
+    from a table another notebook wrote from planned runs, `chapters.recorded.recorded_tuning`)."""
+    _TRACE.provisional = True
+
+
 def core_seconds(result: dict[str, Any]) -> float:
     """A finished run's cost in core-seconds, from its `result.json`: `train_seconds` x its torch threads."""
     return float(result.get("train_seconds", 0.0)) * int(result.get("run", {}).get("train", {}).get("threads", 1))
