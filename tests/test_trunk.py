@@ -284,11 +284,29 @@ def test_the_imagenet_trunk_key_names_the_weights_file_loaded(tmp_path) -> None:
     assert imagenet_trunk("resnet18", str(tmp_path / "elsewhere.pth")).key == ta.key
     # no ImageNet weights: torchvision's initialisation from a fixed seed, labelled so
     none, again = imagenet_trunk("resnet18", None), imagenet_trunk("resnet18", None)
-    assert none.key == "resnet18-init0" and none.meta["source"].startswith("no ImageNet weights")
+    assert none.key == "resnet18-init0z" and none.meta["source"].startswith("no ImageNet weights")
     assert torch.equal(none.net[0].weight, again.net[0].weight) and none.meta["weights"] is None
     with pytest.raises(FileNotFoundError) as err:
         imagenet_trunk("resnet18", str(tmp_path / "absent.pth"))
     assert "set the notebook parameter IMAGE_WEIGHTS" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_untrained_resnet152_trunk_gives_finite_features_of_unit_scale() -> None:
+    """Without ImageNet weights the residual branches start zero-scaled (`trunk.zero_residual_scales`): at the plain
+    initialisation a ResNet-152's grid features reach ~1e8 and the heads above overflow; zeroed, each block starts
+    as its shortcut, so the features stay O(1). The plain trunk is the reference the zeroed one is compared with."""
+    import torchvision
+
+    from xmr_core.encoders.trunk import imagenet_trunk
+
+    images = torch.rand(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        zeroed = imagenet_trunk("resnet152", None).net(images)
+        torch.manual_seed(0)
+        plain = torchvision.models.resnet152(weights=None).eval()
+        plain_out = torch.nn.Sequential(*list(plain.children())[:-2])(images)
+    assert torch.isfinite(zeroed).all() and zeroed.abs().max() < 10.0
+    assert plain_out.abs().max() > 1e3 * zeroed.abs().max()  # what the zeroing prevents
 
 
 # ---------------------------------------------------------------------------------------- image encoder
