@@ -205,6 +205,10 @@ def test_train_page_renders_title_table_and_figure(built: Path, tmp_path: Path) 
     dom = _browse(built / "01_demo" / "train.html", shot, 1600)
     assert re.search(r"<h1[^>]*>\s*Demo training", dom)
     assert "<title>Demo training" in dom
+    # an executed notebook's page opens with the chapter's findings too (`static.with_findings`): after its opening
+    # (the title and the first paragraph of more than one line, here the demo's table), before its outputs
+    assert 'class="xmr-findings"' in dom
+    assert dom.index(">VSE0<") < dom.index('class="xmr-findings"') < dom.index('.png"')
     cells = _cells(dom)
     assert ["VSE0", "41.5", "PCME", "47.25"] == [c for c in cells if c in {"VSE0", "41.5", "PCME", "47.25"}]
     src = re.findall(r'<img[^>]+src="([^"]+\.png)"', dom)

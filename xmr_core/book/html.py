@@ -46,6 +46,7 @@ from xmr_core.book.static import (
     provenance_line,
     stale_note,
     static_notebook,
+    with_findings,
 )
 from xmr_core.book.tables import result_table_html
 from xmr_core.config import check_profile, project_root
@@ -312,17 +313,18 @@ def stage(profile: str, root: Path, staged: Path, dataset: str = "scenes") -> tu
         judged.append((chapter, frame, f"{chapter}/claims.html" if claims.is_file() else None))
         for nb in notebooks:
             target = staged / chapter / f"{nb.name}.ipynb"
+            findings = findings_html(frame, nb.name if len(notebooks) > 1 else None,
+                                     "claims.html" if claims.is_file() else None)
+            if folder == LEADERBOARD and (board := leaderboard_html(
+                    results, staged / FIGURES / RANKING, f"../{FIGURES}/{RANKING}")):
+                findings += "\n" + board
             if nb.label in from_source:
                 relative = nb.source.relative_to(root).as_posix()
                 mine = {k: m for k, m in metas.items() if m.get("notebook") == relative}
-                findings = findings_html(frame, nb.name if len(notebooks) > 1 else None,
-                                         "claims.html" if claims.is_file() else None)
-                if folder == LEADERBOARD and (board := leaderboard_html(
-                        results, staged / FIGURES / RANKING, f"../{FIGURES}/{RANKING}")):
-                    findings += "\n" + board
                 nbformat.write(static_notebook(nb, relative, results, mine, verdicts, findings), target)
-            else:
-                shutil.copy2(executed / chapter / f"{nb.name}.ipynb", target)
+            else:  # executed: its own outputs, the findings first all the same
+                nbformat.write(with_findings(nbformat.read(executed / chapter / f"{nb.name}.ipynb", as_version=4),
+                                             findings), target)
             entries.append({"file": f"{chapter}/{nb.name}"})
         if claims.is_file():
             key = f"{folder}/claims"

@@ -156,6 +156,26 @@ def split_opening(text: str) -> tuple[str, str]:
     return text, ""
 
 
+def split_first_cell(book: Any) -> None:
+    """Split the notebook's first (Markdown) cell after its opening (`split_opening`), the rest a cell of its own."""
+    import nbformat
+
+    opening, rest = split_opening(book.cells[0].source)
+    book.cells[0].source = opening
+    if rest.strip():
+        book.cells.insert(1, nbformat.v4.new_markdown_cell(rest))
+
+
+def with_findings(book: Any, findings: str) -> Any:
+    """An executed notebook with `findings` (HTML) after the opening of its first cell, as `static_notebook` places
+    them on a page rendered from source."""
+    first = 1 if book.cells and book.cells[0].cell_type == "markdown" else 0
+    if first:
+        split_first_cell(book)
+    book.cells.insert(first, html_cell(findings, "what this chapter found, from its committed judgements"))
+    return book
+
+
 def html_cell(html_text: str, comment: str) -> Any:
     """A code cell shown as its HTML output only (`comment` is its hidden source)."""
     import nbformat
@@ -179,10 +199,7 @@ def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str,
     book.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
     first = 1 if book.cells and book.cells[0].cell_type == "markdown" else 0
     if findings is not None and first:
-        opening, rest = split_opening(book.cells[0].source)
-        book.cells[0].source = opening
-        if rest.strip():
-            book.cells.insert(1, nbformat.v4.new_markdown_cell(rest))
+        split_first_cell(book)
     placed = place_results([(cell.cell_type, cell.source) for cell in book.cells], metas)
     order = sorted(metas, key=lambda k: (str(metas[k].get("created_utc")), k))
     for key in order:
