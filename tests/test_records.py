@@ -35,8 +35,10 @@ def evaluation(run):
                         scorings={"default": Scoring(), "FR": Scoring(rerank=FR, rerank_name="FR", views=("instance",))})
 
 
-def assert_same_metrics(got: dict[str, float], want: dict[str, float]) -> None:
-    """Every key equal; exact but for AP@R (float32 in the record) and the float means of tiny folds."""
+def assert_same_metrics(got: dict[str, float], want: dict[str, float], ap_views: tuple[str, ...] | None = None) -> None:
+    """Every key equal (mAP@R only of `ap_views`, None: all); exact but for AP@R (float32 in the record) and the
+    float means of tiny folds."""
+    want = {k: v for k, v in want.items() if ap_views is None or "mAP@R" not in k or k.split("/")[0] in ap_views}
     assert set(got) == set(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
@@ -44,16 +46,22 @@ def assert_same_metrics(got: dict[str, float], want: dict[str, float]) -> None:
 
 def test_means_over_queries_are_evaluate_models_metrics(run, evaluation):
     model, _ = run
-    assert_same_metrics(scoring_metrics(evaluation), E.evaluate_model(model, TEST, VOCAB))
+    kept = ("instance",)  # by default AP@R and the COCO 1K protocol in the instance view only
+    assert_same_metrics(scoring_metrics(evaluation), E.evaluate_model(model, TEST, VOCAB), kept)
     assert_same_metrics(scoring_metrics(evaluation, protocol="coco1k"),
-                        E.evaluate_model(model, TEST, VOCAB, protocol="coco1k"))
+                        E.evaluate_model(model, TEST, VOCAB, protocol="coco1k", views=["instance"]))
     assert_same_metrics(scoring_metrics(evaluation, "FR"), E.evaluate_model(model, TEST, VOCAB, views=["instance"],
                                                                             rerank=FR))
     assert_same_metrics(round_metrics(evaluation), E.evaluate_multi_query(model, TEST, VOCAB, 2, short="hold"))
-    # the record's views: every view of the split, ζ 0..2, both directions, both protocols
-    blocks = evaluation.scorings["default"].blocks
-    assert len(blocks) == 2 * 2 * (3 + 3) and ("coco1k", "plausible/zeta2", "t2i") in blocks
+    blocks = evaluation.scorings["default"].blocks  # every view of the split, ζ 0..2, both directions
+    assert len(blocks) == 2 * (3 + 3) + 2 and ("full", "plausible/zeta2", "t2i") in blocks
     assert set(evaluation.scorings["FR"].blocks) == {(p, "instance", d) for p in ("full", "coco1k") for d in ("i2t", "t2i")}
+    # everything kept: every key of evaluate_model, under both protocols
+    whole = evaluate_run(model, TEST, VOCAB, fold_views=None, ap_views=None)
+    assert_same_metrics(scoring_metrics(whole), E.evaluate_model(model, TEST, VOCAB))
+    assert_same_metrics(scoring_metrics(whole, protocol="coco1k"), E.evaluate_model(model, TEST, VOCAB,
+                                                                                    protocol="coco1k"))
+    assert len(whole.scorings["default"].blocks) == 2 * 2 * (3 + 3)
 
 
 class TableModel(torch.nn.Module):
@@ -84,15 +92,15 @@ def test_each_querys_values_are_a_brute_force_rankings(ties):
     split = viewed_split(n=15, per=4, seed=int(ties))
     rng = np.random.default_rng(5)
     table = torch.from_numpy(rng.integers(0, 3, (15, 60)).astype(np.float32) if ties else rng.standard_normal((15, 60)))
-    ev = evaluate_run(TableModel(table), split, loaders=table_loaders(split), precision_ks=(3,))
+    ev = evaluate_run(TableModel(table), split, loaders=table_loaders(split), precision_ks=(3,), ap_views=None)
     for view in ("instance", "class", "exact", "plausible/zeta1"):
         for direction, scores in (("i2t", table.numpy()), ("t2i", table.numpy().T)):
             name, _, zeta = view.partition("/zeta")
             rel = split.relevance(name, direction, zeta=int(zeta or 0))
             per_query = [reference(scores[q:q + 1], rel[q:q + 1], precision_ks=(3,)) for q in range(len(scores))]
-            value = lambda v: QueryMetric(f"{v}_zeta{zeta}" if zeta else v, name, (direction,))  # noqa: E731
-            for metric, key in (("R@5", "R@5"), ("R-P", "R-P"), ("mAP@R", "mAP@R"), ("P@3", "P@3"), ("meanR", "meanR")):
-                got, strata = query_values(ev, value(metric))
+            for key in ("R@5", "R-P", "mAP@R", "P@3", "meanR"):
+                metric = QueryMetric(f"{key}_zeta{zeta}" if zeta else key, name, (direction,))
+                got, strata = query_values(ev, metric)
                 assert strata is None
                 np.testing.assert_allclose(got, [q[key] for q in per_query], rtol=1e-6, err_msg=f"{view} {direction}")
 
@@ -118,6 +126,8 @@ def test_query_values_average_to_the_metrics(evaluation):
         QueryMetric("medR")
     with pytest.raises(ValueError, match="plausible view"):
         query_values(evaluation, QueryMetric("R-P", "plausible"))
+    with pytest.raises(KeyError, match="no AP@R in the class view"):
+        query_values(evaluation, QueryMetric("mAP@R", "class"))
 
 
 def test_record_round_trips_deterministically(run, evaluation, tmp_path):
@@ -156,7 +166,7 @@ def test_a_damaged_record_is_a_one_line_error_naming_file_and_field(run, evaluat
     _, result = run
     path = write_run_record(result, evaluation, "smoke", root=tmp_path)
     good = path.read_bytes()
-    field = "default/full/exact/t2i/ap_at_r"
+    field = "default/full/instance/i2t/ap_at_r"
 
     def nan(header, arrays):
         arrays[field] = arrays[field].copy()

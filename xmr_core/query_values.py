@@ -28,7 +28,8 @@ DIRECTIONS = ("i2t", "t2i")
 
 
 def block_stats(ev: Evaluation, scoring: str, block: Block, rows: slice = slice(None)) -> metrics.RankingStats:
-    """The `metrics.RankingStats` of `rows` of one block of a scoring (R-P and P@K from their exact hit counts)."""
+    """The `metrics.RankingStats` of `rows` of one block of a scoring (R-P and P@K from their exact hit counts; AP@R
+    NaN where the record does not keep it)."""
     try:
         q = ev.scorings[scoring].blocks[block]
     except KeyError:
@@ -40,7 +41,8 @@ def block_stats(ev: Evaluation, scoring: str, block: Block, rows: slice = slice(
         best_rank=torch.from_numpy(q.best_rank[rows].astype(np.int32)),
         n_positives=n_pos,
         r_precision=hits / n_pos.double(),
-        ap_at_r=torch.from_numpy(q.ap_at_r[rows].astype(np.float64)),
+        ap_at_r=(torch.full((len(hits),), torch.nan, dtype=torch.float64) if q.ap_at_r is None
+                 else torch.from_numpy(q.ap_at_r[rows].astype(np.float64))),
         precision_at={k: torch.from_numpy(h[rows].astype(np.int32)).double() / k for k, h in q.precision_hits.items()},
     )
 
@@ -51,11 +53,18 @@ def _view(block: Block) -> tuple[str, str]:
     return view, f"_{zeta}" if zeta else ""
 
 
+def _summary(st: metrics.RankingStats, ks: Sequence[int], with_ap: bool, mask: np.ndarray | None = None
+             ) -> dict[str, float]:
+    """`RankingStats.summary`, without mAP@R where the record keeps no AP@R."""
+    got = st.summary(ks, mask)
+    return got if with_ap else {k: v for k, v in got.items() if k != "mAP@R"}
+
+
 def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "full",
                     ks: Sequence[int] = metrics.RSUM_KS) -> dict[str, float]:
     """Every metric of a scoring's views under `protocol`, keyed and averaged over folds as
     `evaluate.evaluate_scores` keys and averages them (R@1/5/10 always; the t2i breakdown per caption level; PMRP;
-    rSum with the instance view)."""
+    rSum with the instance view; mAP@R where the record keeps AP@R)."""
     sp, all_ks = ev.split, tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
     blocks = [b for b in ev.scorings[scoring].blocks if b[0] == protocol]
     if not blocks:
@@ -70,12 +79,13 @@ def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "f
             for block in (b for b in blocks if b[2] == direction):
                 view, suffix = _view(block)
                 st = block_stats(ev, scoring, block, rows)
-                out.update({f"{view}/{direction}/{k}{suffix}": v for k, v in st.summary(all_ks).items()})
+                kept = ev.scorings[scoring].blocks[block].ap_at_r is not None
+                out.update({f"{view}/{direction}/{k}{suffix}": v for k, v in _summary(st, all_ks, kept).items()})
                 if direction == "t2i" and sp.caption_level is not None and view != "plausible":
                     levels = sp.caption_level[rows]
                     for code in dict.fromkeys(levels.tolist()):  # levels in order of first appearance
                         out.update({f"{view}/t2i@{sp.levels[code]}/{k}": v
-                                    for k, v in st.summary(all_ks, mask=levels == code).items()})
+                                    for k, v in _summary(st, all_ks, kept, levels == code).items()})
             if zetas:
                 out[f"plausible/{direction}/PMRP"] = float(np.mean([out[f"plausible/{direction}/R-P{z}"]
                                                                     for z in zetas]))
@@ -168,6 +178,8 @@ def _block_values(ev: Evaluation, metric: QueryMetric, direction: str, rows: sli
     if base == "R-P":
         return 100.0 * st.r_precision.numpy()
     if base == "mAP@R":
+        if not np.isfinite(st.ap_at_r.numpy()).all():
+            raise KeyError(f"QueryMetric: the record keeps no AP@R in the {view} view (`run_evaluation.AP_VIEWS`)")
         return 100.0 * st.ap_at_r.numpy()
     if base.startswith("P@"):
         k = int(base[2:])

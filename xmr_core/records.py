@@ -15,8 +15,8 @@ run's facts (`docs/records.md`). Tables, figures and claims read records; no mod
 
 On disk a record is one zip of `.npy` arrays (`np.load` reads it) holding a JSON `header` and, per scoring and
 block, `<scoring>/<protocol>/<view>/<direction>/<field>`: best ranks and hit counts as the smallest unsigned integer
-type that holds them, AP@R as float32 (its only inexact field: a mean over queries agrees with `evaluate` to about
-1e-7 relative), multi-query ranks as `<scoring>/rounds/rank` (T, Q). The numbers of positives depend on the split
+type that holds them, AP@R as float32 where the evaluation kept it (its only inexact field: a mean over queries
+agrees with `evaluate` to about 1e-7 relative), multi-query ranks as `<scoring>/rounds/rank` (T, Q). The numbers of positives depend on the split
 alone: they live in the split's file, `splits/<fingerprint[:16]>.npz` beside the records. Written atomically and
 deterministically (fixed zip timestamps, sorted JSON): the same record gives the same bytes.
 """
@@ -96,16 +96,17 @@ class SplitQueries:
 @dataclass(frozen=True)
 class QueryStats:
     """Per-query values of one block, each (Q,): `best_rank` (1-based, pessimistic ties), `rp_hits` (positives in
-    the top R, R = the query's positives: R-P = rp_hits / R), `ap_at_r` (AP@R, float32), and per K of
-    `precision_hits` the positives in the top K (P@K = hits / K)."""
+    the top R, R = the query's positives: R-P = rp_hits / R), `ap_at_r` (AP@R, float32; None where the record
+    does not keep it), and per K of `precision_hits` the positives in the top K (P@K = hits / K)."""
 
     best_rank: np.ndarray
     rp_hits: np.ndarray
-    ap_at_r: np.ndarray
+    ap_at_r: np.ndarray | None = None
     precision_hits: dict[int, np.ndarray] = field(default_factory=dict)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"best_rank": self.best_rank, "rp_hits": self.rp_hits, "ap_at_r": self.ap_at_r,
+        return {"best_rank": self.best_rank, "rp_hits": self.rp_hits,
+                **({"ap_at_r": self.ap_at_r} if self.ap_at_r is not None else {}),
                 **{f"P@{k}_hits": v for k, v in self.precision_hits.items()}}
 
 
@@ -343,7 +344,8 @@ def read_record(path: str | Path, splits: dict[Path, SplitQueries] | None = None
                 prefix = f"{name}/{block_name(b)}"
                 got = {fld: _expect(path, f"{prefix}/{fld}", arrays.get(f"{prefix}/{fld}", np.empty(0)), q)
                        for fld in ("best_rank", "rp_hits")}
-                ap = _expect(path, f"{prefix}/ap_at_r", arrays.get(f"{prefix}/ap_at_r", np.empty(0)), q, "f")
+                ap = arrays.get(f"{prefix}/ap_at_r")  # kept where the evaluation kept it (the header lists it)
+                ap = None if ap is None else _expect(path, f"{prefix}/ap_at_r", ap, q, "f")
                 if int(got["best_rank"].min(initial=1)) < 1 or int(got["best_rank"].max(initial=1)) > gallery:
                     raise RecordError(f"{path}: field {prefix + '/best_rank'!r} has a rank outside 1..{gallery}")
                 hits = {int(k): _expect(path, f"{prefix}/P@{k}_hits", arrays.get(f"{prefix}/P@{k}_hits",

@@ -6,7 +6,8 @@ stores).
     evaluate_run(model, split, vocab, scorings=..., rounds=...) -> records.Evaluation
 
 Every view the split defines (instance, class, exact, plausible at each ζ), both directions, every protocol that
-applies ("full", and "coco1k" when the images fall into five equal folds, `evaluate.coco1k_missing`), for each named
+applies ("full", and "coco1k" when the images fall into five equal folds, `evaluate.coco1k_missing`: by default in
+the instance view), for each named
 scoring (e.g. DVSE's Fast Re-ranking as a second scoring of the same embeddings, PCME's test-time similarities),
 and with `rounds` the multi-query rounds of a split with region queries. The split is embedded once. Its means over
 queries are `evaluate.evaluate_model`'s and `evaluate.evaluate_multi_query`'s metrics (`query_values`).
@@ -14,6 +15,7 @@ queries are `evaluate.evaluate_model`'s and `evaluate.evaluate_multi_query`'s me
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +60,11 @@ class Scoring:
 
 
 DEFAULT_SCORINGS: dict[str, Scoring] = {"default": Scoring()}
+# What a record keeps by default (docs/records.md, "Size"): the COCO 1K protocol in the instance view (COCO's own
+# protocol, the tables' 1K columns) and AP@R in the instance view, where it costs about a byte a query; elsewhere
+# AP@R is about four incompressible bytes a query, the largest field, and no table or claim reads mAP@R.
+FOLD_VIEWS: tuple[str, ...] = ("instance",)
+AP_VIEWS: tuple[str, ...] = ("instance",)
 
 
 def split_folds(split: Split) -> dict[str, tuple[Fold, ...]]:
@@ -79,32 +86,36 @@ def _stats(st: metrics.RankingStats) -> QueryStats:
                       precision_hits={k: torch.round(p * k).long().numpy() for k, p in st.precision_at.items()})
 
 
-def _concat(parts: Sequence[QueryStats]) -> QueryStats:
+def _concat(parts: Sequence[QueryStats]) -> QueryStats:  # every part with AP@R (as `_stats` makes them)
     return QueryStats(np.concatenate([p.best_rank for p in parts]), np.concatenate([p.rp_hits for p in parts]),
                       np.concatenate([p.ap_at_r for p in parts]),
                       {k: np.concatenate([p.precision_hits[k] for p in parts]) for k in parts[0].precision_hits})
 
 
 def _pairwise(split: Split, i2t: Tensor, t2i: Tensor, views: Sequence[str], folds: Mapping[str, tuple[Fold, ...]],
-              zetas: Sequence[int], precision_ks: Sequence[int], n_positives: dict[Block, np.ndarray]
-              ) -> dict[Block, QueryStats]:
+              zetas: Sequence[int], precision_ks: Sequence[int], n_positives: dict[Block, np.ndarray],
+              fold_views: Sequence[str] | None, ap_views: Sequence[str] | None) -> dict[Block, QueryStats]:
     """Every block (protocol, view, direction) of scores `i2t`, `t2i` (N, M): `metrics.ranking_stats` per fold under
-    the view's relevance (`evaluate._relevances`), the folds' queries concatenated in split order. Each block's
-    numbers of positives are added to (or checked against) `n_positives`."""
+    the view's relevance (`evaluate._relevances`), the folds' queries concatenated in split order; protocols other
+    than "full" in `fold_views` only, AP@R kept in `ap_views` only (None: every view). Each block's numbers of
+    positives are added to (or checked against) `n_positives`."""
     relevance_t2i = {v: None if v == "plausible" else split.relevance(v, "t2i") for v in views}
     parts: dict[Block, list[tuple[QueryStats, np.ndarray]]] = {}
     for protocol, blocks in folds.items():
-        for i0, i1, c0, c1 in blocks:
+        chosen = [v for v in views if protocol == "full" or fold_views is None or v in fold_views]
+        for i0, i1, c0, c1 in blocks if chosen else ():
             images, captions = slice(i0, i1), slice(c0, c1)
-            rels = {v: _relevances(split, v, relevance_t2i[v], zetas, images, captions) for v in views}
+            rels = {v: _relevances(split, v, relevance_t2i[v], zetas, images, captions) for v in chosen}
             for direction in DIRECTIONS:
                 scores = i2t[images, captions] if direction == "i2t" else t2i[images, captions].T
-                named = {name: rel for v in views for name, rel in rels[v][direction].items()}
+                named = {name: rel for v in chosen for name, rel in rels[v][direction].items()}
                 for name, st in metrics.ranking_stats(scores, named, precision_ks=precision_ks).items():
                     parts.setdefault((protocol, name, direction), []).append((_stats(st), st.n_positives.numpy()))
     out = {}
     for block, got in parts.items():
-        out[block] = _concat([s for s, _ in got])
+        stats = _concat([s for s, _ in got])
+        keep_ap = ap_views is None or block[1].partition("/")[0] in ap_views
+        out[block] = stats if keep_ap else dataclasses.replace(stats, ap_at_r=None)
         n_pos = np.concatenate([n for _, n in got]).astype(np.int64)
         if not np.array_equal(n_positives.setdefault(block, n_pos), n_pos):
             raise ValueError(f"block {block}: another scoring found other numbers of positives")
@@ -131,14 +142,17 @@ def evaluate_run(
     short: Short = "error",
     zetas: Sequence[int] = metrics.DEFAULT_ZETAS,
     precision_ks: Sequence[int] = (),
+    fold_views: Sequence[str] | None = FOLD_VIEWS,
+    ap_views: Sequence[str] | None = AP_VIEWS,
     batch_size: int = 128,
     device: str | torch.device | None = None,
     loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None,
 ) -> Evaluation:
     """Score a finished run once on `split` (its test split): per scoring, the per-query values of every block
-    (`split_folds` × views × directions) and, with `rounds`, the target ranks of the multi-query rounds
-    (`evaluate.multi_query_scores`, `short`, the scoring's `fusion`). A multi-query model (`task ==
-    "multi_query"`) is scored in rounds only. Seconds: the embedding once, each scoring's scores and ranks."""
+    (`split_folds` × views × directions; the COCO 1K protocol in `fold_views` only, AP@R in `ap_views` only: None
+    for every view) and, with `rounds`, the target ranks of the multi-query rounds (`evaluate.multi_query_scores`,
+    `short`, the scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only.
+    Seconds: the embedding once, each scoring's scores and ranks."""
     multi = getattr(model, "task", "pairs") == "multi_query"
     if multi and not rounds:
         raise ValueError(f"{getattr(model, 'name', 'the model')} scores query sets: evaluate_run needs rounds")
@@ -159,7 +173,7 @@ def evaluate_run(
                 t0 = time.perf_counter()
             i2t, t2i = (s.cpu() for s in direction_scores(model, *embedded, rerank=scoring.rerank,
                                                           **scoring.options))
-            blocks = _pairwise(split, i2t, t2i, views, folds, zetas, precision_ks, n_positives)
+            blocks = _pairwise(split, i2t, t2i, views, folds, zetas, precision_ks, n_positives, fold_views, ap_views)
             collapse = instance_collapse(i2t, split) if "instance" in views else ""
         ranks = None
         if rounds:
