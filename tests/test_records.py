@@ -4,6 +4,7 @@ deterministic, and refuses a damaged file in one line naming the file and the fi
 
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 from pathlib import Path
 
@@ -199,7 +200,17 @@ def test_a_damaged_record_is_a_one_line_error_naming_file_and_field(run, evaluat
 
 def test_run_record_needs_a_finished_run(run, evaluation, tmp_path):
     _, result = run
-    import dataclasses
-
     with pytest.raises(FileNotFoundError, match="no finished run to record"):
         run_record(dataclasses.replace(result, run_dir=tmp_path / "none"), evaluation)
+
+
+def test_records_on_one_split_share_its_file_which_gains_their_blocks(run, evaluation, tmp_path):
+    model, result = run
+    first = write_run_record(result, evaluation, "smoke", root=tmp_path)
+    split_file = first.parent / evaluation.split.relative
+    assert ("coco1k", "exact", "t2i") not in R.read_split(split_file).n_positives
+    whole = evaluate_run(model, TEST, VOCAB, fold_views=None)
+    second = R.write_record(first.parent / "second.npz", dataclasses.replace(run_record(result, whole), name="second"))
+    assert ("coco1k", "exact", "t2i") in R.read_split(split_file).n_positives
+    assert set(R.read_record(first).evaluation.scorings) == {"default", "FR"}
+    assert ("coco1k", "exact", "t2i") in R.read_record(second).evaluation.scorings["default"].blocks

@@ -222,9 +222,12 @@ def _unpack(path: Path, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray
         arrays = {}
         for name, spec in listed.items():
             a = member(name)
+            if not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str) or not isinstance(
+                    spec.get("shape"), list):
+                raise RecordError(f"{path}: field 'header' lists {name!r} without a dtype and shape")
             if a.dtype.str != spec["dtype"] or list(a.shape) != spec["shape"]:
                 raise RecordError(f"{path}: field {name!r} is {a.dtype.name} {list(a.shape)}, the header says "
-                                  f"{np.dtype(spec['dtype']).name} {spec['shape']}")
+                                  f"{spec['dtype']} {spec['shape']}")
             if a.dtype.kind == "f" and not np.isfinite(a).all():
                 raise RecordError(f"{path}: field {name!r} has a NaN or inf at {int(np.flatnonzero(~np.isfinite(a))[0])}")
             arrays[name] = a
@@ -312,10 +315,27 @@ def write_record(path: str | Path, record: RunRecord) -> Path:
                                                            else compact(v))
         if s.rounds is not None:
             arrays[f"{name}/{ROUNDS}/rank"] = compact(s.rounds)
-    sp = split_path(path, ev.split)
-    if not sp.is_file():
-        write_split(sp, ev.split)
+    _keep_split(split_path(path, ev.split), ev.split)
     return atomic_write_bytes(path, _pack(_record_header(record), arrays))
+
+
+def _keep_split(path: Path, split: SplitQueries) -> None:
+    """Write `split` to its file, or add its blocks to the file there (another run's record may keep other blocks:
+    the COCO 1K protocol in more views); a block both hold must agree."""
+    if not path.is_file():
+        write_split(path, split)
+        return
+    held = read_split(path)
+    if (held.fingerprint, held.n_images, held.n_captions) != (split.fingerprint, split.n_images, split.n_captions):
+        raise RecordError(f"{path}: holds split {held.fingerprint[:16]}, not {split.fingerprint[:16]}")
+    new = {b: v for b, v in split.n_positives.items() if b not in held.n_positives}
+    clash = [b for b, v in split.n_positives.items() if b in held.n_positives and
+             not np.array_equal(held.n_positives[b], v)]
+    if clash:
+        raise RecordError(f"{path}: field {block_name(clash[0]) + '/n_positives'!r} differs from this evaluation's")
+    if new:
+        write_split(path, SplitQueries(**{**held.__dict__, "folds": {**split.folds, **held.folds},
+                                          "n_positives": {**held.n_positives, **new}}))
 
 
 def read_record(path: str | Path, splits: dict[Path, SplitQueries] | None = None) -> RunRecord:

@@ -16,6 +16,7 @@ queries are `evaluate.evaluate_model`'s and `evaluate.evaluate_multi_query`'s me
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from xmr_core.evaluate import (
     direction_scores,
     embed_split,
     multi_query_scores,
+    rerank_directions,
 )
 from xmr_core.records import Block, Evaluation, Fold, QueryStats, Scored, SplitQueries
 
@@ -152,13 +154,15 @@ def evaluate_run(
     (`split_folds` × views × directions; the COCO 1K protocol in `fold_views` only, AP@R in `ap_views` only: None
     for every view) and, with `rounds`, the target ranks of the multi-query rounds (`evaluate.multi_query_scores`,
     `short`, the scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only.
-    Seconds: the embedding once, each scoring's scores and ranks."""
+    Seconds: the embedding once; each scoring's scores (those of options already scored: counted once, with the
+    first scoring that asked) and ranks."""
     multi = getattr(model, "task", "pairs") == "multi_query"
     if multi and not rounds:
         raise ValueError(f"{getattr(model, 'name', 'the model')} scores query sets: evaluate_run needs rounds")
     folds = split_folds(split)
     n_positives: dict[Block, np.ndarray] = {}
     embedded, embed_seconds = None, 0.0
+    raw: dict[str, tuple[Tensor, Tensor]] = {}  # the scores of each set of options, shared by its scorings
     out = {}
     for name, scoring in scorings.items():
         views = [] if multi else list(split.views() if scoring.views is None else scoring.views)
@@ -171,8 +175,10 @@ def evaluate_run(
                 embedded = embed_split(model, split, vocab, batch_size=batch_size, device=device, loaders=loaders)
                 embed_seconds = time.perf_counter() - t0
                 t0 = time.perf_counter()
-            i2t, t2i = (s.cpu() for s in direction_scores(model, *embedded, rerank=scoring.rerank,
-                                                          **scoring.options))
+            options = json.dumps(dict(scoring.options), sort_keys=True, default=repr)
+            if options not in raw:
+                raw[options] = tuple(s.cpu() for s in direction_scores(model, *embedded, **scoring.options))
+            i2t, t2i = raw[options] if scoring.rerank is None else rerank_directions(*raw[options], scoring.rerank)
             blocks = _pairwise(split, i2t, t2i, views, folds, zetas, precision_ks, n_positives, fold_views, ap_views)
             collapse = instance_collapse(i2t, split) if "instance" in views else ""
         ranks = None

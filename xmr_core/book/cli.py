@@ -145,10 +145,14 @@ def claims_recompute(target: str, folder: str) -> int:
 
     from xmr_core.book import recompute
     from xmr_core.config import project_root
+    from xmr_core.records import RecordError
 
     root = project_root()
     results = Path(folder) if Path(folder).is_absolute() else root / folder
-    rows = recompute.recompute(target, results, root)
+    try:
+        rows = recompute.recompute(target, results, root)
+    except (RecordError, KeyError, ValueError) as err:
+        raise SystemExit(f"xmr claims recompute: {err}") from None
     if not rows:
         print(f"xmr claims recompute: no claim of {target!r} is bound to run records under {results} "
               f"(results/<chapter>/{recompute.BINDINGS.format(part='<notebook>')})", file=sys.stderr)
