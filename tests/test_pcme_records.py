@@ -46,7 +46,7 @@ def _same(a: float, b: float) -> bool:
 
 
 def test_table_values_from_records_equal_those_scored_from_the_models(chapter_run):
-    run, data, runs, _, trained, records = chapter_run
+    _, data, _, _, trained, records = chapter_run
     assert set(records) == set(trained.models) and len(records) == 6 * len(SEEDS)
     per_run = chapter.per_run_frame(records)
     for (label, seed), model in trained.models.items():
