@@ -25,7 +25,7 @@ from typing import Any
 
 from xmr_core.book.runner import Notebook, shown_output, written_keys
 from xmr_core.book.staleness import Verdict
-from xmr_core.book.tables import result_table_html
+from xmr_core.book.tables import folded, result_table_html
 from xmr_core.sources import digest_bytes
 
 UNPLACED = "Results of this notebook whose cell is not known"
@@ -201,7 +201,7 @@ def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str,
     if findings is not None and first:
         split_first_cell(book)
     placed = place_results([(cell.cell_type, cell.source) for cell in book.cells], metas)
-    order = sorted(metas, key=lambda k: (str(metas[k].get("created_utc")), k))
+    order = _order(metas)
     for key in order:
         if placed[key] is not None:
             book.cells[placed[key]].outputs += result_outputs(key, metas[key], results, verdicts.get(key))
@@ -214,14 +214,87 @@ def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str,
         f" results it wrote (from `{results.name}/`, each with its provenance); its other outputs (printed"
         f" values, progress) are not shown. `xmr book run {nb.label}` executes it.\n```")
     book.cells.insert(first + (findings is not None), banner)
-    unplaced = [key for key in order if placed[key] is None]
-    if unplaced:
-        book.cells.append(nbformat.v4.new_markdown_cell(
-            f"## {UNPLACED}\n\nWritten by this notebook through a library call whose key its source does not"
-            " name, so the cell is not known:"))
-        cell = nbformat.v4.new_code_cell("# results written by library calls of this notebook")  # an empty cell is dropped
-        for key in unplaced:
+    append_unplaced(book, [key for key in order if placed[key] is None], results, metas, verdicts)
+    return book
+
+
+def _order(metas: dict[str, dict[str, Any]]) -> list[str]:
+    """The result keys in the order they were written."""
+    return sorted(metas, key=lambda k: (str(metas[k].get("created_utc")), k))
+
+
+def append_unplaced(book: Any, unplaced: list[str], results: Path, metas: dict[str, dict[str, Any]],
+                    verdicts: dict[str, Verdict]) -> None:
+    """The results `unplaced` (no rule of `place_results` found their cell) at the end of `book`, under a heading
+    that says so."""
+    import nbformat
+
+    if not unplaced:
+        return
+    book.cells.append(nbformat.v4.new_markdown_cell(
+        f"## {UNPLACED}\n\nWritten by this notebook through a library call whose key its source does not"
+        " name, so the cell is not known:"))
+    cell = nbformat.v4.new_code_cell("# results written by library calls of this notebook")  # an empty cell is dropped
+    for key in unplaced:
+        cell.outputs += result_outputs(key, metas[key], results, verdicts.get(key))
+    cell.metadata["tags"] = ["remove-input"]
+    book.cells.append(cell)
+
+
+def _shows(output: Any, kinds: set[str]) -> bool:
+    """Whether a display output shows a figure (`png` in `kinds`) or a table (`table`)."""
+    data = output.get("data", {}) if output.get("output_type") in {"display_data", "execute_result"} else {}
+    return ("png" in kinds and "image/png" in data) or ("table" in kinds and "<table" in data.get("text/html", ""))
+
+
+def console_text(text: str) -> str:
+    """Printed text as a terminal leaves it: each line what follows its last carriage return (a progress bar's
+    last state)."""
+    return "\n".join(next((s for s in reversed(line.split("\r")) if s.strip()), "") for line in text.split("\n"))
+
+
+def tidy_streams(cell: Any) -> None:
+    """An executed cell's printed output as one block per stream, as a terminal shows it (`console_text`), in place
+    of its first chunk; its stderr (progress bars, warnings) folded under a line that counts its lines."""
+    import nbformat
+
+    texts: dict[str, list[str]] = {}
+    for output in cell.outputs:
+        if output.get("output_type") == "stream":
+            texts.setdefault(output["name"], []).append(output["text"])
+    outputs = []
+    for output in cell.outputs:
+        name = output.get("name") if output.get("output_type") == "stream" else None
+        if name is None:
+            outputs.append(output)
+        elif name in texts:
+            text = console_text("".join(texts.pop(name))).strip("\n")
+            if name != "stderr":
+                outputs.append(nbformat.v4.new_output("stream", name=name, text=text + "\n"))
+            elif text:
+                lines = text.count("\n") + 1
+                outputs.append(_html_output(folded(f"Progress and messages on stderr ({lines} line{'s' * (lines > 1)})",
+                                                   f'<pre class="xmr-stderr">{html.escape(text)}</pre>')))
+    cell.outputs = outputs
+
+
+def with_results(book: Any, results: Path, metas: dict[str, dict[str, Any]], verdicts: dict[str, Verdict]) -> Any:
+    """An executed notebook with the committed results it wrote (`metas`: key -> provenance) shown as on a page
+    rendered from source: in each cell that wrote results (`place_results`), the outputs that showed them (its
+    figures, its tables) give way to `result_outputs` (provenance, a stale warning, the fitted table, the figure
+    under its caption, as `results/` holds them now: restyled figures included); what it printed stays
+    (`tidy_streams`)."""
+    for cell in book.cells:
+        if cell.cell_type == "code":
+            tidy_streams(cell)
+    placed = place_results([(cell.cell_type, cell.source) for cell in book.cells], metas)
+    order = _order(metas)
+    for index in sorted({i for i in placed.values() if i is not None}):
+        keys = [k for k in order if placed[k] == index]
+        kinds = {"png" if metas[k].get("kind") == "figure" else "table" for k in keys}
+        cell = book.cells[index]
+        cell.outputs = [o for o in cell.outputs if not _shows(o, kinds)]
+        for key in keys:
             cell.outputs += result_outputs(key, metas[key], results, verdicts.get(key))
-        cell.metadata["tags"] = ["remove-input"]
-        book.cells.append(cell)
+    append_unplaced(book, [key for key in order if placed[key] is None], results, metas, verdicts)
     return book
