@@ -44,6 +44,7 @@ from xmr_core.book.static import (
     FIGURES,
     figure_html,
     inline_html,
+    older_code_note,
     provenance_line,
     stale_note,
     static_notebook,
@@ -220,7 +221,8 @@ def results_page(results: Path, staged: Path, profile: str, verdicts: dict[str, 
         if note := stale_note(verdicts.get(key)):
             out += [":::{warning}", note, ":::", ""]
         if meta["kind"] == "figure":
-            out += [figure_html(key, meta.get("caption") or key, FIGURES), ""]
+            note = older_code_note(meta, verdicts.get(key), project_root())
+            out += [figure_html(key, meta.get("caption") or key, FIGURES, note), ""]
         else:
             csv = target.with_suffix(".csv")
             body = (result_table_html(csv, key, meta.get("caption") or key) if csv.is_file()

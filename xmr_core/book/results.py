@@ -268,15 +268,29 @@ def write_table(
     return base.with_suffix(".csv")
 
 
+def _png(fig: Any, dpi: int) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
 def write_figure(fig: Any, key: str, *, run: RunConfig, caption: str = "", dpi: int = 120) -> Path:
     """Write a matplotlib figure as `<results>/<key>.png` plus `.json` provenance."""
     _check_key(key)
     base = results_root(run) / key
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     meta = provenance(run, key, "figure", caption=caption)
-    _commit_files({base.with_suffix(".png"): buf.getvalue(), base.with_suffix(".json"): _json_bytes(meta)})
+    _commit_files({base.with_suffix(".png"): _png(fig, dpi), base.with_suffix(".json"): _json_bytes(meta)})
     write_index(results_root(run))
+    return base.with_suffix(".png")
+
+
+def rewrite_figure(fig: Any, key: str, results: Path, meta: dict[str, Any], dpi: int = 120) -> Path:
+    """Write `<results>/<key>.png` drawn anew and its `.json` as `meta` gives it: a figure redrawn from the committed
+    tables it shows (`xmr results restyle`) keeps the provenance of the notebook that computed them."""
+    _check_key(key)
+    base = results / key
+    _commit_files({base.with_suffix(".png"): _png(fig, dpi), base.with_suffix(".json"): _json_bytes(meta)})
+    write_index(results)
     return base.with_suffix(".png")
 
 

@@ -13,6 +13,11 @@ its provenance, and a warning where `xmr results check` finds it stale. The cell
 
 A code cell whose output a reader needs (`runner.shown_output`: it prints, or ends in a value) and that no committed
 result shows is folded under a note that its output is in the executed book (`fold_unseen_output`).
+
+An executed notebook's page shows its results the same way (`with_results`): in each cell that wrote results, the
+committed table or figure with its provenance in place of what the kernel drew; what the cell printed stays, its
+stderr (progress bars) folded (`tidy_streams`). A figure whose drawing code changed since it was drawn says so
+under its caption (`older_code_note`) until its notebook is executed again or `xmr results restyle` redraws it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from xmr_core.book.runner import Notebook, shown_output, written_keys
 from xmr_core.book.staleness import Verdict
 from xmr_core.book.tables import folded, result_table_html
+from xmr_core.config import project_root
 from xmr_core.sources import digest_bytes
 
 UNPLACED = "Results of this notebook whose cell is not known"
@@ -101,16 +107,44 @@ def result_outputs(key: str, meta: dict[str, Any], results: Path, verdict: Verdi
         body = _markdown_to_html("\n".join(lines)).replace("<table>", '<table class="table">')
         outputs.append(_html_output(f'<div class="xmr-result" style="overflow-x: auto">{body}</div>'))
     if base.with_suffix(".png").is_file():
-        outputs.append(_html_output(figure_html(key, meta.get("caption") or key, f"../{FIGURES}")))
+        note = older_code_note(meta, verdict, project_root())
+        outputs.append(_html_output(figure_html(key, meta.get("caption") or key, f"../{FIGURES}", note)))
     return outputs
 
 
-def figure_html(key: str, caption: str, figures: str) -> str:
+def figure_html(key: str, caption: str, figures: str, note: str | None = None) -> str:
     """A result's figure (`<figures>/<key>.png`, copied there by the book build) under its caption, with the
-    caption's words (Markdown code marks dropped) as its alt text."""
+    caption's words (Markdown code marks dropped) as its alt text; `note` (Markdown) a line of the caption after it."""
     alt = html.escape(caption.replace("`", "").replace("\n", " "), quote=True)
+    after = f'<br><span class="xmr-older-code">{inline_html(note)}</span>' if note else ""
     return (f'<figure class="xmr-figure"><img src="{figures}/{key}.png" alt="{alt}">'
-            f"<figcaption>{inline_html(caption)}</figcaption></figure>")
+            f"<figcaption>{inline_html(caption)}{after}</figcaption></figure>")
+
+
+def drawing_code(path: str) -> bool:
+    """Whether an `xmr_core` file (a path from the project root) holds code that draws figures: `viz.py` and the
+    chapter modules."""
+    return path == "xmr_core/viz.py" or path.startswith("xmr_core/chapters/")
+
+
+def older_code_note(meta: dict[str, Any], verdict: Verdict | None, root: Path) -> str | None:
+    """For a figure whose drawing code (`drawing_code`) changed since it was drawn (its stale verdict names the
+    files; a figure `xmr results restyle` redrew records their digests then, `restyled`), one Markdown sentence saying
+    so and when it is redrawn; else None."""
+    if verdict is None or verdict.status != "stale":
+        return None
+    redrawn = (meta.get("restyled") or {}).get("sources") or {}
+    changed = [p for p in verdict.changed if drawing_code(p) and (
+        p not in redrawn or not (root / p).is_file() or digest_bytes((root / p).read_bytes()) != redrawn[p])]
+    if not changed:
+        return None
+    notebook = Path(meta["notebook"])  # a stale verdict names a notebook
+    label = f"{notebook.parent.name}/{notebook.stem}"
+    commit = ((meta.get("restyled") or {}).get("git_commit") or meta.get("git_commit") or "-")[:12]
+    files = ", ".join(f"`{p}`" for p in changed)
+    return (f"Drawn by older code (commit `{commit}`): {files} changed since, so this figure may not show today's "
+            f"style. It is redrawn when `{notebook.as_posix()}` is next executed (`xmr book run {label}`), which needs that "
+            "notebook's trained models.")
 
 
 def place_results(cells: list[tuple[str, str]], metas: dict[str, dict[str, Any]]) -> dict[str, int | None]:
