@@ -15,7 +15,7 @@ Imported in IPython (a notebook), it makes every DataFrame the notebook shows th
 written one as the result it was written as (`book.display`).
 
 The paper's own numbers live in `xmr_core/paper_values/<chapter>.csv` (typed from the paper, with table
-and row) and are read with `paper_values(chapter)`; results are never typed by hand.
+and row) and are read with `xmr_core.reported.paper_values(chapter)`; results are never typed by hand.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from xmr_core.book.display import csv_bytes, remember, show_fitted_tables
 from xmr_core.claims import VERDICTS, Judgement, Verdict, judgements_frame
 from xmr_core.config import PROFILES, RunConfig, check_profile, project_root
 from xmr_core.io import remove_stale_temps, temp_beside
-from xmr_core.reported import PAPER_VALUES_DIR, paper_values  # noqa: F401 (re-exported)
 from xmr_core.runs.log import git_commit
 from xmr_core.runs.trace import tracing
 from xmr_core.sources import digest_bytes

@@ -63,7 +63,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from xmr_core.book.results import paper_values, write_figure, write_table
+from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
 from xmr_core.claims import CONFIDENCE, ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
@@ -108,6 +108,7 @@ from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
+from xmr_core.reported import paper_values
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
 from xmr_core.runs.tuning import Axis, TuningResult, tune_many, tuning_frame
 from xmr_core.viz import (
