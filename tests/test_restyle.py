@@ -33,7 +33,9 @@ def test_a_figure_is_redrawn_from_its_committed_table(tmp_path: Path) -> None:
     curves[curves["seed"] == curves["seed"].min()].to_csv(tmp_path / "hrem" / "fig7.csv", index=False)  # one seed left
     assert restyle.restyle(tmp_path, ["hrem/fig7"], ROOT) == ["hrem/fig7"]
     after = json.loads((tmp_path / "hrem" / "fig7.json").read_text())
-    assert {k: v for k, v in after.items() if k != "restyled"} == before  # the notebook's provenance, kept
+    kept = {k: v for k, v in before.items() if k != "restyled"}
+    assert {k: v for k, v in after.items() if k != "restyled"} == kept  # the notebook's provenance
+    assert after["restyled"]["created_utc"] > (before.get("restyled") or {}).get("created_utc", "")
     sources = after["restyled"]["sources"]
     assert set(sources) == {p for p in before["xmr_core_sources"] if p.startswith("xmr_core/chapters/") or
                             p == "xmr_core/viz.py"} and "xmr_core/viz.py" in sources  # its drawing code's
