@@ -90,11 +90,17 @@ def test_an_executed_page_shows_its_results_as_a_page_rendered_from_source(tmp_p
         "demo/fig": {"kind": "figure", "caption": "The demo's `curve`.", "profile": "cpu", "created_utc": "2",
                      "cell": digest_bytes(b"draw()")},
         "demo/other": {"kind": "table", "caption": "Written by a helper.", "profile": "cpu", "created_utc": "3"},
+        # a figure and a table of one key: one provenance, the table's, written by another cell
+        "demo/both": {"kind": "table", "caption": "Both.", "profile": "cpu", "created_utc": "4",
+                      "cell": digest_bytes(b"train()")},
     }
+    (results / "demo" / "both.png").write_bytes(b"\x89PNG both")
+    _wide().to_csv(results / "demo" / "both.csv", index=False)
     _wide().to_csv(results / "demo" / "other.csv", index=False)
     book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Demo"),
                                            nbformat.v4.new_code_cell(table_cell), nbformat.v4.new_code_cell("draw()"),
-                                           nbformat.v4.new_code_cell("train()")])
+                                           nbformat.v4.new_code_cell("train()"),
+                                           nbformat.v4.new_code_cell('write_figure(fig, "demo/both", run=run)')])
     book.cells[1].outputs = [
         nbformat.v4.new_output("stream", name="stdout", text="tuned\n"),
         _output("execute_result", **{"text/html": '<table class="dataframe"><td>nan</td></table>'}),
@@ -103,6 +109,7 @@ def test_an_executed_page_shows_its_results_as_a_page_rendered_from_source(tmp_p
     book.cells[3].outputs = [nbformat.v4.new_output("stream", name="stderr", text=t)
                              for t in ("\repoch 1: 10%", "\repoch 1: 100%\n", "\repoch 2: 50%", "\repoch 2: 100%\n")]
     book.cells[3].outputs.insert(1, nbformat.v4.new_output("stream", name="stdout", text="run 1 done\n"))
+    book.cells[4].outputs = [_output("display_data", **{"image/png": base64.b64encode(b"both").decode()})]
     page = static.with_results(book, results, metas, {})
 
     def html(cell: nbformat.NotebookNode) -> str:
@@ -121,6 +128,9 @@ def test_an_executed_page_shows_its_results_as_a_page_rendered_from_source(tmp_p
     assert html(progress).startswith("<details") and "(2 lines)" in html(progress)
     assert "epoch 1: 100%\nepoch 2: 100%" in html(progress) and "10%" not in html(progress)
     assert progress.outputs[1]["text"] == "run 1 done\n"
+    both = page.cells[4]  # shown where the figure was drawn, once
+    assert all("image/png" not in o.get("data", {}) for o in both.outputs) and 'alt="Both."' in html(both)
+    assert "demo/both" not in html(progress)
     assert static.UNPLACED in page.cells[-2].source and "results/demo/other" in html(page.cells[-1])
     json.dumps(page)  # still a notebook nbformat can write
     nbformat.validate(page)

@@ -322,10 +322,15 @@ def with_results(book: Any, results: Path, metas: dict[str, dict[str, Any]], ver
         if cell.cell_type == "code":
             tidy_streams(cell)
     placed = place_results([(cell.cell_type, cell.source) for cell in book.cells], metas)
+    for key in metas:  # a figure and a table of one key share one provenance, the last written's: the figure's cell
+        drew = [i for i, cell in enumerate(book.cells) if cell.cell_type == "code" and (results / f"{key}.png").is_file()
+                and re.search(r"""write_figure\([^\n]*["']""" + re.escape(key) + """["']""", cell.source)]
+        placed[key] = drew[0] if drew else placed[key]
     order = _order(metas)
     for index in sorted({i for i in placed.values() if i is not None}):
         keys = [k for k in order if placed[k] == index]
-        kinds = {"png" if metas[k].get("kind") == "figure" else "table" for k in keys}
+        kinds = {kind for k in keys for kind, suffixes in (("png", (".png",)), ("table", (".csv", ".md")))
+                 if any((results / f"{k}{suffix}").is_file() for suffix in suffixes)}  # a figure and its table: one key
         cell = book.cells[index]
         cell.outputs = [o for o in cell.outputs if not _shows(o, kinds)]
         for key in keys:
