@@ -6,6 +6,7 @@ stage, with its cost: `xmr_core.book.plan`), `xmr book run ... --jobs N` (batche
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
 `xmr results check [--results DIR]` (the results whose inputs changed since they were written), `xmr results restyle
 [FIGURE ...]` (figures drawn from committed tables, redrawn by today's code: `xmr_core.chapters.restyle`);
+`xmr claims recompute CHAPTER|CLAIM` (verdicts judged again from the committed run records: `book.recompute`);
 `xmr runs pack --profile P [-o FILE]`, `xmr runs unpack ARCHIVE`, `xmr runs ls [--profile P]` (the run archive:
 `xmr_core.runs.archive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
 results written)."""
@@ -77,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "notebook draws from tables it writes (from the committed tables)")
     restyle.add_argument("keys", nargs="*", help="figures (default: every one drawn from committed tables)")
     restyle.add_argument("--results", default="results", help="results folder (default results/)")
+    claims = sub.add_parser("claims", help="the claims' verdicts").add_subparsers(dest="action", required=True)
+    recompute = claims.add_parser("recompute", help="judge a chapter's claims (or one claim) again from the "
+                                  "committed run records alone and print each beside its committed judgement; exit "
+                                  "1 if any differs or none is bound to records")
+    recompute.add_argument("target", help="a chapter (pcme, 01_pcme) or a claim's key")
+    recompute.add_argument("--results", default="results", help="results folder (default results/)")
     runs = sub.add_parser("runs", help="the run cache and its archive").add_subparsers(dest="action", required=True)
     pack = runs.add_parser("pack", help="the runs a profile's executed notebooks load, with their inputs, into one "
                                         "archive")
@@ -147,6 +154,26 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
     return 0 if diff.print_diff(report, rev) else 1
 
 
+def claims_recompute(target: str, folder: str) -> int:
+    from pathlib import Path
+
+    from xmr_core.book import recompute
+    from xmr_core.config import project_root
+    from xmr_core.records import RecordError
+
+    root = project_root()
+    results = Path(folder) if Path(folder).is_absolute() else root / folder
+    try:
+        rows = recompute.recompute(target, results, root)
+    except (RecordError, KeyError, ValueError) as err:
+        raise SystemExit(f"xmr claims recompute: {err}") from None
+    if not rows:
+        print(f"xmr claims recompute: no claim of {target!r} is bound to run records under {results} "
+              f"(results/<chapter>/{recompute.BINDINGS.format(part='<notebook>')})", file=sys.stderr)
+        return 1
+    return 0 if recompute.print_recomputed(rows) else 1
+
+
 def runs_main(args: argparse.Namespace) -> int:
     from xmr_core.book import plan as bookplan
     from xmr_core.book import runner
@@ -204,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return results_check(args.results)
     if args.command == "runs":
         return runs_main(args)
+    if args.command == "claims":
+        return claims_recompute(args.target, args.results)
     if args.action == "list":
         runner.list_book()
         return 0
