@@ -48,25 +48,25 @@ def seeds_only(*per_seed: float, seeds: tuple[int, ...] = SEEDS, **kw: object) -
 
 
 def interval_by_hand(d: np.ndarray) -> tuple[float, float, float]:
-    """The seed-only interval of a paired effect over 3 seeds, derived by hand: the 2.5% and 97.5% percentiles
-    of the bootstrap mean of 3 values are their min and max (each all-equal resample has probability 1/27 >
-    2.5%), widened about the mean by t(2)/z * sqrt(3/2)."""
-    k = stats.t.ppf(0.975, 2) / stats.norm.ppf(0.975) * math.sqrt(3 / 2)
-    m = float(d.mean())
-    return m, m - k * (m - d.min()), m + k * (d.max() - m)
+    """The seed-only interval of a paired effect over n seeds, derived by hand: the paired t interval of the seed
+    differences, mean ± t(0.975, n-1) sd / sqrt(n)."""
+    m, half = float(d.mean()), stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    return m, m - half, m + half
 
 
 # ------------------------------------------------------------------------------ the interval, by hand
 
 
-def test_paired_seed_interval_is_the_widened_range_of_the_seed_differences() -> None:
+def test_paired_seed_interval_is_the_t_interval_of_the_seed_differences() -> None:
     a, b = np.array([52.0, 52.5, 53.0]), np.array([50.0, 50.5, 50.2])
     j = judge(spec("superiority"), {"A": seeds_only(*a), "B": seeds_only(*b)})
     effect, low, high = interval_by_hand(a - b)
-    assert (j.effect, j.low, j.high) == pytest.approx((effect, low, high))
+    assert j.effect == pytest.approx(effect)
+    # the standard error is the bootstrap's (2,000 resamples), within 2% of the exact one
+    assert (j.effect - j.low, j.high - j.effect) == pytest.approx((effect - low, high - effect), rel=0.02)
     assert (j.paired, j.noise, j.n_seeds, j.n_queries, j.verdict) == ("seed", "seeds", 3, 0, "held")
     flipped = judge(spec("superiority", "less"), {"A": seeds_only(*a), "B": seeds_only(*b)})
-    assert (flipped.effect, flipped.low, flipped.high) == pytest.approx((-effect, -high, -low))
+    assert (flipped.effect, flipped.low, flipped.high) == pytest.approx((-j.effect, -j.high, -j.low))
     assert flipped.verdict == "did not hold" and flipped.effect_of == "B − A"
 
 
@@ -360,8 +360,8 @@ def test_claims_page_and_table_show_effect_interval_counts_pairing_and_margin(tm
 
 def test_three_seed_intervals_cover_the_true_effect_at_about_their_level(monkeypatch: pytest.MonkeyPatch) -> None:
     # 200 runs of a null effect whose noise is mostly between seeds (sd 1; queries 0.1): a plain percentile
-    # bootstrap over 3 seeds covers 0 in about 77% of them (it cannot reach past the seeds' range); the
-    # expanded interval should come near its 95%
+    # bootstrap over 3 seeds covers 0 in about 77% of them (it cannot reach past the seeds' range); the t
+    # interval on the bootstrap's standard error should come near its 95%
     monkeypatch.setattr(claims, "N_RESAMPLES", 500)
     rng = np.random.default_rng(123)
     covered = 0

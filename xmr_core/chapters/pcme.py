@@ -48,6 +48,7 @@ from xmr_core.chapters.summary import (
 )
 from xmr_core.chapters.views import DATASET_NAMES, judge_viewed, missing_reason, missing_views, not_tested
 from xmr_core.claims import (
+    RUN_MEANS,
     ClaimSpec,
     Evidence,
     Judgement,
@@ -55,6 +56,7 @@ from xmr_core.claims import (
     judge,
     query_evidence,
     seed_evidence,
+    seed_only,
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
@@ -942,6 +944,7 @@ WORDS: dict[str, Words] = {
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
+TRAIN_CLAIMS = seed_only(TRAIN_CLAIMS, lambda s: RUN_MEANS)  # `train_judgements` reads `per_run_frame`'s scores
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
 
 
