@@ -616,7 +616,7 @@ def test_every_declared_claim_can_hold_and_fail():
 
 
 def test_paper_values_cover_tables_1_to_11():
-    from xmr_core.book.results import paper_values
+    from xmr_core.reported import paper_values
 
     paper = paper_values("hmrn")
     assert sorted(paper["table"].unique(), key=lambda t: int(t[5:])) == [f"table{i}" for i in range(1, 12)]

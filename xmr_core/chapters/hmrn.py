@@ -63,10 +63,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from xmr_core.book.results import paper_values, write_figure, write_table
+from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
 from xmr_core.claims import (
+    CONFIDENCE,
     RUN_MEANS,
     ClaimSpec,
     Evidence,
@@ -117,9 +118,18 @@ from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
+from xmr_core.reported import paper_values
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
 from xmr_core.runs.tuning import Axis, TuningResult, tune_many, tuning_frame
-from xmr_core.viz import RELEVANCE_CODE, attention_heat, heat_overlay, heatmap, retrieval_gallery, sweep_grid
+from xmr_core.viz import (
+    RELEVANCE_CODE,
+    attention_heat,
+    heat_overlay,
+    heatmap,
+    retrieval_gallery,
+    round_curves,
+    sweep_grid,
+)
 
 ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)  # `_cpu_eval_copy` returns what it is given
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
@@ -499,6 +509,21 @@ def ceiling_frame(per_run: pd.DataFrame, ceiling: Mapping[str, float], rounds: i
                         f"R@{k} % of ceiling": 100.0 * r[key] / ceiling[key]}
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def rounds_figure(tables: Mapping[str, pd.DataFrame], ours: str) -> Figure:
+    """R@1, R@5 and R@10 by round (`viz.round_curves`) from Tables 1-3 (`tables`: "table1".."table3", as written),
+    `ours` the data set's column label; seed intervals at the book's `CONFIDENCE`."""
+    return round_curves({"R@1": tables["table1"], "R@5": tables["table2"], "R@10": tables["table3"]}, ours,
+                        confidence=CONFIDENCE)
+
+
+def rounds_caption(dataset: str, n_seeds: int) -> str:
+    """The caption of `rounds_figure` on `dataset` with `n_seeds` seeds."""
+    return (f"R@1, R@5 and R@10 by round (HMRN Tables 1-3). Top: ours ({dataset}), mean over {n_seeds} seed(s) with "
+            f"its {CONFIDENCE:.0%} t interval shaded, the Bayes ceiling dashed. Bottom: the paper's values (Visual "
+            "Genome), markers where it gives them, in the same colour per model; grey: the paper's models not built "
+            "here.")
 
 
 def not_built_table() -> pd.DataFrame:

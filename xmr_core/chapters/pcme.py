@@ -37,7 +37,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.book.results import paper_values, write_figure
+from xmr_core.book.results import write_figure
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import (
     ceiling_share,
@@ -87,6 +87,7 @@ from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, unce
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.paper_words import Words, worded
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
+from xmr_core.reported import paper_values
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.viz import (
