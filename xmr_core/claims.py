@@ -32,11 +32,11 @@ Kinds (the effect is oriented so that > 0 favours the claim; `direction` "greate
     peak             models x1..xn, `peak` among them: the best of all   parts: ±(peak - x) for each other x
     universal        `pairs` ((a1, b1), ...): `each` kind holds for every pair   parts: the pairs
 
-The interval of the effect is a t interval at `CONFIDENCE` on its bootstrap standard error (`N_RESAMPLES` resamples,
-a fixed generator seed: deterministic): the variance from resampling the seeds, the queries, or each alone when both
-vary (crossed: the same resampled queries for every seed, since every seed scores the same test queries), each
-corrected to n/(n-1), with Welch-Satterthwaite degrees of freedom; over seed scores only it is the paired (Welch) t
-interval of the seeds. Sides share the resampled seeds when they have the same seeds and split (paired by seed),
+The interval of the effect is a t interval at `CONFIDENCE` on its bootstrap standard error: the variance of the
+effect from resampling the seeds alone and the queries alone (crossed: the same resampled queries for every seed,
+since every seed scores the same test queries), in closed form (the ideal bootstrap: deterministic, no resampling),
+each corrected by n/(n-1), with Welch-Satterthwaite degrees of freedom; over seed scores only it is the paired
+(Welch) t interval of the seeds. Sides share the resampled seeds when they have the same seeds and split (paired by seed),
 and the resampled queries when they score the same queries (paired by query). Verdicts (`VERDICTS`): held / did not hold when the interval excludes zero (or the margin) on one
 side; negligible when it lies inside ± the claim's smallest effect of interest (`ClaimSpec.smallest_effect`: the
 declared `sesoi`, else the metric family's, `family_sesoi`); otherwise inconclusive. Peak, trend and universal
@@ -112,8 +112,6 @@ PAIRWISE: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence")
 Pairing = Literal["seed+query", "seed", "query", "none"]
 
 CONFIDENCE = 0.95
-N_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
 CHANCE_Z = 3.0  # a run whose mean best rank is not this many standard errors better than chance collapsed
 
 
@@ -455,46 +453,12 @@ def _same_strata(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
-def _counts(rng: np.random.Generator, n_items: int, n_draws: int, resample: bool = True) -> np.ndarray:
-    """(n_draws, n_items) how often each item is drawn in each of `n_draws` resamples of `n_items` with
-    replacement (all ones when not `resample`)."""
-    if not resample:
-        return np.ones((n_draws, n_items))
-    idx = rng.integers(0, n_items, size=(n_draws, n_items)) + n_items * np.arange(n_draws)[:, None]
-    return np.bincount(idx.ravel(), minlength=n_draws * n_items).reshape(n_draws, n_items).astype(np.float64)
-
-
-def _query_counts(rng: np.random.Generator, e: Evidence, n_draws: int, resample: bool) -> np.ndarray:
-    """`_counts` of `e`'s queries, drawn within each stratum."""
-    if e.strata is None:
-        return _counts(rng, e.n_queries, n_draws, resample)
-    out = np.empty((n_draws, e.n_queries))
-    for h in np.unique(e.strata):
-        cols = np.flatnonzero(e.strata == h)
-        out[:, cols] = _counts(rng, len(cols), n_draws, resample)
-    return out
-
-
-def _crossed_means(sides: Sequence[Evidence], by_seed: bool, by_query: bool, n: int, rng: np.random.Generator,
-                   seeds: bool = True, queries: bool = True, chunk: int = 250) -> np.ndarray:
-    """(K, n) each side's mean under `n` two-level resamples: seeds and queries drawn with replacement, the
-    same query draw for every seed of a side (the seeds score the same test queries), within each stratum,
-    shared between sides when paired by seed / by query. `seeds` / `queries` False keeps that level as it is; a
-    side without per-query values resamples its seed scores."""
-    out = np.empty((len(sides), n))
-    for start in range(0, n, chunk):
-        b = min(chunk, n - start)
-        shared_s = _counts(rng, len(sides[0].seeds), b, seeds) if by_seed else None
-        shared_q = _query_counts(rng, sides[0], b, queries) if by_query else None
-        for k, e in enumerate(sides):
-            cs = shared_s if shared_s is not None else _counts(rng, len(e.seeds), b, seeds)  # (b, S)
-            if e.n_queries:
-                cq = shared_q if shared_q is not None else _query_counts(rng, e, b, queries)  # (b, Q)
-                per_seed = (cq * e.weights) @ e.values.T  # (b, S)
-            else:
-                per_seed = e.values[None, :]
-            out[k, start:start + b] = np.einsum("bs,bs->b", cs, per_seed) / cs.shape[1]
-    return out
+def _query_variance(e: Evidence, u: np.ndarray) -> float:
+    """The variance of sum_q w_q u_q (`e`'s query weights, `Evidence.weights`) when `e`'s queries are drawn with
+    replacement within each stratum: sum_h var_pop(u in h) / (H^2 n_h) over its H strata of n_h queries."""
+    strata = np.zeros(e.n_queries, dtype=np.int64) if e.strata is None else e.strata
+    _, inverse, sizes = np.unique(strata, return_inverse=True, return_counts=True)
+    return float(sum(np.var(u[inverse == h]) / (len(sizes) ** 2 * n) for h, n in enumerate(sizes)))
 
 
 def _standard_error(v_seed: float, n_seeds: int, v_query: float, n_queries: int) -> tuple[float, float]:
@@ -551,25 +515,31 @@ class _Boot:
         return hi
 
 
-def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.ndarray]) -> _Boot | str:
-    """The bootstrap (`_Boot`) of `statistic` (K side means (K, ...) -> (...)) over the sides, or why no interval
-    can be had: the variance of the effect from resampling the seeds alone (queries fixed) and the queries alone
-    (seeds fixed) with `_crossed_means`; over seeds only where a side has no per-query values, over one seed's
-    queries where every side has one seed."""
+def _interval(sides: Sequence[Evidence], coef: np.ndarray) -> _Boot | str:
+    """The bootstrap (`_Boot`) of the effect sum_k coef_k * (side k's mean), or why no interval can be had: the
+    variance of the effect under the crossed bootstrap (the seeds drawn with replacement, and the queries, one draw
+    for every seed of a side, within each stratum; shared between sides paired by seed / by query), from resampling
+    the seeds alone (the queries fixed) and the queries alone (the seeds fixed), each in closed form (the ideal
+    bootstrap, no resampling): var_pop over the seeds of the (paired) per-seed effect / S, and `_query_variance` of
+    the (paired) per-query effect averaged over the seeds. Over seeds only where a side has no per-query values,
+    over one seed's queries where every side has one seed."""
     by_seed, by_query = _pairing(sides)
     with_queries = all(e.n_queries > 1 for e in sides)
     one_seed = [i for i, e in enumerate(sides) if len(e.seeds) < 2]
     if one_seed and not with_queries:
         return "one seed and no per-query values: no interval can be had"
-    n_seeds, n_queries = min(len(e.seeds) for e in sides), min(e.n_queries for e in sides)
-    effect = float(statistic(np.array([e.per_seed.mean() for e in sides])))
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-
-    def variance(seeds: bool, queries: bool) -> float:
-        return float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, seeds, queries))))
-
-    v_seed = variance(True, False) if len(one_seed) < len(sides) else 0.0
-    v_query = variance(False, True) if with_queries else 0.0
+    weighted = list(zip(coef, sides))
+    effect = float(sum(c * e.per_seed.mean() for c, e in weighted))
+    if by_seed:
+        v_seed = float(np.var(sum(c * e.per_seed for c, e in weighted))) / len(sides[0].seeds)
+    else:
+        v_seed = sum(c ** 2 * float(np.var(e.per_seed)) / len(e.seeds) for c, e in weighted)
+    if not with_queries:
+        v_query = 0.0
+    elif by_query:
+        v_query = _query_variance(sides[0], sum(c * e.values.mean(0) for c, e in weighted))
+    else:
+        v_query = sum(c ** 2 * _query_variance(e, e.values.mean(0)) for c, e in weighted)
     paired: Pairing = "seed+query" if by_seed and by_query else "seed" if by_seed else "query" if by_query else "none"
     if not with_queries:
         noise = "seeds"
@@ -577,6 +547,7 @@ def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.nd
         noise = "queries (one seed: test sampling only)"
     else:
         noise = "seeds+queries" + (" (one seed for some: their training noise not covered)" if one_seed else "")
+    n_seeds, n_queries = min(len(e.seeds) for e in sides), min(e.n_queries for e in sides)
     return _Boot(effect, paired, noise, v_seed, n_seeds, v_query, n_queries)
 
 
@@ -586,13 +557,13 @@ def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.nd
 ALPHA = 1 - CONFIDENCE  # two-sided: each side of a 95% interval errs 2.5% of the time
 
 
-def _pairwise_statistic(spec: ClaimSpec) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
-    """The oriented effect of a pairwise claim as a function of the two side means (2, ...), and its description."""
+def _pairwise_effect(spec: ClaimSpec) -> tuple[np.ndarray, str]:
+    """The oriented effect of a pairwise claim as the coefficients (2,) of its two side means, and its description."""
     a, b = spec.models
     if spec.kind == "equivalence":
-        return (lambda m: m[0] - m[1]), f"{a} − {b}"
+        return np.array([1.0, -1.0]), f"{a} − {b}"
     sign = 1.0 if spec.direction == "greater" else -1.0
-    return (lambda m: sign * (m[0] - m[1])), (f"{a} − {b}" if sign > 0 else f"{b} − {a}")
+    return sign * np.array([1.0, -1.0]), (f"{a} − {b}" if sign > 0 else f"{b} − {a}")
 
 
 def _decide(spec: ClaimSpec, boot: _Boot, comparisons: int = 1) -> tuple[Verdict, str, float]:
@@ -733,8 +704,8 @@ def _pairwise(spec: ClaimSpec, evidence: Mapping[str, Evidence], comparisons: in
     if unconverged or collapsed:
         return Judgement(spec, "not tested", reason=_unsound_reason(unconverged, collapsed, evidence),
                          unconverged=unconverged, collapsed=collapsed, **counts)
-    statistic, effect_of = _pairwise_statistic(spec)
-    boot = _interval(sides, statistic)
+    coef, effect_of = _pairwise_effect(spec)
+    boot = _interval(sides, coef)
     if isinstance(boot, str):
         return Judgement(spec, "not tested", effect_of=effect_of, reason=boot, **counts)
     outcome, reason, p = _decide(spec, boot, comparisons)
