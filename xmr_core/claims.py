@@ -336,9 +336,9 @@ class ClaimSpec:
     reading: str = ""
     stronger_than_paper: str = ""  # a test harder than the words, kept as the book's own claim: why ("": none)
     margin_from: Margin | None = None  # where the margin comes from; sets `margin` (docs/claims.md, Margins)
-    # Why the chapter judges the claim on seed scores only, without per-query values (docs/claims.md, "Seed scores
-    # only"): its metric is not a mean over queries, or its per-query values are not kept where it is judged
-    # (`RUN_MEANS`); "" where it is judged on per-query values. Set by `seed_only`.
+    # Why a judgement of the claim rests on seed scores only, without per-query values, where it does (docs/claims.md,
+    # "Seed scores only"): its metric is not a mean over queries, or its per-query values were not kept where it was
+    # judged (`RUN_MEANS`); "" where it is judged on per-query values. Set by `seed_only`.
     seed_only: str = ""
 
     def __post_init__(self) -> None:
@@ -388,8 +388,8 @@ class ClaimSpec:
 
 
 # The reason of a claim judged on seed scores only whose metric is a mean over queries (`ClaimSpec.seed_only`).
-RUN_MEANS = ("a mean over queries, but where the claim is judged the chapter keeps each run's score only: its "
-             "per-query values need the runs' test scores, which ride with the retrain's run records (issue 76)")
+RUN_MEANS = ("a mean over queries, judged where the chapter had each run's score only: its per-query values need the "
+             "runs' test scores, which the run records carry (issue 76; the retrain records them)")
 
 
 def seed_only(specs: Sequence[ClaimSpec], why: Callable[[ClaimSpec], str]) -> list[ClaimSpec]:

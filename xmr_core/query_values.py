@@ -61,10 +61,11 @@ def _summary(st: metrics.RankingStats, ks: Sequence[int], with_ap: bool, mask: n
 
 
 def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "full",
-                    ks: Sequence[int] = metrics.RSUM_KS) -> dict[str, float]:
+                    ks: Sequence[int] = metrics.RSUM_KS, by_level: bool = True) -> dict[str, float]:
     """Every metric of a scoring's views under `protocol`, keyed and averaged over folds as
-    `evaluate.evaluate_scores` keys and averages them (R@1/5/10 always; the t2i breakdown per caption level; PMRP;
-    rSum with the instance view; mAP@R where the record keeps AP@R)."""
+    `evaluate.evaluate_scores` keys and averages them (R@1/5/10 always; the t2i breakdown per caption level unless
+    not `by_level`, as for a split without caption levels: a small fold may lack a level; PMRP; rSum with the
+    instance view; mAP@R where the record keeps AP@R)."""
     sp, all_ks = ev.split, tuple(sorted(set(ks) | set(metrics.RSUM_KS)))
     blocks = [b for b in ev.scorings[scoring].blocks if b[0] == protocol]
     if not blocks:
@@ -81,7 +82,7 @@ def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "f
                 st = block_stats(ev, scoring, block, rows)
                 kept = ev.scorings[scoring].blocks[block].ap_at_r is not None
                 out.update({f"{view}/{direction}/{k}{suffix}": v for k, v in _summary(st, all_ks, kept).items()})
-                if direction == "t2i" and sp.caption_level is not None and view != "plausible":
+                if by_level and direction == "t2i" and sp.caption_level is not None and view != "plausible":
                     levels = sp.caption_level[rows]
                     for code in dict.fromkeys(levels.tolist()):  # levels in order of first appearance
                         out.update({f"{view}/t2i@{sp.levels[code]}/{k}": v

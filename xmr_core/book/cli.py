@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "committed run records alone and print each beside its committed judgement; exit "
                                   "1 if any differs or none is bound to records")
     recompute.add_argument("target", help="a chapter (pcme, 01_pcme) or a claim's key")
-    recompute.add_argument("--results", default="results", help="results folder (default results/)")
+    recompute.add_argument("--results", default="results", help="results folder (default results/; its records: "
+                           "runs/records/ of the project, or beside any other results folder, e.g. smoke's "
+                           "book/_build/smoke/results)")
     runs = sub.add_parser("runs", help="the run cache and its archive").add_subparsers(dest="action", required=True)
     pack = runs.add_parser("pack", help="the runs a profile's executed notebooks load, with their inputs, into one "
                                         "archive")
@@ -158,13 +160,13 @@ def claims_recompute(target: str, folder: str) -> int:
     from pathlib import Path
 
     from xmr_core.book import recompute
+    from xmr_core.book.results import records_home
     from xmr_core.config import project_root
     from xmr_core.records import RecordError
 
-    root = project_root()
-    results = Path(folder) if Path(folder).is_absolute() else root / folder
+    results = Path(folder) if Path(folder).is_absolute() else project_root() / folder
     try:
-        rows = recompute.recompute(target, results, root)
+        rows = recompute.recompute(target, results, records_home(results))
     except (RecordError, KeyError, ValueError) as err:
         raise SystemExit(f"xmr claims recompute: {err}") from None
     if not rows:

@@ -73,6 +73,15 @@ def results_root(run: RunConfig) -> Path:
     return root
 
 
+def records_home(results: Path) -> Path:
+    """The folder whose `runs/records/<profile>/` holds the run records of the results folder `results`
+    (`runs.record.records_root`): the project for the committed book's results (`results/` and the folders in it),
+    else the results folder's parent (smoke: `book/_build/smoke`; a test's temporary folder), so that smoke never
+    writes records into the repository's `runs/records/`."""
+    results, committed = results.resolve(), (project_root() / CPU_RESULTS_DIR).resolve()
+    return project_root() if results == committed or committed in results.parents else results.parent
+
+
 def own_result_files(root: Path) -> list[Path]:
     """Every provenance `.json` of the results folder `root` (`<chapter>/**/<name>.json`), sorted, without those of
     the other profiles' folders nested in it (`<root>/<profile>/...`, `results_folder`)."""
