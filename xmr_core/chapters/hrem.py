@@ -1065,7 +1065,7 @@ WORDS: dict[str, Words] = {
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
 # The ablate.py claims judged on seed scores only (`fig7_evidence`, `table4_evidence`, `speed_evidence`), and why.
-PER_SEED_SUBSETS = ("its hard (infrequent) queries are chosen per seed, by that seed's VSE++: the seeds score different "
+PER_SEED_SUBSETS = ("the hard (infrequent) queries are chosen per seed, by that seed's VSE++: the seeds score different "
                     "queries, so no column of per-query values would be one query across seeds (one subset for every "
                     "seed, and the runs' scores, ride with the retrain, issue 76)")
 ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: {
