@@ -443,19 +443,25 @@ def train_and_score(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, Tu
                                                              for name, request in requests.items()]
                                + [request_single(data, tuned, enc, run, seed)]], run))
     share = (time.perf_counter() - t0) / max(len(seeds) * (len(requests) + 1), 1)  # `wall s`: a run's share
-    for seed in seeds:
+    models, singles = [], []  # in the requests' order: each seed's models, then its single-query VSE0
+    for _ in seeds:
+        models += [next(trained) for _ in requests]
+        singles.append(next(trained))
+    scored = iter(score_trained(score_rounds, models, test, vocab, device))  # cached, or side by side
+    fused = {fusion: iter(score_trained(score_rounds, singles, test, vocab, device, fusion))
+             for fusion in ("scores", "ranks")}
+    for seed, (_, single) in zip(seeds, singles):
         converged = {}
         for name in requests:
-            model, result = next(trained)
+            result, scores[name, seed] = next(scored)
             fits.append(fit_row(name, seed, tuned[name], result, share))
-            scores[name, seed], converged[name] = score_rounds(model, test, vocab, device), result.converged
+            converged[name] = result.converged
             per_run.append(run_row(name, seed, result.converged, scores[name, seed]))
         scores[ENSEMBLE, seed] = ensemble_scores(scores[IT, seed], scores[TI, seed])
         per_run.append(run_row(ENSEMBLE, seed, converged[IT] and converged[TI], scores[ENSEMBLE, seed]))
-        single, result = next(trained)
-        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], result, share))
+        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], single, share))
         for label, fusion in ((ROUND_MEAN, "scores"), (RANK_FUSION, "ranks")):
-            scores[label, seed] = score_rounds(single, test, vocab, device, fusion=fusion)
+            result, scores[label, seed] = next(fused[fusion])
             per_run.append(run_row(label, seed, result.converged, scores[label, seed]))
     return pd.DataFrame(per_run), pd.DataFrame(fits), scores
 
