@@ -22,6 +22,8 @@ from xmr_core.losses import contrastive_hinge, distance_weighted_triplet, distan
 from xmr_core.methods.base import in_batch_positives
 from xmr_core.methods.hrem import (
     HREM,
+    LENGTH_GROUP,
+    LENGTH_STEP,
     AssociationGraph,
     FragmentRelation,
     Fragments,
@@ -494,6 +496,23 @@ def test_retrieval_is_the_dot_product_of_base_embeddings_and_needs_no_batch() ->
         for p in [*model.relation_layers.parameters(), *model.inter_relevance.parameters()]:
             p.add_(1.0)
         torch.testing.assert_close(model.score(model.encode_images(batch), model.encode_captions(batch)), scores)
+
+
+def test_test_time_captions_in_length_groups_give_the_whole_batch_embeddings_bit_for_bit() -> None:
+    """`encode_captions` at test time runs Eq. (3) on groups of similar length cut to a multiple of LENGTH_STEP
+    words: every u equals the whole padded batch's (`caption_fragments`), short and long captions mixed in random
+    order, more captions than a group, a batch longer than LENGTH_STEP."""
+    model = _model(heads=2).eval()
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(1, 14, (3 * LENGTH_GROUP + 5,), generator=g)  # mostly short, as captions are
+    lengths[[7, 20, 50, 51]] = torch.tensor([41, 30, 17, 16])
+    tokens = torch.randint(2, len(VECTORS), (len(lengths), 41), generator=g)
+    tokens[torch.arange(41)[None, :] >= lengths[:, None]] = 0
+    batch = {"tokens": tokens, "lengths": lengths}
+    with torch.no_grad():
+        grouped, whole = model.encode_captions(batch), model.caption_fragments(batch).emb
+    assert torch.equal(grouped, whole)
+    assert int(lengths.sort().values[LENGTH_GROUP - 1]) <= LENGTH_STEP < 41  # the shortest group is cut
 
 
 # ------------------------------------------------------------------------------- training

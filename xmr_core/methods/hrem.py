@@ -111,6 +111,8 @@ Mechanism = Literal["fusion", "standalone"]
 Negatives = Literal["hardest", "distance_weighted"]
 KMEANS_ITERATIONS = 25
 EMBED_BATCH = 256  # images per batch when the training split is embedded for k-means
+LENGTH_GROUP = 32  # captions per group of similar length when captions are embedded at test time
+LENGTH_STEP = 16  # a group's padded length is a multiple of this (of the CPU's float vectors: the same sums)
 
 
 @dataclass
@@ -497,8 +499,21 @@ class HREM(TwoTower):
         return self.image_fragments(batch).emb
 
     def encode_captions(self, batch: dict[str, Tensor]) -> Tensor:
-        """u (B, d), Eq. (3): no other sample is read."""
-        return self.caption_fragments(batch).emb
+        """u (B, d), Eq. (3): no other sample is read. At test time on the CPU (no dropout) the text encoder reads
+        the whole batch, then Eq. (3) runs on groups of captions of similar length, each cut to its longest caption
+        rounded up to `LENGTH_STEP` words (padding is at the end): the word attention costs what the group's words
+        cost, not the batch's longest caption's, and each caption's u is the same bit for bit (the CPU kernels'
+        sums see the same lanes; `tests/test_hrem.py`)."""
+        if self.training or self.text_fc.weight.device.type != "cpu":
+            return self.caption_fragments(batch).emb
+        features = self.text_encoder(batch)
+        lengths = features.mask.sum(1)
+        emb = features.local.new_empty(len(lengths), self.config.embed_dim)
+        for group in lengths.argsort(stable=True).split(LENGTH_GROUP):
+            width = min(features.mask.shape[1], LENGTH_STEP * math.ceil(int(lengths[group].max()) / LENGTH_STEP))
+            words = self.text_fc(features.local[group, :width])  # C of the group (G, width, d)
+            emb[group] = self.text_relation(words, features.mask[group, :width])
+        return emb
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Fragments, Fragments]:
         """Training: both sides with their fragments, what `loss` needs for the association graph."""
