@@ -13,10 +13,13 @@ from xmr_core.runs import log as runlog
 # (`optim.ForeachAdamP`, issue 74), the paper profile's folds by image, views per data set, features on the device
 # and trunk keys by weights (issues 71, 77). The runs behind the committed results were lost with their machines
 # before these changes, so no cached run is invalidated that exists; the retrain trains on these sources.
-# Then HREM's cheaper steps (issue 74; hrem.py edited, every run's result bit for bit the same, measured on the bench's
-# HREM fusion run: same best score and weights' fingerprint after 2 epochs): fragment matching on the real words only,
-# test-time captions embedded in groups of similar length.
-BOOK_TRAINING_SOURCE = "04adb4fe21c6a8e4d7bb01500d78396a73d9399b07b426e37a7ff53a2b475b22"
+# Changed again before the retrain by issue 74's faster scoring: SCAN's scores in caption-length blocks from one
+# matrix product (its training scores too: the same up to float reordering), HMRN's last reasoning step computing
+# only the global node it outputs (the same up to float reordering), and `fit`'s validation loaders built once a
+# run (validation faster, the same numbers bit for bit). Then by HREM's cheaper steps (issue 74; every HREM run's
+# result bit for bit the same, measured on the bench's HREM fusion run: the same best score and weights' fingerprint
+# after 2 epochs): fragment matching on the real words only, test-time captions embedded in groups of similar length.
+BOOK_TRAINING_SOURCE = "e0702986d57d7a30f1b44b9004cbdf23bf6c156f19243ae7cf5f25bef42d9ee9"
 
 
 def test_the_training_sources_are_those_the_cpu_book_was_trained_by() -> None:
