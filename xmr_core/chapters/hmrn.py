@@ -66,7 +66,17 @@ from torch.utils.flop_counter import FlopCounterMode
 from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
-from xmr_core.claims import CONFIDENCE, ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
+from xmr_core.claims import (
+    CONFIDENCE,
+    RUN_MEANS,
+    ClaimSpec,
+    Evidence,
+    Judgement,
+    detect_collapse,
+    judge,
+    seed_evidence,
+    seed_only,
+)
 from xmr_core.config import RunConfig, budget, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import image_loader, query_loader
@@ -1124,6 +1134,10 @@ WORDS: dict[str, Words] = {
         "HMRN I-T at alpha = beta = 0.4 above every other (alpha, beta) the run has, on Avg. R@Sum."),
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS = worded(TRAIN_CLAIMS, WORDS), worded(ABLATE_CLAIMS, WORDS)
+# ablate.py reads train.py's rows from its per-seed table, without their scores (`ablate_judgements`): a claim comparing
+# one of them is judged on seed scores only.
+TRAIN_ROWS = (T6_TI, T6_IT, *TABLE7_FULL, *TABLE9_FULL, BIGRU)
+ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: RUN_MEANS if set(s.compared) & set(TRAIN_ROWS) else "")
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS
 LEVEL_OFF = {f"f6-tau-levels-off-{LOCAL[m]}": m for m in MODELS}  # judged on every tau above 40 the run has
 
