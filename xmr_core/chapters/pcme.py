@@ -325,11 +325,13 @@ def record_models(runs: Sequence[tuple[str, int, int]], trained: TrainedModels, 
         model, result, t = trained.models[key], trained.results[key], tuned[name]
         facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
         folds = [v for v in TABLE3_FOLD_VIEWS if v in data.test.views()]
-        scorings = {"default": Scoring()} | (unseen_scorings(model) if data.test_unseen is data.test else {})
-        test = recorded(model, result, seed, data.test, data.vocab, scorings, run, fold_views=folds, tuning=facts)
-        unseen = test if data.test_unseen is data.test else recorded(
-            model, result, seed, data.test_unseen, data.vocab, unseen_scorings(model), run, tuning=facts) \
-            if "class" in data.test_unseen.views() else None
+        same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
+        # one split (CUB): the default scoring covers every view, the other similarities add the class view
+        others = {m: s for m, s in unseen_scorings(model).items() if m != "default"} if same and has_class else {}
+        test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | others, run,
+                        fold_views=folds, tuning=facts)
+        unseen = None if not has_class else test if same else recorded(
+            model, result, seed, data.test_unseen, data.vocab, unseen_scorings(model), run, tuning=facts)
         out[key] = RecordedRun(test, unseen)
     return out
 
