@@ -16,8 +16,8 @@ from test_metrics import reference
 
 from xmr_core import evaluate as E
 from xmr_core import records as R
-from xmr_core.query_values import QueryMetric, query_values, round_metrics, scoring_metrics
-from xmr_core.run_evaluation import Scoring, evaluate_run
+from xmr_core.query_values import RANK_KEYS, QueryMetric, query_values, round_metrics, scoring_metrics
+from xmr_core.run_evaluation import RANK_VIEWS, Scoring, evaluate_run
 from xmr_core.runs.record import read_run_record, run_record, write_run_record
 from xmr_core.similarity import FastReranker
 
@@ -36,10 +36,16 @@ def evaluation(run):
                         scorings={"default": Scoring(), "FR": Scoring(rerank=FR, rerank_name="FR", views=("instance",))})
 
 
-def assert_same_metrics(got: dict[str, float], want: dict[str, float], ap_views: tuple[str, ...] | None = None) -> None:
-    """Every key equal (mAP@R only of `ap_views`, None: all); exact but for AP@R (float32 in the record) and the
-    float means of tiny folds."""
-    want = {k: v for k, v in want.items() if ap_views is None or "mAP@R" not in k or k.split("/")[0] in ap_views}
+def assert_same_metrics(got: dict[str, float], want: dict[str, float], ap_views: tuple[str, ...] | None = None,
+                        rank_views: tuple[str, ...] | None = None) -> None:
+    """Every key equal (mAP@R only of `ap_views`, R@K, medR and meanR only of `rank_views`; None: all); exact but for
+    AP@R (float32 in the record) and the float means of tiny folds."""
+    def kept(key: str) -> bool:
+        view, metric = key.split("/")[0], key.split("/")[-1].partition("_zeta")[0]
+        return ((ap_views is None or metric != "mAP@R" or view in ap_views) and
+                (rank_views is None or not metric.startswith(RANK_KEYS) or view in rank_views))
+
+    want = {k: v for k, v in want.items() if kept(k)}
     assert set(got) == set(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
@@ -47,8 +53,11 @@ def assert_same_metrics(got: dict[str, float], want: dict[str, float], ap_views:
 
 def test_means_over_queries_are_evaluate_models_metrics(run, evaluation):
     model, _ = run
-    kept = ("instance",)  # by default AP@R and the COCO 1K protocol in the instance view only
-    assert_same_metrics(scoring_metrics(evaluation), E.evaluate_model(model, TEST, VOCAB), kept)
+    kept = ("instance",)  # by default AP@R and the COCO 1K protocol in the instance view only, best ranks but in the
+    # plausible view
+    assert_same_metrics(scoring_metrics(evaluation), E.evaluate_model(model, TEST, VOCAB), kept, RANK_VIEWS)
+    assert "plausible/i2t/R@1_zeta0" not in scoring_metrics(evaluation) and "plausible/i2t/PMRP" in scoring_metrics(
+        evaluation) and "class/t2i/meanR" in scoring_metrics(evaluation)
     assert_same_metrics(scoring_metrics(evaluation, protocol="coco1k"),
                         E.evaluate_model(model, TEST, VOCAB, protocol="coco1k", views=["instance"]))
     assert_same_metrics(scoring_metrics(evaluation, "FR"), E.evaluate_model(model, TEST, VOCAB, views=["instance"],
@@ -58,7 +67,7 @@ def test_means_over_queries_are_evaluate_models_metrics(run, evaluation):
     assert len(blocks) == 2 * (3 + 3) + 2 and ("full", "plausible/zeta2", "t2i") in blocks
     assert set(evaluation.scorings["FR"].blocks) == {(p, "instance", d) for p in ("full", "coco1k") for d in ("i2t", "t2i")}
     # everything kept: every key of evaluate_model, under both protocols
-    whole = evaluate_run(model, TEST, VOCAB, fold_views=None, ap_views=None)
+    whole = evaluate_run(model, TEST, VOCAB, fold_views=None, ap_views=None, rank_views=None)
     assert_same_metrics(scoring_metrics(whole), E.evaluate_model(model, TEST, VOCAB))
     assert_same_metrics(scoring_metrics(whole, protocol="coco1k"), E.evaluate_model(model, TEST, VOCAB,
                                                                                     protocol="coco1k"))
@@ -93,7 +102,8 @@ def test_each_querys_values_are_a_brute_force_rankings(ties):
     split = viewed_split(n=15, per=4, seed=int(ties))
     rng = np.random.default_rng(5)
     table = torch.from_numpy(rng.integers(0, 3, (15, 60)).astype(np.float32) if ties else rng.standard_normal((15, 60)))
-    ev = evaluate_run(TableModel(table), split, loaders=table_loaders(split), precision_ks=(3,), ap_views=None)
+    ev = evaluate_run(TableModel(table), split, loaders=table_loaders(split), precision_ks=(3,), ap_views=None,
+                      rank_views=None)
     for view in ("instance", "class", "exact", "plausible/zeta1"):
         for direction, scores in (("i2t", table.numpy()), ("t2i", table.numpy().T)):
             name, _, zeta = view.partition("/zeta")
@@ -129,6 +139,8 @@ def test_query_values_average_to_the_metrics(evaluation):
         query_values(evaluation, QueryMetric("R-P", "plausible"))
     with pytest.raises(KeyError, match="no AP@R in the class view"):
         query_values(evaluation, QueryMetric("mAP@R", "class"))
+    with pytest.raises(KeyError, match="no best ranks in the plausible view"):
+        query_values(evaluation, QueryMetric("R@1_zeta1", "plausible"))
 
 
 def test_record_round_trips_deterministically(run, evaluation, tmp_path):
@@ -149,6 +161,11 @@ def test_record_round_trips_deterministically(run, evaluation, tmp_path):
     with np.load(path) as npz:
         assert npz["default/full/instance/t2i/best_rank"].dtype == np.uint8
         assert npz["default/full/instance/t2i/ap_at_r"].dtype == np.float32
+        # the plausible view keeps its hit counts (R-P per ζ, PMRP), not its best ranks (`RANK_VIEWS`)
+        assert "default/full/plausible/zeta1/i2t/rp_hits" in npz.files
+        assert "default/full/plausible/zeta1/i2t/best_rank" not in npz.files
+    with zipfile.ZipFile(path) as zf:
+        assert {info.compress_type for info in zf.infolist()} == {zipfile.ZIP_LZMA}
 
 
 def _rewrite(path: Path, change) -> None:
@@ -180,7 +197,7 @@ def test_a_damaged_record_is_a_one_line_error_naming_file_and_field(run, evaluat
         header["format"] = R.RECORD_FORMAT + 1
 
     for change, match in ((nan, f"field '{field}' has a NaN"), (short, "best_rank' is uint8 \\[99\\], expected"),
-                          (newer, "format 2, this code reads format 1")):
+                          (newer, f"format {R.RECORD_FORMAT + 1}, this code reads format {R.RECORD_FORMAT}")):
         path.write_bytes(good)
         _rewrite(path, change)
         with pytest.raises(R.RecordError, match=match) as err:
