@@ -57,13 +57,16 @@ def _view(block: Block) -> tuple[str, str]:
 RANK_KEYS = ("R@", "medR", "meanR")  # the metrics of best ranks
 
 
-def _summary(st: metrics.RankingStats, ks: Sequence[int], kept: QueryStats, mask: np.ndarray | None = None
-             ) -> dict[str, float]:
+def _summary(st: metrics.RankingStats, ks: Sequence[int], kept: QueryStats, top: int | None,
+             mask: np.ndarray | None = None) -> dict[str, float]:
     """`RankingStats.summary`, without mAP@R where the record keeps no AP@R, nor R@K, medR and meanR where it keeps
-    no best ranks (`kept`: the block's values)."""
-    got = st.summary(ks, mask)
-    return {k: v for k, v in got.items() if (kept.ap_at_r is not None or k != "mAP@R")
-            and (kept.best_rank is not None or not k.startswith(RANK_KEYS))}
+    no best ranks (`kept`: the block's values), nor medR, meanR and R@K beyond `top` where its ranks stop there."""
+    def known(key: str) -> bool:
+        if not key.startswith(RANK_KEYS):
+            return kept.ap_at_r is not None or key != "mAP@R"
+        return kept.best_rank is not None and (top is None or (key.startswith("R@") and int(key[2:]) <= top))
+
+    return {k: v for k, v in st.summary(ks, mask).items() if known(k)}
 
 
 def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "full",
@@ -87,12 +90,13 @@ def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "f
                 view, suffix = _view(block)
                 st = block_stats(ev, scoring, block, rows)
                 kept = ev.scorings[scoring].blocks[block]
-                out.update({f"{view}/{direction}/{k}{suffix}": v for k, v in _summary(st, all_ks, kept).items()})
+                out.update({f"{view}/{direction}/{k}{suffix}": v
+                            for k, v in _summary(st, all_ks, kept, ev.rank_top).items()})
                 if by_level and direction == "t2i" and sp.caption_level is not None and view != "plausible":
                     levels = sp.caption_level[rows]
                     for code in dict.fromkeys(levels.tolist()):  # levels in order of first appearance
                         out.update({f"{view}/t2i@{sp.levels[code]}/{k}": v
-                                    for k, v in _summary(st, all_ks, kept, levels == code).items()})
+                                    for k, v in _summary(st, all_ks, kept, ev.rank_top, levels == code).items()})
             if zetas:
                 out[f"plausible/{direction}/PMRP"] = float(np.mean([out[f"plausible/{direction}/R-P{z}"]
                                                                     for z in zetas]))
@@ -195,6 +199,10 @@ def _block_values(ev: Evaluation, metric: QueryMetric, direction: str, rows: sli
         return 100.0 * st.precision_at[k].numpy()
     if not np.isfinite(st.best_rank.numpy()).all():
         raise KeyError(f"QueryMetric: the record keeps no best ranks in the {view} view (`run_evaluation.RANK_VIEWS`)")
+    needs = max(metrics.RSUM_KS) if base == "rsum" else int(base[2:]) if base.startswith("R@") else None
+    if ev.rank_top is not None and (needs is None or needs > ev.rank_top):
+        raise KeyError(f"QueryMetric: the record keeps best ranks up to {ev.rank_top} only (`run_evaluation.RANK_TOP`)"
+                       f": no {base}")
     return _rank_value(base, st.best_rank.numpy(), len(metric.directions))
 
 

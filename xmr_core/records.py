@@ -36,7 +36,8 @@ import numpy as np
 
 from xmr_core.io import atomic_write_bytes
 
-RECORD_FORMAT = 2  # 2: LZMA members, best ranks only where the evaluation kept them (`run_evaluation.RANK_VIEWS`)
+RECORD_FORMAT = 2  # 2: LZMA members, best ranks only where the evaluation kept them (`run_evaluation.RANK_VIEWS`),
+# up to its `rank_top`
 Block = tuple[str, str, str]  # (protocol, view, direction); a plausible view per ζ: "plausible/zeta{ζ}"
 Fold = tuple[int, int, int, int]  # images [i0, i1) and captions [c0, c1) of one fold
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every member's timestamp: the same record gives the same bytes
@@ -130,11 +131,14 @@ class Scored:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A run scored once on its test split: the split's queries, every scoring by name, the embedding's seconds."""
+    """A run scored once on its test split: the split's queries, every scoring by name, the embedding's seconds, and
+    `rank_top`: best ranks above it are kept as rank_top + 1 ("beyond"; R@K up to it exact, medR and meanR not
+    kept), None: exact ranks."""
 
     split: SplitQueries
     scorings: dict[str, Scored]
     embed_seconds: float = 0.0
+    rank_top: int | None = None
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,7 @@ def _record_header(record: RunRecord) -> dict[str, Any]:
     return {"kind": "run record", "format": RECORD_FORMAT, "key": record.key, "name": record.name,
             "method": record.method, "config": record.config, "train": record.train, "fit": record.fit,
             "tuning": record.tuning, "timings": record.timings, "embed_seconds": ev.embed_seconds,
+            "rank_top": ev.rank_top,
             "split": {"fingerprint": ev.split.fingerprint, "name": ev.split.name, "file": ev.split.relative,
                       "n_images": ev.split.n_images, "n_captions": ev.split.n_captions},
             "scorings": {name: {"options": s.options, "rerank": s.rerank, "collapse": s.collapse,
@@ -349,7 +354,7 @@ def read_record(path: str | Path, splits: dict[Path, SplitQueries] | None = None
     header, arrays = _unpack(path, "run record")
     splits = {} if splits is None else splits
     try:
-        sp = header["split"]
+        sp, top = header["split"], header["rank_top"]
         file = path.parent / sp["file"]
         split = splits[file] = splits[file] if file in splits else read_split(file)
         if split.fingerprint != sp["fingerprint"] or (split.n_images, split.n_captions) != (sp["n_images"],
@@ -364,14 +369,15 @@ def read_record(path: str | Path, splits: dict[Path, SplitQueries] | None = None
                 if b not in split.n_positives:
                     raise RecordError(f"{path}: field {name}/{block_name(b)}: a block its split file has not")
                 q, gallery = (split.n_queries(b[2]),), split.gallery(b[2])
+                highest = gallery if top is None else min(gallery, int(top) + 1)
                 prefix = f"{name}/{block_name(b)}"
                 hits = _expect(path, f"{prefix}/rp_hits", arrays.get(f"{prefix}/rp_hits", np.empty(0)), q)
                 # best ranks and AP@R where the evaluation kept them (the header lists them)
                 rank, ap = arrays.get(f"{prefix}/best_rank"), arrays.get(f"{prefix}/ap_at_r")
                 rank = None if rank is None else _expect(path, f"{prefix}/best_rank", rank, q)
                 ap = None if ap is None else _expect(path, f"{prefix}/ap_at_r", ap, q, "f")
-                if rank is not None and (int(rank.min(initial=1)) < 1 or int(rank.max(initial=1)) > gallery):
-                    raise RecordError(f"{path}: field {prefix + '/best_rank'!r} has a rank outside 1..{gallery}")
+                if rank is not None and (int(rank.min(initial=1)) < 1 or int(rank.max(initial=1)) > highest):
+                    raise RecordError(f"{path}: field {prefix + '/best_rank'!r} has a rank outside 1..{highest}")
                 at_k = {int(k): _expect(path, f"{prefix}/P@{k}_hits", arrays.get(f"{prefix}/P@{k}_hits",
                                                                                   np.empty(0)), q)
                         for k in meta["precision_ks"]}
@@ -382,7 +388,7 @@ def read_record(path: str | Path, splits: dict[Path, SplitQueries] | None = None
                                  (int(meta["rounds"]), split.n_images))
             scorings[name] = Scored(blocks, meta["options"], meta["rerank"], rounds, meta["collapse"],
                                     float(meta["seconds"]))
-        evaluation = Evaluation(split, scorings, float(header["embed_seconds"]))
+        evaluation = Evaluation(split, scorings, float(header["embed_seconds"]), None if top is None else int(top))
         return RunRecord(header["key"], header["name"], header["method"], header["config"], header["train"],
                          header["fit"], header["tuning"], header["timings"], evaluation)
     except (KeyError, TypeError) as err:

@@ -199,7 +199,7 @@ fits
 # %%
 label = DATASET
 ceiling = round_ceiling(data, rounds)
-caption = (f"Ours: {DATASET}{dataset_note(DATASET, 'Visual Genome')}, the first {test.n_images} test images as "
+caption = (f"Ours: {DATASET}{dataset_note(DATASET, 'Visual Genome')}, the {test.n_images} test images as "
            "gallery and query sets, "
            f"rounds 1..{rounds} (a set of fewer queries keeps its whole set), region features (R = "
            f"{test.regions.shape[1]}) + GloVe/BiGRU, D = {enc['embed_dim']}, profile {PROFILE}, mean over seeds (std "
