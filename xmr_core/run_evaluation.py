@@ -10,7 +10,9 @@ applies ("full", and "coco1k" when the images fall into five equal folds, `evalu
 the instance view), for each named
 scoring (e.g. DVSE's Fast Re-ranking as a second scoring of the same embeddings, PCME's test-time similarities),
 and with `rounds` the multi-query rounds of a split with region queries. The split is embedded once. Its means over
-queries are `evaluate.evaluate_model`'s and `evaluate.evaluate_multi_query`'s metrics (`query_values`).
+queries are `evaluate.evaluate_model`'s and `evaluate.evaluate_multi_query`'s metrics (`query_values`); by default
+(`FOLD_VIEWS`, `AP_VIEWS`, `RANK_VIEWS`, `RANK_TOP`) those the book's tables and claims read: no mAP@R outside the
+instance view, no R@K of the plausible view, no medR or meanR (HMRN's round ranks are kept exact).
 """
 
 from __future__ import annotations
