@@ -58,7 +58,7 @@ def test_table_values_from_records_equal_those_scored_from_the_models(chapter_ru
         got = per_run.loc[name]
         assert all(_same(got[c], v) for c, v in expected.items()), name
         assert got["collapse"] == instance_collapse(s.i2t, data.test), name
-    assert not per_run[["1K rSum", "all rSum"]].isna().any()  # the 1K protocol's folds held
+    assert not per_run[["1K rSum", "all rSum"]].isna().any().any()  # the 1K protocol's folds held
     # the ensemble's record: a run of its own, named by its members, converged when both are
     ensemble = recorded.records[chapter.ENSEMBLE, 0]
     members = [recorded.records[m, 0] for m in ("HREM standalone", "HREM fusion")]

@@ -32,6 +32,14 @@ the mean over five folds of it (the COCO 1K protocol), and its Flickr30K analogu
 which on scenes has Flickr30K's test size (1,000 images, 5,000 captions): no second, Flickr-sized data set is
 generated, so those are Table 1's numbers in Table 2's layout.
 
+Every final run (each compared model and seed, the ensemble, Table 3's rows, Figure 6's points, SCAN) is scored once
+on the test split and recorded (`docs/records.md`, `record_trained`, `train_and_record`): the tables, Figures 5-7's
+values and the claims read the records, and the claims on per-query values are bound to them (`claim_bindings`) for
+`xmr claims recompute hrem`. The weights are needed only where the model itself is drawn or measured: Table 4's
+query subsets (`table4_selectors`: each seed's VSE++ embeddings), Figure 5's times (`fig5_runs`), and visualise.py's
+association graph, region matching and Figure 3 connections (`batch_graph`, `region_matching_figure`,
+`connection_runs`).
+
 Neighbour batches (Sec. 3.4, "at the later training") start at epoch `NEIGHBOUR_FROM[budget(profile)]`: half-way
 through the cpu schedule's early-stopped runs, the code's epoch 15 of 30 on the paper profile.
 """

@@ -23,7 +23,7 @@ from typing import Any
 
 from xmr_core.book.results import records_home, results_root
 from xmr_core.config import RunConfig
-from xmr_core.data.corpus import Split
+from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.records import RecordError, RunRecord, read_record, write_record
@@ -85,7 +85,7 @@ def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], metho
     seeds = {r.seed for r in members}
     if len(members) < 2 or len(seeds) != 1:
         raise ValueError(f"recorded_ensemble: needs two or more members of one seed, got {[r.name for r in members]}")
-    if any(r.evaluation.split.name != split.name for r in members):
+    if {r.evaluation.split.fingerprint for r in members} != {split_fingerprint(split)}:
         raise ValueError(f"recorded_ensemble: members {[r.name for r in members]} are not records on {split.name!r}")
     keys = [r.key for r in members]
     key = hashlib.sha256(json.dumps({"method": method, "members": keys}).encode()).hexdigest() if all(keys) else ""
