@@ -136,8 +136,8 @@ tuning
 # claims below are computed from the records alone.
 
 # %%
-trained = train_and_record(MODELS, seeds, data, tuned, enc, run)
-per_run, fits, records = trained.per_run, trained.fits, trained.records
+runs = train_and_record(MODELS, seeds, data, tuned, enc, run)
+per_run, fits, records = runs.per_run, runs.fits, runs.records
 fits
 
 # %% [markdown]
