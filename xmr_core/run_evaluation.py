@@ -166,8 +166,9 @@ def evaluate_run(
 ) -> Evaluation:
     """Score a finished run once on `split` (its test split): per scoring, the per-query values of every block
     (`split_folds` × views × directions; the COCO 1K protocol in `fold_views` only, AP@R in `ap_views` only, best
-    ranks in `rank_views` only: None for every view; best ranks above `rank_top` as rank_top + 1, None: exact) and, with `rounds`, the target ranks of the multi-query rounds (`evaluate.multi_query_scores`,
-    `short`, the scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only.
+    ranks in `rank_views` only: None for every view; best ranks above `rank_top` as rank_top + 1, None: exact)
+    and, with `rounds`, the target ranks of the multi-query rounds (`evaluate.multi_query_scores`, `short`, the
+    scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only.
     Seconds: the embedding once; each scoring's scores (those of options already scored: counted once, with the
     first scoring that asked) and ranks."""
     multi = getattr(model, "task", "pairs") == "multi_query"
