@@ -338,7 +338,7 @@ def flickr_size(per_run: pd.DataFrame, ceiling: SplitCeiling | None) -> tuple[pd
     of the 1K protocol, the mean over five folds of 1,000 images and their captions, each Flickr30K's test size."""
     one_k = [c for c in per_run.columns if c.startswith("1K ")]
     per_run = per_run.assign(**{f"{FLICKR_PREFIX} {c[3:]}": per_run[c] for c in one_k})
-    return per_run, None if ceiling is None else {**ceiling, FLICKR_PREFIX: ceiling["1K"]}
+    return per_run, ceiling if ceiling is None or "1K" not in ceiling else {**ceiling, FLICKR_PREFIX: ceiling["1K"]}
 
 
 def not_run_table(table: str, order: Sequence[str], mapping: Mapping[str, str], label: str, why: str) -> pd.DataFrame:
