@@ -6,14 +6,18 @@ committed book, the smoke build's for smoke), then read back, so that a table or
 
     records_folder(run)                                               -> where the run's records live
     recorded(model, result, seed, split, vocab, scorings, run, ...)  -> records.RunRecord
+    recorded_ensemble(model, members, method, split, vocab, scorings, run, ...)  -> records.RunRecord
 
 Only the final runs of a chapter (every compared model and seed) are recorded; a tuning search's runs are
-described by its tuning table.
+described by its tuning table. An ensemble of finished runs (HREM's "Full*": no training of its own) is recorded as a
+run of its own, keyed by its members' keys (`recorded_ensemble`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.records import Evaluation, RecordError, RunRecord, Scored, read_record
+from xmr_core.records import Evaluation, RecordError, RunRecord, Scored, read_record, write_record
 from xmr_core.run_evaluation import FOLD_VIEWS, Scoring, evaluate_run
 from xmr_core.runs.record import MAIN_SPLIT, record_name, records_root, saved_result, write_run_record
 from xmr_core.runs.train import FitResult
@@ -103,3 +107,40 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
         evaluation = Evaluation(queries, {**old.scorings, **evaluation.scorings}, old.embed_seconds)
         tuning = {**held.tuning, **(tuning or {})}
     return read_record(write_run_record(result, evaluation, run.profile, tuning, records_home(results_root(run))))
+
+
+def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], method: str, split: Split,
+                      vocab: Vocabulary, scorings: Mapping[str, Scoring], run: RunConfig, *,
+                      fold_views: Sequence[str] | None = FOLD_VIEWS) -> RunRecord:
+    """The record on `split` of an ensemble (`model`, e.g. `experiment.ensemble.ScoreMean`) of finished runs whose
+    records on `split` are `members` (one seed): no training of its own, so its key hashes `method` and the members'
+    keys, its name is `<method>-<key[:16]>` (suffixed as a run's on a split other than the main one), its seed is the
+    members', and its fit is theirs: converged when every member is, diverged when one did, the members' names. Read
+    back from `records_folder(run)` when there with every scoring of `scorings`; otherwise scored once
+    (`evaluate_run`), written and read back. A member kept in memory only (no key) keeps the ensemble in memory."""
+    seeds = {r.seed for r in members}
+    if len(members) < 2 or len(seeds) != 1:
+        raise ValueError(f"recorded_ensemble: needs two or more members of one seed, got {[r.name for r in members]}")
+    if {r.evaluation.split.fingerprint for r in members} != {split_fingerprint(split)}:
+        raise ValueError(f"recorded_ensemble: members {[r.name for r in members]} are not records on {split.name!r}")
+    keys = [r.key for r in members]
+    key = hashlib.sha256(json.dumps({"method": method, "members": keys}).encode()).hexdigest() if all(keys) else ""
+    name = f"{method}-{key[:16]}" + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
+    path = records_folder(run) / f"{name}.npz"
+    if key and path.is_file():
+        try:
+            record = read_record(path)
+            if record.key == key and not _lacking(record, scorings, split, fold_views):
+                return record
+        except RecordError as err:
+            print(f"scoring the ensemble again: {err}")
+    evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views,
+                              device=run.torch_device)
+    diverged = any(r.fit.get("stopped") == "diverged" for r in members)
+    fit = {"converged": bool(key) and all(r.converged for r in members), "stopped": "diverged" if diverged else
+           "members", "stop_message": "", "history": [], "members": [r.name for r in members]}
+    timings = {"embed_seconds": evaluation.embed_seconds,
+               "scoring_seconds": {n: s.seconds for n, s in evaluation.scorings.items()}}
+    record = RunRecord(key, name, method, {"members": {r.name: r.method for r in members}},
+                       {"seed": next(iter(seeds))}, fit, {}, timings, evaluation)
+    return read_record(write_record(path, record)) if key else record
