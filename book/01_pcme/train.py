@@ -137,7 +137,7 @@ split_sizes(data)
 # The smoke profile trains the defaults once ("not searched").
 
 # %%
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
+tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED, run=run,
                      device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "pcme/tuning", run=run, caption=(
@@ -158,7 +158,10 @@ print(f"{len(runs)} trained models: {ORDER} x seeds {seeds}")
 # %% [markdown]
 # Training runs are cached by their full configuration (method, training, data fingerprint, seed): a
 # finished run is loaded, never retrained (the tuning runs at the chosen setting are the seed-`SEED` runs),
-# and the ablation and visualisation notebooks reuse them.
+# and the ablation and visualisation notebooks reuse them. Each run's fit (best epoch, history, cost) is also kept
+# as a small **fit summary** beside the run records (`runs/records/<profile>/fits/`, `docs/records.md`): on a fresh
+# clone, with no run cache, the tuning search and these runs stand in by their summaries and records, and nothing
+# here trains (this notebook draws no model).
 
 # %%
 trained = train_models(runs, data, tuned, enc, run)

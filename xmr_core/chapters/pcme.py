@@ -493,8 +493,8 @@ def table1_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tuning
     loaded from the cache), each run checked for collapse on the same split (`run_collapse`)."""
     rows: list[dict[str, object]] = []
     device, split = run.torch_device, data.test_unseen
-    trained = iter(train_many([request_model(name, 1, data, tuned, enc, run, seed)
-                               for seed in seeds for name in ("PCME mu only", "PCME")], run))
+    trained = iter(train_many([request_model(name, 1, data, tuned, enc, run, seed)  # scored here: needs weights
+                               for seed in seeds for name in ("PCME mu only", "PCME")], run, weights=True))
     for seed in seeds:
         mu_model, mu_fit = next(trained)
         rows += table1_rows("mu only", seed, similarity_rp(mu_model, split, data.vocab, ["mean_cosine"], device),
@@ -513,7 +513,7 @@ def ablation_frame(ablations: Sequence[tuple[str, PCMEConfig, Mapping[str, objec
     (`ablation_row`): one row each."""
     rows = []
     trained = train_many([request_tuned("PCME", cfg, data, tuned, run, seed, f"PCME ablation {name}", **overrides)
-                          for name, cfg, overrides in ablations], run)
+                          for name, cfg, overrides in ablations], run, weights=True)  # scored here: needs weights
     for (name, _, _), (model, result) in zip(ablations, trained):
         rows.append(ablation_row(name, model, result, data, run.torch_device))  # type: ignore[arg-type]
     return pd.DataFrame(rows)
@@ -1070,7 +1070,7 @@ def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk
     """`visualise_evidence` of train.py's PCME of seed `seed` (loaded from the run cache): what visualise.py's
     figures measure, for that model: the R@1 hits of each third of σ, σ at each erased ratio (the erased words drawn
     by `default_rng(seed)`), σ per caption level and the set algebra of the first `n_pairs` test image pairs."""
-    model, fit = train_model("PCME", 1, data, tuned, enc, run, seed)
+    model, fit = train_model("PCME", 1, data, tuned, enc, run, seed, weights=True)  # drawn: needs weights
     test, device = with_pixels(data.test), run.torch_device  # real data: the image files decoded (erasing, mixing)
     (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(model, test, data.vocab, device)
     img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()

@@ -5,10 +5,13 @@ folder of the run's results (`book.results.records_home`: the repository's `runs
 committed book, the smoke build's for smoke), then read back, so that a table or claim reads what an auditor reads.
 
     records_folder(run)                                               -> where the run's records live
+    fits_folder(run)                                                  -> where its runs' fit summaries live
     recorded(model, result, seed, split, vocab, scorings, run, ...)  -> records.RunRecord
 
 Only the final runs of a chapter (every compared model and seed) are recorded; a tuning search's runs are
-described by its tuning table.
+described by its tuning table. A run that stood in by its fit summary (`runs.fits.WeightlessFit`: no weights, a
+fresh clone's run cache lacks it) is never scored: its record is read, and a missing one is an error naming the
+file and how to train the run.
 """
 
 from __future__ import annotations
@@ -24,13 +27,23 @@ from xmr_core.data.text import Vocabulary
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.records import RecordError, RunRecord, read_record
 from xmr_core.run_evaluation import FOLD_VIEWS, Scoring, evaluate_run
+from xmr_core.runs.fits import FITS_DIR, WeightlessFit
 from xmr_core.runs.record import MAIN_SPLIT, record_name, records_root, saved_result, write_run_record
 from xmr_core.runs.train import FitResult
+
+
+class NoRecord(FileNotFoundError):
+    """A run with no weights (read from its fit summary) whose record is missing or lacks a scoring (one line)."""
 
 
 def records_folder(run: RunConfig) -> Path:
     """`runs/records/<profile>/` under the records home of the run's results folder (`records_home`)."""
     return records_root(run.profile, records_home(results_root(run)))
+
+
+def fits_folder(run: RunConfig) -> Path:
+    """`runs/records/<profile>/fits/`: the fit summaries (`runs.fits`) of the runs of the run's results folder."""
+    return records_folder(run) / FITS_DIR
 
 
 def _covers(record: RunRecord, key: str, scorings: Mapping[str, Scoring]) -> bool:
@@ -47,7 +60,11 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
     back from `records_folder(run)` when it is there with the run's key and every scoring of `scorings`; otherwise
     scored once (`evaluate_run` with `scorings` and `fold_views`, on `run.torch_device`), written with the `tuning`
     facts, and read back. A run with no finished result to record (listed, not trained, by the run plan's trace;
-    diverged in its first epoch) is scored and kept in memory only, named after its run directory, not converged."""
+    diverged in its first epoch) is scored and kept in memory only, named after its run directory, not converged.
+    A run with no weights (`runs.fits.WeightlessFit`) is read only: `NoRecord` when its record is missing or does
+    not cover `scorings`."""
+    if isinstance(result, WeightlessFit):
+        return _record_of_weightless(result, split.name, scorings, run)
     try:
         key = saved_result(result)["key"]
     except FileNotFoundError:
@@ -67,3 +84,20 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
     evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views,
                               device=run.torch_device)
     return read_record(write_run_record(result, evaluation, run.profile, tuning, records_home(results_root(run))))
+
+
+def _record_of_weightless(result: WeightlessFit, split_name: str, scorings: Mapping[str, Scoring],
+                          run: RunConfig) -> RunRecord:
+    """The record of a run read from its fit summary: it cannot be scored (no weights), so it must be there."""
+    name = result.run_dir.name + ("" if split_name == MAIN_SPLIT else f"@{split_name}")
+    path = records_folder(run) / f"{name}.npz"
+    retrain = (f"retrain with `xmr runs train <notebook> --profile {run.profile}` (its weights into the run cache), "
+               "then run the notebook again")
+    if not path.is_file():
+        raise NoRecord(f"run {result.run_dir.name}: no weights and no record at {path}; {retrain}")
+    record = read_record(path)
+    if not _covers(record, result.key, scorings):
+        raise NoRecord(f"run {result.run_dir.name}: no weights, and its record at {path} is not of its key "
+                       f"{result.key[:16]} with the scorings {sorted(scorings)} (it has "
+                       f"{sorted(record.evaluation.scorings)}); {retrain}")
+    return record
