@@ -126,7 +126,8 @@ def test_plan_book_executes_in_trace_mode_aside_and_reports_failures(tmp_path: P
     printed: list[str] = []
     plan.print([1, 2], echo=printed.append)
     assert printed[0] == "01_pcme/train stage 1: 1 run(s), 1 to train"
-    assert any(line.startswith("plan (smoke profile): 3 runs (3 requests), 0 cached, 3 to train") for line in printed)
+    assert any(line.startswith("plan (smoke profile): 3 runs (3 requests), 0 cached, 0 from fit summaries and records "
+                               "(no training), 3 to train") for line in printed)
     assert printed[-1].startswith("incomplete: 01_pcme/ablate failed in trace mode")
 
 

@@ -104,7 +104,7 @@ def test_claims_from_records_and_xmr_claims_recompute_finds_them_the_same(chapte
     assert rp.values.shape == (2, data.test_unseen.n_images + data.test_unseen.n_captions)
     results = results_root(run)
     write_judgements(judged, "pcme", "train", run)
-    write_bindings(list(bindings.values()), results)
+    write_bindings(list(bindings.values()), run)
     rows = recompute.recompute("pcme", results, records_home(results))
     assert [r.binding.spec.key for r in rows] == list(bindings)
     assert all(r.same for r in rows), [(r.binding.spec.key, r.judgement.verdict, r.committed) for r in rows]

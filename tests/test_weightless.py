@@ -83,14 +83,14 @@ def test_with_no_run_cache_nothing_trains_and_every_table_and_claim_is_the_same(
 
 
 def test_a_weightless_model_refuses_to_score(twice):
-    run, _, cold, _ = twice
+    cold = twice[2]
     model = cold["trained"].models["PCME", 0]
     with pytest.raises(NoWeights, match=r"run pcme-[0-9a-f]{16}: no weights .* weights=True"):
         run_collapse(model, cold["data"].test, cold["data"].vocab, "cpu")
 
 
 def test_a_weightless_run_without_its_record_says_where_and_how_to_retrain(twice, tmp_path):
-    run, _, cold, _ = twice
+    cold = twice[2]
     elsewhere = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu", PROGRESS=False,
                                       RESULTS_DIR=str(tmp_path / "results"))
     result = cold["trained"].results["VSE0", 0]
@@ -113,7 +113,7 @@ def test_the_plan_lists_summarised_runs_as_recorded_and_a_figures_run_as_needing
     data, tuned, enc = cold["data"], cold["tuned"], cold["enc"]
     for seed in SEEDS:
         chapter.train_models([("PCME", 1, seed)], data, tuned, enc, run)  # train.py: the summary stands in
-    model, fit = train_model("PCME", 1, data, tuned, enc, run, 0, weights=True)  # visualise.py draws seed 0
+    _, fit = train_model("PCME", 1, data, tuned, enc, run, 0, weights=True)  # visualise.py draws seed 0
     assert fit.stopped == "planned" and not (cache_dir() / "runs").exists()  # listed, not trained
     plan = build_plan(trace.read_plan(plan_file), "smoke", Path(run.results_dir))
     assert [r.status for r in plan.runs] == ["needs weights", "recorded"]

@@ -56,7 +56,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 import matplotlib.pyplot as plt
 
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.pcme import (
     CEILING_RSUM,
@@ -275,7 +275,7 @@ fits
 bindings = train_bindings(records, run, missing)
 judged = train_judgements(records, bindings, run, missing)
 write_judgements(judged, "pcme", "train", run)
-write_bindings(list(bindings.values()), results_root(run))
+write_bindings(list(bindings.values()), run)
 claims = claim_rows(judged)
 write_table(claims, "pcme/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
