@@ -211,18 +211,18 @@ def cold_cost(notebooks: Sequence[Notebook], profile: str, root: Path | None = N
             unknown.append(nb.label)
             continue
         runs.update(dict.fromkeys(n for n in names if n not in finished))
-    fits = committed_records(profile) / FITS_DIR
+    fits = committed_records(profile, root=root) / FITS_DIR
     summarised = [n for n in runs if (fits / f"{n}{SUFFIX}").is_file()]
     to_train = [n for n in runs if n not in summarised]
     seconds = sum(estimated_cost(n, n.rsplit("-", 1)[0], profile, per_run, per_method)[0] for n in to_train)
     return ColdCost(profile, to_train, seconds, unknown, len(summarised))
 
 
-def committed_records(profile: str, dataset: str = "scenes") -> Path:
-    """The records folder of the profile's own results folder on `dataset` (`results_folder`): its run records
-    and fit summaries (`runs/records/<profile>/` under the project for the committed book, under book/_build/smoke
-    for smoke)."""
-    return records_root(profile, records_home(project_root() / results_folder(profile, dataset)))
+def committed_records(profile: str, dataset: str = "scenes", root: Path | None = None) -> Path:
+    """The records folder of the profile's own results folder on `dataset` (`results_folder`) under the project
+    `root` (default `project_root()`): its run records and fit summaries (`runs/records/<profile>/` under the
+    project for the committed book, under book/_build/smoke for smoke)."""
+    return records_root(profile, records_home((root or project_root()) / results_folder(profile, dataset)))
 
 
 def _link_records(profile: str, dataset: str, home: Path) -> None:

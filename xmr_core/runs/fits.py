@@ -16,13 +16,14 @@ this code: `runs.identity.code_problem`), returns `WeightlessFit`: the summary's
 model left as built and guarded (`guard`: using it raises `NoWeights`), unless the caller draws the model
 (`weights=True`, or `XMR_WEIGHTS=1` for every call): then the run trains.
 
-    summary_path(folder, name)             -> the summary's file
-    fit_summary(result, key, method, cfg)  -> the summary (a dict) of a finished run
-    write_summary(folder, summary)         -> its path (written only when its bytes change)
-    read_summary(folder, name)             -> the summary, or None when there is none
-    usable(summary)                        -> '' when the summary may stand in for its run, else why not
-    weightless(summary, run_dir, model)    -> WeightlessFit, `model` guarded
-    has_weights(result)                    -> whether the model of `result` holds its weights
+    summary_path(folder, name)                         -> the summary's file
+    fit_summary(result, key, method, cfg, trained_at)  -> the summary (a dict) of a finished run
+    write_summary(folder, summary)                     -> its path (written only when its bytes change)
+    read_summary(folder, name)                         -> the summary, or None when there is none
+    usable(summary, key)                               -> '' when it may stand in for the run of `key`, else why not
+    core_seconds(summary)                              -> the run's training cost (the plan's)
+    weightless(summary, run_dir, folder, model)        -> WeightlessFit, `model` guarded
+    has_weights(result)                                -> whether the model of `result` holds its weights
 """
 
 from __future__ import annotations
