@@ -126,10 +126,10 @@ def _summary(request: RunRequest, key: str, folder: Path) -> dict[str, Any] | No
 
 def _stand_in(request: RunRequest, key: str, summary: dict[str, Any], folder: Path,
               diverged: Literal["raise", "result"]) -> FitResult:
-    """The weightless result `summary` gives the request, as `fit` would give it: a diverged run raises where `fit`
-    would (`on_nonfinite="raise"`, or diverged in its first epoch with `diverged="raise"`)."""
-    if summary["stopped"] == "diverged" and (request.cfg.on_nonfinite == "raise"
-                                             or (summary["best_epoch"] == 0 and diverged == "raise")):
+    """The weightless result `summary` gives the request, as `fit_many` would give it: a diverged run that `fit`
+    would raise for (diverged in its first epoch, or `on_nonfinite="raise"`) raises with `diverged="raise"`."""
+    fails = summary["stopped"] == "diverged" and (summary["best_epoch"] == 0 or request.cfg.on_nonfinite == "raise")
+    if fails and diverged == "raise":
         raise FloatingPointError(f"{summary['stop_message']} (the run's fit summary in {folder})")
     run_dir = cached_run_dir(request.model, key)
     if plantrace.tracing():
