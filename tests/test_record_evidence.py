@@ -12,9 +12,12 @@ import pytest
 from fixtures.recorded_runs import TEST, VOCAB, trained, viewed_split
 
 from xmr_core.book import cli
+from xmr_core.book.diff import differences
 from xmr_core.book.recompute import write_bindings
+from xmr_core.book.staleness import result_metas
 from xmr_core.claims import ClaimSpec, judge, judgements_frame
 from xmr_core.claims import _pairing as pairing
+from xmr_core.config import RunConfig
 from xmr_core.query_values import QueryMetric, scoring_metrics
 from xmr_core.record_evidence import ClaimRecords, Side, judge_records, record_evidence
 from xmr_core.run_evaluation import evaluate_run
@@ -100,7 +103,12 @@ def test_xmr_claims_recompute_from_committed_records_alone(project, monkeypatch,
     root, records = project
     results = root / "results"
     chosen = bindings(records)
-    write_bindings(chosen, results)
+    run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu", RESULTS_DIR=str(results))
+    [path] = write_bindings(chosen, run)
+    # a result with its provenance: `xmr results check` and `diff` cover it as a table
+    assert dict(result_metas(results))["synthetic/claim_records_train"]["kind"] == "data"
+    first = path.read_bytes()
+    assert write_bindings(chosen, run) == [path] and differences(path.name, first, path.read_bytes()) == []
     # the committed judgements: what the chapter judged from its runs in memory
     by_name = {r.name: r for r in records.values()}
     judgements = [judge_records(b, by_name.__getitem__) for b in chosen]

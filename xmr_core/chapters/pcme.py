@@ -508,7 +508,7 @@ def ablation_frame(ablations: Sequence[tuple[str, PCMEConfig, Mapping[str, objec
     train.py's PCME, its records read back) and read its row from the records (`ablation_row`): one row each."""
     rows, t = [], tuned["PCME"]
     trained = train_many([request_tuned("PCME", cfg, data, tuned, run, seed, f"PCME ablation {name}", **overrides)
-                          for name, cfg, overrides in ablations], run)
+                          for name, cfg, overrides in ablations], run, weights=True)  # a, b read from the weights
     for (name, _, _), (model, result) in zip(ablations, trained):
         facts = {"method": "PCME", "ablation": name, "lr": t.lr, "epochs": t.epochs}
         rec = record_run(model, result, seed, data, run, facts, {"default": Scoring(views=("class",))})
@@ -1088,7 +1088,7 @@ def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk
     """`visualise_evidence` of train.py's PCME of seed `seed` (loaded from the run cache): what visualise.py's
     figures measure, for that model: the R@1 hits of each third of σ, σ at each erased ratio (the erased words drawn
     by `default_rng(seed)`), σ per caption level and the set algebra of the first `n_pairs` test image pairs."""
-    model, fit = train_model("PCME", 1, data, tuned, enc, run, seed)
+    model, fit = train_model("PCME", 1, data, tuned, enc, run, seed, weights=True)  # drawn: needs weights
     drawn = record_compared("PCME", 1, model, fit, seed, data, tuned, run).test  # its record: converged, collapsed
     test, device = with_pixels(data.test), run.torch_device  # real data: the image files decoded (erasing, mixing)
     (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(model, test, data.vocab, device)

@@ -5,12 +5,15 @@ folder of the run's results (`book.results.records_home`: the repository's `runs
 committed book, the smoke build's for smoke), then read back, so that a table or claim reads what an auditor reads.
 
     records_folder(run)                                               -> where the run's records live
+    fits_folder(run)                                                  -> where its runs' fit summaries live
     recorded(model, result, seed, split, vocab, scorings, run, ...)  -> records.RunRecord
     recorded_ensemble(model, members, method, split, vocab, scorings, run, ...)  -> records.RunRecord
 
 Only the final runs of a chapter (every compared model and seed) are recorded; a tuning search's runs are
 described by its tuning table. An ensemble of finished runs (HREM's "Full*": no training of its own) is recorded as a
-run of its own, keyed by its members' keys (`recorded_ensemble`).
+run of its own, keyed by its members' keys (`recorded_ensemble`). A run that stood in by its fit summary
+(`runs.fits.WeightlessFit`: no weights, a fresh clone's run cache lacks it) is never scored: its record is read,
+and a missing one (or one lacking a scoring asked for) is an error naming the file and how to train the run.
 """
 
 from __future__ import annotations
@@ -29,13 +32,23 @@ from xmr_core.data.text import Vocabulary
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.records import RecordError, RunRecord, Scored, read_record, write_record
 from xmr_core.run_evaluation import FOLD_VIEWS, RANK_TOP, Scoring, evaluate_run
+from xmr_core.runs.fits import FITS_DIR, WeightlessFit
 from xmr_core.runs.record import MAIN_SPLIT, record_name, records_root, saved_result, write_run_record
 from xmr_core.runs.train import FitResult
+
+
+class NoRecord(FileNotFoundError):
+    """A run with no weights (read from its fit summary) whose record is missing or lacks a scoring (one line)."""
 
 
 def records_folder(run: RunConfig) -> Path:
     """`runs/records/<profile>/` under the records home of the run's results folder (`records_home`)."""
     return records_root(run.profile, records_home(results_root(run)))
+
+
+def fits_folder(run: RunConfig) -> Path:
+    """`runs/records/<profile>/fits/`: the fit summaries (`runs.fits`) of the runs of the run's results folder."""
+    return records_folder(run) / FITS_DIR
 
 
 def _held_views(scored: Scored, protocol: str) -> set[str]:
@@ -74,7 +87,11 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
     only the scorings it lacks are scored (`_lacking`; a held scoring short of a view or fold asked for is scored
     again with both's), added to it, and its tuning facts updated with `tuning`. A run with no finished result to
     record (listed, not trained, by the run plan's trace; diverged in its first epoch) is scored and kept in memory
-    only, named after its run directory, not converged."""
+    only, named after its run directory, not converged.
+    A run with no weights (`runs.fits.WeightlessFit`) is read only: `NoRecord` when its record is missing or lacks
+    a scoring of `scorings`."""
+    if isinstance(result, WeightlessFit):
+        return _record_of_weightless(result, split, scorings, run, fold_views)
     try:
         key = saved_result(result)["key"]
     except FileNotFoundError:
@@ -145,3 +162,24 @@ def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], metho
     record = RunRecord(key, name, method, {"members": {r.name: r.method for r in members}},
                        {"seed": next(iter(seeds))}, fit, {}, timings, evaluation)
     return read_record(write_record(path, record)) if key else record
+
+
+def _record_of_weightless(result: WeightlessFit, split: Split, scorings: Mapping[str, Scoring], run: RunConfig,
+                          fold_views: Sequence[str] | None) -> RunRecord:
+    """The record of a run read from its fit summary: it cannot be scored (no weights), so it must be there, of the
+    run's key and split, lacking none of `scorings` (`_lacking`)."""
+    name = result.run_dir.name + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
+    path = records_folder(run) / f"{name}.npz"
+    retrain = (f"retrain with `xmr runs train <notebook> --profile {run.profile}` (its weights into the run cache), "
+               "then run the notebook again")
+    if not path.is_file():
+        raise NoRecord(f"run {result.run_dir.name}: no weights and no record at {path}; {retrain}")
+    record = read_record(path)
+    same = (record.key, record.evaluation.split.fingerprint, record.evaluation.rank_top) == (
+        result.key, split_fingerprint(split), RANK_TOP)
+    lacking = dict(scorings) if not same else _lacking(record, scorings, split, fold_views)
+    if lacking:
+        raise NoRecord(f"run {result.run_dir.name}: no weights, and its record at {path} "
+                       + ("lacks the scorings " + ", ".join(sorted(lacking)) if same else
+                          f"is not of its key {result.key[:16]} on split {split.name} with ranks up to {RANK_TOP}") + f"; {retrain}")
+    return record

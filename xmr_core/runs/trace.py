@@ -5,7 +5,10 @@ each run it is asked for: a finished run in the cache is loaded as usual, a miss
 returns it as planned (`FitResult.stopped == "planned"`, never converged, the model untrained). Either way one line
 is appended to the file (`record`): the notebook, the stage, the request's label, method, seed, run key and
 directory, whether the run is cached, and its recorded cost (`train_seconds` x threads of a cached run; None for a
-missing one, which the plan estimates).
+missing one, which the plan estimates). A run the cache lacks whose fit summary stands in (`runs.fits`,
+`runs.plan.fit_many`) is listed as `summary` (no training: its facts are known, so nothing after it is
+provisional), and one asked for with its weights (a figure draws the model: `needing_weights`) as `needs_weights`:
+it is trained, at the cost its summary records where it has one.
 
 Stages: the requests of one batch (one `runs.plan.fit_many` call, or a lone `fit`; its number, `batch_id`, is
 recorded here and in the run log) are independent of each other. A batch with a missing run ends a stage: what
@@ -41,6 +44,7 @@ class _Trace:
     batch_depth: int = 0  # inside `batch()`: the stage ends when the outermost batch does
     batch_planned: bool = False
     label: str = ""
+    weights: dict[str, float | None] | None = None  # inside `needing_weights`: key -> its fit summary's core-seconds
 
 
 _TRACE = _Trace()
@@ -81,6 +85,17 @@ def labelled(label: str) -> Iterator[None]:
         _TRACE.label = before
 
 
+@contextmanager
+def needing_weights(summarised: dict[str, float | None]) -> Iterator[None]:
+    """The requests asked for inside need their weights (a figure draws the model): each is listed as "needs
+    weights" unless cached; `summarised`: key -> the core-seconds its fit summary records (None: no summary)."""
+    before, _TRACE.weights = _TRACE.weights, summarised
+    try:
+        yield
+    finally:
+        _TRACE.weights = before
+
+
 def _end_stage() -> None:
     _TRACE.stage += 1
     _TRACE.provisional = True
@@ -118,20 +133,26 @@ def cold_wall(runs: Iterable[tuple[str, int | None, float]], workers: int) -> fl
     return sum(batch_wall(costs, workers) for costs in groups.values())
 
 
-def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None) -> None:
+def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None,
+           summarised: float | None = None) -> None:
     """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
-    planned). `cfg` is its `TrainConfig`."""
-    recorded = None if done is None else core_seconds(done)
+    planned, unless its fit summary stands in: `summarised`, the core-seconds the summary records, `runs.fits`).
+    `cfg` is its `TrainConfig`. Inside `needing_weights` a missing run is marked as needing its weights."""
+    weights = _TRACE.weights is not None
+    if weights and done is None:
+        summarised = (_TRACE.weights or {}).get(key)
+    recorded = core_seconds(done) if done is not None else summarised
     line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "batch": batch_id(),
             "label": _TRACE.label, "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads,
             "key": key, "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,
+            "summary": done is None and recorded is not None, "needs_weights": weights and done is None,
             "provisional": _TRACE.provisional}
     fd = os.open(os.environ[PLAN_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
     finally:
         os.close(fd)
-    if done is None:
+    if done is None and not (line["summary"] and not weights):  # a run its summary stands in for is no unknown
         if _TRACE.batch_depth:
             _TRACE.batch_planned = True
         else:  # a lone fit: its own batch
