@@ -25,7 +25,6 @@ visualise.py) with its tables, figures (returned, never saved) and claims.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -73,8 +72,8 @@ from xmr_core.evaluate import (
     score_matrix,
 )
 from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared, model_label
+from xmr_core.experiment.compared_records import RecordedRun, record_compared, records_row
 from xmr_core.experiment.protocols import ChapterData
-from xmr_core.experiment.run_records import recorded
 from xmr_core.experiment.scoring import (
     TABLE3_COLUMNS,
     TABLE3_PROTOCOLS,
@@ -87,11 +86,9 @@ from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, unce
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.paper_words import Words, worded
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
-from xmr_core.query_values import QueryMetric, scoring_metrics
+from xmr_core.query_values import QueryMetric
 from xmr_core.record_evidence import ClaimRecords, Side, judge_records
-from xmr_core.records import RunRecord
 from xmr_core.reported import paper_values
-from xmr_core.run_evaluation import Scoring
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.viz import (
@@ -292,66 +289,19 @@ def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: 
     return fig
 
 
-class RecordedRun(NamedTuple):
-    """One trained model's records (`record_models`): on the whole test split (Table 3) and on the unseen classes
-    (Table 2; the same record where that split is the whole test split; None where it has no class relevance)."""
-
-    test: RunRecord
-    unseen: RunRecord | None
-
-
-TABLE3_FOLD_VIEWS = ("instance", "plausible")  # Table 3's 1K columns: COCO's five folds in these views
-
-
-def unseen_scorings(model: RetrievalModel) -> dict[str, Scoring]:
-    """The scorings of a model's record on the unseen classes (class relevance): its own test-time similarity
-    ("default"); a PCME with sigma also every other test-time similarity (Table 1), named by its key."""
-    out = {"default": Scoring(views=("class",))}
-    if isinstance(model, PCME) and not model.config.mu_only:
-        out |= {m: Scoring(options={"method": m}, views=("class",))
-                for m in TEST_TIME_SIMILARITIES if m != model.config.test_similarity}
-    return out
-
-
 def record_models(runs: Sequence[tuple[str, int, int]], trained: TrainedModels, data: ChapterData,
                   tuned: Mapping[str, TuningResult], run: RunConfig) -> dict[tuple[str, int], RecordedRun]:
     """Every trained model of `runs` (`chapter_runs`, as `train_models` trained them) scored once and recorded
-    (`run_records.recorded`, its tuned setting as the tuning facts; a record already there is read back): on the
-    whole test split with its own test-time similarity in every view (the COCO 1K protocol in Table 3's views),
-    and on the unseen classes (`unseen_scorings`). Keyed by (row label, seed)."""
+    (`compared_records.record_compared`, its tuned setting as the tuning facts; a record already there is read back):
+    on the whole test split with its own test-time similarity in every view (the COCO 1K protocol in Table 3's
+    views), and on the unseen classes (`unseen_scorings`). Keyed by (row label, seed)."""
     out = {}
     for name, k, seed in runs:
         key = (model_label(name, k), seed)
-        model, result, t = trained.models[key], trained.results[key], tuned[name]
+        t = tuned[name]
         facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
-        folds = [v for v in TABLE3_FOLD_VIEWS if v in data.test.views()]
-        same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
-        # one split (CUB): the default scoring covers every view, the other similarities add the class view
-        others = {m: s for m, s in unseen_scorings(model).items() if m != "default"} if same and has_class else {}
-        test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | others, run,
-                        fold_views=folds, tuning=facts)
-        unseen = None if not has_class else test if same else recorded(
-            model, result, seed, data.test_unseen, data.vocab, unseen_scorings(model), run, tuning=facts)
-        out[key] = RecordedRun(test, unseen)
+        out[key] = record_compared(trained.models[key], trained.results[key], seed, data, run, facts)
     return out
-
-
-def records_row(rec: RecordedRun) -> dict[str, float]:
-    """Every Table 2 / Table 3 value of one model from its records, as `scoring.tables_row` computes them from the
-    model: T2 = class R-P and R@1 on the unseen classes; T3 = PMRP and instance R@1 on the whole test split under
-    the 1K (five folds) and 5K (all) protocols; `rsum 5K`; NaN where the data lacks the view or the folds."""
-    test = rec.test.evaluation
-    protocols = {proto: scoring_metrics(test, "default", protocol, by_level=False) if protocol in test.split.folds
-                 else {} for proto, protocol in TABLE3_PROTOCOLS.items()}
-    unseen = {} if rec.unseen is None else scoring_metrics(rec.unseen.evaluation, "default", "full", by_level=False)
-    row = {"rsum 5K": protocols["5K"]["rsum"]}
-    for direction in ("i2t", "t2i"):
-        row[f"T2 {direction} R-P"] = unseen.get(f"class/{direction}/R-P", math.nan)
-        row[f"T2 {direction} R@1"] = unseen.get(f"class/{direction}/R@1", math.nan)
-        for proto, values in protocols.items():
-            row[f"T3 {proto} {direction} PMRP"] = values.get(f"plausible/{direction}/PMRP", math.nan)
-            row[f"T3 {proto} {direction} R@1"] = values.get(f"instance/{direction}/R@1", math.nan)
-    return row
 
 
 def per_run_frame(records: Mapping[tuple[str, int], RecordedRun]) -> pd.DataFrame:
