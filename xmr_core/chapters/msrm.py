@@ -25,10 +25,18 @@ the data and the trained runs, Tables 1-3 and their claims (`train.py`); Table 4
 Figures 4-6, Figure 7 and their claims (`ablate.py`); Figure 3's lists and the learned incidence
 (`visualise.py`). Figures are returned as matplotlib Figures for the notebook to write.
 
+Run records (docs/records.md). Every final run of `train.py` and `ablate.py` is scored once and recorded
+(`record_runs`, `ablation_scores`; the zero-shot models as the PCME chapter records them,
+`experiment.compared_records`): Tables 1-5 and Figures 4-6 are read from the records (`chapter_frames`,
+`record_scores`). Figure 7 (PMRP's R-P at zeta 0-4: the records keep zeta 0-2) and `visualise.py`'s Figure 3, its
+every-query lists and the incidence draw on the models (`zeta_runs`, `seed_query_lists`, `trained_models`).
+
 Claims. Every claim of the paper's Sec. 4.3-4.4 is declared once (`TRAIN_CLAIMS`, `ABLATE_CLAIMS`,
-`VISUALISE_CLAIMS`; `CLAIMS` = all) with the metric it compares (`CLAIM_METRICS`) and judged by the book's one
-verdict protocol (`xmr_core.claims.judge`, docs/claims.md) on the notebooks' per-run tables (`train_judgements`,
-`ablate_judgements`, `visualise_judgements`).
+`VISUALISE_CLAIMS`; `CLAIMS` = all) with the metric it compares (`CLAIM_METRICS`, and its per-query values in the
+records, `RECORD_METRICS`) and judged by the book's one verdict protocol (`xmr_core.claims.judge`, docs/claims.md):
+a claim on recorded runs from their records as `xmr claims recompute msrm` judges it (`claim_bindings`,
+`judge_bound`), the others on the notebooks' per-run tables (`train_judgements`, `ablate_judgements`,
+`visualise_judgements`).
 """
 
 from __future__ import annotations
@@ -682,7 +690,7 @@ def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: 
     runs = [(name, seed) for seed in seeds for name in variants]
     requests = [ablation_request(variants[name], seed, data, tuned, enc, run) for name, seed in runs]
     with batched(requests):
-        scored_runs = [ablation_run(r, seed, data, run, {"method": "MSRM", "ablation": name, "lr": tuned["MSRM"].lr})
+        scored_runs = [ablation_run(r, seed, data, run, {"method": "MSRM", "ablation": name})
                        for r, (name, seed) in zip(requests, runs)]
     for (name, seed), (result, scored, rec) in zip(runs, scored_runs):
         rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
@@ -729,8 +737,7 @@ def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], data: ChapterDat
     requests = [ablation_request(setting.config, s, data, tuned, enc, run, **setting.overrides) for setting, s in runs]
     with batched(requests):
         scored_runs = [ablation_run(r, s, data, run, {"method": "MSRM", "ablation": setting.parameter,
-                                                     "value": setting.value, "lr": tuned["MSRM"].lr})
-                       for r, (setting, s) in zip(requests, runs)]
+                                                     "value": setting.value}) for r, (setting, s) in zip(requests, runs)]
     for (setting, s), (result, scored, rec) in zip(runs, scored_runs):
         rows.append({"parameter": setting.parameter, "value": setting.value, "seed": s,
                      "converged": result.converged, "stopped": result.stopped, "cached": result.cached,
@@ -1090,7 +1097,8 @@ WORDS: dict[str, Words] = {
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
-# Judged on seed scores only: train.py's tables and Figure 7's ("zeta") have no per-query values (`judge_claims`).
+# Seed scores only: the committed train.py verdicts were judged on per-seed scores, before train.py read its runs'
+# records; Figure 7's metric (PMRP's R-P at zeta 3 and 4) is not in the records, so its claim stays on seed scores.
 TRAIN_CLAIMS = seed_only(TRAIN_CLAIMS, lambda s: "" if s.needs else RUN_MEANS)
 ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: RUN_MEANS if CLAIM_METRICS[s.metric].table == "zeta" else "")
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
