@@ -79,7 +79,7 @@ from xmr_core.experiment.compared import (
     Compared,
     model_label,
 )
-from xmr_core.experiment.compared_records import RecordedRun, record_compared, records_row
+from xmr_core.experiment.compared_records import RecordedRun, record_run, records_row, unseen_scorings
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.experiment.run_records import recorded
@@ -253,7 +253,7 @@ def record_runs(trained: ChapterTrained, data: ChapterData, all_classes: Chapter
                 tuned: Mapping[str, TuningResult], run: RunConfig) -> dict[tuple[str, str, int], RecordedRun]:
     """Every trained run scored once and recorded (`run_records.recorded`; a record already there is read back),
     keyed by (protocol, row label, seed): a zero-shot model as the PCME chapter records it
-    (`compared_records.record_compared`: the same runs give the same records, on the whole test split and on the
+    (`compared_records.record_run` with `unseen_scorings`: the same runs give the same records, on the whole test split and on the
     unseen classes), an all-classes model
     on its whole test split (`class_scoring`; its `RecordedRun.test` and `.unseen` the same record)."""
     out = {}
@@ -261,7 +261,8 @@ def record_runs(trained: ChapterTrained, data: ChapterData, all_classes: Chapter
         key, t = (protocol, model_label(name, k), seed), tuned[name]
         facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
         if protocol == "zero-shot":  # the PCME chapter's facts: its runs' records are these
-            out[key] = record_compared(trained.models[key], trained.results[key], seed, data, run, facts)
+            model = trained.models[key]
+            out[key] = record_run(model, trained.results[key], seed, data, run, facts, unseen_scorings(model))
         elif all_classes is not None:
             rec = recorded(trained.models[key], trained.results[key], seed, all_classes.test_unseen,
                            all_classes.vocab, class_scoring(all_classes.test_unseen), run,

@@ -5,7 +5,7 @@ reports the same tables of the same runs (and adds MSRM), records them alike: th
 
     RecordedRun(test, unseen)                                         one model's two records
     unseen_scorings(model)                                            -> the scorings of its unseen-class record
-    record_compared(model, result, seed, data, run, tuning)           -> RecordedRun
+    record_run(model, result, seed, data, run, facts, unseen)          -> RecordedRun
     records_row(recorded)                                             -> its Table 2 / 3 values
 """
 
@@ -28,7 +28,7 @@ from xmr_core.runs.train import FitResult
 
 
 class RecordedRun(NamedTuple):
-    """One trained model's records (`record_compared`): on the whole test split (Table 3) and on the unseen classes
+    """One trained model's records (`record_run`): on the whole test split (Table 3) and on the unseen classes
     (Table 2; the same record where that split is the whole test split; None where it has no class relevance)."""
 
     test: RunRecord
@@ -48,21 +48,20 @@ def unseen_scorings(model: RetrievalModel) -> dict[str, Scoring]:
     return out
 
 
-def record_compared(model: RetrievalModel, result: FitResult, seed: int, data: ChapterData, run: RunConfig,
-                    tuning: Mapping[str, Any]) -> RecordedRun:
-    """One trained model (`result`, trained with `seed`) scored once and recorded (`run_records.recorded`, `tuning`
-    its tuning facts; a record already there is read back): on the whole test split with its own test-time
-    similarity in every view (the COCO 1K protocol in Table 3's views), and on the unseen classes
-    (`unseen_scorings`)."""
+def record_run(model: RetrievalModel, result: FitResult, seed: int, data: ChapterData, run: RunConfig,
+               facts: Mapping[str, Any], unseen: Mapping[str, Scoring]) -> RecordedRun:
+    """One trained model's records (`run_records.recorded`, `facts` as its tuning facts; a record already there is
+    read back): on the whole test split with its own test-time similarity in every view (the COCO 1K protocol in
+    Table 3's views), and on the unseen classes with the scorings `unseen` (where that split has class relevance;
+    where it is the whole test split, one record: `unseen`'s other scorings in the test record)."""
     folds = [v for v in TABLE3_FOLD_VIEWS if v in data.test.views()]
     same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
     # one split (CUB): the default scoring covers every view, the other similarities add the class view
-    others = {m: s for m, s in unseen_scorings(model).items() if m != "default"} if same and has_class else {}
+    others = {m: s for m, s in unseen.items() if m != "default"} if same and has_class else {}
     test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | others, run,
-                    fold_views=folds, tuning=tuning)
-    unseen = None if not has_class else test if same else recorded(
-        model, result, seed, data.test_unseen, data.vocab, unseen_scorings(model), run, tuning=tuning)
-    return RecordedRun(test, unseen)
+                    fold_views=folds, tuning=facts)
+    return RecordedRun(test, None if not has_class else test if same else recorded(
+        model, result, seed, data.test_unseen, data.vocab, unseen, run, tuning=facts))
 
 
 def records_row(rec: RecordedRun) -> dict[str, float]:
