@@ -99,6 +99,25 @@ def test_a_claim_bound_to_records_round_trips_through_json_and_judges_as_in_memo
         ClaimRecords(CLAIMS[0][0], RSUM, {"vse0": Side(("x",))}, "scenes", "smoke", "synthetic", "train")
 
 
+def test_a_side_read_on_its_own_metric_round_trips_and_judges_on_it(project):
+    """A universal claim over several metrics: each side "<model> · <part>" names its part's metric."""
+    _, records = project
+    parts = {"i2t": QueryMetric("R-P", "class", ("i2t",)), "t2i": QueryMetric("R-P", "class", ("t2i",))}
+    spec = ClaimSpec("vsepp-over-vse0-each", "VSE++ is above VSE0 in each direction's class R-P.", "Sec. 3",
+                     "universal", "each of i2t / t2i class R-P, pp",
+                     pairs=tuple((f"vsepp · {p}", f"vse0 · {p}") for p in parts))
+    sides = {f"{m} · {p}": Side(tuple(records[m, s].name for s in SEEDS), metric=metric)
+             for m in METHODS for p, metric in parts.items()}
+    b = ClaimRecords(spec, parts["i2t"], sides, "scenes", "smoke", "synthetic", "train")
+    assert ClaimRecords.from_json(json.loads(json.dumps(b.to_json()))) == b
+    assert "metric" not in bindings(records)[0].to_json()["sides"]["vse0"]  # a side on the claim's metric: as before
+    got = judge_records(b, {r.name: r for r in records.values()}.__getitem__)
+    want = judge(spec, {f"{m} · {p}": record_evidence([records[m, s] for s in SEEDS], metric)
+                        for m in METHODS for p, metric in parts.items()}, dataset="scenes", profile="smoke")
+    assert (got.verdict, got.effect, got.low, got.high) == (want.verdict, want.effect, want.low, want.high)
+    assert got.n_queries == 20  # each part's queries: one direction (20 images), not both
+
+
 def test_xmr_claims_recompute_from_committed_records_alone(project, monkeypatch, capsys):
     root, records = project
     results = root / "results"
