@@ -125,7 +125,7 @@ split_sizes(data, all_classes)
 # runs are the PCME chapter's, loaded from the cache.
 
 # %%
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
+tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED, run=run,
                      compared=COMPARED, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "msrm/tuning", run=run, caption=(

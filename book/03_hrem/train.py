@@ -121,7 +121,7 @@ split_sizes(data)
 # (Figure 6).
 
 # %%
-tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
+tuned = tune_methods(PROFILE, enc, data, seed=SEED, run=run, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)  # written with the Region + BERT models' tuning below
 tuning
 

@@ -203,11 +203,13 @@ def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningR
 
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
-                seed: int, config: MSRMConfig | None = None, **train_overrides: object
+                seed: int, config: MSRMConfig | None = None, *, weights: bool = False, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one model (`request_model`) on its own. Returns the model (best weights,
-    eval mode, on `run.torch_device`) and the fit."""
-    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run)[0]
+    """Train (or load from the run cache) one model (`request_model`) on its own (`training.train_many`, `weights`
+    as there: True where the model itself is used). Returns the model (best weights, eval mode, on
+    `run.torch_device`) and the fit."""
+    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run,
+                      weights=weights)[0]
 
 
 # ------------------------------------------------------------------------------------ train.py: runs, Tables 1-3
@@ -771,8 +773,8 @@ def zeta_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
     with PMRP's R-Precision at each zeta on the whole test split (`pmrp_by_zeta`), whether it converged and why it
     collapsed (`scoring.run_collapse`). Columns: model, seed, converged, collapse, "<direction> zeta<z>"."""
     rows = []
-    trained = iter(train_many([request_model(name, k, data, tuned, enc, run, seed)
-                               for seed in seeds for name, k in SPECS], run))
+    trained = iter(train_many([request_model(name, k, data, tuned, enc, run, seed)  # scored here: needs weights
+                               for seed in seeds for name, k in SPECS], run, weights=True))
     for seed in seeds:
         for name, k in SPECS:
             model, result = next(trained)
@@ -895,7 +897,8 @@ def trained_models(names: Sequence[str], data: ChapterData, tuned: dict[str, Tun
                    run: RunConfig, seed: int) -> tuple[dict[str, RetrievalModel], dict[str, bool]]:
     """`train.py`'s zero-shot models of the methods `names` (K = 1) at `seed`, loaded from the run cache, and
     whether each run converged."""
-    trained = {name: train_model(name, 1, data, tuned, enc, run, seed) for name in names}
+    trained = {name: train_model(name, 1, data, tuned, enc, run, seed, weights=True)  # drawn: needs weights
+               for name in names}
     return {n: m for n, (m, _) in trained.items()}, {n: fit.converged for n, (_, fit) in trained.items()}
 
 
