@@ -54,10 +54,12 @@ N_HEAT = 4  # images in Figure 10
 import matplotlib.pyplot as plt
 import numpy as np
 
+from xmr_core.book.recompute import write_bindings
 from xmr_core.book.results import (
     Claim,
     claims_frame,
     notebook_claims,
+    results_root,
     write_claims,
     write_figure,
     write_judgements,
@@ -79,6 +81,7 @@ from xmr_core.chapters.dvse import (
     random_images,
     specific_captions,
     train_model,
+    visualise_bindings,
     visualise_judgements,
     write_heat_figures,
 )
@@ -163,7 +166,9 @@ if grounding is not None:
 # Caption queries are drawn among the specific captions (full and relational levels: a vague caption matches
 # hundreds of images); image queries at random. Below the lists, the same question over every query of the test
 # split and every seed: how often do the top results hold the query (exact relevance)? P@4 for caption queries
-# (Figure 11's four images), P@5 for image queries (Figure 12's five captions).
+# (Figure 11's four images), P@5 for image queries (Figure 12's five captions), from the runs' records (train.py's,
+# with a scoring in the exact view that keeps the hits at 4 and 5). The lists themselves are drawn from the two
+# models of seed `SEED` (they need the models).
 
 # %%
 pvse, _ = train_model("PVSE", 2, data, tuned, enc, run, SEED)
@@ -185,23 +190,26 @@ plt.show()
 
 # %%
 precision = precision_runs(seeds, data, tuned, enc, run)
-write_table(precision, "dvse/fig11_12_precision", run=run, caption=(
+write_table(precision.runs, "dvse/fig11_12_precision", run=run, caption=(
     f"Share of the top results that hold the query (exact relevance) over every query of the {DATASET} test split: "
     "P@4 of caption queries, P@5 of image queries, DVSE and PVSE K=2, every seed, no FR."
     + (f" Not measured: {missing['exact']}." if "exact" in missing else "")))
-precision.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
+precision.runs.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
 
 # %% [markdown]
 # ## The claims of the chapter
 #
 # train.py's and ablate.py's claims (read back from their tables), then this notebook's (`VISUALISE_CLAIMS`):
 # Figure 6's correlations and Figures 11–12's precision, judged by the book's one verdict protocol
-# (`xmr_core.claims.judge`: a 95% interval over the seeds, paired by seed); Figure 10's on every test image of
-# every seed against chance (paired by seed and image).
+# (`xmr_core.claims.judge`: a 95% interval over the seeds, paired by seed); Figures 11–12's on each query's P@K from
+# the records (paired by seed and query; bound to them in `claim_records_visualise.json` for `xmr claims recompute
+# dvse`); Figure 10's on every test image of every seed against chance (paired by seed and image).
 
 # %%
-judged = visualise_judgements(corr_runs, precision, grounding, run, missing)
+bindings = visualise_bindings(precision, run, missing)
+judged = visualise_judgements(corr_runs, precision, grounding, bindings, run, missing)
 write_judgements(judged, "dvse", "visualise", run)
+write_bindings(list(bindings.values()), results_root(run))
 claims = notebook_claims(run, "dvse") + [Claim(**row) for row in claim_rows(judged).to_dict("records")]
 write_claims(claims, "dvse", run=run, preamble=claims_preamble(PROFILE, DATASET))
 claims_frame(claims)
