@@ -49,7 +49,7 @@ from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.pcme import RecordedRun, TrainedModels
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
-from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
+from xmr_core.chapters.views import missing_reason, not_tested
 from xmr_core.claims import (
     ClaimSpec,
     Evidence,
@@ -555,16 +555,21 @@ def column_evidence(per_run: pd.DataFrame, models: Sequence[str], cols: Sequence
     return {f"{m}: {c}": e for c in cols for m, e in seed_evidence(runs, [c], split=split).items()}
 
 
-def _side(records: Mapping[tuple[str, int], RecordedRun], model: str, which: str) -> Side:
-    """A compared model of a train.py claim as its records (`which`: "test" or "unseen", every seed) and scoring:
-    "<label> + FR" is the label's runs in FR (the COCO scales on the test split, the CUB scales on the unseen
-    classes), "DVSE + RR" / "+ MR" the DVSE runs re-ranked, any other its own score ("")."""
-    label, _, rerank = model.partition(" + ")
-    scoring = FR_CUB_SCORING if rerank == "FR" and which == "unseen" else rerank
-    names = tuple(getattr(rec, which).name for (name, _), rec in records.items() if name == label)
-    if not names:
-        raise KeyError(f"no records of {label!r} (have {sorted({name for name, _ in records})})")
-    return Side(names, scoring)
+def train_sides(records: Mapping[tuple[str, int], RecordedRun], which: str) -> dict[str, Side]:
+    """Every model train.py's claims can compare as its records (`which`: "test" or "unseen", every seed) and
+    scoring: "<label>" its own score (""), "<label> + FR" its runs in FR (the COCO scales on the test split, the CUB
+    scales on the unseen classes), "DVSE + RR" / "+ MR" the DVSE runs re-ranked."""
+    labels = dict.fromkeys(label for label, _ in records)
+    fr = FR_CUB_SCORING if which == "unseen" else "FR"
+    out = {}
+    for label in labels:
+        names = tuple(getattr(rec, which).name for (name, _), rec in records.items()
+                      if name == label and getattr(rec, which) is not None)
+        if names:
+            out |= {label: Side(names), f"{label} + FR": Side(names, fr)}
+            if label == "DVSE" and which == "test":
+                out |= {f"DVSE + {n}": Side(names, n) for n in NEIGHBOUR_RERANKERS}
+    return out
 
 
 def side_evidence(records: Mapping[str, RunRecord], side: Side, metric: QueryMetric) -> Evidence:
@@ -574,44 +579,76 @@ def side_evidence(records: Mapping[str, RunRecord], side: Side, metric: QueryMet
                            dataclasses.replace(metric, scoring=side.scoring or metric.scoring))
 
 
-def train_bindings(records: Mapping[tuple[str, int], RecordedRun], run: RunConfig,
+def claim_bindings(specs: Sequence[ClaimSpec], sides: Callable[[str], Mapping[str, Side]], run: RunConfig, part: str,
                    missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
-    """Each claim of `TRAIN_CLAIMS` judged on per-query values bound to the records that judge it
-    (`record_evidence.ClaimRecords`, written beside train.py's judgements for `xmr claims recompute dvse`): its
-    metric (`CLAIM_METRICS`) in each compared model's records of every seed and scoring (`_side`). Claims judged on
-    seed scores only (`ClaimSpec.seed_only`), on models the book does not build (`needs`) or on a view in `missing`
-    have none."""
+    """Each claim of `specs` on a metric with per-query values (`CLAIM_METRICS`) bound to the records that judge it
+    (`record_evidence.ClaimRecords` of notebook `part`, written beside its judgements for `xmr claims recompute
+    dvse`): every compared model's records and scoring (`sides(which)`, which: the metric's record, "test" or
+    "unseen"). None for a claim judged on seed scores only (`ClaimSpec.seed_only`), on models the book does not
+    build (`needs`) or this run did not record, or on a view in `missing`."""
     out = {}
-    for spec in TRAIN_CLAIMS:
-        if spec.seed_only or spec.needs or missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
+    for spec in specs:
+        if spec.metric not in CLAIM_METRICS or spec.seed_only or spec.needs or \
+                missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
             continue
         metric, which = CLAIM_METRICS[spec.metric]
-        sides = {m: _side(records, m, which) for m in spec.compared}
-        out[spec.key] = ClaimRecords(spec, metric, sides, run.dataset, run.profile, "dvse", "train")
+        found = sides(which)
+        if all(m in found for m in spec.compared):
+            out[spec.key] = ClaimRecords(spec, metric, {m: found[m] for m in spec.compared}, run.dataset,
+                                         run.profile, "dvse", part)
     return out
+
+
+def claim_judgements(specs: Sequence[ClaimSpec], bindings: Mapping[str, ClaimRecords],
+                     records: Mapping[str, RunRecord], sides: Callable[[str], Mapping[str, Side]],
+                     others: Mapping[str, Callable[[], Mapping[str, Evidence]]], run: RunConfig,
+                     missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """Every claim of `specs` judged (`claims.judge`): a bound one (`claim_bindings`) as `xmr claims recompute`
+    judges it (`record_evidence.judge_records` on `records` by name: each model's per-query values, one row per
+    seed, paired by seed and query); one on per-query values some of whose models this run did not record on those
+    it did (not tested, naming the others); any other on its metric's evidence in `others` ({metric: a function
+    returning {model: Evidence}}, built only when judged; none for a claim on models the book does not build). A
+    claim whose metric's view (`METRIC_VIEWS`) is in `missing` is not tested, with its reason."""
+    out = []
+    for spec in specs:
+        if reason := missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
+            out.append(not_tested(spec, reason))
+        elif spec.key in bindings:
+            out.append(judge_records(bindings[spec.key], records.__getitem__))
+        else:
+            if spec.needs:
+                evidence = {}
+            elif spec.metric in others:
+                evidence = others[spec.metric]()
+            else:
+                metric, which = CLAIM_METRICS[spec.metric]
+                found = sides(which)
+                evidence = {m: side_evidence(records, found[m], metric) for m in spec.compared if m in found}
+            out.append(judge(spec, evidence, dataset=run.dataset, profile=run.profile))
+    return out
+
+
+def _by_name(records: Mapping[tuple[str, int], RecordedRun]) -> dict[str, RunRecord]:
+    return {r.name: r for rec in records.values() for r in (rec.test, rec.unseen) if r is not None}
+
+
+def train_bindings(records: Mapping[tuple[str, int], RecordedRun], run: RunConfig,
+                   missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """`claim_bindings` of `TRAIN_CLAIMS` on train.py's records (`record_models`, `train_sides`)."""
+    return claim_bindings(TRAIN_CLAIMS, lambda which: train_sides(records, which), run, "train", missing)
 
 
 def train_judgements(records: Mapping[tuple[str, int], RecordedRun], bindings: Mapping[str, ClaimRecords],
                      per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,
                      missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """Every claim of `TRAIN_CLAIMS` judged on train.py's records: a bound claim (`train_bindings`) as `xmr claims
-    recompute` judges it (`record_evidence.judge_records`: each model's per-query values, one row per seed, paired
-    by seed and query); the per-column CUB claim on each seed's columns of `per_run` (`per_run_frame`,
-    `column_evidence`) and FR's speed on the seconds of `t4` (`table4_runs`). A claim on a model the book does not
-    build is not tested (`claims.judge`), so is one whose metric's view (`METRIC_VIEWS`) is in `missing`."""
-    by_name = {r.name: r for rec in records.values() for r in (rec.test, rec.unseen) if r is not None}
-    out = []
-    for spec in TRAIN_CLAIMS:
-        if reason := missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
-            out.append(not_tested(spec, reason))
-        elif spec.key in bindings:
-            out.append(judge_records(bindings[spec.key], by_name.__getitem__))
-        else:
-            evidence = ({} if spec.needs else
-                        column_evidence(per_run, ["DVSE", "DVSE + FR"], list(TABLE3_COLUMNS), "test unseen classes")
-                        if spec.metric == CUB_EACH else seed_evidence(t4, ["re-rank s"], split="test"))
-            out.append(judge(spec, evidence, dataset=run.dataset, profile=run.profile))
-    return out
+    """Every claim of `TRAIN_CLAIMS` judged on train.py's records (`claim_judgements`, `train_bindings`): the
+    per-column CUB claim on each seed's columns of `per_run` (`per_run_frame`, `column_evidence`) and FR's speed on
+    the seconds of `t4` (`table4_runs`)."""
+    others = {CUB_EACH: lambda: column_evidence(per_run, ["DVSE", "DVSE + FR"], list(TABLE3_COLUMNS),
+                                                "test unseen classes"),
+              RERANK_S: lambda: seed_evidence(t4, ["re-rank s"], split="test")}
+    return claim_judgements(TRAIN_CLAIMS, bindings, _by_name(records), lambda which: train_sides(records, which),
+                            others, run, missing)
 
 
 # ------------------------------------------------------------------------ ablate.py: Tables V-VI, Figures 8-9
@@ -938,60 +975,46 @@ def beta_range_runs(sweep: pd.DataFrame) -> pd.DataFrame:
     return _runs_frame(rows, "range")
 
 
-def ablation_sides(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows) -> dict[str, Side]:
-    """Each compared model of ablate.py's claims judged on per-query values as its records (every seed) and
+def ablation_sides(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows, which: str = "test"
+                   ) -> dict[str, Side]:
+    """Each compared model of ablate.py's claims as its records on `which` ("test" or "unseen", every seed) and
     scoring: Table V's combinations, Table VI's K and the sweeps' points (`sweep_label`) in their own score, Figure
     7's diagonal scales ("γ=<s>") as the DVSE runs in FR at (s, s) (`fr_scale_name`)."""
-    sides = {m: Side(tuple(part["record"])) for a in (t5, t6, sweep)
-             for m, part in a.runs.groupby("model", sort=False)}
+    column = "record" if which == "test" else "unseen record"
+    sides = {m: Side(tuple(part[column])) for a in (t5, t6, sweep) if column in a.runs
+             for m, part in a.runs.groupby("model", sort=False) if part[column].astype(bool).all()}
     seeds = fr.runs.drop_duplicates("seed")
-    return sides | {scale_label(s): Side(tuple(seeds["record"]), fr_scale_name(s, s)) for s in fr.runs["s1"].unique()}
+    return sides | ({scale_label(s): Side(tuple(seeds["record"]), fr_scale_name(s, s)) for s in fr.runs["s1"].unique()}
+                    if which == "test" else {})
 
 
 def ablate_bindings(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows, run: RunConfig,
                     missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
-    """Each claim of `ABLATE_CLAIMS` on a metric with per-query values (`CLAIM_METRICS`) whose compared models were
-    all recorded (`ablation_sides`; the smaller grids lack some) bound to the records that judge it, written beside
-    ablate.py's judgements for `xmr claims recompute dvse`; none for a claim on a view in `missing`."""
-    sides = ablation_sides(t5, t6, fr, sweep)
-    return {spec.key: ClaimRecords(spec, CLAIM_METRICS[spec.metric][0], {m: sides[m] for m in spec.compared},
-                                   run.dataset, run.profile, "dvse", "ablate")
-            for spec in ABLATE_CLAIMS
-            if spec.metric in CLAIM_METRICS and not spec.seed_only and all(m in sides for m in spec.compared)
-            and not missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing)}
+    """`claim_bindings` of `ABLATE_CLAIMS` on ablate.py's records (`ablation_sides`; the smaller grids lack some
+    claims' points)."""
+    return claim_bindings(ABLATE_CLAIMS, lambda which: ablation_sides(t5, t6, fr, sweep, which), run, "ablate",
+                          missing)
 
 
 def ablate_judgements(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows,
                       bindings: Mapping[str, ClaimRecords], run: RunConfig,
                       missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """Every claim of `ABLATE_CLAIMS` judged on ablate.py's runs: a bound claim (`ablate_bindings`: Tables V-VI's
-    rSum, Figure 7's diagonal, Figures 8-9's R@1) as `xmr claims recompute` judges it, on each model's per-query
-    values from its records (paired by seed and query); a claim of those metrics on a model the grid lacks on the
-    models it has (not tested); Figure 7's best cells on each query's R@1 hit of the odd-numbered queries
-    (`fr_best_cells`); the components' impacts (`impact_runs`), Table VI's class metrics and beta's range
-    (`beta_range_runs`) on each seed's score, from the records. A claim on a view in `missing` is not tested."""
-    records = t5.records | t6.records | fr.records | sweep.records
-    sides = ablation_sides(t5, t6, fr, sweep)
+    """Every claim of `ABLATE_CLAIMS` judged on ablate.py's runs (`claim_judgements`, `ablate_bindings`: Tables
+    V-VI's rSum, Figure 7's diagonal and Figures 8-9's R@1 on per-query values from the records); Figure 7's best
+    cells on each query's R@1 hit of the odd-numbered queries (`fr_best_cells`); the components' impacts
+    (`impact_runs`), Table VI's class metrics and beta's range (`beta_range_runs`) on each seed's score, from the
+    records."""
     cells = fr_best_cells(fr.runs)
     i2t = cells["model"].isin(["γ1 = γ2", "γ1 > γ2", "γ1 < γ2"])
-    evidence = {
+    others = {
         IMPACT: lambda: seed_evidence(impact_runs(t5.runs), ["all rSum"], split="test"),
         CUB_ALL: lambda: seed_evidence(t6.runs, list(TABLE3_COLUMNS), split="test unseen classes"),
         BETA_RANGE: lambda: seed_evidence(beta_range_runs(sweep.runs), ["range"], split="test"),
         FR_I2T_REGION: lambda: stratified_evidence(cells[i2t], ["hits"], split="test i2t, odd-numbered images"),
         FR_T2I_BEST: lambda: stratified_evidence(cells[~i2t], ["hits"], split="test t2i, odd-numbered captions"),
     }
-    out = []
-    for spec in ABLATE_CLAIMS:
-        if reason := missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
-            out.append(not_tested(spec, reason))
-        elif spec.key in bindings:
-            out.append(judge_records(bindings[spec.key], records.__getitem__))
-        else:
-            found = evidence[spec.metric]() if spec.metric in evidence else {
-                m: side_evidence(records, sides[m], CLAIM_METRICS[spec.metric][0]) for m in spec.compared if m in sides}
-            out.append(judge(spec, found, dataset=run.dataset, profile=run.profile))
-    return out
+    return claim_judgements(ABLATE_CLAIMS, bindings, t5.records | t6.records | fr.records | sweep.records,
+                            lambda which: ablation_sides(t5, t6, fr, sweep, which), others, run, missing)
 
 
 # ------------------------------------------------------------------------- Figures 6 and 10 (sub-embeddings)
@@ -1490,32 +1513,30 @@ METRIC_VIEWS: dict[str, str] = {CUB_RP: "class", CUB_R1: "class", CUB_ALL: "clas
                                 P5: "exact"}  # the relevance of each claim metric that is not instance
 
 
+def _precision_sides(precision: RecordedRows) -> dict[str, Side]:
+    return {m: Side(tuple(part["record"])) for m, part in precision.runs.groupby("model", sort=False)}
+
+
 def visualise_bindings(precision: RecordedRows, run: RunConfig, missing: Mapping[str, str] | None = None
                        ) -> dict[str, ClaimRecords]:
-    """Figures 11-12's claims (P@4, P@5: means over queries) bound to the records of `precision_runs`, written
-    beside visualise.py's judgements for `xmr claims recompute dvse`; none on a view in `missing`."""
-    sides = {m: Side(tuple(part["record"])) for m, part in precision.runs.groupby("model", sort=False)}
-    return {spec.key: ClaimRecords(spec, CLAIM_METRICS[spec.metric][0], {m: sides[m] for m in spec.compared},
-                                   run.dataset, run.profile, "dvse", "visualise")
-            for spec in VISUALISE_CLAIMS if spec.metric in (P4, P5)
-            and not missing_reason(METRIC_VIEWS[spec.metric], missing)}
+    """`claim_bindings` of `VISUALISE_CLAIMS`: Figures 11-12's (P@4, P@5: means over queries) on the records of
+    `precision_runs`."""
+    return claim_bindings(VISUALISE_CLAIMS, lambda which: _precision_sides(precision), run, "visualise", missing)
 
 
 def visualise_judgements(corr_runs: pd.DataFrame, precision: RecordedRows,
                          grounding: tuple[pd.DataFrame, Mapping[tuple[str, int], np.ndarray]] | None,
                          bindings: Mapping[str, ClaimRecords], run: RunConfig,
                          missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """Every claim of `VISUALISE_CLAIMS` judged: Figure 6's correlations on `correlation_runs` (a combination outside
-    the profile's grid: not tested), Figures 11-12's precision as `xmr claims recompute` judges it (`bindings`,
-    `visualise_bindings`: each query's P@K from `precision_runs`' records, paired by seed and query), and Figure
-    10's on `grounding_runs` (each test image's share against chance, paired by seed and image; None where the data
-    set has no object boxes: not tested, `ClaimSpec.datasets`); a claim on a view in `missing` not tested."""
-    evidence = {CORR: lambda: seed_evidence(corr_runs, ["mean |corr|"], split="test"),
-                HEAT: lambda: run_evidence(*grounding, split="test images") if grounding is not None else {}}
-    judged = {j.spec.key: j for j in judge_viewed([s for s in VISUALISE_CLAIMS if s.key not in bindings], evidence,
-                                                 METRIC_VIEWS, missing, run)}
-    return [judge_records(bindings[s.key], precision.records.__getitem__) if s.key in bindings else judged[s.key]
-            for s in VISUALISE_CLAIMS]
+    """Every claim of `VISUALISE_CLAIMS` judged (`claim_judgements`): Figures 11-12's precision on each query's P@K
+    from `precision_runs`' records (`visualise_bindings`), Figure 6's correlations on `correlation_runs` (a
+    combination outside the profile's grid: not tested) and Figure 10's on `grounding_runs` (each test image's share
+    against chance, paired by seed and image; None where the data set has no object boxes: not tested,
+    `ClaimSpec.datasets`)."""
+    others = {CORR: lambda: seed_evidence(corr_runs, ["mean |corr|"], split="test"),
+              HEAT: lambda: run_evidence(*grounding, split="test images") if grounding is not None else {}}
+    return claim_judgements(VISUALISE_CLAIMS, bindings, precision.records, lambda which: _precision_sides(precision),
+                            others, run, missing)
 
 
 def claims_preamble(profile: str, dataset: str) -> str:
