@@ -25,6 +25,12 @@ Table 2 (Flickr30K-style: R@K and rSum on the whole test split, which on scenes 
 Fast Re-ranking uses the paper's scales (Sec. IV-A-3): COCO / Flickr30K gamma = (25, 25), lambda = (20, 20) for
 the instance tables (1, 2, 4), CUB gamma = (9, 8), lambda = (8, 17) for the class table (3); every model's own
 test-time scores are re-ranked as they are (cosines, PCME's match probability).
+
+Run records (docs/records.md, "DVSE"). Every final run of the three notebooks is scored once and kept as a record
+(`run_records.recorded`): FR, RR, MR, Figure 7's FR scales and Figures 11-12's P@K are scorings of the same run's
+record, and the PCME chapter's runs keep one record with both chapters' scorings. Tables, figure values and claims
+come from the records; the model itself only where a figure draws it or a time is measured (`table4_times`,
+`correlation_runs`, `grounding_runs`, `write_heat_figures`, `model_lists`).
 """
 
 from __future__ import annotations
@@ -988,6 +994,17 @@ def ablation_sides(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: 
                     if which == "test" else {})
 
 
+def latest_records(*rows: RecordedRows) -> dict[str, RunRecord]:
+    """The records of `rows` by name, of a run two of them recorded the one with more scorings: the later (a record
+    only gains scorings, `run_records.recorded`; the tuned DVSE is combination 1, K = 6, beta 0.4, eta 0.6 and
+    Figure 7's runs)."""
+    out: dict[str, RunRecord] = {}
+    for r in (r for row in rows for r in row.records.values()):
+        if r.name not in out or len(r.evaluation.scorings) > len(out[r.name].evaluation.scorings):
+            out[r.name] = r
+    return out
+
+
 def ablate_bindings(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows, run: RunConfig,
                     missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
     """`claim_bindings` of `ABLATE_CLAIMS` on ablate.py's records (`ablation_sides`; the smaller grids lack some
@@ -1013,7 +1030,7 @@ def ablate_judgements(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, swee
         FR_I2T_REGION: lambda: stratified_evidence(cells[i2t], ["hits"], split="test i2t, odd-numbered images"),
         FR_T2I_BEST: lambda: stratified_evidence(cells[~i2t], ["hits"], split="test t2i, odd-numbered captions"),
     }
-    return claim_judgements(ABLATE_CLAIMS, bindings, t5.records | t6.records | fr.records | sweep.records,
+    return claim_judgements(ABLATE_CLAIMS, bindings, latest_records(t5, t6, fr, sweep),
                             lambda which: ablation_sides(t5, t6, fr, sweep, which), others, run, missing)
 
 
@@ -1549,9 +1566,11 @@ def claims_preamble(profile: str, dataset: str) -> str:
               "verdict protocol (docs/claims.md): the effect with a 95% bootstrap interval over the seeds (paired by "
               "seed where the compared runs share them: a model with and without re-ranking is the same trained "
               "model), margins declared with the claim, and \"not tested\" on runs that did not converge or "
-              "collapsed, on one seed, or on models this book does not build. The intervals of train.py's rSum and "
-              "CUB-style R-P / R@1 claims cover test sampling too (per-query values, paired by query); the others "
-              "cover training noise only (per-seed scores).")
+              "collapsed, on one seed, or on models this book does not build. The claims on a mean over queries "
+              "(rSum, R@K, R-P, P@K) are judged on each query's values from the run records, so their intervals "
+              "cover test sampling too (paired by query), and `xmr claims recompute dvse` judges them again from the "
+              "records alone; the others (FR's time, differences and ranges over runs, correlations, the per-column "
+              "CUB claim) cover training noise only (per-seed scores).")
 
 
 # ------------------------------------------------------------------------------------------ run counts
