@@ -23,6 +23,7 @@ from xmr_core.chapters.dvse import (
     TRAIN_CLAIMS,
     VISUALISE_CLAIMS,
     RecordedRows,
+    RecordedRun,
     ablate_bindings,
     ablate_judgements,
     combination_label,
@@ -40,7 +41,6 @@ from xmr_core.chapters.dvse import (
     visualise_bindings,
     visualise_judgements,
 )
-from xmr_core.chapters.pcme import RecordedRun
 from xmr_core.config import RunConfig
 from xmr_core.experiment.compared import REGIONS
 from xmr_core.records import Evaluation, QueryStats, RunRecord, Scored, SplitQueries

@@ -53,7 +53,6 @@ from torch import Tensor
 
 from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import SplitCeiling
-from xmr_core.chapters.pcme import RecordedRun, TrainedModels
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
 from xmr_core.chapters.views import missing_reason, not_tested
 from xmr_core.claims import (
@@ -282,6 +281,23 @@ def table4_frame(runs: pd.DataFrame, label: str) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- train.py: every model, recorded
+class TrainedModels(NamedTuple):
+    """`train_models`' output: the models (best weights, eval mode) and their fits, both keyed by (row label,
+    seed), and the training table (one `fit_row` per run)."""
+
+    models: dict[tuple[str, int], RetrievalModel]
+    results: dict[tuple[str, int], FitResult]
+    fits: pd.DataFrame
+
+
+class RecordedRun(NamedTuple):
+    """One trained model's records (`record_models`): on the whole test split and on the unseen classes (the same
+    record where that split is the whole test split; None where it has no class relevance or is not asked)."""
+
+    test: RunRecord
+    unseen: RunRecord | None
+
+
 NEIGHBOUR_RERANKERS = ("RR", "MR")  # Table 4's re-rankers other than FR, scorings of the DVSE runs' records
 FR_CUB_SCORING = "FR CUB"  # the unseen classes' FR scoring (the CUB scales; "FR" is the COCO scales')
 
