@@ -152,6 +152,8 @@ def test_figure7_and_precision_from_records_equal_those_scored_from_the_model(ch
     assert name in set(t5.runs["record"]) & set(t6.runs["record"]) & set(precision.runs["record"])
     dvse = run_records.read_record(run_records.records_folder(run) / f"{name}.npz").evaluation.scorings
     assert {"default", "FR", "RR", "MR", chapter.PRECISION, *chapter.fr_grid_scorings((10.0, 25.0))} <= set(dvse)
+    assert not dvse["default"].blocks["full", "instance", "i2t"].precision_hits  # P@K in the precision scoring only
+    assert set(dvse[chapter.PRECISION].blocks["full", "exact", "t2i"].precision_hits) == {4, 5}
     assert t6.runs["CUB i2t R-P"].notna().all() and t5.runs["CUB i2t R-P"].isna().all()  # unseen: Table VI only
 
 

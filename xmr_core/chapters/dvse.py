@@ -1325,13 +1325,14 @@ def precision_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, Tun
     `PRECISION` added to train.py's: exact view, whole split, hits at `PRECISION_KS`), each run's collapse; NaN
     precision where the data has no exact relevance (real data)."""
     exact = "exact" in data.test.views()
-    scorings = {"default": Scoring()} | ({PRECISION: Scoring(views=("exact",))} if exact else {})
     rows, recs = [], []
     for seed in seeds:
         for name, k in (("DVSE", 1), ("PVSE", 2)):
             model, result = train_model(name, k, data, tuned, enc, run, seed)
-            test = recorded(model, result, seed, data.test, data.vocab, scorings, run, fold_views=(), ap_views=(),
-                            precision_ks=PRECISION_KS)
+            test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()}, run)  # train.py's
+            if exact:  # P@K in this scoring only (asked of "default", every view would keep it)
+                test = recorded(model, result, seed, data.test, data.vocab, {PRECISION: Scoring(views=("exact",))},
+                                run, fold_views=(), ap_views=(), precision_ks=PRECISION_KS)
             recs.append(RecordedRun(test, None))
             values = {col: float(query_values(test.evaluation, CLAIM_METRICS[metric][0])[0].mean()) if exact
                       else math.nan for col, metric in (("t2i P@4", P4), ("i2t P@5", P5))}
