@@ -179,7 +179,7 @@ def test_claims_from_records_and_xmr_claims_recompute_finds_them_the_same(chapte
     assert sides["γ=10"].scoring == chapter.fr_scale_name(10.0, 10.0) and sides["β=0.4"].scoring == ""
     assert sides["β=0.4"].records == sides["K=6"].records == sides["combination 1"].records  # the tuned DVSE
     assert bound["train"]["fr-improves-dvse"].sides["DVSE + FR"].scoring == "FR"
-    assert bound["train"]["pvse-rp-falls-with-k"].sides["PVSE K=1"].records[0].endswith("@test-unseen")
+    assert bound["train"]["dvse-r1-over-pcme"].sides["PCME"].records[0].endswith("@test-unseen")
     results = results_root(run)
     for part, found in judged.items():
         assert [j.spec.key for j in found] == [s.key for s in getattr(chapter, f"{part.upper()}_CLAIMS")]
