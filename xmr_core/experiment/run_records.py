@@ -6,26 +6,29 @@ committed book, the smoke build's for smoke), then read back, so that a table or
 
     records_folder(run)                                               -> where the run's records live
     recorded(model, result, seed, split, vocab, scorings, run, ...)  -> records.RunRecord
+    recorded_ensemble(model, members, method, split, vocab, scorings, run, ...)  -> records.RunRecord
 
-A record already there that lacks some of the scorings asked for gets them added (scored once, the others kept).
 Only the final runs of a chapter (every compared model and seed) are recorded; a tuning search's runs are
-described by its tuning table.
+described by its tuning table. An ensemble of finished runs (HREM's "Full*": no training of its own) is recorded as a
+run of its own, keyed by its members' keys (`recorded_ensemble`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xmr_core.book.results import records_home, results_root
 from xmr_core.config import RunConfig
-from xmr_core.data.corpus import Split
+from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.records import Block, Evaluation, RecordError, RunRecord, Scored, read_record
-from xmr_core.run_evaluation import AP_VIEWS, FOLD_VIEWS, Scoring, evaluate_run, split_folds
+from xmr_core.records import Evaluation, RecordError, RunRecord, Scored, read_record, write_record
+from xmr_core.run_evaluation import AP_VIEWS, FOLD_VIEWS, Scoring, evaluate_run
 from xmr_core.runs.record import MAIN_SPLIT, record_name, records_root, saved_result, write_run_record
 from xmr_core.runs.train import FitResult
 
@@ -35,38 +38,38 @@ def records_folder(run: RunConfig) -> Path:
     return records_root(run.profile, records_home(results_root(run)))
 
 
-def _view(block: Block) -> str:
-    return block[1].partition("/")[0]
+def _held_views(scored: Scored, protocol: str) -> set[str]:
+    """The views (plausible: one, whatever its ζ) a held scoring has blocks of under `protocol`."""
+    return {b[1].partition("/")[0] for b in scored.blocks if b[0] == protocol}
 
 
-def _covered(held: Scored | None, scoring: Scoring, split: Split, fold_views: Sequence[str] | None,
-             ap_views: Sequence[str] | None, precision_ks: Sequence[int]) -> bool:
-    """Whether the record's scoring `held` has the options and re-ranker of `scoring` and, in each of its views, the
-    split's other protocols (`split_folds`) where `fold_views` names the view, AP@R where `ap_views` does (None:
-    every view) and the hits at each K of `precision_ks`."""
-    if held is None or held.options != dict(scoring.options) or held.rerank != scoring.rerank_name:
-        return False
-    views = split.views() if scoring.views is None else scoring.views
-    kept = {(b[0], _view(b)) for b in held.blocks}
-    if not all((protocol, v) in kept for protocol in split_folds(split) for v in views
-               if protocol == "full" or fold_views is None or v in fold_views):
-        return False
-    return all((q.ap_at_r is not None or (ap_views is not None and _view(b) not in ap_views))
+def _kept(held: Scored, ap_views: Sequence[str] | None, precision_ks: Sequence[int]) -> bool:
+    """Whether every block of a held scoring keeps AP@R where `ap_views` asks it (None: every view) and the hits at
+    each K of `precision_ks`."""
+    return all((q.ap_at_r is not None or (ap_views is not None and b[1].partition("/")[0] not in ap_views))
                and set(precision_ks) <= set(q.precision_hits) for b, q in held.blocks.items())
 
 
-def _kept(scorings: Sequence[Scored]) -> tuple[set[str], set[str], set[int]]:
-    """The views in which `scorings` keep a protocol other than "full", those in which they keep AP@R, and the Ks of
-    their hits at K."""
-    blocks = [(b, q) for s in scorings for b, q in s.blocks.items()]
-    return ({_view(b) for b, _ in blocks if b[0] != "full"}, {_view(b) for b, q in blocks if q.ap_at_r is not None},
-            {k for _, q in blocks for k in q.precision_hits})
-
-
-def _merged(old: Evaluation, new: Evaluation) -> Evaluation:
-    """`old` with the scorings of `new` added (replacing those of the same name) and their blocks' positives."""
-    split = dataclasses.replace(old.split, n_positives={**new.split.n_positives, **old.split.n_positives})
-    return Evaluation(split, {**old.scorings, **new.scorings}, new.embed_seconds)
+def _lacking(record: RunRecord, scorings: Mapping[str, Scoring], split: Split,
+             fold_views: Sequence[str] | None, ap_views: Sequence[str] | None = AP_VIEWS,
+             precision_ks: Sequence[int] = ()) -> dict[str, Scoring]:
+    """The scorings of `scorings` that `record` does not hold: absent, with other options or re-ranker, or without
+    a view (or a COCO 1K view of `fold_views`, AP@R of `ap_views`, hits at a K of `precision_ks`) asked for. A held
+    scoring re-scored keeps its own views and folds: the returned scoring asks for the union of both."""
+    out = {}
+    for name, s in scorings.items():
+        held = record.evaluation.scorings.get(name)
+        views = set(split.views() if s.views is None else s.views)
+        folds = views if fold_views is None else views & set(fold_views)
+        if "coco1k" not in record.evaluation.split.folds:
+            folds = set()
+        if held is None or held.options != dict(s.options) or held.rerank != s.rerank_name:
+            out[name] = s
+        elif not views <= _held_views(held, "full") or not folds <= _held_views(held, "coco1k") or \
+                not _kept(held, ap_views, precision_ks):
+            out[name] = dataclasses.replace(s, views=None if s.views is None else
+                                            tuple(sorted(views | _held_views(held, "full"))))
+    return out
 
 
 def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, vocab: Vocabulary,
@@ -74,40 +77,87 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
              ap_views: Sequence[str] | None = AP_VIEWS, precision_ks: Sequence[int] = (),
              tuning: Mapping[str, Any] | None = None) -> RunRecord:
     """The record of the finished run `result` (its `model`, best weights; trained with `seed`) on `split`: read
-    back from `records_folder(run)` when it is there with the run's key and every scoring of `scorings` with what
-    `fold_views`, `ap_views` and `precision_ks` ask (`_covered`); otherwise the scorings it lacks are scored once
-    (`evaluate_run` with those options, on `run.torch_device`) and added to the record's others (a run two chapters
-    or notebooks record, e.g. PCME's baselines in the DVSE chapter with its FR scoring, keeps one record with the
-    scorings of both; a scoring scored again keeps what its record kept too), written with the `tuning` facts,
-    and read back. A run with no finished result to record (listed, not trained, by the run plan's trace; diverged
-    in its first epoch) is scored and kept in memory only, named after its run directory, not converged."""
-    options = {"fold_views": fold_views, "ap_views": ap_views, "precision_ks": precision_ks}
+    back from `records_folder(run)` when it is there with the run's key and every scoring of `scorings`; otherwise
+    scored once (`evaluate_run` with `scorings` and `fold_views`, on `run.torch_device`), written with the `tuning`
+    facts, and read back. A record there of the run that lacks some of `scorings` (another notebook recorded the
+    same run with its own scorings, e.g. the leaderboard's Fast Re-ranking beside a chapter's) keeps what it holds:
+    only the scorings it lacks are scored (`_lacking`; a held scoring short of a view or fold asked for is scored
+    again with both's), added to it, and its tuning facts updated with `tuning`. `ap_views` and `precision_ks`
+    (`evaluate_run`'s: AP@R in those views, hits at those K) are asked of every scoring of `scorings`; a held
+    scoring scored again keeps the AP@R views and K it kept. A run with no finished result to
+    record (listed, not trained, by the run plan's trace; diverged in its first epoch) is scored and kept in memory
+    only, named after its run directory, not converged."""
     try:
         key = saved_result(result)["key"]
     except FileNotFoundError:
-        evaluation = evaluate_run(model, split, vocab, scorings=scorings, device=run.torch_device, **options)
+        evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, ap_views=ap_views,
+                                  precision_ks=precision_ks, device=run.torch_device)
         name = result.run_dir.name + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
         fit = {"converged": False, "stopped": result.stopped, "stop_message": result.stop_message, "history": []}
         return RunRecord("", name, "", {}, {"seed": seed}, fit, dict(tuning or {}), {}, evaluation)
     path = records_folder(run) / f"{record_name(result, split.name)}.npz"
-    held = {}
+    held: RunRecord | None = None
     if path.is_file():
         try:
-            record = read_record(path)
-            held = record.evaluation.scorings if record.key == key else {}
+            held = read_record(path)
         except RecordError as err:
             print(f"scoring the run again: {err}")
-    missing = {name: s for name, s in scorings.items()
-               if not _covered(held.get(name), s, split, fold_views, ap_views, precision_ks)}
-    if not missing:
-        return record
-    again = [held[name] for name in missing if name in held]
-    if again:  # a scoring scored again keeps the folds, AP@R and hits at K its record kept
-        folds, aps, ks = _kept(again)
-        options = {"fold_views": None if fold_views is None else (*fold_views, *sorted(folds - set(fold_views))),
-                   "ap_views": None if ap_views is None else (*ap_views, *sorted(aps - set(ap_views))),
-                   "precision_ks": tuple(sorted(ks | set(precision_ks)))}
-    evaluation = evaluate_run(model, split, vocab, scorings=missing, device=run.torch_device, **options)
-    if held:
-        evaluation = _merged(record.evaluation, evaluation)
+    if held is not None and (held.key, held.evaluation.split.fingerprint) != (key, split_fingerprint(split)):
+        held = None
+    lacking = dict(scorings) if held is None else _lacking(held, scorings, split, fold_views, ap_views, precision_ks)
+    if held is not None and not lacking:
+        return held
+    if held is not None:  # the run's record keeps its other scorings (another notebook's) and their folds
+        again = [held.evaluation.scorings[name] for name in lacking if name in held.evaluation.scorings]
+        kept = {v for s in again for v in _held_views(s, "coco1k")}
+        fold_views = None if fold_views is None else tuple(sorted(set(fold_views) | kept))
+        aps = {b[1].partition("/")[0] for s in again for b, q in s.blocks.items() if q.ap_at_r is not None}
+        ap_views = None if ap_views is None else tuple(sorted(set(ap_views) | aps))
+        precision_ks = tuple(sorted(set(precision_ks) | {k for s in again for q in s.blocks.values()
+                                                        for k in q.precision_hits}))
+    evaluation = evaluate_run(model, split, vocab, scorings=lacking, fold_views=fold_views, ap_views=ap_views,
+                              precision_ks=precision_ks, device=run.torch_device)
+    if held is not None:
+        old = held.evaluation
+        queries = dataclasses.replace(evaluation.split, folds={**old.split.folds, **evaluation.split.folds},
+                                      n_positives={**old.split.n_positives, **evaluation.split.n_positives})
+        evaluation = Evaluation(queries, {**old.scorings, **evaluation.scorings}, old.embed_seconds)
+        tuning = {**held.tuning, **(tuning or {})}
     return read_record(write_run_record(result, evaluation, run.profile, tuning, records_home(results_root(run))))
+
+
+def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], method: str, split: Split,
+                      vocab: Vocabulary, scorings: Mapping[str, Scoring], run: RunConfig, *,
+                      fold_views: Sequence[str] | None = FOLD_VIEWS) -> RunRecord:
+    """The record on `split` of an ensemble (`model`, e.g. `experiment.ensemble.ScoreMean`) of finished runs whose
+    records on `split` are `members` (one seed): no training of its own, so its key hashes `method` and the members'
+    keys, its name is `<method>-<key[:16]>` (suffixed as a run's on a split other than the main one), its seed is the
+    members', and its fit is theirs: converged when every member is, diverged when one did, the members' names. Read
+    back from `records_folder(run)` when there with every scoring of `scorings`; otherwise scored once
+    (`evaluate_run`), written and read back. A member kept in memory only (no key) keeps the ensemble in memory."""
+    seeds = {r.seed for r in members}
+    if len(members) < 2 or len(seeds) != 1:
+        raise ValueError(f"recorded_ensemble: needs two or more members of one seed, got {[r.name for r in members]}")
+    if {r.evaluation.split.fingerprint for r in members} != {split_fingerprint(split)}:
+        raise ValueError(f"recorded_ensemble: members {[r.name for r in members]} are not records on {split.name!r}")
+    keys = [r.key for r in members]
+    key = hashlib.sha256(json.dumps({"method": method, "members": keys}).encode()).hexdigest() if all(keys) else ""
+    name = f"{method}-{key[:16]}" + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
+    path = records_folder(run) / f"{name}.npz"
+    if key and path.is_file():
+        try:
+            record = read_record(path)
+            if record.key == key and not _lacking(record, scorings, split, fold_views):
+                return record
+        except RecordError as err:
+            print(f"scoring the ensemble again: {err}")
+    evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views,
+                              device=run.torch_device)
+    diverged = any(r.fit.get("stopped") == "diverged" for r in members)
+    fit = {"converged": bool(key) and all(r.converged for r in members), "stopped": "diverged" if diverged else
+           "members", "stop_message": "", "history": [], "members": [r.name for r in members]}
+    timings = {"embed_seconds": evaluation.embed_seconds,
+               "scoring_seconds": {n: s.seconds for n, s in evaluation.scorings.items()}}
+    record = RunRecord(key, name, method, {"members": {r.name: r.method for r in members}},
+                       {"seed": next(iter(seeds))}, fit, {}, timings, evaluation)
+    return read_record(write_record(path, record)) if key else record
