@@ -50,11 +50,13 @@ def record_evidence(records: Sequence[RunRecord], metric: QueryMetric) -> Eviden
 
 @dataclass(frozen=True)
 class Side:
-    """One compared model of a claim: the names of its records (`RunRecord.name`, one per seed) and the scoring it
-    is read in ("" : the claim metric's own)."""
+    """One compared model of a claim: the names of its records (`RunRecord.name`, one per seed), the scoring it
+    is read in ("" : the claim metric's own) and, for a metric of multi-query rounds, the round it is read at (0: the
+    metric's own; e.g. one model after round 1 against itself after the last round)."""
 
     records: tuple[str, ...]
     scoring: str = ""
+    round: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ class ClaimRecords:
             spec[name] = tuple(spec.get(name, ()))
         metric = {**obj["metric"], "directions": tuple(obj["metric"]["directions"])}
         return cls(ClaimSpec(**spec), QueryMetric(**metric),
-                   {m: Side(tuple(s["records"]), s.get("scoring", "")) for m, s in obj["sides"].items()},
+                   {m: Side(tuple(s["records"]), s.get("scoring", ""), s.get("round", 0))
+                    for m, s in obj["sides"].items()},
                    obj["dataset"], obj["profile"], obj["chapter"], obj["part"])
 
 
@@ -100,6 +103,7 @@ def judge_records(binding: ClaimRecords, read: Callable[[str], RunRecord]) -> Ju
     scoring), `read(name)` giving the record of each name."""
     evidence = {}
     for model, side in binding.sides.items():
-        metric = dataclasses.replace(binding.metric, scoring=side.scoring or binding.metric.scoring)
+        metric = dataclasses.replace(binding.metric, scoring=side.scoring or binding.metric.scoring,
+                                     **({"round": side.round, "last_round": 0} if side.round else {}))
         evidence[model] = record_evidence([read(name) for name in side.records], metric)
     return judge(binding.spec, evidence, dataset=binding.dataset, profile=binding.profile)

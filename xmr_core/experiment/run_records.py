@@ -6,6 +6,7 @@ committed book, the smoke build's for smoke), then read back, so that a table or
 
     records_folder(run)                                               -> where the run's records live
     recorded(model, result, seed, split, vocab, scorings, run, ...)  -> records.RunRecord
+    recorded_ensemble(model, members, split, vocab, scorings, run, ...)  -> records.RunRecord of an ensemble
 
 Only the final runs of a chapter (every compared model and seed) are recorded; a tuning search's runs are
 described by its tuning table.
@@ -13,6 +14,7 @@ described by its tuning table.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,9 @@ from xmr_core.book.results import records_home, results_root
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
+from xmr_core.evaluate import Short
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.records import RecordError, RunRecord, read_record
+from xmr_core.records import RecordError, RunRecord, read_record, write_record
 from xmr_core.run_evaluation import FOLD_VIEWS, Scoring, evaluate_run
 from xmr_core.runs.record import MAIN_SPLIT, record_name, records_root, saved_result, write_run_record
 from xmr_core.runs.train import FitResult
@@ -33,37 +36,83 @@ def records_folder(run: RunConfig) -> Path:
     return records_root(run.profile, records_home(results_root(run)))
 
 
-def _covers(record: RunRecord, key: str, scorings: Mapping[str, Scoring]) -> bool:
-    """Whether `record` is of run `key` and holds every scoring of `scorings` with its options and re-ranker."""
+def _covers(record: RunRecord, key: str, scorings: Mapping[str, Scoring], rounds: int | None = None) -> bool:
+    """Whether `record` is of run `key` and holds every scoring of `scorings` with its options and re-ranker (and,
+    with `rounds`, that many multi-query rounds)."""
     held = record.evaluation.scorings
-    return record.key == key and all(name in held and held[name].options == dict(s.options)
-                                     and held[name].rerank == s.rerank_name for name, s in scorings.items())
+    return record.key == key and all(
+        name in held and held[name].options == dict(s.options) and held[name].rerank == s.rerank_name
+        and (not rounds or (held[name].rounds is not None and len(held[name].rounds) == rounds))
+        for name, s in scorings.items())
+
+
+def _read_covering(path: Path, key: str, scorings: Mapping[str, Scoring], rounds: int | None) -> RunRecord | None:
+    """The record at `path` when it is there and `_covers` the run, else None (an unreadable one said so)."""
+    if not path.is_file():
+        return None
+    try:
+        record = read_record(path)
+        if _covers(record, key, scorings, rounds):
+            return record
+    except RecordError as err:
+        print(f"scoring the run again: {err}")
+    return None
 
 
 def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, vocab: Vocabulary,
              scorings: Mapping[str, Scoring], run: RunConfig, *, fold_views: Sequence[str] | None = FOLD_VIEWS,
-             tuning: Mapping[str, Any] | None = None) -> RunRecord:
+             tuning: Mapping[str, Any] | None = None, rounds: int | None = None, short: Short = "error"
+             ) -> RunRecord:
     """The record of the finished run `result` (its `model`, best weights; trained with `seed`) on `split`: read
     back from `records_folder(run)` when it is there with the run's key and every scoring of `scorings`; otherwise
-    scored once (`evaluate_run` with `scorings` and `fold_views`, on `run.torch_device`), written with the `tuning`
-    facts, and read back. A run with no finished result to record (listed, not trained, by the run plan's trace;
+    scored once (`evaluate_run` with `scorings`, `fold_views` and, for multi-query rounds, `rounds` and `short`, on
+    `run.torch_device`), written with the `tuning` facts, and read back. A run with no finished result to record (listed, not trained, by the run plan's trace;
     diverged in its first epoch) is scored and kept in memory only, named after its run directory, not converged."""
     try:
         key = saved_result(result)["key"]
     except FileNotFoundError:
-        evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views,
-                                  device=run.torch_device)
+        evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, rounds=rounds,
+                                  short=short, device=run.torch_device)
         name = result.run_dir.name + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
         fit = {"converged": False, "stopped": result.stopped, "stop_message": result.stop_message, "history": []}
         return RunRecord("", name, "", {}, {"seed": seed}, fit, dict(tuning or {}), {}, evaluation)
     path = records_folder(run) / f"{record_name(result, split.name)}.npz"
-    if path.is_file():
-        try:
-            record = read_record(path)
-            if _covers(record, key, scorings):
-                return record
-        except RecordError as err:
-            print(f"scoring the run again: {err}")
-    evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views,
-                              device=run.torch_device)
+    record = _read_covering(path, key, scorings, rounds)
+    if record is not None:
+        return record
+    evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, rounds=rounds,
+                              short=short, device=run.torch_device)
     return read_record(write_run_record(result, evaluation, run.profile, tuning, records_home(results_root(run))))
+
+
+ENSEMBLE_METHOD = "ensemble"  # the method of an ensemble's record (`recorded_ensemble`)
+
+
+def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], split: Split, vocab: Vocabulary,
+                      scorings: Mapping[str, Scoring], run: RunConfig, *, fold_views: Sequence[str] | None = FOLD_VIEWS,
+                      tuning: Mapping[str, Any] | None = None, rounds: int | None = None, short: Short = "error"
+                      ) -> RunRecord:
+    """The record of an ensemble of finished runs (e.g. HMRN's Eq. 17, S_1 + S_2 of two runs of one seed), `model`
+    scoring as the ensemble does, its `members` their records on `split`: no run of its own, so its key hashes the
+    members' keys and its name is `ensemble-<key[:16]>` (config: the members' record names; train: their seed;
+    converged when every member is, diverged when one did). Read back when there with every scoring, else scored once (`evaluate_run`, as
+    `recorded`), written beside the members' records and read back."""
+    seeds = {m.seed for m in members}
+    if not members or len(seeds) > 1:
+        raise ValueError(f"recorded_ensemble: members of one seed needed, got {[m.name for m in members]}")
+    key = hashlib.sha256("+".join(m.key for m in members).encode()).hexdigest()
+    suffix = "" if split.name == MAIN_SPLIT else f"@{split.name}"
+    path = records_folder(run) / f"{ENSEMBLE_METHOD}-{key[:16]}{suffix}.npz"
+    record = _read_covering(path, key, scorings, rounds)
+    if record is not None:
+        return record
+    evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, rounds=rounds,
+                              short=short, device=run.torch_device)
+    stopped = [str(m.fit.get("stopped", "")) for m in members]  # "diverged" when a member diverged
+    fit = {"converged": all(m.converged for m in members), "history": [], "stop_message": "",
+           "stopped": "diverged" if "diverged" in stopped else "; ".join(dict.fromkeys(stopped))}
+    timings = {"embed_seconds": evaluation.embed_seconds,
+               "scoring_seconds": {name: s.seconds for name, s in evaluation.scorings.items()}}
+    record = RunRecord(key, path.stem, ENSEMBLE_METHOD, {"members": [m.name for m in members]},
+                       {"seed": seeds.pop()}, fit, dict(tuning or {}), timings, evaluation)
+    return read_record(write_record(path, record))
