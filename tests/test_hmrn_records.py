@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fixtures.round_records import round_record
 
 from xmr_core.book import recompute
 from xmr_core.book.recompute import write_bindings
@@ -22,8 +22,6 @@ from xmr_core.chapters import hmrn as chapter
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment import run_records
-from xmr_core.records import Evaluation, RunRecord, Scored, SplitQueries
-from xmr_core.run_evaluation import rounds_collapse
 
 SEEDS = (0,)
 
@@ -106,15 +104,6 @@ def test_claims_from_records_and_xmr_claims_recompute_finds_them_the_same(chapte
 
 
 # ------------------------------------------------------------------------------------- constructed records
-def _record(label: str, seed: int, scores: torch.Tensor, converged: bool = True) -> RunRecord:
-    """A record holding only the multi-query rounds of `scores` (T, Q, Q), as `evaluate_run` keeps them."""
-    n = scores.shape[1]
-    split = SplitQueries("test", "constructed", "f" * 64, n, np.arange(n), {"full": ((0, n, 0, n),)}, {})
-    scored = Scored({}, rounds=chapter.target_ranks(scores), collapse=rounds_collapse(scores))
-    return RunRecord(f"{label}{seed}", f"{label}-{seed}", "m", {}, {"seed": seed}, {"converged": converged}, {}, {},
-                     Evaluation(split, {"default": scored}))
-
-
 def _constructed(lifts: dict[str, float | None], growth: float = 0.0, seeds=(0, 1, 2)):
     """Per-run rows and scores (`run_row`) and the same runs as records: the target lifted by each model's `lifts`
     (+ `growth` a round; None: every score tied, a collapsed run), every seed's noise its own."""
@@ -126,7 +115,7 @@ def _constructed(lifts: dict[str, float | None], growth: float = 0.0, seeds=(0, 
                 [lift + growth * r for r in range(3)])[:, None, None] * torch.eye(40)
             scores[m, s] = chapter.RoundScores(sc, 0.0)
             per_run.append(chapter.run_row(m, s, True, scores[m, s]))
-            rows[m, s] = chapter.RecordedRow(_record(m, s, sc))
+            rows[m, s] = chapter.RecordedRow(round_record(m, s, sc))
     return pd.DataFrame(per_run), scores, rows
 
 
