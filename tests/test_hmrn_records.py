@@ -66,6 +66,9 @@ def test_table_values_from_records_equal_those_scored_from_the_models(chapter_ru
         assert all(_same(got[c], v) for c, v in expected.items() if c not in ("model", "seed", "score s")), label
         assert rows[label, 0].record.evaluation.scorings[rows[label, 0].scoring].rounds.tolist() == \
             chapter.target_ranks(scores.scores).tolist()
+    # visualise.py's rank table beside the galleries: the ensemble's record, as the galleries' scores rank the sets
+    ranks = chapter.gallery_ranks(rows[chapter.ENSEMBLE, 0].record, [0, 2])
+    assert ranks["set 2"].tolist() == chapter.round_ranks(old[chapter.ENSEMBLE].scores, test, 2)[3]
     # the ensemble's record names its members; VSE0* and R-RankFusion read one VSE0 record
     ensemble = rows[chapter.ENSEMBLE, 0].record
     assert ensemble.config["members"] == [rows[chapter.IT, 0].record.name, rows[chapter.TI, 0].record.name]

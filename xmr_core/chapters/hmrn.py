@@ -1538,6 +1538,14 @@ def table10(full: Recorded, minilm: MiniLMRuns | None, label: str, why: str | No
     return out.assign(note=out["model"].map(notes))
 
 
+def gallery_ranks(record: RunRecord, sets: Sequence[int], scoring: str = "default") -> pd.DataFrame:
+    """The target's rank after each round of each query set of `sets` (rows: rounds, columns: "set <q>"), read from a
+    record's multi-query rounds (visualise.py: the ensemble's, `full_runs`)."""
+    ranks = record.evaluation.scorings[scoring].rounds
+    return pd.DataFrame({f"set {q}": ranks[:, int(q)].astype(int) for q in sets},
+                        index=pd.RangeIndex(1, len(ranks) + 1, name="round"))
+
+
 def write_galleries(scores: Tensor, split: Split, sets: Sequence[int], k: int, run: RunConfig) -> pd.DataFrame:
     """The per-round gallery of each query set of `sets` (`round_gallery` through `viz.retrieval_gallery`), written
     as `hmrn/gallery_<set>` when the split holds pixels (real data read without images: no figure); returns the
