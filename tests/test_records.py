@@ -123,6 +123,11 @@ def test_query_values_average_to_the_metrics(evaluation):
     assert mean(QueryMetric("meanR", directions=("i2t",))) == pytest.approx(full["instance/i2t/meanR"])
     assert mean(QueryMetric("rsum", "rounds")) == pytest.approx(round_metrics(evaluation)["rsum"])
     assert mean(QueryMetric("R@5", "rounds", round=2)) == pytest.approx(round_metrics(evaluation)["round2/R@5"])
+    rounds = round_metrics(evaluation)
+    assert mean(QueryMetric("R@1", "rounds", round=1, last_round=2)) == \
+        pytest.approx((rounds["round1/R@1"] + rounds["round2/R@1"]) / 2)
+    with pytest.raises(ValueError, match="no range of rounds"):
+        QueryMetric("R@1", "rounds", round=3, last_round=2)
     with pytest.raises(ValueError, match="medR is not a mean"):
         QueryMetric("medR")
     with pytest.raises(ValueError, match="plausible view"):
