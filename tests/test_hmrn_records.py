@@ -71,7 +71,7 @@ def test_table_values_from_records_equal_those_scored_from_the_models(chapter_ru
     assert ranks["set 2"].tolist() == chapter.round_ranks(old[chapter.ENSEMBLE].scores, test, 2)[3]
     # the ensemble's record names its members; VSE0* and R-RankFusion read one VSE0 record
     ensemble = rows[chapter.ENSEMBLE, 0].record
-    assert ensemble.config["members"] == [rows[chapter.IT, 0].record.name, rows[chapter.TI, 0].record.name]
+    assert ensemble.fit["members"] == [rows[chapter.IT, 0].record.name, rows[chapter.TI, 0].record.name]
     assert rows[chapter.ROUND_MEAN, 0].record.name == rows[chapter.RANK_FUSION, 0].record.name == \
         trained.results[chapter.SINGLE, 0].run_dir.name
 

@@ -491,9 +491,9 @@ def record_ensemble(image_text: tuple[RetrievalModel, RunRecord], text_image: tu
     """The record of the ensemble (Eq. 17, `HMRNEnsemble`: S_1 + S_2) of an HMRN I-T and an HMRN T-I of one seed,
     each given as (model, its record) (`run_records.recorded_ensemble`, read back when there)."""
     test = data.multi.test
-    return recorded_ensemble(HMRNEnsemble(image_text[0], text_image[0]),  # type: ignore[arg-type]
-                             [image_text[1], text_image[1]], test, data.multi.vocab, {"default": Scoring()}, run,
-                             rounds=rounds_of(test), short="hold")
+    model = HMRNEnsemble(image_text[0], text_image[0])  # type: ignore[arg-type]
+    return recorded_ensemble(model, [image_text[1], text_image[1]], model.name, test, data.multi.vocab,
+                             {"default": Scoring()}, run, rounds=rounds_of(test), short="hold")
 
 
 def tuned_facts(name: str, tuned: Mapping[str, TuningResult], **changes: object) -> dict[str, object]:

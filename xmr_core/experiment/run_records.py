@@ -6,22 +6,24 @@ committed book, the smoke build's for smoke), then read back, so that a table or
 
     records_folder(run)                                               -> where the run's records live
     recorded(model, result, seed, split, vocab, scorings, run, ...)  -> records.RunRecord
-    recorded_ensemble(model, members, split, vocab, scorings, run, ...)  -> records.RunRecord of an ensemble
+    recorded_ensemble(model, members, method, split, vocab, scorings, run, ...)  -> records.RunRecord
 
 Only the final runs of a chapter (every compared model and seed) are recorded; a tuning search's runs are
-described by its tuning table.
+described by its tuning table. An ensemble of finished runs (HREM's "Full*", HMRN's Eq. 17: no training of its own)
+is recorded as a run of its own, keyed by its members' keys (`recorded_ensemble`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xmr_core.book.results import records_home, results_root
 from xmr_core.config import RunConfig
-from xmr_core.data.corpus import Split
+from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.text import Vocabulary
 from xmr_core.evaluate import Short
 from xmr_core.methods.base import RetrievalModel
@@ -46,19 +48,6 @@ def _covers(record: RunRecord, key: str, scorings: Mapping[str, Scoring], rounds
         for name, s in scorings.items())
 
 
-def _read_covering(path: Path, key: str, scorings: Mapping[str, Scoring], rounds: int | None) -> RunRecord | None:
-    """The record at `path` when it is there and `_covers` the run, else None (an unreadable one said so)."""
-    if not path.is_file():
-        return None
-    try:
-        record = read_record(path)
-        if _covers(record, key, scorings, rounds):
-            return record
-    except RecordError as err:
-        print(f"scoring the run again: {err}")
-    return None
-
-
 def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, vocab: Vocabulary,
              scorings: Mapping[str, Scoring], run: RunConfig, *, fold_views: Sequence[str] | None = FOLD_VIEWS,
              tuning: Mapping[str, Any] | None = None, rounds: int | None = None, short: Short = "error"
@@ -66,8 +55,9 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
     """The record of the finished run `result` (its `model`, best weights; trained with `seed`) on `split`: read
     back from `records_folder(run)` when it is there with the run's key and every scoring of `scorings`; otherwise
     scored once (`evaluate_run` with `scorings`, `fold_views` and, for multi-query rounds, `rounds` and `short`, on
-    `run.torch_device`), written with the `tuning` facts, and read back. A run with no finished result to record (listed, not trained, by the run plan's trace;
-    diverged in its first epoch) is scored and kept in memory only, named after its run directory, not converged."""
+    `run.torch_device`), written with the `tuning` facts, and read back. A run with no finished result to record
+    (listed, not trained, by the run plan's trace; diverged in its first epoch) is scored and kept in memory only,
+    named after its run directory, not converged."""
     try:
         key = saved_result(result)["key"]
     except FileNotFoundError:
@@ -77,42 +67,52 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
         fit = {"converged": False, "stopped": result.stopped, "stop_message": result.stop_message, "history": []}
         return RunRecord("", name, "", {}, {"seed": seed}, fit, dict(tuning or {}), {}, evaluation)
     path = records_folder(run) / f"{record_name(result, split.name)}.npz"
-    record = _read_covering(path, key, scorings, rounds)
-    if record is not None:
-        return record
+    if path.is_file():
+        try:
+            record = read_record(path)
+            if _covers(record, key, scorings, rounds):
+                return record
+        except RecordError as err:
+            print(f"scoring the run again: {err}")
     evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, rounds=rounds,
                               short=short, device=run.torch_device)
     return read_record(write_run_record(result, evaluation, run.profile, tuning, records_home(results_root(run))))
 
 
-ENSEMBLE_METHOD = "ensemble"  # the method of an ensemble's record (`recorded_ensemble`)
-
-
-def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], split: Split, vocab: Vocabulary,
-                      scorings: Mapping[str, Scoring], run: RunConfig, *, fold_views: Sequence[str] | None = FOLD_VIEWS,
-                      tuning: Mapping[str, Any] | None = None, rounds: int | None = None, short: Short = "error"
-                      ) -> RunRecord:
-    """The record of an ensemble of finished runs (e.g. HMRN's Eq. 17, S_1 + S_2 of two runs of one seed), `model`
-    scoring as the ensemble does, its `members` their records on `split`: no run of its own, so its key hashes the
-    members' keys and its name is `ensemble-<key[:16]>` (config: the members' record names; train: their seed;
-    converged when every member is, diverged when one did). Read back when there with every scoring, else scored once (`evaluate_run`, as
-    `recorded`), written beside the members' records and read back."""
-    seeds = {m.seed for m in members}
-    if not members or len(seeds) > 1:
-        raise ValueError(f"recorded_ensemble: members of one seed needed, got {[m.name for m in members]}")
-    key = hashlib.sha256("+".join(m.key for m in members).encode()).hexdigest()
-    suffix = "" if split.name == MAIN_SPLIT else f"@{split.name}"
-    path = records_folder(run) / f"{ENSEMBLE_METHOD}-{key[:16]}{suffix}.npz"
-    record = _read_covering(path, key, scorings, rounds)
-    if record is not None:
-        return record
+def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], method: str, split: Split,
+                      vocab: Vocabulary, scorings: Mapping[str, Scoring], run: RunConfig, *,
+                      fold_views: Sequence[str] | None = FOLD_VIEWS, rounds: int | None = None,
+                      short: Short = "error") -> RunRecord:
+    """The record on `split` of an ensemble (`model`, e.g. `experiment.ensemble.ScoreMean`) of finished runs whose
+    records on `split` are `members` (one seed): no training of its own, so its key hashes `method` and the members'
+    keys, its name is `<method>-<key[:16]>` (suffixed as a run's on a split other than the main one), its seed is the
+    members', and its fit is theirs: converged when every member is, diverged when one did, the members' names. Read
+    back from `records_folder(run)` when there with every scoring of `scorings` (and `rounds`); otherwise scored once
+    (`evaluate_run`, multi-query `rounds` and `short` as `recorded`), written and read back. A member kept in memory
+    only (no key) keeps the ensemble in memory."""
+    seeds = {r.seed for r in members}
+    if len(members) < 2 or len(seeds) != 1:
+        raise ValueError(f"recorded_ensemble: needs two or more members of one seed, got {[r.name for r in members]}")
+    if {r.evaluation.split.fingerprint for r in members} != {split_fingerprint(split)}:
+        raise ValueError(f"recorded_ensemble: members {[r.name for r in members]} are not records on {split.name!r}")
+    keys = [r.key for r in members]
+    key = hashlib.sha256(json.dumps({"method": method, "members": keys}).encode()).hexdigest() if all(keys) else ""
+    name = f"{method}-{key[:16]}" + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
+    path = records_folder(run) / f"{name}.npz"
+    if key and path.is_file():
+        try:
+            record = read_record(path)
+            if _covers(record, key, scorings, rounds):
+                return record
+        except RecordError as err:
+            print(f"scoring the ensemble again: {err}")
     evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, rounds=rounds,
                               short=short, device=run.torch_device)
-    stopped = [str(m.fit.get("stopped", "")) for m in members]  # "diverged" when a member diverged
-    fit = {"converged": all(m.converged for m in members), "history": [], "stop_message": "",
-           "stopped": "diverged" if "diverged" in stopped else "; ".join(dict.fromkeys(stopped))}
+    diverged = any(r.fit.get("stopped") == "diverged" for r in members)
+    fit = {"converged": bool(key) and all(r.converged for r in members), "stopped": "diverged" if diverged else
+           "members", "stop_message": "", "history": [], "members": [r.name for r in members]}
     timings = {"embed_seconds": evaluation.embed_seconds,
-               "scoring_seconds": {name: s.seconds for name, s in evaluation.scorings.items()}}
-    record = RunRecord(key, path.stem, ENSEMBLE_METHOD, {"members": [m.name for m in members]},
-                       {"seed": seeds.pop()}, fit, dict(tuning or {}), timings, evaluation)
-    return read_record(write_record(path, record))
+               "scoring_seconds": {n: s.seconds for n, s in evaluation.scorings.items()}}
+    record = RunRecord(key, name, method, {"members": {r.name: r.method for r in members}},
+                       {"seed": next(iter(seeds))}, fit, {}, timings, evaluation)
+    return read_record(write_record(path, record)) if key else record
