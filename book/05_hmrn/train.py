@@ -186,7 +186,7 @@ summary
 # (`docs/records.md`; `runs/records/<profile>/`, smoke's under `book/_build/smoke/`) keeps the target's rank of every
 # query set after each round 1..N (R-RE and R-HRE: each set's vector after round r against every image's vector;
 # Drill-down: its states after round r against every image's regions). Each seed's ensemble (Eq. 17: S_1 + S_2 of
-# that seed's I-T and T-I) has a record of its own, named after its two members; VSE0\* and R-RankFusion are two
+# that seed's I-T and T-I) has a record of its own, keyed by its two members' runs; VSE0\* and R-RankFusion are two
 # scorings of that seed's VSE0 record (its per-query scores averaged over the rounds so far; its ranks averaged). A
 # run whose record is there is read back, not scored again. The tables and the claims below are computed from the
 # records alone.
@@ -275,8 +275,8 @@ write_table(fits, "hmrn/training", run=run, caption="Training runs of this noteb
 write_table(per_run, "hmrn/per_seed", run=run, caption=(
     "Every model and seed: whether it converged and why it collapsed ('collapse', empty when it learnt something), "
     "every round's R@K, medR, meanR and their means over the rounds ('mean/'), Avg. R@Sum (rsum), from each run's "
-    "record ('record': its name; the ensemble's names its two members, VSE0* and R-RankFusion are two scorings of the "
-    "VSE0 record)."))
+    "record ('record': its name; the ensemble's is its own, keyed by its two members' runs; VSE0* and R-RankFusion "
+    "are two scorings of the VSE0 record)."))
 
 # %% [markdown]
 # ## Claims checked here
