@@ -23,7 +23,11 @@ from xmr_core.runs import log as runlog
 # HREM run's result bit for bit the same, measured on the bench's HREM fusion run: the same best score and weights'
 # fingerprint after 2 epochs): fragment matching on the real words only, test-time captions embedded in groups of
 # similar length.
-BOOK_TRAINING_SOURCE = "1a1b1c7e9a883526df2a114b0b75bec20383cd89b0aa90532999576d78095e5a"
+# And (issue 76, before the retrain) by the cpu profile's larger test splits (`data/scenes.py`: single 5,000 test
+# images, multi 2,000): the test split's data change, so every run's data fingerprint (its key) changes; the train
+# and validation splits, each generated from its own seed stream, are byte for byte the same, so what a run trains on
+# does not change.
+BOOK_TRAINING_SOURCE = "ce3fe1a3353cdc2926e80036eabb55077ab6f5492d8178555a8cfc45d8e77ae9"
 
 
 def test_the_training_sources_are_those_the_cpu_book_was_trained_by() -> None:
