@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 from fixtures.corpora import synthetic_split
+from fixtures.round_records import round_record
 
 from xmr_core import viz
 from xmr_core.chapters import hmrn as chapter
@@ -21,6 +22,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import multi_query_scores
 from xmr_core.methods.hmrn import HMRN, HMRNEnsemble
+from xmr_core.run_evaluation import rounds_collapse
 from xmr_core.runs.tuning import TuningResult
 
 SPLIT = synthetic_split("test", 6, np.random.default_rng(0))  # image i holds 1 + i % 3 queries
@@ -214,26 +216,31 @@ def test_ceiling_frame_is_the_share_per_round():
 
 
 def test_renamed_relabels_only_the_named_models():
-    out = chapter.renamed(_per_run(), {"Bi-GRU": chapter.IT})
-    assert out["model"].tolist() == ["Bi-GRU", "Bi-GRU"]
+    rows = {(m, s): chapter.RecordedRow(round_record(m, s, _scores(1.0, s))) for m in (chapter.IT, chapter.TI)
+            for s in (0, 1)}
+    out = chapter.renamed(rows, {"Bi-GRU": chapter.IT})
+    assert out == {("Bi-GRU", 0): rows[chapter.IT, 0], ("Bi-GRU", 1): rows[chapter.IT, 1]}
 
 
-def test_ensemble_grid_sums_every_pair_at_each_seed_then_means_the_seeds():
-    # one round, two sets, two images; set q's target is image q
+def test_ensemble_grid_sums_every_pair_at_each_seed_then_means_the_seeds(monkeypatch):
+    # one round, two sets, two images; set q's target is image q. The sweeps' "models" are their scores, and the
+    # ensemble's record (Eq. 17) is constructed from their sum
     right = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
     wrong = torch.tensor([[[0.0, 1.0], [1.0, 0.0]]])
-    a = {((1.0,), 0): chapter.RoundScores(right, 0.0), ((2.0,), 0): chapter.RoundScores(wrong, 0.0),
-         ((1.0,), 1): chapter.RoundScores(wrong, 0.0), ((2.0,), 1): chapter.RoundScores(wrong, 0.0)}
-    b = {((3.0,), 0): chapter.RoundScores(torch.tensor([[[0.0, 0.5], [0.5, 0.0]]]), 0.0),
-         ((3.0,), 1): chapter.RoundScores(torch.tensor([[[0.0, 0.5], [0.5, 0.0]]]), 0.0)}
-    out = chapter.ensemble_grid(a, b)
+    half = torch.tensor([[[0.0, 0.5], [0.5, 0.0]]])
+    a = chapter.Sweep(chapter.IT, [{"lambda1": 1.0}, {"lambda1": 2.0}],
+                      {(0, 0): (right, None), (1, 0): (wrong, None), (0, 1): (wrong, None), (1, 1): (wrong, None)})
+    b = chapter.Sweep(chapter.TI, [{"lambda2": 3.0}], {(0, 0): (half, None), (0, 1): (half, None)})
+    monkeypatch.setattr(chapter, "record_ensemble",
+                        lambda it, ti, data, run: round_record("ensemble", 0, it[0] + ti[0]))
+    out = chapter.ensemble_grid(a, b, None, None)
     assert list(out.columns) == ["I-T", "T-I", "rsum", "mean/meanR", "seeds"]
     assert out[["I-T", "T-I"]].values.tolist() == [[1.0, 3.0], [2.0, 3.0]] and out["seeds"].tolist() == [2, 2]
     # seed 0: (1, 0.5) and (0.5, 1): both targets first -> R@1 = 100, rsum 300, MR 1; (0, 1.5), (1.5, 0): both
     # second -> R@1 0, R@5 = R@10 = 100, rsum 200, MR 2; seed 1 both second: each setting's mean of its two seeds
     assert out["rsum"].tolist() == pytest.approx([(300.0 + 200.0) / 2, 200.0])
     assert out["mean/meanR"].tolist() == pytest.approx([1.5, 2.0])
-    only_seed_0 = chapter.ensemble_grid(a, {k: v for k, v in b.items() if k[1] == 0})  # pairs share a seed
+    only_seed_0 = chapter.ensemble_grid(a, b._replace(runs={(0, 0): (half, None)}), None, None)  # pairs share a seed
     assert only_seed_0["seeds"].tolist() == [1, 1] and only_seed_0["rsum"].tolist() == pytest.approx([300.0, 200.0])
 
 
@@ -426,16 +433,16 @@ def test_a_metric_per_query_averages_to_its_per_seed_value_from_multi_round_metr
         assert per_query.mean() == pytest.approx(row["rsum"].iloc[0])
 
 
-def test_run_collapse_sees_tied_and_chance_runs_and_a_run_that_learnt_in_some_round():
+def test_rounds_collapse_sees_tied_and_chance_runs_and_a_run_that_learnt_in_some_round():
     tied = torch.zeros(3, 20, 20)
-    assert "tied" in chapter.run_collapse(tied)
+    assert "tied" in rounds_collapse(tied)
     row = chapter.run_row("m", 0, True, chapter.RoundScores(tied, 0.0))  # a fully tied model: R@K 0, meanR = G
     assert row["mean/R@10"] == 0.0 and row["mean/meanR"] == 20.0 and row["collapse"]
     chance = torch.randn(3, 200, 200, generator=torch.Generator().manual_seed(0))
-    assert "chance-level" in chapter.run_collapse(chance)
-    assert chapter.run_collapse(_scores(3.0, 0)) == ""
+    assert "chance-level" in rounds_collapse(chance)
+    assert rounds_collapse(_scores(3.0, 0)) == ""
     learnt_late = torch.cat([torch.zeros(1, 40, 40), _scores(3.0, 0)[1:]])  # tied in round 1 only
-    assert chapter.run_collapse(learnt_late) == ""
+    assert rounds_collapse(learnt_late) == ""
 
 
 def _scores(strength: float, seed: int, rounds: int = 3, n: int = 40, growth: float = 0.0) -> torch.Tensor:
@@ -542,9 +549,10 @@ def test_multi_over_single_is_refuted_by_one_multi_vector_model_below_and_needs_
 
 
 def test_train_judgements_leave_the_complexity_claim_not_tested_with_our_size():
-    per_run, scores = _runs({m: 2.0 for m in chapter.ORDER}, seeds=(0, 1))
+    _, scores = _runs({m: 2.0 for m in chapter.ORDER}, seeds=(0, 1))
+    rows = {key: chapter.RecordedRow(round_record(*key, s.scores)) for key, s in scores.items()}
     complexity = pd.DataFrame([{"model": chapter.ENSEMBLE, "params (M)": 0.22, "MFLOPs per session": 19.7}])
-    judged = {j.spec.key: j for j in chapter.train_judgements(per_run, scores, 3, complexity, 64, CPU)}
+    judged = {j.spec.key: j for j in chapter.train_judgements(rows, 3, complexity, 64, CPU)[0]}
     assert set(judged) == {s.key for s in chapter.TRAIN_CLAIMS}
     assert judged["lighter-than-itr"].verdict == "not tested" and "0.22 M parameters" in judged["lighter-than-itr"].reason
     assert judged["ensemble-best"].verdict != "not tested"
@@ -563,12 +571,15 @@ def test_sweep_claims_are_judged_on_the_points_the_run_has():
     two = chapter.on_grid(icr, ["ICR step 1", "ICR step 3"])  # cpu's Table 8: L = 1, 3
     assert (two.kind, two.models) == ("superiority", ("ICR step 3", "ICR step 1"))
     # one seed and per-query values: an interval over the query sets, paired by query
-    frame = pd.DataFrame({"model": [chapter.IT] * 3, "seed": [0] * 3, field: [2.0, 5.0, 10.0]})
-    per_run, raw = _runs({labels[v]: lift for v, lift in ((2.0, 1.5), (5.0, 4.0), (10.0, 2.0))}, seeds=(0,))
-    sweep = {chapter.IT: {((v,), 0): raw[labels[v], 0] for v in labels}}
-    rows, scores = chapter.sweep_claim_runs(frame.assign(converged=True), sweep, {chapter.IT: (field,)})
-    assert list(rows["model"]) == list(labels.values()) and set(scores) == {(lab, 0) for lab in labels.values()}
+    per_run, scores = _runs({labels[v]: lift for v, lift in ((2.0, 1.5), (5.0, 4.0), (10.0, 2.0))}, seeds=(0,))
+    sweep = chapter.Sweep(chapter.IT, [{field: v} for v in labels],
+                          {(i, 0): (None, round_record(labels[v], 0, scores[labels[v], 0].scores))
+                           for i, v in enumerate(labels)})
+    assert list(sweep.rows()) == [(lab, 0) for lab in labels.values()]
+    assert sweep.frame()[field].tolist() == list(labels) and set(sweep.frame()["model"]) == {chapter.IT}
     judged = chapter.judge_claims([spec], per_run, 3, CPU, scores)[0]
+    assert chapter.record_judgements([spec], sweep.rows(), 3, CPU, "ablate")[0][0].effect == \
+        pytest.approx(judged.effect)
     assert judged.verdict == "held" and judged.paired == "query" and judged.noise.startswith("queries (one seed")
     per_run, raw = _runs({labels[v]: lift for v, lift in ((2.0, 1.5), (5.0, 2.0), (10.0, 4.0))}, seeds=(0,))
     assert chapter.judge_claims([spec], per_run, 3, CPU, {(m, 0): raw[m, 0] for m in labels.values()}

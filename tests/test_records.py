@@ -146,6 +146,11 @@ def test_query_values_average_to_the_metrics(evaluation):
     # joined values: each query's mean of them (MSRM's Table 4 claims: the mean of R-P and R@1)
     assert mean(QueryMetric("R-P,R@1", "class")) == pytest.approx(
         np.mean([full[f"class/{d}/{m}"] for d in ("i2t", "t2i") for m in ("R-P", "R@1")]))
+    rounds = round_metrics(evaluation)
+    assert mean(QueryMetric("R@1", "rounds", round=1, last_round=2)) == \
+        pytest.approx((rounds["round1/R@1"] + rounds["round2/R@1"]) / 2)
+    with pytest.raises(ValueError, match="no range of rounds"):
+        QueryMetric("R@1", "rounds", round=3, last_round=2)
     with pytest.raises(ValueError, match="medR is not a mean"):
         QueryMetric("medR")
     with pytest.raises(ValueError, match="medR is not a mean"):

@@ -128,9 +128,9 @@ class QueryMetric:
     """A metric that is a mean over queries: `value` one of R@K (or the mean of R@K at several K, "R@1,5"), P@K,
     R-P, mAP@R, meanR, "rsum" (R@1 + R@5 + R@10 summed over `directions`), "PMRP" (plausible view: R-P averaged over
     its ζ), or with a ζ suffix on the plausible view ("R-P_zeta1"), or several of them joined by "," (each query's
-    mean of them: "R-P,R@1"); in `view` ("rounds": a multi-query scoring's rounds, at `round` r, or 0 for the
-    mean over rounds), over `directions` (one stratum each), under `protocol`, of `scoring`; `level`: only the
-    t2i queries of that caption level."""
+    mean of them: "R-P,R@1"); in `view` ("rounds": a multi-query scoring's rounds, at `round` r, or the mean over
+    rounds `round`..`last_round`, or 0 for the mean over every round), over `directions` (one stratum each), under
+    `protocol`, of `scoring`; `level`: only the t2i queries of that caption level."""
 
     value: str
     view: str = "instance"
@@ -139,8 +139,11 @@ class QueryMetric:
     scoring: str = "default"
     level: str = ""
     round: int = 0
+    last_round: int = 0
 
     def __post_init__(self) -> None:
+        if self.last_round and not 1 <= self.round <= self.last_round:
+            raise ValueError(f"QueryMetric: rounds {self.round}..{self.last_round} are no range of rounds")
         if not self.directions or set(self.directions) - set(DIRECTIONS):
             raise ValueError(f"QueryMetric: directions must be among {DIRECTIONS}, got {self.directions}")
         if self.level and self.directions != ("t2i",):
@@ -150,10 +153,11 @@ class QueryMetric:
 
     @property
     def queries(self) -> str:
-        """Which queries the values are of (two sides pair by query only when this is the same)."""
-        where = f"{self.view} round {self.round or 'mean'}" if self.view == ROUNDS else \
-            f"{self.protocol} {'+'.join(self.directions)}{f' @{self.level}' if self.level else ''}"
-        return f"{where} queries"
+        """Which queries the values are of (two sides pair by query only when this is the same): multi-query rounds
+        score the same query sets in every round, so sides read at different rounds pair by query set."""
+        if self.view == ROUNDS:
+            return "multi-query sets"
+        return f"{self.protocol} {'+'.join(self.directions)}{f' @{self.level}' if self.level else ''} queries"
 
 
 def _hits(best_rank: np.ndarray, k: int) -> np.ndarray:
@@ -219,9 +223,10 @@ def query_values(ev: Evaluation, metric: QueryMetric) -> tuple[np.ndarray, np.nd
         ranks = ev.scorings[metric.scoring].rounds
         if ranks is None:
             raise KeyError(f"scoring {metric.scoring!r} has no multi-query rounds")
-        if not 0 <= metric.round <= len(ranks):
-            raise ValueError(f"QueryMetric: round {metric.round} of {len(ranks)}")
-        picked = ranks[metric.round - 1:metric.round] if metric.round else ranks
+        last = metric.last_round or metric.round
+        if not 0 <= metric.round <= last <= len(ranks):
+            raise ValueError(f"QueryMetric: round {last} of {len(ranks)}")
+        picked = ranks[metric.round - 1:last] if metric.round else ranks
         return np.mean([_rank_value(metric.value, r.astype(np.int64)) for r in picked], axis=0), None
     parts, strata = [], []
     for direction in metric.directions:

@@ -3,8 +3,9 @@ metric, one row per seed, aligned by query (`claims.Evidence`), and a claim boun
 (`ClaimRecords`) is what `xmr claims recompute` judges again from committed files alone.
 
     record_evidence(records, metric)   -> Evidence: (S, Q) values, strata, seeds, converged, collapse, diverged
-    Side(records, scoring, metric)     one compared model: its records' names (one per seed), their scoring and,
-                                       where not the claim's, its metric (a universal claim over several metrics)
+    Side(records, scoring, metric, round)   one compared model: its records' names (one per seed), their scoring
+                                       and, where not the claim's, its metric (a universal claim over several
+                                       metrics) and round (multi-query)
     ClaimRecords(spec, metric, sides, dataset, profile, chapter, part)   a claim and the records that judge it
     ClaimRecords.to_json() / from_json(obj)
     judge_records(binding, read)       -> Judgement, `read(name)` giving each named record
@@ -52,12 +53,15 @@ def record_evidence(records: Sequence[RunRecord], metric: QueryMetric) -> Eviden
 @dataclass(frozen=True)
 class Side:
     """One compared model of a claim: the names of its records (`RunRecord.name`, one per seed), the scoring it
-    is read in ("" : the claim metric's own) and the metric it is read on (None: the claim's; a universal claim over
-    several metrics has one side per model and metric, "<model> · <part>", each on its part's metric)."""
+    is read in ("" : the claim metric's own), the metric it is read on (None: the claim's; a universal claim over
+    several metrics has one side per model and metric, "<model> · <part>", each on its part's metric) and, for a
+    metric of multi-query rounds, the round it is read at (0: the metric's own; e.g. one model after round 1 against
+    itself after the last round)."""
 
     records: tuple[str, ...]
     scoring: str = ""
     metric: QueryMetric | None = None
+    round: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ class ClaimRecords:
         """A JSON object (the spec without `margin_from`: its margin's value stands)."""
         spec = {f.name: getattr(self.spec, f.name) for f in dataclasses.fields(ClaimSpec) if f.name != "margin_from"}
         return {"spec": spec, "metric": dataclasses.asdict(self.metric),
-                "sides": {m: {k: v for k, v in dataclasses.asdict(s).items() if k != "metric" or v is not None}
+                "sides": {m: {k: v for k, v in dataclasses.asdict(s).items()
+                              if (k, v) not in (("metric", None), ("round", 0))}
                           for m, s in self.sides.items()},
                 "dataset": self.dataset, "profile": self.profile, "chapter": self.chapter, "part": self.part}
 
@@ -94,7 +99,8 @@ class ClaimRecords:
         for name in ("models", "datasets", "profiles"):
             spec[name] = tuple(spec.get(name, ()))
         return cls(ClaimSpec(**spec), _metric(obj["metric"]),
-                   {m: Side(tuple(s["records"]), s.get("scoring", ""), _metric(s["metric"]) if s.get("metric") else None)
+                   {m: Side(tuple(s["records"]), s.get("scoring", ""),
+                            _metric(s["metric"]) if s.get("metric") else None, s.get("round", 0))
                     for m, s in obj["sides"].items()},
                    obj["dataset"], obj["profile"], obj["chapter"], obj["part"])
 
@@ -109,6 +115,7 @@ def judge_records(binding: ClaimRecords, read: Callable[[str], RunRecord]) -> Ju
     evidence = {}
     for model, side in binding.sides.items():
         own = side.metric or binding.metric
-        metric = dataclasses.replace(own, scoring=side.scoring or own.scoring)
+        metric = dataclasses.replace(own, scoring=side.scoring or own.scoring,
+                                     **({"round": side.round, "last_round": 0} if side.round else {}))
         evidence[model] = record_evidence([read(name) for name in side.records], metric)
     return judge(binding.spec, evidence, dataset=binding.dataset, profile=binding.profile)

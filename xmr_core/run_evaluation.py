@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from xmr_core import metrics
-from xmr_core.claims import instance_collapse
+from xmr_core.claims import detect_collapse, instance_collapse
 from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.evaluate import (
     DIRECTIONS,
@@ -145,6 +145,17 @@ def _round_ranks(scores: Tensor) -> np.ndarray:
     return (scores >= target).sum(-1).numpy()
 
 
+def rounds_collapse(scores: Tensor) -> str:
+    """Why the run that produced multi-query scores (T, Q, G) learnt nothing (`claims.detect_collapse` of each
+    round's (Q, G) scores, set q's target image q), "" when it learnt something: collapsed when every round collapsed
+    (a run better than chance in some round learnt something, however weak)."""
+    relevance = np.eye(scores.shape[1], scores.shape[2], dtype=bool)
+    reasons = [detect_collapse(s, relevance) for s in scores]
+    if not all(reasons):
+        return ""
+    return reasons[0] if len(reasons) == 1 else f"in every round (round 1: {reasons[0]})"
+
+
 @torch.no_grad()
 def evaluate_run(
     model: Any,
@@ -168,7 +179,8 @@ def evaluate_run(
     (`split_folds` × views × directions; the COCO 1K protocol in `fold_views` only, AP@R in `ap_views` only, best
     ranks in `rank_views` only: None for every view; best ranks above `rank_top` as rank_top + 1, None: exact)
     and, with `rounds`, the target ranks of the multi-query rounds (`evaluate.multi_query_scores`, `short`, the
-    scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only.
+    scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only. A scoring's
+    collapse: `claims.instance_collapse` of its scores in the instance view, else of its rounds (`rounds_collapse`).
     Seconds: the embedding once; each scoring's scores (those of options already scored: counted once, with the
     first scoring that asked) and ranks."""
     multi = getattr(model, "task", "pairs") == "multi_query"
@@ -199,8 +211,10 @@ def evaluate_run(
             collapse = instance_collapse(i2t, split) if "instance" in views else ""
         ranks = None
         if rounds:
-            ranks = _round_ranks(multi_query_scores(model, split, vocab, rounds, short=short, fusion=scoring.fusion,
-                                                    batch_size=batch_size, device=device).cpu())
+            multi_scores = multi_query_scores(model, split, vocab, rounds, short=short, fusion=scoring.fusion,
+                                              batch_size=batch_size, device=device).cpu()
+            ranks = _round_ranks(multi_scores)
+            collapse = collapse if "instance" in views else rounds_collapse(multi_scores)
         out[name] = Scored(blocks, dict(scoring.options), scoring.rerank_name, ranks, collapse,
                            time.perf_counter() - t0)
     levels = tuple(dict.fromkeys(split.caption_level)) if split.caption_level is not None else ()

@@ -16,9 +16,9 @@
 #
 # Every ablation starts from `train.py`'s tuned HMRN I-T or T-I (its learning rate and τ, read from
 # `results/hmrn/tuning.csv`) and changes one thing;
-# the unchanged models are `train.py`'s runs, loaded from the cache, and its per-seed table
-# (`results/hmrn/per_seed.csv`) gives the full models' rows. All rows are scored on the same test
-# gallery as `train.py`.
+# the unchanged models are `train.py`'s runs, whose run records give the full models' rows. Every row is read from
+# its run's record (`docs/records.md`: the target's rank of every test query set after each round; an ensemble's
+# record of its own), scored once on the same test gallery as `train.py` where the record is not there yet.
 #
 # - **Table 6** (levels): each similarity level alone and local + global (weights set by α, β: a level with
 #   weight 0 is not computed). The paper does not say how a pair's weights are set; here the removed level's weight
@@ -40,8 +40,8 @@
 #   (train.py's setting is among them, loaded from the cache).
 #
 # The rows of Tables 6-9 and the points of Figures 5-8 are compared by claims: `ABLATION_SEEDS[profile]` seeds each
-# (3; smoke: one), the first of train.py's seeds, so a row and train.py's model are paired by seed. Table 8 scores its every
-# row here (train.py's models at L = 3 loaded from the cache); the figures show each point's mean over its seeds.
+# (3; smoke: one), the first of train.py's seeds, so a row and train.py's model are paired by seed and by query set.
+# Table 8's row L = 3 is train.py's ensemble; the figures show each point's mean over its seeds.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -59,7 +59,8 @@ N_SEEDS = 3
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from xmr_core.book.results import read_table, write_figure, write_judgements, write_table
+from xmr_core.book.recompute import write_bindings
+from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
 from xmr_core.chapters.hmrn import (
     ABLATION_SEEDS,
     BIGRU,
@@ -85,20 +86,23 @@ from xmr_core.chapters.hmrn import (
     bubble_figure,
     ensemble_grid,
     ensemble_runs,
+    full_runs,
     hmrn_data,
     hmrn_encoders,
     hmrn_table,
     icr_order,
     icr_rows,
     minilm_runs,
+    per_run_frame,
     renamed,
     rounds_of,
-    sweep_claim_runs,
     sweep_figure,
     sweep_means,
+    sweep_rows,
     sweep_runs,
     sweep_settings,
     sweeps,
+    sweeps_frame,
     table10,
     variant_runs,
     write_minilm_tuning,
@@ -123,8 +127,7 @@ corpus = load_corpus(DATASET, DATA_ROOT, PROFILE, format=DATA_FORMAT, variant=VA
 data = hmrn_data(corpus, PROFILE, chosen_word_vectors(run))
 enc = hmrn_encoders(PROFILE, data.multi.test.regions.shape[2])
 tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table
-full = read_table("hmrn/per_seed", run=run)  # train.py's per-seed table (run it first)
-full = full[full["seed"].isin(ablation_seeds)]  # the seeds the ablations share with it: paired by seed
+full = full_runs(ablation_seeds, data, tuned, enc, run)  # train.py's I-T, T-I and ensemble: their records
 rounds = rounds_of(data.multi.test)
 label = DATASET
 note = (f"Ours: {DATASET} (NOT Visual Genome; compare orderings), {data.multi.test.n_images} test images, profile "
@@ -135,9 +138,8 @@ note = (f"Ours: {DATASET} (NOT Visual Genome; compare orderings), {data.multi.te
 
 # %%
 rows6 = ablation_rows(TABLE6, TABLE6_ROWS[budget(PROFILE)])
-runs6, scores6 = variant_runs(rows6, ablation_seeds, data, tuned, enc, run)
-runs6 = pd.concat([runs6, renamed(full, TABLE6_FULL)], ignore_index=True)
-table6 = hmrn_table(runs6, "table6", TABLE5_COLUMNS, label, order=[*rows6, *TABLE6_FULL], paper_only=())
+runs6 = variant_runs(rows6, ablation_seeds, data, tuned, enc, run) | renamed(full, TABLE6_FULL)
+table6 = hmrn_table(per_run_frame(runs6), "table6", TABLE5_COLUMNS, label, order=[*rows6, *TABLE6_FULL], paper_only=())
 write_table(table6, "hmrn/table6", run=run, caption="HMRN Table 6 analogue (levels; a pair's weights in their paper "
             "proportions). The last three rows are train.py's models. " + note)
 table6
@@ -147,9 +149,8 @@ table6
 
 # %%
 rows7 = ablation_rows(TABLE7, TABLE7_ROWS[budget(PROFILE)])
-runs7, scores7 = variant_runs(rows7, ablation_seeds, data, tuned, enc, run)
-runs7 = pd.concat([runs7, renamed(full, TABLE7_FULL)], ignore_index=True)
-table7 = hmrn_table(runs7, "table7", TABLE5_COLUMNS, label, order=[*rows7, *TABLE7_FULL], paper_only=())
+runs7 = variant_runs(rows7, ablation_seeds, data, tuned, enc, run) | renamed(full, TABLE7_FULL)
+table7 = hmrn_table(per_run_frame(runs7), "table7", TABLE5_COLUMNS, label, order=[*rows7, *TABLE7_FULL], paper_only=())
 write_table(table7, "hmrn/table7", run=run, caption="HMRN Table 7 analogue (the Sub rows are train.py's models). "
             + note)
 table7
@@ -158,8 +159,8 @@ table7
 # ## Table 8 — inter-correlation reasoning steps (the ensemble)
 
 # %%
-runs8, scores8 = ensemble_runs(icr_rows(PROFILE), ablation_seeds, data, tuned, enc, run)
-table8 = hmrn_table(runs8, "table8", TABLE5_COLUMNS, label, order=icr_order(PROFILE), paper_only=())
+runs8 = ensemble_runs(icr_rows(PROFILE), ablation_seeds, data, tuned, enc, run)
+table8 = hmrn_table(per_run_frame(runs8), "table8", TABLE5_COLUMNS, label, order=icr_order(PROFILE), paper_only=())
 write_table(table8, "hmrn/table8", run=run, caption=f"HMRN Table 8 analogue: the ensemble with L reasoning steps in both "
             f"models, seeds {ablation_seeds} (L = {ICR_DEFAULT}: train.py's). " + note)
 table8
@@ -168,9 +169,8 @@ table8
 # ## Table 9 — joint against split training
 
 # %%
-runs9, scores9 = variant_runs(TABLE9, ablation_seeds, data, tuned, enc, run)
-runs9 = pd.concat([runs9, renamed(full, TABLE9_FULL)], ignore_index=True)
-table9 = hmrn_table(runs9, "table9", TABLE5_COLUMNS, label, order=[*TABLE9, *TABLE9_FULL], paper_only=())
+runs9 = variant_runs(TABLE9, ablation_seeds, data, tuned, enc, run) | renamed(full, TABLE9_FULL)
+table9 = hmrn_table(per_run_frame(runs9), "table9", TABLE5_COLUMNS, label, order=[*TABLE9, *TABLE9_FULL], paper_only=())
 write_table(table9, "hmrn/table9", run=run, caption="HMRN Table 9 analogue: Joint = one network with both local "
             "similarities trained on both models' losses (the book's reading of the paper's row); Split = train.py's "
             "ensemble. " + note)
@@ -190,8 +190,9 @@ t10
 # ## Figures 5 and 6 — λ and τ
 
 # %%
-lam_frame, lam = sweeps("lambda", PROFILE, ablation_seeds, data, tuned, enc, run)
-tau_frame, tau = sweeps("tau", PROFILE, ablation_seeds, data, tuned, enc, run)
+lam = sweeps("lambda", PROFILE, ablation_seeds, data, tuned, enc, run)
+tau = sweeps("tau", PROFILE, ablation_seeds, data, tuned, enc, run)
+lam_frame, tau_frame = sweeps_frame(lam), sweeps_frame(tau)
 fig5 = sweep_figure(lam_frame, LAMBDA_FIELD, f"Figure 5 analogue: the cross-attention temperature ({label}, "
                     f"mean ± std over seeds {ablation_seeds})")
 write_figure(fig5, "hmrn/figure5", run=run, caption="Avg. R@K and Avg. MR against lambda1 (HMRN I-T) and lambda2 "
@@ -208,11 +209,11 @@ plt.show()
 # ## Figure 7 — the ensemble over the two models' λ and τ
 #
 # Every pair of an I-T and a T-I setting of one sweep, summed (Eq. 17) at each seed, then the mean over the seeds:
-# no training beyond Figures 5–6.
+# no training beyond Figures 5–6; each pair's ensemble has its record (scored once, then read back).
 
 # %%
-grid_lam = ensemble_grid(lam[IT], lam[TI])
-grid_tau = ensemble_grid(tau[IT], tau[TI])
+grid_lam = ensemble_grid(lam[IT], lam[TI], data, run)
+grid_tau = ensemble_grid(tau[IT], tau[TI], data, run)
 fig7, axes = plt.subplots(1, 2, figsize=(9, 3.6))
 bubble_figure(grid_lam, "I-T", "T-I", "(a) lambda1 (I-T) x lambda2 (T-I)", ax=axes[0])
 bubble_figure(grid_tau, "I-T", "T-I", "(b) tau (I-T) x tau (T-I)", ax=axes[1])
@@ -227,8 +228,8 @@ plt.show()
 # ## Figure 8 — the level weights α, β of HMRN I-T
 
 # %%
-ab_frame, ab = sweep_runs(IT, sweep_settings(PROFILE, IT, "alpha_beta", tuned), ablation_seeds, data, tuned, enc,
-                          run)
+ab = sweep_runs(IT, sweep_settings(PROFILE, IT, "alpha_beta", tuned), ablation_seeds, data, tuned, enc, run)
+ab_frame = ab.frame()
 fig8 = bubble_figure(sweep_means(ab_frame, ["alpha", "beta"]), "alpha", "beta",
                      f"Figure 8 analogue: HMRN I-T, alpha and beta ({label}, mean over seeds {ablation_seeds})")
 write_figure(fig8, "hmrn/figure8", run=run, caption="Avg. R@Sum of HMRN I-T over (alpha, beta), the mean over the "
@@ -240,24 +241,21 @@ plt.show()
 # ## Claims checked here
 #
 # Declared once (`ABLATE_CLAIMS` in `xmr_core.chapters.hmrn`) and judged by the book's one verdict protocol
-# (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval. Rows scored in this notebook
-# carry their per-query-set values, so their interval covers the seeds and the test query sets, paired by both;
-# train.py's models are read from its per-seed table, so a claim on one of them is judged on the seed scores, paired
-# by seed. A sweep claim declared on
+# (`xmr_core.claims.judge`, `docs/claims.md`): the effect with a 95% bootstrap interval. Every row's evidence is its
+# records' per-query-set values (train.py's full models included), so the interval covers the seeds and the test
+# query sets, paired by both; each claim is written bound to the records that judge it (`claim_records_ablate.json`:
+# `xmr claims recompute hmrn` judges it again from the records alone). A sweep claim declared on
 # the paper's grid is judged on the points this profile sweeps. "Fluctuates within a narrow range" (Figure 6) is an
 # equivalence of every tau above 40 this run has (the tuned tau included) with tau = 40, within the 3 pp Avg. R@Sum of
 # the rule `share-of-scale` (`LEVEL_OFF_MARGIN`, docs/claims.md). A run that did not converge or collapsed
 # (`claims.detect_collapse` on every round's scores) leaves its claims "not tested".
 
 # %%
-sweep_rows = [sweep_claim_runs(lam_frame, lam, {m: (LAMBDA_FIELD[m],) for m in lam}),
-              sweep_claim_runs(tau_frame, tau, {m: ("tau",) for m in tau}),
-              sweep_claim_runs(ab_frame, {IT: ab}, {IT: ("alpha", "beta")})]
-claim_runs = pd.concat([runs6, runs7, runs8, runs9, renamed(full, {BIGRU: ENSEMBLE}),
-                        *([] if minilm is None else [minilm.per_run]), *[rows for rows, _ in sweep_rows]], ignore_index=True)
-claim_scores = {**scores6, **scores7, **scores8, **scores9, **{k: v for _, s in sweep_rows for k, v in s.items()}}
-judged = ablate_judgements(claim_runs, claim_scores, rounds, run)
+compared = (runs6 | runs7 | runs8 | runs9 | renamed(full, {BIGRU: ENSEMBLE})
+            | ({} if minilm is None else minilm.rows) | sweep_rows(lam, tau, {IT: ab}))
+judged, bindings = ablate_judgements(compared, rounds, run)
 write_judgements(judged, "hmrn", "ablate", run)
+write_bindings(bindings, results_root(run))
 claims_table = claim_rows(judged)
 write_table(claims_table, "hmrn/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")

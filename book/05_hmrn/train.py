@@ -82,7 +82,8 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 
 # %%
 
-from xmr_core.book.results import write_figure, write_judgements, write_table
+from xmr_core.book.recompute import write_bindings
+from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
     ENSEMBLE,
@@ -92,21 +93,22 @@ from xmr_core.chapters.hmrn import (
     TAU,
     TI,
     VARIANT,
+    complexity_models,
     complexity_row,
     hmrn_data,
     hmrn_encoders,
     hmrn_train_config,
     not_built_table,
+    per_run_frame,
+    record_models,
     round_ceiling,
     rounds_caption,
     rounds_figure,
     rounds_of,
     split_sizes,
     table11,
-    train_and_score,
     train_judgements,
-    train_single,
-    train_variant,
+    train_models,
     training_runs,
     tune_models,
     tuned_config,
@@ -161,7 +163,7 @@ split_sizes(data)
 # `ablate.py` sweeps (Figures 5–8).
 
 # %%
-tuned = tune_models(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
+tuned = tune_models(PROFILE, enc, data, seed=SEED, run=run, device=DEVICE, progress=PROGRESS)
 print(f"{IT}: {tuned_config(IT, enc, tuned)}\n{TI}: {tuned_config(TI, enc, tuned)}")
 tuning = tuning_frame(tuned)
 write_table(tuning, "hmrn/tuning", run=run, caption=(
@@ -178,15 +180,22 @@ write_table(summary, "hmrn/tuning_summary", run=run, caption=f"{SUMMARY_CAPTION}
 summary
 
 # %% [markdown]
-# ## Training and scoring every model
+# ## Training every model, and its run record
 #
-# Each model is trained (or loaded from the run cache), then every round 1..N is scored on the test gallery
-# (R-RE and R-HRE: each set's vector after round r against every image's vector; Drill-down: its states after
-# round r against every image's regions, in blocks of images × sets); each seed's ensemble sums that
-# seed's I-T and T-I scores, and VSE0\* and R-RankFusion fuse that seed's VSE0.
+# Each model is trained (or loaded from the run cache) and scored once on the test gallery: its **run record**
+# (`docs/records.md`; `runs/records/<profile>/`, smoke's under `book/_build/smoke/`) keeps the target's rank of every
+# query set after each round 1..N (R-RE and R-HRE: each set's vector after round r against every image's vector;
+# Drill-down: its states after round r against every image's regions). Each seed's ensemble (Eq. 17: S_1 + S_2 of
+# that seed's I-T and T-I) has a record of its own, keyed by its two members' runs; VSE0\* and R-RankFusion are two
+# scorings of that seed's VSE0 record (its per-query scores averaged over the rounds so far; its ranks averaged). A
+# run whose record is there is read back, not scored again. The tables and the claims below are computed from the
+# records alone.
 
 # %%
-per_run, fits, scores = train_and_score(seeds, data, tuned, enc, run)
+trained = train_models(seeds, data, tuned, enc, run)
+fits = trained.fits
+recorded_rows = record_models(trained, seeds, data, tuned, run)
+per_run = per_run_frame(recorded_rows)
 fits
 
 # %% [markdown]
@@ -246,12 +255,11 @@ tables["table5"]
 # FLOPs are counted by `torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions, attention;
 # elementwise work is not counted) for one retrieval session: the test image with the most queries and its own
 # query set, both encoded and every round scored. Parameters are the trainable ones, the word embedding table
-# included. The paper counts "GFLOPs with the input batch size of 1" without saying what one input is.
+# included. The paper counts "GFLOPs with the input batch size of 1" without saying what one input is. Neither depends
+# on the weights: the models are built as above at their tuned settings, untrained, so this table needs no run.
 
 # %%
-it_model, _ = train_variant(IT, data, tuned, enc, run, SEED)
-ti_model, _ = train_variant(TI, data, tuned, enc, run, SEED)
-single_model, _ = train_single(data, tuned, enc, run, SEED)
+it_model, ti_model, single_model = complexity_models(data, tuned, enc, run).values()
 complexity = [complexity_row(TI, [ti_model], test, data.multi.vocab, "BiGRU"),
               complexity_row(IT, [it_model], test, data.multi.vocab, "BiGRU"),
               complexity_row(ENSEMBLE, [it_model, ti_model], test, data.multi.vocab, "BiGRU"),
@@ -267,8 +275,9 @@ t11
 write_table(fits, "hmrn/training", run=run, caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "hmrn/per_seed", run=run, caption=(
     "Every model and seed: whether it converged and why it collapsed ('collapse', empty when it learnt something), "
-    "every round's R@K, medR, meanR and their means over the rounds ('mean/'), Avg. R@Sum (rsum); ablate.py reads "
-    "them."))
+    "every round's R@K, medR, meanR and their means over the rounds ('mean/'), Avg. R@Sum (rsum), from each run's "
+    "record ('record': its name; the ensemble's is its own, keyed by its two members' runs; VSE0* and R-RankFusion "
+    "are two scorings of the VSE0 record)."))
 
 # %% [markdown]
 # ## Claims checked here
@@ -281,11 +290,14 @@ write_table(per_run, "hmrn/per_seed", run=run, caption=(
 # "Avg. R@Sum" is the mean over the rounds of R@1 + R@5 + R@10. "Multi-vector above single-vector from the third
 # round on" is one claim per single-vector method, each over every multi-vector method (together every pair), on the
 # mean R@1 of rounds 3..N. HMRN against Drill-down (the abstract's +23.4 R@1 in the last round) is judged on our
-# Drill-down row, on the last round's R@1 and on Avg. R@Sum.
+# Drill-down row, on the last round's R@1 and on Avg. R@Sum. Each model's evidence is its records' per-query-set
+# values; each claim is written bound to the records that judge it (`claim_records_train.json`): `xmr claims
+# recompute hmrn` judges it again from the records alone.
 
 # %%
-judged = train_judgements(per_run, scores, rounds, t11, enc["embed_dim"], run)
+judged, bindings = train_judgements(recorded_rows, rounds, t11, enc["embed_dim"], run)
 write_judgements(judged, "hmrn", "train", run)
+write_bindings(bindings, results_root(run))
 claims_table = claim_rows(judged)
 write_table(claims_table, "hmrn/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")

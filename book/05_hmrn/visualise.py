@@ -14,7 +14,9 @@
 # %% [markdown]
 # # HMRN 3 — round-by-round retrieval, cross attention, the inter-correlation graph, and the claims
 #
-# All from `train.py`'s seed-`SEED` models, loaded from the run cache:
+# All from `train.py`'s seed-`SEED` models, loaded from the run cache (the figures draw the models themselves: the
+# galleries the ensemble's scores, the attention and the graph the models' weights); the target's ranks in the
+# table beside the galleries are read from the ensemble's run record (`docs/records.md`):
 #
 # 1. **Per-round galleries**: for a few test query sets, the top images after each round, the target framed green,
 #    and the target's rank as queries are added (the HMRN ensemble, Eq. 17).
@@ -46,6 +48,7 @@ import numpy as np
 from xmr_core.book.results import claims_frame, notebook_claims, write_claims, write_figure, write_table
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
+    ENSEMBLE,
     IT,
     OFFICIAL_CODE_NOTE,
     TI,
@@ -53,6 +56,8 @@ from xmr_core.chapters.hmrn import (
     attention_figure,
     correlation_graph,
     ensemble_scores,
+    full_runs,
+    gallery_ranks,
     graph_figure,
     hmrn_data,
     hmrn_encoders,
@@ -78,8 +83,8 @@ data = hmrn_data(corpus, PROFILE, chosen_word_vectors(run))
 test, vocab = data.multi.test, data.multi.vocab
 enc = hmrn_encoders(PROFILE, test.regions.shape[2])
 tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table
-it_model, it_fit = train_variant(IT, data, tuned, enc, run, SEED)
-ti_model, ti_fit = train_variant(TI, data, tuned, enc, run, SEED)
+it_model, it_fit = train_variant(IT, data, tuned, enc, run, SEED, weights=True)  # drawn: needs its weights
+ti_model, ti_fit = train_variant(TI, data, tuned, enc, run, SEED, weights=True)  # drawn: needs its weights
 (_, it_scores), (_, ti_scores) = score_trained(score_rounds, [(it_model, it_fit), (ti_model, ti_fit)], test, vocab,
                                                run.torch_device)  # train.py's scores, from the score cache
 scores = ensemble_scores(it_scores, ti_scores)
@@ -91,7 +96,8 @@ print(f"query sets drawn: {picked.tolist()}")
 # ## 1. Retrieval round by round (HMRN ensemble)
 
 # %%
-rank_table = write_galleries(scores.scores, test, picked.tolist(), TOP_K, run)
+write_galleries(scores.scores, test, picked.tolist(), TOP_K, run)  # the figures: the ensemble's scores
+rank_table = gallery_ranks(full_runs([SEED], data, tuned, enc, run)[ENSEMBLE, SEED].record, picked.tolist())
 write_table(rank_table.reset_index(), "hmrn/gallery_ranks", run=run, caption="The target's rank after each round for "
             "the drawn query sets (HMRN ensemble, pessimistic ranks).")
 plt.show()

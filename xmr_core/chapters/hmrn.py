@@ -74,7 +74,6 @@ from xmr_core.claims import (
     ClaimSpec,
     Evidence,
     Judgement,
-    detect_collapse,
     judge,
     seed_evidence,
     seed_only,
@@ -103,7 +102,7 @@ from xmr_core.experiment.recipes import (
     minilm_not_run,
     minilm_text,
 )
-from xmr_core.experiment.scorepool import score_trained
+from xmr_core.experiment.run_records import recorded, recorded_ensemble
 from xmr_core.experiment.training import (
     fit_row,
     least_tuning_runs,
@@ -111,16 +110,29 @@ from xmr_core.experiment.training import (
     train_config,
     train_many,
     tuning_methods,
+    tuning_trainer,
 )
 from xmr_core.experiment.training import tune_methods as tune_compared
 from xmr_core.margins import Margin
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.drilldown import DrillDown, DrillDownConfig
-from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config, text_image_weights
+from xmr_core.methods.hmrn import (
+    HMRN,
+    HMRNConfig,
+    HMRNEnsemble,
+    clipped_cosines,
+    hmrn_config,
+    text_image_weights,
+)
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
+from xmr_core.query_values import QueryMetric, round_metrics
+from xmr_core.record_evidence import ClaimRecords, Side, judge_records, record_evidence
+from xmr_core.records import ROUNDS as ROUNDS_VIEW
+from xmr_core.records import RunRecord
 from xmr_core.reported import paper_values
+from xmr_core.run_evaluation import Scoring, rounds_collapse
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
 from xmr_core.runs.tuning import Axis, TuningResult, tune_many, tuning_frame
 from xmr_core.viz import (
@@ -313,18 +325,19 @@ def compared() -> dict[str, Compared]:
             **{name: Compared(name, MARGIN, _recurrent(name)) for name in RECURRENT}}
 
 
-def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, **train_overrides: object
-                ) -> dict[str, TuningResult]:
+def tune_models(profile: str, enc: dict, data: HMRNData, seed: int = 0, run: RunConfig | None = None,
+                **train_overrides: object) -> dict[str, TuningResult]:
     """Tune HMRN I-T, T-I, R-RE, R-HRE, Drill-down (on the multi-query splits) and VSE0 (on the queries as captions)
-    by the one protocol, side by side (`tuning.tune_many`; cached runs: free the second time). `ablate.py` and
-    `visualise.py` read `train.py`'s choices from its tuning table (`chapters.recorded`)."""
+    by the one protocol, side by side (`tuning.tune_many`; cached runs: free the second time; with `run`, a search
+    run the cache lacks stands in by its fit summary, `training.tuning_trainer`). `ablate.py` and `visualise.py`
+    read `train.py`'s choices from its tuning table (`chapters.recorded`)."""
     overrides = {**TRAIN_OVERRIDES[budget(profile)], **train_overrides}
     multi, single = data.multi, data.single
-    return tune_many(
-        tuning_methods(profile, enc, multi.word_vectors, multi.train, multi.val, multi.vocab, seed,
-                       compared=compared(), **overrides)
-        + tuning_methods(profile, enc, single.word_vectors, single.train, single.val, single.vocab, seed,
-                         compared={SINGLE: BASELINES[SINGLE]}, **overrides))
+    methods = (tuning_methods(profile, enc, multi.word_vectors, multi.train, multi.val, multi.vocab, seed,
+                              compared=compared(), **overrides)
+               + tuning_methods(profile, enc, single.word_vectors, single.train, single.val, single.vocab, seed,
+                                compared={SINGLE: BASELINES[SINGLE]}, **overrides))
+    return tune_many(methods) if run is None else tune_many(methods, tuning_trainer(run))
 
 
 def hmrn_train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
@@ -349,11 +362,11 @@ def request_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult]
 
 
 def train_variant(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
-                  seed: int, bert: bool = False, **changes: object) -> tuple[HMRN, FitResult]:
-    """Train (or load from the run cache) one `request_variant` on its own. Returns the model (best weights, eval
-    mode) and the fit."""
+                  seed: int, bert: bool = False, *, weights: bool = False, **changes: object) -> tuple[HMRN, FitResult]:
+    """Train (or load from the run cache) one `request_variant` on its own (`training.train_many`, `weights` as
+    there: True where the model itself is used). Returns the model (best weights, eval mode) and the fit."""
     return train_many([request_variant(name, data, tuned, enc, run, seed, bert, **changes)],  # type: ignore[return-value]
-                      run)[0]
+                      run, weights=weights)[0]
 
 
 def request_recurrent(name: str, data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig,
@@ -414,58 +427,120 @@ def target_ranks(scores: Tensor) -> np.ndarray:
     return np.stack([ranking_stats(s, {"target": relevance})["target"].best_rank.numpy() for s in scores])
 
 
-def run_collapse(scores: Tensor) -> str:
-    """Why the run that produced scores (T, Q, G) learnt nothing (`claims.detect_collapse` of each round's (Q, G)
-    scores, set q's target image q), "" when it learnt something: collapsed when every round collapsed (a run
-    better than chance in some round learnt something, however weak)."""
-    relevance = target_relevance(scores.shape[1], scores.shape[2])
-    reasons = [detect_collapse(s, relevance) for s in scores]
-    if not all(reasons):
-        return ""
-    return reasons[0] if len(reasons) == 1 else f"in every round (round 1: {reasons[0]})"
-
-
 def run_row(model: str, seed: int, converged: bool, scores: RoundScores) -> dict[str, object]:
-    """A per-run row: model, seed, converged, collapse (`run_collapse`, "" when it learnt something), scoring
+    """A per-run row: model, seed, converged, collapse (`run_evaluation.rounds_collapse`, "" when it learnt something), scoring
     seconds and every `multi_round_metrics` value."""
-    return {"model": model, "seed": seed, "converged": converged, "collapse": run_collapse(scores.scores),
+    return {"model": model, "seed": seed, "converged": converged, "collapse": rounds_collapse(scores.scores),
             "score s": round(scores.seconds, 1), **multi_round_metrics(scores.scores)}
 
 
-def train_and_score(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
-                    run: RunConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[str, int], RoundScores]]:
-    """Train (or load) HMRN I-T, T-I, R-RE, R-HRE, Drill-down and VSE0 with every seed, score each on the test
-    gallery, and add each seed's ensemble, VSE0* (score mean) and R-RankFusion (rank mean). Returns (per-run rows,
-    `run_row`; fit rows, `training.fit_row`; {(model, seed): RoundScores})."""
-    per_run, fits, scores = [], [], {}
-    test, vocab, device = data.multi.test, data.multi.vocab, run.torch_device
+class TrainedModels(NamedTuple):
+    """`train_models`' output: the trained models (best weights, eval mode) and their fits, both keyed by (model,
+    seed) for HMRN I-T, T-I, R-RE, R-HRE, Drill-down and the single-query VSE0 (`SINGLE`), and the training table."""
+
+    models: dict[tuple[str, int], RetrievalModel]
+    results: dict[tuple[str, int], FitResult]
+    fits: pd.DataFrame
+
+
+TRAINED = (*MODELS, *RECURRENT, SINGLE)  # train.py's trained models, in training order
+
+
+def train_models(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
+                 run: RunConfig) -> TrainedModels:
+    """Train (or load) HMRN I-T, T-I, R-RE, R-HRE, Drill-down and VSE0 (on the queries as captions) with every seed,
+    as one batch of independent runs (side by side on the workers); a `training.fit_row` per run (`wall s`: its
+    share of the batch's wall time)."""
     requests = {**{name: request_variant for name in MODELS}, **{name: request_recurrent for name in RECURRENT}}
-    t0 = time.perf_counter()  # every model and seed: one batch of independent runs (side by side on the workers)
-    trained = iter(train_many([r for seed in seeds for r in [request(name, data, tuned, enc, run, seed)
-                                                             for name, request in requests.items()]
-                               + [request_single(data, tuned, enc, run, seed)]], run))
-    share = (time.perf_counter() - t0) / max(len(seeds) * (len(requests) + 1), 1)  # `wall s`: a run's share
-    models, singles = [], []  # in the requests' order: each seed's models, then its single-query VSE0
-    for _ in seeds:
-        models += [next(trained) for _ in requests]
-        singles.append(next(trained))
-    scored = iter(score_trained(score_rounds, models, test, vocab, device))  # cached, or side by side
-    fused = {fusion: iter(score_trained(score_rounds, singles, test, vocab, device, fusion))
-             for fusion in ("scores", "ranks")}
-    for seed, (_, single) in zip(seeds, singles):
-        converged = {}
-        for name in requests:
-            result, scores[name, seed] = next(scored)
-            fits.append(fit_row(name, seed, tuned[name], result, share))
-            converged[name] = result.converged
-            per_run.append(run_row(name, seed, result.converged, scores[name, seed]))
-        scores[ENSEMBLE, seed] = ensemble_scores(scores[IT, seed], scores[TI, seed])
-        per_run.append(run_row(ENSEMBLE, seed, converged[IT] and converged[TI], scores[ENSEMBLE, seed]))
-        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], single, share))
-        for label, fusion in ((ROUND_MEAN, "scores"), (RANK_FUSION, "ranks")):
-            result, scores[label, seed] = next(fused[fusion])
-            per_run.append(run_row(label, seed, result.converged, scores[label, seed]))
-    return pd.DataFrame(per_run), pd.DataFrame(fits), scores
+    keys = [(name, seed) for seed in seeds for name in TRAINED]
+    t0 = time.perf_counter()
+    trained = train_many([request_single(data, tuned, enc, run, seed) if name == SINGLE else
+                          requests[name](name, data, tuned, enc, run, seed) for name, seed in keys], run)
+    share = (time.perf_counter() - t0) / max(len(keys), 1)
+    models = {key: model for key, (model, _) in zip(keys, trained)}
+    results = {key: result for key, (_, result) in zip(keys, trained)}
+    fits = pd.DataFrame([fit_row(name, seed, tuned[name], results[name, seed], share) for name, seed in keys])
+    return TrainedModels(models, results, fits)
+
+
+class RecordedRow(NamedTuple):
+    """One row of the chapter's tables (a model and seed): the record it reads (`run_records.recorded`; an
+    ensemble's, `record_ensemble`) and the scoring of that record (the single-query VSE0's record holds one scoring
+    per row, its fusion of the rounds)."""
+
+    record: RunRecord
+    scoring: str = "default"
+
+
+FUSIONS = {ROUND_MEAN: "scores", RANK_FUSION: "ranks"}  # the single-query VSE0's rows: how each fuses the rounds
+
+
+def fusion_scoring(label: str) -> str:
+    """The scoring of `label`'s fusion (`FUSIONS`) in the single-query VSE0's record."""
+    return f"fusion_{FUSIONS[label]}"
+
+
+def record_run(model: RetrievalModel, result: FitResult, seed: int, data: HMRNData, run: RunConfig,
+               facts: Mapping[str, object], scorings: Mapping[str, Scoring] | None = None) -> RunRecord:
+    """A trained model's record on the test gallery (`run_records.recorded`): the target's rank of every query set
+    after each round 1..`rounds_of(test)`, short sets held, in each scoring (default: the model's own score, rounds
+    only);
+    `facts`: its tuning facts. A record already there is read back, not scored again."""
+    test = data.multi.test
+    return recorded(model, result, seed, test, data.multi.vocab, scorings or {"default": Scoring(views=())}, run,
+                    tuning=facts, rounds=rounds_of(test), short="hold")
+
+
+def record_ensemble(image_text: tuple[RetrievalModel, RunRecord], text_image: tuple[RetrievalModel, RunRecord],
+                    data: HMRNData, run: RunConfig) -> RunRecord:
+    """The record of the ensemble (Eq. 17, `HMRNEnsemble`: S_1 + S_2) of an HMRN I-T and an HMRN T-I of one seed,
+    each given as (model, its record) (`run_records.recorded_ensemble`, read back when there)."""
+    test = data.multi.test
+    model = HMRNEnsemble(image_text[0], text_image[0])  # type: ignore[arg-type]
+    return recorded_ensemble(model, [image_text[1], text_image[1]], model.name, test, data.multi.vocab,
+                             {"default": Scoring(views=())}, run, rounds=rounds_of(test), short="hold")
+
+
+def tuned_facts(name: str, tuned: Mapping[str, TuningResult], **changes: object) -> dict[str, object]:
+    """A run's tuning facts for its record: the model, its tuned learning rate, weight and schedule, and `changes`."""
+    t = tuned[name]
+    return {"model": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, **changes}
+
+
+def record_models(trained: TrainedModels, seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult],
+                  run: RunConfig) -> dict[tuple[str, int], RecordedRow]:
+    """Every row of Tables 1-5 and every seed from records: each trained model recorded once (`record_run`; VSE0 with
+    a scoring per fusion, `FUSIONS`: VSE0* and R-RankFusion read it), each seed's ensemble of its I-T and T-I
+    (`record_ensemble`). Keyed by (row label, seed), in `ORDER`."""
+    rows: dict[tuple[str, int], RecordedRow] = {}
+    for seed in seeds:
+        recs = {}
+        for name in TRAINED:
+            scorings = {fusion_scoring(label): Scoring(views=(), fusion=f) for label, f in FUSIONS.items()} \
+                if name == SINGLE else None
+            recs[name] = record_run(trained.models[name, seed], trained.results[name, seed], seed, data, run,
+                                    tuned_facts(name, tuned), scorings)
+        recs[ENSEMBLE] = record_ensemble((trained.models[IT, seed], recs[IT]), (trained.models[TI, seed], recs[TI]),
+                                         data, run)
+        for label in ORDER:
+            rows[label, seed] = RecordedRow(recs[SINGLE], fusion_scoring(label)) if label in FUSIONS else \
+                RecordedRow(recs[label])
+    return dict(sorted(rows.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])))
+
+
+def records_row(label: str, seed: int, row: RecordedRow) -> dict[str, object]:
+    """A per-run row from a record: model, seed, converged, collapse (its scoring's, "" when it learnt something),
+    scoring seconds, every `query_values.round_metrics` value (`evaluate.multi_round_metrics`' keys) and the
+    record's name."""
+    scored = row.record.evaluation.scorings[row.scoring]
+    return {"model": label, "seed": seed, "converged": row.record.converged, "collapse": scored.collapse,
+            "score s": round(scored.seconds, 1), **round_metrics(row.record.evaluation, row.scoring),
+            "record": row.record.name}
+
+
+def per_run_frame(rows: Mapping[tuple[str, int], RecordedRow]) -> pd.DataFrame:
+    """The per-run table (one `records_row` per row label and seed) of recorded rows (`record_models`)."""
+    return pd.DataFrame([records_row(label, seed, row) for (label, seed), row in rows.items()])
 
 
 # ------------------------------------------------------------------------------------------- table layout
@@ -552,6 +627,15 @@ def session_flops(model: RetrievalModel, split: Split, vocab: Vocabulary, image:
     return counter.get_total_flops()
 
 
+def complexity_models(data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig
+                      ) -> dict[str, RetrievalModel]:
+    """Table 11's models, {IT, TI, SINGLE}: each as `train.py` builds it at its tuned setting, untrained (parameters
+    and FLOPs depend on the architecture and the input, not on the weights, so Table 11 needs no trained run)."""
+    return {IT: request_variant(IT, data, tuned, enc, run, run.seed).model,
+            TI: request_variant(TI, data, tuned, enc, run, run.seed).model,
+            SINGLE: request_single(data, tuned, enc, run, run.seed).model}
+
+
 def complexity_row(label: str, models: Sequence[RetrievalModel], split: Split, vocab: Vocabulary,
                    text_backbone: str) -> dict[str, object]:
     """Table 11's row of one compared method (its models together: the ensemble has two): trainable parameters
@@ -581,41 +665,56 @@ def table11(rows: Sequence[Mapping[str, object]], per_run: pd.DataFrame, label: 
 
 
 # ------------------------------------------------------------------------------------------------ ablations
+Recorded = dict[tuple[str, int], RecordedRow]  # recorded rows: (row label, seed) -> RecordedRow
+
+
+def trained_records(rows: Mapping[str, tuple[str, dict[str, object]]], seeds: Sequence[int], data: HMRNData,
+                    tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig, bert: bool = False
+                    ) -> dict[tuple[str, int], tuple[RetrievalModel, RunRecord]]:
+    """Train (or load) every row {label: (model, changes)} with every seed, as one batch, and record each
+    (`record_run`, read back when there): {(label, seed): (model, record)}."""
+    keys = [(label, seed) for seed in seeds for label in rows]
+    trained = train_many([request_variant(rows[label][0], data, tuned, enc, run, seed, bert=bert, **rows[label][1])
+                          for label, seed in keys], run)
+    return {(label, seed): (model, record_run(model, result, seed, data, run,
+                                              tuned_facts(rows[label][0], tuned, **rows[label][1])))
+            for (label, seed), (model, result) in zip(keys, trained)}
+
+
 def variant_runs(rows: Mapping[str, tuple[str, dict[str, object]]], seeds: Sequence[int], data: HMRNData,
-                 tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig, bert: bool = False
-                 ) -> tuple[pd.DataFrame, dict[tuple[str, int], RoundScores]]:
-    """Train and score every row {label: (model, changes)} with every seed (Tables 6, 7, 10; figures). Returns
-    (per-run rows labelled `model` = the row's label, plus `cached`; {(label, seed): RoundScores})."""
-    per_run, scores = [], {}
-    trained = train_many([request_variant(name, data, tuned, enc, run, seed, bert=bert, **changes)
-                          for seed in seeds for name, changes in rows.values()], run)  # one batch
-    scored = iter(score_trained(score_rounds, trained, data.multi.test, data.multi.vocab, run.torch_device))
-    for seed in seeds:
-        for label in rows:
-            result, scores[label, seed] = next(scored)
-            per_run.append({**run_row(label, seed, result.converged, scores[label, seed]), "cached": result.cached})
-    return pd.DataFrame(per_run), scores
+                 tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig) -> Recorded:
+    """Every row {label: (model, changes)} with every seed (Tables 6, 7, 9), trained and recorded
+    (`trained_records`): {(label, seed): RecordedRow}."""
+    return {key: RecordedRow(record) for key, (_, record) in trained_records(rows, seeds, data, tuned, enc,
+                                                                             run).items()}
 
 
 def ensemble_runs(rows: Mapping[str, dict[str, object]], seeds: Sequence[int], data: HMRNData,
-                  tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig, bert: bool = False
-                  ) -> tuple[pd.DataFrame, dict[tuple[str, int], RoundScores]]:
-    """Table 8: per row {label: changes} and seed, HMRN I-T and T-I trained with the changes and their ensemble
-    scored (Eq. 17). Returns (per-run rows labelled with the row's label, {(label, seed): the ensemble's scores})."""
-    per_run, out = [], {}
+                  tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig, bert: bool = False) -> Recorded:
+    """Per row {label: changes} and seed, HMRN I-T and T-I trained with the changes (`trained_records`) and their
+    ensemble recorded (Eq. 17, `record_ensemble`): {(label, seed): the ensemble's RecordedRow} (Tables 8, 10)."""
+    out = {}
     for label, changes in rows.items():
-        members, scores = variant_runs({IT: (IT, changes), TI: (TI, changes)}, seeds, data, tuned, enc, run, bert)
+        members = trained_records({IT: (IT, changes), TI: (TI, changes)}, seeds, data, tuned, enc, run, bert)
         for seed in seeds:
-            converged = bool(members[members["seed"] == seed]["converged"].all())
-            out[label, seed] = ensemble_scores(scores[IT, seed], scores[TI, seed])
-            per_run.append(run_row(label, seed, converged, out[label, seed]))
-    return pd.DataFrame(per_run), out
+            out[label, seed] = RecordedRow(record_ensemble(members[IT, seed], members[TI, seed], data, run))
+    return out
 
 
-def renamed(per_run: pd.DataFrame, names: Mapping[str, str]) -> pd.DataFrame:
-    """The runs of `train.py`'s models named in `names` ({new label: model}), relabelled."""
-    parts = [per_run[per_run["model"] == model].assign(model=label) for label, model in names.items()]
-    return pd.concat(parts, ignore_index=True)
+def full_runs(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult], enc: dict,
+              run: RunConfig) -> Recorded:
+    """train.py's HMRN I-T, T-I and ensemble at `seeds` from their records (loaded from the cache and read back,
+    `record_models`' records): the full models' rows of ablate.py's tables, paired with the ablations by seed and
+    query set."""
+    members = trained_records({IT: (IT, {}), TI: (TI, {})}, seeds, data, tuned, enc, run)
+    out = {key: RecordedRow(record) for key, (_, record) in members.items()}
+    return out | {(ENSEMBLE, seed): RecordedRow(record_ensemble(members[IT, seed], members[TI, seed], data, run))
+                  for seed in seeds}
+
+
+def renamed(rows: Recorded, names: Mapping[str, str]) -> Recorded:
+    """The rows of the models named in `names` ({new label: model}), relabelled."""
+    return {(label, seed): row for label, model in names.items() for (m, seed), row in rows.items() if m == model}
 
 
 def config_default(field: str) -> float:
@@ -638,19 +737,32 @@ def sweep_settings(profile: str, name: str, kind: str, tuned: Mapping[str, Tunin
     raise ValueError(f"sweep_settings: kind must be 'lambda', 'tau' or 'alpha_beta', got {kind!r}")
 
 
-SweepScores = dict[tuple[tuple[float, ...], int], RoundScores]  # (setting values, seed) -> RoundScores
+class Sweep(NamedTuple):
+    """One model's sweep (`sweep_runs`): its settings and, per (setting index, seed), the model and its record."""
+
+    model: str
+    settings: list[dict[str, float]]
+    runs: dict[tuple[int, int], tuple[RetrievalModel, RunRecord]]
+
+    def rows(self) -> Recorded:
+        """The sweep's rows as the claims' compared models (`sweep_label`): {(label, seed): RecordedRow}."""
+        return {(sweep_label(self.model, self.settings[i]), seed): RecordedRow(record)
+                for (i, seed), (_, record) in self.runs.items()}
+
+    def frame(self) -> pd.DataFrame:
+        """One row per setting and seed: the setting's fields, then the per-run row (`records_row`, model = the
+        swept model)."""
+        return pd.DataFrame([{**self.settings[i], **records_row(self.model, seed, RecordedRow(record))}
+                             for (i, seed), (_, record) in self.runs.items()])
 
 
 def sweep_runs(name: str, settings: Sequence[Mapping[str, float]], seeds: Sequence[int], data: HMRNData,
-               tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig) -> tuple[pd.DataFrame, SweepScores]:
-    """One model's sweep at every seed of `seeds` (claims compare its points, each needing its seed noise): per
-    setting and seed a row with the setting's fields, the seed and the metrics; {(setting values, seed):
-    RoundScores}."""
-    rows = {" ".join(f"{k}={v:g}" for k, v in s.items()): (name, dict(s)) for s in settings}
-    per_run, scores = variant_runs(rows, seeds, data, tuned, enc, run)  # seed-major, as below
-    fields = pd.DataFrame([dict(s) for _ in seeds for s in settings])
-    out = pd.concat([fields, per_run.reset_index(drop=True)], axis=1).assign(model=name)
-    return out, {(tuple(s.values()), seed): scores[label, seed] for seed in seeds for label, s in zip(rows, settings)}
+               tuned: Mapping[str, TuningResult], enc: dict, run: RunConfig) -> Sweep:
+    """One model's sweep at every seed of `seeds` (claims compare its points, each needing its seed noise), trained
+    and recorded (`trained_records`), seed-major."""
+    rows = {str(i): (name, dict(s)) for i, s in enumerate(settings)}
+    runs = trained_records(rows, seeds, data, tuned, enc, run)
+    return Sweep(name, [dict(s) for s in settings], {(int(i), seed): runs[i, seed] for seed in seeds for i in rows})
 
 
 def sweep_means(frame: pd.DataFrame, fields: Sequence[str]) -> pd.DataFrame:
@@ -663,15 +775,17 @@ def sweep_means(frame: pd.DataFrame, fields: Sequence[str]) -> pd.DataFrame:
     return groups[metrics].mean().join(groups.size().rename("seeds")).reset_index()
 
 
-def ensemble_grid(image_text: SweepScores, text_image: SweepScores) -> pd.DataFrame:
+def ensemble_grid(image_text: Sweep, text_image: Sweep, data: HMRNData, run: RunConfig) -> pd.DataFrame:
     """Figure 7: the ensemble (Eq. 17) of every pair of an HMRN I-T and an HMRN T-I setting of one sweep, at each
-    seed both have: rows (I-T value, T-I value, Avg. R@Sum, Avg. MR, seeds), the means over those seeds."""
+    seed both have, each recorded (`record_ensemble`): rows (I-T value, T-I value, Avg. R@Sum, Avg. MR, seeds),
+    the means over those seeds."""
     rows = []
-    for (a, seed), s_a in image_text.items():
-        for (b, seed_b), s_b in text_image.items():
+    for (i, seed), it in image_text.runs.items():
+        for (j, seed_b), ti in text_image.runs.items():
             if seed_b == seed:
-                m = multi_round_metrics(ensemble_scores(s_a, s_b).scores)
-                rows.append({"model": ENSEMBLE, "I-T": a[0], "T-I": b[0], "seed": seed, "rsum": m["rsum"],
+                m = round_metrics(record_ensemble(it, ti, data, run).evaluation)
+                rows.append({"model": ENSEMBLE, "I-T": next(iter(image_text.settings[i].values())),
+                             "T-I": next(iter(text_image.settings[j].values())), "seed": seed, "rsum": m["rsum"],
                              "mean/meanR": m["mean/meanR"]})
     return sweep_means(pd.DataFrame(rows), ["I-T", "T-I"]).drop(columns="model")
 
@@ -899,6 +1013,17 @@ class RoundMetric:
         """(Q,) the metric of each query set from its target's rank after each round, ranks (T, Q)."""
         rounds = np.array(self.rounds(n_rounds)) - 1
         return 100.0 * sum((ranks[rounds] <= k) for k in self.ks).mean(0)
+
+    def query_metric(self, n_rounds: int) -> QueryMetric:
+        """The metric as a mean over query sets of the records' round ranks (`query_values.QueryMetric`, view
+        "rounds"): R@K or "rsum" (R@1 + R@5 + R@10), at one round, the mean of a range of rounds, or of every round."""
+        rounds = self.rounds(n_rounds)
+        value = "rsum" if self.ks == (1, 5, 10) else f"R@{self.ks[0]}" if len(self.ks) == 1 else ""
+        if not rounds or not value:
+            raise ValueError(f"{self}: no mean over query sets on a run of {n_rounds} rounds")
+        if rounds == list(range(1, n_rounds + 1)):
+            return QueryMetric(value, ROUNDS_VIEW)
+        return QueryMetric(value, ROUNDS_VIEW, round=rounds[0], last_round=rounds[-1] if len(rounds) > 1 else 0)
 
 
 RSUM = "Avg. R@Sum (mean over rounds 1..N of R@1 + R@5 + R@10), pp"
@@ -1196,64 +1321,108 @@ def claim_evidence(per_run: pd.DataFrame, metric: RoundMetric, n_rounds: int,
     return out
 
 
+class ClaimPlan(NamedTuple):
+    """How one claim is judged on a run (`claim_plan`): the spec as judged (restricted to the points the run has),
+    its metric, and per compared model the row it reads (a row label of the per-run table) and its `RoundMetric`."""
+
+    spec: ClaimSpec
+    metric: RoundMetric
+    rows: dict[str, tuple[str, RoundMetric]]
+
+
+def claim_plan(spec: ClaimSpec, present: Iterable[str], n_rounds: int) -> ClaimPlan | str:
+    """The plan of `spec` on a run whose rows are `present` (row labels) and that scores `n_rounds` rounds, or why it
+    is not tested: `ROUND_R1` claims read the ensemble at each round (`ROUND_MODELS`); sweep claims the points the run
+    has (`on_grid`, `beyond_tau`); the every-round trend the rounds it scores (`scored_rounds`)."""
+    have = set(present)
+    if spec.metric == ROUND_R1:
+        rows = {label: (model, metric) for label, (model, metric) in ROUND_MODELS.items()
+                if model in have and metric.rounds(n_rounds)}
+        metric = RoundMetric((1,))
+    elif spec.metric in METRICS and METRICS[spec.metric].rounds(n_rounds):
+        metric = METRICS[spec.metric]
+        rows = {label: (label, metric) for label in sorted(have)}
+    else:
+        return f"the metric needs rounds this run of {n_rounds} rounds lacks" if spec.metric in METRICS else (
+            f"{spec.metric} is no retrieval metric of this run")
+    judged = on_grid(spec, rows) if spec.key in GRID_CLAIMS else \
+        beyond_tau(spec, rows) if spec.key in LEVEL_OFF else \
+        scored_rounds(spec, rows) if spec.models == EVERY_ROUND else spec
+    if isinstance(judged, str):
+        return judged
+    return ClaimPlan(judged, metric, {m: rows[m] for m in judged.compared if m in rows})
+
+
 def judge_claims(specs: Sequence[ClaimSpec], per_run: pd.DataFrame, n_rounds: int, run: RunConfig,
                  scores: Mapping[tuple[str, int], RoundScores] | None = None) -> list[Judgement]:
-    """Every claim of `specs` judged (`claims.judge`) on the per-run table (`run_row`'s rows, each model under its
-    claim label) and, where given, the runs' scores {(label, seed): RoundScores} (per-query evidence)."""
+    """Every claim of `specs` judged (`claims.judge`, as planned by `claim_plan`) on a per-run table (`run_row`'s
+    rows, each model under its claim label) and, where given, the runs' scores {(label, seed): RoundScores}
+    (per-query evidence): the claims on constructed runs. The notebooks judge from records (`record_judgements`)."""
     ranks = {key: target_ranks(s.scores) for key, s in (scores or {}).items()}
     out = []
     for spec in specs:
-        if spec.metric == ROUND_R1:
-            evidence = {label: claim_evidence(per_run[per_run["model"] == model], metric, n_rounds, ranks)[model]
-                        for label, (model, metric) in ROUND_MODELS.items()
-                        if model in set(per_run["model"]) and metric.rounds(n_rounds)}
-        elif spec.metric in METRICS and METRICS[spec.metric].rounds(n_rounds):
-            evidence = claim_evidence(per_run, METRICS[spec.metric], n_rounds, ranks)
-        else:
-            why = f"the metric needs rounds this run of {n_rounds} rounds lacks" if spec.metric in METRICS else (
-                f"{spec.metric} is no retrieval metric of this run")
-            out.append(Judgement(spec, "not tested", reason=why))
+        plan = claim_plan(spec, set(per_run["model"]), n_rounds)
+        if isinstance(plan, str):
+            out.append(Judgement(spec, "not tested", reason=plan))
             continue
-        judged = on_grid(spec, evidence) if spec.key in GRID_CLAIMS else \
-            beyond_tau(spec, evidence) if spec.key in LEVEL_OFF else \
-            scored_rounds(spec, evidence) if spec.models == EVERY_ROUND else spec
-        out.append(Judgement(spec, "not tested", reason=judged) if isinstance(judged, str) else
-                   judge(judged, evidence, dataset=run.dataset, profile=run.profile))
+        evidence = {label: claim_evidence(per_run[per_run["model"] == model], metric, n_rounds, ranks)[model]
+                    for label, (model, metric) in plan.rows.items()}
+        out.append(judge(plan.spec, evidence, dataset=run.dataset, profile=run.profile))
     return out
 
 
-def train_judgements(per_run: pd.DataFrame, scores: Mapping[tuple[str, int], RoundScores], n_rounds: int,
-                     complexity: pd.DataFrame, embed_dim: int, run: RunConfig) -> list[Judgement]:
-    """`TRAIN_CLAIMS` judged on train.py's runs (`train_and_score`: per-run rows and every run's scores, so per
-    query set); the complexity claim is not tested, with our ensemble's size as its reason (the methods it compares
-    with are not built)."""
-    out = judge_claims([s for s in TRAIN_CLAIMS if s.metric != PARAMS], per_run, n_rounds, run, scores)
+def record_judgements(specs: Sequence[ClaimSpec], rows: Mapping[tuple[str, int], RecordedRow], n_rounds: int,
+                      run: RunConfig, part: str) -> tuple[list[Judgement], list[ClaimRecords]]:
+    """Every claim of `specs` judged from the records of the recorded rows {(row label, seed): RecordedRow} (as
+    `claim_plan` plans it): a claim whose every compared model has rows is bound to their records
+    (`record_evidence.ClaimRecords`: its `RoundMetric` as a `QueryMetric`, each side its rows' records, scoring and
+    round) and judged as `xmr claims recompute hmrn` judges it (`record_evidence.judge_records`); one missing a
+    compared model is judged on the others (`claims.judge` says what is missing), unbound. Returns (judgements,
+    bindings)."""
+    by_label: dict[str, list[RecordedRow]] = {}
+    for (label, _), row in rows.items():
+        by_label.setdefault(label, []).append(row)
+    by_name = {row.record.name: row.record for row in rows.values()}
+    judged, bindings = [], []
+    for spec in specs:
+        plan = claim_plan(spec, by_label, n_rounds)
+        if isinstance(plan, str):
+            judged.append(Judgement(spec, "not tested", reason=plan))
+            continue
+        sides = {label: Side(tuple(r.record.name for r in by_label[model]), by_label[model][0].scoring,
+                             round=metric.query_metric(n_rounds).round if spec.metric == ROUND_R1 else 0)
+                 for label, (model, metric) in plan.rows.items()}
+        binding_metric = plan.metric.query_metric(n_rounds)
+        if set(sides) == set(plan.spec.compared):
+            bindings.append(ClaimRecords(plan.spec, binding_metric, sides, run.dataset, run.profile, "hmrn", part))
+            judged.append(judge_records(bindings[-1], by_name.__getitem__))
+            continue
+        evidence = {label: record_evidence([by_name[n] for n in side.records], dataclasses.replace(
+            binding_metric, scoring=side.scoring, **({"round": side.round, "last_round": 0} if side.round else {})))
+            for label, side in sides.items()}
+        judged.append(judge(plan.spec, evidence, dataset=run.dataset, profile=run.profile))
+    return judged, bindings
+
+
+def train_judgements(rows: Mapping[tuple[str, int], RecordedRow], n_rounds: int, complexity: pd.DataFrame,
+                     embed_dim: int, run: RunConfig) -> tuple[list[Judgement], list[ClaimRecords]]:
+    """`TRAIN_CLAIMS` judged from train.py's records (`record_models`, `record_judgements`: per query set, bound to
+    the records); the complexity claim is not tested, with our ensemble's size as its reason (the methods it
+    compares with are not built). Returns (judgements, bindings)."""
+    judged, bindings = record_judgements([s for s in TRAIN_CLAIMS if s.metric != PARAMS], rows, n_rounds, run,
+                                         "train")
     ours = complexity.set_index("model")
     size = (f"; our HMRN ensemble has {ours.loc[ENSEMBLE, 'params (M)']:.2f} M parameters and "
             f"{ours.loc[ENSEMBLE, 'MFLOPs per session']:.1f} MFLOPs a session at D = {embed_dim}")
-    return out + [Judgement(s, "not tested", reason=judge(s, {}).reason + size) for s in TRAIN_CLAIMS
-                  if s.metric == PARAMS]
+    return judged + [Judgement(s, "not tested", reason=judge(s, {}).reason + size) for s in TRAIN_CLAIMS
+                     if s.metric == PARAMS], bindings
 
 
-def sweep_claim_runs(frame: pd.DataFrame, scores: Mapping[str, SweepScores],
-                     fields: Mapping[str, Sequence[str]]) -> tuple[pd.DataFrame, dict[tuple[str, int], RoundScores]]:
-    """A sweep's rows (`sweep_runs` / `sweeps`) and scores ({model: {(setting values, seed): RoundScores}})
-    labelled as the claims' compared models (`sweep_label` of each row's `fields[model]`)."""
-    rows, out = [], {}
-    for _, r in frame.iterrows():
-        setting = {f: float(r[f]) for f in fields[r["model"]]}
-        label = sweep_label(r["model"], setting)
-        rows.append({**r.to_dict(), "model": label})
-        out[label, int(r["seed"])] = scores[r["model"]][tuple(setting.values()), int(r["seed"])]
-    return pd.DataFrame(rows), out
-
-
-def ablate_judgements(per_run: pd.DataFrame, scores: Mapping[tuple[str, int], RoundScores], n_rounds: int,
-                      run: RunConfig) -> list[Judgement]:
-    """`ABLATE_CLAIMS` judged on ablate.py's rows of every table and figure under their claim labels (Tables 6, 7, 9
-    and 10 rows; "ICR step L"; `sweep_claim_runs`) with the scores of the runs ablate.py scored; train.py's rows read
-    from its per-seed table have no scores here, so a claim on them uses per-seed values."""
-    return judge_claims(ABLATE_CLAIMS, per_run, n_rounds, run, scores)
+def ablate_judgements(rows: Recorded, n_rounds: int, run: RunConfig) -> tuple[list[Judgement], list[ClaimRecords]]:
+    """`ABLATE_CLAIMS` judged from the records of ablate.py's rows of every table and figure under their claim labels
+    (Tables 6, 7, 9 and 10 rows, train.py's full models among them; "ICR step L"; the sweeps' `Sweep.rows`), per
+    query set and bound to the records (`record_judgements`). Returns (judgements, bindings)."""
+    return record_judgements(ABLATE_CLAIMS, rows, n_rounds, run, "ablate")
 
 
 # ------------------------------------------------------------------------------------ notebook plumbing
@@ -1313,17 +1482,26 @@ def icr_order(profile: str) -> list[str]:
 
 
 def sweeps(kind: str, profile: str, seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, TuningResult],
-           enc: dict, run: RunConfig) -> tuple[pd.DataFrame, dict[str, SweepScores]]:
-    """One figure's sweep ("lambda" or "tau", `sweep_settings`) of both models at every seed of `seeds`: (the rows
-    of both, `sweep_runs`; {model: {(setting, seed): RoundScores}})."""
-    runs = {m: sweep_runs(m, sweep_settings(profile, m, kind, tuned), seeds, data, tuned, enc, run) for m in MODELS}
-    return pd.concat([frame for frame, _ in runs.values()], ignore_index=True), {m: s for m, (_, s) in runs.items()}
+           enc: dict, run: RunConfig) -> dict[str, Sweep]:
+    """One figure's sweep ("lambda" or "tau", `sweep_settings`) of both models at every seed of `seeds`:
+    {model: `sweep_runs`}."""
+    return {m: sweep_runs(m, sweep_settings(profile, m, kind, tuned), seeds, data, tuned, enc, run) for m in MODELS}
+
+
+def sweeps_frame(runs: Mapping[str, Sweep]) -> pd.DataFrame:
+    """The rows of every sweep of `runs` (`Sweep.frame`), one table."""
+    return pd.concat([sweep.frame() for sweep in runs.values()], ignore_index=True)
+
+
+def sweep_rows(*runs: Mapping[str, Sweep]) -> Recorded:
+    """Every sweep's rows as the claims' compared models (`Sweep.rows`)."""
+    return {key: row for group in runs for sweep in group.values() for key, row in sweep.rows().items()}
 
 
 class MiniLMRuns(NamedTuple):
     """Table 10's MiniLM row (`minilm_runs`)."""
 
-    per_run: pd.DataFrame  # the ensemble's per-run rows, model `MINILM` (`ensemble_runs`)
+    rows: Recorded  # the ensemble's recorded rows, label `MINILM` (`ensemble_runs`)
     tuning: pd.DataFrame  # HMRN I-T and T-I tuned on the MiniLM (`tuning_frame`, methods "<model> (MiniLM)")
     backbone: str  # what the text backbone was (Table 10's note)
 
@@ -1346,7 +1524,7 @@ def minilm_runs(profile: str, seeds: Sequence[int], data: HMRNData, run: RunConf
     tuning = tuning_frame(tuned)
     backbone = ("the ensemble, a head on MiniLM's frozen token features (cached)" if profile in MINILM_FROZEN
                 else "the ensemble, MiniLM fine-tuned")
-    return MiniLMRuns(ensemble_runs({MINILM: {}}, seeds, data, tuned, enc, run, bert=True)[0],
+    return MiniLMRuns(ensemble_runs({MINILM: {}}, seeds, data, tuned, enc, run, bert=True),
                       tuning.assign(method=tuning["method"] + f" ({MINILM_TUNED})"), f"{backbone}, tuned")
 
 
@@ -1361,11 +1539,10 @@ def write_minilm_tuning(minilm: MiniLMRuns | None, run: RunConfig) -> pd.DataFra
     return minilm.tuning
 
 
-def table10(full: pd.DataFrame, minilm: MiniLMRuns | None, label: str, why: str | None) -> pd.DataFrame:
-    """Table 10: train.py's ensemble ("Bi-GRU"), the MiniLM ensemble (or a row saying `why` it was not run) and the
-    paper's CLIP row, with a note on each."""
-    runs = renamed(full, {BIGRU: ENSEMBLE})
-    runs = runs if minilm is None else pd.concat([runs, minilm.per_run], ignore_index=True)
+def table10(full: Recorded, minilm: MiniLMRuns | None, label: str, why: str | None) -> pd.DataFrame:
+    """Table 10: train.py's ensemble ("Bi-GRU", from `full_runs`), the MiniLM ensemble (or a row saying `why` it was
+    not run) and the paper's CLIP row, with a note on each."""
+    runs = per_run_frame(renamed(full, {BIGRU: ENSEMBLE}) | ({} if minilm is None else minilm.rows))
     order = [BIGRU] + ([] if minilm is None else [MINILM])
     out = hmrn_table(runs, "table10", TABLE5_COLUMNS, label, order=order, paper_only=("CLIP (ViT/B-16)",))
     if minilm is None:
@@ -1373,6 +1550,14 @@ def table10(full: pd.DataFrame, minilm: MiniLMRuns | None, label: str, why: str 
     notes = {BIGRU: "train.py's ensemble", "CLIP (ViT/B-16) (paper only)": "paper: frozen CLIP text features",
              MINILM: why if minilm is None else minilm.backbone}
     return out.assign(note=out["model"].map(notes))
+
+
+def gallery_ranks(record: RunRecord, sets: Sequence[int], scoring: str = "default") -> pd.DataFrame:
+    """The target's rank after each round of each query set of `sets` (rows: rounds, columns: "set <q>"), read from a
+    record's multi-query rounds (visualise.py: the ensemble's, `full_runs`)."""
+    ranks = record.evaluation.scorings[scoring].rounds
+    return pd.DataFrame({f"set {q}": ranks[:, int(q)].astype(int) for q in sets},
+                        index=pd.RangeIndex(1, len(ranks) + 1, name="round"))
 
 
 def write_galleries(scores: Tensor, split: Split, sets: Sequence[int], k: int, run: RunConfig) -> pd.DataFrame:

@@ -10,8 +10,8 @@ committed book, the smoke build's for smoke), then read back, so that a table or
     recorded_ensemble(model, members, method, split, vocab, scorings, run, ...)  -> records.RunRecord
 
 Only the final runs of a chapter (every compared model and seed) are recorded; a tuning search's runs are
-described by its tuning table. An ensemble of finished runs (HREM's "Full*": no training of its own) is recorded as a
-run of its own, keyed by its members' keys (`recorded_ensemble`). A run that stood in by its fit summary
+described by its tuning table. An ensemble of finished runs (HREM's "Full*", HMRN's Eq. 17: no training of its own) is
+recorded as a run of its own, keyed by its members' keys (`recorded_ensemble`). A run that stood in by its fit summary
 (`runs.fits.WeightlessFit`: no weights, a fresh clone's run cache lacks it) is never scored: its record is read,
 and a missing one (or one lacking a scoring asked for) is an error naming the file and how to train the run.
 """
@@ -29,6 +29,7 @@ from xmr_core.book.results import records_home, results_root
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.text import Vocabulary
+from xmr_core.evaluate import Short
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.records import RecordError, RunRecord, Scored, read_record, write_record
 from xmr_core.run_evaluation import AP_VIEWS, FOLD_VIEWS, RANK_TOP, Scoring, evaluate_run
@@ -65,10 +66,11 @@ def _kept(held: Scored, ap_views: Sequence[str] | None, precision_ks: Sequence[i
 
 def _lacking(record: RunRecord, scorings: Mapping[str, Scoring], split: Split,
              fold_views: Sequence[str] | None, ap_views: Sequence[str] | None = AP_VIEWS,
-             precision_ks: Sequence[int] = ()) -> dict[str, Scoring]:
-    """The scorings of `scorings` that `record` does not hold: absent, with other options or re-ranker, or without
-    a view (or a COCO 1K view of `fold_views`, AP@R of `ap_views`, hits at a K of `precision_ks`) asked for. A held
-    scoring re-scored keeps its own views and folds: the returned scoring asks for the union of both."""
+             precision_ks: Sequence[int] = (), rounds: int | None = None) -> dict[str, Scoring]:
+    """The scorings of `scorings` that `record` does not hold: absent, with other options or re-ranker, without
+    `rounds` multi-query rounds when asked, or without a view (or a COCO 1K view of `fold_views`, AP@R of
+    `ap_views`, hits at a K of `precision_ks`) asked for. A held scoring re-scored keeps its own views and folds:
+    the returned scoring asks for the union of both."""
     out = {}
     for name, s in scorings.items():
         held = record.evaluation.scorings.get(name)
@@ -76,7 +78,8 @@ def _lacking(record: RunRecord, scorings: Mapping[str, Scoring], split: Split,
         folds = views if fold_views is None else views & set(fold_views)
         if "coco1k" not in record.evaluation.split.folds:
             folds = set()
-        if held is None or held.options != dict(s.options) or held.rerank != s.rerank_name:
+        if held is None or held.options != dict(s.options) or held.rerank != s.rerank_name or (
+                rounds and (held.rounds is None or len(held.rounds) != rounds)):
             out[name] = s
         elif not views <= _held_views(held, "full") or not folds <= _held_views(held, "coco1k") or \
                 not _kept(held, ap_views, precision_ks):
@@ -88,11 +91,12 @@ def _lacking(record: RunRecord, scorings: Mapping[str, Scoring], split: Split,
 def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, vocab: Vocabulary,
              scorings: Mapping[str, Scoring], run: RunConfig, *, fold_views: Sequence[str] | None = FOLD_VIEWS,
              ap_views: Sequence[str] | None = AP_VIEWS, precision_ks: Sequence[int] = (),
-             tuning: Mapping[str, Any] | None = None) -> RunRecord:
+             tuning: Mapping[str, Any] | None = None, rounds: int | None = None, short: Short = "error"
+             ) -> RunRecord:
     """The record of the finished run `result` (its `model`, best weights; trained with `seed`) on `split`: read
     back from `records_folder(run)` when it is there with the run's key and every scoring of `scorings`; otherwise
-    scored once (`evaluate_run` with `scorings` and `fold_views`, on `run.torch_device`), written with the `tuning`
-    facts, and read back. A record there of the run that lacks some of `scorings` (another notebook recorded the
+    scored once (`evaluate_run` with `scorings`, `fold_views` and, for multi-query rounds, `rounds` and `short`, on
+    `run.torch_device`), written with the `tuning` facts, and read back. A record there of the run that lacks some of `scorings` (another notebook recorded the
     same run with its own scorings, e.g. the leaderboard's Fast Re-ranking beside a chapter's) keeps what it holds:
     only the scorings it lacks are scored (`_lacking`; a held scoring short of a view or fold asked for is scored
     again with both's), added to it, and its tuning facts updated with `tuning`. `ap_views` and `precision_ks`
@@ -103,12 +107,12 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
     A run with no weights (`runs.fits.WeightlessFit`) is read only: `NoRecord` when its record is missing or lacks
     a scoring of `scorings`."""
     if isinstance(result, WeightlessFit):
-        return _record_of_weightless(result, split, scorings, run, fold_views, ap_views, precision_ks)
+        return _record_of_weightless(result, split, scorings, run, fold_views, ap_views, precision_ks, rounds)
     try:
         key = saved_result(result)["key"]
     except FileNotFoundError:
         evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, ap_views=ap_views,
-                                  precision_ks=precision_ks, device=run.torch_device)
+                                  precision_ks=precision_ks, rounds=rounds, short=short, device=run.torch_device)
         name = result.run_dir.name + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
         fit = {"converged": False, "stopped": result.stopped, "stop_message": result.stop_message, "history": []}
         return RunRecord("", name, "", {}, {"seed": seed}, fit, dict(tuning or {}), {}, evaluation)
@@ -122,7 +126,8 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
     if held is not None and (held.key, held.evaluation.split.fingerprint, held.evaluation.rank_top) != (
             key, split_fingerprint(split), RANK_TOP):  # its ranks capped elsewhere: every scoring scored again
         held = None
-    lacking = dict(scorings) if held is None else _lacking(held, scorings, split, fold_views, ap_views, precision_ks)
+    lacking = dict(scorings) if held is None else _lacking(held, scorings, split, fold_views, ap_views, precision_ks,
+                                                           rounds)
     if held is not None and not lacking:
         return held
     if held is not None:  # the run's record keeps its other scorings (another notebook's) and their folds
@@ -134,7 +139,7 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
         precision_ks = tuple(sorted(set(precision_ks) | {k for s in again for q in s.blocks.values()
                                                         for k in q.precision_hits}))
     evaluation = evaluate_run(model, split, vocab, scorings=lacking, fold_views=fold_views, ap_views=ap_views,
-                              precision_ks=precision_ks, device=run.torch_device)
+                              precision_ks=precision_ks, rounds=rounds, short=short, device=run.torch_device)
     if held is not None:
         old = held.evaluation
         queries = dataclasses.replace(evaluation.split, folds={**old.split.folds, **evaluation.split.folds},
@@ -146,13 +151,14 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
 
 def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], method: str, split: Split,
                       vocab: Vocabulary, scorings: Mapping[str, Scoring], run: RunConfig, *,
-                      fold_views: Sequence[str] | None = FOLD_VIEWS) -> RunRecord:
+                      fold_views: Sequence[str] | None = FOLD_VIEWS, rounds: int | None = None,
+                      short: Short = "error") -> RunRecord:
     """The record on `split` of an ensemble (`model`, e.g. `experiment.ensemble.ScoreMean`) of finished runs whose
     records on `split` are `members` (one seed): no training of its own, so its key hashes `method` and the members'
     keys, its name is `<method>-<key[:16]>` (suffixed as a run's on a split other than the main one), its seed is the
     members', and its fit is theirs: converged when every member is, diverged when one did, the members' names. Read
-    back from `records_folder(run)` when there with every scoring of `scorings`; otherwise scored once
-    (`evaluate_run`), written and read back. A member kept in memory only (no key) keeps the ensemble in memory."""
+    back from `records_folder(run)` when there with every scoring of `scorings` (and `rounds`); otherwise scored once
+    (`evaluate_run`, multi-query `rounds` and `short` as `recorded`), written and read back. A member kept in memory only (no key) keeps the ensemble in memory."""
     seeds = {r.seed for r in members}
     if len(members) < 2 or len(seeds) != 1:
         raise ValueError(f"recorded_ensemble: needs two or more members of one seed, got {[r.name for r in members]}")
@@ -165,12 +171,12 @@ def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], metho
     if key and path.is_file():
         try:
             record = read_record(path)
-            if record.key == key and not _lacking(record, scorings, split, fold_views):
+            if record.key == key and not _lacking(record, scorings, split, fold_views, rounds=rounds):
                 return record
         except RecordError as err:
             print(f"scoring the ensemble again: {err}")
-    evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views,
-                              device=run.torch_device)
+    evaluation = evaluate_run(model, split, vocab, scorings=scorings, fold_views=fold_views, rounds=rounds,
+                              short=short, device=run.torch_device)
     diverged = any(r.fit.get("stopped") == "diverged" for r in members)
     fit = {"converged": bool(key) and all(r.converged for r in members), "stopped": "diverged" if diverged else
            "members", "stop_message": "", "history": [], "members": [r.name for r in members]}
@@ -183,7 +189,7 @@ def recorded_ensemble(model: RetrievalModel, members: Sequence[RunRecord], metho
 
 def _record_of_weightless(result: WeightlessFit, split: Split, scorings: Mapping[str, Scoring], run: RunConfig,
                           fold_views: Sequence[str] | None, ap_views: Sequence[str] | None = AP_VIEWS,
-                          precision_ks: Sequence[int] = ()) -> RunRecord:
+                          precision_ks: Sequence[int] = (), rounds: int | None = None) -> RunRecord:
     """The record of a run read from its fit summary: it cannot be scored (no weights), so it must be there, of the
     run's key and split, lacking none of `scorings` (`_lacking`)."""
     name = result.run_dir.name + ("" if split.name == MAIN_SPLIT else f"@{split.name}")
@@ -195,7 +201,8 @@ def _record_of_weightless(result: WeightlessFit, split: Split, scorings: Mapping
     record = read_record(path)
     same = (record.key, record.evaluation.split.fingerprint, record.evaluation.rank_top) == (
         result.key, split_fingerprint(split), RANK_TOP)
-    lacking = dict(scorings) if not same else _lacking(record, scorings, split, fold_views, ap_views, precision_ks)
+    lacking = dict(scorings) if not same else _lacking(record, scorings, split, fold_views, ap_views, precision_ks,
+                                                       rounds)
     if lacking:
         mismatch = f"is not of its key {result.key[:16]} on split {split.name} with ranks up to {RANK_TOP}"
         raise NoRecord(f"run {result.run_dir.name}: no weights, and its record at {path} "
