@@ -204,16 +204,6 @@ def _held_out_accuracy(model: TrunkPretrainer, x: Tensor, y: Tensor) -> tuple[di
 NO_WEIGHTS_SEED = 0  # torchvision's initialisation of a trunk without ImageNet weights is drawn from this seed
 
 
-def zero_residual_scales(net: nn.Module) -> None:
-    """Zero the scale of the last batch norm of every residual branch (torchvision's `zero_init_residual`), so each
-    block of an untrained ResNet starts as its shortcut: at its plain initialisation a ResNet-152's grid features
-    reach ~1e8 on an image and the heads above them overflow to NaN; with the branches zeroed they stay O(1)."""
-    for block in net.modules():
-        last = getattr(block, "bn3", None) if hasattr(block, "conv3") else getattr(block, "bn2", None)
-        if hasattr(block, "downsample") and isinstance(last, nn.BatchNorm2d):
-            nn.init.zeros_(last.weight)
-
-
 def imagenet_trunk(arch: str = "resnet152", weights: str | None = "") -> PretrainedTrunk:
     """The paper profile's trunk: a torchvision ResNet cut before GAP. `weights`: a state-dict file of its ImageNet
     weights ("": torchvision's cache file of `arch`, `image.imagenet_weights_path`; never downloaded, a missing file
@@ -224,8 +214,7 @@ def imagenet_trunk(arch: str = "resnet152", weights: str | None = "") -> Pretrai
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(NO_WEIGHTS_SEED)
             resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=False)  # type: ignore[arg-type]
-        zero_residual_scales(resnet.backbone)
-        digest, tag = None, f"init{NO_WEIGHTS_SEED}z"
+        digest, tag = None, f"init{NO_WEIGHTS_SEED}z"  # its residual branches zero-scaled (`ResNetEncoder`)
         source = (f"no ImageNet weights (torchvision's initialisation, seed {NO_WEIGHTS_SEED}, residual branches "
                   "zero-scaled)")
     else:

@@ -144,9 +144,9 @@ def step_shape(model: RetrievalModel, cfg: Any) -> str:
 
 
 def _step_cost(model: RetrievalModel, cfg: Any, time_steps: Callable[[int], float]) -> float | None:
-    """Core-seconds a training step of a missing run, measured once per `step_shape` when `XMR_PLAN_STEPS` asks
-    (`time_steps(k)`: seconds a step over k steps, on `cfg.threads` threads); None when not measured or not finite
-    (a loss that diverged at once)."""
+    """Core-seconds a training step of a missing run (on a GPU: its wall seconds), measured once per `step_shape`
+    when `XMR_PLAN_STEPS` asks (`time_steps(k)`: seconds a step over k steps, on `cfg.threads` threads); None when not
+    measured or not finite (a loss that diverged at once)."""
     k = steps_to_time()
     if not k:
         return None
