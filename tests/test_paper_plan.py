@@ -70,13 +70,14 @@ def test_the_plan_scores_untrained_models_on_the_first_test_images_of_the_papers
 
 
 def _planned(notebook: str, cached: bool, seconds: float, source: str) -> PlannedRun:
-    return PlannedRun({"notebook": notebook, "cached": cached, "key": notebook + str(seconds)}, seconds, source)
+    return PlannedRun({"notebook": notebook, "cached": cached, "key": notebook + str(seconds), "stage": 1,
+                       "label": "", "method": "vse", "seed": 0, "provisional": False, "epochs": 60}, seconds, source)
 
 
 def test_the_paperplan_table_counts_each_run_under_the_chapter_that_first_asks_for_it() -> None:
-    plan = Plan("paper", [_planned("01_pcme/train", False, 7200.0, "per step"),
-                          _planned("01_pcme/ablate", True, 100.0, "recorded"),
-                          _planned("04_dvse/train", False, 3600.0, "default")],
+    plan = Plan("paper", [_planned("book/01_pcme/train.py", False, 7200.0, "per step"),  # the notebook's path
+                          _planned("book/01_pcme/ablate.py", True, 100.0, "recorded"),
+                          _planned("book/04_dvse/train.py", False, 3600.0, "default")],
                 failed=[("02_msrm/ablate", "ValueError: x")])
     rows = paperplan.chapter_rows(plan, "cub")
     assert list(rows["chapter"]) == list(PAPER_BOOKS["cub"])
@@ -86,6 +87,9 @@ def test_the_paperplan_table_counts_each_run_under_the_chapter_that_first_asks_f
     table = paperplan.markdown(pd.concat([rows]), "core-hours")
     assert "| cub | 02_msrm (failed: 02_msrm/ablate) | 0 | 0 | 0 |" in table
     assert table.splitlines()[-1] == "| cub | **total** | 3 | 2 | 3 |"
+    saved = paperplan.plan_rows(plan)
+    assert list(saved["chapter"]) == ["01_pcme", "01_pcme", "04_dvse"] and list(saved["epochs"]) == [60] * 3
+    assert list(saved["core-s"]) == [7200.0, 100.0, 3600.0]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

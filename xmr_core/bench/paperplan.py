@@ -71,6 +71,15 @@ def chapter_rows(plan: Plan, dataset: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def plan_rows(plan: Plan) -> pd.DataFrame:
+    """One row a run of `plan`: its chapter, the plan's columns (`Plan.frame`) and what its cost was computed from
+    (epochs, steps an epoch, training images, seconds a step)."""
+    fields = ("epochs", "epoch_steps", "train_images", "step_core_seconds", "stand_in")
+    extra = pd.DataFrame([{"chapter": r.chapter, **{f: r.record.get(f) for f in fields}} for r in plan.runs],
+                         columns=["chapter", *fields])
+    return pd.concat([extra, plan.frame()], axis=1)
+
+
 def markdown(table: pd.DataFrame, unit: str) -> str:
     """The table as Markdown, chapter rows then the total of each data set."""
     lines = [f"| data set | chapter | runs | to train | {unit} |", "|---|---|---:|---:|---:|"]
@@ -91,6 +100,7 @@ def main(argv: list[str]) -> None:
                         help="a data set's copy in its real layout (default: the test suite's fixture)")
     parser.add_argument("--steps", type=int, default=3, help="training steps timed per shape of run (default 3)")
     parser.add_argument("--device", default="cpu", help="where the steps are timed (default cpu; cuda: GPU-hours)")
+    parser.add_argument("--save", type=Path, help="write each data set's plan, one row a run, to SAVE/<dataset>.csv")
     args = parser.parse_args(argv)
     roots = dict(item.split("=", 1) for item in args.data)
     unit = "GPU-hours" if args.device.startswith("cuda") else "core-hours"
@@ -109,6 +119,10 @@ def main(argv: list[str]) -> None:
                                          "DEVICE": args.device, "PROGRESS": False})
                 seconds[dataset] = time.perf_counter() - t0
                 tables.append(chapter_rows(plan, dataset))
+                print(markdown(tables[-1], unit), file=sys.stderr)  # each data set's rows as soon as they are known
+                if args.save:
+                    args.save.mkdir(parents=True, exist_ok=True)
+                    plan_rows(plan).to_csv(args.save / f"{dataset}.csv", index=False)
         finally:
             if old is None:
                 os.environ.pop("XMR_CACHE", None)

@@ -79,8 +79,8 @@ class PlannedRun:
 
     @property
     def chapter(self) -> str:
-        """The chapter of the notebook that first asked for the run ("01_pcme" of "01_pcme/train")."""
-        return str(self.record["notebook"]).split("/", 1)[0]
+        """The chapter of the notebook that first asked for the run ("01_pcme" of "book/01_pcme/train.py")."""
+        return Path(str(self.record["notebook"])).parent.name
 
 
 @dataclass
