@@ -273,11 +273,14 @@ def test_trace_times_a_step_once_per_shape_and_leaves_the_model_and_random_state
     assert timed == [8, 4]  # seeds 0 and 1 share a shape (their seed and rate differ): timed once; batch 4 is another
     records = plantrace.read_plan(plan)
     assert records[0]["step_core_seconds"] == records[1]["step_core_seconds"] > 0
-    assert [(r["epoch_steps"], r["batch_size"], r["train_images"], r["epochs"]) for r in records] == [
-        (3, 8, 24, 2), (3, 8, 24, 2), (6, 4, 24, 3)]
+    assert [(r["epoch_items"], r["epoch_steps"], r["batch_size"], r["train_images"], r["epochs"]) for r in records] \
+        == [(24, 3, 8, 24, 2), (24, 3, 8, 24, 2), (24, 6, 4, 24, 3)]  # one caption per image: 24 items an epoch
     for r in requests:  # an epoch's steps as the training loop batches it
-        assert train_module.epoch_steps(r.model, TRAIN, r.cfg) == len(
-            train_module._train_loader(r.model, TRAIN, VOCAB, r.cfg, DistEnv())[0])
+        for mode, items in (("one_per_image", 24), ("all_captions", 48)):
+            cfg = dataclasses.replace(r.cfg, epoch_mode=mode)
+            assert train_module.epoch_items(r.model, TRAIN, cfg) == items
+            assert math.ceil(items / cfg.batch_size) == len(
+                train_module._train_loader(r.model, TRAIN, VOCAB, cfg, DistEnv())[0])
 
 
 def test_a_step_is_timed_on_whole_batches_even_of_a_split_smaller_than_one(cache: Path,

@@ -14,11 +14,11 @@ from xmr_core.runs import log as runlog
 # and trunk keys by weights (issues 71, 77). The runs behind the committed results were lost with their machines
 # before these changes, so no cached run is invalidated that exists; the retrain trains on these sources.
 # Changed again before the retrain by issue 71's run plan (trace mode only, nothing a run computes): `train.fit` in
-# trace mode records each run's steps an epoch and can time a step (`epoch_steps`, `step_seconds`, `_train_loader`'s
+# trace mode records each run's items an epoch and can time a step (`epoch_items`, `step_seconds`, `_train_loader`'s
 # given batches), and `trunk.attach_grid_features(stand_in=True)` attaches zeros for features it does not extract;
 # and `image.ResNetEncoder` without ImageNet weights zero-scales its residual branches as the trunk without them did
 # (only the paper profiles' runs fine-tuning a ResNet without ImageNet weights compute otherwise: none was kept).
-BOOK_TRAINING_SOURCE = "79485f9f1d26c3e8918fb66d9e259c09e21be2f5817fc7c8975393d01ed07757"
+BOOK_TRAINING_SOURCE = "7c031d4b525ae97698aff98853fddf3daa51490ecc5e22512574e55713ab4205"
 
 
 def test_the_training_sources_are_those_the_cpu_book_was_trained_by() -> None:

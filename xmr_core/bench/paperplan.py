@@ -74,7 +74,7 @@ def chapter_rows(plan: Plan, dataset: str) -> pd.DataFrame:
 def plan_rows(plan: Plan) -> pd.DataFrame:
     """One row a run of `plan`: its chapter, the plan's columns (`Plan.frame`) and what its cost was computed from
     (epochs, steps an epoch, training images, seconds a step)."""
-    fields = ("epochs", "epoch_steps", "train_images", "step_core_seconds", "stand_in")
+    fields = ("epochs", "epoch_items", "batch_size", "epoch_steps", "train_images", "step_core_seconds", "stand_in")
     extra = pd.DataFrame([{"chapter": r.chapter, **{f: r.record.get(f) for f in fields}} for r in plan.runs],
                          columns=["chapter", *fields])
     return pd.concat([extra, plan.frame()], axis=1)

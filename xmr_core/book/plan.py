@@ -16,8 +16,8 @@ Cost of a run, in core-seconds (`train_seconds` x torch threads):
 - else, with `--measure-steps K` (`XMR_PLAN_STEPS`, `runs.trace`: K training steps of each shape of missing run
   timed on a copy of its model, on the plan's device): its core-seconds a step x its schedule's epochs x its steps
   an epoch (`per step`). `--train-images N` plans for a training split of N images (the paper's data set, planned
-  from a small copy in its layout such as the test fixtures): each run's steps an epoch scale by N / its own split's
-  images. The schedule's epochs are the most a run trains (patience may stop it after half of them and `patience`
+  from a small copy in its layout such as the test fixtures): the items an epoch covers scale by N / its own
+  split's images, in batches of its batch size. The schedule's epochs are the most a run trains (patience may stop it after half of them and `patience`
   more; an extension may add `extend_epochs`), and the validation after each epoch is not counted;
 - else, `cpu` profile: the median `train s` of that method's committed runs (the method is the run directory's
   prefix); else `DEFAULT_CORE_SECONDS[profile]`.
@@ -37,6 +37,7 @@ every run is trained into the run cache, no result is written to results/; `xmr 
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -251,12 +252,14 @@ def estimated_cost(name: str, method: str, profile: str, per_run: dict[str, floa
 
 def per_step_cost(record: dict[str, Any], train_images: int | None = None) -> float | None:
     """A missing run's core-seconds from its trace record's measured cost a step (`runs.trace`): step x epochs x
-    steps an epoch, the steps scaled by `train_images` / the run's training images when given; None unmeasured."""
+    steps an epoch; with `train_images`, the steps of an epoch whose items scale by `train_images` / the run's
+    training images (ceil(items x scale / batch)). None when not measured."""
     step = record.get("step_core_seconds")
     if step is None:
         return None
-    scale = 1.0 if train_images is None else train_images / record["train_images"]
-    return float(step) * record["epochs"] * record["epoch_steps"] * scale
+    steps = record["epoch_steps"] if train_images is None else math.ceil(
+        record["epoch_items"] * train_images / record["train_images"] / record["batch_size"])
+    return float(step) * record["epochs"] * steps
 
 
 def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path, train_images: int | None = None) -> Plan:

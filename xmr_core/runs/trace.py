@@ -15,8 +15,9 @@ are counted per process (one notebook's kernel). Wall time: `batch_wall` packs a
 `cold_wall` adds up the batches of every run (`xmr book plan` from the trace, `xmr runs ls` from the executed
 notebooks' run logs).
 
-What a missing run will cost: each record names the run's schedule (`epochs`), its optimiser steps an epoch on its
-training split (`epoch_steps`, `train.epoch_steps`) and that split's images (`train_images`). With `XMR_PLAN_STEPS`
+What a missing run will cost: each record names the run's schedule (`epochs`), the items an epoch covers on its
+training split (`epoch_items`, `train.epoch_items`: its images, or its captions), its batch and so its optimiser
+steps an epoch (`epoch_steps`), and that split's images (`train_images`). With `XMR_PLAN_STEPS`
 = k set (`xmr book plan --measure-steps k`), the first missing run of each shape (`step_shape`: the method and the
 sizes of its config, batch, threads and device) has k training steps timed on a copy of its model
 (`train.step_seconds`; nothing is written, the model and the random state are left as they were), and every
@@ -183,16 +184,17 @@ def cold_wall(runs: Iterable[tuple[str, int | None, float]], workers: int) -> fl
 
 
 def record(model: RetrievalModel, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None, *,
-           epoch_steps: int, train_images: int, time_steps: Callable[[int], float]) -> None:
+           epoch_items: int, train_images: int, time_steps: Callable[[int], float]) -> None:
     """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
-    planned). `cfg` is its `TrainConfig`; `epoch_steps` its optimiser steps an epoch on its training split of
-    `train_images` images; `time_steps(k)` times k of them (`_step_cost`, for a missing run)."""
+    planned). `cfg` is its `TrainConfig`; `epoch_items` the items an epoch covers on its training split of
+    `train_images` images; `time_steps(k)` times k training steps (`_step_cost`, for a missing run)."""
     recorded = None if done is None else core_seconds(done)
     line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "batch": batch_id(),
             "label": _TRACE.label, "method": model.name, "seed": cfg.seed, "epochs": cfg.epochs,
             "threads": cfg.threads, "key": key, "run": Path(run_dir).name, "cached": done is not None,
             "core_seconds": recorded, "provisional": _TRACE.provisional, "stand_in": _TRACE.stand_in,
-            "epoch_steps": epoch_steps, "batch_size": cfg.batch_size, "train_images": train_images,
+            "epoch_items": epoch_items, "epoch_steps": math.ceil(epoch_items / cfg.batch_size),
+            "batch_size": cfg.batch_size, "train_images": train_images,
             "step_core_seconds": None if done is not None else _step_cost(model, cfg, time_steps)}
     fd = os.open(os.environ[PLAN_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:

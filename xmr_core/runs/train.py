@@ -451,7 +451,7 @@ def fit(
     run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, key)
     if plantrace.tracing():  # `xmr book plan`: a run missing from the cache is listed, not trained
         done = _finished(run_dir, key)
-        plantrace.record(model, cfg, key, run_dir, done, epoch_steps=epoch_steps(model, train_split, cfg),
+        plantrace.record(model, cfg, key, run_dir, done, epoch_items=epoch_items(model, train_split, cfg),
                          train_images=train_split.n_images,
                          time_steps=lambda k: step_seconds(model, train_split, cfg, vocab, k))
         if done is None:
@@ -527,15 +527,16 @@ def _restore(path: Path, key: str, model: RetrievalModel, opt: _Optimisation) ->
                      ckpt["train_seconds"], ckpt["pairs_seen"])
 
 
-def epoch_steps(model: RetrievalModel, split: Split, cfg: TrainConfig) -> int:
-    """Optimiser steps of one training epoch of `model` on `split` in one process, as `_train_loader` batches it:
-    the method's own batches, else one caption per image or every caption (images for a multi-query model) in
-    batches of `cfg.batch_size`, the last one short."""
+def epoch_items(model: RetrievalModel, split: Split, cfg: TrainConfig) -> int:
+    """Items one training epoch of `model` on `split` covers, batched by `_train_loader` into ceil(items /
+    `cfg.batch_size`) steps, the last one short: every caption (epoch mode "all_captions"), else every image once
+    (one caption per image, a multi-query model's images, or a method's own batches: HREM's hold every image once,
+    `samplers.ClusterBatchSampler`; a sampler that does not say how many images it covers counts whole batches)."""
     batches = model.train_batch_sampler(split, cfg.batch_size, cfg.seed)
     if batches is not None:
-        return len(batches)
+        return int(getattr(batches, "n_images", len(batches) * cfg.batch_size))
     per_image = model.task == "multi_query" or cfg.epoch_mode == "one_per_image"
-    return math.ceil((split.n_images if per_image else split.n_captions) / cfg.batch_size)
+    return split.n_images if per_image else split.n_captions
 
 
 def step_seconds(model: RetrievalModel, split: Split, cfg: TrainConfig, vocab: Vocabulary, steps: int) -> float:
