@@ -47,27 +47,32 @@ def test_old_modes_build_batches_item_by_item(tmp_path, monkeypatch):
     monkeypatch.setattr(throughput, "train_run", where_trained)
     monkeypatch.setattr(throughput, "train_plan", lambda specs, jobs, root: [where_trained(s, root / "0")
                                                                              for s in specs])
-    for mode, batches, adamp in (("old-serial", "items", "package"), ("new-serial", "arrays", "package"),
-                                 ("new-jobs", "arrays", "package"), ("fast-jobs", "arrays", "foreach")):
+    for mode, batches, adamp, gru in (("old-serial", "items", "package", "module"),
+                                      ("new-serial", "arrays", "package", "module"),
+                                      ("new-jobs", "arrays", "package", "module"),
+                                      ("fast-jobs", "arrays", "foreach", "split")):
         _, (outcome,) = run_mode(mode, ["pcme"], 1, 2, tmp_path / mode)
-        assert (outcome.spec.batches, outcome.spec.adamp) == (batches, adamp)
+        assert (outcome.spec.batches, outcome.spec.adamp, outcome.spec.gru) == (batches, adamp, gru)
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         run_mode("fast", ["pcme"], 1, 2, tmp_path)
 
 
-def test_train_run_trains_with_its_adamp_step(tmp_path, monkeypatch):
-    """`train_run` sets `train.ADAMP` to the spec's AdamP step while it trains, and restores it after."""
+def test_train_run_trains_with_its_adamp_and_gru_steps(tmp_path, monkeypatch):
+    """`train_run` sets `train.ADAMP` and `encoders.gru.STEPS` to the spec's while it trains, and restores them
+    after."""
     from xmr_core.bench import throughput
+    from xmr_core.encoders import gru
     from xmr_core.runs import train
 
     seen = []
     monkeypatch.setattr(throughput, "build_run", lambda spec: (None,) * 5)
-    monkeypatch.setattr(train, "fit", lambda *a, **k: seen.append(train.ADAMP) or type("R", (), {"best_score": 0})())
+    monkeypatch.setattr(train, "fit", lambda *a, **k: seen.append((train.ADAMP, gru.STEPS))
+                        or type("R", (), {"best_score": 0})())
     monkeypatch.setattr(train, "state_fingerprint", lambda model: "")
-    for adamp in ("package", "foreach"):
-        throughput.train_run(RunSpec("pcme", adamp=adamp), tmp_path)
-        assert train.ADAMP == "foreach"
-    assert seen == ["package", "foreach"]
+    for adamp, steps in (("package", "module"), ("foreach", "split")):
+        throughput.train_run(RunSpec("pcme", adamp=adamp, gru=steps), tmp_path)
+        assert (train.ADAMP, gru.STEPS) == ("foreach", "split")
+    assert seen == [("package", "module"), ("foreach", "split")]
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         train_plan(SPECS, 0, tmp_path)
 

@@ -62,6 +62,50 @@ write_figure(fig, "later/shape", run=run, caption="A later shape.")
 # %%
 print("the end of the later chapter")
 '''
+EXEC_SOURCE = '''# %% [markdown]
+# # Executed chapter
+#
+# A chapter the runner executes: its tables and figure as the book shows them.
+
+# %% tags=["parameters"]
+PROFILE = "cpu"
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from xmr_core.book.results import write_figure, write_table
+from xmr_core.config import RunConfig
+
+run = RunConfig.from_params(PROFILE=PROFILE, DEVICE="cpu")
+print("the executed chapter starts")
+
+# %%
+table1 = pd.DataFrame({"model": ["VSE0", "PCME", "PVSE K=2"], **{
+    f"{d} R@{k} {part}": [math.nan if part == "(paper)" and m == 2 else 40.0 + m + k / 10 if part != "std" else 0.5
+                          for m in range(3)]
+    for d in ("i2t", "t2i") for k in (1, 5, 10) for part in ("(paper)", "(scenes)", "std")}})
+write_table(table1, "exec/table1", run=run, caption="Table 1 of the executed chapter.")
+table1
+
+# %%
+per_seed = pd.DataFrame({"model": ["VSE0", "PCME"] * 30, "seed": [s // 2 for s in range(60)],
+                         **{f"metric {c}": [float(s) for s in range(60)] for c in range(12)}})
+write_table(per_seed, "exec/per_seed", run=run, caption="Every model and seed of the executed chapter.")
+per_seed
+
+# %%
+working = table1.assign(note=[math.nan, "x", None]).set_index("model")
+working
+
+# %%
+fig, ax = plt.subplots(figsize=(4, 2))
+ax.plot([0, 1], [0, 1])
+write_figure(fig, "exec/curve", run=run, caption="The executed chapter's curve.")
+plt.show()
+'''
 FIG_W, FIG_H = 160, 100
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -135,6 +179,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (later / "rates.json").write_text(_meta("later/rates", "table", 7.5, "Rates.", "book/02_later/train.py"))
     (later / "shape.png").write_bytes(_png(LATER_COLOUR))
     (later / "shape.json").write_text(_meta("later/shape", "figure", 8.25, "A later shape.", "book/02_later/train.py"))
+    (root / "book" / "03_exec").mkdir()
+    (root / "book" / "03_exec" / "train.py").write_text(EXEC_SOURCE)
     return root
 
 
@@ -146,6 +192,8 @@ def _cli(project: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def built(project: Path) -> Path:
+    ran = _cli(project, "run", "03_exec", "--profile", "cpu", "--yes")  # a real kernel: `book.display` shows its tables
+    assert ran.returncode == 0, ran.stdout + ran.stderr
     done = _cli(project, "build", "--profile", "cpu")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rendered from source and results: 02_later/train" in done.stdout
@@ -252,6 +300,32 @@ def test_page_rendered_from_source_places_results_after_their_cells(built: Path,
     assert src and (built / "02_later" / src[0]).resolve().is_file()
     assert text.find("the end of the later chapter") > text.find("results/later/shape")
     assert _pixels(shot, LATER_COLOUR) >= 0.9 * FIG_W * FIG_H
+
+
+def test_executed_page_shows_fitted_tables_and_captioned_figures(built: Path, project: Path, tmp_path: Path) -> None:
+    """The page of a notebook the runner executed reads as one rendered from source: merged, fitted tables with
+    `—` for a missing value, diagnostics folded, each result under its provenance, the figure under its caption;
+    what the notebook printed is on it. The executed notebook's own output is that fitted table already."""
+    executed = nbformat.read(project / "book" / "_build" / "cpu" / "03_exec" / "train.ipynb", as_version=4)
+    shown = [o["data"]["text/html"] for c in executed.cells if c.cell_type == "code" and "table1\n" in c.source + "\n"
+             for o in c.outputs if "text/html" in o.get("data", {})]
+    assert shown and 'class="table xmr-table"' in shown[0] and ">nan<" not in shown[0] and "dataframe" not in shown[0]
+    page = built / "03_exec" / "train.html"
+    with Browser(chromium(), width=1400) as browser:
+        browser.open(page)
+        closed = browser.evaluate(PAGE_METRICS)
+        folded = browser.evaluate("[...document.querySelectorAll('article details')].map(d => d.innerText.trim())")
+        text = browser.evaluate("document.querySelector('article').innerText")
+        browser.evaluate(OPEN_DETAILS)
+        opened = browser.evaluate(PAGE_METRICS)
+        browser.screenshot(tmp_path / "exec.png", height=2400)
+    assert opened["tables"] >= 4 and opened["wide"] == [] and opened["n_nan"] == 0, opened
+    assert opened["page_width"] <= 1400
+    assert closed["provenance"] == 3 and "the executed chapter starts" in text
+    assert "— · 42.1 ± 0.5" in text.replace("\t", " ") and "Part 1 of" in text and "Table 1 of the executed" in text
+    assert any(d.startswith("Diagnostic: per_seed (60 rows") for d in folded), folded
+    assert any(d.startswith("Table shown by this cell (3 rows") for d in folded), folded
+    assert [(i["alt"], i["caption"]) for i in opened["images"]] == [("The executed chapter's curve.",) * 2]
 
 
 def test_claims_page(built: Path) -> None:

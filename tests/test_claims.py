@@ -48,25 +48,23 @@ def seeds_only(*per_seed: float, seeds: tuple[int, ...] = SEEDS, **kw: object) -
 
 
 def interval_by_hand(d: np.ndarray) -> tuple[float, float, float]:
-    """The seed-only interval of a paired effect over 3 seeds, derived by hand: the 2.5% and 97.5% percentiles
-    of the bootstrap mean of 3 values are their min and max (each all-equal resample has probability 1/27 >
-    2.5%), widened about the mean by t(2)/z * sqrt(3/2)."""
-    k = stats.t.ppf(0.975, 2) / stats.norm.ppf(0.975) * math.sqrt(3 / 2)
-    m = float(d.mean())
-    return m, m - k * (m - d.min()), m + k * (d.max() - m)
+    """The seed-only interval of a paired effect over n seeds, derived by hand: the paired t interval of the seed
+    differences, mean ± t(0.975, n-1) sd / sqrt(n)."""
+    m, half = float(d.mean()), stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    return m, m - half, m + half
 
 
 # ------------------------------------------------------------------------------ the interval, by hand
 
 
-def test_paired_seed_interval_is_the_widened_range_of_the_seed_differences() -> None:
+def test_paired_seed_interval_is_the_t_interval_of_the_seed_differences() -> None:
     a, b = np.array([52.0, 52.5, 53.0]), np.array([50.0, 50.5, 50.2])
     j = judge(spec("superiority"), {"A": seeds_only(*a), "B": seeds_only(*b)})
     effect, low, high = interval_by_hand(a - b)
     assert (j.effect, j.low, j.high) == pytest.approx((effect, low, high))
     assert (j.paired, j.noise, j.n_seeds, j.n_queries, j.verdict) == ("seed", "seeds", 3, 0, "held")
     flipped = judge(spec("superiority", "less"), {"A": seeds_only(*a), "B": seeds_only(*b)})
-    assert (flipped.effect, flipped.low, flipped.high) == pytest.approx((-effect, -high, -low))
+    assert (flipped.effect, flipped.low, flipped.high) == pytest.approx((-j.effect, -j.high, -j.low))
     assert flipped.verdict == "did not hold" and flipped.effect_of == "B − A"
 
 
@@ -87,18 +85,29 @@ def test_unpaired_when_the_seeds_or_the_split_differ() -> None:
     assert judge(spec("superiority"), {"A": a, "B": dataclasses.replace(b, split="val")}).paired == "none"
 
 
+def resampled_variances(e: Evidence, n: int = 20000) -> tuple[float, float]:
+    """A brute-force crossed bootstrap of one side's mean, the reference for `claims._interval`'s closed form: its
+    variance over `n` resamples of the seeds alone (the queries fixed) and of the queries alone (the seeds fixed;
+    one draw for every seed, within each stratum, each stratum's mean weighing equally)."""
+    rng = np.random.default_rng(1)
+    seeds = e.per_seed[rng.integers(0, len(e.seeds), (n, len(e.seeds)))].mean(1)
+    over_seeds = e.values.mean(0)  # (Q,): the same query draw for every seed
+    strata = np.zeros(e.n_queries, dtype=int) if e.strata is None else e.strata
+    groups = [over_seeds[strata == h] for h in np.unique(strata)]
+    queries = np.mean([g[rng.integers(0, len(g), (n, len(g)))].mean(1) for g in groups], axis=0)
+    return float(seeds.var()), float(queries.var())
+
+
 def test_crossed_bootstrap_variance_matches_the_additive_model_by_hand() -> None:
-    # values[s, q] = seed effect + query effect: resampling S seeds and Q queries independently gives the mean a
-    # variance of var_pop(seed effects) / S + var_pop(query effects) / Q (the two draws are independent)
+    # values[s, q] = seed effect + query effect: resampling the S seeds gives the mean a variance of var_pop(seed
+    # effects) / S, resampling the Q queries var_pop(query effects) / Q; a brute-force resampler agrees
     rng = np.random.default_rng(0)
     seed_fx, query_fx = rng.normal(0, 2, 4), rng.normal(0, 5, 60)
     e = Evidence((0, 1, 2, 3), seed_fx[:, None] + query_fx[None, :])
-    means = claims._crossed_means([e], False, False, 20000, np.random.default_rng(1))[0]
-    expected = seed_fx.var() / 4 + query_fx.var() / 60
-    assert means.var() == pytest.approx(expected, rel=0.05)
-    assert means.mean() == pytest.approx(e.values.mean(), abs=0.05)
-    seeds_fixed = claims._crossed_means([e], False, False, 20000, np.random.default_rng(1), seeds=False)[0]
-    assert seeds_fixed.var() == pytest.approx(query_fx.var() / 60, rel=0.05)
+    boot = claims._interval([e], np.array([1.0]))
+    assert (boot.v_seed, boot.v_query) == pytest.approx((seed_fx.var() / 4, query_fx.var() / 60))
+    assert (boot.v_seed, boot.v_query) == pytest.approx(resampled_variances(e), rel=0.05)
+    assert boot.effect == pytest.approx(e.values.mean())
 
 
 def test_pairing_by_query_removes_the_shared_query_noise() -> None:
@@ -358,11 +367,10 @@ def test_claims_page_and_table_show_effect_interval_counts_pairing_and_margin(tm
     assert list(back["verdict"]) == list(frame["verdict"]) and back["low"].iloc[0] == pytest.approx(judged[0].low)
 
 
-def test_three_seed_intervals_cover_the_true_effect_at_about_their_level(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_three_seed_intervals_cover_the_true_effect_at_about_their_level() -> None:
     # 200 runs of a null effect whose noise is mostly between seeds (sd 1; queries 0.1): a plain percentile
-    # bootstrap over 3 seeds covers 0 in about 77% of them (it cannot reach past the seeds' range); the
-    # expanded interval should come near its 95%
-    monkeypatch.setattr(claims, "N_RESAMPLES", 500)
+    # bootstrap over 3 seeds covers 0 in about 77% of them (it cannot reach past the seeds' range); the t
+    # interval on the bootstrap's standard error should come near its 95%
     rng = np.random.default_rng(123)
     covered = 0
     for _ in range(200):
@@ -400,13 +408,13 @@ def test_strata_weigh_each_stratum_equally_and_are_resampled_within() -> None:
     strata = np.array([0] * 10 + [1] * 40)
     e = Evidence((0,), x, strata=strata)
     assert e.per_seed[0] == pytest.approx((x[0, :10].mean() + x[0, 10:].mean()) / 2)
-    means = claims._crossed_means([e], False, False, 20000, np.random.default_rng(1))[0]
-    expected = (x[0, :10].var() / 10 + x[0, 10:].var() / 40) / 4
-    assert means.var() == pytest.approx(expected, rel=0.05)
-    pooled = claims._crossed_means([Evidence((0,), x)], False, False, 20000, np.random.default_rng(1))[0]
-    assert pooled.var() > 10 * means.var()
-    # paired by query only when both sides have the same strata; judged through the crossed bootstrap (scipy
-    # cannot stratify), labelled as test sampling only
+    v_query = claims._interval([e], np.array([1.0])).v_query
+    assert v_query == pytest.approx((x[0, :10].var() / 10 + x[0, 10:].var() / 40) / 4)
+    assert v_query == pytest.approx(resampled_variances(e)[1], rel=0.05)
+    pooled = Evidence((0,), x)
+    assert claims._interval([pooled], np.array([1.0])).v_query > 10 * v_query
+    assert resampled_variances(pooled)[1] > 10 * v_query
+    # paired by query only when both sides have the same strata, labelled as test sampling only
     j = judge(spec("superiority"), {"A": Evidence((0,), x + 1.0, strata=strata), "B": e})
     assert (j.paired, j.noise, j.verdict) == ("query", "queries (one seed: test sampling only)", "held")
     assert j.effect == pytest.approx(1.0) and j.low == pytest.approx(1.0) and j.high == pytest.approx(1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import pkgutil
@@ -47,7 +48,7 @@ def test_every_claim_judged_on_no_runs_says_what_it_would_need() -> None:
 
 
 WORDS = {"paper": "pcme", "quote": "We observe performance drops with increasing uncertainty.",  # a PCME sentence
-         "reading": "A above B"}
+         "reading": "A above B", "seed_only": "the demo keeps each run's score only"}
 SPECS = [
     ClaimSpec("beats", "A beats B", "Table 1", "superiority", "R@1, pp", ("A", "B"), **WORDS),
     ClaimSpec("rises", "R@1 rises with K", "Table 2", "trend", "R@1, pp", ("A", "B", "C"), **WORDS),
@@ -81,7 +82,10 @@ def test_migrated_chapter_summary(tmp_path: Path, demo_chapter: types.ModuleType
     assert "demo: 2 declared claims" in out
     assert "superiority: 1 (1 held)" in out and "trend: 1 (1 did not hold)" in out  # C is below B: falls
     assert f"paired: 1 of 2; median interval width {widths.median():.3g}" in out
-    assert out.strip().splitlines()[-1] == "chapters=1 migrated=1 claims=2 judged=2 paired=1 failures=0"
+    assert "  seed-only verdicts (no per-query values): 2; without a stated reason: 0" in out
+    assert "    beats, rises: the demo keeps each run's score only" in out
+    assert out.strip().splitlines()[-1] == ("chapters=1 migrated=1 claims=2 judged=2 paired=1 seed_only=2 "
+                                            "seed_only_unexplained=0 failures=0")
     assert "  the paper's words: 2 of 2 claims; " in out
 
 
@@ -96,6 +100,39 @@ def test_a_claim_without_the_papers_words_fails_the_bench(tmp_path: Path, demo_c
     out = capsys.readouterr().out
     assert stop.value.code == 1 and "demo: claim 'rises' has no quote, no reading" in out
     assert "the paper's words: 1 of 2 claims" in out
+
+
+def test_a_seed_only_verdict_without_its_reason_fails_the_bench(tmp_path: Path, demo_chapter: types.ModuleType,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    csv = _judge_demo(tmp_path)
+    assert list(pd.read_csv(csv)["seed-only reason"]) == [WORDS["seed_only"]] * 2  # written beside the verdict
+    frame = pd.read_csv(csv).drop(columns="seed-only reason")  # a file written before the column: the declaration's
+    frame.to_csv(csv, index=False)
+    monkeypatch.setattr(demo_chapter, "CLAIMS", [SPECS[0], dataclasses.replace(SPECS[1], seed_only="")])
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["demo", "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert stop.value.code == 1
+    assert "  seed-only verdicts (no per-query values): 2; without a stated reason: 1" in out
+    assert "    rises: NO REASON STATED" in out
+    assert "demo: claim 'rises' is judged on seed scores only and states no reason" in out
+    assert "seed_only=2 seed_only_unexplained=1 failures=1" in out
+
+
+def test_every_committed_seed_only_verdict_states_why() -> None:
+    """Issue 73: 0 verdicts on seed scores only (no per-query values) without a stated reason, in every chapter's
+    committed judgements (the reason is the row's, else the claim's declared `ClaimSpec.seed_only`)."""
+    results = Path(__file__).resolve().parents[1] / "results"
+    seen = 0
+    for folder in sorted(p.parent for p in results.glob("*/claims.md")):
+        frame = bench.judged(folder)
+        if frame.empty:
+            continue
+        rows = bench.seed_only_rows(frame, bench.declared(folder.name) or [])
+        seen += len(rows)
+        assert list(rows.loc[rows["why"] == "", "key"]) == [], folder.name
+    assert seen > 0  # the committed results have such verdicts: each was checked
 
 
 def test_verdict_on_an_unconverged_run_fails(tmp_path: Path, demo_chapter: types.ModuleType,

@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 import torch
 
-from xmr_core.book.results import paper_values
 from xmr_core.chapters.dvse import (
     ABLATE_CLAIMS,
     ABLATION_GRIDS,
@@ -103,6 +102,7 @@ from xmr_core.experiment.compared import REGIONS
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import region_encoders
 from xmr_core.methods.dvse import DVSE, dvse_config
+from xmr_core.reported import paper_values
 from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
 from xmr_core.viz import attention_heat, caption_gallery
 

@@ -529,3 +529,15 @@ def test_evaluate_multi_query_keys_and_config_checks():
     with pytest.raises(ValueError, match="alpha \\+ beta <= 1"):
         HMRNConfig(alpha=0.7, beta=0.4)
     assert create_method("hmrn", VECTORS, **ENCODERS).task == "multi_query"
+
+
+def test_the_last_reasoning_step_updates_the_global_node_as_the_full_step_does() -> None:
+    """`InterCorrelationStep.global_node` is `forward(...)[..., -1, :]`: only c*_glo leaves the last step."""
+    from xmr_core.methods.hmrn import InterCorrelationStep
+
+    torch.manual_seed(0)
+    step = InterCorrelationStep(8)
+    c = F.normalize(torch.randn(3, 4, 6, 8), dim=-1)
+    mask = torch.ones(1, 4, 6, dtype=torch.bool)
+    mask[0, 1, 2:5] = False  # a set of two queries (its global node stays real)
+    torch.testing.assert_close(step.global_node(c, mask), step(c, mask)[..., -1, :], atol=1e-6, rtol=1e-5)

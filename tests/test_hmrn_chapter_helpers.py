@@ -515,9 +515,11 @@ def test_improves_every_round_is_a_trend_over_the_rounds_the_run_scores():
     means = [per_run[f"round{r}/R@1"].mean() for r in (1, 2, 3)]
     assert judged.effect == pytest.approx(min(means[1] - means[0], means[2] - means[1]))
     # a trend's "did not hold" needs one step decided against at the Bonferroni level over its steps (the calibrated
-    # trend, docs/claims.md): at a fall of 1.2 a round one step's interval still reaches 0, at 2.0 it is decided
-    per_run, scores = _runs({chapter.ENSEMBLE: 4.0}, growth=-1.2)
-    assert chapter.judge_claims(spec, per_run, 3, CPU, scores)[0].verdict == "inconclusive"
+    # trend, docs/claims.md): at a fall of 0.3 a round both steps' intervals at 97.5% still reach 0 (40 queries,
+    # 3 seeds), at 2.0 one is decided
+    per_run, scores = _runs({chapter.ENSEMBLE: 4.0}, growth=-0.3)
+    judged = chapter.judge_claims(spec, per_run, 3, CPU, scores)[0]
+    assert judged.verdict == "inconclusive" and [p.verdict for p in judged.parts] == ["inconclusive"] * 2
     per_run, scores = _runs({chapter.ENSEMBLE: 4.0}, growth=-2.0)
     assert chapter.judge_claims(spec, per_run, 3, CPU, scores)[0].verdict == "did not hold"
     short = per_run.drop(columns=[c for c in per_run if c.startswith("round3/")])
@@ -616,7 +618,7 @@ def test_every_declared_claim_can_hold_and_fail():
 
 
 def test_paper_values_cover_tables_1_to_11():
-    from xmr_core.book.results import paper_values
+    from xmr_core.reported import paper_values
 
     paper = paper_values("hmrn")
     assert sorted(paper["table"].unique(), key=lambda t: int(t[5:])) == [f"table{i}" for i in range(1, 12)]

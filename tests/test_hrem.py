@@ -22,6 +22,8 @@ from xmr_core.losses import contrastive_hinge, distance_weighted_triplet, distan
 from xmr_core.methods.base import in_batch_positives
 from xmr_core.methods.hrem import (
     HREM,
+    LENGTH_GROUP,
+    LENGTH_STEP,
     AssociationGraph,
     FragmentRelation,
     Fragments,
@@ -87,6 +89,16 @@ def test_max_and_average_pooling_over_the_real_fragments_by_hand() -> None:
     relation = FragmentRelation(HREMConfig(embed_dim=2, heads=1, beta=0.8), attend=False)
     expected = torch.tensor([[0.8 * 3 + 0.2 * 2, 0.8 * 5 + 0.2 * 1], [0.8 * 4 + 0.2 * 1.5, 0.8 * 2 + 0.2 * 1.5]])
     torch.testing.assert_close(relation(x, mask), F.normalize(expected, dim=-1))
+
+
+def test_max_pool_gradient_reaches_each_dimension_s_largest_real_fragment_only() -> None:
+    """One-hot on each dimension's argmax, never on padding, even where the padding is larger."""
+    x = torch.tensor([[[1.0, -2.0], [3.0, 0.0], [2.0, 5.0]], [[4.0, 1.0], [-1.0, 2.0], [9.0, 9.0]]],
+                     requires_grad=True)
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    weights = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    (max_pool(x, mask) * weights).sum().backward()
+    assert x.grad.tolist() == [[[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]], [[3.0, 0.0], [0.0, 4.0], [0.0, 0.0]]]
 
 
 def _attention_by_loop(att: RelationAttention, query: torch.Tensor, context: torch.Tensor, connect: torch.Tensor,
@@ -201,6 +213,47 @@ def test_fragment_matching_p_and_q_match_a_loop(mode) -> None:
     got = fragment_matching(regions, region_mask, words, word_mask, k=3, mode=mode)
     for a, b in zip(got, _matching_by_loop(regions, region_mask, words, word_mask, 3, scan=mode == "scan")):
         torch.testing.assert_close(a, b)
+
+
+def _matching_padded(regions, region_mask, words, word_mask, k, scan=False):
+    """Eq. (7)-(8) on the padded (N, M, n_r, n_c) similarities of every region and word, padding masked to -inf:
+    the straightforward form `fragment_matching` computes on the real words only."""
+    sim = torch.einsum("imd,jnd->ijmn", F.normalize(regions, dim=-1), F.normalize(words, dim=-1))
+    pair = region_mask[:, None, :, None] & word_mask[None, :, None, :]
+    for_it, for_ti = sim, sim
+    if scan:
+        sim = F.leaky_relu(sim, 0.1).masked_fill(~pair, 0.0)
+        for_it, for_ti = F.normalize(sim, dim=2), F.normalize(sim, dim=3)
+    per_region = for_it.masked_fill(~pair, float("-inf")).amax(3)
+    per_word = for_ti.masked_fill(~pair, float("-inf")).amax(2)
+    r_mask, w_mask = region_mask[:, None, :].expand_as(per_region), word_mask[None, :, :].expand_as(per_word)
+    p_it = per_region.masked_fill(~r_mask, 0.0).sum(-1) / r_mask.sum(-1)
+    p_ti = (per_word.masked_fill(~w_mask, 0.0).sum(-1) / w_mask.sum(-1)).T
+    q_it = per_region.masked_fill(~r_mask, float("-inf")).topk(k, -1).values
+    q_ti = per_word.masked_fill(~w_mask, float("-inf")).topk(k, -1).values.transpose(0, 1)
+    return p_it, p_ti, q_it.masked_fill(q_it.isinf(), 0.0), q_ti.masked_fill(q_ti.isinf(), 0.0)
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 7, 4, 6), (24, 8, 20, 17, 32), (9, 12, 11, 30, 64)])
+def test_fragment_matching_on_the_real_words_equals_the_padded_form(shape) -> None:
+    """Cosine: bit for bit (maxima are exact, each cosine is the same dot product); scan: at float tolerance (each
+    caption's norm sums its words in another order). Random lengths, a full image and a full caption."""
+    n, n_r, m, n_c, d = shape
+    g = torch.Generator().manual_seed(n_c)
+    regions, words = torch.randn(n, n_r, d, generator=g), torch.randn(m, n_c, d, generator=g)
+    region_len = torch.randint(1, n_r + 1, (n,), generator=g).index_fill(0, torch.tensor(0), n_r)
+    word_len = torch.randint(1, n_c + 1, (m,), generator=g).index_fill(0, torch.tensor(1), n_c)
+    region_mask, word_mask = (torch.arange(x.shape[1])[None] < lengths[:, None]
+                              for x, lengths in ((regions, region_len), (words, word_len)))
+    k = min(n_r, n_c, 5)
+    for mode in ("cosine", "scan"):
+        got = fragment_matching(regions, region_mask, words, word_mask, k, mode)
+        want = _matching_padded(regions, region_mask, words, word_mask, k, scan=mode == "scan")
+        for a, b in zip(got, want):
+            if mode == "cosine":
+                assert torch.equal(a, b)
+            else:
+                torch.testing.assert_close(a, b)
 
 
 def test_relevance_kernel_and_the_kl_regulariser_by_hand() -> None:
@@ -443,6 +496,23 @@ def test_retrieval_is_the_dot_product_of_base_embeddings_and_needs_no_batch() ->
         for p in [*model.relation_layers.parameters(), *model.inter_relevance.parameters()]:
             p.add_(1.0)
         torch.testing.assert_close(model.score(model.encode_images(batch), model.encode_captions(batch)), scores)
+
+
+def test_test_time_captions_in_length_groups_give_the_whole_batch_embeddings_bit_for_bit() -> None:
+    """`encode_captions` at test time runs Eq. (3) on groups of similar length cut to a multiple of LENGTH_STEP
+    words: every u equals the whole padded batch's (`caption_fragments`), short and long captions mixed in random
+    order, more captions than a group, a batch longer than LENGTH_STEP."""
+    model = _model(heads=2).eval()
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(1, 14, (3 * LENGTH_GROUP + 5,), generator=g)  # mostly short, as captions are
+    lengths[[7, 20, 50, 51]] = torch.tensor([41, 30, 17, 16])
+    tokens = torch.randint(2, len(VECTORS), (len(lengths), 41), generator=g)
+    tokens[torch.arange(41)[None, :] >= lengths[:, None]] = 0
+    batch = {"tokens": tokens, "lengths": lengths}
+    with torch.no_grad():
+        grouped, whole = model.encode_captions(batch), model.caption_fragments(batch).emb
+    assert torch.equal(grouped, whole)
+    assert int(lengths.sort().values[LENGTH_GROUP - 1]) <= LENGTH_STEP < 41  # the shortest group is cut
 
 
 # ------------------------------------------------------------------------------- training

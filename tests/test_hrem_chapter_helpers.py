@@ -13,7 +13,6 @@ import pytest
 import torch
 from fixtures.corpora import synthetic_corpus, synthetic_split
 
-from xmr_core.book.results import paper_values
 from xmr_core.ceiling import bayes_ceiling, query_ceiling
 from xmr_core.chapters.hrem import (
     ABLATE_CLAIMS,
@@ -88,6 +87,7 @@ from xmr_core.experiment.compared import hrem_compared
 from xmr_core.experiment.protocols import hrem_data
 from xmr_core.experiment.recipes import hrem_encoders, minilm_not_run
 from xmr_core.methods.hrem import HREM, AssociationGraph
+from xmr_core.reported import paper_values
 from xmr_core.runs.tuning import TuningResult
 
 

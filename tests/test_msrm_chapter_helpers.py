@@ -12,7 +12,6 @@ import pytest
 import torch
 from fixtures.msrm import tiny_config
 
-from xmr_core.book.results import paper_values
 from xmr_core.chapters import msrm as chapter
 from xmr_core.chapters.msrm import (
     ABLATION_GRIDS,
@@ -33,6 +32,7 @@ from xmr_core.evaluate import direction_scores, embed_split, label_distance, top
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.scoring import TABLE3_COLUMNS
 from xmr_core.methods.msrm import MSRM
+from xmr_core.reported import paper_values
 
 
 def test_compared_reuses_the_pcme_chapter_and_adds_msrm():

@@ -21,7 +21,6 @@ from scipy import stats
 
 from xmr_core.chapters import pcme as chapter
 from xmr_core.chapters.pcme import own_caption_score, table1_frame, table1_rows, table3_ceiling_row
-from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
@@ -34,6 +33,7 @@ from xmr_core.experiment.scoring import TABLE2_COLUMNS, TABLE3_COLUMNS
 from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, uncertainty
 from xmr_core.methods.vse import vse0_config
 from xmr_core.perturb import GREY, erase_centre, erase_words, with_captions, with_images
+from xmr_core.records import Evaluation, QueryStats, RunRecord, Scored, SplitQueries
 from xmr_core.runs.tuning import Axis, TuningResult
 
 
@@ -193,55 +193,92 @@ def test_write_ceiling(tmp_path: Path):
     plt.close("all")
 
 
-def _claims_runs(changes: dict[tuple[str, int], dict[str, object]] | None = None) -> pd.DataFrame:
-    """Two seeds of every model: (R-P of seed 0, R-P of seed 1, R@1, PMRP of seed 0, PMRP of seed 1), both
-    directions equal; `changes`: {(model, seed): the columns set otherwise}."""
-    values = {"VSE0": (40, 40, 10, 30, 30), "PVSE K=1": (35, 35, 20, 20, 20), "PVSE K=2": (34, 34, 25, 20, 20),
-              "PVSE K=4": (33, 33, 30, 20, 20), "PCME mu only": (20, 22, 5, 10, 12), "PCME": (50, 52, 5, 40, 44)}
-    rows = []
+def _record(name: str, sp: SplitQueries, view: str, hits: int, r1: int, seed: int, fit: dict[str, object],
+            change: dict[str, object]) -> RunRecord:
+    """A record of one view's blocks (full protocol, both directions): every query `hits` of its 100 positives in
+    the top R; best rank 1 on the first `r1 / 25` of every 4 queries, else 2."""
+    ranks = [1] * (r1 // 25) + [2] * (4 - r1 // 25)
+    blocks = {("full", view, d): QueryStats(np.tile(ranks, n // 4), np.full(n, hits)) for d, n in (("i2t", 4), ("t2i", 8))}
+    ev = Evaluation(sp, {"default": Scored(blocks, collapse=str(change.get("collapse", "")))})
+    return RunRecord("", name, name.split("-")[0], {}, {"seed": seed}, fit, {}, {}, ev)
+
+
+def _claims_runs(changes: dict[tuple[str, int], dict[str, object]] | None = None
+                 ) -> dict[tuple[str, int], chapter.RecordedRun]:
+    """Records of two seeds of every model on 4 image and 8 caption queries whose values are all the same (so test
+    sampling adds nothing): (R-P of seed 0, R-P of seed 1, R@1, PMRP of seed 0, PMRP of seed 1), both directions
+    equal; R@1 is 100 on the first `R@1 / 25` of every 4 queries. `changes`: {(model, seed): {"converged": ..,
+    "collapse": ..}}."""
+    values = {"VSE0": (40, 40, 25, 30, 30), "PVSE K=1": (35, 35, 50, 20, 20), "PVSE K=2": (34, 34, 75, 20, 20),
+              "PVSE K=4": (33, 33, 100, 20, 20), "PCME mu only": (20, 22, 0, 10, 12), "PCME": (50, 52, 0, 40, 44)}
+    n_img, caption_image = 4, np.repeat(np.arange(4), 2)
+    full = {"full": ((0, 4, 0, 8),)}
+
+    def split(name: str, view: str) -> SplitQueries:
+        return SplitQueries(name, "synthetic", name * 8, n_img, caption_image, full,
+                            {("full", view, d): np.full(n, 100) for d, n in (("i2t", 4), ("t2i", 8))})
+
+    unseen, test = split("test-unseen", "class"), split("test", "plausible/zeta0")
+    out = {}
     for model, (rp0, rp1, r1, pm0, pm1) in values.items():
         for seed, rp, pm in ((0, rp0, pm0), (1, rp1, pm1)):
-            rows.append({"model": model, "seed": seed, "converged": True, "T2 i2t R-P": rp, "T2 t2i R-P": rp,
-                         "T2 i2t R@1": r1, "T2 t2i R@1": r1, "T3 5K i2t PMRP": pm, "T3 5K t2i PMRP": pm,
-                         **(changes or {}).get((model, seed), {})})
-    return pd.DataFrame(rows)
+            change = (changes or {}).get((model, seed), {})
+            fit = {"converged": change.get("converged", True), "stopped": "patience"}
+
+            out[model, seed] = chapter.RecordedRun(
+                _record(f"{model}-{seed}", test, "plausible/zeta0", pm, r1, seed, fit, change),
+                _record(f"{model}-{seed}@test-unseen", unseen, "class", rp, r1, seed, fit, change))
+    return out
+
+
+def _judged(records, run):
+    return chapter.train_judgements(records, chapter.train_bindings(records, run), run)
 
 
 def test_train_judgements_by_hand():
     run = RunConfig.from_params(PROFILE="cpu", DATASET="scenes")
-    judged = chapter.train_judgements(_claims_runs(), run)
+    records = _claims_runs()
+    bindings = chapter.train_bindings(records, run)
+    assert bindings["pcme-best-pmrp"].sides["PCME"].records == ("PCME-0", "PCME-1")
+    assert bindings["rp-over-mu-only"].sides["PCME mu only"].records == ("PCME mu only-0@test-unseen",
+                                                                         "PCME mu only-1@test-unseen")
+    judged = chapter.train_judgements(records, bindings, run)
     assert [j.spec.key for j in judged] == [s.key for s in chapter.TRAIN_CLAIMS]
-    # two seeds, paired: the percentile interval of a mean of two values is their range (each all-equal resample
-    # has probability 1/4), widened about the mean by t(1)/z * sqrt(2) (docs/claims.md)
-    k = stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975) * math.sqrt(2)
-    expected = [  # (effect, half-width of the range, verdict)
-        (30.0, 0.0, "held"),  # R-P: PCME - mu only = 30 on both seeds
-        (31.0, 1.0, "held"),  # PMRP: 30 and 32
-        (5.0, 0.0, "held"),  # PVSE R@1 20 -> 25 -> 30: the smaller step
-        (10.0, 0.0, "held"),  # PVSE R@1 K=4 - K=1 = 30 - 20
-        (2.0, 0.0, "held"),  # PVSE R-P K=1 - K=4 = 35 - 33 > -1.4 (the margin)
-        (5.0, 0.0, "held"),  # VSE0 - PVSE R-P = 5, 6, 7: the weakest pair
-        (11.0, 1.0, "held"),  # PCME R-P - VSE0's 40: 10 and 12
-        (12.0, 2.0, "inconclusive"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
-    ]
-    for j, (effect, half, outcome) in zip(judged, expected):
-        assert (j.effect, j.low, j.high, j.verdict) == pytest.approx((effect, effect - k * half, effect + k * half,
-                                                                      outcome)), j.spec.key
-        assert (j.n_seeds, j.paired) == (2, "seed")
-    rows = claim_rows(judged)
-    assert rows["verdict"].tolist() == [j.verdict for j in judged] and "[+21.83, +40.17]" in rows["evidence"][1]
-    # swap PCME and mu only in R-P: the first claim does not hold
-    swapped = {(model, s): {"T2 i2t R-P": base + 2 * s, "T2 t2i R-P": base + 2 * s}
-               for model, base in (("PCME", 20), ("PCME mu only", 50)) for s in (0, 1)}
-    assert chapter.train_judgements(_claims_runs(swapped), run)[0].verdict == "did not hold"
+    # two seeds, paired, every query alike: the t interval of the seed differences, whose standard error sd / sqrt(2)
+    # is half their range: the effect ± t(0.975, 1) x half (docs/claims.md)
+    k = stats.t.ppf(0.975, 1)
+    expected = {  # key: (effect, half-width of the range, verdict)
+        "rp-over-mu-only": (30.0, 0.0, "held"),  # R-P: PCME - mu only = 30 on both seeds
+        "pmrp-over-mu-only": (31.0, 1.0, "held"),  # PMRP: 30 and 32
+        "pvse-rp-not-up-with-k": (2.0, 0.0, "held"),  # PVSE R-P K=1 - K=4 = 35 - 33 > -1.4 (the margin)
+        "pvse-below-vse0": (5.0, 0.0, "held"),  # VSE0 - PVSE R-P = 5, 6, 7: the weakest pair
+        "pcme-best-rp": (11.0, 1.0, "inconclusive"),  # PCME R-P - VSE0's 40: 10 and 12; 11 - k < 0 (t = 11, 1 df)
+        "pcme-best-pmrp": (12.0, 2.0, "inconclusive"),  # PCME PMRP - VSE0's 30: 10 and 14; 12 - 2k < 0
+    }
+    for j in judged:
+        assert (j.n_seeds, j.n_queries) == (2, 12), j.spec.key
+        if j.spec.key in expected:
+            effect, half, outcome = expected[j.spec.key]
+            assert (j.effect, j.low, j.high, j.verdict) == pytest.approx(
+                (effect, effect - k * half, effect + k * half, outcome)), j.spec.key
+    r1 = {j.spec.key: j for j in judged}  # R@1 50 -> 75 -> 100 with K: every query's hit differs, so only the effect
+    assert (r1["pvse-r1-rises-with-k"].effect, r1["pvse-r1-k4-over-k1"].effect) == pytest.approx((25.0, 50.0))
+    # swap PCME and mu only: the first claim does not hold
+    swapped = _claims_runs()
+    swapped["PCME", 0], swapped["PCME mu only", 0] = swapped["PCME mu only", 0], swapped["PCME", 0]
+    swapped["PCME", 1], swapped["PCME mu only", 1] = swapped["PCME mu only", 1], swapped["PCME", 1]
+    assert _judged(swapped, run)[0].verdict == "did not hold"
     # an unconverged VSE0 leaves its three claims not tested; a collapsed PCME run its four
-    unconverged = chapter.train_judgements(_claims_runs({("VSE0", 1): {"converged": False}}), run)
-    assert [j.verdict for j in unconverged] == ["held"] * 5 + ["not tested"] * 3
+    unconverged = _judged(_claims_runs({("VSE0", 1): {"converged": False}}), run)
+    assert [j.verdict for j in unconverged][5:] == ["not tested"] * 3
     assert "VSE0 did not converge" in unconverged[5].reason
-    collapsed = chapter.train_judgements(_claims_runs({("PCME", 0): {"collapse": "every query's scores are tied"}}),
-                                         run)
-    assert [j.verdict for j in collapsed] == ["not tested"] * 2 + ["held"] * 4 + ["not tested"] * 2
+    collapsed = _judged(_claims_runs({("PCME", 0): {"collapse": "every query's scores are tied"}}), run)
+    assert [j.verdict for j in collapsed][:2] + [j.verdict for j in collapsed][6:] == ["not tested"] * 4
     assert "PCME collapsed (every query's scores are tied)" in collapsed[0].reason
+    # a view the data lacks: its claims are not tested and bound to no records
+    missing = {"class": "no classes"}
+    assert set(chapter.train_bindings(records, run, missing)) == {"pmrp-over-mu-only", "pcme-best-pmrp"}
+    assert chapter.train_judgements(records, chapter.train_bindings(records, run, missing), run, missing)[0].reason
 
 
 # ----------------------------------------------------------------------------------------- ablate.py
@@ -259,7 +296,7 @@ def _t1_runs(pcme: dict[str, tuple[float, float]], mu: tuple[float, float]) -> p
 
 def test_ablate_judgements_by_hand():
     run = RunConfig.from_params(PROFILE="cpu", DATASET="scenes")
-    k = stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975) * math.sqrt(2)  # two seeds (test_train_judgements_by_hand)
+    k = stats.t.ppf(0.975, 1)  # two seeds (test_train_judgements_by_hand)
     pcme = {"Mean only": (20.0, 20.0), "ELK": (21.0, 21.0), "JS-divergence": (19.0, 19.0),
             "2-Wasserstein": (20.2, 20.2), "Average L2": (21.5, 21.5), "Match prob": (30.0, 30.4)}
     judged = chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)
@@ -275,7 +312,7 @@ def test_ablate_judgements_by_hand():
     pcme.update({"Match prob": (15.0, 15.0), "2-Wasserstein": (25.0, 25.0)})
     judged = chapter.ablate_judgements(_t1_runs(pcme, (25.0, 25.0)), run)
     assert [j.verdict for j in judged] == ["did not hold"] * 3
-    # W2 - mean only = 0.6 and -0.2: the widened interval reaches past the 0.5 margin
+    # W2 - mean only = 0.6 and -0.2: the t interval reaches past the 0.5 margin
     pcme["2-Wasserstein"] = (20.6, 19.8)
     assert chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)[1].verdict == "inconclusive"
 

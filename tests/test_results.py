@@ -15,6 +15,7 @@ import pytest
 from xmr_core.book import results
 from xmr_core.claims import verdict
 from xmr_core.config import RunConfig
+from xmr_core.reported import paper_values
 from xmr_core.runs.log import git_commit
 
 
@@ -151,7 +152,7 @@ def test_bad_keys_and_empty_tables(run: RunConfig, monkeypatch: pytest.MonkeyPat
         m.setenv("XMR_PLAN", str(Path(run.results_dir) / "plan.jsonl"))
         assert results.write_table(pd.DataFrame({"x": []}), "demo/e", run=run).with_suffix(".csv").is_file()
     with pytest.raises(FileNotFoundError, match="no paper values"):
-        results.paper_values("no_such_chapter")
+        paper_values("no_such_chapter")
 
 
 def test_git_commit_is_dirty_for_changed_sources_but_not_for_changed_results(tmp_path: Path) -> None:

@@ -531,3 +531,20 @@ def test_an_extended_run_continues_the_cached_run_without_extension(tmp_path, mo
     adopted = fit(_model(), TRAIN, VAL, TrainConfig(**{**converged_cfg.__dict__, "extend_epochs": 2}), vocab=VOCAB,
                   validate=_scripted([])[0])
     assert adopted.cached and adopted.best_epoch == 1 and len(adopted.history) == 2 and adopted.converged
+
+
+def test_fits_validation_with_loaders_built_once_gives_evaluate_models_numbers_bit_for_bit() -> None:
+    """`fit`'s validator builds the validation loaders once a run; every epoch's numbers are `evaluate_model`'s with
+    fresh loaders, bit for bit, after the weights changed too."""
+    from xmr_core.evaluate import evaluate_model
+    from xmr_core.runs.train import _validator
+
+    model = _model()
+    validate = _validator(model, VAL, VOCAB, CFG, torch.device("cpu"))
+    for _ in range(2):
+        fresh = evaluate_model(model, VAL, VOCAB, batch_size=CFG.eval_batch_size, device="cpu",
+                               views=list(CFG.val_views))
+        assert validate(model, VAL) == fresh
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))

@@ -16,6 +16,7 @@ the mean of, the seeds and test split they came from, whether every run converge
     run_evidence(per_run, {(model, seed): values}, strata=)   -> the same from per-query values kept beside it
     simulated(spec, Noise, n_seeds, effect, rng)            -> {model: Evidence} drawn at the book's noise
     can_fail(spec)                                          -> "" or why the claim cannot both hold and fail
+    seed_only(specs, why)                                   -> the specs with why they are judged on seed scores only
     judgements_frame(judgements)                            -> one row per judgement (claims.csv / claims.md)
     claim_cell(spec)                                        -> the claim with the paper's words and the test's reading
     claim_rows(judgements)                                  -> the (claim, source, evidence, verdict) rows of old pages
@@ -31,16 +32,18 @@ Kinds (the effect is oriented so that > 0 favours the claim; `direction` "greate
     peak             models x1..xn, `peak` among them: the best of all   parts: ±(peak - x) for each other x
     universal        `pairs` ((a1, b1), ...): `each` kind holds for every pair   parts: the pairs
 
-The interval of the effect is a percentile bootstrap at `CONFIDENCE` with `N_RESAMPLES` resamples and a fixed
-generator seed (deterministic): over seeds, over queries, or both (crossed: the same resampled queries for
-every seed, since every seed scores the same test queries). Sides share the resampled seeds when they have the
-same seeds and split (paired by seed), and the resampled queries when they score the same queries (paired by
-query). Verdicts (`VERDICTS`): held / did not hold when the interval excludes zero (or the margin) on one
+The interval of the effect is a t interval at `CONFIDENCE` on its bootstrap standard error: the variance of the
+effect from resampling the seeds alone and the queries alone (crossed: the same resampled queries for every seed,
+since every seed scores the same test queries), in closed form (the ideal bootstrap: deterministic, no resampling),
+each corrected by n/(n-1), with Welch-Satterthwaite degrees of freedom; over seed scores only it is the paired
+(Welch) t interval of the seeds. Sides share the resampled seeds when they have the same seeds and split (paired by seed),
+and the resampled queries when they score the same queries (paired by query). Verdicts (`VERDICTS`): held / did not hold when the interval excludes zero (or the margin) on one
 side; negligible when it lies inside ± the claim's smallest effect of interest (`ClaimSpec.smallest_effect`: the
 declared `sesoi`, else the metric family's, `family_sesoi`); otherwise inconclusive. Peak, trend and universal
 claims are intersections of pairwise parts: held when every part held at 95%, did not hold when one part is
 refuted at 95% Bonferroni-corrected over the parts, so that each side errs at most 2.5% under a tie (`python -m
-xmr_core.bench claims --calibration` measures it). Not tested, with the reason (a "not tested" judgement without
+xmr_core.bench claims --calibration` measures it). A claim the chapter judges on seed scores only declares why
+(`ClaimSpec.seed_only`: its metric is not a mean over queries, or its per-query values are not kept, `RUN_MEANS`). Not tested, with the reason (a "not tested" judgement without
 one is refused), when a compared run did not converge, collapsed, is missing, the claim needs a data set or
 profile this run does not have, or it `needs` a model or data the book does not build (declared with the claim,
 naming them). A superiority claim whose claimed-lower side diverged in training on every seed, the other side
@@ -63,7 +66,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats
+from scipy import special
 
 from xmr_core.margins import Margin
 from xmr_core.metrics import Relevance, ranking_stats
@@ -109,8 +112,6 @@ PAIRWISE: tuple[Kind, ...] = ("superiority", "non-inferiority", "equivalence")
 Pairing = Literal["seed+query", "seed", "query", "none"]
 
 CONFIDENCE = 0.95
-N_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
 CHANCE_Z = 3.0  # a run whose mean best rank is not this many standard errors better than chance collapsed
 
 
@@ -335,6 +336,10 @@ class ClaimSpec:
     reading: str = ""
     stronger_than_paper: str = ""  # a test harder than the words, kept as the book's own claim: why ("": none)
     margin_from: Margin | None = None  # where the margin comes from; sets `margin` (docs/claims.md, Margins)
+    # Why a judgement of the claim rests on seed scores only, without per-query values, where it does (docs/claims.md,
+    # "Seed scores only"): its metric is not a mean over queries, or its per-query values were not kept where it was
+    # judged (`RUN_MEANS`); "" where it is judged on per-query values. Set by `seed_only`.
+    seed_only: str = ""
 
     def __post_init__(self) -> None:
         def bad(why: str) -> ValueError:
@@ -382,6 +387,17 @@ class ClaimSpec:
         return tuple(dict.fromkeys(m for p in self.pairs for m in p)) if self.kind == "universal" else self.models
 
 
+# The reason of a claim judged on seed scores only whose metric is a mean over queries (`ClaimSpec.seed_only`).
+RUN_MEANS = ("a mean over queries, judged where the chapter had each run's score only: its per-query values need the "
+             "runs' test scores, which the run records carry (issue 76; the retrain records them)")
+
+
+def seed_only(specs: Sequence[ClaimSpec], why: Callable[[ClaimSpec], str]) -> list[ClaimSpec]:
+    """`specs`, each with `why(spec)` as the reason it is judged on seed scores only (`ClaimSpec.seed_only`) where
+    that is not "" (a chapter's rule: the claims its code judges on seed scores only, and why)."""
+    return [dataclasses.replace(s, seed_only=why(s)) if why(s) else s for s in specs]
+
+
 @dataclass(frozen=True)
 class Judgement:
     """What one run's evidence says of one claim. `effect` is oriented (> 0 favours the claim) and described
@@ -414,6 +430,11 @@ class Judgement:
     def width(self) -> float:
         return self.high - self.low
 
+    @property
+    def seed_only(self) -> bool:
+        """Judged on an interval over seed scores only: no per-query values."""
+        return self.noise == "seeds"
+
 
 # ------------------------------------------------------------------------------------------- bootstrap
 
@@ -432,68 +453,33 @@ def _same_strata(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
-def _counts(rng: np.random.Generator, n_items: int, n_draws: int, resample: bool = True) -> np.ndarray:
-    """(n_draws, n_items) how often each item is drawn in each of `n_draws` resamples of `n_items` with
-    replacement (all ones when not `resample`)."""
-    if not resample:
-        return np.ones((n_draws, n_items))
-    idx = rng.integers(0, n_items, size=(n_draws, n_items)) + n_items * np.arange(n_draws)[:, None]
-    return np.bincount(idx.ravel(), minlength=n_draws * n_items).reshape(n_draws, n_items).astype(np.float64)
+def _query_variance(e: Evidence, u: np.ndarray) -> float:
+    """The variance of sum_q w_q u_q (`e`'s query weights, `Evidence.weights`) when `e`'s queries are drawn with
+    replacement within each stratum: sum_h var_pop(u in h) / (H^2 n_h) over its H strata of n_h queries."""
+    strata = np.zeros(e.n_queries, dtype=np.int64) if e.strata is None else e.strata
+    _, inverse, sizes = np.unique(strata, return_inverse=True, return_counts=True)
+    return float(sum(np.var(u[inverse == h]) / (len(sizes) ** 2 * n) for h, n in enumerate(sizes)))
 
 
-def _query_counts(rng: np.random.Generator, e: Evidence, n_draws: int, resample: bool) -> np.ndarray:
-    """`_counts` of `e`'s queries, drawn within each stratum."""
-    if e.strata is None:
-        return _counts(rng, e.n_queries, n_draws, resample)
-    out = np.empty((n_draws, e.n_queries))
-    for h in np.unique(e.strata):
-        cols = np.flatnonzero(e.strata == h)
-        out[:, cols] = _counts(rng, len(cols), n_draws, resample)
-    return out
-
-
-def _crossed_means(sides: Sequence[Evidence], by_seed: bool, by_query: bool, n: int, rng: np.random.Generator,
-                   seeds: bool = True, queries: bool = True, chunk: int = 250) -> np.ndarray:
-    """(K, n) each side's mean under `n` two-level resamples: seeds and queries drawn with replacement, the
-    same query draw for every seed of a side (the seeds score the same test queries), within each stratum,
-    shared between sides when paired by seed / by query. `seeds` / `queries` False keeps that level as it is."""
-    out = np.empty((len(sides), n))
-    for start in range(0, n, chunk):
-        b = min(chunk, n - start)
-        shared_s = _counts(rng, len(sides[0].seeds), b, seeds) if by_seed else None
-        shared_q = _query_counts(rng, sides[0], b, queries) if by_query else None
-        for k, e in enumerate(sides):
-            cs = shared_s if shared_s is not None else _counts(rng, len(e.seeds), b, seeds)  # (b, S)
-            cq = shared_q if shared_q is not None else _query_counts(rng, e, b, queries)  # (b, Q)
-            out[k, start:start + b] = np.einsum("bs,bs->b", cs, (cq * e.weights) @ e.values.T) / cs.shape[1]
-    return out
-
-
-def _expansion(v_seed: float, n_seeds: int, v_query: float, n_queries: int, confidence: float = CONFIDENCE) -> float:
-    """The factor widening a percentile interval at `confidence` to small-sample width: a bootstrap over n units
-    estimates the variance of a mean (n-1)/n too small, and its normal-like quantiles ignore that the seed variance
-    rests on n_seeds - 1 degrees of freedom. With v_seed, v_query the bootstrap variances of the effect from
-    resampling seeds alone and queries alone (0 for a level not resampled), the factor is
-    t(df) / z * sqrt(corrected / plug-in variance) at the interval's level, df by Welch-Satterthwaite over the two
-    levels."""
+def _standard_error(v_seed: float, n_seeds: int, v_query: float, n_queries: int) -> tuple[float, float]:
+    """(standard error, degrees of freedom) of an effect from its bootstrap variances: v_seed and v_query from
+    resampling the seeds alone and the queries alone (0 for a level not resampled). A bootstrap over n units
+    estimates the variance of a mean (n-1)/n too small, so each level's is corrected by n/(n-1); the degrees of
+    freedom come from Welch-Satterthwaite over the two levels (n-1 each). (0, inf) when neither level varies."""
     parts = [(v * n / (n - 1), n - 1) for v, n in ((v_seed, n_seeds), (v_query, n_queries)) if n > 1 and v > 0]
-    total, plugin = sum(v for v, _ in parts), v_seed + v_query
-    if not parts or plugin <= 0:
-        return 1.0
-    df = total ** 2 / sum(v ** 2 / d for v, d in parts)
-    level = 1 - (1 - confidence) / 2
-    return float(stats.t.ppf(level, df) / stats.norm.ppf(level) * math.sqrt(total / plugin))
+    if not parts:
+        return 0.0, math.inf
+    total = sum(v for v, _ in parts)
+    return math.sqrt(total), total ** 2 / sum(v ** 2 / d for v, d in parts)
 
 
 @dataclass(frozen=True)
 class _Boot:
-    """The bootstrap of one effect: `dist` (n,) its resampled values, and the variances from resampling the seeds
-    alone and the queries alone with their counts (`_expansion`), so that the interval at any level is the
-    percentile interval widened about the effect for that level; `seed_share` the share of the variance from the
-    seeds (1 over seeds only, 0 over one seed's queries)."""
+    """The bootstrap of one effect: the variances from resampling the seeds alone and the queries alone, with their
+    counts (`_standard_error`), so that the interval at any level is the t interval effect ± t(df) * se at that
+    level; `seed_share` the share of the variance from the seeds (1 over seeds only, 0 over one seed's queries)."""
 
     effect: float
-    dist: np.ndarray
     paired: Pairing
     noise: str
     v_seed: float
@@ -507,11 +493,12 @@ class _Boot:
         return self.v_seed / total if total > 0 else math.nan
 
     def bounds(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
-        """The two-sided widened percentile interval at `confidence`."""
-        a = (1 - confidence) / 2
-        low, high = np.quantile(self.dist, [a, 1 - a])
-        k = _expansion(self.v_seed, self.n_seeds, self.v_query, self.n_queries, confidence)
-        return self.effect - k * (self.effect - float(low)), self.effect + k * (float(high) - self.effect)
+        """The two-sided t interval at `confidence`: effect ± t(1 - (1 - confidence)/2, df) * se. Over seed scores
+        only, the paired (Welch) t interval on the seeds; its tails keep their size at any level, where a percentile
+        interval over 3 seeds cannot reach past the most extreme seed (`docs/claims.md`, The interval)."""
+        se, df = _standard_error(self.v_seed, self.n_seeds, self.v_query, self.n_queries)
+        half = float(special.stdtrit(df, 1 - (1 - confidence) / 2)) * se if se > 0 else 0.0
+        return self.effect - half, self.effect + half
 
     def p_value(self, excludes: Callable[[float, float], bool]) -> float:
         """The smallest two-sided alpha (to 0.01% relative) at whose interval `excludes(low, high)` holds, so that
@@ -528,45 +515,40 @@ class _Boot:
         return hi
 
 
-def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.ndarray]) -> _Boot | str:
-    """The bootstrap (`_Boot`) of `statistic` (K side means (K, ...) -> (...)) over the sides, or why no interval
-    can be had: percentile bootstrap resamples widened about the effect by `_expansion`. One-level cases use
-    `scipy.stats.bootstrap`; seeds × queries use `_crossed_means`."""
+def _interval(sides: Sequence[Evidence], coef: np.ndarray) -> _Boot | str:
+    """The bootstrap (`_Boot`) of the effect sum_k coef_k * (side k's mean), or why no interval can be had: the
+    variance of the effect under the crossed bootstrap (the seeds drawn with replacement, and the queries, one draw
+    for every seed of a side, within each stratum; shared between sides paired by seed / by query), from resampling
+    the seeds alone (the queries fixed) and the queries alone (the seeds fixed), each in closed form (the ideal
+    bootstrap, no resampling): var_pop over the seeds of the (paired) per-seed effect / S, and `_query_variance` of
+    the (paired) per-query effect averaged over the seeds. Over seeds only where a side has no per-query values,
+    over one seed's queries where every side has one seed."""
     by_seed, by_query = _pairing(sides)
     with_queries = all(e.n_queries > 1 for e in sides)
     one_seed = [i for i, e in enumerate(sides) if len(e.seeds) < 2]
-    n_seeds, n_queries = min(len(e.seeds) for e in sides), min(e.n_queries for e in sides)
-    effect = float(statistic(np.array([e.per_seed.mean() for e in sides])))
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    stratified = any(e.strata is not None for e in sides)  # scipy cannot resample within strata
-    if with_queries and (len(one_seed) < len(sides) or stratified):  # the crossed two-level bootstrap
-        dist = statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng))
-        v_seed = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, queries=False))))
-        v_query = float(np.var(statistic(_crossed_means(sides, by_seed, by_query, N_RESAMPLES, rng, seeds=False))))
-        paired: Pairing = "seed+query" if by_seed and by_query else "seed" if by_seed else "query" if by_query else "none"
-        noise = ("queries (one seed: test sampling only)" if len(one_seed) == len(sides) else "seeds+queries"
-                 + (" (one seed for some: their training noise not covered)" if one_seed else ""))
-        return _Boot(effect, np.asarray(dist), paired, noise, v_seed, n_seeds, v_query, n_queries)
-    if with_queries:  # one seed everywhere, one stratum: test sampling only
-        data, paired, noise = [e.values[0] for e in sides], ("query" if by_query else "none"), \
-            "queries (one seed: test sampling only)"
-        is_paired, n_units, by = by_query, n_queries, "queries"
-    elif not one_seed:
-        data, paired, noise, is_paired, n_units = [e.per_seed for e in sides], ("seed" if by_seed else "none"), \
-            "seeds", by_seed, n_seeds
-        by = "seeds"
-    else:
+    if one_seed and not with_queries:
         return "one seed and no per-query values: no interval can be had"
-
-    def stat(*xs: np.ndarray, axis: int = -1) -> np.ndarray:
-        return statistic(np.stack([x.mean(axis=axis) for x in xs]))
-
-    res = stats.bootstrap(tuple(data), stat, n_resamples=N_RESAMPLES, paired=is_paired, vectorized=True,
-                          confidence_level=CONFIDENCE, method="percentile", rng=rng)
-    dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
-    v = float(np.var(dist))
-    return (_Boot(effect, dist, paired, noise, v, n_units) if by == "seeds" else
-            _Boot(effect, dist, paired, noise, 0.0, 0, v, n_units))
+    weighted = list(zip(coef, sides))
+    effect = float(sum(c * e.per_seed.mean() for c, e in weighted))
+    if by_seed:
+        v_seed = float(np.var(sum(c * e.per_seed for c, e in weighted))) / len(sides[0].seeds)
+    else:
+        v_seed = sum(c ** 2 * float(np.var(e.per_seed)) / len(e.seeds) for c, e in weighted)
+    if not with_queries:
+        v_query = 0.0
+    elif by_query:
+        v_query = _query_variance(sides[0], sum(c * e.values.mean(0) for c, e in weighted))
+    else:
+        v_query = sum(c ** 2 * _query_variance(e, e.values.mean(0)) for c, e in weighted)
+    paired: Pairing = "seed+query" if by_seed and by_query else "seed" if by_seed else "query" if by_query else "none"
+    if not with_queries:
+        noise = "seeds"
+    elif len(one_seed) == len(sides):
+        noise = "queries (one seed: test sampling only)"
+    else:
+        noise = "seeds+queries" + (" (one seed for some: their training noise not covered)" if one_seed else "")
+    n_seeds, n_queries = min(len(e.seeds) for e in sides), min(e.n_queries for e in sides)
+    return _Boot(effect, paired, noise, v_seed, n_seeds, v_query, n_queries)
 
 
 # ------------------------------------------------------------------------------------------- the judge
@@ -575,13 +557,13 @@ def _interval(sides: Sequence[Evidence], statistic: Callable[[np.ndarray], np.nd
 ALPHA = 1 - CONFIDENCE  # two-sided: each side of a 95% interval errs 2.5% of the time
 
 
-def _pairwise_statistic(spec: ClaimSpec) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
-    """The oriented effect of a pairwise claim as a function of the two side means (2, ...), and its description."""
+def _pairwise_effect(spec: ClaimSpec) -> tuple[np.ndarray, str]:
+    """The oriented effect of a pairwise claim as the coefficients (2,) of its two side means, and its description."""
     a, b = spec.models
     if spec.kind == "equivalence":
-        return (lambda m: m[0] - m[1]), f"{a} − {b}"
+        return np.array([1.0, -1.0]), f"{a} − {b}"
     sign = 1.0 if spec.direction == "greater" else -1.0
-    return (lambda m: sign * (m[0] - m[1])), (f"{a} − {b}" if sign > 0 else f"{b} − {a}")
+    return sign * np.array([1.0, -1.0]), (f"{a} − {b}" if sign > 0 else f"{b} − {a}")
 
 
 def _decide(spec: ClaimSpec, boot: _Boot, comparisons: int = 1) -> tuple[Verdict, str, float]:
@@ -722,8 +704,8 @@ def _pairwise(spec: ClaimSpec, evidence: Mapping[str, Evidence], comparisons: in
     if unconverged or collapsed:
         return Judgement(spec, "not tested", reason=_unsound_reason(unconverged, collapsed, evidence),
                          unconverged=unconverged, collapsed=collapsed, **counts)
-    statistic, effect_of = _pairwise_statistic(spec)
-    boot = _interval(sides, statistic)
+    coef, effect_of = _pairwise_effect(spec)
+    boot = _interval(sides, coef)
     if isinstance(boot, str):
         return Judgement(spec, "not tested", effect_of=effect_of, reason=boot, **counts)
     outcome, reason, p = _decide(spec, boot, comparisons)
@@ -877,12 +859,13 @@ def holm(p_values: Sequence[float], verdicts: Sequence[Verdict], alpha: float = 
 COLUMNS = ("key", "claim", "source", "kind", "metric", "effect of", "effect", "low", "high", "confidence",
            "n seeds", "n queries", "paired", "noise", "margin", "sesoi", "sesoi source", "verdict", "reason", "p",
            "verdict after Holm", "seed share", "unconverged", "collapsed", "quote", "paper", "reading",
-           "stronger than paper", "margin source")
+           "stronger than paper", "margin source", "seed-only reason")
 
 
 def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
     """One row per judgement, columns `COLUMNS` (margin NaN for kinds without one; sesoi NaN for a metric without a
-    smallest effect of interest; "verdict after Holm" over these judgements, `holm`)."""
+    smallest effect of interest; "verdict after Holm" over these judgements, `holm`; "seed-only reason" the claim's
+    `seed_only` where the judgement is on seed scores only, else "")."""
     adjusted = holm([j.p for j in judgements], [j.verdict for j in judgements])
     rows = []
     for j, after in zip(judgements, adjusted):
@@ -893,7 +876,8 @@ def judgements_frame(judgements: Sequence[Judgement]) -> pd.DataFrame:
             j.effect_of, j.effect, j.low, j.high, j.confidence, j.n_seeds, j.n_queries, j.paired, j.noise,
             s.margin if s.margin > 0 else math.nan, sesoi if sesoi > 0 else math.nan, source, j.verdict, j.reason,
             j.p, after, j.seed_share, ", ".join(j.unconverged), ", ".join(j.collapsed), s.quote, s.paper, s.reading,
-            s.stronger_than_paper, s.margin_from.describe() if s.margin_from else ""))))
+            s.stronger_than_paper, s.margin_from.describe() if s.margin_from else "",
+            s.seed_only if j.seed_only else ""))))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -917,6 +901,10 @@ def _holm_note(before: Verdict, after: Verdict) -> str:
     return f" (after Holm over this table's claims: {after})" if after != before else ""
 
 
+def _seed_only_note(j: Judgement) -> str:
+    return f"; seed scores only: {j.spec.seed_only or 'no reason declared'}" if j.seed_only else ""
+
+
 def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
     """The judgements in the layout `book.results.notebook_claims` collects (claim, source, evidence, verdict), for a
     chapter whose claims page is still assembled from per-notebook claim tables; a verdict Holm's adjustment over
@@ -926,7 +914,7 @@ def claim_rows(judgements: Sequence[Judgement]) -> pd.DataFrame:
     for j, after in zip(judgements, adjusted):
         margin = f"; margin {j.spec.margin:g}" if j.spec.margin > 0 else ""
         evidence = (f"{j.spec.metric}: {_effect_cell(j)}; {j.n_seeds} seeds / {j.n_queries} queries, paired: "
-                    f"{j.paired}{margin}; {j.reason}{_holm_note(j.verdict, after)}")
+                    f"{j.paired}{margin}{_seed_only_note(j)}; {j.reason}{_holm_note(j.verdict, after)}")
         rows.append({"claim": claim_cell(j.spec), "source": j.spec.source, "evidence": evidence, "verdict": j.verdict})
     return pd.DataFrame(rows, columns=["claim", "source", "evidence", "verdict"])
 
@@ -952,7 +940,8 @@ def render_claims(judgements: Sequence[Judgement], chapter: str, *, profile: str
         kind = s.kind if s.kind != "universal" else f"universal ({s.each})"
         sesoi, source = s.smallest_effect
         why = f"**{j.verdict}**" + (f": {j.reason}" if j.reason else "") + _holm_note(j.verdict, after)
-        cells = [str(i), claim_cell(s), s.source, kind, s.metric, _effect_cell(j), f"{j.n_seeds} / {j.n_queries}",
+        cells = [str(i), claim_cell(s), s.source, kind, s.metric, _effect_cell(j) + _seed_only_note(j),
+                 f"{j.n_seeds} / {j.n_queries}",
                  j.paired, f"{s.margin:g}" if s.margin > 0 else "-", f"{sesoi:g} ({source})" if sesoi > 0 else "-",
                  why]
         lines.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells) + " |")

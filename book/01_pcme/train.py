@@ -55,7 +55,8 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # %%
 import matplotlib.pyplot as plt
 
-from xmr_core.book.results import write_figure, write_judgements, write_table
+from xmr_core.book.recompute import write_bindings
+from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.pcme import (
     CEILING_RSUM,
@@ -63,9 +64,11 @@ from xmr_core.chapters.pcme import (
     learning_curves,
     learning_curves_figure,
     per_run_frame,
+    record_models,
     split_sizes,
     table3_frame,
     table_views,
+    train_bindings,
     train_judgements,
     train_models,
     weight_axes,
@@ -180,9 +183,16 @@ plt.show()
 #
 # Each model is scored with its own test-time similarity: cosine for VSE0, the best of the K×K pairs for
 # PVSE, the mean for μ-only and the Monte-Carlo match probability (J = 7) for PCME, as in the paper.
+#
+# Every trained model is scored once and its **run record** kept (`docs/records.md`; `runs/records/<profile>/`,
+# smoke's under `book/_build/smoke/`): per test query and view its best rank and R-Precision hits, on the whole test
+# split (every view; the 1K protocol's five folds in the instance and plausible views) and on the unseen classes
+# (class relevance; PCME also with every other test-time similarity of Table 1). A run whose record is there is
+# read back, not scored again. The tables and the claims below are computed from the records alone.
 
 # %%
-per_run = per_run_frame(trained, data, run.torch_device)
+records = record_models(runs, trained, data, tuned, run)
+per_run = per_run_frame(records)
 per_run
 
 # %% [markdown]
@@ -254,12 +264,15 @@ fits
 # paired by seed (every model trains on the same seeds and is scored on the same test split); held or did not
 # hold only when the interval excludes zero (or the declared margin), otherwise negligible or inconclusive;
 # not tested when a compared run did not converge or collapsed (`collapse` in the per-seed table), or with one
-# seed. These claims use each seed's score only (no per-query values yet), so their intervals cover training
-# noise, not test sampling.
+# seed. Each model's evidence is its records' per-query values (one row per seed, paired by seed and by test
+# query), so the intervals cover both training noise and test sampling. Each claim is written bound to the records
+# that judge it (`claim_records_train.json`): `xmr claims recompute pcme` judges it again from the records alone.
 
 # %%
-judged = train_judgements(per_run, run, missing)
+bindings = train_bindings(records, run, missing)
+judged = train_judgements(records, bindings, run, missing)
 write_judgements(judged, "pcme", "train", run)
+write_bindings(list(bindings.values()), results_root(run))
 claims = claim_rows(judged)
 write_table(claims, "pcme/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")

@@ -98,6 +98,8 @@ from xmr_core.chapters.hmrn import (
     hmrn_train_config,
     not_built_table,
     round_ceiling,
+    rounds_caption,
+    rounds_figure,
     rounds_of,
     split_sizes,
     table11,
@@ -111,14 +113,13 @@ from xmr_core.chapters.hmrn import (
     write_tables,
 )
 from xmr_core.chapters.summary import dataset_note
-from xmr_core.claims import CONFIDENCE, claim_rows, judgements_frame
+from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.compared import MARGIN
 from xmr_core.experiment.paper_encoders import chosen_word_vectors
 from xmr_core.experiment.recipes import pcme_train_config
 from xmr_core.runs.tuning import LR_STEP, SUMMARY_CAPTION, tuning_frame, tuning_summary
-from xmr_core.viz import round_curves
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
@@ -222,16 +223,10 @@ tables["table1"]
 # Tables 1–3 as curves, the form the paper's argument takes: each model's mean over seeds after each round, its
 # seed interval shaded, the Bayes ceiling dashed; below, the paper's values on Visual Genome in the same colours
 # (its data are not ours: compare the shapes and orderings, not the heights). The figure is drawn from the tables
-# above (`viz.round_curves`); it was added after this notebook's last execution, so the committed figure
-# (`results/hmrn/rounds`) appears when the notebook is next re-executed.
+# above alone (`rounds_figure`), so `xmr results restyle` draws it anew from the committed tables, without the models.
 
 # %%
-rounds_figure = round_curves({"R@1": tables["table1"], "R@5": tables["table2"], "R@10": tables["table3"]}, label,
-                             confidence=CONFIDENCE)
-write_figure(rounds_figure, "hmrn/rounds", run=run, caption=(
-    f"R@1, R@5 and R@10 by round (HMRN Tables 1-3). Top: ours ({DATASET}), mean over {len(seeds)} seed(s) with its "
-    f"{CONFIDENCE:.0%} t interval shaded, the Bayes ceiling dashed. Bottom: the paper's values (Visual Genome), "
-    "markers where it gives them, in the same colour per model; grey: the paper's models not built here."))
+write_figure(rounds_figure(tables, label), "hmrn/rounds", run=run, caption=rounds_caption(DATASET, len(seeds)))
 
 # %%
 tables["table4"]

@@ -65,6 +65,7 @@ from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.config import RunConfig
 from xmr_core.data.load import load_corpus
 from xmr_core.experiment.paper_encoders import chosen_word_vectors
+from xmr_core.experiment.scorepool import score_trained
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
                             DEVICE=DEVICE, RESULTS_DIR=RESULTS_DIR, WORD_VECTORS=WORD_VECTORS, PROGRESS=PROGRESS)
@@ -77,10 +78,11 @@ data = hmrn_data(corpus, PROFILE, chosen_word_vectors(run))
 test, vocab = data.multi.test, data.multi.vocab
 enc = hmrn_encoders(PROFILE, test.regions.shape[2])
 tuned = recorded_tuning("hmrn/tuning", run)  # the settings train.py chose, read from its tuning table
-it_model, _ = train_variant(IT, data, tuned, enc, run, SEED)
-ti_model, _ = train_variant(TI, data, tuned, enc, run, SEED)
-scores = ensemble_scores(score_rounds(it_model, test, vocab, run.torch_device),
-                         score_rounds(ti_model, test, vocab, run.torch_device))
+it_model, it_fit = train_variant(IT, data, tuned, enc, run, SEED)
+ti_model, ti_fit = train_variant(TI, data, tuned, enc, run, SEED)
+(_, it_scores), (_, ti_scores) = score_trained(score_rounds, [(it_model, it_fit), (ti_model, ti_fit)], test, vocab,
+                                               run.torch_device)  # train.py's scores, from the score cache
+scores = ensemble_scores(it_scores, ti_scores)
 rng = np.random.default_rng(SEED)
 picked = rng.choice(test.n_images, size=min(N_GALLERY, test.n_images), replace=False)
 print(f"query sets drawn: {picked.tolist()}")

@@ -3,7 +3,8 @@
 For every chapter with a claims page (`results/<chapter>/claims.md`): its declared claims (`CLAIMS`, a list of
 `xmr_core.claims.ClaimSpec` in `xmr_core/chapters/<chapter>.py`), each put through `claims.can_fail`, and its
 judged claims (`results/<chapter>/judgements_*.csv`, written by `book.results.write_judgements`): per kind how many
-verdicts of each sort, the committed rows re-judged under today's statistics where they suffice (`rejudged`: the
+verdicts of each sort, how many verdicts rest on seed scores only (no per-query values) with each one's stated reason
+(`seed_only_rows`: the row's, else its declaration's `ClaimSpec.seed_only`) and how many have none, the committed rows re-judged under today's statistics where they suffice (`rejudged`: the
 four verdicts, then Holm's adjustment over the chapter, each change named; a peak, trend or universal claim needs its
 parts' intervals, which the rows do not hold), how many were paired, the median interval width, and any verdict
 other than "not tested" resting on a run that did not converge or collapsed. A chapter that declares no claims yet
@@ -15,7 +16,8 @@ test's reading), with each quote checked verbatim against the papers' texts wher
 (`<repo>/../shared/papers`).
 
 Exits non-zero when a chapter is not (or partly) migrated, a declared claim fails the can-fail test or lacks the
-paper's words (or its quote is not verbatim), or a verdict rests on a non-converged or collapsed run.
+paper's words (or its quote is not verbatim), a verdict rests on a non-converged or collapsed run, or a verdict on
+seed scores only states no reason.
 
 `--seeds` also lists, per chapter, each claim inconclusive on seed noise with the seeds that would resolve it at its
 smallest effect of interest or margin (`seeds_to_resolve`; where no number of seeds would, the test size that
@@ -300,6 +302,28 @@ def against(chapter: str, results: Path, rev: str) -> tuple[list[str], int]:
     return lines, len(changed)
 
 
+def seed_only_rows(frame: pd.DataFrame, specs: Sequence[ClaimSpec]) -> pd.DataFrame:
+    """The judgements of `frame` on seed scores only (an interval over the seeds alone, `noise` "seeds": no per-query
+    values), with column `why`: the row's "seed-only reason" where its file has one, else the declared claim's
+    (`specs`, by key) `ClaimSpec.seed_only`; "" when neither states one."""
+    declared_why = {s.key: s.seed_only for s in specs}
+    rows = frame[frame["noise"].fillna("") == "seeds"]
+    written = rows["seed-only reason"].fillna("") if "seed-only reason" in rows else [""] * len(rows)
+    return rows.assign(why=[str(w) or declared_why.get(k, "") for w, k in zip(written, rows["key"])])
+
+
+def seed_only_lines(chapter: str, rows: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(lines, failures): how many verdicts rest on seed scores only (`seed_only_rows`) and how many state no reason,
+    then each reason with the claims it explains; a failure per verdict without one."""
+    unexplained = rows[rows["why"] == ""]
+    lines = [f"  seed-only verdicts (no per-query values): {len(rows)}; without a stated reason: {len(unexplained)}"]
+    for why, keys in rows.groupby("why", sort=False)["key"]:
+        lines.append(f"    {', '.join(keys)}: {why or 'NO REASON STATED'}")
+    failures = [f"{chapter}: claim {k!r} is judged on seed scores only and states no reason (`ClaimSpec.seed_only`)"
+                for k in unexplained["key"]]
+    return lines, failures
+
+
 def rejudged_lines(frame: pd.DataFrame) -> list[str]:
     """The chapter's counts by the four verdicts as committed and re-judged (`rejudged`), then after Holm's
     adjustment over the chapter, each verdict the re-judging or Holm changes named."""
@@ -354,6 +378,10 @@ def chapter_report(chapter: str, folder: Path, seeds: bool = False) -> tuple[lis
         counts = ", ".join(f"{int((rows['verdict'] == v).sum())} {v}" for v in (*VERDICTS, LEGACY)
                            if (rows["verdict"] == v).any())
         lines.append(f"  {kind}: {len(rows)} ({counts})")
+    seed_only = seed_only_rows(frame, specs)
+    seeds_lines, seeds_failed = seed_only_lines(chapter, seed_only)
+    lines += seeds_lines
+    failures += seeds_failed
     now = rejudged(frame)
     lines += rejudged_lines(now)
     paired = int((frame["paired"] != "none").sum())
@@ -372,7 +400,8 @@ def chapter_report(chapter: str, folder: Path, seeds: bool = False) -> tuple[lis
         current = now.assign(verdict=now["now"])
         lines += unresolved(current) + [central_line(current)]
     return lines, failures, {"claims": len(specs), "migrated": 1, "judged": len(frame), "paired": paired,
-                             "median_width": median}
+                             "median_width": median, "seed_only": len(seed_only),
+                             "seed_only_unexplained": int((seed_only["why"] == "").sum())}
 
 
 # ------------------------------------------------------------------------------------ calibration
@@ -438,7 +467,8 @@ def main(argv: list[str]) -> None:
                         "seeds (or queries) that would resolve them at their smallest effect of interest")
     parser.add_argument("--calibration", action="store_true", help="only simulate: each kind's false-decision rates "
                         "per side at 3 and 5 seeds at the chapters' noise, and its power")
-    parser.add_argument("--sims", type=int, default=300, help="simulated claims per calibration cell")
+    parser.add_argument("--sims", type=int, default=1000, help="simulated claims per calibration cell (a true 3%% prints "
+                        "above 5%% one time in 50 at 300, one in 4,000 at 1,000)")
     args = parser.parse_args(argv)
     root = Path(args.results)
     if args.calibration:
@@ -462,7 +492,7 @@ def main(argv: list[str]) -> None:
     if not chapters:
         raise SystemExit(f"{root}: no <chapter>/claims.md found")
     failures: list[str] = []
-    totals = {"claims": 0, "migrated": 0, "judged": 0, "paired": 0}
+    totals = {"claims": 0, "migrated": 0, "judged": 0, "paired": 0, "seed_only": 0, "seed_only_unexplained": 0}
     changed = 0
     for chapter in chapters:
         lines, failed, figures = chapter_report(chapter, root / chapter, seeds=args.seeds)
@@ -476,7 +506,8 @@ def main(argv: list[str]) -> None:
     if failures:
         print("\nFAILED:\n" + "\n".join(f"  {f}" for f in failures))
     print(f"chapters={len(chapters)} migrated={totals['migrated']} claims={totals['claims']} "
-          f"judged={totals['judged']} paired={totals['paired']} failures={len(failures)}"
+          f"judged={totals['judged']} paired={totals['paired']} seed_only={totals['seed_only']} "
+          f"seed_only_unexplained={totals['seed_only_unexplained']} failures={len(failures)}"
           + (f" against={args.against} changed={changed}" if args.against else ""))
     if failures:
         sys.exit(1)

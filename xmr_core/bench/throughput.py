@@ -22,8 +22,11 @@ The same list of runs is trained in each mode, each timed on its wall clock (dat
   batches item by item / on arrays;
 - `fast-serial` / `fast-jobs`: `new-serial` / `new-jobs` with issue 74's levers: AdamP's step in fewer passes
   (`train.ADAMP` = "foreach", `xmr_core.optim.ForeachAdamP`, the book's default since; the other modes run the
-  `adamp` package's, the reference). It computes the package's update at float tolerance, so a fast run's result
-  differs from a new run's in the last bits and is compared only with other fast runs.
+  `adamp` package's, the reference), and the BiGRU caption encoder's GRU stepped with each step's gates split once
+  (`encoders.gru.STEPS` = "split", `packed_gru`, the book's default since; the other modes run `nn.GRU`'s own
+  forward, whose backward is quadratic in the caption length). The GRU's steps give the module's results bit for bit;
+  AdamP's computes the package's update at float tolerance, so a fast run's result differs from a new run's in the
+  last bits and is compared only with other fast runs.
 Prints each chapter's training seconds a run (`fit`, the mean over its seeds) and its CPU seconds (the training
 process's, which other load on a shared machine does not inflate) per mode, and each mode's wall
 seconds and runs per hour next to `old-serial`'s, with the load average (the machine is shared: rerun on a quiet
@@ -56,6 +59,8 @@ from typing import Any, Literal
 import torch
 
 from xmr_core.data import datasets
+from xmr_core.encoders import gru as gru_module
+from xmr_core.encoders.gru import GRUSteps
 from xmr_core.runs import train as train_module
 from xmr_core.runs.train import AdamPImpl
 
@@ -78,6 +83,7 @@ class RunSpec:
     profile: str = "cpu"  # the data and model sizes (smoke: seconds, for tests)
     threads: int = 1  # torch threads of the run (`TrainConfig.threads`)
     adamp: AdamPImpl = "foreach"  # AdamP's step (`train.ADAMP`): `optim.ForeachAdamP` or the package's
+    gru: GRUSteps = "split"  # the BiGRU's steps (`encoders.gru.STEPS`): gates split once, or `nn.GRU`'s forward
 
 
 @dataclass(frozen=True)
@@ -129,19 +135,19 @@ def build_run(spec: RunSpec) -> tuple[Any, Any, Any, Any, Any]:
 
 
 def train_run(spec: RunSpec, run_dir: Path) -> RunOutcome:
-    """Train `spec` into `run_dir` with its batch builder (`datasets.BATCHES`) and AdamP step (`train.ADAMP`),
-    both restored after."""
+    """Train `spec` into `run_dir` with its batch builder (`datasets.BATCHES`), AdamP step (`train.ADAMP`) and GRU
+    steps (`encoders.gru.STEPS`), all restored after."""
     from xmr_core.runs.train import fit, state_fingerprint
 
-    before = datasets.BATCHES, train_module.ADAMP
-    datasets.BATCHES, train_module.ADAMP = spec.batches, spec.adamp
+    before = datasets.BATCHES, train_module.ADAMP, gru_module.STEPS
+    datasets.BATCHES, train_module.ADAMP, gru_module.STEPS = spec.batches, spec.adamp, spec.gru
     try:
         model, train, val, cfg, vocab = build_run(spec)
         t0, c0 = time.perf_counter(), time.process_time()
         result = fit(model, train, val, cfg, out_dir=run_dir, vocab=vocab)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
-        datasets.BATCHES, train_module.ADAMP = before
+        datasets.BATCHES, train_module.ADAMP, gru_module.STEPS = before
     return RunOutcome(spec, seconds, result.best_score, state_fingerprint(model), cpu)
 
 
@@ -172,8 +178,9 @@ def run_mode(mode: str, chapters: Sequence[Chapter], epochs: int, jobs: int, roo
     batches: datasets.Batches = "items" if mode.startswith("old") else "arrays"
     threads = torch.get_num_threads() if mode == "old-serial" else 1
     adamp: AdamPImpl = "foreach" if mode.startswith("fast") else "package"
-    specs = [RunSpec(c, epochs=epochs, seed=seed, batches=batches, profile=profile, threads=threads, adamp=adamp)
-             for c in chapters for seed in range(copies)]
+    gru: GRUSteps = "split" if mode.startswith("fast") else "module"
+    specs = [RunSpec(c, epochs=epochs, seed=seed, batches=batches, profile=profile, threads=threads, adamp=adamp,
+                     gru=gru) for c in chapters for seed in range(copies)]
     t0 = time.perf_counter()
     outcomes = train_plan(specs, jobs if mode.endswith("jobs") else 1, root / mode)
     return time.perf_counter() - t0, outcomes

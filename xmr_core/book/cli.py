@@ -4,7 +4,9 @@ first state what they would train and, without --yes, ask, or off a terminal ref
 `xmr book plan [CHAPTER ...] [--profile P] [--measure-steps K] [--train-images N]` (every training run the
 notebooks ask for, by stage, with its cost: `xmr_core.book.plan`), `xmr book run ... --jobs N` (batches of runs on N workers),
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
-`xmr results check [--results DIR]` (the results whose inputs changed since they were written);
+`xmr results check [--results DIR]` (the results whose inputs changed since they were written), `xmr results restyle
+[FIGURE ...]` (figures drawn from committed tables, redrawn by today's code: `xmr_core.chapters.restyle`);
+`xmr claims recompute CHAPTER|CLAIM` (verdicts judged again from the committed run records: `book.recompute`);
 `xmr runs pack --profile P [-o FILE]`, `xmr runs unpack ARCHIVE`, `xmr runs ls [--profile P]` (the run archive:
 `xmr_core.runs.archive`), `xmr runs train CHAPTER ... --jobs N` (the chapters' runs trained into the cache, no
 results written)."""
@@ -78,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("chapters", nargs="*", help="results folders or chapters (pcme, 01_pcme; all when none)")
     diff.add_argument("--rev", default="HEAD", help="the commit to compare with (default HEAD)")
     diff.add_argument("--results", default="results", help="results folder (default results/)")
+    restyle = results.add_parser("restyle", help="redraw by today's code, without their models, the figures a "
+                                                 "notebook draws from tables it writes (from the committed tables)")
+    restyle.add_argument("keys", nargs="*", help="figures (default: every one drawn from committed tables)")
+    restyle.add_argument("--results", default="results", help="results folder (default results/)")
+    claims = sub.add_parser("claims", help="the claims' verdicts").add_subparsers(dest="action", required=True)
+    recompute = claims.add_parser("recompute", help="judge a chapter's claims (or one claim) again from the "
+                                  "committed run records alone and print each beside its committed judgement; exit "
+                                  "1 if any differs or none is bound to records")
+    recompute.add_argument("target", help="a chapter (pcme, 01_pcme) or a claim's key")
+    recompute.add_argument("--results", default="results", help="results folder (default results/; its records: "
+                           "runs/records/ of the project, or beside any other results folder, e.g. smoke's "
+                           "book/_build/smoke/results)")
     runs = sub.add_parser("runs", help="the run cache and its archive").add_subparsers(dest="action", required=True)
     pack = runs.add_parser("pack", help="the runs a profile's executed notebooks load, with their inputs, into one "
                                         "archive")
@@ -97,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--profile", choices=PROFILES, help="also list each executed notebook's runs")
     ls.add_argument("--jobs", type=int, default=16, help="N of the cold wall-time estimate (default 16)")
     return parser
+
+
+def results_restyle(keys: list[str], folder: str) -> int:
+    """`xmr results restyle`: `xmr_core.chapters.restyle` in a process of its own (the book runs chapter code as it
+    runs notebooks, without importing it)."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "xmr_core.chapters.restyle", "--results", folder, *keys],
+                          check=False).returncode
 
 
 def results_check(folder: str) -> int:
@@ -137,6 +160,26 @@ def results_diff(chapters: list[str], rev: str, folder: str) -> int:
     except diff.DiffError as err:
         raise SystemExit(f"xmr results diff: {err}") from None
     return 0 if diff.print_diff(report, rev) else 1
+
+
+def claims_recompute(target: str, folder: str) -> int:
+    from pathlib import Path
+
+    from xmr_core.book import recompute
+    from xmr_core.book.results import records_home
+    from xmr_core.config import project_root
+    from xmr_core.records import RecordError
+
+    results = Path(folder) if Path(folder).is_absolute() else project_root() / folder
+    try:
+        rows = recompute.recompute(target, results, records_home(results))
+    except (RecordError, KeyError, ValueError) as err:
+        raise SystemExit(f"xmr claims recompute: {err}") from None
+    if not rows:
+        print(f"xmr claims recompute: no claim of {target!r} is bound to run records under {results} "
+              f"(results/<chapter>/{recompute.BINDINGS.format(part='<notebook>')})", file=sys.stderr)
+        return 1
+    return 0 if recompute.print_recomputed(rows) else 1
 
 
 def runs_main(args: argparse.Namespace) -> int:
@@ -191,9 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "results":
         if args.action == "diff":
             return results_diff(args.chapters, args.rev, args.results)
+        if args.action == "restyle":
+            return results_restyle(args.keys, args.results)
         return results_check(args.results)
     if args.command == "runs":
         return runs_main(args)
+    if args.command == "claims":
+        return claims_recompute(args.target, args.results)
     if args.action == "list":
         runner.list_book()
         return 0

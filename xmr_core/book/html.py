@@ -2,8 +2,9 @@
 the notebooks' sources and the committed results.
 
 Nothing is executed. The pages are, in book order (the runner's chapter and notebook order), every notebook
-of the book: its executed copy under `book/_build/<profile>/<chapter>/` when there is one, else its
-py:percent source with the results it wrote placed after the cells that wrote them (`book.static`); then
+of the book: its executed copy under `book/_build/<profile>/<chapter>/` when there is one (the results it wrote in
+place of the outputs that showed them, `static.with_results`), else its py:percent source with the results it
+wrote placed after the cells that wrote them (`book.static`); then
 each chapter's `claims.md`, and a results page that lists every table and figure of the profile's results
 folder (`results/`, or `book/_build/smoke/results` for `smoke`) with its provenance, read from the `.json`
 beside it. Results that `xmr results check` finds stale are marked as such on every page.
@@ -43,10 +44,12 @@ from xmr_core.book.static import (
     FIGURES,
     figure_html,
     inline_html,
+    older_code_note,
     provenance_line,
     stale_note,
     static_notebook,
     with_findings,
+    with_results,
 )
 from xmr_core.book.tables import result_table_html
 from xmr_core.config import check_profile, project_root
@@ -218,7 +221,8 @@ def results_page(results: Path, staged: Path, profile: str, verdicts: dict[str, 
         if note := stale_note(verdicts.get(key)):
             out += [":::{warning}", note, ":::", ""]
         if meta["kind"] == "figure":
-            out += [figure_html(key, meta.get("caption") or key, FIGURES), ""]
+            note = older_code_note(meta, verdicts.get(key), project_root())
+            out += [figure_html(key, meta.get("caption") or key, FIGURES, note), ""]
         else:
             csv = target.with_suffix(".csv")
             body = (result_table_html(csv, key, meta.get("caption") or key) if csv.is_file()
@@ -318,13 +322,13 @@ def stage(profile: str, root: Path, staged: Path, dataset: str = "scenes") -> tu
             if folder == LEADERBOARD and (board := leaderboard_html(
                     results, staged / FIGURES / RANKING, f"../{FIGURES}/{RANKING}")):
                 findings += "\n" + board
+            relative = nb.source.relative_to(root).as_posix()
+            mine = {k: m for k, m in metas.items() if m.get("notebook") == relative}
             if nb.label in from_source:
-                relative = nb.source.relative_to(root).as_posix()
-                mine = {k: m for k, m in metas.items() if m.get("notebook") == relative}
                 nbformat.write(static_notebook(nb, relative, results, mine, verdicts, findings), target)
-            else:  # executed: its own outputs, the findings first all the same
-                nbformat.write(with_findings(nbformat.read(executed / chapter / f"{nb.name}.ipynb", as_version=4),
-                                             findings), target)
+            else:  # executed: its own outputs, its results and the findings as on a page rendered from source
+                book = nbformat.read(executed / chapter / f"{nb.name}.ipynb", as_version=4)
+                nbformat.write(with_findings(with_results(book, results, mine, verdicts), findings), target)
             entries.append({"file": f"{chapter}/{nb.name}"})
         if claims.is_file():
             key = f"{folder}/claims"

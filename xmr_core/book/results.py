@@ -11,9 +11,11 @@ was computed from (`reads`: each file the process read through `read_result` bef
 of the bytes it read, so a result is stale once such a file changes). All files of one artefact are
 rendered in memory and staged as temp files before any is renamed into place, so a run that fails midway
 never leaves a half-written table. `results/README.md` is regenerated as an index after every write.
+Imported in IPython (a notebook), it makes every DataFrame the notebook shows the book's fitted table, a
+written one as the result it was written as (`book.display`).
 
 The paper's own numbers live in `xmr_core/paper_values/<chapter>.csv` (typed from the paper, with table
-and row) and are read with `paper_values(chapter)`; results are never typed by hand.
+and row) and are read with `xmr_core.reported.paper_values(chapter)`; results are never typed by hand.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from typing import Any
 
 import pandas as pd
 
+from xmr_core.book.display import csv_bytes, remember, show_fitted_tables
 from xmr_core.claims import VERDICTS, Judgement, Verdict, judgements_frame
 from xmr_core.config import PROFILES, RunConfig, check_profile, project_root
 from xmr_core.io import remove_stale_temps, temp_beside
-from xmr_core.reported import PAPER_VALUES_DIR, paper_values  # noqa: F401 (re-exported)
 from xmr_core.runs.log import git_commit
 from xmr_core.runs.trace import tracing
 from xmr_core.sources import digest_bytes
@@ -69,6 +71,15 @@ def results_root(run: RunConfig) -> Path:
         raise ValueError(f"RESULTS_DIR {run.results_dir!r} is the cpu book's results folder; profile {run.profile} on "
                          f"{run.dataset} writes to {results_folder(run.profile, run.dataset)}/ (leave RESULTS_DIR empty)")
     return root
+
+
+def records_home(results: Path) -> Path:
+    """The folder whose `runs/records/<profile>/` holds the run records of the results folder `results`
+    (`runs.record.records_root`): the project for the committed book's results (`results/` and the folders in it),
+    else the results folder's parent (smoke: `book/_build/smoke`; a test's temporary folder), so that smoke never
+    writes records into the repository's `runs/records/`."""
+    results, committed = results.resolve(), (project_root() / CPU_RESULTS_DIR).resolve()
+    return project_root() if results == committed or committed in results.parents else results.parent
 
 
 def own_result_files(root: Path) -> list[Path]:
@@ -232,7 +243,7 @@ def write_table(
         # may leave a table empty there (a loss curve)
         raise ValueError(f"table {key!r} is empty: refusing to write an empty result")
     base = results_root(run) / key
-    csv = df.to_csv(index=False).encode("utf-8")
+    csv = csv_bytes(df)
     shown = df.copy()
     formats = []  # per column: fixed at `float_digits`, or general where that would show 1e-05 as 0.0
     for col in shown.columns:  # whole-number columns (counts) print as integers; object dtype keeps them so
@@ -261,18 +272,33 @@ def write_table(
         }
     )
     write_index(results_root(run))
+    remember(csv, key, caption or key)  # the notebook shows this frame as the result it wrote (`book.display`)
     return base.with_suffix(".csv")
+
+
+def _png(fig: Any, dpi: int) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
 
 
 def write_figure(fig: Any, key: str, *, run: RunConfig, caption: str = "", dpi: int = 120) -> Path:
     """Write a matplotlib figure as `<results>/<key>.png` plus `.json` provenance."""
     _check_key(key)
     base = results_root(run) / key
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     meta = provenance(run, key, "figure", caption=caption)
-    _commit_files({base.with_suffix(".png"): buf.getvalue(), base.with_suffix(".json"): _json_bytes(meta)})
+    _commit_files({base.with_suffix(".png"): _png(fig, dpi), base.with_suffix(".json"): _json_bytes(meta)})
     write_index(results_root(run))
+    return base.with_suffix(".png")
+
+
+def rewrite_figure(fig: Any, key: str, results: Path, meta: dict[str, Any], dpi: int = 120) -> Path:
+    """Write `<results>/<key>.png` drawn anew and its `.json` as `meta` gives it: a figure redrawn from the committed
+    tables it shows (`xmr results restyle`) keeps the provenance of the notebook that computed them."""
+    _check_key(key)
+    base = results / key
+    _commit_files({base.with_suffix(".png"): _png(fig, dpi), base.with_suffix(".json"): _json_bytes(meta)})
+    write_index(results)
     return base.with_suffix(".png")
 
 
@@ -380,3 +406,6 @@ def write_index(root: Path) -> Path:
     index = root / "README.md"
     _commit_files({index: text.encode("utf-8")})
     return index
+
+
+show_fitted_tables()  # a notebook that writes results shows every table as the book does (`book.display`)

@@ -13,6 +13,11 @@ its provenance, and a warning where `xmr results check` finds it stale. The cell
 
 A code cell whose output a reader needs (`runner.shown_output`: it prints, or ends in a value) and that no committed
 result shows is folded under a note that its output is in the executed book (`fold_unseen_output`).
+
+An executed notebook's page shows its results the same way (`with_results`): in each cell that wrote results, the
+committed table or figure with its provenance in place of what the kernel drew; what the cell printed stays, its
+stderr (progress bars) folded (`tidy_streams`). A figure whose drawing code changed since it was drawn says so
+under its caption (`older_code_note`) until its notebook is executed again or `xmr results restyle` redraws it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any
 
 from xmr_core.book.runner import Notebook, shown_output, written_keys
 from xmr_core.book.staleness import Verdict
-from xmr_core.book.tables import result_table_html
+from xmr_core.book.tables import folded, result_table_html
+from xmr_core.config import project_root
 from xmr_core.sources import digest_bytes
 
 UNPLACED = "Results of this notebook whose cell is not known"
@@ -101,16 +107,44 @@ def result_outputs(key: str, meta: dict[str, Any], results: Path, verdict: Verdi
         body = _markdown_to_html("\n".join(lines)).replace("<table>", '<table class="table">')
         outputs.append(_html_output(f'<div class="xmr-result" style="overflow-x: auto">{body}</div>'))
     if base.with_suffix(".png").is_file():
-        outputs.append(_html_output(figure_html(key, meta.get("caption") or key, f"../{FIGURES}")))
+        note = older_code_note(meta, verdict, project_root())
+        outputs.append(_html_output(figure_html(key, meta.get("caption") or key, f"../{FIGURES}", note)))
     return outputs
 
 
-def figure_html(key: str, caption: str, figures: str) -> str:
+def figure_html(key: str, caption: str, figures: str, note: str | None = None) -> str:
     """A result's figure (`<figures>/<key>.png`, copied there by the book build) under its caption, with the
-    caption's words (Markdown code marks dropped) as its alt text."""
+    caption's words (Markdown code marks dropped) as its alt text; `note` (Markdown) a line of the caption after it."""
     alt = html.escape(caption.replace("`", "").replace("\n", " "), quote=True)
+    after = f'<br><span class="xmr-older-code">{inline_html(note)}</span>' if note else ""
     return (f'<figure class="xmr-figure"><img src="{figures}/{key}.png" alt="{alt}">'
-            f"<figcaption>{inline_html(caption)}</figcaption></figure>")
+            f"<figcaption>{inline_html(caption)}{after}</figcaption></figure>")
+
+
+def drawing_code(path: str) -> bool:
+    """Whether an `xmr_core` file (a path from the project root) holds code that draws figures: `viz.py` and the
+    chapter modules."""
+    return path == "xmr_core/viz.py" or path.startswith("xmr_core/chapters/")
+
+
+def older_code_note(meta: dict[str, Any], verdict: Verdict | None, root: Path) -> str | None:
+    """For a figure whose drawing code (`drawing_code`) changed since it was drawn (its stale verdict names the
+    files; a figure `xmr results restyle` redrew records their digests then, `restyled`), one Markdown sentence saying
+    so and when it is redrawn; else None."""
+    if verdict is None or verdict.status != "stale":
+        return None
+    redrawn = (meta.get("restyled") or {}).get("sources") or {}
+    changed = [p for p in verdict.changed if drawing_code(p) and (
+        p not in redrawn or not (root / p).is_file() or digest_bytes((root / p).read_bytes()) != redrawn[p])]
+    if not changed:
+        return None
+    notebook = Path(meta["notebook"])  # a stale verdict names a notebook
+    label = f"{notebook.parent.name}/{notebook.stem}"
+    commit = ((meta.get("restyled") or {}).get("git_commit") or meta.get("git_commit") or "-")[:12]
+    files = ", ".join(f"`{p}`" for p in changed)
+    return (f"Drawn by older code (commit `{commit}`): {files} changed since, so this figure may not show today's "
+            f"style. It is redrawn when `{notebook.as_posix()}` is next executed (`xmr book run {label}`), which needs that "
+            "notebook's trained models.")
 
 
 def place_results(cells: list[tuple[str, str]], metas: dict[str, dict[str, Any]]) -> dict[str, int | None]:
@@ -201,7 +235,7 @@ def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str,
     if findings is not None and first:
         split_first_cell(book)
     placed = place_results([(cell.cell_type, cell.source) for cell in book.cells], metas)
-    order = sorted(metas, key=lambda k: (str(metas[k].get("created_utc")), k))
+    order = _order(metas)
     for key in order:
         if placed[key] is not None:
             book.cells[placed[key]].outputs += result_outputs(key, metas[key], results, verdicts.get(key))
@@ -214,14 +248,92 @@ def static_notebook(nb: Notebook, relative: str, results: Path, metas: dict[str,
         f" results it wrote (from `{results.name}/`, each with its provenance); its other outputs (printed"
         f" values, progress) are not shown. `xmr book run {nb.label}` executes it.\n```")
     book.cells.insert(first + (findings is not None), banner)
-    unplaced = [key for key in order if placed[key] is None]
-    if unplaced:
-        book.cells.append(nbformat.v4.new_markdown_cell(
-            f"## {UNPLACED}\n\nWritten by this notebook through a library call whose key its source does not"
-            " name, so the cell is not known:"))
-        cell = nbformat.v4.new_code_cell("# results written by library calls of this notebook")  # an empty cell is dropped
-        for key in unplaced:
+    append_unplaced(book, [key for key in order if placed[key] is None], results, metas, verdicts)
+    return book
+
+
+def _order(metas: dict[str, dict[str, Any]]) -> list[str]:
+    """The result keys in the order they were written."""
+    return sorted(metas, key=lambda k: (str(metas[k].get("created_utc")), k))
+
+
+def append_unplaced(book: Any, unplaced: list[str], results: Path, metas: dict[str, dict[str, Any]],
+                    verdicts: dict[str, Verdict]) -> None:
+    """The results `unplaced` (no rule of `place_results` found their cell) at the end of `book`, under a heading
+    that says so."""
+    import nbformat
+
+    if not unplaced:
+        return
+    book.cells.append(nbformat.v4.new_markdown_cell(
+        f"## {UNPLACED}\n\nWritten by this notebook through a library call whose key its source does not"
+        " name, so the cell is not known:"))
+    cell = nbformat.v4.new_code_cell("# results written by library calls of this notebook")  # an empty cell is dropped
+    for key in unplaced:
+        cell.outputs += result_outputs(key, metas[key], results, verdicts.get(key))
+    cell.metadata["tags"] = ["remove-input"]
+    book.cells.append(cell)
+
+
+def _shows(output: Any, kinds: set[str]) -> bool:
+    """Whether a display output shows a figure (`png` in `kinds`) or a table (`table`)."""
+    data = output.get("data", {}) if output.get("output_type") in {"display_data", "execute_result"} else {}
+    return ("png" in kinds and "image/png" in data) or ("table" in kinds and "<table" in data.get("text/html", ""))
+
+
+def console_text(text: str) -> str:
+    """Printed text as a terminal leaves it: each line what follows its last carriage return (a progress bar's
+    last state)."""
+    return "\n".join(next((s for s in reversed(line.split("\r")) if s.strip()), "") for line in text.split("\n"))
+
+
+def tidy_streams(cell: Any) -> None:
+    """An executed cell's printed output as one block per stream, as a terminal shows it (`console_text`), in place
+    of its first chunk; its stderr (progress bars, warnings) folded under a line that counts its lines."""
+    import nbformat
+
+    texts: dict[str, list[str]] = {}
+    for output in cell.outputs:
+        if output.get("output_type") == "stream":
+            texts.setdefault(output["name"], []).append(output["text"])
+    outputs = []
+    for output in cell.outputs:
+        name = output.get("name") if output.get("output_type") == "stream" else None
+        if name is None:
+            outputs.append(output)
+        elif name in texts:
+            text = console_text("".join(texts.pop(name))).strip("\n")
+            if name != "stderr":
+                outputs.append(nbformat.v4.new_output("stream", name=name, text=text + "\n"))
+            elif text:
+                lines = text.count("\n") + 1
+                outputs.append(_html_output(folded(f"Progress and messages on stderr ({lines} line{'s' * (lines > 1)})",
+                                                   f'<pre class="xmr-stderr">{html.escape(text)}</pre>')))
+    cell.outputs = outputs
+
+
+def with_results(book: Any, results: Path, metas: dict[str, dict[str, Any]], verdicts: dict[str, Verdict]) -> Any:
+    """An executed notebook with the committed results it wrote (`metas`: key -> provenance) shown as on a page
+    rendered from source: in each cell that wrote results (`place_results`), the outputs that showed them (its
+    figures, its tables) give way to `result_outputs` (provenance, a stale warning, the fitted table, the figure
+    under its caption, as `results/` holds them now: restyled figures included); what it printed stays
+    (`tidy_streams`)."""
+    for cell in book.cells:
+        if cell.cell_type == "code":
+            tidy_streams(cell)
+    placed = place_results([(cell.cell_type, cell.source) for cell in book.cells], metas)
+    for key in metas:  # a figure and a table of one key share one provenance, the last written's: the figure's cell
+        drew = [i for i, cell in enumerate(book.cells) if cell.cell_type == "code" and (results / f"{key}.png").is_file()
+                and re.search(r"""write_figure\([^\n]*["']""" + re.escape(key) + """["']""", cell.source)]
+        placed[key] = drew[0] if drew else placed[key]
+    order = _order(metas)
+    for index in sorted({i for i in placed.values() if i is not None}):
+        keys = [k for k in order if placed[k] == index]
+        kinds = {kind for k in keys for kind, suffixes in (("png", (".png",)), ("table", (".csv", ".md")))
+                 if any((results / f"{k}{suffix}").is_file() for suffix in suffixes)}  # a figure and its table: one key
+        cell = book.cells[index]
+        cell.outputs = [o for o in cell.outputs if not _shows(o, kinds)]
+        for key in keys:
             cell.outputs += result_outputs(key, metas[key], results, verdicts.get(key))
-        cell.metadata["tags"] = ["remove-input"]
-        book.cells.append(cell)
+    append_unplaced(book, [key for key in order if placed[key] is None], results, metas, verdicts)
     return book

@@ -165,15 +165,26 @@ def table_html(frame: pd.DataFrame, width: int = WIDTH_CHARS) -> str:
     return "\n".join(out)
 
 
-def result_table_html(csv: Path, key: str, caption: str) -> str:
-    """A result's caption and table (`table_html` of its CSV), folded in `<details>` when it is a diagnostic."""
-    try:
-        frame = pd.read_csv(csv)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"{csv}: cannot be read as a result table ({exc})") from None
+def folded(summary: str, body: str) -> str:
+    """`body` (HTML) in a `<details>` of the book's diagnostics, closed, under `summary` (HTML)."""
+    return f'<details class="xmr-result xmr-diagnostic"><summary>{summary}, click to show</summary>\n{body}</details>'
+
+
+def frame_result_html(frame: pd.DataFrame, key: str, caption: str) -> str:
+    """Result `key`'s caption and table (`table_html` of `frame`, as read from its CSV), folded in `<details>` when
+    it is a diagnostic."""
     body = f'<p class="xmr-caption">{html.escape(caption)}</p>\n' + table_html(frame)
     if not is_diagnostic(key, len(frame)):
         return f'<div class="xmr-result">{body}</div>'
     name = key.rsplit("/", 1)[-1]
-    return (f'<details class="xmr-result xmr-diagnostic"><summary>Diagnostic: <code>{html.escape(name)}</code>'
-            f" ({len(frame)} rows × {len(frame.columns)} columns), click to show</summary>\n{body}</details>")
+    return folded(f"Diagnostic: <code>{html.escape(name)}</code> ({len(frame)} rows × {len(frame.columns)} columns)",
+                  body)
+
+
+def result_table_html(csv: Path, key: str, caption: str) -> str:
+    """`frame_result_html` of the result table `csv`."""
+    try:
+        frame = pd.read_csv(csv)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"{csv}: cannot be read as a result table ({exc})") from None
+    return frame_result_html(frame, key, caption)

@@ -49,6 +49,7 @@ from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
 from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
 from xmr_core.claims import (
+    RUN_MEANS,
     ClaimSpec,
     Evidence,
     Judgement,
@@ -57,6 +58,7 @@ from xmr_core.claims import (
     judgements_frame,
     run_evidence,
     seed_evidence,
+    seed_only,
 )
 from xmr_core.claims import (
     query_evidence as stratified_evidence,  # this module's query_evidence reads QueryValues
@@ -1401,6 +1403,24 @@ WORDS: dict[str, Words] = {
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
+# The claims judged on seed scores only, and why: train.py's per-column CUB claim and those on Table 4's rows
+# (`train_judgements`), ablate.py's Tables V-VI and Figures 8-9 (`ablate_judgements`), Figures 6, 11-12
+# (`visualise_judgements`).
+NOT_PER_QUERY = {RERANK_S: "a time, measured once per run: not a mean over queries",
+                 BETA_RANGE: "a range over the beta sweep of each seed's mean R@1 (largest minus smallest): not a mean "
+                             "over queries",
+                 CORR: "a correlation among the sub-embeddings over the whole test split: not a mean over queries"}
+
+
+def _seed_only_why(spec: ClaimSpec, seed_scores: bool) -> str:
+    return NOT_PER_QUERY.get(spec.metric, RUN_MEANS) if seed_scores else ""
+
+
+TRAIN_CLAIMS = seed_only(TRAIN_CLAIMS, lambda s: _seed_only_why(
+    s, s.metric == CUB_EACH or bool(set(s.compared) & set(NEIGHBOUR_RERANKED))))
+ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: _seed_only_why(s, s.metric in (ALL_RSUM, IMPACT, CUB_ALL, R1,
+                                                                                 BETA_RANGE)))
+VISUALISE_CLAIMS = seed_only(VISUALISE_CLAIMS, lambda s: _seed_only_why(s, s.metric in (CORR, P4, P5)))
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
 METRIC_VIEWS: dict[str, str] = {CUB_RP: "class", CUB_R1: "class", CUB_ALL: "class", CUB_EACH: "class", P4: "exact",
                                 P5: "exact"}  # the relevance of each claim metric that is not instance

@@ -63,10 +63,20 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from xmr_core.book.results import paper_values, write_figure, write_table
+from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import multi_round_ceiling
 from xmr_core.chapters.summary import ceiling_first, ceiling_share, paper_table
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, detect_collapse, judge, seed_evidence
+from xmr_core.claims import (
+    CONFIDENCE,
+    RUN_MEANS,
+    ClaimSpec,
+    Evidence,
+    Judgement,
+    detect_collapse,
+    judge,
+    seed_evidence,
+    seed_only,
+)
 from xmr_core.config import RunConfig, budget, check_profile
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import image_loader, query_loader
@@ -108,9 +118,18 @@ from xmr_core.methods.hmrn import HMRN, HMRNConfig, clipped_cosines, hmrn_config
 from xmr_core.methods.recurrent_sets import RHRE, RRE, RecurrentSetConfig
 from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
+from xmr_core.reported import paper_values
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
 from xmr_core.runs.tuning import Axis, TuningResult, tune_many, tuning_frame
-from xmr_core.viz import RELEVANCE_CODE, attention_heat, heat_overlay, heatmap, retrieval_gallery, sweep_grid
+from xmr_core.viz import (
+    RELEVANCE_CODE,
+    attention_heat,
+    heat_overlay,
+    heatmap,
+    retrieval_gallery,
+    round_curves,
+    sweep_grid,
+)
 
 ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)  # `_cpu_eval_copy` returns what it is given
 DATA_FORMAT = "drilldown"  # Drill-down's Visual Genome layout, what HMRN's code reads
@@ -426,19 +445,25 @@ def train_and_score(seeds: Sequence[int], data: HMRNData, tuned: Mapping[str, Tu
                                                              for name, request in requests.items()]
                                + [request_single(data, tuned, enc, run, seed)]], run))
     share = (time.perf_counter() - t0) / max(len(seeds) * (len(requests) + 1), 1)  # `wall s`: a run's share
-    for seed in seeds:
+    models, singles = [], []  # in the requests' order: each seed's models, then its single-query VSE0
+    for _ in seeds:
+        models += [next(trained) for _ in requests]
+        singles.append(next(trained))
+    scored = iter(score_trained(score_rounds, models, test, vocab, device))  # cached, or side by side
+    fused = {fusion: iter(score_trained(score_rounds, singles, test, vocab, device, fusion))
+             for fusion in ("scores", "ranks")}
+    for seed, (_, single) in zip(seeds, singles):
         converged = {}
         for name in requests:
-            model, result = next(trained)
+            result, scores[name, seed] = next(scored)
             fits.append(fit_row(name, seed, tuned[name], result, share))
-            scores[name, seed], converged[name] = score_rounds(model, test, vocab, device), result.converged
+            converged[name] = result.converged
             per_run.append(run_row(name, seed, result.converged, scores[name, seed]))
         scores[ENSEMBLE, seed] = ensemble_scores(scores[IT, seed], scores[TI, seed])
         per_run.append(run_row(ENSEMBLE, seed, converged[IT] and converged[TI], scores[ENSEMBLE, seed]))
-        single, result = next(trained)
-        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], result, share))
+        fits.append(fit_row(SINGLE, seed, tuned[SINGLE], single, share))
         for label, fusion in ((ROUND_MEAN, "scores"), (RANK_FUSION, "ranks")):
-            scores[label, seed] = score_rounds(single, test, vocab, device, fusion=fusion)
+            result, scores[label, seed] = next(fused[fusion])
             per_run.append(run_row(label, seed, result.converged, scores[label, seed]))
     return pd.DataFrame(per_run), pd.DataFrame(fits), scores
 
@@ -492,6 +517,21 @@ def ceiling_frame(per_run: pd.DataFrame, ceiling: Mapping[str, float], rounds: i
                         f"R@{k} % of ceiling": 100.0 * r[key] / ceiling[key]}
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def rounds_figure(tables: Mapping[str, pd.DataFrame], ours: str) -> Figure:
+    """R@1, R@5 and R@10 by round (`viz.round_curves`) from Tables 1-3 (`tables`: "table1".."table3", as written),
+    `ours` the data set's column label; seed intervals at the book's `CONFIDENCE`."""
+    return round_curves({"R@1": tables["table1"], "R@5": tables["table2"], "R@10": tables["table3"]}, ours,
+                        confidence=CONFIDENCE)
+
+
+def rounds_caption(dataset: str, n_seeds: int) -> str:
+    """The caption of `rounds_figure` on `dataset` with `n_seeds` seeds."""
+    return (f"R@1, R@5 and R@10 by round (HMRN Tables 1-3). Top: ours ({dataset}), mean over {n_seeds} seed(s) with "
+            f"its {CONFIDENCE:.0%} t interval shaded, the Bayes ceiling dashed. Bottom: the paper's values (Visual "
+            "Genome), markers where it gives them, in the same colour per model; grey: the paper's models not built "
+            "here.")
 
 
 def not_built_table() -> pd.DataFrame:
@@ -1096,6 +1136,10 @@ WORDS: dict[str, Words] = {
         "HMRN I-T at alpha = beta = 0.4 above every other (alpha, beta) the run has, on Avg. R@Sum."),
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS = worded(TRAIN_CLAIMS, WORDS), worded(ABLATE_CLAIMS, WORDS)
+# ablate.py reads train.py's rows from its per-seed table, without their scores (`ablate_judgements`): a claim comparing
+# one of them is judged on seed scores only.
+TRAIN_ROWS = (T6_TI, T6_IT, *TABLE7_FULL, *TABLE9_FULL, BIGRU)
+ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: RUN_MEANS if set(s.compared) & set(TRAIN_ROWS) else "")
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS
 LEVEL_OFF = {f"f6-tau-levels-off-{LOCAL[m]}": m for m in MODELS}  # judged on every tau above 40 the run has
 

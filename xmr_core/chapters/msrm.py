@@ -50,6 +50,7 @@ from torch import Tensor
 from xmr_core.chapters.summary import seed_means, seed_summary, with_paper
 from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
 from xmr_core.claims import (
+    RUN_MEANS,
     ClaimSpec,
     Evidence,
     Judgement,
@@ -57,6 +58,7 @@ from xmr_core.claims import (
     instance_collapse,
     judge,
     seed_evidence,
+    seed_only,
 )
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Corpus, Split
@@ -946,6 +948,9 @@ WORDS: dict[str, Words] = {
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
+# Judged on seed scores only: train.py's tables and Figure 7's ("zeta") have no per-query values (`judge_claims`).
+TRAIN_CLAIMS = seed_only(TRAIN_CLAIMS, lambda s: "" if s.needs else RUN_MEANS)
+ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: RUN_MEANS if CLAIM_METRICS[s.metric].table == "zeta" else "")
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
 
 

@@ -25,6 +25,7 @@ visualise.py) with its tables, figures (returned, never saved) and claims.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -37,7 +38,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from xmr_core.book.results import paper_values, write_figure
+from xmr_core.book.results import write_figure
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import (
     ceiling_share,
@@ -48,13 +49,14 @@ from xmr_core.chapters.summary import (
 )
 from xmr_core.chapters.views import DATASET_NAMES, judge_viewed, missing_reason, missing_views, not_tested
 from xmr_core.claims import (
+    RUN_MEANS,
     ClaimSpec,
     Evidence,
     Judgement,
     detect_collapse,
     judge,
     query_evidence,
-    seed_evidence,
+    seed_only,
 )
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
@@ -72,11 +74,11 @@ from xmr_core.evaluate import (
 )
 from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared, model_label
 from xmr_core.experiment.protocols import ChapterData
+from xmr_core.experiment.run_records import recorded
 from xmr_core.experiment.scoring import (
     TABLE3_COLUMNS,
     TABLE3_PROTOCOLS,
     run_collapse,
-    scored_row,
 )
 from xmr_core.experiment.training import fit_row, request_built, request_model, train_many, train_model
 from xmr_core.margins import Cell, Margin
@@ -85,6 +87,11 @@ from xmr_core.methods.pcme import PCME, TEST_TIME_SIMILARITIES, PCMEConfig, unce
 from xmr_core.metrics import ranking_stats, recall_by_bins
 from xmr_core.paper_words import Words, worded
 from xmr_core.perturb import UNKNOWN_WORD, erase_centre, erase_words, mix_halves, with_captions, with_images
+from xmr_core.query_values import QueryMetric, scoring_metrics
+from xmr_core.record_evidence import ClaimRecords, Side, judge_records
+from xmr_core.records import RunRecord
+from xmr_core.reported import paper_values
+from xmr_core.run_evaluation import Scoring
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.viz import (
@@ -285,17 +292,75 @@ def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: 
     return fig
 
 
-def per_run_frame(trained: TrainedModels, data: ChapterData, device: torch.device | str) -> pd.DataFrame:
-    """One row per trained model and seed: whether it converged, whether it collapsed (`claims.detect_collapse` of
-    its test image-to-text scores under instance relevance; "" when it learnt something) and every Table 2 / 3
-    value (`tables_row`)."""
-    relevance = data.test.relevance("instance", "i2t")
-    rows = []
-    for (name, seed), model in trained.models.items():
-        row, i2t = scored_row(model, data, device)
-        rows.append({"model": name, "seed": seed, "converged": trained.results[name, seed].converged,
-                     "collapse": detect_collapse(i2t, relevance), **row})
-    return pd.DataFrame(rows)
+class RecordedRun(NamedTuple):
+    """One trained model's records (`record_models`): on the whole test split (Table 3) and on the unseen classes
+    (Table 2; the same record where that split is the whole test split; None where it has no class relevance)."""
+
+    test: RunRecord
+    unseen: RunRecord | None
+
+
+TABLE3_FOLD_VIEWS = ("instance", "plausible")  # Table 3's 1K columns: COCO's five folds in these views
+
+
+def unseen_scorings(model: RetrievalModel) -> dict[str, Scoring]:
+    """The scorings of a model's record on the unseen classes (class relevance): its own test-time similarity
+    ("default"); a PCME with sigma also every other test-time similarity (Table 1), named by its key."""
+    out = {"default": Scoring(views=("class",))}
+    if isinstance(model, PCME) and not model.config.mu_only:
+        out |= {m: Scoring(options={"method": m}, views=("class",))
+                for m in TEST_TIME_SIMILARITIES if m != model.config.test_similarity}
+    return out
+
+
+def record_models(runs: Sequence[tuple[str, int, int]], trained: TrainedModels, data: ChapterData,
+                  tuned: Mapping[str, TuningResult], run: RunConfig) -> dict[tuple[str, int], RecordedRun]:
+    """Every trained model of `runs` (`chapter_runs`, as `train_models` trained them) scored once and recorded
+    (`run_records.recorded`, its tuned setting as the tuning facts; a record already there is read back): on the
+    whole test split with its own test-time similarity in every view (the COCO 1K protocol in Table 3's views),
+    and on the unseen classes (`unseen_scorings`). Keyed by (row label, seed)."""
+    out = {}
+    for name, k, seed in runs:
+        key = (model_label(name, k), seed)
+        model, result, t = trained.models[key], trained.results[key], tuned[name]
+        facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
+        folds = [v for v in TABLE3_FOLD_VIEWS if v in data.test.views()]
+        same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
+        # one split (CUB): the default scoring covers every view, the other similarities add the class view
+        others = {m: s for m, s in unseen_scorings(model).items() if m != "default"} if same and has_class else {}
+        test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | others, run,
+                        fold_views=folds, tuning=facts)
+        unseen = None if not has_class else test if same else recorded(
+            model, result, seed, data.test_unseen, data.vocab, unseen_scorings(model), run, tuning=facts)
+        out[key] = RecordedRun(test, unseen)
+    return out
+
+
+def records_row(rec: RecordedRun) -> dict[str, float]:
+    """Every Table 2 / Table 3 value of one model from its records, as `scoring.tables_row` computes them from the
+    model: T2 = class R-P and R@1 on the unseen classes; T3 = PMRP and instance R@1 on the whole test split under
+    the 1K (five folds) and 5K (all) protocols; `rsum 5K`; NaN where the data lacks the view or the folds."""
+    test = rec.test.evaluation
+    protocols = {proto: scoring_metrics(test, "default", protocol, by_level=False) if protocol in test.split.folds
+                 else {} for proto, protocol in TABLE3_PROTOCOLS.items()}
+    unseen = {} if rec.unseen is None else scoring_metrics(rec.unseen.evaluation, "default", "full", by_level=False)
+    row = {"rsum 5K": protocols["5K"]["rsum"]}
+    for direction in ("i2t", "t2i"):
+        row[f"T2 {direction} R-P"] = unseen.get(f"class/{direction}/R-P", math.nan)
+        row[f"T2 {direction} R@1"] = unseen.get(f"class/{direction}/R@1", math.nan)
+        for proto, values in protocols.items():
+            row[f"T3 {proto} {direction} PMRP"] = values.get(f"plausible/{direction}/PMRP", math.nan)
+            row[f"T3 {proto} {direction} R@1"] = values.get(f"instance/{direction}/R@1", math.nan)
+    return row
+
+
+def per_run_frame(records: Mapping[tuple[str, int], RecordedRun]) -> pd.DataFrame:
+    """One row per trained model and seed, from its records (`record_models`): whether it converged, whether it
+    collapsed (`claims.instance_collapse` of its test image-to-text scores; "" when it learnt something), every
+    Table 2 / 3 value (`records_row`) and the name of its test record."""
+    return pd.DataFrame([{"model": name, "seed": seed, "converged": rec.test.converged,
+                          "collapse": rec.test.evaluation.scorings["default"].collapse, **records_row(rec),
+                          "record": rec.test.name} for (name, seed), rec in records.items()])
 
 
 def table3_frame(per_run: pd.DataFrame, label: str, ceiling: SplitCeiling | None, order: Sequence[str] = ORDER,
@@ -335,9 +400,6 @@ def write_ceiling(per_run: pd.DataFrame, ceiling: SplitCeiling | None, run: RunC
     return table
 
 
-RP_COLUMNS = ["T2 i2t R-P", "T2 t2i R-P"]  # Table 2's R-Precision, both directions
-R1_COLUMNS = ["T2 i2t R@1", "T2 t2i R@1"]  # Table 2's R@1
-PMRP_COLUMNS = ["T3 5K i2t PMRP", "T3 5K t2i PMRP"]  # Table 3's 5K-analogue PMRP
 PVSE_KS = (1, 2, 4)
 
 
@@ -345,9 +407,10 @@ PVSE_ROWS = tuple(model_label("PVSE", k) for k in PVSE_KS)
 RP = "T2 R-P (class relevance, unseen classes; mean of i2t and t2i), pp"
 R1 = "T2 R@1 (class relevance, unseen classes; mean of i2t and t2i), pp"
 PMRP = "T3 5K-analogue PMRP (mean of i2t and t2i), pp"
-CLAIM_METRICS: dict[str, tuple[list[str], str]] = {  # a claim's metric -> (per-run columns averaged, test split)
-    RP: (RP_COLUMNS, "test unseen classes"), R1: (R1_COLUMNS, "test unseen classes"), PMRP: (PMRP_COLUMNS, "test")}
-CLAIM_VIEWS: dict[str, str] = {RP: "class", R1: "class", PMRP: "plausible"}  # the relevance each metric needs
+# a claim's metric -> (its per-query values in the records, which record: "unseen" (Table 2) or "test" (Table 3))
+CLAIM_METRICS: dict[str, tuple[QueryMetric, str]] = {
+    RP: (QueryMetric("R-P", "class"), "unseen"), R1: (QueryMetric("R@1", "class"), "unseen"),
+    PMRP: (QueryMetric("PMRP", "plausible"), "test")}
 
 # The claims of Sec. 4.2-4.3 judged on train.py's runs (`xmr_core.claims`, docs/claims.md). The margin of "R-P
 # does not rise with K" is the smallest R-P gain the paper calls a gain: PCME over mu only in Table 2 ("some margin").
@@ -385,18 +448,32 @@ def table_views(data: ChapterData, dataset: str) -> dict[str, str]:
             **({"1K": f"{DATASET_NAMES.get(dataset, dataset)}: {folds}"} if folds else {})}
 
 
-def train_judgements(per_run: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
-                     ) -> list[Judgement]:
-    """Every claim of `TRAIN_CLAIMS` judged (`claims.judge`) on train.py's runs (`per_run_frame`), each model's per-seed
-    score the mean of the claim's columns (`CLAIM_METRICS`, `claims.seed_evidence`); a claim on a view in `missing`
-    (`table_views`) is not tested, with its reason."""
-    out = []
+def train_bindings(records: Mapping[tuple[str, int], RecordedRun], run: RunConfig,
+                   missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """Each claim of `TRAIN_CLAIMS` bound to the records that judge it (`record_evidence.ClaimRecords`, written
+    beside train.py's judgements for `xmr claims recompute pcme`): its metric's per-query values (`CLAIM_METRICS`)
+    in each compared model's records of every seed (`record_models`). A claim on a view in `missing`
+    (`table_views`) has none."""
+    out = {}
     for spec in TRAIN_CLAIMS:
-        cols, split = CLAIM_METRICS[spec.metric]
-        reason = missing_reason(CLAIM_VIEWS[spec.metric], missing)
-        out.append(not_tested(spec, reason) if reason else
-                   judge(spec, seed_evidence(per_run, cols, split=split), dataset=run.dataset, profile=run.profile))
+        metric, which = CLAIM_METRICS[spec.metric]
+        if missing_reason(metric.view, missing):
+            continue
+        sides = {m: Side(tuple(getattr(rec, which).name for (name, _), rec in records.items() if name == m))
+                 for m in spec.compared}
+        out[spec.key] = ClaimRecords(spec, metric, sides, run.dataset, run.profile, "pcme", "train")
     return out
+
+
+def train_judgements(records: Mapping[tuple[str, int], RecordedRun], bindings: Mapping[str, ClaimRecords],
+                     run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """Every claim of `TRAIN_CLAIMS` judged (`claims.judge`) on train.py's records as `xmr claims recompute` judges it
+    (`record_evidence.judge_records` of its binding, `train_bindings`): each model's per-query values, one row per
+    seed, paired by seed and query; a claim on a view in `missing` (`table_views`) is not tested, with its reason."""
+    by_name = {r.name: r for rec in records.values() for r in (rec.test, rec.unseen) if r is not None}
+    return [judge_records(bindings[spec.key], by_name.__getitem__) if spec.key in bindings else
+            not_tested(spec, missing_reason(CLAIM_METRICS[spec.metric][0].view, missing))
+            for spec in TRAIN_CLAIMS]
 
 
 # ==================================================================================================
@@ -942,6 +1019,8 @@ WORDS: dict[str, Words] = {
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
+# The committed train.py verdicts were judged on per-seed scores, before train.py read its runs' records.
+TRAIN_CLAIMS = seed_only(TRAIN_CLAIMS, lambda s: RUN_MEANS)
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
 
 

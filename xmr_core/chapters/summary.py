@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from xmr_core.book.results import paper_values, write_figure, write_table
+from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import SplitCeiling, percent_of_ceiling
 from xmr_core.config import RunConfig
+from xmr_core.reported import paper_values
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

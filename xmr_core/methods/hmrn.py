@@ -288,6 +288,13 @@ class InterCorrelationStep(nn.Module):
     def forward(self, c: Tensor, node_mask: Tensor) -> Tensor:
         return F.relu(self.w_r(self.affinity(c, node_mask).transpose(-1, -2) @ c))  # Eq. (16)
 
+    def global_node(self, c: Tensor, node_mask: Tensor) -> Tensor:
+        """The step's update of the global node (the last) alone, `forward(c, node_mask)[..., -1, :]` (..., D): its
+        column of Eq. (15), (W_q C_q)^T (W_k C_glo) = C_q^T (W_q^T W_k C_glo), needs no node but C_glo projected."""
+        u = self.w_k(c[..., -1, :]) @ self.w_q.weight  # W_q^T W_k C_glo (..., D)
+        logits = (c @ u[..., None]).squeeze(-1).masked_fill(~node_mask, float("-inf"))  # (..., P)
+        return F.relu(self.w_r((logits.softmax(-1)[..., None, :] @ c).squeeze(-2)))  # Eq. (16) at k = glo
+
 
 class Levels(NamedTuple):
     """The three similarities of every image x query set, each (I, Q): local (S_I-T or S_T-I; the joint model's
@@ -376,9 +383,11 @@ class HMRN(RetrievalModel):
     def reasoning(self, pos: Tensor, img: ImageEmbedding, queries: QueryEmbedding, t_glo: Tensor) -> Tensor:
         """Sec. 3.3: S_R (I, Q) from pos (I, Q, K, N) = [s]_+, the images' and the sets' embeddings, t_glo (Q, D)."""
         c, nodes = self.correlation_nodes(pos, img, queries, t_glo)
-        for step in self.inter:  # Eq. (15)-(16), L steps
+        steps = list(self.inter)  # Eq. (15)-(16), L steps; only c*_glo leaves the last, so it updates that node alone
+        for step in steps[:-1]:
             c = step(c, nodes)
-        out = self.reasoning_fc(c[:, :, -1]).squeeze(-1)  # the global node c*_glo
+        glo = steps[-1].global_node(c, nodes) if steps else c[:, :, -1]
+        out = self.reasoning_fc(glo).squeeze(-1)  # the global node c*_glo
         return F.relu(out) if self.config.reasoning_activation == "relu" else torch.sigmoid(out)
 
     def levels(self, img: ImageEmbedding, queries: QueryEmbedding) -> Levels:

@@ -111,6 +111,8 @@ Mechanism = Literal["fusion", "standalone"]
 Negatives = Literal["hardest", "distance_weighted"]
 KMEANS_ITERATIONS = 25
 EMBED_BATCH = 256  # images per batch when the training split is embedded for k-means
+LENGTH_GROUP = 32  # captions per group of similar length when captions are embedded at test time
+LENGTH_STEP = 16  # a group's padded length is a multiple of this (of the CPU's float vectors: the same sums)
 
 
 @dataclass
@@ -316,19 +318,28 @@ def fragment_matching(regions: Tensor, region_mask: Tensor, words: Tensor, word_
                       mode: Literal["cosine", "scan"] = "cosine") -> Matching:
     """Eq. (7)-(8): regions (N, n_r, d) + mask (N, n_r), words (M, n_c, d) + mask (M, n_c) -> `Matching`.
 
-    sim[i, j, m, n] = r_m^T c_n of image i and caption j, with unit fragments (a cosine). I->T: each region's best
-    word, averaged over the regions (p) and its top K (q); T->I: each word's best region, likewise.
-    mode "scan": leaky ReLU 0.1, then each region's column L2-normalised over the words (for T->I) and each
-    word's row over the regions (for I->T), as SCAN and HREM's code.
+    sim[i, m, w] = r_m^T c_w of image i's region m and the batch's real word w (T of them, caption by caption),
+    with unit fragments (a cosine). I->T: each region's best word within each caption, averaged over the regions
+    (p) and its top K (q); T->I: each word's best real region of each image, likewise.
+    mode "scan": leaky ReLU 0.1 (padded regions 0), then each region's column L2-normalised over each caption's
+    words (for T->I) and each word's row over the regions (for I->T), as SCAN and HREM's code.
+    Only real words enter the product (a caption's padding is most of its length); maxima are exact, so cosine
+    equals the padded (N, M, n_r, n_c) computation bit for bit (scan: at float tolerance, each caption's norm
+    sums in another order; `tests/test_hrem.py`).
     """
-    sim = torch.einsum("imd,jnd->ijmn", F.normalize(regions, dim=-1), F.normalize(words, dim=-1))
-    pair = region_mask[:, None, :, None] & word_mask[None, :, None, :]  # (N, M, n_r, n_c)
+    n, n_r, _ = regions.shape
+    m, n_c = word_mask.shape
+    caption = torch.arange(m, device=words.device).repeat_interleave(word_mask.sum(1))  # (T,): each word's caption
+    sim = (F.normalize(regions, dim=-1).flatten(0, 1) @ F.normalize(words[word_mask], dim=-1).T).view(n, n_r, -1)
     for_it, for_ti = sim, sim
     if mode == "scan":
-        sim = F.leaky_relu(sim, 0.1).masked_fill(~pair, 0.0)
-        for_it, for_ti = F.normalize(sim, dim=2), F.normalize(sim, dim=3)
-    per_region = for_it.masked_fill(~pair, float("-inf")).amax(3)  # (N, M, n_r): best word of each region
-    per_word = for_ti.masked_fill(~pair, float("-inf")).amax(2)  # (N, M, n_c): best region of each word
+        sim = F.leaky_relu(sim, 0.1).masked_fill(~region_mask[:, :, None], 0.0)
+        norm = sim.new_zeros(n, n_r, m).index_add_(2, caption, sim.square()).sqrt()  # (N, n_r, M) per caption
+        for_it, for_ti = F.normalize(sim, dim=1), sim / norm.clamp_min(1e-12).index_select(2, caption)
+    per_region = sim.new_full((n, n_r, m), float("-inf")).scatter_reduce_(
+        2, caption.expand_as(sim), for_it, "amax").transpose(1, 2)  # (N, M, n_r): each region's best word
+    per_word = sim.new_full((n, m, n_c), float("-inf"))  # (N, M, n_c): each word's best region
+    per_word[:, word_mask] = for_ti.masked_fill(~region_mask[:, :, None], float("-inf")).amax(1)
     r_mask = region_mask[:, None, :].expand_as(per_region)
     w_mask = word_mask[None, :, :].expand_as(per_word)
     p_it = per_region.masked_fill(~r_mask, 0.0).sum(-1) / r_mask.sum(-1)
@@ -488,8 +499,21 @@ class HREM(TwoTower):
         return self.image_fragments(batch).emb
 
     def encode_captions(self, batch: dict[str, Tensor]) -> Tensor:
-        """u (B, d), Eq. (3): no other sample is read."""
-        return self.caption_fragments(batch).emb
+        """u (B, d), Eq. (3): no other sample is read. At test time on the CPU (no dropout) the text encoder reads
+        the whole batch, then Eq. (3) runs on groups of captions of similar length, each cut to its longest caption
+        rounded up to `LENGTH_STEP` words (padding is at the end): the word attention costs what the group's words
+        cost, not the batch's longest caption's, and each caption's u is the same bit for bit (the CPU kernels'
+        sums see the same lanes; `tests/test_hrem.py`)."""
+        if self.training or self.text_fc.weight.device.type != "cpu":
+            return self.caption_fragments(batch).emb
+        features = self.text_encoder(batch)
+        lengths = features.mask.sum(1)
+        emb = features.local.new_empty(len(lengths), self.config.embed_dim)
+        for group in lengths.argsort(stable=True).split(LENGTH_GROUP):
+            width = min(features.mask.shape[1], LENGTH_STEP * math.ceil(int(lengths[group].max()) / LENGTH_STEP))
+            words = self.text_fc(features.local[group, :width])  # C of the group (G, width, d)
+            emb[group] = self.text_relation(words, features.mask[group, :width])
+        return emb
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Fragments, Fragments]:
         """Training: both sides with their fragments, what `loss` needs for the association graph."""

@@ -14,8 +14,9 @@ retrieval. Its score needs every (image, caption) pair: each word attends over t
    schedule is the library's from-scratch recipe (`scratch_hard_negatives`) unless given.
 
 Open choices: λ₁ = 9 (SCAN's t2i value on Flickr30K and COCO); a caption's words are padded to `max_words` so
-that its embedding is one fixed-size tensor (a longer caption is an error); `score` is chunked over both axes
-by `evaluate.score_matrix(caption_chunk=...)`, and its own memory is bounded by `pair_chunk` pairs at a time.
+that its embedding is one fixed-size tensor (a longer caption is an error); `score` takes the captions in blocks
+of similar length, each cut to its longest caption (a test split's captions are mostly far shorter than the
+longest), and bounds its memory by `pair_chunk` pairs at a time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from xmr_core.methods.two_tower import TwoTower
 from xmr_core.methods.vse import HingeSchedule, scratch_hard_negatives
 
 Fragments = tuple[Tensor, Tensor]  # (features (n, L, d) unit, mask (n, L) bool)
+CAPTION_BLOCK = 128  # captions of similar length scored together (`SCAN.score`)
 
 
 @dataclass
@@ -62,16 +64,20 @@ def scan_config(encoders: dict, **overrides: object) -> SCANConfig:
 def t2i_attention_scores(regions: Tensor, region_mask: Tensor, words: Tensor, word_mask: Tensor,
                          lam: float) -> Tensor:
     """SCAN t2i score of every pair, Eq. (1)-(4): regions (N, n_r, d) + mask (N, n_r), words (M, n_c, d) +
-    mask (M, n_c), all fragments unit -> S (N, M)."""
-    s = torch.einsum("ird,jwd->ijrw", regions, words)  # (N, M, n_r, n_c) cosines
-    pair = region_mask[:, None, :, None] & word_mask[None, :, None, :]
-    s_bar = F.normalize(s.clamp_min(0.0).masked_fill(~pair, 0.0), dim=3)  # over the words, Eq. (1)
-    alpha = (lam * s_bar).masked_fill(~region_mask[:, None, :, None], float("-inf")).softmax(2)  # over regions
+    mask (M, n_c), all fragments unit -> S (N, M). The pairs are laid out (N, n_r, M, n_c), the layout of one
+    matrix product of all regions with all words, so that no (pairs, d) operand is ever copied."""
+    n, n_r, d = regions.shape
+    m, n_c, _ = words.shape
+    s = (regions.reshape(n * n_r, d) @ words.reshape(m * n_c, d).T).view(n, n_r, m, n_c)  # cosines
+    real_region = region_mask[:, :, None, None]
+    s_bar = F.normalize(s.clamp_min(0.0).masked_fill(~(real_region & word_mask), 0.0), dim=3)  # over words, Eq. (1)
+    alpha = (lam * s_bar).masked_fill(~real_region, float("-inf")).softmax(1)  # over the image's regions
     # Eq. (2)-(3) without forming a_j (N, M, n_c, d): e_j . a_j = sum_i α_ij s_ij, and
     # |a_j|² = α_jᵀ G α_j with the Gram matrix G (N, n_r, n_r) of each image's regions (e_j is unit)
-    dot_ea = (alpha * s).sum(2)  # (N, M, n_c)
+    dot_ea = (alpha * s).sum(1)  # (N, M, n_c)
     gram = regions @ regions.transpose(1, 2)
-    norm_a = torch.einsum("ijrw,irq,ijqw->ijw", alpha, gram, alpha).clamp_min(1e-12).sqrt()
+    g_alpha = torch.bmm(gram, alpha.reshape(n, n_r, m * n_c)).view_as(alpha)
+    norm_a = (alpha * g_alpha).sum(1).clamp_min(1e-12).sqrt()
     relevance = dot_ea / norm_a  # R(e_j, a_j) = cos(e_j, a_j) (N, M, n_c), Eq. (3)
     w = word_mask[None].to(relevance.dtype)
     return (relevance * w).sum(-1) / w.sum(-1)  # mean over the real words, Eq. (4)
@@ -82,6 +88,13 @@ def _trimmed(cap_emb: Fragments) -> Fragments:
     words, mask = cap_emb
     width = max(1, int(mask.sum(1).max()))
     return words[:, :width], mask[:, :width]
+
+
+def _length_blocks(word_mask: Tensor, size: int) -> list[Tensor]:
+    """The captions' indices in blocks of `size` captions of similar length (ascending), so that each block is
+    trimmed to its own longest caption (`_trimmed`) and scores few padded words."""
+    order = torch.argsort(word_mask.sum(1), stable=True)
+    return list(order.split(size))
 
 
 @register_method(SCANConfig)
@@ -110,11 +123,17 @@ class SCAN(TwoTower):
         return F.pad(words, (0, 0, 0, width - words.shape[1])), F.pad(mask, (0, width - mask.shape[1]))
 
     def score(self, img_emb: Fragments, cap_emb: Fragments) -> Tensor:
-        """(n_img, n_cap) t2i attention scores, `pair_chunk` pairs at a time."""
-        (regions, r_mask), (words, w_mask) = img_emb, _trimmed(cap_emb)
-        step = max(1, self.config.pair_chunk // max(1, len(words)))
-        return torch.cat([t2i_attention_scores(regions[i:i + step], r_mask[i:i + step], words, w_mask,
-                                               self.config.lambda_softmax) for i in range(0, len(regions), step)])
+        """(n_img, n_cap) t2i attention scores: the captions in blocks of `CAPTION_BLOCK` of similar length, each
+        trimmed to its longest (`_length_blocks`), against `pair_chunk // CAPTION_BLOCK` images at a time."""
+        (regions, r_mask), (words, w_mask) = img_emb, cap_emb
+        out = regions.new_empty(len(regions), len(words))
+        step = max(1, self.config.pair_chunk // CAPTION_BLOCK)
+        for block in _length_blocks(w_mask, CAPTION_BLOCK):
+            b_words, b_mask = _trimmed((words[block], w_mask[block]))
+            out[:, block] = torch.cat([t2i_attention_scores(regions[i:i + step], r_mask[i:i + step], b_words, b_mask,
+                                                            self.config.lambda_softmax)
+                                       for i in range(0, len(regions), step)])
+        return out
 
     def batch_scores(self, img_emb: Fragments, cap_emb: Fragments) -> Tensor:
         (regions, r_mask), (words, w_mask) = img_emb, _trimmed(cap_emb)

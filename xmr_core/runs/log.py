@@ -34,11 +34,12 @@ from xmr_core.runs import trace as plantrace
 NOTEBOOK_ORDER = ("train", "ablate", "visualise")  # a chapter's notebooks in the order the book runs them
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this package runs from (its git repository)
 # xmr_core paths (files, or folders ending in "/") that do not change what a run computes: the book runner, reports,
-# the cache, and the experiment layer that only chooses which runs to ask for (the chapters, the compared methods and
-# recipes, the tuning protocol). What a run is asked for enters its key: the method config, the model's initial
-# state, the train config and the data; what computes it from there (training, methods, encoders, data, metrics)
-# is the training source.
+# the cache, the experiment layer that only chooses which runs to ask for (the chapters, the compared methods and
+# recipes, the tuning protocol), and the run records (a finished run scored once, `records`). What a run is asked for
+# enters its key: the method config, the model's initial state, the train config and the data; what computes it from
+# there (training, methods, encoders, data, metrics) is the training source.
 NOT_TRAINING = ("book/", "viz.py", "claims.py", "grounding.py", "ceiling.py", "sources.py", "io.py", "liveness.py",
+                "records.py", "run_evaluation.py", "query_values.py", "record_evidence.py", "runs/record.py",
                 "runs/log.py", "runs/archive.py", "runs/identity.py", "runs/cache.py", "runs/executors.py",
                 "runs/trace.py", "runs/plan.py", "runs/tuning.py", "chapters/", "experiment/", "bench/", "paper_values/")
 

@@ -333,18 +333,25 @@ def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
     atomic_write_text(path, pd.DataFrame(history).to_csv(index=False))
 
 
-def _validate(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: TrainConfig,
-              device: torch.device) -> dict[str, float]:
+def _validator(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: TrainConfig,
+               device: torch.device) -> Callable[[RetrievalModel, Split], dict[str, float]]:
+    """`fit`'s validation on `split` each epoch: `evaluate_model` on `cfg.val_views`, or for a multi-query model
+    `evaluate_multi_query` on every round its longest set allows. The split's loaders are built once a run: its
+    captions are tokenised once, not every epoch (the same batches, so the same numbers)."""
+    from xmr_core.data.datasets import caption_loader, image_loader
     from xmr_core.evaluate import evaluate_model, evaluate_multi_query
 
+    batch_size = cfg.eval_batch_size
     if model.task == "multi_query":
         longest = max((len(q) for q in split.queries or []), default=1)
         rounds = min(longest, model.max_queries or longest)
-        return evaluate_multi_query(model, split, vocab, rounds, short="hold", batch_size=cfg.eval_batch_size,
-                                    device=device)
+        return lambda m, s: evaluate_multi_query(m, s, vocab, rounds, short="hold", batch_size=batch_size,
+                                                 device=device)
     views = None if cfg.val_views is None else list(cfg.val_views)
-    return evaluate_model(model, split, vocab=vocab, batch_size=cfg.eval_batch_size, device=device,
-                          views=views, progress=False)
+    loaders = None if vocab is None else (image_loader(split, batch_size, visual=model.visual),
+                                          caption_loader(split, vocab, batch_size))
+    return lambda m, s: evaluate_model(m, s, vocab=vocab, batch_size=batch_size, device=device, views=views,
+                                       progress=False, loaders=loaders if s is split else None)
 
 
 def _finished(run_dir: Path, key: str) -> dict[str, Any] | None:
@@ -778,7 +785,7 @@ def _fit(
         seed_everything(cfg.seed)
 
     loader, sampler = _train_loader(model, train_split, vocab, cfg, env)
-    validate = validate or (lambda m, s: _validate(m, s, vocab, cfg, device))
+    validate = validate or _validator(model, val_split, vocab, cfg, device)
 
     net: nn.Module = model
     stopped, stop_message = "max_epochs", ""
