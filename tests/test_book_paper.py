@@ -63,6 +63,7 @@ def test_every_chapter_runs_under_paper_smoke_on_real_layout_data(dataset: str, 
     lines: list[str] = []
     summary = book.run_book(BOOKS[dataset], profile="paper-smoke", force=True, root=ROOT, echo=lines.append,
                             params={"DATASET": dataset, "DATA_ROOT": str(root), "RESULTS_DIR": str(out)})
+    print(*lines, sep="\n")  # each notebook's outcome line (`pytest -rP` shows them for a passed test too)
     assert summary.ok, "\n".join(lines)
     assert summary.count("passed") == sum(len(book.chapters(ROOT / "book")[c]) for c in BOOKS[dataset])
     check_results(out, dataset, root)
