@@ -18,6 +18,7 @@ from xmr_core.chapters.hrem import (
     ABLATE_CLAIMS,
     BERT_ORDER,
     CEILING_SI,
+    CLAIM_METRICS,
     CLAIMS,
     CONNECTED,
     ENSEMBLE,
@@ -27,7 +28,9 @@ from xmr_core.chapters.hrem import (
     FIG6_TITLES,
     MODELS,
     PAPER_ONLY,
+    R15,
     RANDOM_LINKS,
+    RSUM,
     SCAN_MODEL,
     TABLE1_COLUMNS,
     TABLE2_COLUMNS,
@@ -38,6 +41,7 @@ from xmr_core.chapters.hrem import (
     TRAIN_CLAIMS,
     WITH_SI,
     WITHOUT_SI,
+    ablate_bindings,
     ablate_judgements,
     ablation_config,
     association_figure,
@@ -47,7 +51,6 @@ from xmr_core.chapters.hrem import (
     claims_preamble,
     connection_precision,
     draw_pairs,
-    ensemble,
     fig5_figure,
     fig5_summary,
     fig6_figure,
@@ -59,10 +62,9 @@ from xmr_core.chapters.hrem import (
     longest_caption,
     loss_curves,
     mean_negative_similarity,
-    metric_row,
     neighbour_count,
     not_run_table,
-    query_evidence,
+    records_row,
     region_bert,
     region_matching_figure,
     region_word_matching,
@@ -74,6 +76,7 @@ from xmr_core.chapters.hrem import (
     table4_rows,
     table4_summary,
     top_percent,
+    train_bindings,
     train_judgements,
     training_runs,
     visualise_judgements,
@@ -82,11 +85,14 @@ from xmr_core.claims import can_fail
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
-from xmr_core.evaluate import SplitScores, query_hits, query_strata, r15_per_query
+from xmr_core.evaluate import direction_scores, embed_split
 from xmr_core.experiment.compared import hrem_compared
+from xmr_core.experiment.ensemble import ScoreMean
 from xmr_core.experiment.protocols import hrem_data
 from xmr_core.experiment.recipes import hrem_encoders, minilm_not_run
 from xmr_core.methods.hrem import HREM, AssociationGraph
+from xmr_core.query_values import query_values
+from xmr_core.records import Evaluation, QueryStats, RunRecord, Scored, SplitQueries
 from xmr_core.reported import paper_values
 from xmr_core.runs.tuning import TuningResult
 
@@ -149,11 +155,32 @@ def test_the_unchanged_ablation_config_is_train_py_s_hrem_fusion_so_its_runs_are
 
 
 # ----------------------------------------------------------------------------------------------- scores
-def test_ensemble_averages_the_similarity_matrices_and_adds_the_times() -> None:
-    a = SplitScores(torch.tensor([[1.0, 3.0]]), torch.tensor([[2.0, 0.0]]), 1.5)
-    b = SplitScores(torch.tensor([[3.0, -1.0]]), torch.tensor([[0.0, 4.0]]), 2.0)
-    out = ensemble(a, b)
-    assert out.i2t.tolist() == [[2.0, 1.0]] and out.t2i.tolist() == [[1.0, 2.0]] and out.seconds == 3.5
+def test_the_ensemble_scores_the_mean_of_its_members_similarity_matrices_bit_for_bit() -> None:
+    (a, vocab, split), (b, _, _) = _tiny_hrem(0), _tiny_hrem(1)
+    one = [direction_scores(m, *embed_split(m, split, vocab))[0] for m in (a, b)]
+    both = ScoreMean([a, b])
+    i2t, t2i = direction_scores(both, *embed_split(both, split, vocab))
+    assert not torch.equal(one[0], one[1])
+    assert torch.equal(i2t, (one[0] + one[1]) / 2) and torch.equal(t2i, i2t)
+    with pytest.raises(ValueError, match="at least two"):
+        ScoreMean([a])
+
+
+def _record(name: str, seed: int, ranks: np.ndarray, caption_image: np.ndarray | None = None, converged: bool = True,
+            collapse: str = "") -> RunRecord:
+    """A run record of the best ranks `ranks` of the N image queries, then the M caption queries (instance view, whole
+    split; `caption_image` (M,), default caption i of image i: one positive each)."""
+    caption_image = np.arange(len(ranks) // 2) if caption_image is None else np.asarray(caption_image)
+    n, m = len(ranks) - len(caption_image), len(caption_image)
+    blocks = {("full", "instance", d): QueryStats(np.asarray(r, np.int64), (np.asarray(r) == 1).astype(np.int64))
+              for d, r in (("i2t", ranks[:n]), ("t2i", ranks[n:]))}
+    # an image query's positives: its captions, where each of them is its first hit at best (R-P hits: rank 1 only)
+    n_pos = {("full", "instance", "i2t"): np.bincount(caption_image, minlength=n), ("full", "instance", "t2i"):
+             np.ones(m, np.int64)}
+    split = SplitQueries("test", "constructed", "f" * 64, n, caption_image, {"full": ((0, n, 0, m),)}, n_pos)
+    return RunRecord(f"{name}-{seed}", f"{name}-{seed}", "m", {}, {"seed": seed},
+                     {"converged": converged, "stopped": "patience", "history": []}, {}, {},
+                     Evaluation(split, {"default": Scored(blocks, collapse=collapse)}))
 
 
 # ---------------------------------------------------------------------------------------------- Table 4
@@ -206,19 +233,14 @@ def test_top_percent_keeps_the_rounded_share_of_highest_values_ties_by_index() -
 
 def test_special_recall_is_r_at_1_of_the_selected_queries_only() -> None:
     split = synthetic_split("test", 3, np.random.default_rng(0), k=2)  # captions 0,1 -> image 0; 2,3 -> 1; 4,5 -> 2
-    i2t = torch.tensor([[0.9, 0.1, 0.8, 0.0, 0.0, 0.0],   # image 0: own caption first -> hit
-                        [0.9, 0.0, 0.1, 0.2, 0.0, 0.0],   # image 1: caption 0 first -> miss
-                        [0.0, 0.0, 0.0, 0.0, 0.5, 0.1]])  # image 2: hit
-    t2i = i2t.clone()
-    t2i[:, 0] = torch.tensor([0.1, 0.9, 0.0])  # caption 0 ranks image 1 first -> miss; the others: see columns
-    scores = SplitScores(i2t, t2i, 0.0)
+    # the record's best ranks: images 0 and 2 find a caption of theirs first, image 1 not; captions 0 and 2 miss
+    record = _record("m", 0, np.array([1, 2, 1] + [2, 1, 2, 1, 1, 1]), split.caption_image)
     masks = {"i2t": np.array([True, True, False]), "t2i": np.array([True, False, True, False, False, False])}
-    got = special_recall(split, scores, masks)
+    got = special_recall(record, masks)
     assert got["i2t R@1"] == pytest.approx(50.0)  # images 0 (hit) and 1 (miss)
-    # caption 0: miss; caption 2 (image 1): column [0.8, 0.1, 0.0] ranks image 0 first -> miss
-    assert got["t2i R@1"] == pytest.approx(0.0)
+    assert got["t2i R@1"] == pytest.approx(0.0)  # captions 0 and 2: both miss
     selector = (torch.randn(3, 4), torch.randn(6, 4))
-    rows = table4_rows(split, selector, {"m": scores}, seed=7, percents=(50, 100))
+    rows = table4_rows(split, selector, {"m": record}, seed=7, percents=(50, 100))
     assert [(r["samples"], r["percent"], r["model"], r["seed"]) for r in rows] == [
         (kind, p, m, 7) for kind in ("hard", "infrequent") for p in (50, 100) for m in ("m", CEILING_SI)]
     # the ceiling row: the mean of the selected queries' ceiling hit probabilities (query_ceiling, brute-force
@@ -232,7 +254,7 @@ def test_special_recall_is_r_at_1_of_the_selected_queries_only() -> None:
             if r["percent"] == 100:
                 assert r[f"{d} R@1"] == pytest.approx(bayes_ceiling(split, ks=(1,))[f"{d}/R@1"])
     no_exact = dataclasses.replace(split, exact=None)
-    assert [r["model"] for r in table4_rows(no_exact, selector, {"m": scores}, seed=7, percents=(50,))] == ["m", "m"]
+    assert [r["model"] for r in table4_rows(no_exact, selector, {"m": record}, seed=7, percents=(50,))] == ["m", "m"]
 
 
 # -------------------------------------------------------------------------------------------- Figure 7
@@ -299,10 +321,10 @@ def test_training_runs_count_the_cpu_chapter_by_hand() -> None:
 
 
 # ---------------------------------------------------------------------------------------- visualise helpers
-def _tiny_hrem() -> tuple[HREM, Vocabulary, object]:
+def _tiny_hrem(seed: int = 0) -> tuple[HREM, Vocabulary, object]:
     split = synthetic_split("test", 6, np.random.default_rng(1), k=2, regions=3)
     vocab = Vocabulary.build(split.captions)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     enc = {**hrem_encoders("smoke", 4), "embed_dim": 16}
     model = HREM(ablation_config(enc, "smoke", _tuned(), heads=4), np.random.default_rng(0).standard_normal(
         (len(vocab), 5)).astype(np.float32))
@@ -398,12 +420,12 @@ def test_fig6_figure_draws_each_sweep_with_its_seed_spread_and_default() -> None
 
 # ----------------------------------------------------------------------------------------------- Figure 7
 def test_fig7_curves_figure_and_claim_by_hand() -> None:
-    fits = {("HREM", 0): SimpleNamespace(history=[{"epoch": 1, "train/triplet_initial": 1.0},
-                                                  {"epoch": 2, "train/triplet_initial": 0.8,
-                                                   "train/triplet_enhanced": 0.5}]),
-            ("HREM", 1): SimpleNamespace(history=[{"epoch": 1, "train/triplet_initial": 1.0},
-                                                  {"epoch": 2, "train/triplet_initial": 0.6,
-                                                   "train/triplet_enhanced": 0.4}])}
+    fits = {("HREM", 0): SimpleNamespace(fit={"history": [{"epoch": 1, "train/triplet_initial": 1.0},
+                                                          {"epoch": 2, "train/triplet_initial": 0.8,
+                                                           "train/triplet_enhanced": 0.5}]}),
+            ("HREM", 1): SimpleNamespace(fit={"history": [{"epoch": 1, "train/triplet_initial": 1.0},
+                                                          {"epoch": 2, "train/triplet_initial": 0.6,
+                                                           "train/triplet_enhanced": 0.4}]})}
     curves = fig7_curves(fits, [0, 1])
     assert curves["seed"].tolist() == [0, 0, 1, 1] and curves["initial"].tolist() == [1.0, 0.8, 1.0, 0.6]
     fig = fig7_figure(curves)
@@ -413,9 +435,9 @@ def test_fig7_curves_figure_and_claim_by_hand() -> None:
     np.testing.assert_allclose(enhanced1.get_ydata()[1:], [0.4])
     plt.close(fig)
     # a seed that stopped later is drawn over its own epochs only
-    longer = {**fits, ("HREM", 1): SimpleNamespace(history=[*fits["HREM", 1].history,
-                                                            {"epoch": 3, "train/triplet_initial": 0.2,
-                                                             "train/triplet_enhanced": 0.3}])}
+    longer = {**fits, ("HREM", 1): SimpleNamespace(fit={"history": [*fits["HREM", 1].fit["history"],
+                                                                    {"epoch": 3, "train/triplet_initial": 0.2,
+                                                                     "train/triplet_enhanced": 0.3}]})}
     fig = fig7_figure(fig7_curves(longer, [0, 1]))
     assert [line.get_xdata().tolist() for line in fig.axes[0].lines] == [[1, 2], [1, 2], [1, 2, 3], [1, 2, 3]]
     plt.close(fig)
@@ -532,52 +554,62 @@ def test_every_declared_claim_can_hold_and_fail_and_keys_are_unique() -> None:
         assert len(fig6) == 4 and all(set(s.compared) <= points for s in fig6), profile
 
 
-def test_query_hits_are_the_whole_split_recalls_per_query() -> None:
-    split = synthetic_split("test", 10, np.random.default_rng(0), k=2)  # 10 images, 20 captions: 5 folds
-    gen = torch.Generator().manual_seed(0)
-    scores = SplitScores(torch.rand(10, 20, generator=gen), torch.rand(10, 20, generator=gen), 0.0)
-    hits, strata = query_hits(split, scores), query_strata(split)
-    assert hits.shape == (30, 3) and strata.tolist() == [0] * 10 + [1] * 20
-    row = metric_row(split, scores)
-    assert hits[:10].mean(0) == pytest.approx([row[f"all i2t R@{k}"] for k in (1, 5, 10)])
-    assert hits[10:].mean(0) == pytest.approx([row[f"all t2i R@{k}"] for k in (1, 5, 10)])
+def test_a_record_s_row_and_the_claims_per_query_values_are_its_recalls() -> None:
+    ranks = np.random.default_rng(0).integers(1, 12, size=40)  # 20 images, 20 captions
+    record = _record("m", 0, ranks)
+    row = records_row(record)
+    for d, part in (("i2t", ranks[:20]), ("t2i", ranks[20:])):
+        assert [row[f"all {d} R@{k}"] for k in (1, 5, 10)] == pytest.approx([100 * (part <= k).mean()
+                                                                             for k in (1, 5, 10)])
+    assert row["all rSum"] == pytest.approx(sum(100 * (ranks[s] <= k).mean() for s in (slice(0, 20), slice(20, 40))
+                                                for k in (1, 5, 10)))
+    assert np.isnan(row["1K rSum"])  # the record has no five folds
     # a seed's score is the mean of its strata's means: rSum, and Table 3's mean of R@1 and R@5 both ways
-    per_run = pd.DataFrame([{"model": "m", "seed": 0, "converged": True, "collapse": ""}])
-    evidence = query_evidence(per_run, {("m", 0): hits}, strata)["m"]
-    assert evidence.per_seed[0] == pytest.approx(row["all rSum"])
-    r15 = query_evidence(per_run, {("m", 0): hits}, strata, r15_per_query)["m"].per_seed[0]
-    assert r15 == pytest.approx(np.mean([row[c] for c in TABLE3_COLUMNS]))
-    with pytest.raises(KeyError, match="no per-query values of 'm', seed\\(s\\) \\[0\\]"):
-        query_evidence(per_run, {}, strata)
+    for metric, expected in ((CLAIM_METRICS[RSUM], row["all rSum"]),
+                             (CLAIM_METRICS[R15], np.mean([row[c] for c in TABLE3_COLUMNS]))):
+        values, strata = query_values(record.evaluation, metric)
+        assert np.mean([values[strata == h].mean() for h in (0, 1)]) == pytest.approx(expected)
 
 
-def _hits(level: float, seed: int, n: int = 100) -> np.ndarray:
-    """(2n, 3) hits of a model whose best ranks fall as `level` rises: rank 1 + a draw below 60 / 2^level."""
-    rank = 1 + np.random.default_rng(seed).integers(0, max(1, int(60 / 2 ** level)), size=2 * n)
-    return 100.0 * (rank[:, None] <= np.array([1, 5, 10])[None, :])
+def _ranks(level: float, seed: int, n: int = 100) -> np.ndarray:
+    """(2n,) best ranks of a model whose ranks fall as `level` rises: 1 + a draw below 60 / 2^level."""
+    return 1 + np.random.default_rng(seed).integers(0, max(1, int(60 / 2 ** level)), size=2 * n)
 
 
-def _train_runs(levels: dict[str, float], unconverged: str = "", collapsed: str = ""):
-    seeds = (0, 1, 2)
-    per_run = pd.DataFrame([{"model": m, "seed": s, "converged": m != unconverged,
-                             "collapse": "every query's scores are tied" if m == collapsed else ""}
-                            for s in seeds for m in levels])
-    hits = {(m, s): _hits(lv, 10 * s + i) for i, (m, lv) in enumerate(levels.items()) for s in seeds}
-    return per_run, hits, np.repeat([0, 1], 100)
+def _hits(ranks: np.ndarray) -> np.ndarray:
+    return 100.0 * (ranks[:, None] <= np.array([1, 5, 10])[None, :])
+
+
+def _records(levels: dict[str, float], seeds=(0, 1, 2), offset: int = 0, unconverged: str = "",
+             collapsed: str = "") -> dict[tuple[str, int], RunRecord]:
+    """{(model, seed): record} of constructed runs of each model of `levels` at every seed."""
+    return {(m, s): _record(f"{m}-{offset}", s, _ranks(lv, offset + 10 * s + i), converged=m != unconverged,
+                            collapse="every query's scores are tied" if m == collapsed else "")
+            for s in seeds for i, (m, lv) in enumerate(levels.items())}
 
 
 LEVELS = {"VSE++": 0.0, "GPO": 1.0, "HREM standalone": 2.0, "HREM fusion": 3.0, ENSEMBLE: 4.0}
 
 
-def test_train_judgements_on_constructed_runs() -> None:
+def _train(records: dict[tuple[str, int], RunRecord]) -> dict[str, object]:
     run = RunConfig.from_params(PROFILE="smoke")
-    per_run, hits, strata = _train_runs(LEVELS)
-    judged = {j.spec.key: j for j in train_judgements(per_run, hits, strata, run)}
+    return {j.spec.key: j for j in train_judgements(records, train_bindings(records, run), run)}
+
+
+def test_train_judgements_on_constructed_runs() -> None:
+    records = _records(LEVELS)
+    run = RunConfig.from_params(PROFILE="smoke")
+    bindings = train_bindings(records, run)
+    judged = _train(records)
     ordered = ["beats-embedding-methods", "fusion-best-single", "standalone-over-gpo", "fusion-over-gpo",
                "fusion-over-standalone", "ensemble-over-standalone", "ensemble-over-fusion"]
+    assert list(bindings) == ordered  # every claim with its compared models' records; not BERT, not score-based
+    assert bindings["fusion-over-gpo"].sides["GPO"].records == tuple(f"GPO-0-{s}" for s in (0, 1, 2))
     assert [judged[k].verdict for k in ordered] == ["held"] * 7
     j = judged["fusion-over-gpo"]
     # the effect by hand: rSum = the sum over both directions and K of the mean hits, mean over seeds
+    hits = {k: _hits(np.concatenate([r.evaluation.scorings["default"].blocks["full", "instance", d].best_rank
+                                     for d in ("i2t", "t2i")])) for k, r in records.items()}
     rsum = {m: np.mean([hits[m, s][:100].mean(0).sum() + hits[m, s][100:].mean(0).sum() for s in (0, 1, 2)])
             for m in LEVELS}
     assert j.effect == pytest.approx(rsum["HREM fusion"] - rsum["GPO"]) and j.paired == "seed+query"
@@ -585,61 +617,74 @@ def test_train_judgements_on_constructed_runs() -> None:
     assert judged["both-text-encoders"].verdict == "not tested"
     assert "no HREM ensemble (BERT), GPO (BERT)" in judged["both-text-encoders"].reason
     assert judged["beats-score-based"].verdict == "not tested" and "IMRAM" in judged["beats-score-based"].reason
-    reversed_levels = {m: 4.0 - lv for m, lv in LEVELS.items()}
-    judged = {j.spec.key: j for j in train_judgements(*_train_runs(reversed_levels), run)}
+    judged = _train(_records({m: 4.0 - lv for m, lv in LEVELS.items()}))
     assert [judged[k].verdict for k in ordered] == ["did not hold"] * 7
-    judged = {j.spec.key: j for j in train_judgements(*_train_runs(LEVELS, unconverged="GPO",
-                                                                  collapsed="VSE++"), run)}
+    judged = _train(_records(LEVELS, unconverged="GPO", collapsed="VSE++"))
     assert [judged[k].verdict for k in ordered] == ["not tested"] * 4 + ["held"] * 3
     assert judged["fusion-over-gpo"].reason == "GPO did not converge"
     assert judged["fusion-best-single"].collapsed == ("VSE++",)
 
 
 def test_bert_models_join_the_train_evidence_in_the_paper_profile() -> None:
-    per_run, hits, strata = _train_runs(LEVELS)
-    bert_runs = per_run[per_run["model"] != "VSE++"]
-    bert = SimpleNamespace(why=None, per_run=bert_runs, hits=hits)
-    judged = {j.spec.key: j for j in train_judgements(per_run, hits, strata, RunConfig.from_params(PROFILE="smoke"),
-                                                      bert)}
+    records = _records(LEVELS)
+    records |= {(m + " (BERT)", s): r for (m, s), r in _records(LEVELS, offset=500).items() if m != "VSE++"}
+    judged = _train(records)
     assert judged["both-text-encoders"].verdict == "held"
     assert [p.spec.models for p in judged["both-text-encoders"].parts][1] == (ENSEMBLE + " (BERT)", "GPO (BERT)")
 
 
-def _ablate_inputs(hrem_level: float = 3.0, default_seed_hits: float = 3.0, sweep_shift: float = 0.0):
-    """Table 3 rows, Figure 6 sweeps (every seed), Figure 7 curves, Table 4 rows and Figure 5 runs, constructed."""
+def _ablate_inputs(sweep_shift: float = 0.0, unconverged: tuple[str, int] | None = None, collapsed: str = ""):
+    """ablate.py's records and runs, constructed: Table 3 rows, Figure 6 sweeps (every seed), Figure 7 curves, Table 4
+    rows and Figure 5 runs; the Table 3 run `unconverged` (row, seed) did not converge, row `collapsed` collapsed."""
     seeds = (0, 1, 2)
-    t3_levels = {"HREM": hrem_level, **{name: 1.0 for name in TABLE3A}, "w/o connection A": 1.0}
+    t3_levels = {"HREM": 3.0, **{name: 1.0 for name in TABLE3A}, "w/o connection A": 1.0}
     t3_levels["w/o fragment level"] = 2.0  # instance level matters more: w/o fragment above w/o instance
-    t3_runs = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": ""} for s in seeds
-                            for m in t3_levels])
-    t3_hits = {(m, s): _hits(lv, 10 * s + i) for i, (m, lv) in enumerate(t3_levels.items()) for s in seeds}
-    t3 = SimpleNamespace(per_seed=t3_runs, hits=t3_hits)
-    rows, hits = [], {}
+    t3_records = _records(t3_levels, seeds, collapsed=collapsed)
+    if unconverged is not None:
+        old = t3_records[unconverged]
+        t3_records[unconverged] = dataclasses.replace(old, fit={**old.fit, "converged": False})
+    t3_runs = pd.DataFrame([{"model": m, "seed": s, "converged": r.converged,
+                             "collapse": r.evaluation.scorings["default"].collapse}
+                            for (m, s), r in t3_records.items()])
+    t3 = SimpleNamespace(per_seed=t3_runs, records=t3_records)
+    sweep_records = {}
     for p, grid in FIG6_GRIDS["cpu"].items():
         for v in grid:
             default = v == FIG6_DEFAULTS[p]
             far = v in (0.0, 15, 0.1, 0.9)  # outside the proper range: far below the default
             for s in seeds:
-                rows.append({"param": p, "value": v, "seed": s, "converged": True, "collapse": "", "all rSum": 0.0})
-                hits[fig6_label(p, v), s] = (t3_hits["HREM", s] if default or not far and sweep_shift == 0
-                                             else _hits(default_seed_hits - (5 if far else sweep_shift), 99 + s))
-    sweeps = SimpleNamespace(frame=pd.DataFrame(rows), hits=hits)
+                sweep_records[fig6_label(p, v), s] = (
+                    t3_records["HREM", s] if default or not far and sweep_shift == 0 else
+                    _record(f"{fig6_label(p, v)}", s, _ranks(3.0 - (5 if far else sweep_shift), 99 + s)))
     curves = pd.DataFrame([{"epoch": e, "seed": s, "initial": 1.0 + 0.1 * s, "enhanced": 0.5 + 0.1 * s + 0.01 * e}
                            for s in seeds for e in (1, 2)])
     t4 = pd.DataFrame([{"samples": k, "percent": p, "model": m, "seed": s, "i2t R@1": v + s, "t2i R@1": v + 2 * s}
                        for k in ("hard", "infrequent") for p in (5, 10) for s in seeds
                        for m, v in ((WITH_SI, 50.0 if k == "hard" else 20.0), (WITHOUT_SI, 30.0))])
     f5_levels = {"VSE++": 0.0, "GPO": 1.0, "HREM standalone": 2.0, "HREM fusion": 3.0, SCAN_MODEL: 0.5}
+    f5_records = _records(f5_levels, seeds, offset=50)
     f5 = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": "", "all rSum": 0.0,
                         "test s": (2.0 + s if m == SCAN_MODEL else 0.1 + 0.01 * s)} for s in seeds for m in f5_levels])
-    f5_hits = {(m, s): _hits(lv, 50 + 10 * s + i) for i, (m, lv) in enumerate(f5_levels.items()) for s in seeds}
-    return t3, sweeps, curves, t4, SimpleNamespace(frame=f5, hits=f5_hits)
+    records = {**t3_records, **sweep_records, **f5_records}
+    return records, t3, curves, t4, SimpleNamespace(frame=f5, records=f5_records)
+
+
+def _ablate(*inputs) -> dict[str, object]:
+    records, t3, curves, t4, f5 = inputs
+    run = RunConfig.from_params(PROFILE="smoke")
+    return {j.spec.key: j for j in ablate_judgements(records, ablate_bindings(records, run), t3, curves, t4, f5, run)}
 
 
 def test_ablate_judgements_on_constructed_runs() -> None:
-    run = RunConfig.from_params(PROFILE="smoke")
-    judged = {j.spec.key: j for j in ablate_judgements(*_ablate_inputs(), np.repeat([0, 1], 100), run)}
+    inputs = _ablate_inputs()
+    bindings = ablate_bindings(inputs[0], RunConfig.from_params(PROFILE="smoke"))
+    judged = _ablate(*inputs)
     assert set(judged) == {s.key for s in ABLATE_CLAIMS}
+    # bound to records: every claim on per-query values whose models were all run (not the Table 3b rows left out)
+    per_seed = {"enhanced-loss-lower", "hard-samples", "infrequent-samples", "ten-times-faster"}
+    not_run = {"relevance-s", "l-cross", "l-reg", "neighbour-sampling"}
+    assert set(bindings) == {s.key for s in ABLATE_CLAIMS} - per_seed - not_run
+    assert bindings["lambda-large-enough"].sides["λ = 1.5"].records == tuple(f"HREM-0-{s}" for s in (0, 1, 2))
     assert judged["instance-level"].verdict == "held" and judged["instance-over-fragment"].verdict == "held"
     assert judged["all-relations-best"].verdict == "held"
     assert judged["neighbour-sampling"].verdict == "not tested"  # a Table 3b row not trained in this run
@@ -660,21 +705,18 @@ def test_ablate_judgements_on_constructed_runs() -> None:
     assert speed.effect == pytest.approx(np.mean([np.log10((2 + s) / (1 + 0.1 * s)) for s in (0, 1, 2)]))
     assert speed.verdict == "held" and judged["above-score-based"].verdict == "held"
     # a proper-range value far from the default refutes insensitivity; a point below the default refutes nothing
-    far = {j.spec.key: j for j in ablate_judgements(*_ablate_inputs(sweep_shift=3.0), np.repeat([0, 1], 100), run)}
+    far = _ablate(*_ablate_inputs(sweep_shift=3.0))
     assert far["insensitive"].verdict == "did not hold" and far["lambda-large-enough"].verdict == "held"
 
 
 def test_ablate_judgements_leave_unconverged_and_collapsed_rows_untested() -> None:
-    t3, sweeps, curves, t4, f5 = _ablate_inputs()
-    t3.per_seed.loc[(t3.per_seed["model"] == "HREM") & (t3.per_seed["seed"] == 1), "converged"] = False
-    t3.per_seed.loc[t3.per_seed["model"] == "w/o instance level", "collapse"] = "every query's scores are tied"
-    judged = {j.spec.key: j for j in ablate_judgements(t3, sweeps, curves, t4, f5, np.repeat([0, 1], 100),
-                                                       RunConfig.from_params(PROFILE="smoke"))}
+    judged = _ablate(*_ablate_inputs(unconverged=("HREM", 1), collapsed="w/o instance level"))
     for key in ("instance-level", "connection-a", "all-relations-best", "enhanced-loss-lower", "hard-samples"):
         assert judged[key].verdict == "not tested", key
     assert judged["enhanced-loss-lower"].unconverged == ("enhanced", "initial")
     assert judged["instance-over-fragment"].collapsed == ("w/o instance level",)
-    assert judged["lambda-large-enough"].verdict == "held"  # the sweep's own rows converged
+    assert judged["lambda-large-enough"].verdict == "not tested"  # λ = 1.5 is Table 3's HREM: seed 1 unconverged
+    assert judged["k-not-too-large"].verdict == "not tested"
 
 
 def test_split_batches_deal_every_caption_once_with_distinct_images() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fixtures import recorded_runs
 from fixtures.corpora import synthetic_split
 
 from xmr_core.ceiling import bayes_ceiling
@@ -19,24 +20,28 @@ from xmr_core.chapters import leaderboard
 from xmr_core.chapters.leaderboard import (
     BOOK_LABELS,
     CLAIMS,
+    FR_SCORING,
     METRICS,
-    BoardRows,
+    PMRP,
+    RSUM,
     BookData,
-    BookRuns,
+    board_evidence,
+    board_rows,
     ceiling_row,
     cross_method_judgements,
     heatmap_figure,
-    leaderboard_rows,
     model_summary,
+    record_board_model,
     same_test_split,
     tune_fast_rerank,
 )
-from xmr_core.claims import can_fail, universal_verdict
+from xmr_core.claims import Evidence, can_fail, universal_verdict
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
+from xmr_core.experiment import run_records
 from xmr_core.experiment.compared import DVSE_COMPARED
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.methods.registry import create_method
@@ -90,30 +95,40 @@ def test_fast_rerank_is_tuned_per_direction_on_validation():
         tune_fast_rerank(model, VAL, VOCAB, "cpu", ())
 
 
-def test_leaderboard_rows_score_the_model_and_its_reranked_scores_on_test():
-    model = _model()
-    data = ChapterData(VAL, VAL, TEST, TEST, VOCAB, VECTORS, 1.0)
-    board = leaderboard_rows("VSE0", 3, model, data, "cpu", converged=True, grid=(1.0, 10.0))
-    plain, fr = board.rows
-    img, cap = embed_split(model, TEST, VOCAB)
-    i2t, _ = direction_scores(model, img, cap)
-    direct = evaluate_scores(TEST, i2t, views=["instance", "exact", "plausible", "class"])
-    # the per-query values: the mean of the image and the caption queries' means is the row's rSum and PMRP
-    n = TEST.n_images
-    assert set(board.queries) == {("rSum", "VSE0"), ("PMRP", "VSE0"), ("rSum", "VSE0 + FR")}
-    for (metric, name), v in board.queries.items():
-        row = plain if name == "VSE0" else fr
-        expected = row["rSum"] if metric == "rSum" else (row["i2t PMRP"] + row["t2i PMRP"]) / 2
-        assert v.shape == (n + TEST.n_captions,) and (v[:n].mean() + v[n:].mean()) / 2 == pytest.approx(
-            expected)
-    assert plain["collapse"] == fr["collapse"]
-    assert {col: plain[col] for col in METRICS} == pytest.approx({col: direct[key] for col, key in METRICS.items()})
-    assert plain["% of ceiling"] == pytest.approx(100 * direct["rsum"] / bayes_ceiling(TEST)["rsum"])
-    reranker = FastReranker((fr["FR gamma"],) * 2, (fr["FR lambda"],) * 2)
-    reranked = evaluate_scores(TEST, reranker(i2t, "i2t"), views=["instance"], scores_t2i=reranker(i2t.T, "t2i").T)
-    assert fr["rSum"] == pytest.approx(reranked["rsum"])
+def test_board_rows_read_the_models_record_with_and_without_fast_reranking(tmp_path, monkeypatch):
+    model, result = recorded_runs.trained(tmp_path / "runs")
+    test, val = recorded_runs.TEST, recorded_runs.VAL
+    data = ChapterData(val, val, test, test, recorded_runs.VOCAB, recorded_runs.VECTORS, 1.0)
+    run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu", PROGRESS=False, RESULTS_DIR=str(tmp_path / "results"))
+    record = record_board_model(model, result, 0, data, run, grid=(1.0, 10.0))
+    plain, fr = board_rows("VSE0", record, bayes_ceiling(test)["rsum"])
+    # the model's own scores and its re-ranked scores, scored the old way: evaluate_scores of the model's scores
+    img, cap = embed_split(model, test, recorded_runs.VOCAB)
+    i2t, t2i = direction_scores(model, img, cap)
+    views = ["instance", "exact", "plausible", "class"]
+    direct = evaluate_scores(test, i2t, views=views, scores_t2i=t2i)
+    reranker, _ = tune_fast_rerank(model, val, recorded_runs.VOCAB, "cpu", (1.0, 10.0))
+    reranked = evaluate_scores(test, reranker(i2t, "i2t"), views=views, scores_t2i=reranker(t2i.T, "t2i").T)
+    for row, values in ((plain, direct), (fr, reranked)):
+        assert {col: row[col] for col in METRICS} == pytest.approx({col: values[key] for col, key in METRICS.items()},
+                                                                   rel=1e-9)
+        assert row["% of ceiling"] == pytest.approx(100 * values["rsum"] / bayes_ceiling(test)["rsum"])
+    assert (fr["FR gamma"], fr["FR lambda"]) == (reranker.gamma[0], reranker.lam[0]) and np.isnan(plain["FR gamma"])
+    assert record.tuning[FR_SCORING]["grid"] == [1.0, 10.0]
     assert (plain["model"], fr["model"], plain["FR"], fr["FR"]) == ("VSE0", "VSE0 + FR", False, True)
-    assert fr["base model"] == "VSE0" and fr["seed"] == 3 and np.isnan(plain["FR gamma"])
+    assert fr["base model"] == "VSE0" and fr["seed"] == 0 and plain["collapse"] == fr["collapse"]
+    assert plain["record"] == fr["record"] == record.name
+    # the claims' per-query values: the mean of the image and the caption queries' means is the row's rSum / PMRP
+    evidence = {metric: build() for metric, build in board_evidence({("VSE0", 0): record}).items()}
+    n = test.n_images
+    for metric, name, expected in ((RSUM, "VSE0", plain["rSum"]), (RSUM, "VSE0 + FR", fr["rSum"]),
+                                   (PMRP, "VSE0", (plain["i2t PMRP"] + plain["t2i PMRP"]) / 2)):
+        v = evidence[metric][name].values[0]
+        assert v.shape == (n + test.n_captions,) and (v[:n].mean() + v[n:].mean()) / 2 == pytest.approx(expected)
+    # recorded again: read back, the model not used (no scoring, no tuning)
+    monkeypatch.setattr(run_records, "evaluate_run", lambda *a, **k: pytest.fail("scored again"))
+    monkeypatch.setattr(leaderboard, "tune_fast_rerank", lambda *a, **k: pytest.fail("tuned again"))
+    assert record_board_model(None, result, 0, data, run, grid=(1.0, 10.0)).name == record.name
 
 
 def test_ceiling_row_is_the_bayes_ceiling_and_the_table_puts_it_first():
@@ -149,29 +164,27 @@ def test_every_cross_method_claim_can_hold_and_fail():
     assert fr.pairs == tuple((f"{m} + FR", m) for m in BOOK_LABELS)  # every model of the board
 
 
-def _book_runs(levels: dict[str, float], unconverged: str = "", collapsed: str = "", n: int = 60) -> BookRuns:
-    """Three seeds of every model of `levels`; each query's value is its level + a shared per-query pattern +
-    a per-seed shift + small noise, both metrics."""
+def _book_runs(levels: dict[str, float], unconverged: str = "", collapsed: str = "", n: int = 60) -> dict:
+    """{claim metric: a function returning {model: Evidence}} (`board_evidence`'s shape): three seeds of every model
+    of `levels`; each query's value is its level + a shared per-query pattern + a per-seed shift + small noise, both
+    metrics, images and captions as two strata."""
     rng = np.random.default_rng(0)
     pattern = rng.normal(0, 5, size=2 * n)
-    rows, queries = [], {}
-    for s in range(3):
-        for m, level in levels.items():
-            rows.append({"model": m, "seed": s, "FR": m.endswith(" + FR"), "converged": m != unconverged,
-                         "collapse": "chance-level ranking" if m == collapsed else ""})
-            for metric in ("rSum", "PMRP"):
-                queries[metric, m, s] = level + pattern + s + rng.normal(0, 0.5, size=2 * n)
-    return BookRuns(pd.DataFrame(rows), queries)
+    evidence = {m: Evidence((0, 1, 2), np.stack([level + pattern + s + rng.normal(0, 0.5, size=2 * n)
+                                                  for s in range(3)]),
+                            split="test, whole split", converged=m != unconverged,
+                            collapse="chance-level ranking" if m == collapsed else "", strata=np.repeat([0, 1], n))
+                for m, level in levels.items()}
+    return {metric: lambda: evidence for metric in {spec.metric for spec in CLAIMS}}
 
 
 def test_cross_method_judgements_on_constructed_runs():
     run = RunConfig.from_params(PROFILE="smoke")
-    strata = np.repeat([0, 1], 60)
     levels = {"VSE0": 40.0, "PVSE K=1": 41.0, "PVSE K=2": 42.0, "PVSE K=4": 43.0, "PCME mu only": 45.0,
               "DVSE": 44.0, "PCME": 50.0, "MSRM": 55.0, "VSE++": 80.0, "HREM standalone": 90.0, "HREM fusion": 91.0,
               "DVSE (regions)": 30.0, "GPO": 85.0}
     levels |= {f"{m} + FR": v + 3.0 for m, v in levels.items()}
-    judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(levels), strata, run)}
+    judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(levels), run)}
     assert [judged[k].verdict for k in ("pcme-pmrp-over-deterministic", "msrm-pmrp-over-deterministic",
                                         "relations-help", "fr-improves-any")] == ["held"] * 4
     # PCME against the best deterministic model (PCME mu only, 45): +5; the shared seeds and queries cancel
@@ -180,13 +193,13 @@ def test_cross_method_judgements_on_constructed_runs():
     assert judged["fr-improves-any"].effect == pytest.approx(3.0, abs=0.3)  # the weakest model's gain
     # one model that FR makes worse refutes "FR improves any model"; MSRM below PCME refutes "relations help"
     worse = levels | {"PCME + FR": 45.0, "MSRM": 48.0, "MSRM + FR": 51.0}
-    judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(worse), strata, run)}
+    judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(worse), run)}
     assert judged["fr-improves-any"].verdict == "did not hold" and judged["relations-help"].verdict == "did not hold"
     assert "PCME + FR vs PCME: did not hold" in judged["fr-improves-any"].reason
     assert judged["msrm-pmrp-over-deterministic"].verdict == "held"  # 48 against 45
     # unconverged / collapsed runs leave every claim on them untested
     judged = {j.spec.key: j for j in cross_method_judgements(_book_runs(levels, unconverged="PCME",
-                                                                        collapsed="VSE++"), strata, run)}
+                                                                        collapsed="VSE++"), run)}
     assert judged["pcme-pmrp-over-deterministic"].verdict == "not tested"
     assert judged["relations-help"].verdict == "not tested" and judged["relations-help"].collapsed == ("VSE++",)
     assert judged["msrm-pmrp-over-deterministic"].verdict == "held"
@@ -194,7 +207,7 @@ def test_cross_method_judgements_on_constructed_runs():
 
 def test_cross_method_claims_without_a_model_are_not_tested():
     levels = {"VSE0": 40.0, "PCME": 50.0, "VSE0 + FR": 43.0, "PCME + FR": 53.0}
-    judged = cross_method_judgements(_book_runs(levels), np.repeat([0, 1], 60), RunConfig.from_params(PROFILE="smoke"))
+    judged = cross_method_judgements(_book_runs(levels), RunConfig.from_params(PROFILE="smoke"))
     assert {j.verdict for j in judged} == {"not tested"} and "this run has no" in judged[0].reason
 
 
@@ -209,29 +222,36 @@ def test_score_book_scores_every_model_and_seed_in_book_order(monkeypatch):
         assert list(requests) == trained
         return [(f"{name}{k}", SimpleNamespace(converged=seed == 0, cached=True)) for _, name, k, seed, _, _ in requests]
 
-    def rows(label, seed, model, data, device, converged):
-        return BoardRows([{"model": label, "seed": seed, "built": model, "data": data, "converged": converged}],
-                         {("rSum", label): np.array([float(seed)])})
+    def record(model, result, seed, data, run):
+        return SimpleNamespace(name=f"{model}-{seed}", model=model, data=data, converged=result.converged, seed=seed)
+
+    def rows(label, record, ceiling):
+        return [{"model": label, "seed": record.seed, "built": record.model, "data": record.data,
+                 "converged": record.converged}]
 
     monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("pcme", "PVSE", 2), ("hrem", "HREM fusion", 1)])
     monkeypatch.setattr(leaderboard, "request_book_model", request)
     monkeypatch.setattr(leaderboard, "train_many", train_many)
-    monkeypatch.setattr(leaderboard, "leaderboard_rows", rows)
-    book = BookData(grid="grid data", grid_enc={"e": "grid"}, regions="region data", region_enc={"e": "regions"})
+    monkeypatch.setattr(leaderboard, "record_board_model", record)
+    monkeypatch.setattr(leaderboard, "board_rows", rows)
+    monkeypatch.setattr(leaderboard, "ceiling_rsum", lambda test: None)
+    grid_data, region_data = SimpleNamespace(test="grid test"), SimpleNamespace(test="region test")
+    book = BookData(grid=grid_data, grid_enc={"e": "grid"}, regions=region_data, region_enc={"e": "regions"})
     out = leaderboard.score_book([0, 1], book, {}, RunConfig.from_params(PROFILE="smoke", DEVICE="cpu"))
     # each chapter's model is trained and scored on its own protocol's data and encoders
-    assert trained == [("pcme", "PVSE", 2, 0, "grid data", "grid"), ("pcme", "PVSE", 2, 1, "grid data", "grid"),
-                       ("hrem", "HREM fusion", 1, 0, "region data", "regions"),
-                       ("hrem", "HREM fusion", 1, 1, "region data", "regions")]
+    assert trained == [("pcme", "PVSE", 2, 0, grid_data, "grid"), ("pcme", "PVSE", 2, 1, grid_data, "grid"),
+                       ("hrem", "HREM fusion", 1, 0, region_data, "regions"),
+                       ("hrem", "HREM fusion", 1, 1, region_data, "regions")]
     grid, regions = "zero-shot, grid", "all classes, regions"
-    assert out.queries == {("rSum", "PVSE K=2", 0): [0.0], ("rSum", "PVSE K=2", 1): [1.0],
-                           ("rSum", "HREM fusion", 0): [0.0], ("rSum", "HREM fusion", 1): [1.0]}
+    assert {k: r.name for k, r in out.records.items()} == {
+        ("PVSE K=2", 0): "PVSE2-0", ("PVSE K=2", 1): "PVSE2-1", ("HREM fusion", 0): "HREM fusion1-0",
+        ("HREM fusion", 1): "HREM fusion1-1"}
     assert out.per_run.to_dict("records") == [
-        {"model": "PVSE K=2", "seed": 0, "built": "PVSE2", "data": "grid data", "converged": True, "protocol": grid},
-        {"model": "PVSE K=2", "seed": 1, "built": "PVSE2", "data": "grid data", "converged": False, "protocol": grid},
-        {"model": "HREM fusion", "seed": 0, "built": "HREM fusion1", "data": "region data", "converged": True,
+        {"model": "PVSE K=2", "seed": 0, "built": "PVSE2", "data": grid_data, "converged": True, "protocol": grid},
+        {"model": "PVSE K=2", "seed": 1, "built": "PVSE2", "data": grid_data, "converged": False, "protocol": grid},
+        {"model": "HREM fusion", "seed": 0, "built": "HREM fusion1", "data": region_data, "converged": True,
          "protocol": regions},
-        {"model": "HREM fusion", "seed": 1, "built": "HREM fusion1", "data": "region data", "converged": False,
+        {"model": "HREM fusion", "seed": 1, "built": "HREM fusion1", "data": region_data, "converged": False,
          "protocol": regions}]
 
 
@@ -253,8 +273,9 @@ def test_the_region_dvse_is_the_dvse_chapters_region_run_with_its_own_protocol(m
     # features' encoders (`region_encoders`), same seed
     assert calls == [("DVSE", 1, 2, "grid", DVSE_COMPARED), ("DVSE", 1, 2, "regions", DVSE_COMPARED)]
     monkeypatch.setattr(leaderboard, "BOOK_MODELS", [("dvse", "DVSE", 1), ("dvse", "DVSE (regions)", 1)])
-    monkeypatch.setattr(leaderboard, "leaderboard_rows",
-                        lambda label, seed, model, data, device, converged: BoardRows([{"model": label}], {}))
+    monkeypatch.setattr(leaderboard, "record_board_model", lambda model, result, seed, data, run: None)
+    monkeypatch.setattr(leaderboard, "board_rows", lambda label, record, ceiling: [{"model": label}])
+    monkeypatch.setattr(leaderboard, "ceiling_rsum", lambda test: None)
     book = BookData(grid=grid_data, grid_enc={"image": ImageEncoderConfig(kind="grid")}, regions="region data",
                     region_enc={})
     out = leaderboard.score_book([0], book, {}, run)

@@ -20,12 +20,12 @@ from fixtures.corpora import CLASS_NAMES, synthetic_split
 from scipy import stats
 
 from xmr_core.chapters import pcme as chapter
-from xmr_core.chapters.pcme import own_caption_score, table1_frame, table1_rows, table3_ceiling_row
+from xmr_core.chapters.pcme import own_caption_score, table1_frame, table3_ceiling_row
 from xmr_core.config import RunConfig
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
-from xmr_core.evaluate import evaluate_similarities, score_matrix
+from xmr_core.evaluate import score_matrix
 from xmr_core.experiment import compared, training
 from xmr_core.experiment.compared import model_label
 from xmr_core.experiment.protocols import ChapterData, word_table
@@ -62,17 +62,13 @@ def test_table3_ceiling_row():
                    "T3 5K i2t R@1 (scenes)": 70.0, "T3 5K t2i R@1 (scenes)": 60.0}
 
 
-def test_table1_rows_and_frame():
-    metrics = {m: (np.array([float(k), float(k)]), np.array([10.0 + k, 9.0 + k, 11.0 + k]))
-               for k, m in enumerate(TEST_TIME_SIMILARITIES)}
-    rows = table1_rows("mu only", 0, {"mean_cosine": (np.array([0.0, 2.0]), np.array([2.0]))}, True, "")
-    assert {k: v for k, v in rows[0].items() if "per query" not in k} == {
-        "variant": "mu only", "similarity": "Mean only", "seed": 0, "converged": True, "collapse": "",
-        "i2t R-P": 1.0, "t2i R-P": 2.0}
-    assert rows[0]["i2t R-P per query"].tolist() == [0.0, 2.0] and rows[0]["t2i R-P per query"].tolist() == [2.0]
-    rows += table1_rows("mu only", 1, {"mean_cosine": (np.array([3.0]), np.array([2.0]))}, True, "")
-    rows += table1_rows("PCME", 0, metrics, False, "tied")
-    assert rows[-1]["converged"] is False and rows[-1]["collapse"] == "tied"
+def test_table1_frame():
+    def row(variant: str, similarity: str, seed: int, i2t: float, t2i: float) -> dict[str, object]:
+        return {"variant": variant, "similarity": similarity, "seed": seed, "converged": True, "collapse": "",
+                "i2t R-P": i2t, "t2i R-P": t2i}
+
+    rows = [row("mu only", "Mean only", 0, 1.0, 2.0), row("mu only", "Mean only", 1, 3.0, 2.0)]
+    rows += [row("PCME", v[0], 0, float(k), 10.0 + k) for k, v in enumerate(TEST_TIME_SIMILARITIES.values())]
     frame = table1_frame(pd.DataFrame(rows), "scenes")
     assert list(frame["similarity"]) == ["Mean only"] + [v[0] for v in TEST_TIME_SIMILARITIES.values()]
     assert list(frame["variant"]) == ["mu only"] + ["PCME"] * len(TEST_TIME_SIMILARITIES)
@@ -282,16 +278,36 @@ def test_train_judgements_by_hand():
 
 
 # ----------------------------------------------------------------------------------------- ablate.py
-def _t1_runs(pcme: dict[str, tuple[float, float]], mu: tuple[float, float]) -> pd.DataFrame:
-    """Seeds 0 and 1 of each similarity, every one of 4 image and 8 caption queries at the value of that seed (so
-    test sampling adds nothing), every run converged."""
-    def row(variant: str, similarity: str, seed: int, v: float) -> dict[str, object]:
-        return {"variant": variant, "similarity": similarity, "seed": seed, "converged": True, "collapse": "",
-                "i2t R-P": v, "t2i R-P": v, "i2t R-P per query": np.full(4, v), "t2i R-P per query": np.full(8, v)}
+_SIMILARITY = {label: key for key, (label, _, _) in TEST_TIME_SIMILARITIES.items()}  # Table 1's label -> key
 
-    rows = [row("mu only", "Mean only", s, v) for s, v in enumerate(mu)]
-    rows += [row("PCME", sim, s, v) for sim, values in pcme.items() for s, v in enumerate(values)]
-    return pd.DataFrame(rows)
+
+def _t1_records(pcme: dict[str, tuple[float, float]], mu: tuple[float, float]
+                ) -> dict[tuple[str, int], chapter.RecordedRun]:
+    """Records of seeds 0 and 1 of the mu-only model (its own similarity, the mean) and the PCME (its own, the match
+    probability, as "default"; each other similarity under its key) on the unseen classes: every one of 4 image and
+    8 caption queries at the class R-P of that seed and similarity (so test sampling adds nothing), every run
+    converged."""
+    sp = SplitQueries("test-unseen", "synthetic", "u" * 16, 4, np.repeat(np.arange(4), 2), {"full": ((0, 4, 0, 8),)},
+                      {("full", "class", d): np.full(n, 1000) for d, n in (("i2t", 4), ("t2i", 8))})
+
+    def scored(v: float) -> Scored:
+        return Scored({("full", "class", d): QueryStats(np.ones(n, int), np.full(n, round(10 * v)))
+                       for d, n in (("i2t", 4), ("t2i", 8))})
+
+    out = {}
+    for label, own, values in (("PCME mu only", "mean_cosine", {"Mean only": mu}), ("PCME", "match_prob", pcme)):
+        for seed in (0, 1):
+            scorings = {"default" if _SIMILARITY[s] == own else _SIMILARITY[s]: scored(v[seed])
+                        for s, v in values.items()}
+            rec = RunRecord("", f"{label}-{seed}@test-unseen", "pcme", {"test_similarity": own}, {"seed": seed},
+                            {"converged": True, "stopped": "patience"}, {}, {}, Evaluation(sp, scorings))
+            out[label, seed] = chapter.RecordedRun(rec, rec)
+    return out
+
+
+def _ablate_judged(pcme: dict[str, tuple[float, float]], mu: tuple[float, float], run: RunConfig):
+    records = _t1_records(pcme, mu)
+    return chapter.ablate_judgements(records, chapter.ablate_bindings(records, run))
 
 
 def test_ablate_judgements_by_hand():
@@ -299,7 +315,17 @@ def test_ablate_judgements_by_hand():
     k = stats.t.ppf(0.975, 1)  # two seeds (test_train_judgements_by_hand)
     pcme = {"Mean only": (20.0, 20.0), "ELK": (21.0, 21.0), "JS-divergence": (19.0, 19.0),
             "2-Wasserstein": (20.2, 20.2), "Average L2": (21.5, 21.5), "Match prob": (30.0, 30.4)}
-    judged = chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)
+    records = _t1_records(pcme, (10.0, 10.0))
+    bindings = chapter.ablate_bindings(records, run)
+    assert bindings["match-prob-best"].sides["PCME: Match prob"].scoring == "default"
+    assert bindings["match-prob-best"].sides["PCME: ELK"] == chapter.Side(("PCME-0@test-unseen", "PCME-1@test-unseen"),
+                                                                          "elk")
+    assert bindings["any-similarity-over-mu-only"].sides["mu only: Mean only"].scoring == "default"
+    # Table 1's rows from the same records: each similarity's mean R-P per seed and direction
+    t1 = chapter.table1_runs(records)
+    assert len(t1) == 2 * (1 + len(TEST_TIME_SIMILARITIES)) and t1["i2t R-P"].tolist()[:3] == [10.0, 10.0, 20.0]
+    assert t1[t1["similarity"] == "Match prob"]["t2i R-P"].tolist() == [30.0, 30.4]
+    judged = chapter.ablate_judgements(records, bindings)
     assert [j.spec.key for j in judged] == [s.key for s in chapter.ABLATE_CLAIMS]
     # match prob - the best other (Average L2, 21.5) = 8.5 and 8.9; W2 - mean only = 0.2 on both seeds, inside
     # +-0.5; the weakest similarity over mu only: JS-divergence, 19 - 10 = 9 > -0.5
@@ -310,11 +336,14 @@ def test_ablate_judgements_by_hand():
     assert all((j.n_seeds, j.n_queries, j.noise) == (2, 12, "seeds+queries") for j in judged)
     # match prob lowest, W2 5 pp from the mean, mu only 25 above JS-divergence's 19
     pcme.update({"Match prob": (15.0, 15.0), "2-Wasserstein": (25.0, 25.0)})
-    judged = chapter.ablate_judgements(_t1_runs(pcme, (25.0, 25.0)), run)
-    assert [j.verdict for j in judged] == ["did not hold"] * 3
+    assert [j.verdict for j in _ablate_judged(pcme, (25.0, 25.0), run)] == ["did not hold"] * 3
     # W2 - mean only = 0.6 and -0.2: the t interval reaches past the 0.5 margin
     pcme["2-Wasserstein"] = (20.6, 19.8)
-    assert chapter.ablate_judgements(_t1_runs(pcme, (10.0, 10.0)), run)[1].verdict == "inconclusive"
+    assert _ablate_judged(pcme, (10.0, 10.0), run)[1].verdict == "inconclusive"
+    # without class relevance: no bindings, every claim not tested with the reason
+    missing = {"class": "no classes"}
+    assert chapter.ablate_bindings(records, run, missing) == {}
+    assert {j.reason for j in chapter.ablate_judgements(records, {}, missing)} == {"no classes"}
 
 
 # -------------------------------------------------------------------------------------- visualise.py
@@ -358,16 +387,6 @@ def test_mixed_and_erased():
     assert (images["mix"][:, :, :3] == 10).all() and (images["mix"][:, :, 3:] == 200).all()
     # a quarter of the pixels of a 4-pixel-high image: a centred square of side round(0.5 * 4) = 2
     assert (images["erase"] == GREY).all(axis=-1).sum() == 2 * 2 * 2 and (a == 10).all()
-
-
-def test_similarity_rp_per_query_agrees_with_evaluate_similarities():
-    model, split, vocab = _tiny_pcme()
-    per_query = chapter.similarity_rp(model, split, vocab, list(TEST_TIME_SIMILARITIES), "cpu")
-    reference = evaluate_similarities(model, split, vocab, list(TEST_TIME_SIMILARITIES), views=["class"])
-    for m, (i2t, t2i) in per_query.items():
-        assert (i2t.shape, t2i.shape) == ((split.n_images,), (split.n_captions,))
-        assert i2t.mean() == pytest.approx(reference[m]["class/i2t/R-P"])
-        assert t2i.mean() == pytest.approx(reference[m]["class/t2i/R-P"])
 
 
 def _tiny_pcme() -> tuple[PCME, object, Vocabulary]:

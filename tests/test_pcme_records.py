@@ -6,6 +6,7 @@ chapter's claims from the records alone as the chapter judged them."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -18,10 +19,13 @@ from xmr_core.book.recompute import write_bindings
 from xmr_core.book.results import records_home, results_root, write_judgements
 from xmr_core.chapters import pcme as chapter
 from xmr_core.config import RunConfig, project_root
+from xmr_core.evaluate import direction_scores, embed_split, evaluate_similarities
 from xmr_core.experiment import run_records
 from xmr_core.experiment.protocols import chapter_setup
 from xmr_core.experiment.scoring import run_collapse, tables_row
 from xmr_core.experiment.training import chapter_runs, tune_methods
+from xmr_core.methods.pcme import TEST_TIME_SIMILARITIES
+from xmr_core.metrics import ranking_stats
 from xmr_core.record_evidence import record_evidence
 
 SEEDS = (0, 1)
@@ -111,3 +115,55 @@ def test_claims_from_records_and_xmr_claims_recompute_finds_them_the_same(chapte
     assert [r.judgement.verdict for r in rows] == [j.verdict for j in judged]
     committed = pd.read_csv(results / "pcme" / "judgements_train.csv")
     assert committed["n seeds"].tolist() == [len(SEEDS)] * len(judged)
+
+
+def _class_rp(model, split, vocab, method: str) -> tuple[float, float]:
+    """The old way of Table 1: (i2t, t2i) mean class R-P in percent of `model` scored with `method` on `split`."""
+    img, cap = embed_split(model, split, vocab, device="cpu")
+    i2t, t2i = direction_scores(model, img, cap, method=method)
+    rel = {d: {"class": split.relevance("class", d)} for d in ("i2t", "t2i")}
+    return tuple(100.0 * float(ranking_stats(s, rel[d])["class"].r_precision.double().mean())
+                 for d, s in (("i2t", i2t), ("t2i", t2i.T)))
+
+
+def test_table1_from_the_records_equals_each_similarity_scored_from_the_model(chapter_run):
+    run, data, _, _, trained, records = chapter_run
+    t1 = chapter.table1_runs(records)
+    assert len(t1) == len(SEEDS) * (1 + len(TEST_TIME_SIMILARITIES))  # mu only's mean, PCME's every similarity
+    for (label, seed), model in trained.models.items():
+        for m in chapter.T1_SIMILARITIES.get(label, ()):
+            row = t1[(t1["variant"] == chapter.T1_VARIANTS[label]) & (t1["seed"] == seed)
+                     & (t1["similarity"] == TEST_TIME_SIMILARITIES[m][0])].iloc[0]
+            expected = _class_rp(model, data.test_unseen, data.vocab, m)
+            assert (row["i2t R-P"], row["t2i R-P"]) == pytest.approx(expected, rel=1e-9), (label, seed, m)
+            assert row["collapse"] == records[label, seed].test.evaluation.scorings["default"].collapse
+    # the claims from the records, bound and judged again by `xmr claims recompute` alike
+    bindings = chapter.ablate_bindings(records, run)
+    judged = chapter.ablate_judgements(records, bindings)
+    results = results_root(run)
+    write_judgements(judged, "pcme", "ablate", run)
+    write_bindings(list(bindings.values()), results)
+    rows = [r for r in recompute.recompute("pcme", results, records_home(results)) if r.binding.part == "ablate"]
+    assert [r.binding.spec.key for r in rows] == [s.key for s in chapter.ABLATE_CLAIMS]
+    assert all(r.same for r in rows), [(r.binding.spec.key, r.judgement.verdict, r.committed) for r in rows]
+
+
+def test_an_ablation_row_from_its_records_equals_its_model_scored(chapter_run):
+    run, data, _, tuned, trained, _ = chapter_run
+    cfg = dataclasses.replace(trained.models["PCME", 0].config, n_samples=1)  # one ablation: J = 1
+    row = chapter.ablation_frame([("J=1", cfg, {})], data, tuned, run, 0).iloc[0]
+    model, result = chapter.train_tuned("PCME", cfg, data, tuned, run, 0)
+    unseen = evaluate_similarities(model, data.test_unseen, data.vocab, ["match_prob"], views=["class"],
+                                   device="cpu")["match_prob"]
+    full = evaluate_similarities(model, data.test, data.vocab, ["match_prob"], views=["instance", "plausible"],
+                                 device="cpu")["match_prob"]
+    for d in ("i2t", "t2i"):
+        assert (row[f"{d} R-P"], row[f"{d} R@1"]) == pytest.approx((unseen[f"class/{d}/R-P"], unseen[f"class/{d}/R@1"]),
+                                                                 rel=1e-9)
+        assert row[f"{d} PMRP"] == pytest.approx(full[f"plausible/{d}/PMRP"], rel=1e-9)
+    assert row["rSum"] == pytest.approx(full["rsum"], rel=1e-9) and row["a"] == model.scale.item()
+    assert (row["best epoch"], row["converged"]) == (result.best_epoch, result.converged)
+    assert row["record"] == result.run_dir.name
+    # the run's two records are there: the whole test split and the unseen classes
+    assert {p.stem for p in run_records.records_folder(run).glob(f"{result.run_dir.name}*.npz")} == \
+        {result.run_dir.name, f"{result.run_dir.name}@test-unseen"}

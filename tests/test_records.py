@@ -121,6 +121,8 @@ def test_query_values_average_to_the_metrics(evaluation):
     assert mean(QueryMetric("PMRP", "plausible", ("t2i",))) == pytest.approx(full["plausible/t2i/PMRP"])
     assert mean(QueryMetric("R@1", "exact", ("t2i",), level="vague")) == pytest.approx(full["exact/t2i@vague/R@1"])
     assert mean(QueryMetric("meanR", directions=("i2t",))) == pytest.approx(full["instance/i2t/meanR"])
+    assert mean(QueryMetric("R@1,5")) == pytest.approx(np.mean([full[f"instance/{d}/R@{k}"] for d in ("i2t", "t2i")
+                                                                for k in (1, 5)]))  # HREM's Table 3 claims
     assert mean(QueryMetric("rsum", "rounds")) == pytest.approx(round_metrics(evaluation)["rsum"])
     assert mean(QueryMetric("R@5", "rounds", round=2)) == pytest.approx(round_metrics(evaluation)["round2/R@5"])
     with pytest.raises(ValueError, match="medR is not a mean"):

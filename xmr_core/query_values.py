@@ -115,8 +115,8 @@ def round_metrics(ev: Evaluation, scoring: str = "default", ks: Sequence[int] = 
 
 @dataclass(frozen=True)
 class QueryMetric:
-    """A metric that is a mean over queries: `value` one of R@K, P@K, R-P, mAP@R, meanR, "rsum" (R@1 + R@5 + R@10
-    summed over `directions`), "PMRP" (plausible view: R-P averaged over its ζ), or with a ζ suffix on the
+    """A metric that is a mean over queries: `value` one of R@K (or the mean of R@K at several K, "R@1,5"), P@K,
+    R-P, mAP@R, meanR, "rsum" (R@1 + R@5 + R@10 summed over `directions`), "PMRP" (plausible view: R-P averaged over its ζ), or with a ζ suffix on the
     plausible view ("R-P_zeta1"); in `view` ("rounds": a multi-query scoring's rounds, at `round` r, or 0 for the
     mean over rounds), over `directions` (one stratum each), under `protocol`, of `scoring`; `level`: only the
     t2i queries of that caption level."""
@@ -150,9 +150,9 @@ def _hits(best_rank: np.ndarray, k: int) -> np.ndarray:
 
 
 def _rank_value(value: str, ranks: np.ndarray, n_directions: int = 1) -> np.ndarray:
-    """Per-query values of a rank metric (R@K, meanR, rsum) from best ranks (Q,)."""
-    if value.startswith("R@"):
-        return _hits(ranks, int(value[2:]))
+    """Per-query values of a rank metric (R@K or "R@1,5", meanR, rsum) from best ranks (Q,)."""
+    if value.startswith("R@"):  # "R@1,5": each query's mean of its hits at 1 and at 5
+        return np.mean([_hits(ranks, int(k)) for k in value[2:].split(",")], axis=0)
     if value == "meanR":
         return ranks.astype(np.float64)
     if value == "rsum":

@@ -21,8 +21,11 @@
 # instead of keeping it frozen.
 #
 # The PCME and μ-only models are the ones `train.py` tuned and trained (their settings read from its tuning table,
-# `results/pcme/tuning.csv`; their runs loaded from the run cache, trained only where it lacks them); each ablation trains one PCME with a single change from the tuned PCME, same seed and
-# schedule. Scenes numbers are not CUB numbers: compare orderings and signs.
+# `results/pcme/tuning.csv`; their runs loaded from the run cache, trained only where it lacks them); each ablation
+# trains one PCME with a single change from the tuned PCME, same seed and schedule. Every number is read from the
+# runs' records (`docs/records.md`): train.py recorded its PCME on the unseen classes with every test-time
+# similarity, and each ablation's run is recorded here as train.py records its runs. Scenes numbers are not CUB
+# numbers: compare orderings and signs.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -41,11 +44,14 @@ N_SEEDS = 3  # the ablations' seeds, train.py's first three: its PCME / mu-only 
 # %%
 import dataclasses
 
-from xmr_core.book.results import write_judgements, write_table
+from xmr_core.book.recompute import write_bindings
+from xmr_core.book.results import results_root, write_judgements, write_table
 from xmr_core.chapters.pcme import (
+    ablate_bindings,
     ablate_judgements,
     ablation_frame,
     table1_frame,
+    table1_records,
     table1_runs,
     table_views,
     tuned_settings,
@@ -77,10 +83,13 @@ print("missing views: " + ("; ".join(missing.values()) or "none"))
 # ## Table 1 — test-time similarities
 #
 # R-Precision with class relevance on the unseen classes (Table 2's protocol). "Space" is what a gallery
-# item costs to store: N for the mean, 2N for mean and variance, J²N for the samples of a sampled score.
+# item costs to store: N for the mean, 2N for mean and variance, J²N for the samples of a sampled score. Each
+# similarity's values are its scoring in the run's record on the unseen classes (the PCME's own, the match
+# probability, is its default scoring; every other similarity is recorded under its key).
 
 # %%
-t1_runs = table1_runs(seeds, data, tuned, enc, run)
+t1_records = table1_records(seeds, data, tuned, enc, run)  # train.py's runs and records, read back
+t1_runs = table1_runs(t1_records)
 table1 = table1_frame(t1_runs, DATASET)
 write_table(table1, "pcme/table1", run=run, float_digits=2, caption=(
     f"PCME Table 1 analogue: test-time similarities, R-Precision (class relevance, unseen classes). Paper: CUB "
@@ -94,7 +103,9 @@ table1
 # ## Ablations
 #
 # One change at a time from the PCME default (seed `SEED`): metrics with the match probability on the
-# unseen classes (class R-P, R@1) and on the whole test split (PMRP, instance rSum).
+# unseen classes (class R-P, R@1) and on the whole test split (PMRP, instance rSum), read from each ablation run's
+# records (the default is train.py's PCME of seed `SEED`: its records are read back); a and b, the learned scale and
+# shift of Eq. (3), are read from the model's weights.
 
 # %%
 base = tuned_model("PCME", tuned, enc, data.word_vectors).config
@@ -126,11 +137,14 @@ table_ab
 # similarity of a seed scores the same trained PCME on the same test queries, so they are paired by seed and by
 # query; a 95% bootstrap interval for each effect over the seeds and the queries (resampled within each
 # direction); "close" and "at least as good" use the gap of Table 1 the paper does not call close (`T1_CLOSE`: Mean
-# only over ELK), never the run's noise.
+# only over ELK), never the run's noise. Each claim is judged from the records' per-query class R-P and bound to
+# them (`results/pcme/claim_records_ablate.json`), so `xmr claims recompute pcme` judges it again from them alone.
 
 # %%
-judged = ablate_judgements(t1_runs, run, missing)
+bindings = ablate_bindings(t1_records, run, missing)
+judged = ablate_judgements(t1_records, bindings, missing)
 write_judgements(judged, "pcme", "ablate", run)
+write_bindings(list(bindings.values()), results_root(run))
 claims = claim_rows(judged)
 write_table(claims, "pcme/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")

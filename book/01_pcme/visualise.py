@@ -22,6 +22,10 @@
 # The PCME drawn is the seed-`SEED` model trained by `train.py` (at the setting its tuning table records, loaded from
 # the run cache): nothing is trained here on the cache train.py trained in.
 # The claims of Figures 5-8 measure the same quantities on train.py's PCME at each of its `N_SEEDS` seeds.
+#
+# Unlike the other notebooks of the chapter, this one needs the models' weights: σ, the Gaussians drawn and the
+# scores of erased, mixed and generic inputs are the model's own, and no run record keeps them (`docs/records.md`
+# keeps each test query's ranks). Only whether the drawn runs converged or collapsed is read from their records.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -63,6 +67,7 @@ from xmr_core.chapters.pcme import (
     mixed_and_erased,
     recall_by_sigma,
     recall_by_sigma_figure,
+    record_compared,
     seed_visualise_evidence,
     set_algebra,
     set_algebra_figure,
@@ -75,7 +80,7 @@ from xmr_core.chapters.pcme import (
 )
 from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import dataset_note, write_optional_table
-from xmr_core.claims import claim_rows, detect_collapse
+from xmr_core.claims import claim_rows
 from xmr_core.config import RunConfig
 from xmr_core.data.datasets import with_pixels
 from xmr_core.evaluate import score_matrix
@@ -94,6 +99,7 @@ corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
 tuned = recorded_tuning("pcme/tuning", run)  # the settings train.py chose, read from its tuning table
 pcme, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, SEED)
+pcme_record = record_compared("PCME", 1, pcme, pcme_fit, SEED, data, tuned, run).test  # train.py's record, read back
 test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(pcme, test, data.vocab, device)
 img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
@@ -135,9 +141,9 @@ scores = score_matrix(pcme, (img_mu, img_lv), (cap_mu, cap_lv)).cpu()
 fig6_i2t, fig6_t2i = recall_by_sigma(scores, test, img_sigma, cap_sigma, bins=10)
 fig6 = recall_by_sigma_figure(fig6_i2t, fig6_t2i)
 write_figure(fig6, "pcme/fig6", run=run, caption="Figure 6 analogue: R@1 per σ bin on the scenes test split.")
-collapse = detect_collapse(scores, test.relevance("instance", "i2t"))  # "" when the model learnt something
+collapse = pcme_record.evaluation.scorings["default"].collapse  # "" when the model learnt something
 {"correlation of σ bin and R@1, i2t": bin_correlation(fig6_i2t), "t2i": bin_correlation(fig6_t2i),
- "converged": pcme_fit.converged, "collapse": collapse or "no"}
+ "converged": pcme_record.converged, "collapse": collapse or "no"}
 
 # %% [markdown]
 # ## Figure 7 — σ against erasing

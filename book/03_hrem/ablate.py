@@ -61,14 +61,17 @@ N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 # %%
 import matplotlib.pyplot as plt
 
-from xmr_core.book.results import write_figure, write_judgements, write_table
+from xmr_core.book.recompute import write_bindings
+from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     FIG6_GRIDS,
     MODELS,
     TABLE3_ROWS,
     TABLE4_PERCENTS,
+    ablate_bindings,
     ablate_judgements,
+    ablate_records,
     fig5_figure,
     fig5_runs,
     fig5_summary,
@@ -79,6 +82,7 @@ from xmr_core.chapters.hrem import (
     table3,
     table3_runs,
     table4_runs,
+    table4_selectors,
     table4_summary,
     training_runs,
 )
@@ -86,7 +90,6 @@ from xmr_core.chapters.recorded import recorded_tuning
 from xmr_core.chapters.summary import ceiling_note, dataset_note
 from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig, budget
-from xmr_core.evaluate import query_strata
 from xmr_core.experiment.protocols import hrem_setup
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -108,9 +111,10 @@ print(f"HREM fusion: lr {tuned['HREM fusion'].lr}, margin {tuned['HREM fusion'].
 # %% [markdown]
 # ## Table 3 — each relation level and component removed
 #
-# Every row is HREM fusion with one change, trained with every seed; "HREM" is `train.py`'s model (cached). The
-# scores of HREM and of "w/o instance level" are kept for Table 4. On top, the Bayes ceiling of the split (exact
-# relevance, `xmr_core.ceiling`) and each row's rSum as % of it.
+# Every row is HREM fusion with one change, trained with every seed; "HREM" is `train.py`'s model (cached). Each run
+# is scored once and its run record kept (`docs/records.md`; read back when there): the tables, figures and claims
+# below read the records (Table 4 reads those of HREM and "w/o instance level"; Figure 7 HREM's training curve). On
+# top, the Bayes ceiling of the split (exact relevance, `xmr_core.ceiling`) and each row's rSum as % of it.
 
 # %%
 t3 = table3_runs(seeds, data, tuned, enc, run)
@@ -125,7 +129,7 @@ write_table(table3a, "hrem/table3a", run=run,
 write_table(table3b, "hrem/table3b", run=run,
             caption="HREM Table 3b analogue: HREM fusion with one relation component removed. " + t3_note)
 write_table(t3.per_seed, "hrem/table3_per_seed", run=run,
-            caption="Table 3 per row and seed (the claims are checked on these).")
+            caption="Table 3 per row and seed, with each run's record (the claims are checked on these records).")
 table3a
 
 # %%
@@ -137,7 +141,8 @@ table3b
 # Every value gets `N_SEEDS` seeds, its default (λ 1.5, K 10, τ 0.5) being Table 3's HREM fusion of the same seeds:
 # "insensitive within a proper range" is a robustness claim, judged as an equivalence of each value in the range with
 # the default within a margin from the paper (`xmr_core.chapters.hrem.FIG6_MARGIN`: what removing S costs in Table 3b), paired by seed and query,
-# so the intervals cover training noise and test sampling. Mean ± std over the seeds; rSum on the whole test split.
+# so the intervals cover training noise and test sampling. Mean ± std over the seeds; rSum on the whole test split,
+# from each run's record.
 
 # %%
 sweeps = fig6_runs(t3, seeds, data, tuned, enc, run)
@@ -153,10 +158,11 @@ plt.show()
 #
 # Per epoch, the training means of L(v̄, ū) and L(v, u) (Eq. 13 with distance-weighted negatives, the loss HREM
 # trains), each HREM fusion seed drawn whole: the seeds stop at different epochs, so a mean over seeds would mix
-# runs. The claim compares each seed's mean over its own epochs.
+# runs. The claim compares each seed's mean over its own epochs. The curves are the training history each run's
+# record keeps.
 
 # %%
-curves = fig7_curves(t3.fits, seeds)
+curves = fig7_curves(t3.records, seeds)
 fig7 = fig7_figure(curves)
 write_figure(fig7, "hrem/fig7", run=run, caption=(
     f"Figure 7 analogue: triplet loss of the enhanced and of the initial embeddings per epoch, HREM fusion, one line "
@@ -167,12 +173,13 @@ plt.show()
 # %% [markdown]
 # ## Table 4 — hard and infrequent samples
 #
-# The queries are selected on VSE++'s embeddings of each seed (`train.py`'s, from the cache); HREM fusion and
-# "w/o instance level" are scored on them with Table 3's scores. The Bayes ceiling row is the ceiling scorer's R@1
-# on the same queries: hard and infrequent captions are often the ambiguous ones, which no scorer can place first.
+# The queries are selected on VSE++'s embeddings of each seed (`train.py`'s model, loaded from the run cache: this
+# selection needs VSE++'s weights); the R@1 of HREM fusion and "w/o instance level" on them is read from Table 3's
+# records (each query's best rank). The Bayes ceiling row is the ceiling scorer's R@1 on the same queries: hard and
+# infrequent captions are often the ambiguous ones, which no scorer can place first.
 
 # %%
-t4 = table4_runs(seeds, t3.kept, data, tuned, enc, run)
+t4 = table4_runs(seeds, t3.records, table4_selectors(seeds, data, tuned, enc, run), test)
 table4 = table4_summary(t4)
 write_table(table4, "hrem/table4", run=run, caption=(
     f"HREM Table 4 analogue: R@1 on the hardest and the most 'infrequent' test queries (top 5/10/20% by the mean "
@@ -187,7 +194,8 @@ table4
 # ## Figure 5 — accuracy against retrieval time, in one run
 #
 # For each seed, every model embeds and scores the whole test split once on this machine (`test s`: both sides
-# encoded and every image × caption score computed); rSum on the same split. SCAN t2i is trained at VSE++'s tuned
+# encoded and every image × caption score computed; a time needs the model's weights, read back from the run's score
+# cache when timed before); rSum on the same split from each run's record. SCAN t2i is trained at VSE++'s tuned
 # learning rate and margin (the same hinge), with no tuning of its own. The paper: the whole Flickr30K test split on
 # one RTX 3090.
 
@@ -199,7 +207,8 @@ write_figure(fig5, "hrem/fig5", run=run, caption=(
     f"Figure 5 analogue: rSum against the time to embed and score the whole {DATASET} test split ({test.n_images} x "
     f"{test.n_captions}) on {device}, mean ± std over seeds {seeds}; squares: score-based (SCAN t2i), circles: "
     "embedding-based (one dot product per pair)."))
-write_table(t5.frame, "hrem/fig5", run=run, caption="Figure 5 per model and seed: seconds to embed and score, and rSum.",
+write_table(t5.frame, "hrem/fig5", run=run, caption="Figure 5 per model and seed: seconds to embed and score, rSum "
+            "and the run's record.",
             float_digits=3)
 plt.show()
 fig5_points
@@ -216,11 +225,16 @@ fig5_points
 # the relevance matrix S costs in the paper's Table 3b, its value and source in `xmr_core.chapters.hrem`; the
 # judgements table prints it). Figure 7 and Table 4 (whose queries are chosen per seed) are per seed, paired by seed; Figure 5's speed
 # compares log10 seconds of SCAN t2i with HREM fusion's + 1 (ten times its time), per seed. Not tested when a
-# compared run did not converge or collapsed, is not trained in this profile, or with one timing.
+# compared run did not converge or collapsed, is not trained in this profile, or with one timing. Each claim on
+# per-query values is written bound to the records that judge it (`claim_records_ablate.json`): `xmr claims recompute
+# hrem` judges it again from the records alone; the per-seed ones (Figure 7, Table 4, the timing) say why they are not.
 
 # %%
-judged = ablate_judgements(t3, sweeps, curves, t4, t5, query_strata(test), run)
+records = ablate_records(t3, sweeps, t5)
+bindings = ablate_bindings(records, run)
+judged = ablate_judgements(records, bindings, t3, curves, t4, t5, run)
 write_judgements(judged, "hrem", "ablate", run)
+write_bindings(list(bindings.values()), results_root(run))
 write_table(claim_rows(judged), "hrem/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")
 judgements_frame(judged)

@@ -65,7 +65,8 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # would resolve them at their observed effect)
 
 # %%
-from xmr_core.book.results import write_judgements, write_table
+from xmr_core.book.recompute import write_bindings
+from xmr_core.book.results import results_root, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     MODELS,
@@ -76,7 +77,8 @@ from xmr_core.chapters.hrem import (
     hrem_table,
     region_bert,
     split_sizes,
-    train_and_score,
+    train_and_record,
+    train_bindings,
     train_judgements,
     training_runs,
     tune_methods,
@@ -84,7 +86,6 @@ from xmr_core.chapters.hrem import (
 from xmr_core.chapters.summary import ceiling_note, dataset_note, write_ceiling_table
 from xmr_core.claims import claim_rows, judgements_frame
 from xmr_core.config import RunConfig
-from xmr_core.evaluate import query_hits, query_strata
 from xmr_core.experiment.compared import MARGIN
 from xmr_core.experiment.protocols import hrem_setup
 from xmr_core.experiment.recipes import minilm_not_run, pcme_train_config
@@ -125,14 +126,18 @@ tuning = tuning_frame(tuned)  # written with the Region + BERT models' tuning be
 tuning
 
 # %% [markdown]
-# ## Training and scoring every model
+# ## Training and recording every model
 #
-# Each model is trained (or loaded from the run cache), then embedded and scored once on the test split; the
-# ensemble of each seed averages that seed's standalone and fusion similarity matrices.
+# Each model is trained (or loaded from the run cache), then scored once on the test split and its **run record**
+# kept (`docs/records.md`; `runs/records/<profile>/`, smoke's under `book/_build/smoke/`): per test query and view its
+# best rank and R-Precision hits, on the whole split and under the 1K protocol's five folds (instance view). The
+# ensemble of each seed averages that seed's standalone and fusion similarity matrices and is recorded as a run of
+# its own (named by its two members). A run whose record is there is read back, not scored again. The tables and the
+# claims below are computed from the records alone.
 
 # %%
-per_run, fits, scores = train_and_score(MODELS, seeds, data, tuned, enc, run)
-hits = {key: query_hits(test, s) for key, s in scores.items()}  # per query R@1/5/10 hits: the claims' evidence
+runs = train_and_record(MODELS, seeds, data, tuned, enc, run)
+per_run, fits, records = runs.per_run, runs.fits, runs.records
 fits
 
 # %% [markdown]
@@ -197,24 +202,30 @@ table2
 write_ceiling_table(per_run, ceiling, "hrem/ceiling", run, protocol="all", rsum_column="all rSum")  # when there is one
 write_table(fits, "hrem/training", run=run, caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "hrem/per_seed", run=run, caption=(
-    "Every model and seed: R@K and rSum on the whole test split ('all') and over its five folds ('1K'), and why a run "
-    "collapsed (empty: it learnt something); the claims are checked on the whole split's queries of these runs."))
+    "Every model and seed: R@K and rSum on the whole test split ('all') and over its five folds ('1K'), why a run "
+    "collapsed (empty: it learnt something) and its run record; the claims are checked on the whole split's queries "
+    "of these records."))
 
 # %% [markdown]
 # ## Claims checked here
 #
 # The claims are declared once (`TRAIN_CLAIMS` in `xmr_core.chapters.hrem`) and judged by the book's one verdict
 # protocol (`xmr_core.claims.judge`, `docs/claims.md`) on the whole test split's rSum (Table 1's 5K analogue; the
-# 1K folds re-rank the same queries against a fifth of the gallery). Each query's hits at 1, 5 and 10 are the
-# evidence, images and captions as two strata, so the 95% bootstrap interval of each effect covers the test queries
-# as well as the seeds; every model trains on the same seeds and scores the same queries, so the sides are paired by
-# seed and by query. Held or did not hold only when the interval excludes zero; not tested when a compared run did
-# not converge or collapsed (`collapse` in the per-seed table), or a compared model is not in this run (the Region +
-# BERT rows outside the paper profile, the score-based methods of Table 1).
+# 1K folds re-rank the same queries against a fifth of the gallery). Each query's hits at 1, 5 and 10 in the runs'
+# records are the evidence, images and captions as two strata, so the 95% bootstrap interval of each effect covers
+# the test queries as well as the seeds; every model trains on the same seeds and scores the same queries, so the
+# sides are paired by seed and by query. Held or did not hold only when the interval excludes zero; not tested when a
+# compared run did not converge or collapsed (`collapse` in the per-seed table), or a compared model is not in this
+# run (the Region + BERT rows outside the paper profile, the score-based methods of Table 1). Each claim is written
+# bound to the records that judge it (`claim_records_train.json`): `xmr claims recompute hrem` judges it again from
+# the records alone.
 
 # %%
-judged = train_judgements(per_run, hits, query_strata(test), run, bert)
+records |= bert.records  # the Region + BERT models' records, as "<model> (BERT)", where trained
+bindings = train_bindings(records, run)
+judged = train_judgements(records, bindings, run)
 write_judgements(judged, "hrem", "train", run)
+write_bindings(list(bindings.values()), results_root(run))
 write_table(claim_rows(judged), "hrem/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
 judgements_frame(judged)

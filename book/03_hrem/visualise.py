@@ -149,7 +149,8 @@ plt.show()
 # Every test caption once, with its own image, in batches of `LINK_BATCH` pairs; per image node the share of the
 # captions A connects it to that hold in it, per caption node the share of the images it is connected to that it
 # holds in, and the same for random connections (the batch's share of exactly relevant pairs). Scenes only: other
-# data sets have no exact relevance.
+# data sets have no exact relevance. The connections are the model's own (its weights, every seed); whether a run
+# collapsed is read from `train.py`'s record of it.
 
 # %%
 connections = (connection_runs(run.seeds(N_SEEDS), LINK_BATCH, data, tuned, enc, run) if DATASET == "scenes"

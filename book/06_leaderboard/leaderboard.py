@@ -54,10 +54,13 @@ N_SEEDS = 3  # seeds of every model (cpu / paper); smoke uses 1
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from xmr_core.book.results import write_figure, write_judgements, write_table, write_text
+from xmr_core.book.recompute import write_bindings
+from xmr_core.book.results import results_root, write_figure, write_judgements, write_table, write_text
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
+    board_bindings,
+    board_evidence,
     book_setup,
     cross_method_judgements,
     heatmap_figure,
@@ -69,7 +72,6 @@ from xmr_core.chapters.summary import ceiling_frame, dataset_note, write_optiona
 from xmr_core.chapters.views import ceiling_rsum, missing_views, no_ceiling
 from xmr_core.claims import judgements_frame, render_claims
 from xmr_core.config import RunConfig
-from xmr_core.evaluate import query_strata
 from xmr_core.runs.tuning import SUMMARY_CAPTION, tuning_frame, tuning_summary
 
 run = RunConfig.from_params(PROFILE=PROFILE, DATASET=DATASET, DATA_ROOT=DATA_ROOT, DATA_SEED=DATA_SEED, SEED=SEED,
@@ -105,9 +107,13 @@ summary
 
 # %% [markdown]
 # ## Every model and seed, with and without Fast Re-ranking
+#
+# Each run's record on the whole test split (`docs/records.md`): the chapter's own record of the run, to which the
+# leaderboard adds its Fast Re-ranking scoring (temperatures tuned on the validation split, kept in the record). The
+# rows are the means over queries of the record's two scorings; a run whose record holds both is not scored again.
 
 # %%
-book_runs = score_book(seeds, book, tuned, run)  # the rows, and the per-query values the claims are judged on
+book_runs = score_book(seeds, book, tuned, run)  # the rows, and the records the claims are judged on
 per_run = book_runs.per_run
 ceiling = ceiling_rsum(test)  # None without exact relevance (real data): no ceiling table
 ceiling_table = None if ceiling is None else ceiling_frame(per_run, "rSum", ceiling)
@@ -154,16 +160,18 @@ plt.show()
 #
 # Declared once (`CLAIMS` in `xmr_core.chapters.leaderboard`) and judged by the book's verdict protocol
 # (`xmr_core.claims.judge`, `docs/claims.md`): a 95% bootstrap interval of each effect over the seeds and the test
-# queries (each query's share of rSum, or its PMRP; images and captions as two strata). Every model of a protocol
+# queries (each query's rSum, or its PMRP, from the runs' records; images and captions as two strata). Every model of a protocol
 # trains on the same seeds and scores the same test queries, so the sides are paired by seed and by query; a model
 # and its `+ FR` row are one trained model. "Every probabilistic model beats the best deterministic one" is one peak
 # claim per probabilistic model, the best deterministic model chosen inside each resample; "improves any model" is
 # universal: one model it does not improve refutes it. Not tested when a compared run did not converge or
-# collapsed (`collapse` in the per-seed table).
+# collapsed (`collapse` in the per-seed table). Each claim is bound to the records it reads
+# (`results/leaderboard/claim_records_board.json`): `xmr claims recompute leaderboard` judges it again from them.
 
 # %%
-judged = cross_method_judgements(book_runs, query_strata(test), run, missing)
+judged = cross_method_judgements(board_evidence(book_runs.records), run, missing)
 write_judgements(judged, "leaderboard", "board", run)
+write_bindings(list(board_bindings(book_runs.records, run, missing).values()), results_root(run))
 write_text(render_claims(judged, "leaderboard", profile=PROFILE, dataset=DATASET, preamble=(
     f"Claims across the book's methods, on one {DATASET} test split (profile `{PROFILE}`, seeds {seeds}). "
     + ("Synthetic scenes: orderings and signs carry across data sets, absolute numbers do not." if DATASET == "scenes"

@@ -32,15 +32,24 @@ the mean over five folds of it (the COCO 1K protocol), and its Flickr30K analogu
 which on scenes has Flickr30K's test size (1,000 images, 5,000 captions): no second, Flickr-sized data set is
 generated, so those are Table 1's numbers in Table 2's layout.
 
+Every final run (each compared model and seed, the ensemble, Table 3's rows, Figure 6's points, SCAN) is scored once
+on the test split and recorded (`docs/records.md`, `record_trained`, `train_and_record`): the tables, Figures 5-7's
+values and the claims read the records, and the claims on per-query values are bound to them (`claim_bindings`) for
+`xmr claims recompute hrem`. The weights are needed only where the model itself is drawn or measured: Table 4's
+query subsets (`table4_selectors`: each seed's VSE++ embeddings), Figure 5's times (`fig5_runs`), and visualise.py's
+association graph, region matching and Figure 3 connections (`batch_graph`, `region_matching_figure`,
+`connection_runs`).
+
 Neighbour batches (Sec. 3.4, "at the later training") start at epoch `NEIGHBOUR_FROM[budget(profile)]`: half-way
 through the cpu schedule's early-stopped runs, the code's epoch 15 of 30 on the paper profile.
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
 import matplotlib.pyplot as plt
@@ -57,7 +66,6 @@ from xmr_core.claims import (
     ClaimSpec,
     Evidence,
     Judgement,
-    instance_collapse,
     judge,
     run_evidence,
     seed_evidence,
@@ -68,27 +76,19 @@ from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.text_features import feature_train_overrides
-from xmr_core.evaluate import (
-    DIRECTIONS,
-    RK_COLUMNS,
-    SplitScores,
-    embed_split,
-    instance_row,
-    query_hits,
-    r15_per_query,
-    rsum_per_query,
-    score_split,
-)
+from xmr_core.evaluate import DIRECTIONS, RK_COLUMNS, embed_split, score_split
 from xmr_core.experiment.compared import (
     hrem_compared,
     hrem_defaults,
     with_margin,
 )
+from xmr_core.experiment.ensemble import ScoreMean
 from xmr_core.experiment.protocols import (
     ChapterData,
     word_table,
 )
 from xmr_core.experiment.recipes import MINILM_FROZEN, hrem_encoders, minilm_not_run, minilm_text
+from xmr_core.experiment.run_records import recorded, recorded_ensemble
 from xmr_core.experiment.scorepool import score_trained
 from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import tune_methods as tune_compared
@@ -97,8 +97,11 @@ from xmr_core.margins import Cell, Margin
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.hrem import HREM, AssociationGraph, HREMConfig
 from xmr_core.methods.scan import SCAN, scan_config
-from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
+from xmr_core.query_values import QueryMetric, query_values, scoring_metrics
+from xmr_core.record_evidence import ClaimRecords, Side, judge_records, record_evidence
+from xmr_core.records import RunRecord
+from xmr_core.run_evaluation import Scoring
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult, tuning_frame
 from xmr_core.viz import attention_heat, heat_overlay, heatmap, image_grid, sweep_grid
@@ -149,7 +152,6 @@ TABLE3_ROWS: dict[str, tuple[str, ...]] = {"smoke": ("w/o instance level", "w/o 
                                            "cpu": tuple(TABLE3A) + tuple(TABLE3B),
                                            "paper": tuple(TABLE3A) + tuple(TABLE3B)}
 TABLE3_WITH_RSUM: dict[str, str] = {**TABLE3_COLUMNS, "all rSum": "rsum"}  # Table 3 as shown (rSum: ours only)
-TABLE3_KEPT = ("HREM", "w/o instance level")  # Table 3 rows whose test scores Table 4 compares
 # Figure 6 sweeps (every seed at every value; the default is train.py's HREM fusion).
 FIG6_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
     "smoke": {"lam": (0.0, 1.5), "topk": (10,), "tau": (0.5,)},
@@ -236,47 +238,83 @@ def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], en
     return train_many([request_model(name, data, tuned, enc, run, seed, bert, config, **train_overrides)], run)[0]
 
 
-# ------------------------------------------------------------------------------------------ scores and rows
+# ------------------------------------------------------------------------------------------ run records
+# Every final run's record on the test split (`docs/records.md`): every view, the COCO 1K protocol in the instance
+# view (Table 2's "1K" columns), the model's own test-time score.
+SCORINGS: dict[str, Scoring] = {"default": Scoring()}
+ENSEMBLE_METHOD = "hrem-ensemble"  # the record name's method of an `ENSEMBLE` (its members' keys make its key)
 
 
-def ensemble(a: SplitScores, b: SplitScores) -> SplitScores:
-    """The paper's ensemble ("*"): the average of two models' similarity matrices; its time is both models'."""
-    return SplitScores((a.i2t + b.i2t) / 2, (a.t2i + b.t2i) / 2, a.seconds + b.seconds)
+def tuning_facts(tuned_as: str, tuning: TuningResult) -> dict[str, object]:
+    """A record's tuning facts: the compared model whose tuned setting the run was trained at (SCAN: VSE++'s; the
+    ablations: HREM fusion's), that setting and schedule."""
+    return {"tuned as": tuned_as, "lr": tuning.lr, tuning.weight_name: tuning.weight, "epochs": tuning.epochs}
 
 
-def metric_row(split: Split, scores: SplitScores) -> dict[str, float]:
-    """Instance R@1/5/10 both ways and rSum, five folds ("1K ...") and the whole split ("all ...")."""
-    return instance_row(split, scores.i2t, scores.t2i)
+def records_row(record: RunRecord) -> dict[str, float]:
+    """Instance R@1/5/10 both ways and rSum of a record (`query_values.scoring_metrics`, no caption levels), over
+    five folds ("1K ...", NaN where the split has none) and on the whole split ("all ..."): `evaluate.instance_row`'s
+    columns."""
+    ev = record.evaluation
+    out = {f"1K {c}": math.nan for c in [*RK_COLUMNS, "rSum"]}
+    for proto, protocol in (("1K", "coco1k"), ("all", "full")):
+        if protocol in ev.split.folds:
+            values = scoring_metrics(ev, "default", protocol, by_level=False)
+            out.update({f"{proto} {c}": values[f"instance/{c.replace(' ', '/')}"] for c in RK_COLUMNS})
+            out[f"{proto} rSum"] = values["rsum"]
+    return out
 
 
-def train_and_score(models: Sequence[str], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
-                    enc: dict, run: RunConfig, bert: bool = False, **train_overrides: object
-                    ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Train (or load) every model of `models` with every seed (`train_overrides`: `request_model`'s), score each
-    once on the test split (`metric_row`), and add each seed's ensemble of the standalone and fusion models when
-    both are in `models`.
-    Returns (per-run rows: model, seed, converged, collapse (`run_collapse`), metrics; fit rows, `training.fit_row`;
-    {(model, seed): SplitScores})."""
-    per_run, fits, scores = [], [], {}
+def run_row(name: str, seed: int, record: RunRecord) -> dict[str, object]:
+    """One per-run row from a record: model, seed, converged, collapse (`claims.instance_collapse` of its test
+    scores, "" when it learnt something), `records_row`'s columns and the record's name."""
+    return {"model": name, "seed": seed, "converged": record.converged,
+            "collapse": record.evaluation.scorings["default"].collapse, **records_row(record), "record": record.name}
+
+
+class RecordedRuns(NamedTuple):
+    """Models trained with every seed, each recorded once on the test split (`train_and_record`)."""
+
+    per_run: pd.DataFrame  # `run_row` of every model and seed (the ensemble's too)
+    fits: pd.DataFrame  # `training.fit_row` of every trained run
+    records: dict[tuple[str, int], RunRecord]  # (model, seed) -> its record
+
+
+def record_trained(keys: Sequence[tuple[str, int]], trained: Sequence[tuple[RetrievalModel, FitResult]],
+                   tuned_as: str | Sequence[str], tuned: Mapping[str, TuningResult], data: ChapterData,
+                   run: RunConfig) -> dict[tuple[str, int], RunRecord]:
+    """{(label, seed): record} of `train_many`'s runs (`run_records.recorded` on the test split with `SCORINGS`; a
+    record already there is read back), each with the tuned setting it was trained at, that of `tuned_as` (one
+    compared model for every run, or one per run), as its tuning facts."""
+    names = [tuned_as] * len(keys) if isinstance(tuned_as, str) else list(tuned_as)
+    return {(label, seed): recorded(model, result, seed, data.test, data.vocab, SCORINGS, run,
+                                    tuning=tuning_facts(name, tuned[name]))
+            for (label, seed), (model, result), name in zip(keys, trained, names)}
+
+
+def train_and_record(models: Sequence[str], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
+                     enc: dict, run: RunConfig, bert: bool = False, **train_overrides: object) -> RecordedRuns:
+    """Train (or load) every model of `models` with every seed (`train_overrides`: `request_model`'s), record each
+    once on the test split (`record_trained`), and, when both HREM mechanisms are in `models`, each seed's ensemble
+    of the two (`ensemble.ScoreMean`, recorded as a run of its own, `run_records.recorded_ensemble`)."""
     t0 = time.perf_counter()  # every model and seed: one batch of independent runs (side by side on the workers)
+    keys = [(name, seed) for seed in seeds for name in models]
     trained = train_many([request_model(name, data, tuned, enc, run, seed, bert=bert, **train_overrides)
-                          for seed in seeds for name in models], run)
-    share = (time.perf_counter() - t0) / max(len(seeds) * len(models), 1)  # `wall s`: a run's share of the batch
-    scored = iter(score_trained(score_split, trained, data.test, data.vocab, run.torch_device))  # on the workers
+                          for name, seed in keys], run)
+    share = (time.perf_counter() - t0) / max(len(keys), 1)  # `wall s`: a run's share of the batch
+    fits = [fit_row(name, seed, tuned[name], result, share) for (name, seed), (_, result) in zip(keys, trained)]
+    records = record_trained(keys, trained, [name for name, _ in keys], tuned, data, run)
+    models_of = dict(zip(keys, (model for model, _ in trained)))
+    rows = []
     for seed in seeds:
-        for name in models:
-            result, scores[name, seed] = next(scored)
-            fits.append(fit_row(name, seed, tuned[name], result, share))
-            per_run.append({"model": name, "seed": seed, "converged": result.converged,
-                            "collapse": run_collapse(data.test, scores[name, seed]),
-                            **metric_row(data.test, scores[name, seed])})
+        rows += [run_row(name, seed, records[name, seed]) for name in models]
         if {"HREM standalone", "HREM fusion"} <= set(models):
-            pair = [r["converged"] for r in per_run if r["seed"] == seed and r["model"].startswith("HREM")]
-            scores[ENSEMBLE, seed] = ensemble(scores["HREM standalone", seed], scores["HREM fusion", seed])
-            per_run.append({"model": ENSEMBLE, "seed": seed, "converged": all(pair),
-                            "collapse": run_collapse(data.test, scores[ENSEMBLE, seed]),
-                            **metric_row(data.test, scores[ENSEMBLE, seed])})
-    return pd.DataFrame(per_run), pd.DataFrame(fits), scores
+            pair = [(name, seed) for name in ("HREM standalone", "HREM fusion")]
+            records[ENSEMBLE, seed] = recorded_ensemble(
+                ScoreMean([models_of[k] for k in pair]), [records[k] for k in pair], ENSEMBLE_METHOD, data.test,
+                data.vocab, SCORINGS, run)
+            rows.append(run_row(ENSEMBLE, seed, records[ENSEMBLE, seed]))
+    return RecordedRuns(pd.DataFrame(rows), pd.DataFrame(fits), records)
 
 
 # ------------------------------------------------------------------------------------------- table layout
@@ -316,8 +354,8 @@ class BertBlock(NamedTuple):
     tuning: pd.DataFrame  # the BiGRU tuning rows given, the BERT ones (`tuning_frame`, "<model> (BERT)") appended
     note: str  # what "Ours" is, for the captions
     why: str | None  # why the rows are not trained (`recipes.minilm_not_run`); None: trained
-    per_run: pd.DataFrame  # `train_and_score`'s per-run rows of the BERT models (empty when not trained)
-    hits: HitTable  # their `query_hits` (empty when not trained)
+    per_run: pd.DataFrame  # `train_and_record`'s per-run rows of the BERT models (empty when not trained)
+    records: dict[tuple[str, int], RunRecord]  # their records, as "<model> (BERT)" (empty when not trained)
 
 
 def region_bert(fits: pd.DataFrame, tuning: pd.DataFrame, seeds: Sequence[int], data: ChapterData, run: RunConfig,
@@ -325,7 +363,7 @@ def region_bert(fits: pd.DataFrame, tuning: pd.DataFrame, seeds: Sequence[int], 
     """Tables 1-2's Region + BERT block: GPO and both HREM mechanisms on the packaged MiniLM (`recipes.minilm_text`:
     fine-tuned on paper, a head on its frozen token features of every caption on cpu, trained without the data's
     word dropout, `FEATURE_TRAIN_OVERRIDES`), tuned with the same budget as every model (seed `run.seed`), every
-    seed, with their ensemble (`train_and_score`); where not trained (`recipes.minilm_not_run`) the paper's rows with
+    seed, with their ensemble (`train_and_record`); where not trained (`recipes.minilm_not_run`) the paper's rows with
     ours marked not run (`not_run_table`)."""
     why = minilm_not_run(run.profile)
     if why is not None:
@@ -342,7 +380,7 @@ def region_bert(fits: pd.DataFrame, tuning: pd.DataFrame, seeds: Sequence[int], 
     models = BERT_ORDER[:-1]
     tuned = tune_methods(run.profile, enc, data, run.seed, bert=True, models=models, device=run.device,
                          progress=run.progress, **overrides)
-    per_run, bert_fits, scores = train_and_score(models, seeds, data, tuned, enc, run, bert=True, **overrides)
+    per_run, bert_fits, records = train_and_record(models, seeds, data, tuned, enc, run, bert=True, **overrides)
     fits = pd.concat([fits, bert_fits.assign(model=bert_fits["model"] + BERT)], ignore_index=True)
     bert_tuning = tuning_frame(tuned)
     tuning = pd.concat([tuning, bert_tuning.assign(method=bert_tuning["method"] + BERT)], ignore_index=True)
@@ -352,8 +390,7 @@ def region_bert(fits: pd.DataFrame, tuning: pd.DataFrame, seeds: Sequence[int], 
     note = f"{backbone}, tuned like every model, {run.dataset}{dataset_note(run.dataset, 'COCO')}"
     return BertBlock(hrem_table(per_run, BERT_ORDER, "table1_bert", TABLE1_COLUMNS, label, ceiling),
                      hrem_table(per_run, BERT_ORDER, "table2_bert", TABLE2_COLUMNS, label, ceiling), fits, tuning,
-                     note, None, per_run,
-                     {key: query_hits(data.test, s) for key, s in scores.items()})
+                     note, None, per_run, {(name + BERT, seed): r for (name, seed), r in records.items()})
 
 
 # ------------------------------------------------------------------------------------------ Table 3, Figure 6
@@ -364,37 +401,26 @@ def table3_variants(profile: str) -> dict[str, dict[str, object]]:
 
 
 class Table3Runs(NamedTuple):
-    """Every Table 3 row trained with every seed (`table3_runs`)."""
+    """Every Table 3 row trained with every seed and recorded (`table3_runs`)."""
 
-    per_seed: pd.DataFrame  # model, seed, converged, collapse, cached, best epoch, `metric_row`'s columns
-    fits: dict[tuple[str, int], FitResult]  # (row, seed) -> its fit (Figure 7 reads HREM's history)
-    kept: dict[tuple[str, int], SplitScores]  # (row, seed) -> test scores of the `TABLE3_KEPT` rows (Table 4)
-    hits: HitTable  # (row, seed) -> `query_hits` of its test scores (the claims' per-query evidence)
+    per_seed: pd.DataFrame  # `run_row`'s columns with cached and best epoch
+    records: dict[tuple[str, int], RunRecord]  # (row, seed) -> its record (Table 4 reads HREM's and w/o instance
+    # level's, Figure 7 HREM's training curve)
 
 
 def table3_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
                 run: RunConfig) -> Table3Runs:
     """Train (or load) HREM fusion with each Table 3 change (`table3_variants`) and every seed, at its tuned
-    learning rate and margin (`ablation_config`), and score each once on the test split (`metric_row`,
-    `query_hits`, `run_collapse`)."""
-    rows, fits, kept, hits = [], {}, {}, {}
+    learning rate and margin (`ablation_config`), and record each once on the test split (`record_trained`)."""
     variants = table3_variants(run.profile)
+    keys = [(name, seed) for seed in seeds for name in variants]
     trained = train_many([request_model("HREM fusion", data, tuned, enc, run, seed,
-                                        config=ablation_config(enc, run.profile, tuned, **changes),
-                                        label=f"Table 3 {name} seed {seed}")
-                          for seed in seeds for name, changes in variants.items()], run)
-    scored = iter(score_trained(score_split, trained, data.test, data.vocab, run.torch_device))
-    for seed in seeds:
-        for name in variants:
-            result, scores = next(scored)
-            fits[name, seed] = result
-            hits[name, seed] = query_hits(data.test, scores)
-            if name in TABLE3_KEPT:
-                kept[name, seed] = scores
-            rows.append({"model": name, "seed": seed, "converged": result.converged,
-                         "collapse": run_collapse(data.test, scores), "cached": result.cached,
-                         "best epoch": result.best_epoch, **metric_row(data.test, scores)})
-    return Table3Runs(pd.DataFrame(rows), fits, kept, hits)
+                                        config=ablation_config(enc, run.profile, tuned, **variants[name]),
+                                        label=f"Table 3 {name} seed {seed}") for name, seed in keys], run)
+    records = record_trained(keys, trained, "HREM fusion", tuned, data, run)
+    rows = [{**run_row(name, seed, records[name, seed]), "cached": result.cached, "best epoch": result.best_epoch}
+            for (name, seed), (_, result) in zip(keys, trained)]
+    return Table3Runs(pd.DataFrame(rows), records)
 
 
 def table3(per_seed: pd.DataFrame, part: Literal["table3a", "table3b"], label: str,
@@ -410,39 +436,33 @@ def table3(per_seed: pd.DataFrame, part: Literal["table3a", "table3b"], label: s
 class Fig6Runs(NamedTuple):
     """Figure 6's sweeps (`fig6_runs`)."""
 
-    frame: pd.DataFrame  # param, value, seed, converged, collapse, all rSum
-    hits: HitTable  # ("<symbol> = <value>" (`fig6_label`), seed) -> `query_hits`, every seed
+    frame: pd.DataFrame  # param, value, seed, converged, collapse, all rSum, record
+    records: dict[tuple[str, int], RunRecord]  # ("<symbol> = <value>" (`fig6_label`), seed) -> its record
 
 
 def fig6_runs(t3: Table3Runs, seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
               run: RunConfig) -> Fig6Runs:
     """Figure 6's sweeps of λ, K and τ (`FIG6_GRIDS[budget(profile)]`): HREM fusion with one value changed, every seed of
-    `seeds` at every value (the robustness claims compare points of the sweeps, each needing its seed noise); the
-    default's rows are Table 3's "HREM" of those seeds."""
-    default_rows = {int(r["seed"]): r for r in t3.per_seed[t3.per_seed["model"] == "HREM"].to_dict("records")}
-    rows, hits = [], {}
-    changed = [(param, value, seed) for param, grid in FIG6_GRIDS[budget(run.profile)].items() for value in grid
+    `seeds` at every value (the robustness claims compare points of the sweeps, each needing its seed noise), each
+    recorded (`record_trained`); the default's records are Table 3's "HREM" of those seeds."""
+    grids = FIG6_GRIDS[budget(run.profile)]
+    changed = [(param, value, seed) for param, grid in grids.items() for value in grid
                for seed in seeds if value != FIG6_DEFAULTS[param]]  # the sweeps' runs: one batch (side by side)
     trained = train_many([request_model("HREM fusion", data, tuned, enc, run, s,
                                         config=ablation_config(enc, run.profile, tuned, **{p: v}),
                                         label=f"Figure 6 {fig6_label(p, v)} seed {s}") for p, v, s in changed], run)
-    scored = dict(zip(changed, score_trained(score_split, trained, data.test, data.vocab, run.torch_device)))
-    for param, grid in FIG6_GRIDS[budget(run.profile)].items():
+    records = record_trained([(fig6_label(p, v), s) for p, v, s in changed], trained, "HREM fusion", tuned, data, run)
+    rows = []
+    for param, grid in grids.items():
         for value in grid:
             label = fig6_label(param, value)
             for seed in seeds:
                 if value == FIG6_DEFAULTS[param]:
-                    r = default_rows[seed]
-                    rows.append({"param": param, "value": value, "seed": seed, "all rSum": r["all rSum"],
-                                 "converged": r["converged"], "collapse": r["collapse"]})
-                    hits[label, seed] = t3.hits["HREM", seed]
-                    continue
-                result, scores = scored[param, value, seed]
-                hits[label, seed] = query_hits(data.test, scores)
-                rows.append({"param": param, "value": value, "seed": seed, "converged": result.converged,
-                             "collapse": run_collapse(data.test, scores),
-                             "all rSum": metric_row(data.test, scores)["all rSum"]})
-    return Fig6Runs(pd.DataFrame(rows), hits)
+                    records[label, seed] = t3.records["HREM", seed]
+                row = run_row(label, seed, records[label, seed])
+                rows.append({"param": param, "value": value, "seed": seed, "converged": row["converged"],
+                             "collapse": row["collapse"], "all rSum": row["all rSum"], "record": row["record"]})
+    return Fig6Runs(pd.DataFrame(rows), records)
 
 
 def fig6_figure(sweeps: pd.DataFrame, dataset: str) -> Figure:
@@ -491,21 +511,22 @@ def top_percent(values: Tensor, percent: float) -> np.ndarray:
     return mask
 
 
-def special_recall(split: Split, scores: SplitScores, masks: Mapping[str, np.ndarray]) -> dict[str, float]:
+def special_recall(record: RunRecord, masks: Mapping[str, np.ndarray]) -> dict[str, float]:
     """R@1 of the queries each mask selects ({"i2t": (N,) bool, "t2i": (M,) bool}), instance relevance, on the
-    whole split: {"i2t R@1": ..., "t2i R@1": ...}."""
+    whole split, from a run's record (each query's R@1 hit, `query_values`): {"i2t R@1": ..., "t2i R@1": ...}."""
     out = {}
-    for d, q_scores in (("i2t", scores.i2t), ("t2i", scores.t2i.T)):
-        stats = ranking_stats(q_scores, {"instance": split.relevance("instance", d)})["instance"]
-        out[f"{d} R@1"] = stats.summary(ks=(1,), mask=masks[d])["R@1"]
+    for d in DIRECTIONS:
+        hits, _ = query_values(record.evaluation, QueryMetric("R@1", directions=(d,)))
+        out[f"{d} R@1"] = float(hits[masks[d]].mean())
     return out
 
 
-def table4_rows(split: Split, selector: tuple[Tensor, Tensor], scored: Mapping[str, SplitScores], seed: int,
+def table4_rows(split: Split, selector: tuple[Tensor, Tensor], recorded_runs: Mapping[str, RunRecord], seed: int,
                 percents: Sequence[int] = TABLE4_PERCENTS) -> list[dict[str, object]]:
     """Table 4 rows of one seed: for each kind and percent, the queries selected on the `selector` model's
-    embeddings (image, caption) and the R@1 of every model of `scored` on them; on a split with exact relevance
-    also the Bayes ceiling's R@1 on the same queries (`CEILING_SI`, `xmr_core.ceiling.query_ceiling`)."""
+    embeddings (image, caption) and the R@1 on them of every model of `recorded_runs` (its record on `split`); on a
+    split with exact relevance also the Bayes ceiling's R@1 on the same queries (`CEILING_SI`,
+    `xmr_core.ceiling.query_ceiling`)."""
     ceiling = query_ceiling(split, ks=(1,)) if split.exact is not None else None
     rows = []
     for kind in ("hard", "infrequent"):
@@ -513,27 +534,33 @@ def table4_rows(split: Split, selector: tuple[Tensor, Tensor], scored: Mapping[s
         for p in percents:
             masks = {d: top_percent(values[d], p) for d in DIRECTIONS}
             key = {"samples": kind, "percent": p}
-            rows += [{**key, "model": model, "seed": seed, **special_recall(split, scores, masks)}
-                     for model, scores in scored.items()]
+            rows += [{**key, "model": model, "seed": seed, **special_recall(record, masks)}
+                     for model, record in recorded_runs.items()]
             if ceiling is not None:
                 rows.append({**key, "model": CEILING_SI, "seed": seed,
                              **{f"{d} R@1": 100.0 * float(ceiling[d][masks[d], 0].mean()) for d in DIRECTIONS}})
     return rows
 
 
-def table4_runs(seeds: Sequence[int], kept: Mapping[tuple[str, int], SplitScores], data: ChapterData,
-                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
-    """Table 4 of every seed (`table4_rows`): the queries selected on VSE++'s embeddings of that seed (train.py's,
-    from the cache), and the R@1 on them of HREM fusion and, when trained, "w/o instance level" (Table 3's
-    scores, `Table3Runs.kept`)."""
+def table4_selectors(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                     run: RunConfig) -> dict[int, tuple[Tensor, Tensor]]:
+    """{seed: (image, caption) embeddings of the test split} of train.py's VSE++ of each seed (loaded from the run
+    cache): Table 4's queries are chosen on them (`mean_negative_similarity`), so this needs VSE++'s weights."""
+    return {seed: embed_split(train_model("VSE++", data, tuned, enc, run, seed)[0], data.test, data.vocab,
+                              device=run.torch_device) for seed in seeds}
+
+
+def table4_runs(seeds: Sequence[int], t3: Mapping[tuple[str, int], RunRecord],
+                selectors: Mapping[int, tuple[Tensor, Tensor]], split: Split) -> pd.DataFrame:
+    """Table 4 of every seed (`table4_rows`): the queries selected on that seed's VSE++ embeddings (`selectors`,
+    `table4_selectors`), and the R@1 on them of HREM fusion and, when trained, "w/o instance level" (Table 3's
+    records `t3`)."""
     rows = []
     for seed in seeds:
-        selector, _ = train_model("VSE++", data, tuned, enc, run, seed)
-        scored = {WITH_SI: kept["HREM", seed]}
-        if ("w/o instance level", seed) in kept:
-            scored[WITHOUT_SI] = kept["w/o instance level", seed]
-        rows += table4_rows(data.test, embed_split(selector, data.test, data.vocab, device=run.torch_device), scored,
-                            seed)
+        scored = {WITH_SI: t3["HREM", seed]}
+        if ("w/o instance level", seed) in t3:
+            scored[WITHOUT_SI] = t3["w/o instance level", seed]
+        rows += table4_rows(split, selectors[seed], scored, seed)
     return pd.DataFrame(rows)
 
 
@@ -556,9 +583,11 @@ def loss_curves(history: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     return pd.DataFrame({"epoch": frame["epoch"], "initial": frame["train/triplet_initial"], "enhanced": enhanced})
 
 
-def fig7_curves(fits: Mapping[tuple[str, int], FitResult], seeds: Sequence[int]) -> pd.DataFrame:
-    """Figure 7's curves of every seed's HREM fusion (`loss_curves` of Table 3's "HREM" fits), with a seed column."""
-    return pd.concat([loss_curves(fits["HREM", s].history).assign(seed=s) for s in seeds], ignore_index=True)
+def fig7_curves(records: Mapping[tuple[str, int], RunRecord], seeds: Sequence[int]) -> pd.DataFrame:
+    """Figure 7's curves of every seed's HREM fusion (`loss_curves` of the training history in Table 3's "HREM"
+    records), with a seed column."""
+    return pd.concat([loss_curves(records["HREM", s].fit["history"]).assign(seed=s) for s in seeds],
+                     ignore_index=True)
 
 
 def fig7_figure(curves: pd.DataFrame) -> Figure:
@@ -583,26 +612,28 @@ def fig7_figure(curves: pd.DataFrame) -> Figure:
 class Fig5Runs(NamedTuple):
     """Figure 5's runs (`fig5_runs`)."""
 
-    frame: pd.DataFrame  # model, seed, converged, collapse, test s, all rSum
-    hits: HitTable  # (model, seed) -> `query_hits`
+    frame: pd.DataFrame  # model, seed, converged, collapse, test s, all rSum, record
+    records: dict[tuple[str, int], RunRecord]  # (model, seed) -> its record
 
 
 def fig5_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
               run: RunConfig) -> Fig5Runs:
     """Figure 5's runs: every compared model and SCAN t2i (train.py's runs and SCAN at VSE++'s setting, from the
-    cache when trained before), each seed embedding and scoring the whole test split once, timed (`score_split`)."""
-    rows, hits = [], {}
-    trained = train_many([request_model(name, data, tuned, enc, run, seed)
-                          for seed in seeds for name in MODELS + [SCAN_MODEL]], run)
-    scored = iter(score_trained(score_split, trained, data.test, data.vocab, run.torch_device))
-    for seed in seeds:
-        for name in MODELS + [SCAN_MODEL]:
-            result, scores = next(scored)
-            hits[name, seed] = query_hits(data.test, scores)
-            rows.append({"model": name, "seed": seed, "converged": result.converged,
-                         "collapse": run_collapse(data.test, scores), "test s": scores.seconds,
-                         "all rSum": metric_row(data.test, scores)["all rSum"]})
-    return Fig5Runs(pd.DataFrame(rows), hits)
+    cache when trained before), each recorded (`record_trained`: rSum, convergence, collapse) and timed embedding and
+    scoring the whole test split once (`score_split` on the model, read from the run's score cache when timed
+    before: a time needs the model's weights, not only its record)."""
+    names = MODELS + [SCAN_MODEL]
+    keys = [(name, seed) for seed in seeds for name in names]
+    trained = train_many([request_model(name, data, tuned, enc, run, seed) for name, seed in keys], run)
+    records = record_trained(keys, trained, ["VSE++" if name == SCAN_MODEL else name for name, _ in keys], tuned,
+                             data, run)
+    timed = score_trained(score_split, trained, data.test, data.vocab, run.torch_device)  # on the workers
+    rows = []
+    for key, (_, scores) in zip(keys, timed):
+        row = run_row(*key, records[key])
+        rows.append({**{c: row[c] for c in ("model", "seed", "converged", "collapse")}, "test s": scores.seconds,
+                     "all rSum": row["all rSum"], "record": row["record"]})
+    return Fig5Runs(pd.DataFrame(rows), records)
 
 
 def fig5_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
@@ -715,7 +746,9 @@ def connection_runs(seeds: Sequence[int], batch_size: int, data: ChapterData, tu
     rows, values, strata = [], {}, np.zeros(0, dtype=np.int64)
     for seed in seeds:
         model, result = train_model("HREM fusion", data, tuned, enc, run, seed)
-        collapse = run_collapse(data.test, score_split(model, data.test, data.vocab, run.torch_device))
+        collapse = recorded(model, result, seed, data.test, data.vocab, SCORINGS, run,
+                            tuning=tuning_facts("HREM fusion", tuned["HREM fusion"])).evaluation.scorings[
+            "default"].collapse  # train.py's record, read back
         *found, strata = connection_precision(model, data.test, data.vocab, batch_size, run.torch_device)
         for side, v in zip((CONNECTED, RANDOM_LINKS), found):
             rows.append({"model": side, "seed": seed, "converged": result.converged, "collapse": collapse,
@@ -848,7 +881,7 @@ def training_runs(profile: str, n_seeds: int = 3) -> pd.DataFrame:
 # Every claim is declared once (`ClaimSpec`) and judged by `claims.judge` (docs/claims.md). A universal claim whose
 # pairs share a model names it second, with `direction="less"` ("every other is below HREM"): `claims.can_fail`
 # builds its clear loss one pair at a time and a shared first model would undo it. The whole-split
-# metrics are given per query (`query_hits`): the N image queries (i2t) and the M caption queries (t2i) are two
+# metrics are given per query (the runs' records, `CLAIM_METRICS`): the N image queries (i2t) and the M caption queries (t2i) are two
 # strata, so a seed's score is the mean of the two directions and the interval covers test sampling as well as
 # the seeds; the runs of one seed score the same queries, so the sides are paired by seed and by query.
 RSUM = "rSum on the whole test split (Table 1's 5K analogue; per query, images and captions as two strata)"
@@ -1076,39 +1109,63 @@ CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS
 
 
 # ------------------------------------------------------------------------------------------- evidence
-HitTable = dict[tuple[str, int], np.ndarray]  # (model, seed) -> `query_hits` of that run
+# A claim's metric that is a mean over queries -> its per-query values in the records (`query_values`): the whole
+# test split's image and caption queries, one stratum each.
+CLAIM_METRICS: dict[str, QueryMetric] = {RSUM: QueryMetric("rsum"), SWEEP_RSUM: QueryMetric("rsum"),
+                                         R15: QueryMetric("R@1,5")}
 
 
+def _records_of(records: Mapping[tuple[str, int], RunRecord], model: str) -> list[RunRecord]:
+    return [r for (name, _), r in records.items() if name == model]
 
 
+def claim_bindings(specs: Sequence[ClaimSpec], records: Mapping[tuple[str, int], RunRecord], run: RunConfig,
+                   part: str) -> dict[str, ClaimRecords]:
+    """Each claim of `specs` whose metric is a mean over queries (`CLAIM_METRICS`) bound to the records that judge it
+    (`record_evidence.ClaimRecords`, written beside the notebook `part`'s judgements for `xmr claims recompute hrem`):
+    every compared model's records of every seed (`records`, keyed (model, seed)). A claim that needs what the book
+    does not build, or a compared model of which has no record here (the Region + BERT rows off the paper and cpu
+    profiles), has none."""
+    out = {}
+    for spec in specs:
+        sides = {m: Side(tuple(r.name for r in _records_of(records, m))) for m in spec.compared}
+        if spec.metric in CLAIM_METRICS and not spec.needs and all(side.records for side in sides.values()):
+            out[spec.key] = ClaimRecords(spec, CLAIM_METRICS[spec.metric], sides, run.dataset, run.profile, "hrem",
+                                         part)
+    return out
 
 
-def run_collapse(split: Split, scores: SplitScores) -> str:
-    """`claims.detect_collapse` of a run's image-to-text test scores under instance relevance."""
-    return instance_collapse(scores.i2t, split)
+def records_judgements(specs: Sequence[ClaimSpec], bindings: Mapping[str, ClaimRecords],
+                       records: Mapping[tuple[str, int], RunRecord], run: RunConfig,
+                       evidence: Mapping[str, Mapping[str, Evidence]] | None = None) -> list[Judgement]:
+    """Every claim of `specs` judged (`claims.judge`): a bound one (`claim_bindings`) as `xmr claims recompute` judges
+    it (`record_evidence.judge_records`: each model's per-query values, one row per seed, paired by seed and query);
+    a seed-only one on its `evidence[key]`; any other on the records of the compared models that have some (not
+    tested, naming the missing ones)."""
+    by_name = {r.name: r for r in records.values()}
+    out = []
+    for spec in specs:
+        if spec.key in bindings:
+            out.append(judge_records(bindings[spec.key], by_name.__getitem__))
+            continue
+        found = dict((evidence or {}).get(spec.key, {}))
+        if spec.metric in CLAIM_METRICS:
+            found |= {m: record_evidence(_records_of(records, m), CLAIM_METRICS[spec.metric]) for m in spec.compared
+                      if _records_of(records, m)}
+        out.append(judge(spec, found, dataset=run.dataset, profile=run.profile))
+    return out
 
 
-
-def query_evidence(per_run: pd.DataFrame, hits: Mapping[tuple[str, int], np.ndarray], strata: np.ndarray,
-                   per_query: Callable[[np.ndarray], np.ndarray] = rsum_per_query,
-                   split: str = "test, whole split") -> dict[str, Evidence]:
-    """{model: Evidence} of a per-run table (model, seed, converged, collapse) whose runs' `query_hits` are
-    `hits`: each seed's per-query values `per_query(hits)` (S, Q) in the strata `strata` (`query_strata`)."""
-    return run_evidence(per_run, {key: per_query(h) for key, h in hits.items()}, strata=strata, split=split)
+def train_bindings(records: Mapping[tuple[str, int], RunRecord], run: RunConfig) -> dict[str, ClaimRecords]:
+    """`TRAIN_CLAIMS` bound to train.py's records (`claim_bindings`; with the Region + BERT models' records, as
+    "<model> (BERT)", where trained: `BertBlock.records`)."""
+    return claim_bindings(TRAIN_CLAIMS, records, run, "train")
 
 
-def _judge_all(specs: Sequence[ClaimSpec], evidence: Mapping[str, Evidence], run: RunConfig) -> list[Judgement]:
-    return [judge(spec, evidence, dataset=run.dataset, profile=run.profile) for spec in specs]
-
-
-def train_judgements(per_run: pd.DataFrame, hits: HitTable, strata: np.ndarray, run: RunConfig,
-                     bert: BertBlock | None = None) -> list[Judgement]:
-    """`TRAIN_CLAIMS` judged on train.py's runs (`train_and_score`: per-run rows with convergence and collapse, and
-    their `query_hits`), whole-split rSum per query; with `bert` trained, its models as "<model> (BERT)"."""
-    evidence = query_evidence(per_run, hits, strata)
-    if bert is not None and bert.why is None:
-        evidence |= {m + BERT: e for m, e in query_evidence(bert.per_run, bert.hits, strata).items()}
-    return _judge_all(TRAIN_CLAIMS, evidence, run)
+def train_judgements(records: Mapping[tuple[str, int], RunRecord], bindings: Mapping[str, ClaimRecords],
+                     run: RunConfig) -> list[Judgement]:
+    """`TRAIN_CLAIMS` judged on train.py's records (`records_judgements`): whole-split rSum per query."""
+    return records_judgements(TRAIN_CLAIMS, bindings, records, run)
 
 
 def fig7_evidence(curves: pd.DataFrame, hrem_runs: pd.DataFrame) -> dict[str, Evidence]:
@@ -1135,14 +1192,6 @@ def table4_evidence(per_seed: pd.DataFrame, table3_runs: pd.DataFrame, kind: Spe
     return seed_evidence(means, ["i2t R@1", "t2i R@1"], split=f"test, {kind} queries of each seed")
 
 
-def fig6_evidence(sweeps: Fig6Runs, strata: np.ndarray) -> dict[str, Evidence]:
-    """Figure 6's evidence: every point of the sweeps as "<symbol> = <value>" (`fig6_label`), every seed,
-    whole-split rSum per query (paired by seed and query)."""
-    frame = sweeps.frame
-    return query_evidence(frame.assign(model=[fig6_label(p, v) for p, v in zip(frame["param"], frame["value"])]),
-                          sweeps.hits, strata)
-
-
 def speed_evidence(fig5: pd.DataFrame) -> dict[str, Evidence]:
     """Figure 5's speed evidence: per seed log10 of SCAN t2i's seconds, and log10 of HREM fusion's seconds + 1
     (`HREM_FAST`, ten times its time). A timing does not depend on what the model learnt: no collapse here."""
@@ -1153,32 +1202,29 @@ def speed_evidence(fig5: pd.DataFrame) -> dict[str, Evidence]:
     return seed_evidence(frame, ["log_s"], split="test, whole split")
 
 
-def ablate_judgements(t3: Table3Runs, sweeps: Fig6Runs, curves: pd.DataFrame, t4: pd.DataFrame, f5: Fig5Runs,
-                      strata: np.ndarray, run: RunConfig) -> list[Judgement]:
-    """`ABLATE_CLAIMS` judged on ablate.py's runs: Table 3 (R@1/R@5 per query), Figure 6 (every seed, rSum per
-    query), Figure 7 (per seed), Table 4 (per seed), Figure 5 (timing per seed, rSum per query)."""
+def ablate_records(t3: Table3Runs, sweeps: Fig6Runs, f5: Fig5Runs) -> dict[tuple[str, int], RunRecord]:
+    """Every record ablate.py's claims read, keyed (compared model, seed): Table 3's rows, Figure 6's points
+    (`fig6_label`) and Figure 5's models (SCAN t2i and train.py's)."""
+    return {**t3.records, **sweeps.records, **f5.records}
+
+
+def ablate_bindings(records: Mapping[tuple[str, int], RunRecord], run: RunConfig) -> dict[str, ClaimRecords]:
+    """`ABLATE_CLAIMS` on per-query values bound to ablate.py's records (`claim_bindings`, `ablate_records`): Table 3
+    (mean of R@1 and R@5 per query), Figure 6 (every seed, rSum per query), Figure 5's rSum."""
+    return claim_bindings(ABLATE_CLAIMS, records, run, "ablate")
+
+
+def ablate_judgements(records: Mapping[tuple[str, int], RunRecord], bindings: Mapping[str, ClaimRecords],
+                      t3: Table3Runs, curves: pd.DataFrame, t4: pd.DataFrame, f5: Fig5Runs,
+                      run: RunConfig) -> list[Judgement]:
+    """`ABLATE_CLAIMS` judged: those bound to records (`ablate_bindings`) from the records; the seed-only ones on
+    Figure 7 (per seed), Table 4 (per seed, its subsets chosen per seed) and Figure 5's timing (per seed)."""
     hrem_runs = t3.per_seed[t3.per_seed["model"] == "HREM"]
-    evidence = {
-        **query_evidence(t3.per_seed, t3.hits, strata, r15_per_query),
-        **fig6_evidence(sweeps, strata),
-        **fig7_evidence(curves, hrem_runs),
-        **{f"{kind}: {m}": e for kind in ("hard", "infrequent")
-           for m, e in table4_evidence(t4, t3.per_seed, kind).items()},
-    }
-    fig5_rsum = query_evidence(f5.frame, f5.hits, strata)
-    out = []
-    for spec in ABLATE_CLAIMS:
-        if spec.key.endswith("-samples"):
-            kind = spec.key.removesuffix("-samples")
-            found = {m: evidence[f"{kind}: {m}"] for m in spec.models if f"{kind}: {m}" in evidence}
-        elif spec.metric == SPEED:
-            found = speed_evidence(f5.frame)
-        elif spec.metric == RSUM:
-            found = fig5_rsum
-        else:
-            found = evidence
-        out.append(judge(spec, found, dataset=run.dataset, profile=run.profile))
-    return out
+    seed_only_evidence = {"enhanced-loss-lower": fig7_evidence(curves, hrem_runs),
+                          "ten-times-faster": speed_evidence(f5.frame)}
+    for kind in ("hard", "infrequent"):
+        seed_only_evidence[f"{kind}-samples"] = table4_evidence(t4, t3.per_seed, kind)
+    return records_judgements(ABLATE_CLAIMS, bindings, records, run, seed_only_evidence)
 
 
 def visualise_judgements(connections: tuple[pd.DataFrame, Mapping[tuple[str, int], np.ndarray], np.ndarray] | None,
@@ -1187,7 +1233,7 @@ def visualise_judgements(connections: tuple[pd.DataFrame, Mapping[tuple[str, int
     the data set has no exact relevance: not tested, `ClaimSpec.datasets`)."""
     evidence = run_evidence(connections[0], connections[1], strata=connections[2], split="test batches") \
         if connections is not None else {}
-    return _judge_all(VISUALISE_CLAIMS, evidence, run)
+    return [judge(spec, evidence, dataset=run.dataset, profile=run.profile) for spec in VISUALISE_CLAIMS]
 
 
 def claims_preamble(profile: str, dataset: str) -> str:

@@ -25,19 +25,29 @@ tuned per model and seed on the validation split, as any hyperparameter: the i2t
 gamma1 = gamma2) by the validation R@1 + R@5 + R@10 of its own direction. The test split is never used to
 choose them.
 
-The cross-method claims are declared once (`CLAIMS`) and judged by the book's verdict protocol (`claims.judge`,
-docs/claims.md) on per-query values of the whole test split (`query_values`: each query's share of rSum and its
-PMRP, images and captions as two strata): every model of a protocol scores the same queries with the same seeds,
-so the sides are paired by seed and by query; a model with and without Fast Re-ranking is one trained model.
+Every number comes from run records (`docs/records.md`): each model and seed is its chapter's run, and its record on
+the whole test split (`run_records.recorded`: the chapter's own record where it is there) gains the leaderboard's
+re-ranked scoring (`FR_SCORING`, the tuned temperatures in the record's tuning facts); the rows are
+`query_values.scoring_metrics` of the record's two scorings. A record that holds both is read back and the model is
+not used.
 
-The notebook calls, in order: `book_setup`, `recorded_book`, `score_book` (every model and seed, `leaderboard_rows`),
-`model_summary` (the table), `heatmap_figure` and `cross_method_judgements`.
+The cross-method claims are declared once (`CLAIMS`) and judged by the book's verdict protocol (`claims.judge`,
+docs/claims.md) on the records' per-query values of the whole test split (`CLAIM_METRICS`: each query's rSum and
+its PMRP, images and captions as two strata): every model of a protocol scores the same queries with the same seeds,
+so the sides are paired by seed and by query; a model with and without Fast Re-ranking is one trained model. Each
+claim is bound to its records (`board_bindings`) so that `xmr claims recompute leaderboard` judges it again from
+the committed records alone.
+
+The notebook calls, in order: `book_setup`, `recorded_book`, `score_book` (every model and seed recorded,
+`record_board_model`, and its rows, `board_rows`), `model_summary` (the table), `heatmap_figure`, `board_evidence`,
+`cross_method_judgements` and `board_bindings`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import matplotlib.pyplot as plt
@@ -45,23 +55,15 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from torch import Tensor
 
 from xmr_core.ceiling import bayes_ceiling, percent_of_ceiling
 from xmr_core.chapters.recorded import recorded_tuning
-from xmr_core.chapters.views import ceiling_rsum, judge_viewed
-from xmr_core.claims import ClaimSpec, Evidence, Judgement, instance_collapse, run_evidence
+from xmr_core.chapters.views import ceiling_rsum, judge_viewed, missing_reason
+from xmr_core.claims import ClaimSpec, Evidence, Judgement
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.evaluate import (
-    SplitScores,
-    direction_scores,
-    embed_split,
-    evaluate_scores,
-    query_hits,
-    rsum_per_query,
-)
+from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores
 from xmr_core.experiment.compared import (
     REGIONS,
     book_compared,
@@ -69,10 +71,15 @@ from xmr_core.experiment.compared import (
 )
 from xmr_core.experiment.protocols import ChapterData, chapter_setup, hrem_setup
 from xmr_core.experiment.recipes import region_encoders
+from xmr_core.experiment.run_records import recorded
 from xmr_core.experiment.training import request_model, train_many
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.metrics import DEFAULT_ZETAS, RSUM_KS, LabelRelevance, ranking_stats
+from xmr_core.metrics import RSUM_KS
 from xmr_core.paper_words import Words, worded
+from xmr_core.query_values import QueryMetric, scoring_metrics
+from xmr_core.record_evidence import ClaimRecords, Side, record_evidence
+from xmr_core.records import RunRecord
+from xmr_core.run_evaluation import Scoring
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
 from xmr_core.similarity import FastReranker
@@ -220,67 +227,61 @@ def tune_fast_rerank(model: RetrievalModel, val: Split, vocab: Vocabulary, devic
     return FastReranker((best["i2t"],) * 2, (best["t2i"],) * 2), search
 
 
-def query_values(split: Split, scores_i2t: Tensor, scores_t2i: Tensor,
-                 pmrp: bool = True) -> dict[str, np.ndarray]:
-    """Per-query values of the whole split (N image queries, then M caption queries; `query_strata`), scores
-    (N, M) both: "rSum", each query's share of rSum (`evaluate.rsum_per_query` of its instance hits at 1, 5, 10), and
-    with `pmrp` "PMRP", each query's R-Precision under plausible relevance averaged over `DEFAULT_ZETAS`. The mean
-    of the two strata's means is the split's rSum and its mean of i2t and t2i PMRP."""
-    out = {"rSum": rsum_per_query(query_hits(split, SplitScores(scores_i2t, scores_t2i, 0.0)))}
-    if pmrp:
-        labels = np.asarray(split.image_labels)
-        cap_lab = labels[np.asarray(split.caption_image)]
-        parts = []
-        for q_scores, (q_lab, g_lab) in ((scores_i2t, (labels, cap_lab)), (scores_t2i.T, (cap_lab, labels))):
-            stats = ranking_stats(q_scores, {str(z): LabelRelevance(q_lab, g_lab, z) for z in DEFAULT_ZETAS})
-            parts.append(100.0 * np.mean([st.r_precision.double().numpy() for st in stats.values()], axis=0))
-        out["PMRP"] = np.concatenate(parts)
-    return out
+FR_SCORING = "board FR"  # the leaderboard's Fast Re-ranking in a run's record: its temperatures tuned on validation
 
 
-class BoardRows(NamedTuple):
-    """One trained model's leaderboard rows and per-query values (`leaderboard_rows`)."""
+def fr_scoring(reranker: FastReranker, grid: Sequence[float]) -> Scoring:
+    """The record's scoring `FR_SCORING`: the model's own scores re-ranked by `reranker` in every view, named by its
+    temperatures and the grid they were chosen from (other temperatures or grid: another scoring)."""
+    return Scoring(rerank=reranker, rerank_name=f"FR gamma {reranker.gamma[0]:g} lambda {reranker.lam[0]:g}, tuned "
+                                                f"on validation over {', '.join(f'{t:g}' for t in grid)}")
 
-    rows: list[dict[str, object]]  # its own scores, then re-ranked ("<label> + FR")
-    queries: dict[tuple[str, str], np.ndarray]  # (metric, row model) -> (N + M,) `query_values`
+
+def record_board_model(model: RetrievalModel, result: FitResult, seed: int, data: ChapterData, run: RunConfig,
+                       grid: Sequence[float] = FR_GRID) -> RunRecord:
+    """The record of one trained model of the board on the whole test split (`run_records.recorded`: the chapter's
+    own record of the run where it is there): its own scores in every view and, as `FR_SCORING`, the same scores
+    after Fast Re-ranking, its temperatures tuned on the validation split (`tune_fast_rerank`) and kept in the
+    record's tuning facts (`FR_SCORING`: grid, gamma, lambda and the search). A record that holds them already is
+    read back: the model is not used."""
+    held = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()}, run)
+    facts = held.tuning.get(FR_SCORING, {})
+    if FR_SCORING in held.evaluation.scorings and facts.get("grid") == list(grid):
+        return held
+    reranker, search = tune_fast_rerank(model, data.val, data.vocab, run.torch_device, grid)
+    facts = {"grid": list(grid), "gamma": reranker.gamma[0], "lambda": reranker.lam[0],
+             "search": search.to_dict("records")}
+    return recorded(model, result, seed, data.test, data.vocab,
+                    {"default": Scoring(), FR_SCORING: fr_scoring(reranker, grid)}, run, fold_views=(),
+                    tuning={FR_SCORING: facts})
 
 
-@torch.no_grad()
-def leaderboard_rows(label: str, seed: int, model: RetrievalModel, data: ChapterData, device: torch.device | str,
-                     converged: bool, grid: Sequence[float] = FR_GRID) -> BoardRows:
-    """Two rows for one trained model and seed: its own scores and the same scores after Fast Re-ranking (tuned
-    on the validation split, `tune_fast_rerank`), each with every `METRICS` column on the whole test split, its
-    instance rSum as % of the Bayes ceiling, and whether the model collapsed (`claims.detect_collapse` of its own
-    test scores); and the per-query values of the claims (`query_values`; PMRP of the own scores only). A column
-    whose view the test split lacks (real data: exact, and class or plausible) is NaN, as is the share of the
-    ceiling without exact relevance."""
-    reranker, _ = tune_fast_rerank(model, data.val, data.vocab, device, grid)
-    img, cap = embed_split(model.to(device).eval(), data.test, data.vocab, device=device)
-    i2t, t2i = direction_scores(model, img, cap)
-    ceiling = ceiling_rsum(data.test)
-    views = [v for v in VIEWS if v in data.test.views()]
-    collapse = instance_collapse(i2t, data.test)
-    rows, queries = [], {}
-    for fr, (s_i2t, s_t2i) in ((False, (i2t, t2i)), (True, (reranker(i2t, "i2t"), reranker(t2i.T, "t2i").T))):
-        values = evaluate_scores(data.test, s_i2t, views=views, scores_t2i=s_t2i)
-        name = f"{label} + FR" if fr else label
-        row: dict[str, object] = {"model": name, "base model": label, "FR": fr, "seed": seed,
-                                  "converged": converged, "collapse": collapse}
+def board_rows(label: str, record: RunRecord, ceiling: float | None) -> list[dict[str, object]]:
+    """Two rows of one trained model and seed from its record (`record_board_model`): its own scores and the same
+    scores after Fast Re-ranking (`FR_SCORING`, "<label> + FR"), each with every `METRICS` column on the whole
+    test split (`query_values.scoring_metrics`), its instance rSum as % of the Bayes ceiling `ceiling` (its rSum;
+    None: NaN), whether the run converged and collapsed (`claims.instance_collapse` of its own test scores) and
+    the record's name. A column whose view the test split lacks (real data: exact, and class or plausible) is NaN."""
+    rows, fr = [], record.tuning[FR_SCORING]
+    for is_fr, scoring in ((False, "default"), (True, FR_SCORING)):
+        values = scoring_metrics(record.evaluation, scoring, "full", by_level=False)
+        row: dict[str, object] = {"model": f"{label} + FR" if is_fr else label, "base model": label, "FR": is_fr,
+                                  "seed": record.seed, "converged": record.converged,
+                                  "collapse": record.evaluation.scorings["default"].collapse}
         row.update({col: values.get(key, float("nan")) for col, key in METRICS.items()})
         row["% of ceiling"] = float("nan") if ceiling is None else percent_of_ceiling(values["rsum"], ceiling)
-        row["FR gamma"] = reranker.gamma[0] if fr else float("nan")
-        row["FR lambda"] = reranker.lam[0] if fr else float("nan")
+        row["FR gamma"] = float(fr["gamma"]) if is_fr else float("nan")
+        row["FR lambda"] = float(fr["lambda"]) if is_fr else float("nan")
+        row["record"] = record.name
         rows.append(row)
-        queries |= {(metric, name): v for metric, v in query_values(data.test, s_i2t.cpu(), s_t2i.cpu(),
-                                                                     pmrp=not fr and "plausible" in views).items()}
-    return BoardRows(rows, queries)
+    return rows
 
 
 class BookRuns(NamedTuple):
-    """Every model and seed of the book scored (`score_book`)."""
+    """Every model and seed of the book recorded (`score_book`)."""
 
-    per_run: pd.DataFrame  # one row per model, seed and FR (`leaderboard_rows`), with its protocol
-    queries: dict[tuple[str, str, int], np.ndarray]  # (metric, model, seed) -> (N + M,) `query_values`
+    per_run: pd.DataFrame  # one row per model, seed and FR (`board_rows`), with its protocol
+    records: dict[tuple[str, int], RunRecord]  # (model label, seed) -> its record (`record_board_model`)
 
 
 def ranked_models(book: BookData) -> list[tuple[str, str, int]]:
@@ -290,11 +291,12 @@ def ranked_models(book: BookData) -> list[tuple[str, str, int]]:
 
 
 def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResult], run: RunConfig) -> BookRuns:
-    """Every model of `ranked_models` with every seed (`train_book_model` on its chapter's protocol data: its
-    chapter's run, loaded or trained), scored without and with Fast Re-ranking (`leaderboard_rows`), printing a
-    line per run: one row per model, seed and FR, with the model's protocol (`MODEL_PROTOCOLS`, else its
-    chapter's `PROTOCOLS`), and the per-query values."""
-    rows, queries = [], {}
+    """Every model of `ranked_models` with every seed (`request_book_model` on its chapter's protocol data: its
+    chapter's run, loaded or trained, as one batch), recorded (`record_board_model`: the chapter's record, Fast
+    Re-ranking added where it lacks it) and its rows read from the record (`board_rows`), printing a line per run:
+    one row per model, seed and FR, with the model's protocol (`MODEL_PROTOCOLS`, else its chapter's `PROTOCOLS`),
+    and the records."""
+    rows, records = [], {}
     requests = []  # every model and seed: one batch (side by side on the workers; usually all cached)
     models = ranked_models(book)
     for chapter, name, k in models:
@@ -304,15 +306,16 @@ def score_book(seeds: Sequence[int], book: BookData, tuned: dict[str, TuningResu
     for chapter, name, k in models:
         label = model_label(name, k)
         data = book.of(chapter)[0]
+        ceiling = ceiling_rsum(data.test)
         for seed in seeds:
             t0 = time.perf_counter()
             model, result = next(trained)
-            board = leaderboard_rows(label, seed, model, data, run.torch_device, result.converged)
-            rows += [{**row, "protocol": MODEL_PROTOCOLS.get(name, PROTOCOLS[chapter])} for row in board.rows]
-            queries |= {(metric, m, seed): v for (metric, m), v in board.queries.items()}
+            records[label, seed] = record = record_board_model(model, result, seed, data, run)
+            rows += [{**row, "protocol": MODEL_PROTOCOLS.get(name, PROTOCOLS[chapter])}
+                     for row in board_rows(label, record, ceiling)]
             print(f"{chapter}: {label} seed {seed} ({'cached' if result.cached else 'trained'}) "
-                  f"scored in {time.perf_counter() - t0:.1f} s")
-    return BookRuns(pd.DataFrame(rows), queries)
+                  f"recorded in {time.perf_counter() - t0:.1f} s")
+    return BookRuns(pd.DataFrame(rows), records)
 
 
 def ceiling_row(test: Split) -> dict[str, object]:
@@ -373,24 +376,55 @@ WORDS: dict[str, Words] = {
         "probabilities), the scales make the difference.", paper="dvse"),
 }
 CLAIMS = worded(CLAIMS, WORDS)
-CLAIM_METRICS: dict[str, str] = {PMRP: "PMRP", RSUM: "rSum", FR_RSUM: "rSum"}  # a claim's metric -> `query_values`
+# a claim's metric -> its per-query values in the records (`FR_SCORING` for a "+ FR" model)
+CLAIM_METRICS: dict[str, QueryMetric] = {PMRP: QueryMetric("PMRP", "plausible"), RSUM: QueryMetric("rsum"),
+                                         FR_RSUM: QueryMetric("rsum")}
 
 
-def board_evidence(per_run: pd.DataFrame, queries: Mapping[tuple[str, str, int], np.ndarray], metric: str,
-                   strata: np.ndarray) -> dict[str, Evidence]:
-    """{model: Evidence} of `metric` ("rSum" or "PMRP") for every model of `per_run` whose runs have per-query
-    values (`score_book`), in the strata `strata` (`evaluate.query_strata` of the test split)."""
-    values = {(m, s): v for (k, m, s), v in queries.items() if k == metric}
-    have = per_run[[(m, s) in values for m, s in zip(per_run["model"], per_run["seed"])]]
-    return run_evidence(have, values, strata=strata, split="test, whole split")
+def board_side(model: str, records: Mapping[tuple[str, int], RunRecord]) -> Side | None:
+    """The records of a compared model of the claims (a board row: "<label>" or "<label> + FR", its scoring
+    `FR_SCORING`), one per seed in seed order; None when the board has no run of it."""
+    label = model.removesuffix(" + FR")
+    names = tuple(rec.name for (m, _), rec in sorted(records.items(), key=lambda kv: kv[0][1]) if m == label)
+    return Side(names, FR_SCORING if model.endswith(" + FR") else "default") if names else None
 
 
-def cross_method_judgements(book_runs: BookRuns, strata: np.ndarray, run: RunConfig,
+def board_evidence(records: Mapping[tuple[str, int], RunRecord]) -> dict[str, Callable[[], dict[str, Evidence]]]:
+    """{claim metric: a function returning {model: Evidence}} of every model the claims compare that has records
+    (`board_side`): its records' per-query values of the metric (`CLAIM_METRICS`, `record_evidence`: images and
+    captions as two strata), one row per seed, as `xmr claims recompute` reads them."""
+    by_name = {rec.name: rec for rec in records.values()}
+
+    def evidence(metric: QueryMetric) -> dict[str, Evidence]:
+        sides = {m: side for spec in CLAIMS for m in spec.compared if (side := board_side(m, records))}
+        return {m: record_evidence([by_name[n] for n in side.records], dataclasses.replace(metric,
+                                                                                        scoring=side.scoring))
+                for m, side in sides.items()}
+
+    return {name: lambda metric=metric: evidence(metric) for name, metric in CLAIM_METRICS.items()}
+
+
+def board_bindings(records: Mapping[tuple[str, int], RunRecord], run: RunConfig,
+                   missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """Each claim of `CLAIMS` bound to the records that judge it (`record_evidence.ClaimRecords`, written beside the
+    judgements for `xmr claims recompute leaderboard`): every compared model's records (`board_side`) on the claim's
+    metric (`CLAIM_METRICS`). A claim on a view in `missing`, or comparing a model the board has no run of, has
+    none (`cross_method_judgements` finds it not tested)."""
+    out = {}
+    for spec in CLAIMS:
+        metric = CLAIM_METRICS[spec.metric]
+        sides = {m: board_side(m, records) for m in spec.compared}
+        if missing_reason(metric.view, missing) or None in sides.values():
+            continue
+        out[spec.key] = ClaimRecords(spec, metric, sides, run.dataset, run.profile, "leaderboard", "board")
+    return out
+
+
+def cross_method_judgements(evidence: Mapping[str, Callable[[], Mapping[str, Evidence]]], run: RunConfig,
                             missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """`CLAIMS` judged (`claims.judge`) on the book's runs (`score_book`), each on its metric's per-query values; the
-    PMRP claims not tested where `missing` ({view: why}, `views.missing_views`) has plausible relevance."""
-    evidence = {spec.metric: lambda metric=CLAIM_METRICS[spec.metric]: board_evidence(
-        book_runs.per_run, book_runs.queries, metric, strata) for spec in CLAIMS}
+    """`CLAIMS` judged (`claims.judge`) on their metric's evidence (`board_evidence` of the book's records: each
+    model's per-query values, paired by seed and by query); the PMRP claims not tested where `missing` ({view: why},
+    `views.missing_views`) has plausible relevance."""
     return judge_viewed(CLAIMS, evidence, {PMRP: "plausible"}, missing, run)
 
 

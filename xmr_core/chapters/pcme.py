@@ -47,15 +47,13 @@ from xmr_core.chapters.summary import (
     with_paper,
     write_ceiling_table,
 )
-from xmr_core.chapters.views import DATASET_NAMES, judge_viewed, missing_reason, missing_views, not_tested
+from xmr_core.chapters.views import DATASET_NAMES, missing_reason, missing_views, not_tested
 from xmr_core.claims import (
     RUN_MEANS,
     ClaimSpec,
     Evidence,
     Judgement,
-    detect_collapse,
     judge,
-    query_evidence,
     seed_only,
 )
 from xmr_core.config import RunConfig
@@ -67,9 +65,7 @@ from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.trunk import PretrainedTrunk
 from xmr_core.evaluate import (
     coco1k_missing,
-    direction_scores,
     embed_split,
-    evaluate_similarities,
     score_matrix,
 )
 from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared, model_label
@@ -78,7 +74,6 @@ from xmr_core.experiment.run_records import recorded
 from xmr_core.experiment.scoring import (
     TABLE3_COLUMNS,
     TABLE3_PROTOCOLS,
-    run_collapse,
 )
 from xmr_core.experiment.training import fit_row, request_built, request_model, train_many, train_model
 from xmr_core.margins import Cell, Margin
@@ -127,36 +122,8 @@ def train_tuned(method: str, cfg: PCMEConfig, data: ChapterData, tuned: dict[str
 
 
 
-def table1_rows(variant: str, seed: int, per_method: Mapping[str, tuple[np.ndarray, np.ndarray]], converged: bool,
-                collapse: str) -> list[dict[str, object]]:
-    """Table 1 rows of one model and seed: per test-time similarity (`similarity_rp`: its per-query i2t and t2i
-    R-Precision) the mean of each direction and the per-query values, labelled as in the paper, with whether the
-    run converged and why it collapsed ("" when it did not: `run_collapse`)."""
-    return [{"variant": variant, "similarity": TEST_TIME_SIMILARITIES[m][0], "seed": seed, "converged": converged,
-             "collapse": collapse, "i2t R-P": float(i2t.mean()), "t2i R-P": float(t2i.mean()),
-             "i2t R-P per query": i2t, "t2i R-P per query": t2i} for m, (i2t, t2i) in per_method.items()]
-
-
-def similarity_rp(model: RetrievalModel, split: Split, vocab: Vocabulary, methods: Sequence[str],
-                  device: torch.device | str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{test-time similarity: (i2t (N,), t2i (M,)) per-query R-Precision in percent under class relevance on
-    `split`} (`metrics.ranking_stats`), `split` embedded once; NaN where `split` has no classes (real data other
-    than CUB: `views.missing_view`)."""
-    if "class" not in split.views():
-        return {m: (np.full(split.n_images, np.nan), np.full(split.n_captions, np.nan)) for m in methods}
-    img, cap = embed_split(model, split, vocab, device=device)
-    rel_i2t, rel_t2i = split.relevance("class", "i2t"), split.relevance("class", "t2i")
-    out = {}
-    for m in methods:
-        i2t, t2i = direction_scores(model, img, cap, method=m)  # both (N, M); t2i's queries are its columns
-        out[m] = (100.0 * ranking_stats(i2t, {"class": rel_i2t})["class"].r_precision.double().numpy(),
-                  100.0 * ranking_stats(t2i.T, {"class": rel_t2i})["class"].r_precision.double().numpy())
-    return out
-
-
-
 def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
-    """Table 1 from its per-seed rows (`table1_rows`): per variant and similarity (first-seen order) the
+    """Table 1 from its per-seed rows (`table1_runs`): per variant and similarity (first-seen order) the
     sampling flag, the storage per gallery item, and the paper's (CUB) and our mean and std of i2t / t2i R-P."""
     agg = mean_std(runs, ["variant", "similarity"], ["i2t R-P", "t2i R-P"]).reset_index()
     space = {label: (sampling, cost) for label, sampling, cost in TEST_TIME_SIMILARITIES.values()}
@@ -176,23 +143,20 @@ def table1_frame(runs: pd.DataFrame, dataset_label: str) -> pd.DataFrame:
     })
 
 
-def ablation_row(name: str, model: PCME, result: FitResult, data: ChapterData,
-                 device: torch.device | str) -> dict[str, object]:
-    """One ablation row, scored with the match probability: class R-P / R@1 on the unseen classes, PMRP
-    and instance rSum on the whole test split, the learned a, b of Eq. (3) and the fit; a value whose view the data
-    lacks (class, plausible) is NaN."""
-    unseen = evaluate_similarities(model, data.test_unseen, data.vocab, ["match_prob"], views=["class"],
-                                   device=device)["match_prob"] if "class" in data.test_unseen.views() else {}
-    views = [v for v in ("instance", "plausible") if v in data.test.views()]
-    full = evaluate_similarities(model, data.test, data.vocab, ["match_prob"], views=views,
-                                 device=device)["match_prob"]
+def ablation_row(name: str, rec: RecordedRun, cached: bool, model: PCME) -> dict[str, object]:
+    """One ablation row from its run's records (`record_run`), scored with the model's own similarity, the match
+    probability: class R-P / R@1 on the unseen classes, PMRP and instance rSum on the whole test split
+    (`query_values.scoring_metrics`), the fit and the record's name; a value whose view the data lacks (class,
+    plausible) is NaN. The learned a, b of Eq. (3) are read from the model (its weights)."""
     nan = float("nan")
-    return {"ablation": name, "cached": result.cached,
+    unseen = {} if rec.unseen is None else scoring_metrics(rec.unseen.evaluation, "default", by_level=False)
+    full = scoring_metrics(rec.test.evaluation, "default", by_level=False)
+    return {"ablation": name, "cached": cached,
             **{f"{d} {m}": unseen.get(f"class/{d}/{m}", nan) for m in ("R-P", "R@1") for d in ("i2t", "t2i")},
             "i2t PMRP": full.get("plausible/i2t/PMRP", nan), "t2i PMRP": full.get("plausible/t2i/PMRP", nan),
             "rSum": full["rsum"], "a": model.scale.item(), "b": model.shift.item(),
-            "best epoch": result.best_epoch, "converged": result.converged,
-            "train s": round(result.train_seconds, 1)}
+            "best epoch": rec.test.fit.get("best_epoch", nan), "converged": rec.test.converged,
+            "train s": round(rec.test.timings.get("train_seconds", nan), 1), "record": rec.test.name}
 
 
 def embed_gaussians(model: PCME, split: Split, vocab: Vocabulary,
@@ -313,26 +277,40 @@ def unseen_scorings(model: RetrievalModel) -> dict[str, Scoring]:
     return out
 
 
+def record_run(model: RetrievalModel, result: FitResult, seed: int, data: ChapterData, run: RunConfig,
+               facts: Mapping[str, object], unseen: Mapping[str, Scoring]) -> RecordedRun:
+    """One trained model's records (`run_records.recorded`, `facts` as its tuning facts; a record already there is
+    read back): on the whole test split with its own test-time similarity in every view (the COCO 1K protocol in
+    Table 3's views), and on the unseen classes with the scorings `unseen` (where that split has class relevance;
+    where it is the whole test split, one record: `unseen`'s other scorings in the test record)."""
+    folds = [v for v in TABLE3_FOLD_VIEWS if v in data.test.views()]
+    same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
+    # one split (CUB): the default scoring covers every view, the other similarities add the class view
+    others = {m: s for m, s in unseen.items() if m != "default"} if same and has_class else {}
+    test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | others, run,
+                    fold_views=folds, tuning=facts)
+    return RecordedRun(test, None if not has_class else test if same else recorded(
+        model, result, seed, data.test_unseen, data.vocab, unseen, run, tuning=facts))
+
+
+def record_compared(name: str, k: int, model: RetrievalModel, result: FitResult, seed: int, data: ChapterData,
+                    tuned: Mapping[str, TuningResult], run: RunConfig) -> RecordedRun:
+    """One trained compared model (`name`, K = `k`) recorded as train.py records it (`record_run`, its tuned setting
+    as the tuning facts): on the whole test split and on the unseen classes (`unseen_scorings`: a PCME with sigma
+    with every test-time similarity, Table 1); a record already there is read back."""
+    t = tuned[name]
+    facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
+    return record_run(model, result, seed, data, run, facts, unseen_scorings(model))
+
+
 def record_models(runs: Sequence[tuple[str, int, int]], trained: TrainedModels, data: ChapterData,
                   tuned: Mapping[str, TuningResult], run: RunConfig) -> dict[tuple[str, int], RecordedRun]:
     """Every trained model of `runs` (`chapter_runs`, as `train_models` trained them) scored once and recorded
-    (`run_records.recorded`, its tuned setting as the tuning facts; a record already there is read back): on the
-    whole test split with its own test-time similarity in every view (the COCO 1K protocol in Table 3's views),
-    and on the unseen classes (`unseen_scorings`). Keyed by (row label, seed)."""
+    (`record_compared`). Keyed by (row label, seed)."""
     out = {}
     for name, k, seed in runs:
         key = (model_label(name, k), seed)
-        model, result, t = trained.models[key], trained.results[key], tuned[name]
-        facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
-        folds = [v for v in TABLE3_FOLD_VIEWS if v in data.test.views()]
-        same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
-        # one split (CUB): the default scoring covers every view, the other similarities add the class view
-        others = {m: s for m, s in unseen_scorings(model).items() if m != "default"} if same and has_class else {}
-        test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | others, run,
-                        fold_views=folds, tuning=facts)
-        unseen = None if not has_class else test if same else recorded(
-            model, result, seed, data.test_unseen, data.vocab, unseen_scorings(model), run, tuning=facts)
-        out[key] = RecordedRun(test, unseen)
+        out[key] = record_compared(name, k, trained.models[key], trained.results[key], seed, data, tuned, run)
     return out
 
 
@@ -486,36 +464,55 @@ def tuned_settings(tuned: Mapping[str, TuningResult]) -> dict[str, tuple[float, 
     return {name: (t.lr, t.weight_name, t.weight) for name, t in tuned.items()}
 
 
-def table1_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-                run: RunConfig) -> pd.DataFrame:
-    """Table 1's per-seed rows (`table1_rows`): train.py's mu-only model scored with the mean only and its PCME with
-    every test-time similarity (`TEST_TIME_SIMILARITIES`), class relevance on the unseen classes, every seed (runs
-    loaded from the cache), each run checked for collapse on the same split (`run_collapse`)."""
-    rows: list[dict[str, object]] = []
-    device, split = run.torch_device, data.test_unseen
-    trained = iter(train_many([request_model(name, 1, data, tuned, enc, run, seed)
-                               for seed in seeds for name in ("PCME mu only", "PCME")], run))
-    for seed in seeds:
-        mu_model, mu_fit = next(trained)
-        rows += table1_rows("mu only", seed, similarity_rp(mu_model, split, data.vocab, ["mean_cosine"], device),
-                            mu_fit.converged, run_collapse(mu_model, split, data.vocab, device))
-        pcme_model, pcme_fit = next(trained)
-        rows += table1_rows("PCME", seed, similarity_rp(pcme_model, split, data.vocab, list(TEST_TIME_SIMILARITIES),
-                                                        device),
-                            pcme_fit.converged, run_collapse(pcme_model, split, data.vocab, device))
+T1_SIMILARITIES: dict[str, tuple[str, ...]] = {"PCME mu only": ("mean_cosine",), "PCME": tuple(TEST_TIME_SIMILARITIES)}
+T1_VARIANTS: dict[str, str] = {"PCME mu only": "mu only", "PCME": "PCME"}  # Table 1's models -> its variant label
+
+
+def table1_records(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                   run: RunConfig) -> dict[tuple[str, int], RecordedRun]:
+    """The records of train.py's mu-only model and PCME at every seed (`train_models`: runs loaded from the cache;
+    `record_models`: train.py's records read back, the PCME's unseen-class record holding every test-time
+    similarity), keyed by (row label, seed)."""
+    runs = [(name, 1, seed) for seed in seeds for name in T1_SIMILARITIES]
+    return record_models(runs, train_models(runs, data, tuned, enc, run), data, tuned, run)
+
+
+def similarity_scoring(record: RunRecord, similarity: str) -> str:
+    """The scoring of `record` that scores with the test-time similarity `similarity`: "default" for the model's
+    own (its config's `test_similarity`), else the similarity's key (`unseen_scorings`)."""
+    return "default" if similarity == record.config["test_similarity"] else similarity
+
+
+def table1_runs(records: Mapping[tuple[str, int], RecordedRun]) -> pd.DataFrame:
+    """Table 1's per-seed rows from the records of `table1_records`: per model, seed and test-time similarity
+    (`T1_SIMILARITIES`) its variant and similarity labelled as in the paper, whether the run converged and why it
+    collapsed (its own scores on the whole test split, `claims.instance_collapse`; "" when it did not), and the mean
+    i2t and t2i R-Precision (class relevance, unseen classes) of the record's scoring with that similarity
+    (`similarity_scoring`); NaN where the data has no class relevance."""
+    rows = []
+    for (label, seed), rec in records.items():
+        for m in T1_SIMILARITIES.get(label, ()):
+            values = {} if rec.unseen is None else scoring_metrics(
+                rec.unseen.evaluation, similarity_scoring(rec.unseen, m), by_level=False)
+            rows.append({"variant": T1_VARIANTS[label], "similarity": TEST_TIME_SIMILARITIES[m][0], "seed": seed,
+                         "converged": rec.test.converged, "collapse": rec.test.evaluation.scorings["default"].collapse,
+                         **{f"{d} R-P": values.get(f"class/{d}/R-P", math.nan) for d in ("i2t", "t2i")}})
     return pd.DataFrame(rows)
 
 
 def ablation_frame(ablations: Sequence[tuple[str, PCMEConfig, Mapping[str, object]]], data: ChapterData,
                    tuned: dict[str, TuningResult], run: RunConfig, seed: int) -> pd.DataFrame:
     """Train (or load) one PCME per ablation (name, config, training overrides such as finetune=True) at PCME's
-    tuned learning rate and seed `seed` (`request_tuned`; the ablations as one batch, `train_many`), and score it
-    (`ablation_row`): one row each."""
-    rows = []
+    tuned learning rate and seed `seed` (`request_tuned`; the ablations as one batch, `train_many`), record it
+    (`record_run`: the whole test split, and the unseen classes with its own similarity; the default's run is
+    train.py's PCME, its records read back) and read its row from the records (`ablation_row`): one row each."""
+    rows, t = [], tuned["PCME"]
     trained = train_many([request_tuned("PCME", cfg, data, tuned, run, seed, f"PCME ablation {name}", **overrides)
                           for name, cfg, overrides in ablations], run)
     for (name, _, _), (model, result) in zip(ablations, trained):
-        rows.append(ablation_row(name, model, result, data, run.torch_device))  # type: ignore[arg-type]
+        facts = {"method": "PCME", "ablation": name, "lr": t.lr, "epochs": t.epochs}
+        rec = record_run(model, result, seed, data, run, facts, {"default": Scoring(views=("class",))})
+        rows.append(ablation_row(name, rec, result.cached, model))  # type: ignore[arg-type]
     return pd.DataFrame(rows)
 
 
@@ -544,16 +541,37 @@ ABLATE_CLAIMS: list[ClaimSpec] = [
 ]
 
 
-def ablate_judgements(t1_runs: pd.DataFrame, run: RunConfig, missing: Mapping[str, str] | None = None
-                      ) -> list[Judgement]:
-    """Every claim of `ABLATE_CLAIMS` judged (`claims.judge`) on Table 1's runs (`table1_runs`): each
-    "<variant>: <similarity>" a compared model, its score the mean of its i2t and t2i R-P, from the per-query
-    values of both directions (`claims.query_evidence`: the similarities score the same queries, so they pair by
-    query as well as by seed). Table 1 is class relevance: not tested where `missing` (`table_views`) has it."""
-    runs = t1_runs.assign(model=t1_runs["variant"] + ": " + t1_runs["similarity"])
-    evidence = {T1: lambda: query_evidence(runs, ["i2t R-P per query", "t2i R-P per query"],
-                                           split="test unseen classes")}
-    return judge_viewed(ABLATE_CLAIMS, evidence, {T1: "class"}, missing, run)
+T1_METRIC = QueryMetric("R-P", "class")  # Table 1's claims: each query's class R-P, i2t and t2i as two strata
+
+
+def ablate_bindings(records: Mapping[tuple[str, int], RecordedRun], run: RunConfig,
+                    missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """Each claim of `ABLATE_CLAIMS` bound to the records that judge it (written beside ablate.py's judgements for
+    `xmr claims recompute pcme`): each "<variant>: <similarity>" of Table 1 is its model's unseen-class records of
+    every seed (`table1_records`) in the scoring of that similarity (`similarity_scoring`), on `T1_METRIC`. None
+    where `missing` (`table_views`) has the class view."""
+    if missing_reason("class", missing) or any(rec.unseen is None for rec in records.values()):
+        return {}
+    sides = {}
+    for label, similarities in T1_SIMILARITIES.items():
+        recs = [rec.unseen for (name, _), rec in records.items() if name == label and rec.unseen is not None]
+        for m in similarities:
+            sides[f"{T1_VARIANTS[label]}: {TEST_TIME_SIMILARITIES[m][0]}"] = Side(
+                tuple(r.name for r in recs), similarity_scoring(recs[0], m))
+    return {spec.key: ClaimRecords(spec, T1_METRIC, {m: sides[m] for m in spec.compared}, run.dataset, run.profile,
+                                   "pcme", "ablate") for spec in ABLATE_CLAIMS}
+
+
+def ablate_judgements(records: Mapping[tuple[str, int], RecordedRun], bindings: Mapping[str, ClaimRecords],
+                      missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """Every claim of `ABLATE_CLAIMS` judged (`claims.judge`) on Table 1's records as `xmr claims recompute` judges it
+    (`record_evidence.judge_records` of its binding, `ablate_bindings`): each similarity's per-query class R-P of
+    both directions; the similarities of one PCME score the same queries, so they pair by query as well as by
+    seed. Table 1 is class relevance: not tested where `missing` (`table_views`) has it."""
+    by_name = {r.name: r for rec in records.values() for r in (rec.test, rec.unseen) if r is not None}
+    return [judge_records(bindings[spec.key], by_name.__getitem__) if spec.key in bindings else
+            not_tested(spec, missing_reason("class", missing) or "the data has no class relevance")
+            for spec in ABLATE_CLAIMS]
 
 
 # ==================================================================================================
@@ -1071,15 +1089,16 @@ def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk
     figures measure, for that model: the R@1 hits of each third of σ, σ at each erased ratio (the erased words drawn
     by `default_rng(seed)`), σ per caption level and the set algebra of the first `n_pairs` test image pairs."""
     model, fit = train_model("PCME", 1, data, tuned, enc, run, seed)
+    drawn = record_compared("PCME", 1, model, fit, seed, data, tuned, run).test  # its record: converged, collapsed
     test, device = with_pixels(data.test), run.torch_device  # real data: the image files decoded (erasing, mixing)
     (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(model, test, data.vocab, device)
     img_sigma, cap_sigma = uncertainty(img_lv).numpy(), uncertainty(cap_lv).numpy()
     scores = score_matrix(model, (img_mu, img_lv), (cap_mu, cap_lv)).cpu()
-    collapse = detect_collapse(scores, test.relevance("instance", "i2t"))  # "" when the model learnt something
     hits = sigma_bin_hits(scores, test, img_sigma, cap_sigma, bins=len(SIGMA_THIRDS))
     erasing = sigma_by_erasing(model, test, trunk, data.vocab, device, ERASE_RATIOS, np.random.default_rng(seed))
     algebra = set_algebra(model, test, trunk, data.vocab, device, (cap_mu, cap_lv), n_pairs)
-    return visualise_evidence(seed, fit.converged, collapse, hits, erasing, sigma_per_level(test, cap_sigma), algebra,
+    return visualise_evidence(seed, drawn.converged, drawn.evaluation.scorings["default"].collapse, hits, erasing,
+                              sigma_per_level(test, cap_sigma), algebra,
                               sigma_query_hits(scores, test, img_sigma, cap_sigma))
 
 
