@@ -204,7 +204,7 @@ def test_every_row_we_label_has_its_paper_rows():
     for col, key in {**TABLE1_COLUMNS, **TABLE6_COLUMNS}.items():
         proto, k = key.split("|") if "|" in key else ("test", key)
         assert (proto, k) in keys, col
-    assert set(TABLE2_COLUMNS) == {c for c in TABLE1_COLUMNS if c.startswith("all ")}
+    assert set(TABLE2_COLUMNS) == {c for c in TABLE1_COLUMNS if c.startswith("1K ")}  # Flickr30K's size: 1K folds
 
 
 def test_region_encoders_swap_only_the_image_encoder():
@@ -523,8 +523,9 @@ def test_table2_frame_adds_the_ceiling_row_only_with_a_ceiling():
     runs = _table1_runs()
     assert "Bayes ceiling" not in set(table2_frame(runs, "scenes", None)["model"])
     out = table2_frame(runs, "scenes", _ceiling(400.0, 500.0))
-    assert out.iloc[0]["model"] == "Bayes ceiling" and out.iloc[0]["all rSum (scenes)"] == 500.0
-    assert out.set_index("model").loc["DVSE", "all rSum (scenes)"] == 275.0
+    # Flickr30K's test size: the 1K protocol (five folds of 1,000 images), its ceiling too
+    assert out.iloc[0]["model"] == "Bayes ceiling" and out.iloc[0]["1K rSum (scenes)"] == 400.0
+    assert out.set_index("model").loc["DVSE", "1K rSum (scenes)"] == 220.0 and "all rSum (scenes)" not in out
 
 
 def test_region_runs_rename_the_region_rows_as_the_papers_dvse():

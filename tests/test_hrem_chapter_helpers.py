@@ -57,7 +57,6 @@ from xmr_core.chapters.hrem import (
     fig6_label,
     fig7_curves,
     fig7_figure,
-    flickr_columns,
     hrem_table,
     longest_caption,
     loss_curves,
@@ -285,17 +284,18 @@ def test_hrem_table_puts_the_ceiling_on_top_and_each_model_s_share_of_it() -> No
                "1K": {f"{d}/R@{k}": 60.0 for d in ("i2t", "t2i") for k in (1, 5, 10)} | {"rsum": 360.0}}
     table = hrem_table(_per_run(), ["GPO", "HREM fusion"], "table2_bigru", TABLE2_COLUMNS, "scenes", ceiling)
     assert table["model"].tolist()[:3] == ["Bayes ceiling", "GPO", "HREM fusion"]
-    assert table.loc[0, "all rSum (scenes)"] == 300.0 and table.loc[0, "1K i2t R@1 (scenes)"] == 60.0
-    assert table.loc[1, "all rSum % of ceiling"] == pytest.approx(100 * 100 / 300)  # mean of 99/300 and 101/300
+    # the Flickr30K analogue is the 1K protocol: five folds of Flickr30K's test size (its ceiling too)
+    assert table.loc[0, "F30K-size rSum (scenes)"] == 360.0 and table.loc[0, "1K i2t R@1 (scenes)"] == 60.0
+    assert table.loc[1, "F30K-size rSum % of ceiling"] == pytest.approx(100 * 150 / 360)  # mean of 149 and 151
     assert table.loc[2, "1K rSum % of ceiling"] == pytest.approx(100 * 170 / 360)
+    assert table["F30K-size rSum (scenes)"].equals(table["1K rSum (scenes)"])  # NaN on the paper-only rows
+    assert "all rSum (scenes)" not in table
     paper = paper_values("hrem")
     gpo_f30k = paper[(paper["table"] == "table2_bigru") & (paper["method"] == "GPO") & (paper["protocol"] == "F30K")
                      & (paper["key"] == "rsum")]["value"].item()
-    assert table.loc[1, "all rSum (paper)"] == gpo_f30k
+    assert table.loc[1, "F30K-size rSum (paper)"] == gpo_f30k
     assert [m for m in table["model"] if m.endswith("(paper only)")] == [f"{m} (paper only)"
                                                                          for m in PAPER_ONLY["table2_bigru"]]
-    renamed = flickr_columns(table)
-    assert "F30K-size rSum (scenes)" in renamed and "all rSum (scenes)" not in renamed and "1K rSum (scenes)" in renamed
 
 
 def test_not_run_table_shows_the_paper_s_values_and_says_why_ours_are_missing() -> None:

@@ -16,8 +16,8 @@ from test_metrics import reference
 
 from xmr_core import evaluate as E
 from xmr_core import records as R
-from xmr_core.query_values import QueryMetric, query_values, round_metrics, scoring_metrics
-from xmr_core.run_evaluation import Scoring, evaluate_run
+from xmr_core.query_values import RANK_KEYS, QueryMetric, query_values, round_metrics, scoring_metrics
+from xmr_core.run_evaluation import RANK_TOP, RANK_VIEWS, Scoring, evaluate_run
 from xmr_core.runs.record import read_run_record, run_record, write_run_record
 from xmr_core.similarity import FastReranker
 
@@ -36,10 +36,17 @@ def evaluation(run):
                         scorings={"default": Scoring(), "FR": Scoring(rerank=FR, rerank_name="FR", views=("instance",))})
 
 
-def assert_same_metrics(got: dict[str, float], want: dict[str, float], ap_views: tuple[str, ...] | None = None) -> None:
-    """Every key equal (mAP@R only of `ap_views`, None: all); exact but for AP@R (float32 in the record) and the
-    float means of tiny folds."""
-    want = {k: v for k, v in want.items() if ap_views is None or "mAP@R" not in k or k.split("/")[0] in ap_views}
+def assert_same_metrics(got: dict[str, float], want: dict[str, float], ap_views: tuple[str, ...] | None = None,
+                        rank_views: tuple[str, ...] | None = None, rank_top: int | None = None) -> None:
+    """Every key equal (mAP@R only of `ap_views`, R@K, medR and meanR only of `rank_views` and, with `rank_top`, R@K
+    up to it only; None: all); exact but for AP@R (float32 in the record) and the float means of tiny folds."""
+    def kept(key: str) -> bool:
+        view, metric = key.split("/")[0], key.split("/")[-1].partition("_zeta")[0]
+        top_ok = rank_top is None or (metric.startswith("R@") and int(metric[2:]) <= rank_top)
+        return ((ap_views is None or metric != "mAP@R" or view in ap_views) and
+                (not metric.startswith(RANK_KEYS) or ((rank_views is None or view in rank_views) and top_ok)))
+
+    want = {k: v for k, v in want.items() if kept(k)}
     assert set(got) == set(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
@@ -47,22 +54,31 @@ def assert_same_metrics(got: dict[str, float], want: dict[str, float], ap_views:
 
 def test_means_over_queries_are_evaluate_models_metrics(run, evaluation):
     model, _ = run
-    kept = ("instance",)  # by default AP@R and the COCO 1K protocol in the instance view only
-    assert_same_metrics(scoring_metrics(evaluation), E.evaluate_model(model, TEST, VOCAB), kept)
+    kept = ("instance",)  # by default AP@R and the COCO 1K protocol in the instance view only, best ranks but in the
+    # plausible view
+    # plausible view, and up to R@10's rank (RANK_TOP): no medR or meanR
+    assert_same_metrics(scoring_metrics(evaluation), E.evaluate_model(model, TEST, VOCAB), kept, RANK_VIEWS, RANK_TOP)
+    assert "plausible/i2t/R@1_zeta0" not in scoring_metrics(evaluation) and "plausible/i2t/PMRP" in scoring_metrics(
+        evaluation) and "class/t2i/R@10" in scoring_metrics(evaluation) and "instance/t2i/meanR" not in scoring_metrics(
+        evaluation)
     assert_same_metrics(scoring_metrics(evaluation, protocol="coco1k"),
-                        E.evaluate_model(model, TEST, VOCAB, protocol="coco1k", views=["instance"]))
+                        E.evaluate_model(model, TEST, VOCAB, protocol="coco1k", views=["instance"]), rank_top=RANK_TOP)
     assert_same_metrics(scoring_metrics(evaluation, "FR"), E.evaluate_model(model, TEST, VOCAB, views=["instance"],
-                                                                            rerank=FR))
+                                                                            rerank=FR), rank_top=RANK_TOP)
     assert_same_metrics(round_metrics(evaluation), E.evaluate_multi_query(model, TEST, VOCAB, 2, short="hold"))
     blocks = evaluation.scorings["default"].blocks  # every view of the split, ζ 0..2, both directions
     assert len(blocks) == 2 * (3 + 3) + 2 and ("full", "plausible/zeta2", "t2i") in blocks
     assert set(evaluation.scorings["FR"].blocks) == {(p, "instance", d) for p in ("full", "coco1k") for d in ("i2t", "t2i")}
     # everything kept: every key of evaluate_model, under both protocols
-    whole = evaluate_run(model, TEST, VOCAB, fold_views=None, ap_views=None)
+    whole = evaluate_run(model, TEST, VOCAB, fold_views=None, ap_views=None, rank_views=None, rank_top=None)
     assert_same_metrics(scoring_metrics(whole), E.evaluate_model(model, TEST, VOCAB))
     assert_same_metrics(scoring_metrics(whole, protocol="coco1k"), E.evaluate_model(model, TEST, VOCAB,
                                                                                     protocol="coco1k"))
     assert len(whole.scorings["default"].blocks) == 2 * 2 * (3 + 3)
+    # a capped rank is the exact one up to RANK_TOP, RANK_TOP + 1 beyond
+    for block in (("full", "instance", "t2i"), ("coco1k", "instance", "i2t"), ("full", "class", "i2t")):
+        np.testing.assert_array_equal(evaluation.scorings["default"].blocks[block].best_rank,
+                                      np.minimum(whole.scorings["default"].blocks[block].best_rank, RANK_TOP + 1))
 
 
 class TableModel(torch.nn.Module):
@@ -93,7 +109,8 @@ def test_each_querys_values_are_a_brute_force_rankings(ties):
     split = viewed_split(n=15, per=4, seed=int(ties))
     rng = np.random.default_rng(5)
     table = torch.from_numpy(rng.integers(0, 3, (15, 60)).astype(np.float32) if ties else rng.standard_normal((15, 60)))
-    ev = evaluate_run(TableModel(table), split, loaders=table_loaders(split), precision_ks=(3,), ap_views=None)
+    ev = evaluate_run(TableModel(table), split, loaders=table_loaders(split), precision_ks=(3,), ap_views=None,
+                      rank_views=None, rank_top=None)
     for view in ("instance", "class", "exact", "plausible/zeta1"):
         for direction, scores in (("i2t", table.numpy()), ("t2i", table.numpy().T)):
             name, _, zeta = view.partition("/zeta")
@@ -120,7 +137,8 @@ def test_query_values_average_to_the_metrics(evaluation):
     assert mean(QueryMetric("R-P", "class")) == pytest.approx((full["class/i2t/R-P"] + full["class/t2i/R-P"]) / 2)
     assert mean(QueryMetric("PMRP", "plausible", ("t2i",))) == pytest.approx(full["plausible/t2i/PMRP"])
     assert mean(QueryMetric("R@1", "exact", ("t2i",), level="vague")) == pytest.approx(full["exact/t2i@vague/R@1"])
-    assert mean(QueryMetric("meanR", directions=("i2t",))) == pytest.approx(full["instance/i2t/meanR"])
+    with pytest.raises(KeyError, match="best ranks up to 10 only .*: no meanR"):
+        query_values(evaluation, QueryMetric("meanR", directions=("i2t",)))
     assert mean(QueryMetric("R@1,5")) == pytest.approx(np.mean([full[f"instance/{d}/R@{k}"] for d in ("i2t", "t2i")
                                                                 for k in (1, 5)]))  # HREM's Table 3 claims
     assert mean(QueryMetric("rsum", "rounds")) == pytest.approx(round_metrics(evaluation)["rsum"])
@@ -131,6 +149,8 @@ def test_query_values_average_to_the_metrics(evaluation):
         query_values(evaluation, QueryMetric("R-P", "plausible"))
     with pytest.raises(KeyError, match="no AP@R in the class view"):
         query_values(evaluation, QueryMetric("mAP@R", "class"))
+    with pytest.raises(KeyError, match="no best ranks in the plausible view"):
+        query_values(evaluation, QueryMetric("R@1_zeta1", "plausible"))
 
 
 def test_record_round_trips_deterministically(run, evaluation, tmp_path):
@@ -151,6 +171,11 @@ def test_record_round_trips_deterministically(run, evaluation, tmp_path):
     with np.load(path) as npz:
         assert npz["default/full/instance/t2i/best_rank"].dtype == np.uint8
         assert npz["default/full/instance/t2i/ap_at_r"].dtype == np.float32
+        # the plausible view keeps its hit counts (R-P per ζ, PMRP), not its best ranks (`RANK_VIEWS`)
+        assert "default/full/plausible/zeta1/i2t/rp_hits" in npz.files
+        assert "default/full/plausible/zeta1/i2t/best_rank" not in npz.files
+    with zipfile.ZipFile(path) as zf:
+        assert {info.compress_type for info in zf.infolist()} == {zipfile.ZIP_LZMA}
 
 
 def _rewrite(path: Path, change) -> None:
@@ -182,7 +207,7 @@ def test_a_damaged_record_is_a_one_line_error_naming_file_and_field(run, evaluat
         header["format"] = R.RECORD_FORMAT + 1
 
     for change, match in ((nan, f"field '{field}' has a NaN"), (short, "best_rank' is uint8 \\[99\\], expected"),
-                          (newer, "format 2, this code reads format 1")):
+                          (newer, f"format {R.RECORD_FORMAT + 1}, this code reads format {R.RECORD_FORMAT}")):
         path.write_bytes(good)
         _rewrite(path, change)
         with pytest.raises(R.RecordError, match=match) as err:

@@ -18,6 +18,7 @@ from xmr_core.data import scene_grammar as g
 from xmr_core.data.scenes import (
     ScenesConfig,
     exact_block,
+    generate_split,
     load_scenes,
     main_object,
     query_attributes,
@@ -165,6 +166,19 @@ def test_config_presets_and_validation():
         ScenesConfig(grid=2, max_objects=5)
     with pytest.raises(ValueError, match="paper"):
         scenes_config("paper")
+
+
+def test_cpu_test_splits_are_sized_for_query_noise_and_leave_train_and_val_alone():
+    single, multi = scenes_config("cpu"), scenes_config("cpu", variant="multi")
+    # COCO 5K's size: 5,000 images, 25,000 captions, whose 1K protocol is five real folds of 1,000 images
+    assert single.split_sizes() == {"train": 8000, "val": 1000, "test": 5000} and single.captions_per_image == 5
+    assert multi.split_sizes() == {"train": 5000, "val": 1000, "test": 2000}  # HMRN's 2,000 query sets
+    # each split has its own seed stream: a larger test split changes neither train nor val
+    small, large = ScenesConfig(seed=1, n_train=6, n_val=5, n_test=4), ScenesConfig(seed=1, n_train=6, n_val=5, n_test=9)
+    for name in ("train", "val"):
+        a, b = generate_split(small, name), generate_split(large, name)
+        assert a["images"].tobytes() == b["images"].tobytes() and a["captions"] == b["captions"]
+    assert len(generate_split(large, "test")["images"]) == 9
 
 
 def test_deterministic_and_cached(tmp_path, monkeypatch):

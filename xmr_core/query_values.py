@@ -22,14 +22,14 @@ import numpy as np
 import torch
 
 from xmr_core import metrics
-from xmr_core.records import ROUNDS, Block, Evaluation
+from xmr_core.records import ROUNDS, Block, Evaluation, QueryStats
 
 DIRECTIONS = ("i2t", "t2i")
 
 
 def block_stats(ev: Evaluation, scoring: str, block: Block, rows: slice = slice(None)) -> metrics.RankingStats:
-    """The `metrics.RankingStats` of `rows` of one block of a scoring (R-P and P@K from their exact hit counts; AP@R
-    NaN where the record does not keep it)."""
+    """The `metrics.RankingStats` of `rows` of one block of a scoring (R-P and P@K from their exact hit counts; best
+    ranks and AP@R NaN where the record does not keep them)."""
     try:
         q = ev.scorings[scoring].blocks[block]
     except KeyError:
@@ -38,7 +38,8 @@ def block_stats(ev: Evaluation, scoring: str, block: Block, rows: slice = slice(
     n_pos = torch.from_numpy(ev.split.n_positives[block][rows].astype(np.int32))
     hits = torch.from_numpy(q.rp_hits[rows].astype(np.int32))
     return metrics.RankingStats(
-        best_rank=torch.from_numpy(q.best_rank[rows].astype(np.int32)),
+        best_rank=(torch.full((len(hits),), torch.nan, dtype=torch.float64) if q.best_rank is None
+                   else torch.from_numpy(q.best_rank[rows].astype(np.int32))),
         n_positives=n_pos,
         r_precision=hits / n_pos.double(),
         ap_at_r=(torch.full((len(hits),), torch.nan, dtype=torch.float64) if q.ap_at_r is None
@@ -53,11 +54,19 @@ def _view(block: Block) -> tuple[str, str]:
     return view, f"_{zeta}" if zeta else ""
 
 
-def _summary(st: metrics.RankingStats, ks: Sequence[int], with_ap: bool, mask: np.ndarray | None = None
-             ) -> dict[str, float]:
-    """`RankingStats.summary`, without mAP@R where the record keeps no AP@R."""
-    got = st.summary(ks, mask)
-    return got if with_ap else {k: v for k, v in got.items() if k != "mAP@R"}
+RANK_KEYS = ("R@", "medR", "meanR")  # the metrics of best ranks
+
+
+def _summary(st: metrics.RankingStats, ks: Sequence[int], kept: QueryStats, top: int | None,
+             mask: np.ndarray | None = None) -> dict[str, float]:
+    """`RankingStats.summary`, without mAP@R where the record keeps no AP@R, nor R@K, medR and meanR where it keeps
+    no best ranks (`kept`: the block's values), nor medR, meanR and R@K beyond `top` where its ranks stop there."""
+    def known(key: str) -> bool:
+        if not key.startswith(RANK_KEYS):
+            return kept.ap_at_r is not None or key != "mAP@R"
+        return kept.best_rank is not None and (top is None or (key.startswith("R@") and int(key[2:]) <= top))
+
+    return {k: v for k, v in st.summary(ks, mask).items() if known(k)}
 
 
 def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "full",
@@ -80,13 +89,14 @@ def scoring_metrics(ev: Evaluation, scoring: str = "default", protocol: str = "f
             for block in (b for b in blocks if b[2] == direction):
                 view, suffix = _view(block)
                 st = block_stats(ev, scoring, block, rows)
-                kept = ev.scorings[scoring].blocks[block].ap_at_r is not None
-                out.update({f"{view}/{direction}/{k}{suffix}": v for k, v in _summary(st, all_ks, kept).items()})
+                kept = ev.scorings[scoring].blocks[block]
+                out.update({f"{view}/{direction}/{k}{suffix}": v
+                            for k, v in _summary(st, all_ks, kept, ev.rank_top).items()})
                 if by_level and direction == "t2i" and sp.caption_level is not None and view != "plausible":
                     levels = sp.caption_level[rows]
                     for code in dict.fromkeys(levels.tolist()):  # levels in order of first appearance
                         out.update({f"{view}/t2i@{sp.levels[code]}/{k}": v
-                                    for k, v in _summary(st, all_ks, kept, levels == code).items()})
+                                    for k, v in _summary(st, all_ks, kept, ev.rank_top, levels == code).items()})
             if zetas:
                 out[f"plausible/{direction}/PMRP"] = float(np.mean([out[f"plausible/{direction}/R-P{z}"]
                                                                     for z in zetas]))
@@ -187,6 +197,13 @@ def _block_values(ev: Evaluation, metric: QueryMetric, direction: str, rows: sli
         if k not in st.precision_at:
             raise KeyError(f"QueryMetric: the record has no P@{k} (has {sorted(st.precision_at)})")
         return 100.0 * st.precision_at[k].numpy()
+    if not np.isfinite(st.best_rank.numpy()).all():
+        raise KeyError(f"QueryMetric: the record keeps no best ranks in the {view} view (`run_evaluation.RANK_VIEWS`)")
+    needs = max(metrics.RSUM_KS) if base == "rsum" else max(int(k) for k in base[2:].split(",")) if base.startswith(
+        "R@") else None  # the deepest rank the metric reads (meanR: every rank)
+    if ev.rank_top is not None and (needs is None or needs > ev.rank_top):
+        raise KeyError(f"QueryMetric: the record keeps best ranks up to {ev.rank_top} only (`run_evaluation.RANK_TOP`)"
+                       f": no {base}")
     return _rank_value(base, st.best_rank.numpy(), len(metric.directions))
 
 

@@ -3,8 +3,8 @@ run's facts (`docs/records.md`). Tables, figures and claims read records; no mod
 
     SplitQueries   the test split's queries, shared by every run scored on it: sizes, caption -> image, caption
                    levels, each protocol's blocks (folds) and each query's number of positives per block
-    QueryStats     one block's per-query values (one view, one direction, one protocol): best rank, positives in
-                   the top R, AP@R, positives in the top K
+    QueryStats     one block's per-query values (one view, one direction, one protocol): best rank (where kept),
+                   positives in the top R, AP@R (where kept), positives in the top K
     Scored         one scoring of a run (its own test-time score, or with options or a re-ranker): its blocks, the
                    ranks of multi-query rounds, why it collapsed ("" when it learnt), its seconds
     Evaluation     the split's queries and every scoring: what `run_evaluation.evaluate_run` returns
@@ -13,12 +13,13 @@ run's facts (`docs/records.md`). Tables, figures and claims read records; no mod
     write_record(path, record) -> the record file (and its split's file beside it, `split_path`)
     read_record(path)          -> RunRecord, validated; `RecordError` (one line: the file and the field) otherwise
 
-On disk a record is one zip of `.npy` arrays (`np.load` reads it) holding a JSON `header` and, per scoring and
-block, `<scoring>/<protocol>/<view>/<direction>/<field>`: best ranks and hit counts as the smallest unsigned integer
-type that holds them, AP@R as float32 where the evaluation kept it (its only inexact field: a mean over queries
-agrees with `evaluate` to about 1e-7 relative), multi-query ranks as `<scoring>/rounds/rank` (T, Q). The numbers of positives depend on the split
-alone: they live in the split's file, `splits/<fingerprint[:16]>.npz` beside the records. Written atomically and
-deterministically (fixed zip timestamps, sorted JSON): the same record gives the same bytes.
+On disk a record is one zip of LZMA-compressed `.npy` members (`np.load` reads it) holding a JSON `header` and,
+per scoring and block, `<scoring>/<protocol>/<view>/<direction>/<field>`: hit counts, and best ranks where the
+evaluation kept them, as the smallest unsigned integer type that holds them, AP@R as float32 where the evaluation
+kept it (its only inexact field: a mean over queries agrees with `evaluate` to about 1e-7 relative), multi-query
+ranks as `<scoring>/rounds/rank` (T, Q). The numbers of positives depend on the split alone: they live in the
+split's file, `splits/<fingerprint[:16]>.npz` beside the records. Written atomically and deterministically (fixed
+zip timestamps, sorted JSON): the same record gives the same bytes.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ import numpy as np
 
 from xmr_core.io import atomic_write_bytes
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: LZMA members, best ranks only where the evaluation kept them (`run_evaluation.RANK_VIEWS`),
+# up to its `rank_top`
 Block = tuple[str, str, str]  # (protocol, view, direction); a plausible view per ζ: "plausible/zeta{ζ}"
 Fold = tuple[int, int, int, int]  # images [i0, i1) and captions [c0, c1) of one fold
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every member's timestamp: the same record gives the same bytes
+ZIP = zipfile.ZIP_LZMA  # a member's compression: about a fifth smaller than deflate on a record (docs/records.md)
 ROUNDS = "rounds"  # a scoring's multi-query round ranks: `<scoring>/rounds/rank`
 
 
@@ -95,17 +98,18 @@ class SplitQueries:
 
 @dataclass(frozen=True)
 class QueryStats:
-    """Per-query values of one block, each (Q,): `best_rank` (1-based, pessimistic ties), `rp_hits` (positives in
-    the top R, R = the query's positives: R-P = rp_hits / R), `ap_at_r` (AP@R, float32; None where the record
-    does not keep it), and per K of `precision_hits` the positives in the top K (P@K = hits / K)."""
+    """Per-query values of one block, each (Q,): `best_rank` (1-based, pessimistic ties; None where the record does
+    not keep it: R@K, medR and meanR need it), `rp_hits` (positives in the top R, R = the query's positives: R-P =
+    rp_hits / R), `ap_at_r` (AP@R, float32; None where the record does not keep it), and per K of `precision_hits`
+    the positives in the top K (P@K = hits / K)."""
 
-    best_rank: np.ndarray
+    best_rank: np.ndarray | None
     rp_hits: np.ndarray
     ap_at_r: np.ndarray | None = None
     precision_hits: dict[int, np.ndarray] = field(default_factory=dict)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"best_rank": self.best_rank, "rp_hits": self.rp_hits,
+        return {**({"best_rank": self.best_rank} if self.best_rank is not None else {}), "rp_hits": self.rp_hits,
                 **({"ap_at_r": self.ap_at_r} if self.ap_at_r is not None else {}),
                 **{f"P@{k}_hits": v for k, v in self.precision_hits.items()}}
 
@@ -127,11 +131,14 @@ class Scored:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A run scored once on its test split: the split's queries, every scoring by name, the embedding's seconds."""
+    """A run scored once on its test split: the split's queries, every scoring by name, the embedding's seconds, and
+    `rank_top`: best ranks above it are kept as rank_top + 1 ("beyond"; R@K up to it exact, medR and meanR not
+    kept), None: exact ranks."""
 
     split: SplitQueries
     scorings: dict[str, Scored]
     embed_seconds: float = 0.0
+    rank_top: int | None = None
 
 
 @dataclass(frozen=True)
@@ -173,16 +180,16 @@ def compact(values: np.ndarray) -> np.ndarray:
 
 
 def _pack(header: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> bytes:
-    """A zip of `.npy` members, `header` (JSON, listing every array's dtype and shape) first; deflated, fixed
+    """A zip of `.npy` members, `header` (JSON, listing every array's dtype and shape) first; LZMA (`ZIP`), fixed
     timestamps."""
     listed = {name: {"dtype": a.dtype.str, "shape": list(a.shape)} for name, a in arrays.items()}
     members = {"header": np.frombuffer(json.dumps({**header, "arrays": listed}, sort_keys=True).encode(), np.uint8),
                **arrays}
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(buffer, "w", ZIP) as zf:
         for name, a in members.items():
             info = zipfile.ZipInfo(f"{name}.npy", ZIP_TIME)
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.compress_type = ZIP
             with zf.open(info, "w") as fh:
                 np.lib.format.write_array(fh, np.ascontiguousarray(a), allow_pickle=False)
     return buffer.getvalue()
@@ -292,6 +299,7 @@ def _record_header(record: RunRecord) -> dict[str, Any]:
     return {"kind": "run record", "format": RECORD_FORMAT, "key": record.key, "name": record.name,
             "method": record.method, "config": record.config, "train": record.train, "fit": record.fit,
             "tuning": record.tuning, "timings": record.timings, "embed_seconds": ev.embed_seconds,
+            "rank_top": ev.rank_top,
             "split": {"fingerprint": ev.split.fingerprint, "name": ev.split.name, "file": ev.split.relative,
                       "n_images": ev.split.n_images, "n_captions": ev.split.n_captions},
             "scorings": {name: {"options": s.options, "rerank": s.rerank, "collapse": s.collapse,
@@ -346,7 +354,7 @@ def read_record(path: str | Path, splits: dict[Path, SplitQueries] | None = None
     header, arrays = _unpack(path, "run record")
     splits = {} if splits is None else splits
     try:
-        sp = header["split"]
+        sp, top = header["split"], header["rank_top"]
         file = path.parent / sp["file"]
         split = splits[file] = splits[file] if file in splits else read_split(file)
         if split.fingerprint != sp["fingerprint"] or (split.n_images, split.n_captions) != (sp["n_images"],
@@ -361,24 +369,26 @@ def read_record(path: str | Path, splits: dict[Path, SplitQueries] | None = None
                 if b not in split.n_positives:
                     raise RecordError(f"{path}: field {name}/{block_name(b)}: a block its split file has not")
                 q, gallery = (split.n_queries(b[2]),), split.gallery(b[2])
+                highest = gallery if top is None else min(gallery, int(top) + 1)
                 prefix = f"{name}/{block_name(b)}"
-                got = {fld: _expect(path, f"{prefix}/{fld}", arrays.get(f"{prefix}/{fld}", np.empty(0)), q)
-                       for fld in ("best_rank", "rp_hits")}
-                ap = arrays.get(f"{prefix}/ap_at_r")  # kept where the evaluation kept it (the header lists it)
+                hits = _expect(path, f"{prefix}/rp_hits", arrays.get(f"{prefix}/rp_hits", np.empty(0)), q)
+                # best ranks and AP@R where the evaluation kept them (the header lists them)
+                rank, ap = arrays.get(f"{prefix}/best_rank"), arrays.get(f"{prefix}/ap_at_r")
+                rank = None if rank is None else _expect(path, f"{prefix}/best_rank", rank, q)
                 ap = None if ap is None else _expect(path, f"{prefix}/ap_at_r", ap, q, "f")
-                if int(got["best_rank"].min(initial=1)) < 1 or int(got["best_rank"].max(initial=1)) > gallery:
-                    raise RecordError(f"{path}: field {prefix + '/best_rank'!r} has a rank outside 1..{gallery}")
-                hits = {int(k): _expect(path, f"{prefix}/P@{k}_hits", arrays.get(f"{prefix}/P@{k}_hits",
+                if rank is not None and (int(rank.min(initial=1)) < 1 or int(rank.max(initial=1)) > highest):
+                    raise RecordError(f"{path}: field {prefix + '/best_rank'!r} has a rank outside 1..{highest}")
+                at_k = {int(k): _expect(path, f"{prefix}/P@{k}_hits", arrays.get(f"{prefix}/P@{k}_hits",
                                                                                   np.empty(0)), q)
                         for k in meta["precision_ks"]}
-                blocks[b] = QueryStats(got["best_rank"], got["rp_hits"], ap, hits)
+                blocks[b] = QueryStats(rank, hits, ap, at_k)
             rounds = None
             if meta["rounds"]:
                 rounds = _expect(path, f"{name}/{ROUNDS}/rank", arrays.get(f"{name}/{ROUNDS}/rank", np.empty(0)),
                                  (int(meta["rounds"]), split.n_images))
             scorings[name] = Scored(blocks, meta["options"], meta["rerank"], rounds, meta["collapse"],
                                     float(meta["seconds"]))
-        evaluation = Evaluation(split, scorings, float(header["embed_seconds"]))
+        evaluation = Evaluation(split, scorings, float(header["embed_seconds"]), None if top is None else int(top))
         return RunRecord(header["key"], header["name"], header["method"], header["config"], header["train"],
                          header["fit"], header["tuning"], header["timings"], evaluation)
     except (KeyError, TypeError) as err:

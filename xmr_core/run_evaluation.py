@@ -10,7 +10,9 @@ applies ("full", and "coco1k" when the images fall into five equal folds, `evalu
 the instance view), for each named
 scoring (e.g. DVSE's Fast Re-ranking as a second scoring of the same embeddings, PCME's test-time similarities),
 and with `rounds` the multi-query rounds of a split with region queries. The split is embedded once. Its means over
-queries are `evaluate.evaluate_model`'s and `evaluate.evaluate_multi_query`'s metrics (`query_values`).
+queries are `evaluate.evaluate_model`'s and `evaluate.evaluate_multi_query`'s metrics (`query_values`); by default
+(`FOLD_VIEWS`, `AP_VIEWS`, `RANK_VIEWS`, `RANK_TOP`) those the book's tables and claims read: no mAP@R outside the
+instance view, no R@K of the plausible view, no medR or meanR (HMRN's round ranks are kept exact).
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ DEFAULT_SCORINGS: dict[str, Scoring] = {"default": Scoring()}
 # AP@R is about four incompressible bytes a query, the largest field, and no table or claim reads mAP@R.
 FOLD_VIEWS: tuple[str, ...] = ("instance",)
 AP_VIEWS: tuple[str, ...] = ("instance",)
+# Best ranks (R@K, medR, meanR) in every view but the plausible one: the plausible view's R@K at each ζ is read by no
+# table or claim (its R-P per ζ and PMRP need only the hit counts), and its three ζ's ranks were 40% of a record.
+RANK_VIEWS: tuple[str, ...] = ("instance", "class", "exact")
+# Best ranks up to R@10's (every rank metric a table or claim reads: R@1, 5, 10 and rSum; medR and meanR none, HMRN's
+# round ranks aside), a rank beyond kept as RANK_TOP + 1: an exact rank is ~11 bits a query, a capped one ~2-3.
+RANK_TOP: int | None = max(metrics.RSUM_KS)
 
 
 def split_folds(split: Split) -> dict[str, tuple[Fold, ...]]:
@@ -96,11 +104,13 @@ def _concat(parts: Sequence[QueryStats]) -> QueryStats:  # every part with AP@R 
 
 def _pairwise(split: Split, i2t: Tensor, t2i: Tensor, views: Sequence[str], folds: Mapping[str, tuple[Fold, ...]],
               zetas: Sequence[int], precision_ks: Sequence[int], n_positives: dict[Block, np.ndarray],
-              fold_views: Sequence[str] | None, ap_views: Sequence[str] | None) -> dict[Block, QueryStats]:
+              fold_views: Sequence[str] | None, ap_views: Sequence[str] | None,
+              rank_views: Sequence[str] | None, rank_top: int | None) -> dict[Block, QueryStats]:
     """Every block (protocol, view, direction) of scores `i2t`, `t2i` (N, M): `metrics.ranking_stats` per fold under
     the view's relevance (`evaluate._relevances`), the folds' queries concatenated in split order; protocols other
-    than "full" in `fold_views` only, AP@R kept in `ap_views` only (None: every view). Each block's numbers of
-    positives are added to (or checked against) `n_positives`."""
+    than "full" in `fold_views` only, AP@R kept in `ap_views` only, best ranks in `rank_views` only (None: every
+    view), above `rank_top` as rank_top + 1 (None: exact). Each block's numbers of positives are added to (or
+    checked against) `n_positives`."""
     relevance_t2i = {v: None if v == "plausible" else split.relevance(v, "t2i") for v in views}
     parts: dict[Block, list[tuple[QueryStats, np.ndarray]]] = {}
     for protocol, blocks in folds.items():
@@ -115,9 +125,11 @@ def _pairwise(split: Split, i2t: Tensor, t2i: Tensor, views: Sequence[str], fold
                     parts.setdefault((protocol, name, direction), []).append((_stats(st), st.n_positives.numpy()))
     out = {}
     for block, got in parts.items():
-        stats = _concat([s for s, _ in got])
-        keep_ap = ap_views is None or block[1].partition("/")[0] in ap_views
-        out[block] = stats if keep_ap else dataclasses.replace(stats, ap_at_r=None)
+        stats, view = _concat([s for s, _ in got]), block[1].partition("/")[0]
+        out[block] = dataclasses.replace(
+            stats, ap_at_r=stats.ap_at_r if ap_views is None or view in ap_views else None,
+            best_rank=None if rank_views is not None and view not in rank_views else
+            stats.best_rank if rank_top is None else np.minimum(stats.best_rank, rank_top + 1))
         n_pos = np.concatenate([n for _, n in got]).astype(np.int64)
         if not np.array_equal(n_positives.setdefault(block, n_pos), n_pos):
             raise ValueError(f"block {block}: another scoring found other numbers of positives")
@@ -146,14 +158,17 @@ def evaluate_run(
     precision_ks: Sequence[int] = (),
     fold_views: Sequence[str] | None = FOLD_VIEWS,
     ap_views: Sequence[str] | None = AP_VIEWS,
+    rank_views: Sequence[str] | None = RANK_VIEWS,
+    rank_top: int | None = RANK_TOP,
     batch_size: int = 128,
     device: str | torch.device | None = None,
     loaders: tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]] | None = None,
 ) -> Evaluation:
     """Score a finished run once on `split` (its test split): per scoring, the per-query values of every block
-    (`split_folds` × views × directions; the COCO 1K protocol in `fold_views` only, AP@R in `ap_views` only: None
-    for every view) and, with `rounds`, the target ranks of the multi-query rounds (`evaluate.multi_query_scores`,
-    `short`, the scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only.
+    (`split_folds` × views × directions; the COCO 1K protocol in `fold_views` only, AP@R in `ap_views` only, best
+    ranks in `rank_views` only: None for every view; best ranks above `rank_top` as rank_top + 1, None: exact)
+    and, with `rounds`, the target ranks of the multi-query rounds (`evaluate.multi_query_scores`, `short`, the
+    scoring's `fusion`). A multi-query model (`task == "multi_query"`) is scored in rounds only.
     Seconds: the embedding once; each scoring's scores (those of options already scored: counted once, with the
     first scoring that asked) and ranks."""
     multi = getattr(model, "task", "pairs") == "multi_query"
@@ -179,7 +194,8 @@ def evaluate_run(
             if options not in raw:
                 raw[options] = tuple(s.cpu() for s in direction_scores(model, *embedded, **scoring.options))
             i2t, t2i = raw[options] if scoring.rerank is None else rerank_directions(*raw[options], scoring.rerank)
-            blocks = _pairwise(split, i2t, t2i, views, folds, zetas, precision_ks, n_positives, fold_views, ap_views)
+            blocks = _pairwise(split, i2t, t2i, views, folds, zetas, precision_ks, n_positives, fold_views, ap_views,
+                               rank_views, rank_top)
             collapse = instance_collapse(i2t, split) if "instance" in views else ""
         ranks = None
         if rounds:
@@ -191,4 +207,4 @@ def evaluate_run(
     queries = SplitQueries(split.name, split.source, split_fingerprint(split), split.n_images,
                            np.asarray(split.caption_image), folds, n_positives, levels,
                            np.array([levels.index(x) for x in split.caption_level]) if levels else None)
-    return Evaluation(queries, out, embed_seconds)
+    return Evaluation(queries, out, embed_seconds, rank_top)

@@ -34,7 +34,8 @@
 # CUB nor COCO: its numbers are not comparable to the paper's in absolute terms; the orderings are what we
 # compare. On scenes one training run serves both tables: the models train on the seen classes (the CUB
 # protocol), Table 2 is scored on the test images of the unseen classes, and Table 3 on the whole test split
-# (1,000 images: "5K-analogue" = all of it, "1K-analogue" = five folds of 200 images).
+# (5,000 images and 25,000 captions, COCO 5K's size: "5K-analogue" = all of it, "1K-analogue" = its five folds of
+# 1,000 images).
 
 # %% tags=["parameters"]
 PROFILE = "cpu"

@@ -63,8 +63,8 @@
 # a gallery of G images costs G² pair scorings a round and a training batch of B sets B². Measured on this CPU: a
 # 64 × 64 block of images × 10-query sets takes 0.1–0.2 s at D = 64 and 1.7 s at D = 256, one training step at
 # batch 128 and D = 64 about 2.4 s. The `cpu` profile therefore uses D = 64, batch 32 for every trained model, and
-# the first 2,000 training, 128 validation (scored every epoch) and 500 test images (`SUBSETS`, `TRAIN_OVERRIDES`);
-# smoke and paper use the whole splits. The run count below is what a cold `cpu` run of the chapter trains.
+# the first 2,000 training and 128 validation images (scored every epoch) and the whole test split, 2,000 query sets
+# (`SUBSETS`, `TRAIN_OVERRIDES`); smoke and paper use the whole splits. The run count below is what a cold `cpu` run of the chapter trains.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -199,7 +199,7 @@ fits
 # %%
 label = DATASET
 ceiling = round_ceiling(data, rounds)
-caption = (f"Ours: {DATASET}{dataset_note(DATASET, 'Visual Genome')}, the first {test.n_images} test images as "
+caption = (f"Ours: {DATASET}{dataset_note(DATASET, 'Visual Genome')}, the {test.n_images} test images as "
            "gallery and query sets, "
            f"rounds 1..{rounds} (a set of fewer queries keeps its whole set), region features (R = "
            f"{test.regions.shape[1]}) + GloVe/BiGRU, D = {enc['embed_dim']}, profile {PROFILE}, mean over seeds (std "

@@ -27,10 +27,11 @@ fusion models' test similarity matrices (same seed), no training. SCAN (t2i cros
 Protocol (COCO / Flickr30K style, instance relevance): train on the training split, tune and stop on the
 validation split, test on the test split, every class in every split (`hrem_data`). The data are read in SCAN's
 precomp format (`DATA_FORMAT`, region features), as HREM's code reads them; on scenes the export in that format
-carries the benchmark's region features. Table 1 (the 5K analogue) is the whole test split; Table 2's "1K" is
-the mean over five folds of it (the COCO 1K protocol), and its Flickr30K analogue is the whole test split again,
-which on scenes has Flickr30K's test size (1,000 images, 5,000 captions): no second, Flickr-sized data set is
-generated, so those are Table 1's numbers in Table 2's layout.
+carries the benchmark's region features. Table 1 (the 5K analogue) is the whole test split (on scenes 5,000
+images, 25,000 captions: COCO 5K's size); Table 2's "1K" is the mean over five folds of it (the COCO 1K protocol),
+and its Flickr30K analogue ("F30K-size") is the same five folds: each has Flickr30K's test size (1,000 images,
+5,000 captions), and their mean counts every test query (one fold would have five times the query noise). No
+second, Flickr-sized data set is generated, so Table 2's two column groups hold the same numbers.
 
 Every final run (each compared model and seed, the ensemble, Table 3's rows, Figure 6's points, SCAN) is scored once
 on the test split and recorded (`docs/records.md`, `record_trained`, `train_and_record`): the tables, Figures 5-7's
@@ -123,12 +124,13 @@ BERT_ORDER = ["GPO", "HREM standalone", "HREM fusion", ENSEMBLE]  # the paper's 
 # Our columns ("all" = the whole test split, "1K" = five folds of it) -> the paper's keys ("<protocol>|<key>").
 TABLE1_COLUMNS: dict[str, str] = {**{f"all {c}": f"5K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS},
                                   "all rSum": "5K|rsum"}
-TABLE2_COLUMNS: dict[str, str] = {**{f"all {c}": f"F30K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS},
-                                  "all rSum": "F30K|rsum",
+FLICKR_PREFIX = "F30K-size"  # Table 2's Flickr30K analogue: the 1K protocol's folds, each Flickr30K's test size
+TABLE2_COLUMNS: dict[str, str] = {**{f"{FLICKR_PREFIX} {c}": f"F30K|instance/{c.replace(' ', '/')}"
+                                     for c in RK_COLUMNS},
+                                  f"{FLICKR_PREFIX} rSum": "F30K|rsum",
                                   **{f"1K {c}": f"1K|instance/{c.replace(' ', '/')}" for c in RK_COLUMNS},
                                   "1K rSum": "1K|rsum"}
 TABLE3_COLUMNS: dict[str, str] = {f"all {d} R@{k}": f"instance/{d}/R@{k}" for d in DIRECTIONS for k in (1, 5)}
-FLICKR_PREFIX = "F30K-size"  # Table 2 shows the whole-split columns under this name
 
 # Table 3: each relation level (3a) and component (3b) removed from HREM fusion (`HREMConfig` fields, the
 # method's docstring item 15).
@@ -322,16 +324,21 @@ def hrem_table(per_run: pd.DataFrame, order: Sequence[str], table: str, mapping:
                ceiling: SplitCeiling | None = None) -> pd.DataFrame:
     """One of the paper's instance tables (`summary.paper_table` with the HREM paper values and its paper-only
     rows), with the Bayes ceiling row on top and each model's rSum as % of the ceiling per protocol of `mapping`
-    (`summary.with_ceiling`) when `ceiling` (`split_ceiling(test, "all")`) is given."""
+    (`summary.with_ceiling`) when `ceiling` (`split_ceiling(test, "all")`) is given. The Flickr30K analogue's
+    columns are the 1K protocol's (`flickr_size`)."""
+    per_run, ceiling = flickr_size(per_run, ceiling)
     out = paper_table(per_run, order, table, mapping, label, PAPER_ONLY.get(table, ()), chapter="hrem")
     if ceiling is None:
         return out
     return with_ceiling(out, per_run, ceiling, mapping, label, sorted({col.split(" ", 1)[0] for col in mapping}))
 
 
-def flickr_columns(table: pd.DataFrame) -> pd.DataFrame:
-    """Table 2's layout: the whole-split ("all") columns renamed to the Flickr30K analogue's name."""
-    return table.rename(columns={c: FLICKR_PREFIX + c[3:] for c in table.columns if c.startswith("all ")})
+def flickr_size(per_run: pd.DataFrame, ceiling: SplitCeiling | None) -> tuple[pd.DataFrame, SplitCeiling | None]:
+    """`per_run` with the Flickr30K analogue's columns ("F30K-size <column>") and `ceiling` with its protocol: those
+    of the 1K protocol, the mean over five folds of 1,000 images and their captions, each Flickr30K's test size."""
+    one_k = [c for c in per_run.columns if c.startswith("1K ")]
+    per_run = per_run.assign(**{f"{FLICKR_PREFIX} {c[3:]}": per_run[c] for c in one_k})
+    return per_run, ceiling if ceiling is None or "1K" not in ceiling else {**ceiling, FLICKR_PREFIX: ceiling["1K"]}
 
 
 def not_run_table(table: str, order: Sequence[str], mapping: Mapping[str, str], label: str, why: str) -> pd.DataFrame:
@@ -349,7 +356,7 @@ class BertBlock(NamedTuple):
     """The Region + BERT block of Tables 1 and 2 (`region_bert`)."""
 
     table1: pd.DataFrame  # Table 1's layout
-    table2: pd.DataFrame  # Table 2's layout, before `flickr_columns`
+    table2: pd.DataFrame  # Table 2's layout
     fits: pd.DataFrame  # the BiGRU fit rows given, the BERT ones ("<model> (BERT)") appended when trained
     tuning: pd.DataFrame  # the BiGRU tuning rows given, the BERT ones (`tuning_frame`, "<model> (BERT)") appended
     note: str  # what "Ours" is, for the captions

@@ -98,17 +98,21 @@ class ScenesConfig:
 
 def scenes_config(profile: str = "cpu", variant: str = "single", seed: int = 0) -> ScenesConfig:
     """Presets. smoke: a few hundred images, seconds; cpu: sized so a chapter's models train in minutes
-    on 2 cores. The multi variant (HMRN's multi-query retrieval) uses a 96×96 canvas, a 4×4 grid and
-    5–10 objects, so every image has at least five region queries."""
+    on 2 cores, with a test split large enough that test-query noise is under a third of a central claim's interval
+    variance (issue 76; docs/records.md, "Test split sizes"): 5,000 images and 25,000 captions (COCO 5K's size,
+    whose 1K protocol is five real folds of 1,000 images), the multi variant 2,000 query sets; train and validation
+    as before (each split has its own seed stream, so their bytes are unchanged). The multi variant (HMRN's
+    multi-query retrieval) uses a 96×96 canvas, a 4×4 grid and 5–10 objects, so every image has at least five
+    region queries."""
     check_profile(profile)
     if recipe(profile) == "paper":
         raise ValueError(f"the {profile} profile reads real data at DATA_ROOT, not the scenes benchmark")
     steps = {"smoke": 100, "cpu": 300}[profile]
     if variant == "single":
-        sizes = {"smoke": (300, 100, 100), "cpu": (8000, 1000, 1000)}[profile]
+        sizes = {"smoke": (300, 100, 100), "cpu": (8000, 1000, 5000)}[profile]
         return ScenesConfig(seed, *sizes, region_steps=steps)
     if variant == "multi":
-        sizes = {"smoke": (300, 100, 100), "cpu": (5000, 1000, 1000)}[profile]
+        sizes = {"smoke": (300, 100, 100), "cpu": (5000, 1000, 2000)}[profile]
         return ScenesConfig(
             seed,
             *sizes,

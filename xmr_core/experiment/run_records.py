@@ -27,8 +27,8 @@ from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Split, split_fingerprint
 from xmr_core.data.text import Vocabulary
 from xmr_core.methods.base import RetrievalModel
-from xmr_core.records import Evaluation, RecordError, RunRecord, Scored, read_record, write_record
-from xmr_core.run_evaluation import FOLD_VIEWS, Scoring, evaluate_run
+from xmr_core.records import RecordError, RunRecord, Scored, read_record, write_record
+from xmr_core.run_evaluation import FOLD_VIEWS, RANK_TOP, Scoring, evaluate_run
 from xmr_core.runs.record import MAIN_SPLIT, record_name, records_root, saved_result, write_run_record
 from xmr_core.runs.train import FitResult
 
@@ -90,7 +90,8 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
             held = read_record(path)
         except RecordError as err:
             print(f"scoring the run again: {err}")
-    if held is not None and (held.key, held.evaluation.split.fingerprint) != (key, split_fingerprint(split)):
+    if held is not None and (held.key, held.evaluation.split.fingerprint, held.evaluation.rank_top) != (
+            key, split_fingerprint(split), RANK_TOP):  # its ranks capped elsewhere: every scoring scored again
         held = None
     lacking = dict(scorings) if held is None else _lacking(held, scorings, split, fold_views)
     if held is not None and not lacking:
@@ -104,7 +105,7 @@ def recorded(model: RetrievalModel, result: FitResult, seed: int, split: Split, 
         old = held.evaluation
         queries = dataclasses.replace(evaluation.split, folds={**old.split.folds, **evaluation.split.folds},
                                       n_positives={**old.split.n_positives, **evaluation.split.n_positives})
-        evaluation = Evaluation(queries, {**old.scorings, **evaluation.scorings}, old.embed_seconds)
+        evaluation = dataclasses.replace(old, split=queries, scorings={**old.scorings, **evaluation.scorings})
         tuning = {**held.tuning, **(tuning or {})}
     return read_record(write_run_record(result, evaluation, run.profile, tuning, records_home(results_root(run))))
 
