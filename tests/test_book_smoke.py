@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from xmr_core.book import runner as book
+from xmr_core.book.plan import committed_records
 from xmr_core.book.results import SMOKE_RESULTS_DIR
 from xmr_core.claims import VERDICTS
+from xmr_core.runs.fits import FITS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = list(book.chapters(ROOT / "book"))
@@ -18,7 +21,9 @@ CHAPTERS = list(book.chapters(ROOT / "book"))
 @pytest.fixture(scope="module", autouse=True)
 def _private_cache(tmp_path_factory: pytest.TempPathFactory):
     """Generated data and trained runs go to a fresh cache, so every code path runs (nothing is reused
-    from a developer's cache), shared by the chapters of this session."""
+    from a developer's cache), shared by the chapters of this session; an earlier smoke run's fit summaries, which
+    would stand in for runs the fresh cache lacks (`runs.fits`), are removed."""
+    shutil.rmtree(committed_records("smoke") / FITS_DIR, ignore_errors=True)
     old = os.environ.get("XMR_CACHE")
     os.environ["XMR_CACHE"] = str(tmp_path_factory.mktemp("xmr_cache"))
     yield

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from xmr_core.book import cli
 from xmr_core.book import plan as bookplan
 from xmr_core.book.runner import Notebook, RunSummary, resolve_chapters
 from xmr_core.runs.executors import JOBS_ENV
+from xmr_core.runs.fits import FITS_DIR
 from xmr_core.runs.log import read_log
 from xmr_core.runs.trace import PLAN_ENV
 
@@ -147,7 +149,8 @@ def test_plan_book_executes_in_trace_mode_aside_and_reports_failures(tmp_path: P
     printed: list[str] = []
     plan.print([1, 2], echo=printed.append)
     assert printed[0] == "01_pcme/train stage 1: 1 run(s), 1 to train"
-    assert any(line.startswith("plan (smoke profile): 3 runs (3 requests), 0 cached, 3 to train") for line in printed)
+    assert any(line.startswith("plan (smoke profile): 3 runs (3 requests), 0 cached, 0 from fit summaries and records "
+                               "(no training), 3 to train") for line in printed)
     assert printed[-1].startswith("incomplete: 01_pcme/ablate failed in trace mode")
 
 
@@ -201,6 +204,14 @@ def test_cold_cost_counts_the_runs_the_cache_lacks(tmp_path: Path) -> None:
     unfinished.mkdir(parents=True)
     (unfinished / "result.json").write_text("{}")
     assert sorted(bookplan.cold_cost(notebooks, "cpu", tmp_path, cache).runs) == ["pcme-" + "c" * 16, "vse-" + "b" * 16]
+    fits = bookplan.committed_records("cpu", root=tmp_path) / FITS_DIR  # a committed fit summary stands in: no training
+    fits.mkdir(parents=True)
+    (fits / ("pcme-" + "c" * 16 + ".json.gz")).write_bytes(b"")
+    summarised = bookplan.cold_cost(notebooks, "cpu", tmp_path, cache)
+    assert summarised.runs == ["vse-" + "b" * 16] and summarised.summarised == 1
+    assert "1 run(s) to train" in summarised.line() and "1 more the cache lacks stand in by their committed fit " \
+        "summaries" in summarised.line()
+    (fits / ("pcme-" + "c" * 16 + ".json.gz")).unlink()
     # a notebook's last run log names its runs: it wins over the committed tables; an unknown run costs the default
     log = tmp_path / "book" / "_build" / "cpu" / "01_x" / "visualise.runs.jsonl"
     log.parent.mkdir(parents=True)
@@ -279,6 +290,7 @@ def test_executing_a_notebook_asks_for_no_run_its_plan_did_not_list(tmp_path: Pa
     from xmr_core.book.runner import run_book
 
     monkeypatch.setenv("XMR_CACHE", str(tmp_path / "cache"))
+    shutil.rmtree(bookplan.committed_records("smoke") / FITS_DIR, ignore_errors=True)  # no earlier run stands in
     notebook = "03_hrem/train"
     cold = bookplan.plan_book([notebook], profile="smoke", echo=lambda line: None)
     assert not cold.failed and cold.runs

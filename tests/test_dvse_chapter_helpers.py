@@ -16,16 +16,9 @@ import torch
 from xmr_core.chapters.dvse import (
     ABLATE_CLAIMS,
     ABLATION_GRIDS,
-    ALL_RSUM,
-    CHANCE,
     CLAIMS,
     COMPARED,
-    CUB_R1,
-    CUB_RP,
     FR_COCO,
-    FR_CUB,
-    GROUNDED,
-    K_MARGIN,
     MODELS,
     ORDER,
     PAPER_ONLY,
@@ -36,25 +29,20 @@ from xmr_core.chapters.dvse import (
     TABLE6_COLUMNS,
     TRAIN_CLAIMS,
     VISUALISE_CLAIMS,
-    ModelScores,
     NeighbourReranker,
-    ablate_judgements,
     attention_grounding,
     best_cell,
     beta_range_runs,
     caption_query_figure,
     claims_preamble,
-    class_row,
     combination_label,
     correlation_figure,
     correlation_matrices,
     data_summary,
     fig6_panels,
     fr_figure,
-    fr_grid,
     fr_grid_figure,
     fr_models,
-    fr_scale_runs,
     grid_boxes,
     heat_figure,
     image_query_figure,
@@ -62,16 +50,11 @@ from xmr_core.chapters.dvse import (
     k_config,
     k_label,
     mean_abs_offdiagonal,
-    metric_row,
-    model_scores,
-    pair_judgements,
-    query_values,
     random_images,
     region_runs,
     rerank_bench_args,
-    rerank_rows,
+    rerank_times,
     retrieval_lists,
-    score_rows,
     specific_captions,
     split_sizes,
     sub_embeddings,
@@ -82,9 +65,7 @@ from xmr_core.chapters.dvse import (
     table5_frame,
     table6_figure,
     table6_frame,
-    train_judgements,
     training_runs,
-    visualise_judgements,
     write_region_tables,
 )
 from xmr_core.chapters.pcme import COMPARED as PCME_COMPARED
@@ -97,13 +78,13 @@ from xmr_core.data.datasets import ImageDataset, collate
 from xmr_core.data.text import Vocabulary
 from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
-from xmr_core.evaluate import embed_split, instance_row, rerank_directions
+from xmr_core.evaluate import direction_scores, embed_split, instance_row, rerank_directions
 from xmr_core.experiment.compared import REGIONS
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import region_encoders
 from xmr_core.methods.dvse import DVSE, dvse_config
 from xmr_core.reported import paper_values
-from xmr_core.similarity import multivariate_rerank, reciprocal_rerank
+from xmr_core.similarity import reciprocal_rerank
 from xmr_core.viz import attention_heat, caption_gallery
 
 N, PER = 10, 2  # images, captions per image: five 1K-style folds of 2 images and 4 captions
@@ -229,32 +210,8 @@ def test_instance_row_matches_brute_force_on_folds_and_whole_split():
         assert row[f"1K {key}"] == pytest.approx(np.mean([f[key] for f in folds]))
 
 
-def test_class_row_matches_brute_force_r_precision_and_r1():
-    split, i2t, t2i = _split(), _scores(3), _scores(4)
-    row = class_row(split, i2t, t2i)
-    cls, cap_img = split.image_class, np.asarray(split.caption_image)
-    rel = cls[:, None] == cls[cap_img][None, :]  # (N, M)
-    assert row["CUB i2t R-P"] == pytest.approx(_r_precision(i2t.numpy(), rel))
-    assert row["CUB t2i R-P"] == pytest.approx(_r_precision(t2i.numpy().T, rel.T))
-    assert row["CUB i2t R@1"] == pytest.approx(100 * np.mean(rel[np.arange(N), i2t.numpy().argmax(1)]))
-    assert row["CUB t2i R@1"] == pytest.approx(100 * np.mean(rel.T[np.arange(N * PER), t2i.numpy().argmax(0)]))
 
 
-def test_metric_row_with_fr_uses_the_coco_scales_on_the_whole_split_and_the_cub_scales_on_unseen():
-    split = _split()
-    scores = ModelScores((_scores(5), _scores(6)), (_scores(7), _scores(8)), 1.0)
-    data = ChapterData(split, split, split, split, None, np.zeros((1, 1), np.float32), 1.0)  # type: ignore[arg-type]
-    row = metric_row(scores, data, fr=True)
-    (g1, g2), (l1, l2) = FR_COCO.gamma, FR_COCO.lam
-    whole_i2t, whole_t2i = _fr(scores.whole[0].numpy(), g1, g2), _fr(scores.whole[1].numpy().T, l1, l2).T
-    assert row["all rSum"] == pytest.approx(_recalls(whole_i2t, whole_t2i, np.asarray(split.caption_image))["rSum"])
-    (c1, c2), (d1, d2) = FR_CUB.gamma, FR_CUB.lam
-    rel = split.image_class[:, None] == split.image_class[np.asarray(split.caption_image)][None, :]
-    assert row["CUB i2t R-P"] == pytest.approx(_r_precision(_fr(scores.unseen[0].numpy(), c1, c2), rel))
-    assert row["CUB t2i R-P"] == pytest.approx(_r_precision(_fr(scores.unseen[1].numpy().T, d1, d2), rel.T))
-    plain = metric_row(scores, data)
-    assert plain["all rSum"] == pytest.approx(_recalls(*(s.numpy() for s in scores.whole),
-                                                       np.asarray(split.caption_image))["rSum"])
 
 
 def test_rerank_directions_reranks_image_rows_and_caption_columns():
@@ -275,20 +232,6 @@ def test_neighbour_reranker_uses_the_k_of_each_direction():
         rr(scores, "both")
 
 
-def test_rerank_rows_score_each_reranker_on_the_same_matrices_and_add_its_time():
-    split = _split()
-    scores = ModelScores((_scores(12), _scores(13)), (_scores(12), _scores(13)), 2.5)
-    mr = NeighbourReranker(multivariate_rerank, (10, 10))
-    rows = rerank_rows(scores, split, {"FR": FR_COCO, "MR": mr})
-    assert [r["model"] for r in rows] == ["DVSE", "DVSE + FR", "DVSE + MR"]
-    assert rows[0]["re-rank s"] == 0.0 and rows[0]["test s"] == 2.5
-    for r in rows[1:]:
-        assert r["re-rank s"] > 0 and r["test s"] == pytest.approx(2.5 + r["re-rank s"])
-    cap_img = np.asarray(split.caption_image)
-    fr = _recalls(_fr(scores.whole[0].numpy(), *FR_COCO.gamma), _fr(scores.whole[1].numpy().T, *FR_COCO.lam).T, cap_img)
-    assert rows[1]["all rSum"] == pytest.approx(fr["rSum"])
-    mr_i2t, mr_t2i = mr(scores.whole[0], "i2t"), mr(scores.whole[1].T, "t2i").T
-    assert rows[2]["all rSum"] == pytest.approx(_recalls(mr_i2t.numpy(), mr_t2i.numpy(), cap_img)["rSum"])
 
 
 class _QueuedScores:
@@ -302,7 +245,22 @@ class _QueuedScores:
         return self.scores
 
 
-def test_model_scores_time_the_whole_split_until_its_scores_are_on_the_cpu(monkeypatch):
+
+
+
+
+class _QueuedScores:
+    """Scores still being computed on a device: `.cpu()` waits `seconds` for them (a GPU's queued kernels)."""
+
+    def __init__(self, scores: torch.Tensor, seconds: float) -> None:
+        self.scores, self.seconds = scores, seconds
+
+    def cpu(self) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return self.scores
+
+
+def test_rerank_times_time_the_whole_split_until_its_scores_are_on_the_cpu_then_each_reranker(monkeypatch):
     # Table 4's "test s": on a GPU, embedding and scoring return before the work is done; the time must wait for it
     from xmr_core.chapters import dvse as chapter
 
@@ -310,25 +268,33 @@ def test_model_scores_time_the_whole_split_until_its_scores_are_on_the_cpu(monke
     monkeypatch.setattr(chapter, "embed_split", lambda model, split, vocab, device: (None, None))
     monkeypatch.setattr(chapter, "direction_scores",
                         lambda model, img, cap: (_QueuedScores(i2t, 0.1), _QueuedScores(t2i, 0.1)))
-    scores = model_scores(torch.nn.Linear(1, 1), _data(_split()), "cpu")
-    assert scores.seconds >= 0.2  # both directions' waits of the whole split, the unseen classes' not timed
-    assert [s is want for s, want in zip(scores.whole + scores.unseen, (i2t, t2i) * 2)] == [True] * 4
+    seen = []
+
+    def slow(scores: torch.Tensor, direction: str) -> torch.Tensor:
+        seen.append((scores, direction))
+        time.sleep(0.05)
+        return scores
+
+    times = rerank_times(torch.nn.Linear(1, 1), _split(), None, "cpu", {"FR": FR_COCO, "slow": slow})
+    assert list(times) == ["test s", "FR", "slow"] and times["test s"] >= 0.2  # both directions' waits
+    assert times["slow"] >= 0.1 and [d for _, d in seen] == ["i2t", "t2i"] and seen[0][0] is i2t
+    assert torch.equal(seen[1][0], t2i.T)  # the caption queries: the columns of the very scores timed
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_model_scores_on_cuda_match_the_cpu():
+def test_dvse_scores_on_cuda_match_the_cpu():
     rng = np.random.default_rng(0)
     split = dataclasses.replace(_split(), regions=rng.standard_normal((N, 3, 5)).astype(np.float32))
     vocab = Vocabulary.build(split.captions)
-    data = ChapterData(split, split, split, split, vocab, np.zeros((len(vocab), 3), np.float32), 1.0)
     small = {"embed_dim": 8, "image": ImageEncoderConfig(kind="regions", region_dim=5),
              "text": TextEncoderConfig(hidden=4)}
     torch.manual_seed(0)
     model = DVSE(dvse_config(n_embeds=3, **small), rng.standard_normal((len(vocab), 3)).astype(np.float32))
-    cpu = model_scores(model, data, "cpu")
-    cuda = model_scores(model, data, "cuda")
-    for got, want in zip(cuda.whole + cuda.unseen, cpu.whole + cpu.unseen):
-        assert got.device.type == "cpu"
+    scored = {}
+    for device in ("cpu", "cuda"):
+        model.to(device).eval()
+        scored[device] = [s.cpu() for s in direction_scores(model, *embed_split(model, split, vocab, device=device))]
+    for got, want in zip(scored["cuda"], scored["cpu"]):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)  # cuDNN's TF32 RNN / matmul rounding
 
 
@@ -357,18 +323,6 @@ def test_paper_table_adds_paper_only_rows_with_the_papers_values():
 
 # ----------------------------------------------------------------------------------------------- claims
 # --------------------------------------------------------------------------------------------- Figure 7
-def test_fr_grid_is_r1_after_fr_at_each_pair():
-    split, i2t, t2i = _split(), _scores(14), _scores(15)
-    out = fr_grid(ModelScores((i2t, t2i), (i2t, t2i), 0.0), split, (2.0, 30.0))
-    assert len(out) == 2 * 2 * 2 and set(out["direction"]) == {"i2t", "t2i"}
-    cap_img = np.asarray(split.caption_image)
-    for (d, s1, s2), r1 in out.set_index(["direction", "s1", "s2"])["R@1"].items():
-        a = _fr(i2t.numpy(), s1, s2) if d == "i2t" else i2t.numpy()
-        b = _fr(t2i.numpy().T, s1, s2).T if d == "t2i" else t2i.numpy()
-        assert r1 == pytest.approx(_recalls(a, b, cap_img)[f"{d} R@1"])
-    for r in out.to_dict("records"):  # one hit (0 or 100) per query of the direction, their mean R@1
-        assert len(r["hits"]) == (N if r["direction"] == "i2t" else N * PER) and set(r["hits"]) <= {0.0, 100.0}
-        assert r["hits"].mean() == pytest.approx(r["R@1"])
 
 
 # -------------------------------------------------------------------------------------- Figures 6 and 10
@@ -547,14 +501,6 @@ def test_write_region_tables_only_with_region_features(tmp_path: Path):
         assert (tmp_path / "res" / "dvse" / f"{key}.csv").is_file()
 
 
-def test_score_rows_give_the_model_without_and_with_fr():
-    split = _split()
-    scores = ModelScores((_scores(20), _scores(21)), (_scores(22), _scores(23)), 1.0)
-    rows = score_rows("PVSE K=2", 3, False, scores, _data(split))
-    assert [r["model"] for r in rows] == ["PVSE K=2", "PVSE K=2 + FR"]
-    assert all(r["seed"] == 3 and r["converged"] is False for r in rows)
-    assert rows[0]["all rSum"] == pytest.approx(metric_row(scores, _data(split))["all rSum"])
-    assert rows[1]["CUB i2t R-P"] == pytest.approx(metric_row(scores, _data(split), fr=True)["CUB i2t R-P"])
 
 
 def test_fr_models_add_the_region_dvse_with_region_features():
@@ -608,124 +554,18 @@ def test_run_collapse_finds_tied_and_chance_scores_but_not_a_learnt_one():
 
 
 # ----------------------------------------------------------------------------------------- train.py claims
-_RSUM = {"VSE0": 80, "PVSE K=1": 85, "PVSE K=2": 90, "PVSE K=4": 88, "PCME mu only": 86, "PCME": 87, "DVSE": 100}
-_CUB = {"PVSE K=1": (10, 30), "PVSE K=2": (12, 28), "PVSE K=4": (14, 26), "DVSE": (20, 35), "PCME": (15, 40),
-        "DVSE + FR": (25, 38)}  # (R@1, R-P), both directions
 _JITTER = (-0.1, 0.0, 0.1)  # per seed, alternating sign between models: zero mean, so every effect is exact
 
 
-def _claims_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Three seeds a model and its "+ FR" row (rSum + 5): every Table 1 column at _RSUM + 2 * seed (+ jitter), CUB as
-    _CUB; Table 4: re-rank seconds RR 0.5, MR 0.9, FR 0.01 and whole-split rSum DVSE 100, RR 105, MR 104, FR 110."""
-    rows = []
-    for i, (m, v) in enumerate(_RSUM.items()):
-        for fr in (False, True):
-            name = m + (" + FR" if fr else "")
-            for s in (0, 1, 2):
-                value = v + 5.0 * fr + 2.0 * s + (-1) ** i * _JITTER[s]
-                rows.append({"model": name, "seed": s, "converged": True, "collapse": "",
-                             **{c: value for c in TABLE1_COLUMNS},
-                             **{c: float(_CUB.get(name, (0, 0))[0 if "R@1" in c else 1]) + s for c in TABLE3_COLUMNS}})
-    t4 = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": "", "re-rank s": t + 0.001 * s,
-                        "all rSum": r + s}
-                       for s in (0, 1, 2) for m, t, r in (("DVSE", 0.0, 100), ("DVSE + RR", 0.5, 105),
-                                                          ("DVSE + MR", 0.9, 104), ("DVSE + FR", 0.01, 110))])
-    return pd.DataFrame(rows), t4
 
 
-_RUN = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
 
 
-def test_train_judgements_by_hand():
-    per_run, t4 = _claims_runs()
-    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
-    assert list(judged) == [s.key for s in TRAIN_CLAIMS]
-    not_built = {"fr-improves-region-dvse", "dvse-r1-over-p2rm", "dvse-over-dive", "bert-close-to-vseinf-dive"}
-    # DVSE's R-P is 5 pp below PCME's: beyond the 1 pp margin of "lags slightly behind"
-    assert {k: j.verdict for k, j in judged.items()} == {
-        k: "not tested" if k in not_built else "did not hold" if k == "dvse-rp-near-pcme" else "held" for k in judged}
-    assert judged["dvse-over-dive"].reason == "needs DiVE (not built in this book) and Flickr30K"
-    assert judged["fr-improves-region-dvse"].reason == f"this run has no {REGIONS} + FR, {REGIONS}"
-    # effects: DVSE - PVSE K=2 = 10; DVSE - the best other set-based (PVSE K=2, 90) = 10; FR on DVSE + 5 (paired)
-    for key, effect in (("dvse-over-pvse", 10.0), ("dvse-best-set-based", 10.0), ("fr-improves-dvse", 5.0),
-                        ("dvse-fr-best", 5.0), ("pvse-r1-rises-with-k", 2.0), ("pvse-rp-falls-with-k", 2.0),
-                        ("dvse-rp-over-pvse", 5.0), ("dvse-r1-similar-to-pvse", 6.0), ("dvse-rp-near-pcme", -5.0),
-                        ("fr-faster", 0.49), ("fr-above-rr-mr", 5.0), ("rr-mr-improve", 4.0)):
-        j = judged[key]
-        assert j.effect == pytest.approx(effect) and j.low <= effect <= j.high and j.n_seeds == 3, key
-    assert judged["fr-improves-dvse"].paired == "seed" and judged["fr-improves-dvse"].effect_of == "DVSE + FR − DVSE"
-    assert judged["fr-faster"].effect_of == "weakest pair: DVSE + RR − DVSE + FR"  # 0.5 - 0.01 below 0.9 - 0.01
-    gains = pair_judgements(list(judged.values()), "fr-improves-any-model")
-    assert gains["effect"].tolist() == pytest.approx([5.0] * len(MODELS)) and set(gains["verdict"]) == {"held"}
-    with pytest.raises(KeyError, match="dvse-over-pvse"):
-        pair_judgements(list(judged.values()), "dvse-over-pvse")  # not a universal claim
-    # the loss flips: FR below DVSE
-    flipped = per_run.copy()
-    flipped.loc[flipped["model"] == "DVSE + FR", list(TABLE1_COLUMNS)] -= 10.0
-    again = {j.spec.key: j for j in train_judgements(flipped, t4, _RUN)}
-    assert again["fr-improves-dvse"].verdict == "did not hold" and again["fr-improves-dvse"].effect == pytest.approx(-5)
-    assert again["fr-improves-any-model"].verdict == "did not hold"
 
 
-def test_query_values_average_to_the_metric_row_in_each_direction():
-    split = _split()
-    scores = ModelScores((_scores(30), _scores(31)), (_scores(32), _scores(33)), 1.0)
-    for fr in (False, True):
-        values, row = query_values(scores, _data(split), fr), metric_row(scores, _data(split), fr)
-        for metric, expected in ((ALL_RSUM, row["all rSum"]),
-                                 (CUB_RP, (row["CUB i2t R-P"] + row["CUB t2i R-P"]) / 2),
-                                 (CUB_R1, (row["CUB i2t R@1"] + row["CUB t2i R@1"]) / 2)):
-            v, strata = values[metric]
-            assert strata.tolist() == [0] * N + [1] * (N * PER)  # image queries, then caption queries
-            assert (v[strata == 0].mean() + v[strata == 1].mean()) / 2 == pytest.approx(expected), (fr, metric)
 
 
-def _per_query(per_run: pd.DataFrame) -> dict:
-    """Per-query values whose per-stratum means are the per-run values: 4 image and 8 caption queries at the run's
-    value +-1 (alternating, so each stratum's mean is the value)."""
-    strata = np.repeat([0, 1], [4, 8])
-    wiggle = np.tile([1.0, -1.0], 6)
-    cub = {CUB_RP: ["CUB i2t R-P", "CUB t2i R-P"], CUB_R1: ["CUB i2t R@1", "CUB t2i R@1"]}
-    return {(r["model"], r["seed"]): {ALL_RSUM: (r["all rSum"] + wiggle, strata),
-                                      **{m: (np.mean([r[c] for c in cols]) + wiggle, strata)
-                                         for m, cols in cub.items()}}
-            for r in per_run.to_dict("records")}
 
-
-def test_train_judgements_on_per_query_values_pair_by_seed_and_query():
-    per_run, t4 = _claims_runs()
-    per_query = _per_query(per_run)
-    seed_only = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
-    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN, per_query)}
-    assert {k: j.verdict for k, j in judged.items()} == {k: j.verdict for k, j in seed_only.items()}
-    for key in ("dvse-over-pvse", "fr-improves-dvse", "dvse-rp-near-pcme", "pvse-r1-rises-with-k"):
-        j = judged[key]
-        assert (j.n_queries, j.paired, j.noise) == (12, "seed+query", "seeds+queries"), key
-        assert j.effect == pytest.approx(seed_only[key].effect), key
-    assert judged["fr-above-rr-mr"].n_queries == 0  # Table 4: per-seed scores
-    assert judged["fr-improves-every-cub-metric"].n_queries == 0
-    del per_query["PCME", 1]
-    with pytest.raises(KeyError, match="no per-query values of 'PCME', seed"):
-        train_judgements(per_run, t4, _RUN, per_query)
-
-
-def test_train_judgements_not_tested_on_unconverged_or_collapsed_runs():
-    per_run, t4 = _claims_runs()
-    per_run.loc[(per_run["model"] == "PCME") & (per_run["seed"] == 1), "converged"] = False
-    per_run.loc[(per_run["model"] == "PVSE K=4") & (per_run["seed"] == 2), "collapse"] = "tied"
-    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
-    pcme = {"dvse-best-set-based", "dvse-fr-best", "fr-improves-any-model", "dvse-r1-over-pcme", "dvse-rp-near-pcme"}
-    pvse4 = {"dvse-best-set-based", "dvse-fr-best", "fr-improves-any-model", "pvse-r1-rises-with-k",
-             "pvse-rp-falls-with-k", "dvse-rp-over-pvse", "dvse-r1-similar-to-pvse"}
-    for key in pcme | pvse4:
-        assert judged[key].verdict == "not tested", key
-    assert judged["dvse-r1-over-pcme"].reason == "PCME did not converge"
-    assert judged["pvse-r1-rises-with-k"].reason.endswith("PVSE K=4 vs PVSE K=2: not tested (not tested: PVSE K=4 "
-                                                          "collapsed (tied))")  # the trend's step that reads K=4
-    assert judged["dvse-over-pvse"].verdict == "held" and judged["fr-improves-dvse"].verdict == "held"
-    t4.loc[t4["model"] == "DVSE + MR", "converged"] = False
-    judged = {j.spec.key: j for j in train_judgements(per_run, t4, _RUN)}
-    assert judged["fr-faster"].verdict == "not tested" and judged["fr-faster"].unconverged == ("DVSE + MR",)
 
 
 # ------------------------------------------------------------------------------------------ ablate.py
@@ -815,36 +655,10 @@ def _fr_runs(values=(1.0, 25.0, 100.0), diagonal=(40.0, 50.0, 30.0), seeds=(0, 1
     return pd.DataFrame(rows)
 
 
-def _with_hits(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with per-query hits of 100 queries: a cell of R@1 r has its first r queries hit."""
-    q = np.arange(100)
-    return runs.assign(hits=[np.where(q < r, 100.0, 0.0) for r in runs["R@1"]])
 
 
-def test_fr_scale_runs_by_hand():
-    runs = _fr_runs((1.0, 25.0, 100.0), (40.0, 50.0, 30.0), seeds=(0,))
-    runs.loc[(runs["direction"] == "t2i") & (runs["s1"] == 100.0) & (runs["s2"] == 1.0), "R@1"] = 45.0
-    out = fr_scale_runs(runs).set_index("model")["R@1"].to_dict()
-    # without per-query hits no region's best cell can be chosen apart from the queries that score it: diagonal only
-    assert out == {"γ=1": 40.0, "γ=25": 50.0, "γ=100": 30.0}
 
 
-def test_fr_scale_runs_with_per_query_hits_pair_figure7_by_seed_and_query():
-    runs = _with_hits(_fr_runs((1.0, 25.0, 100.0), (40.0, 50.0, 30.0), seeds=(0, 1, 2)))
-    scales = fr_scale_runs(runs).set_index(["model", "seed"])
-    # a region's best cell is chosen on the even-numbered queries and scored on the 50 odd-numbered ones: a cell
-    # whose first r queries hit scores the odd positions below r, r // 2 of 50 for even r
-    assert scales.loc[("γ1 > γ2", 0), "hits"].tolist() == [100.0] * 10 + [0.0] * 40  # every cell 20: 10 of 50
-    assert scales.loc[("γ1 = γ2", 0), "hits"].tolist() == [100.0] * 25 + [0.0] * 25  # best: γ = 25's 50
-    assert scales.loc[("best λ1 < λ2", 1), "hits"].tolist() == [100.0] * 30 + [0.0] * 20  # R@1 60 + seed 1: 61
-    judged = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(), runs, _sweep(), _RUN)}
-    for key in ("fr-gamma1-above-lowers", "fr-gamma1-below-lowers", "fr-t2i-off-diagonal"):
-        j = judged[key]
-        assert (j.verdict, j.paired, j.n_queries) == ("held", "seed+query", 50), key
-    # best diagonal cell 50 + s against 20 + s, each scored on the odd queries: 25 (26 for s = 2) of 50 against
-    # 10 (11) of 50, so 30 points at every seed
-    assert judged["fr-gamma1-above-lowers"].effect == pytest.approx(30.0)
-    assert len(scales.loc[("γ=25", 0), "hits"]) == 100  # the diagonal's scales keep every query
 
 
 def test_best_cell_is_chosen_on_other_queries_than_those_that_score_it():
@@ -868,73 +682,10 @@ def test_beta_range_runs_by_hand():
                              ("β range: t2i", 1): 2.0}
 
 
-def _t6_runs(class_peak: int = 8) -> pd.DataFrame:
-    """rSum peaks at K = 6, the class metrics at `class_peak`; three seeds at every K."""
-    ks = ABLATION_GRIDS["cpu"]["K"]
-    return pd.DataFrame([{"model": k_label(k), "K": k, "seed": s, "converged": True, "collapse": "",
-                          "all rSum": 100.0 - abs(k - 6) + s,
-                          **{c: 30.0 - abs(k - class_peak) + s for c in TABLE3_COLUMNS}}
-                         for k in ks for s in (0, 1, 2)])
 
 
-def test_ablate_judgements_by_hand():
-    grid = ABLATION_GRIDS["cpu"]["fr"]
-    # rises to 20 (48.1, 48.5, 49, 49.5, 50: smallest step 0.4), falls after 50 (48.5, 48, 47, 44: 0.5)
-    diagonal = tuple(50.0 - abs(s - 20) / 10 if s <= 20 else 49.0 - s / 100 for s in grid)
-    judged = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(), _fr_runs(grid, diagonal, (0, 1, 2)),
-                                                        _sweep(), _RUN)}
-    assert list(judged) == [s.key for s in ABLATE_CLAIMS]
-    one_seed = {"beta-peak", "eta-peak", "beta-affects-i2t-more"}
-    # FR regions need per-query hits (`best_cell`); these runs have R@1 only (with hits: the test above)
-    regions = {"fr-gamma1-above-lowers", "fr-gamma1-below-lowers", "fr-t2i-off-diagonal"}
-    # combination 3 is 2 rSum above 5: outside the 0.8 rSum margin of "close"
-    assert {k: j.verdict for k, j in judged.items()} == {
-        k: "not tested" if k in one_seed | regions else "did not hold" if k == "no-lvar-dm-close-to-full-ablation"
-        else "held" for k in judged}
-    no_interval = "one seed and no per-query values: no interval can be had"
-    assert all(judged[k].reason in (no_interval, f"{judged[k].reason.split(' (not tested: ')[0]} (not tested: {no_interval})")
-               for k in one_seed)  # a peak says it once
-    assert judged["fr-t2i-off-diagonal"].reason == "this run has no best λ1 < λ2, best λ1 >= λ2"
-    for key, effect in (("no-dm-lowers-rsum", 5.0), ("no-lvar-lowers-rsum", 15.0), ("se-alone-no-gain", 0.5),
-                        ("no-lvar-dm-close-to-full-ablation", 2.0), ("impact-order", 5.0), ("full-dvse-best", 5.0),
-                        ("se-improves", 5.0), ("fr-diagonal-rises", 0.4), ("fr-diagonal-falls", 0.5),
-                        ("k-peak-coco", 2.0),  # K = 6: 100 against K = 4, 8: 98
-                        ("k-larger-on-homogeneous", 2.0),  # class metrics, K = 8: 30 against K = 6: 28
-                        ("k-no-gain-on-heterogeneous", 2.0)):  # rSum, K = 6: 100 against K = 8: 98
-        j = judged[key]
-        assert j.effect == pytest.approx(effect) and j.low <= effect + 1e-9 and effect - 1e-9 <= j.high, key
-    # the class metrics peaking at K = 4 refute "a larger K": K = 8 (26) below K = 6 (28)
-    refuted = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(4), _fr_runs(grid, diagonal),
-                                                        _sweep(), _RUN)}
-    assert refuted["k-larger-on-homogeneous"].verdict == "did not hold"
-    assert refuted["k-larger-on-homogeneous"].effect == pytest.approx(-2.0)
-    # rSum 6 below K = 8 by more than the paper's slight decrease (K_MARGIN): K = 8 is a gain, "brings nothing" fails
-    gain = _t6_runs().assign(**{"all rSum": lambda d: d["all rSum"] + 3 * K_MARGIN.value * (d["K"] == 8)})
-    beyond = {j.spec.key: j for j in ablate_judgements(_t5_runs(), gain, _fr_runs(grid, diagonal), _sweep(), _RUN)}
-    assert beyond["k-no-gain-on-heterogeneous"].verdict == "did not hold"
-    assert beyond["k-no-gain-on-heterogeneous"].effect == pytest.approx(100.0 - (98.0 + 3 * K_MARGIN.value))
-    # the sweeps with three seeds: beta peaks at 0.6 (held), eta at 0.4 (held), beta's i2t range 10 > t2i's 2
-    swept = {j.spec.key: j for j in ablate_judgements(_t5_runs(), _t6_runs(), _fr_runs(grid, diagonal),
-                                                      _sweep((0, 1, 2)), _RUN)}
-    assert [swept[k].verdict for k in ("beta-peak", "eta-peak", "beta-affects-i2t-more")] == ["held"] * 3
-    assert swept["beta-peak"].effect == pytest.approx((60.0 + 41.0) / 2 - (52.0 + 42.0) / 2)
-    # a smoke grid: the combinations, K and scales the claims name are missing; a 2 x 2 FR grid still has its regions
-    smoke = ablate_judgements(_t5_runs()[lambda d: d["model"].isin(["combination 1", "combination 5"])],
-                              _t6_runs()[lambda d: d["K"].isin([1, 6])], _with_hits(_fr_runs((10.0, 25.0))), _sweep(),
-                              _RUN)
-    tested = {"se-improves", "fr-gamma1-above-lowers", "fr-gamma1-below-lowers", "fr-t2i-off-diagonal"}
-    assert {j.spec.key: j.verdict for j in smoke} == {s.key: "held" if s.key in tested else "not tested"
-                                                      for s in ABLATE_CLAIMS}
-    assert smoke[0].reason == "this run has no combination 2"
 
 
-def test_ablate_judgements_not_tested_on_a_collapsed_combination():
-    t5 = _t5_runs()
-    t5.loc[(t5["model"] == "combination 7") & (t5["seed"] == 0), "collapse"] = "chance-level ranking"
-    judged = {j.spec.key: j for j in ablate_judgements(t5, _t6_runs(), _fr_runs(), _sweep(), _RUN)}
-    for key in ("no-lvar-lowers-rsum", "impact-order", "full-dvse-best"):
-        assert judged[key].verdict == "not tested" and "collapsed (chance-level ranking)" in judged[key].reason, key
-    assert judged["no-dm-lowers-rsum"].verdict == "held"
 
 
 # --------------------------------------------------------------------------------------------- Figure 7
@@ -1014,30 +765,6 @@ def test_query_figures_show_each_query_under_each_model_in_turn():
     assert [t.get_color() for t in fig12.axes[3].texts] == ["tab:red", "tab:green", "tab:red"]
 
 
-def test_visualise_judgements_by_hand():
-    corr = pd.DataFrame([{"model": f"combination {c}", "seed": s, "converged": True, "collapse": "",
-                          "mean |corr|": v + 0.01 * s + 0.001 * c * (s == 1)}
-                         for c, v in ((4, 0.5), (6, 0.3), (2, 0.2), (1, 0.4)) for s in (0, 1, 2)])
-    precision = pd.DataFrame([{"model": m, "seed": s, "converged": True, "collapse": "", "t2i P@4": p + s,
-                               "i2t P@5": q + s} for m, p, q in (("DVSE", 30.0, 10.0), ("PVSE K=2", 20.0, 15.0))
-                              for s in (0, 1, 2)])
-    # Figure 10: per image the share on the named objects 10 pp above chance (+ a per-image pattern), 3 seeds
-    images = np.arange(6, dtype=float)
-    shares = {(side, s): images + s + (10.0 if side == GROUNDED else 0.0) for side in (GROUNDED, CHANCE)
-              for s in (0, 1, 2)}
-    frame = pd.DataFrame([{"model": side, "seed": s, "converged": True, "collapse": "", "share": v.mean()}
-                          for (side, s), v in shares.items()])
-    judged = visualise_judgements(corr, precision, (frame, shares), _RUN)
-    assert [j.spec.key for j in judged] == [s.key for s in VISUALISE_CLAIMS]
-    assert [j.verdict for j in judged] == ["held", "held", "held", "held", "did not hold", "held"]
-    assert judged[0].effect == pytest.approx(0.3 + 0.002 / 3) and judged[0].paired == "seed"  # 4 - 2
-    assert judged[4].effect == pytest.approx(-5.0)
-    assert judged[5].effect == pytest.approx(10.0) and judged[5].paired == "seed+query" and judged[5].n_queries == 6
-    smoke = visualise_judgements(corr[corr["model"] == "combination 1"], precision, None, _RUN)
-    assert smoke[0].verdict == "not tested" and smoke[0].reason == "this run has no combination 4, combination 2"
-    assert smoke[5].verdict == "not tested" and GROUNDED in smoke[5].reason  # no object boxes: not measured
-    precision.loc[precision["model"] == "PVSE K=2", "converged"] = False
-    assert [j.verdict for j in visualise_judgements(corr, precision, (frame, shares), _RUN)][3:5] == ["not tested"] * 2
 
 
 @pytest.fixture(scope="module")
@@ -1098,38 +825,3 @@ def test_claims_preamble():
     assert "NOT COCO" not in claims_preamble("paper", "cub") and "profile `paper`, dataset `cub`" in claims_preamble(
         "paper", "cub")
 
-
-def test_train_and_score_trains_the_region_dvse_with_every_seed(monkeypatch):
-    from xmr_core.chapters import dvse as chapter
-
-    trained = []
-
-    def request(name, k, data, tuned, enc, run, seed, config=None, label=""):
-        trained.append((name, k, seed, config))
-        return trained[-1]
-
-    def train_many(requests, run):
-        return [(SimpleNamespace(), SimpleNamespace(converged=True, cached=True, best_epoch=1, history=[1],
-                                                    train_seconds=1.0, pairs_per_second=1.0, run_dir=Path("r")))
-                for _ in requests]
-
-    monkeypatch.setattr(chapter, "SPECS", [("VSE0", 1)])
-    monkeypatch.setattr(chapter, "request_model", request)
-    monkeypatch.setattr(chapter, "train_many", train_many)
-    monkeypatch.setattr(chapter, "region_config", lambda data, tuned, enc: "region config")
-    monkeypatch.setattr(chapter, "model_scores", lambda model, data, device: None)
-    monkeypatch.setattr(chapter, "score_rows", lambda label, seed, converged, scores, data: [{"model": label,
-                                                                                             "seed": seed}])
-    monkeypatch.setattr(chapter, "score_queries", lambda label, seed, scores, data: {(label, seed): {}})
-    tuned = {"VSE0": SimpleNamespace(lr=1e-3, weight=0.2, weight_name="margin", epochs=2),
-             "DVSE": SimpleNamespace(lr=2e-3, weight=0.4, weight_name="margin", epochs=2)}
-    run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu")
-    with_regions = _data(dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32)))
-    out = chapter.train_and_score([0, 1, 2], with_regions, tuned, {}, run)
-    assert [(r["model"], r["seed"]) for r in out.per_run.to_dict("records")] == \
-        [("VSE0", s) for s in (0, 1, 2)] + [(REGIONS, s) for s in (0, 1, 2)]
-    assert [t for t in trained if t[3] == "region config"] == [("DVSE", 1, s, "region config") for s in (0, 1, 2)]
-    assert list(out.per_query) == [("VSE0", s) for s in (0, 1, 2)] + [(REGIONS, s) for s in (0, 1, 2)]
-    trained.clear()
-    without = chapter.train_and_score([0, 1], _data(_split()), tuned, {}, run)
-    assert set(without.per_run["model"]) == {"VSE0"} and all(t[3] is None for t in trained)

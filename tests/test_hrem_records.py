@@ -96,7 +96,7 @@ def test_claims_from_records_and_xmr_claims_recompute_finds_them_the_same(chapte
     assert rsum.per_seed == pytest.approx([per_run.loc[chapter.ENSEMBLE, "all rSum"]])
     results = results_root(run)
     write_judgements(judged, "hrem", "train", run)
-    write_bindings(list(bindings.values()), results)
+    write_bindings(list(bindings.values()), run)
     rows = recompute.recompute("hrem", results, records_home(results))
     assert [r.binding.spec.key for r in rows] == list(bindings)
     assert all(r.same for r in rows), [(r.binding.spec.key, r.judgement.verdict, r.committed) for r in rows]

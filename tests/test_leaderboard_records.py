@@ -68,7 +68,7 @@ def test_xmr_claims_recompute_finds_the_leaderboards_claims_the_same(board, clai
     assert judged[0].verdict != "not tested", judged[0].reason  # (a tiny run's FR may collapse: not tested)
     results = results_root(run)
     write_judgements(judged, "leaderboard", "board", run)
-    write_bindings(list(leaderboard.board_bindings(records, run).values()), results)
+    write_bindings(list(leaderboard.board_bindings(records, run).values()), run)
     rows = recompute.recompute("leaderboard", results, records_home(results))
     assert [r.binding.spec.key for r in rows] == [s.key for s in claims]
     assert all(r.same for r in rows), [(r.binding.spec.key, r.judgement.verdict, r.committed) for r in rows]

@@ -28,11 +28,13 @@ from xmr_core.claims import can_fail, detect_collapse
 from xmr_core.config import RunConfig
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.text import Vocabulary
-from xmr_core.evaluate import direction_scores, embed_split, label_distance, top_k_lists
+from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, label_distance, top_k_lists
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.scoring import TABLE3_COLUMNS
 from xmr_core.methods.msrm import MSRM
+from xmr_core.records import Evaluation, QueryStats, RunRecord, Scored, SplitQueries
 from xmr_core.reported import paper_values
+from xmr_core.run_evaluation import evaluate_run
 
 
 def test_compared_reuses_the_pcme_chapter_and_adds_msrm():
@@ -384,16 +386,16 @@ def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_
         return [(object(), type("Fit", (), {"converged": True, "best_epoch": 3, "stopped": "patience",
                                             "stop_message": "", "cached": True})())]
 
-    def class_queries(model, split, vocab, device):
+    def ablation_scores(model, result, seed, split, vocab, run, tuning):
         if calls[-1][1] == 0.8 and calls[-1][0] == 1:  # seed 1's MSRM: a collapsed variance, inf scores
             raise ValueError("data.json: split 'test': scores: query row 3 contains a NaN or inf score")
         value = 50.0 + len(calls)
         return chapter.QueryScores(dict.fromkeys(chapter.TABLE4_COLUMNS, value), np.full(4, value),
-                                   np.array([0, 0, 1, 1]), "")
+                                   np.array([0, 0, 1, 1]), ""), None  # no record: judged on the per-run table
 
     monkeypatch.setattr(chapter, "request_model", request_model)
     monkeypatch.setattr(chapter, "train_many", train_many)
-    monkeypatch.setattr(chapter, "class_queries", class_queries)
+    monkeypatch.setattr(chapter, "ablation_scores", ablation_scores)
     data = ChapterData(None, None, None, None, None, None, 1.0)
     variants = {"MSRM": tiny_config(), "w/o L_d": tiny_config(gamma=0.0), "w/o L_h": tiny_config(hypergraph=False),
                 "mu only": tiny_config(mu_only=True)}
@@ -419,7 +421,8 @@ def test_an_ablation_that_diverges_in_its_first_epoch_or_scores_nan_is_a_listed_
     sound = t4.runs.copy()
     sound.loc[(sound["model"] == "MSRM") & (sound["seed"] == 1), ["converged", *chapter.TABLE4_COLUMNS]] = \
         [True, *[51.0] * len(chapter.TABLE4_COLUMNS)]
-    fixed = chapter.AblationRuns(sound, {**t4.queries, ("MSRM", 1): (np.full(4, 51.0), np.array([0, 0, 1, 1]))})
+    fixed = chapter.AblationRuns(sound, {**t4.queries, ("MSRM", 1): (np.full(4, 51.0), np.array([0, 0, 1, 1]))},
+                                 t4.records)
     l_d = next(j for j in chapter.ablate_judgements(fixed, _sweep_for_claims(), _zeta_runs(), RUN)
                if j.spec.key == "without-l-d-lower")
     assert l_d.verdict == "held" and l_d.reason.startswith("training diverges for w/o L_d on 2 of 2 seeds")
@@ -494,7 +497,7 @@ def test_train_claims_judged_by_hand():
     ac = _seeded({"PCME": {c: 40.0 for c in TABLE1_COLUMNS}, "MSRM": {c: 45.0 for c in TABLE1_COLUMNS}},
                  collapsed=("MSRM",))
     runs = chapter.ChapterRuns(pd.DataFrame(), _seeded(zs, own), ac, pd.DataFrame())
-    judged = {j.spec.key: j for j in chapter.train_judgements(runs, RUN)}
+    judged = {j.spec.key: j for j in chapter.train_judgements({}, {}, runs, RUN)}  # no records: the per-run tables
     assert list(judged) == [s.key for s in chapter.TRAIN_CLAIMS]
     verdicts = {k: j.verdict for k, j in judged.items()}
     assert verdicts == {
@@ -518,10 +521,61 @@ def test_train_claims_judged_by_hand():
     assert judged["msrm-over-p2rm"].reason == "needs P2RM (not built in this book)"
     unconverged = chapter.ChapterRuns(pd.DataFrame(), _seeded(zs, own, unconverged=("PCME mu only",)),
                                       pd.DataFrame(), pd.DataFrame())
-    again = {j.spec.key: j for j in chapter.train_judgements(unconverged, RUN)}
+    again = {j.spec.key: j for j in chapter.train_judgements({}, {}, unconverged, RUN)}
     assert again["pcme-close-to-mu-only-pmrp"].verdict == "not tested"
     assert again["pcme-close-to-mu-only-pmrp"].reason == "PCME mu only did not converge"
     assert again["msrm-over-pcme-all-classes"].reason.startswith("this run has no MSRM · i2t R-P")  # no Table 1
+
+
+def _class_record(name: str, split: str, seed: int, rp: dict[str, int], r1: dict[str, int],
+                  collapse: str = "") -> RunRecord:
+    """A record of the class view (full protocol) on 4 image and 8 caption queries with 100 positives each: in each
+    direction every query `rp[direction]` hits in its top R, best rank 1 on the first `r1[direction] / 25` of every 4
+    queries, else 2 (so R-P = rp and R@1 = r1 exactly, and every seed's queries alike)."""
+    sp = SplitQueries(split, "synthetic", split * 8, 4, np.repeat(np.arange(4), 2), {"full": ((0, 4, 0, 8),)},
+                      {("full", "class", d): np.full(n, 100) for d, n in (("i2t", 4), ("t2i", 8))})
+    blocks = {("full", "class", d): QueryStats(np.tile([1] * (r1[d] // 25) + [2] * (4 - r1[d] // 25), n // 4),
+                                               np.full(n, rp[d])) for d, n in (("i2t", 4), ("t2i", 8))}
+    return RunRecord("", name, name.split("-")[0], {}, {"seed": seed}, {"converged": True, "stopped": "patience"}, {},
+                     {}, Evaluation(sp, {"default": Scored(blocks, collapse=collapse)}))
+
+
+def test_train_claims_judged_from_records_by_hand():
+    """MSRM above PCME in every column of Table 1, and below it in t2i R@1 of Table 2: universal claims whose sides
+    each read their column's queries from the records; the other claims' models are not in these records."""
+    every, none = {"i2t": 100, "t2i": 100}, {"i2t": 0, "t2i": 0}  # R@1: every query's best rank 1, or none's
+    values = {"PCME": ({"i2t": 50, "t2i": 50}, every, none), "MSRM": ({"i2t": 60, "t2i": 60}, {"i2t": 100, "t2i": 0},
+                                                                       every)}
+    records = {}
+    for model, (rp, r1_zero_shot, r1_all) in values.items():
+        for seed in (1, 0):  # out of seed order: each side's records are bound in seed order
+            unseen = _class_record(f"{model}-{seed}@test-unseen", "test-unseen", seed, rp, r1_zero_shot)
+            records["zero-shot", model, seed] = chapter.RecordedRun(
+                _class_record(f"{model}-{seed}", "test", seed, rp, r1_zero_shot), unseen)
+            ac = _class_record(f"{model}-all-{seed}", "test", seed, rp, r1_all)
+            records["all classes", model, seed] = chapter.RecordedRun(ac, ac)
+    missing = {"1K": "no COCO 1K folds here"}  # Table 3's claims read Table 3's views: not bound
+    bindings = chapter.train_bindings(records, RUN, missing)
+    assert set(bindings) == {"msrm-over-pcme-zero-shot", "msrm-over-pcme-all-classes"}
+    side = bindings["msrm-over-pcme-zero-shot"].sides["MSRM · t2i R@1"]
+    assert side.records == ("MSRM-0@test-unseen", "MSRM-1@test-unseen")
+    assert side.metric == chapter.QueryMetric("R@1", "class", ("t2i",))
+    assert bindings["msrm-over-pcme-all-classes"].sides["PCME · i2t R-P"].records == ("PCME-all-0", "PCME-all-1")
+    empty = chapter.ChapterRuns(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    judged = {j.spec.key: j for j in chapter.train_judgements(records, bindings, empty, RUN, missing)}
+    assert list(judged) == [s.key for s in chapter.TRAIN_CLAIMS]
+    zero_shot, all_classes = judged["msrm-over-pcme-zero-shot"], judged["msrm-over-pcme-all-classes"]
+    assert (zero_shot.verdict, zero_shot.effect) == ("did not hold", pytest.approx(-100.0))  # t2i R@1 0 < 100
+    assert (all_classes.verdict, all_classes.effect) == ("held", pytest.approx(10.0))  # the weakest column: R-P
+    assert all_classes.n_seeds == 2 and all_classes.n_queries == 4 and all_classes.paired == "seed+query"
+    assert judged["msrm-over-pcme-pmrp"].reason == "no COCO 1K folds here"
+    assert judged["msrm-best-rp"].verdict == "not tested"  # the other models are not in these records
+    # a run without a record (not scored) leaves its claims to the per-run tables
+    records["all classes", "MSRM", 1] = chapter.RecordedRun(None, None)
+    tables = chapter.train_tables(records)
+    tables["all classes"]["MSRM", 1] = None
+    assert "msrm-over-pcme-all-classes" not in chapter.claim_bindings(chapter.TRAIN_CLAIMS, tables, RUN, "train",
+                                                                       missing)
 
 
 def _sweep_for_claims(n_seeds: int = 3) -> chapter.AblationRuns:
@@ -664,7 +718,7 @@ def test_chance_lists_by_hand_and_against_every_ranking():
     assert summary["model"].tolist() == ["A", "A", chapter.CHANCE, chapter.CHANCE]
 
 
-def test_class_queries_average_to_evaluates_class_metrics():
+def test_record_scores_average_to_evaluates_class_metrics():
     rng = np.random.default_rng(1)
     split = Split("t", "mem", [f"i{k}" for k in range(6)], [f"c{k}" for k in range(12)],
                   [["red circle", "blue square", "green star", "red square"][k % 4] for k in range(12)],
@@ -672,8 +726,12 @@ def test_class_queries_average_to_evaluates_class_metrics():
                   image_class=np.array([0, 1, 0, 1, 2, 2]))
     vocab = Vocabulary.build(split.captions)
     model = MSRM(tiny_config(), rng.standard_normal((len(vocab), 8)).astype(np.float32))
-    scored = chapter.class_queries(model, split, vocab, "cpu")
-    expected = chapter.class_row(model, split, vocab, "cpu", prefix="")  # evaluate_model's class metrics
+    evaluation = evaluate_run(model, split, vocab, scorings=chapter.class_scoring(split),
+                              fold_views=chapter.CLASS_FOLD_VIEWS)
+    scored = chapter.record_scores(RunRecord("", "MSRM-0", "msrm", {}, {"seed": 0}, {"converged": True}, {}, {},
+                                             evaluation))
+    values = evaluate_model(model, split, vocab, device="cpu", views=["class"])
+    expected = {c: values[k] for c, k in chapter.TABLE4_COLUMNS.items()}  # evaluate_model's class metrics
     assert scored.row == pytest.approx(expected)
     assert scored.strata.tolist() == [0] * 6 + [1] * 12
     image_mean, caption_mean = scored.values[:6].mean(), scored.values[6:].mean()

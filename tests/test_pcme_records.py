@@ -108,7 +108,7 @@ def test_claims_from_records_and_xmr_claims_recompute_finds_them_the_same(chapte
     assert rp.values.shape == (2, data.test_unseen.n_images + data.test_unseen.n_captions)
     results = results_root(run)
     write_judgements(judged, "pcme", "train", run)
-    write_bindings(list(bindings.values()), results)
+    write_bindings(list(bindings.values()), run)
     rows = recompute.recompute("pcme", results, records_home(results))
     assert [r.binding.spec.key for r in rows] == list(bindings)
     assert all(r.same for r in rows), [(r.binding.spec.key, r.judgement.verdict, r.committed) for r in rows]
@@ -142,7 +142,7 @@ def test_table1_from_the_records_equals_each_similarity_scored_from_the_model(ch
     judged = chapter.ablate_judgements(records, bindings)
     results = results_root(run)
     write_judgements(judged, "pcme", "ablate", run)
-    write_bindings(list(bindings.values()), results)
+    write_bindings(list(bindings.values()), run)
     rows = [r for r in recompute.recompute("pcme", results, records_home(results)) if r.binding.part == "ablate"]
     assert [r.binding.spec.key for r in rows] == [s.key for s in chapter.ABLATE_CLAIMS]
     assert all(r.same for r in rows), [(r.binding.spec.key, r.judgement.verdict, r.committed) for r in rows]

@@ -12,9 +12,12 @@ import pytest
 from fixtures.recorded_runs import TEST, VOCAB, trained, viewed_split
 
 from xmr_core.book import cli
+from xmr_core.book.diff import differences
 from xmr_core.book.recompute import write_bindings
+from xmr_core.book.staleness import result_metas
 from xmr_core.claims import ClaimSpec, judge, judgements_frame
 from xmr_core.claims import _pairing as pairing
+from xmr_core.config import RunConfig
 from xmr_core.query_values import QueryMetric, scoring_metrics
 from xmr_core.record_evidence import ClaimRecords, Side, judge_records, record_evidence
 from xmr_core.run_evaluation import evaluate_run
@@ -96,11 +99,35 @@ def test_a_claim_bound_to_records_round_trips_through_json_and_judges_as_in_memo
         ClaimRecords(CLAIMS[0][0], RSUM, {"vse0": Side(("x",))}, "scenes", "smoke", "synthetic", "train")
 
 
+def test_a_side_read_on_its_own_metric_round_trips_and_judges_on_it(project):
+    """A universal claim over several metrics: each side "<model> · <part>" names its part's metric."""
+    _, records = project
+    parts = {"i2t": QueryMetric("R-P", "class", ("i2t",)), "t2i": QueryMetric("R-P", "class", ("t2i",))}
+    spec = ClaimSpec("vsepp-over-vse0-each", "VSE++ is above VSE0 in each direction's class R-P.", "Sec. 3",
+                     "universal", "each of i2t / t2i class R-P, pp",
+                     pairs=tuple((f"vsepp · {p}", f"vse0 · {p}") for p in parts))
+    sides = {f"{m} · {p}": Side(tuple(records[m, s].name for s in SEEDS), metric=metric)
+             for m in METHODS for p, metric in parts.items()}
+    b = ClaimRecords(spec, parts["i2t"], sides, "scenes", "smoke", "synthetic", "train")
+    assert ClaimRecords.from_json(json.loads(json.dumps(b.to_json()))) == b
+    assert "metric" not in bindings(records)[0].to_json()["sides"]["vse0"]  # a side on the claim's metric: as before
+    got = judge_records(b, {r.name: r for r in records.values()}.__getitem__)
+    want = judge(spec, {f"{m} · {p}": record_evidence([records[m, s] for s in SEEDS], metric)
+                        for m in METHODS for p, metric in parts.items()}, dataset="scenes", profile="smoke")
+    assert (got.verdict, got.effect, got.low, got.high) == (want.verdict, want.effect, want.low, want.high)
+    assert got.n_queries == 20  # each part's queries: one direction (20 images), not both
+
+
 def test_xmr_claims_recompute_from_committed_records_alone(project, monkeypatch, capsys):
     root, records = project
     results = root / "results"
     chosen = bindings(records)
-    write_bindings(chosen, results)
+    run = RunConfig.from_params(PROFILE="smoke", DEVICE="cpu", RESULTS_DIR=str(results))
+    [path] = write_bindings(chosen, run)
+    # a result with its provenance: `xmr results check` and `diff` cover it as a table
+    assert dict(result_metas(results))["synthetic/claim_records_train"]["kind"] == "data"
+    first = path.read_bytes()
+    assert write_bindings(chosen, run) == [path] and differences(path.name, first, path.read_bytes()) == []
     # the committed judgements: what the chapter judged from its runs in memory
     by_name = {r.name: r for r in records.values()}
     judgements = [judge_records(b, by_name.__getitem__) for b in chosen]

@@ -143,8 +143,13 @@ def test_query_values_average_to_the_metrics(evaluation):
                                                                 for k in (1, 5)]))  # HREM's Table 3 claims
     assert mean(QueryMetric("rsum", "rounds")) == pytest.approx(round_metrics(evaluation)["rsum"])
     assert mean(QueryMetric("R@5", "rounds", round=2)) == pytest.approx(round_metrics(evaluation)["round2/R@5"])
+    # joined values: each query's mean of them (MSRM's Table 4 claims: the mean of R-P and R@1)
+    assert mean(QueryMetric("R-P,R@1", "class")) == pytest.approx(
+        np.mean([full[f"class/{d}/{m}"] for d in ("i2t", "t2i") for m in ("R-P", "R@1")]))
     with pytest.raises(ValueError, match="medR is not a mean"):
         QueryMetric("medR")
+    with pytest.raises(ValueError, match="medR is not a mean"):
+        QueryMetric("R@1,medR")
     with pytest.raises(ValueError, match="plausible view"):
         query_values(evaluation, QueryMetric("R-P", "plausible"))
     with pytest.raises(KeyError, match="no AP@R in the class view"):

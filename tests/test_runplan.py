@@ -21,6 +21,7 @@ from xmr_core.encoders.image import ImageEncoderConfig
 from xmr_core.encoders.text import TextEncoderConfig
 from xmr_core.io import RUN_LOG_ENV
 from xmr_core.methods.vse import VSE, vse0_config
+from xmr_core.runs import fits as summaries
 from xmr_core.runs import log as runlog
 from xmr_core.runs import trace as plantrace
 from xmr_core.runs import train as train_module
@@ -297,6 +298,103 @@ def test_a_step_is_timed_on_whole_batches_even_of_a_split_smaller_than_one(cache
     monkeypatch.setattr(train_module, "_train_loader", loader)
     assert train_module.step_seconds(request.model, TRAIN, big, VOCAB, 3) > 0
     assert sizes == [[64], [64, 64, 64]]  # one untimed step, then the timed ones, each of a whole batch
+
+
+# ------------------------------------------------------------------------------------------ fit summaries
+
+
+@pytest.mark.parametrize("executor", [Executor("serial"), Executor("local", 2)], ids=["serial", "local"])
+def test_fit_summaries_stand_in_for_the_runs_a_cache_lacks(cache: Path, executor: Executor, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    fits = tmp_path / "fits"
+    trained = fit_many(_requests(), executor, fits=fits)
+    files = {p.name: p.read_bytes() for p in fits.iterdir()}
+    assert sorted(files) == sorted(f"{r.run_dir.name}.json.gz" for r in trained)
+    stamps = {p.name: p.stat().st_mtime_ns for p in fits.iterdir()}
+    fit_many(_requests(), executor, fits=fits)  # loaded: the same facts, the same bytes, not rewritten
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in fits.iterdir()} == \
+        {n: (files[n], stamps[n]) for n in files}
+
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "empty"))  # a fresh clone: no run cache
+    monkeypatch.setenv(RUN_LOG_ENV, str(tmp_path / "runs.jsonl"))
+    requests = _requests()
+    built = [state_fingerprint(r.model) for r in requests]
+    weightless = fit_many(requests, executor, fits=fits)
+    assert not (tmp_path / "empty" / "runs").exists()  # nothing trained, nothing claimed
+    for request, state, got, want in zip(requests, built, weightless, trained):
+        assert isinstance(got, summaries.WeightlessFit) and not summaries.has_weights(got) and got.cached
+        assert state_fingerprint(request.model) == state  # the model as built
+        assert (got.run_dir.name, got.best_epoch, got.best_score, got.stopped, got.converged, got.best_state,
+                got.train_seconds, got.best_metrics) == (want.run_dir.name, want.best_epoch, want.best_score,
+                                                         want.stopped, want.converged, want.best_state,
+                                                         want.train_seconds, {"rsum": want.best_score})
+        assert got.history == [{k: v for k, v in row.items() if not k.startswith("val/") or k == "val/rsum"}
+                               for row in want.history]
+        with pytest.raises(summaries.NoWeights, match=f"run {got.run_dir.name}: no weights"):
+            linear = next(m for m in request.model.modules() if isinstance(m, torch.nn.Linear))
+            linear(torch.zeros(1, linear.in_features))  # any of its modules refuses
+    assert runlog.describe(tmp_path / "runs.jsonl") == ", trained 0 runs, loaded 0, read 3 from fit summaries"
+
+    drawn = fit_many(_requests((0,)), executor, fits=fits, weights=True)  # a figure draws seed 0: it trains
+    monkeypatch.setenv(summaries.WEIGHTS_ENV, "1")  # `xmr runs train`: every run for its weights
+    every = fit_many(_requests((1,)), executor, fits=fits)
+    monkeypatch.delenv(summaries.WEIGHTS_ENV)
+    for got, want in ((drawn[0], trained[0]), (every[0], trained[1])):
+        assert summaries.has_weights(got) and not got.cached and got.best_state == want.best_state
+    assert isinstance(fit_many(_requests((2,)), executor, fits=fits)[0], summaries.WeightlessFit)
+
+
+def test_a_fit_summary_of_other_code_is_not_used(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    fits = tmp_path / "fits"
+    done = fit_many(_requests((0,)), fits=fits)[0]
+    summary = summaries.read_summary(fits, done.run_dir.name)
+    summaries.write_summary(fits, {**summary, "trained_at": {"commit": None, "source": "0" * 64}})
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "empty"))
+    again = fit_many(_requests((0,)), fits=fits)[0]
+    assert summaries.has_weights(again) and not again.cached and again.best_state == done.best_state
+    assert "not used, the run was trained by other code" in capsys.readouterr().out
+    rewritten = summaries.read_summary(fits, done.run_dir.name)  # from the run trained here, of this code
+    assert (rewritten["trained_at"], rewritten["best_state"]) == (summary["trained_at"], summary["best_state"])
+
+
+def test_a_first_epoch_divergence_stands_in_as_it_was_returned(cache: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    def diverging() -> RunRequest:
+        bad = _requests((1,))[0]
+        bad.cfg = TrainConfig(**{**bad.cfg.__dict__, "lr": float("inf")})
+        return bad
+
+    fits = tmp_path / "fits"
+    first = fit_many([diverging()], diverged="result", fits=fits)[0]
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "empty"))
+    again = fit_many([diverging()], diverged="result", fits=fits)[0]
+    assert isinstance(again, summaries.WeightlessFit)
+    assert (again.stopped, again.best_epoch, again.best_score, again.stop_message, again.run_dir.name) == \
+        (first.stopped, 0, float("-inf"), first.stop_message, first.run_dir.name)
+    with pytest.raises(FloatingPointError, match="epoch 1.*fit summary"):
+        fit_many([diverging()], fits=fits)
+
+
+def test_trace_lists_a_summarised_run_as_no_training_and_a_drawn_one_as_needing_weights(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fits = tmp_path / "fits"
+    trained = fit_many(_requests((0, 1)), fits=fits)
+    monkeypatch.setenv("XMR_CACHE", str(tmp_path / "empty"))
+    plan = tmp_path / "plan.jsonl"
+    monkeypatch.setenv(plantrace.PLAN_ENV, str(plan))
+    monkeypatch.setattr(plantrace, "_TRACE", plantrace._Trace())
+    fit_many(_requests((0, 1)), fits=fits)  # stand in: no stage ends, nothing after is provisional
+    drawn = fit_many(_requests((0,)), fits=fits, weights=True)[0]  # a figure: listed as needing weights, planned
+    fit_many(_requests((2,)), fits=fits)
+    records = plantrace.read_plan(plan)
+    assert [(r["seed"], r["stage"], r["cached"], r["summary"], r["needs_weights"], r["provisional"])
+            for r in records] == [(0, 1, False, True, False, False), (1, 1, False, True, False, False),
+                                  (0, 1, False, True, True, False), (2, 2, False, False, False, True)]
+    assert [r["core_seconds"] for r in records[:3]] == pytest.approx([trained[0].train_seconds,
+                                                                      trained[1].train_seconds,
+                                                                      trained[0].train_seconds])
+    assert drawn.stopped == "planned" and not (tmp_path / "empty" / "runs").exists()
 
 
 # --------------------------------------------------------------------------------------------- Slurm

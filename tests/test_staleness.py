@@ -107,6 +107,17 @@ def test_check_passes_then_fails_after_an_imported_file_changes(project: Path, m
     assert out.strip().splitlines()[-1] == "1 results: 0 fresh, 1 stale, 0 unknown"
 
 
+def test_a_json_result_holding_its_provenance_goes_stale_as_a_table(project: Path, monkeypatch, capsys) -> None:
+    path = project / "results" / "demo" / "claim_records_train.json"  # `book.results.write_data`'s layout
+    path.write_text(json.dumps({"key": "demo/claim_records_train", "kind": "data", "notebook": "book/01_demo/train.py",
+                                "git_commit": git(project, "rev-parse", "HEAD~1"), "data": [{"claim": "x"}]}))
+    code, out = check(project, monkeypatch, capsys)
+    assert code == 0 and out.strip().splitlines()[-1] == "2 results: 2 fresh, 0 stale, 0 unknown", out
+    (project / "xmr_core" / "b.py").write_text("X = 2\n")
+    code, out = check(project, monkeypatch, capsys)
+    assert code == 1 and "demo/claim_records_train, demo/table1" in out and "2 stale" in out
+
+
 def test_a_changed_code_cell_makes_its_results_stale(project: Path, monkeypatch, capsys) -> None:
     nb = project / "book" / "01_demo" / "train.py"
     nb.write_text(nb.read_text().replace("print(VALUE)", "print(VALUE + 1)"))

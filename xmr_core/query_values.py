@@ -16,7 +16,7 @@ so that rSum (`value="rsum"` over both directions: each query's share is 2 · 10
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -126,8 +126,9 @@ def round_metrics(ev: Evaluation, scoring: str = "default", ks: Sequence[int] = 
 @dataclass(frozen=True)
 class QueryMetric:
     """A metric that is a mean over queries: `value` one of R@K (or the mean of R@K at several K, "R@1,5"), P@K,
-    R-P, mAP@R, meanR, "rsum" (R@1 + R@5 + R@10 summed over `directions`), "PMRP" (plausible view: R-P averaged over its ζ), or with a ζ suffix on the
-    plausible view ("R-P_zeta1"); in `view` ("rounds": a multi-query scoring's rounds, at `round` r, or 0 for the
+    R-P, mAP@R, meanR, "rsum" (R@1 + R@5 + R@10 summed over `directions`), "PMRP" (plausible view: R-P averaged over
+    its ζ), or with a ζ suffix on the plausible view ("R-P_zeta1"), or several of them joined by "," (each query's
+    mean of them: "R-P,R@1"); in `view` ("rounds": a multi-query scoring's rounds, at `round` r, or 0 for the
     mean over rounds), over `directions` (one stratum each), under `protocol`, of `scoring`; `level`: only the
     t2i queries of that caption level."""
 
@@ -144,7 +145,7 @@ class QueryMetric:
             raise ValueError(f"QueryMetric: directions must be among {DIRECTIONS}, got {self.directions}")
         if self.level and self.directions != ("t2i",):
             raise ValueError(f"QueryMetric: a caption level ({self.level!r}) has t2i queries only")
-        if self.value.startswith("medR"):
+        if any(v.startswith("medR") for v in self.value.split(",")):
             raise ValueError("QueryMetric: medR is not a mean over queries, so it has no per-query values")
 
     @property
@@ -173,6 +174,9 @@ def _rank_value(value: str, ranks: np.ndarray, n_directions: int = 1) -> np.ndar
 def _block_values(ev: Evaluation, metric: QueryMetric, direction: str, rows: slice) -> np.ndarray:
     """(rows,) the per-query values of `metric` in one direction and fold."""
     value, view = metric.value, metric.view
+    joined = value.split(",")
+    if len(joined) > 1 and not all(k.isdigit() for k in joined[1:]):  # each query's mean of the joined values
+        return np.mean([_block_values(ev, replace(metric, value=v), direction, rows) for v in joined], axis=0)
     if value == "PMRP":
         if view != "plausible":
             raise ValueError(f"QueryMetric: PMRP is of the plausible view, not {view!r}")

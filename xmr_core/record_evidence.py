@@ -3,7 +3,8 @@ metric, one row per seed, aligned by query (`claims.Evidence`), and a claim boun
 (`ClaimRecords`) is what `xmr claims recompute` judges again from committed files alone.
 
     record_evidence(records, metric)   -> Evidence: (S, Q) values, strata, seeds, converged, collapse, diverged
-    Side(records, scoring)             one compared model: its records' names (one per seed) and their scoring
+    Side(records, scoring, metric)     one compared model: its records' names (one per seed), their scoring and,
+                                       where not the claim's, its metric (a universal claim over several metrics)
     ClaimRecords(spec, metric, sides, dataset, profile, chapter, part)   a claim and the records that judge it
     ClaimRecords.to_json() / from_json(obj)
     judge_records(binding, read)       -> Judgement, `read(name)` giving each named record
@@ -50,11 +51,13 @@ def record_evidence(records: Sequence[RunRecord], metric: QueryMetric) -> Eviden
 
 @dataclass(frozen=True)
 class Side:
-    """One compared model of a claim: the names of its records (`RunRecord.name`, one per seed) and the scoring it
-    is read in ("" : the claim metric's own)."""
+    """One compared model of a claim: the names of its records (`RunRecord.name`, one per seed), the scoring it
+    is read in ("" : the claim metric's own) and the metric it is read on (None: the claim's; a universal claim over
+    several metrics has one side per model and metric, "<model> · <part>", each on its part's metric)."""
 
     records: tuple[str, ...]
     scoring: str = ""
+    metric: QueryMetric | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class ClaimRecords:
         """A JSON object (the spec without `margin_from`: its margin's value stands)."""
         spec = {f.name: getattr(self.spec, f.name) for f in dataclasses.fields(ClaimSpec) if f.name != "margin_from"}
         return {"spec": spec, "metric": dataclasses.asdict(self.metric),
-                "sides": {m: dataclasses.asdict(s) for m, s in self.sides.items()},
+                "sides": {m: {k: v for k, v in dataclasses.asdict(s).items() if k != "metric" or v is not None}
+                          for m, s in self.sides.items()},
                 "dataset": self.dataset, "profile": self.profile, "chapter": self.chapter, "part": self.part}
 
     @classmethod
@@ -89,17 +93,22 @@ class ClaimRecords:
         spec["pairs"] = tuple(tuple(p) for p in spec.get("pairs", ()))
         for name in ("models", "datasets", "profiles"):
             spec[name] = tuple(spec.get(name, ()))
-        metric = {**obj["metric"], "directions": tuple(obj["metric"]["directions"])}
-        return cls(ClaimSpec(**spec), QueryMetric(**metric),
-                   {m: Side(tuple(s["records"]), s.get("scoring", "")) for m, s in obj["sides"].items()},
+        return cls(ClaimSpec(**spec), _metric(obj["metric"]),
+                   {m: Side(tuple(s["records"]), s.get("scoring", ""), _metric(s["metric"]) if s.get("metric") else None)
+                    for m, s in obj["sides"].items()},
                    obj["dataset"], obj["profile"], obj["chapter"], obj["part"])
 
 
+def _metric(obj: Mapping[str, Any]) -> QueryMetric:
+    return QueryMetric(**{**obj, "directions": tuple(obj["directions"])})
+
+
 def judge_records(binding: ClaimRecords, read: Callable[[str], RunRecord]) -> Judgement:
-    """`claims.judge` of the binding's claim on evidence from its records (`record_evidence`, each side in its
-    scoring), `read(name)` giving the record of each name."""
+    """`claims.judge` of the binding's claim on evidence from its records (`record_evidence`, each side on its
+    metric and in its scoring), `read(name)` giving the record of each name."""
     evidence = {}
     for model, side in binding.sides.items():
-        metric = dataclasses.replace(binding.metric, scoring=side.scoring or binding.metric.scoring)
+        own = side.metric or binding.metric
+        metric = dataclasses.replace(own, scoring=side.scoring or own.scoring)
         evidence[model] = record_evidence([read(name) for name in side.records], metric)
     return judge(binding.spec, evidence, dataset=binding.dataset, profile=binding.profile)

@@ -45,7 +45,7 @@ N_SEEDS = 3  # the ablations' seeds, train.py's first three: its PCME / mu-only 
 import dataclasses
 
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_judgements, write_table
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.chapters.pcme import (
     ablate_bindings,
     ablate_judgements,
@@ -144,7 +144,7 @@ table_ab
 bindings = ablate_bindings(t1_records, run, missing)
 judged = ablate_judgements(t1_records, bindings, missing)
 write_judgements(judged, "pcme", "ablate", run)
-write_bindings(list(bindings.values()), results_root(run))
+write_bindings(list(bindings.values()), run)
 claims = claim_rows(judged)
 write_table(claims, "pcme/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")

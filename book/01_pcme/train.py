@@ -57,7 +57,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 import matplotlib.pyplot as plt
 
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.pcme import (
     CEILING_RSUM,
@@ -138,7 +138,7 @@ split_sizes(data)
 # The smoke profile trains the defaults once ("not searched").
 
 # %%
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
+tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED, run=run,
                      device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "pcme/tuning", run=run, caption=(
@@ -159,7 +159,10 @@ print(f"{len(runs)} trained models: {ORDER} x seeds {seeds}")
 # %% [markdown]
 # Training runs are cached by their full configuration (method, training, data fingerprint, seed): a
 # finished run is loaded, never retrained (the tuning runs at the chosen setting are the seed-`SEED` runs),
-# and the ablation and visualisation notebooks reuse them.
+# and the ablation and visualisation notebooks reuse them. Each run's fit (best epoch, history, cost) is also kept
+# as a small **fit summary** beside the run records (`runs/records/<profile>/fits/`, `docs/records.md`): on a fresh
+# clone, with no run cache, the tuning search and these runs stand in by their summaries and records, and nothing
+# here trains (this notebook draws no model).
 
 # %%
 trained = train_models(runs, data, tuned, enc, run)
@@ -273,7 +276,7 @@ fits
 bindings = train_bindings(records, run, missing)
 judged = train_judgements(records, bindings, run, missing)
 write_judgements(judged, "pcme", "train", run)
-write_bindings(list(bindings.values()), results_root(run))
+write_bindings(list(bindings.values()), run)
 claims = claim_rows(judged)
 write_table(claims, "pcme/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")

@@ -20,7 +20,9 @@
 # retrieval gallery, and collects every claim checked by the chapter into `results/pcme/claims.md`.
 #
 # The PCME drawn is the seed-`SEED` model trained by `train.py` (at the setting its tuning table records, loaded from
-# the run cache): nothing is trained here on the cache train.py trained in.
+# the run cache): nothing is trained here on the cache train.py trained in. This notebook draws the models, so it asks
+# for their weights (`weights=True`): on a fresh clone, where train.py's runs stand in by their fit summaries and
+# records, these runs are trained ("needs weights" in `xmr book plan`).
 # The claims of Figures 5-8 measure the same quantities on train.py's PCME at each of its `N_SEEDS` seeds.
 #
 # Unlike the other notebooks of the chapter, this one needs the models' weights: σ, the Gaussians drawn and the
@@ -98,7 +100,7 @@ print(run.describe())
 corpus, trunk, data, enc = chapter_setup(run)
 device = run.torch_device
 tuned = recorded_tuning("pcme/tuning", run)  # the settings train.py chose, read from its tuning table
-pcme, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, SEED)
+pcme, pcme_fit = train_model("PCME", 1, data, tuned, enc, run, SEED, weights=True)  # drawn: needs its weights
 pcme_record = record_compared("PCME", 1, pcme, pcme_fit, SEED, data, tuned, run).test  # train.py's record, read back
 test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(pcme, test, data.vocab, device)

@@ -43,11 +43,13 @@ PROGRESS = True
 N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 
 # %%
+from xmr_core.book.recompute import write_bindings
 from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.chapters.msrm import (
     ABLATION_GRIDS,
     COMPARED,
     TABLE4_COLUMNS,
+    ablate_bindings,
     ablate_judgements,
     ablation_data,
     fig7_figure,
@@ -96,6 +98,9 @@ print("missing views: " + ("; ".join(missing.values()) or "none"))
 # Class relevance on the whole test split (Table 1's protocol); `N_SEEDS` seeds each, as the claims compare them.
 # An ablated run whose loss turns NaN is not an error here but an outcome: it stops, is scored at its best epoch
 # before the divergence, is listed as "diverged" (never converged), and a claim resting on it is "not tested".
+# Every ablation run (Table 4's and the sweeps') is scored once and its run record kept (`docs/records.md`: class
+# relevance on the test split, and the instance view for the collapse check); a run whose record is there is read
+# back. Tables 4 and 5, Figures 4-6 and their claims are computed from the records.
 
 # %%
 variants = table4_variants(base)  # MSRM, mu only, w/o L_d (gamma = 0), w/o L_h (no hypergraph)
@@ -159,12 +164,16 @@ fig7_table(fig7)
 # the smallest fall the paper calls a degradation (`LITTLE_EFFECT`: Table 4's mu only, 0.9 pp), each grid value
 # against the default; "optimal with a small value" is a peak of the smallest batch; γ and l are peak claims: the paper's chosen value against the best of its
 # grid neighbours, chosen inside each resample, so the claim can fail. Table 4's and the sweeps' claims use each
-# test query's values (the mean of its R-P and R@1; image and caption queries two strata), paired by query: the
-# interval covers training noise and test sampling. Figure 7 uses per-seed scores. A run that diverged or was not scored makes its claims "not tested".
+# test query's values from the runs' records (the mean of its R-P and R@1; image and caption queries two strata),
+# paired by query: the interval covers training noise and test sampling; each is written bound to its records
+# (`claim_records_ablate.json`, `xmr claims recompute msrm`). Figure 7 uses per-seed scores (PMRP's R-P at ζ 3 and 4
+# is not in the records). A run that diverged or was not scored makes its claims "not tested".
 
 # %%
-judged = ablate_judgements(t4, sweep, fig7_runs, run, missing)
+bindings = ablate_bindings(t4, sweep, run, missing)
+judged = ablate_judgements(t4, sweep, fig7_runs, run, missing, bindings)
 write_judgements(judged, "msrm", "ablate", run)
+write_bindings(list(bindings.values()), run)
 claims = claim_rows(judged)
 write_table(claims, "msrm/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")

@@ -56,17 +56,22 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # would resolve them at their observed effect)
 
 # %%
+from xmr_core.book.recompute import write_bindings
 from xmr_core.book.results import write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.msrm import (
     COMPARED,
     ORDER,
     TABLE2_COLUMNS,
+    chapter_frames,
+    chapter_runs,
     optional_all_classes,
+    record_runs,
     split_sizes,
     table1_frame,
-    train_and_score,
+    train_bindings,
     train_judgements,
+    train_runs,
     training_runs,
     vocabulary_note,
 )
@@ -120,7 +125,7 @@ split_sizes(data, all_classes)
 # runs are the PCME chapter's, loaded from the cache.
 
 # %%
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
+tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED, run=run,
                      compared=COMPARED, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "msrm/tuning", run=run, caption=(
@@ -141,11 +146,18 @@ summary
 # MSRM and PCME (the models Table 1's claim compares) get every seed; on `cpu` the other models get the first
 # seed only (their Table 1 rows say so in the `seeds` column); smoke trains only MSRM and PCME there.
 #
-# Each zero-shot model is scored on Table 2 (class relevance on the unseen classes) and Table 3 (the whole test
-# split); each all-classes model with class relevance on the whole test split (Table 1).
+# Every trained model is scored once and its **run record** kept (`docs/records.md`; `runs/records/<profile>/`,
+# smoke's under `book/_build/smoke/`): per test query and view its best rank and R-Precision hits. A zero-shot model
+# is recorded as the PCME chapter records it (the same runs, the same records): on the whole test split (every view;
+# the 1K protocol's five folds in the instance and plausible views, Table 3) and on the unseen classes (class
+# relevance, Table 2); an all-classes model on the whole test split (class relevance, Table 1, and the instance view
+# for the collapse check). A run whose record is there is read back, not scored again. The tables and the claims
+# below are computed from the records alone.
 
 # %%
-runs = train_and_score(PROFILE, seeds, data, all_classes, tuned, enc, run)
+trained = train_runs(chapter_runs(PROFILE, seeds), data, all_classes, tuned, enc, run)
+records = record_runs(trained, data, all_classes, tuned, run)
+runs = chapter_frames(records, trained.fits)  # the tables' rows, one per model, seed and protocol
 runs.fits
 
 # %% [markdown]
@@ -201,7 +213,7 @@ write_table(runs.fits, "msrm/training", run=run,
 write_table(runs.per_run, "msrm/per_seed", run=run, caption=(
     "Every trained model, seed and protocol: T1 = all classes (class relevance), T2 = zero-shot unseen classes, "
     "T3 = zero-shot models on the whole test split; collapse = why a run learnt nothing, empty when it learnt "
-    "something; the claims are judged on these."))
+    "something; record = the run record the row is read from; the claims are judged on these records."))
 
 # %% [markdown]
 # ## Claims checked here
@@ -213,12 +225,17 @@ write_table(runs.per_run, "msrm/per_seed", run=run, caption=(
 # not tested when a compared run did not converge or collapsed (`collapse` in the per-seed table), when the
 # model is not built here (VSRN, AOQ, P2RM), or with one seed. "Under every metric" is a universal claim: it
 # holds only when MSRM is above PCME on each column, and one column below refutes it. "Differ very little" is an
-# equivalence claim within the smallest fall the paper calls a degradation (`LITTLE_EFFECT`), never the run's noise. These claims use each
-# seed's score only (no per-query values), so their intervals cover training noise, not test sampling.
+# equivalence claim within the smallest fall the paper calls a degradation (`LITTLE_EFFECT`), never the run's noise.
+# Each model's evidence is its records' per-query values (one row per seed, paired by seed and by test query; a
+# column of a universal claim on that column's queries), so the intervals cover both training noise and test
+# sampling. Each claim is written bound to the records that judge it (`claim_records_train.json`): `xmr claims
+# recompute msrm` judges it again from the records alone.
 
 # %%
-judged = train_judgements(runs, run, missing)
+bindings = train_bindings(records, run, missing)
+judged = train_judgements(records, bindings, runs, run, missing)
 write_judgements(judged, "msrm", "train", run)
+write_bindings(list(bindings.values()), run)
 claims = claim_rows(judged)
 write_table(claims, "msrm/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")

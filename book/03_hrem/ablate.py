@@ -62,7 +62,7 @@ N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 import matplotlib.pyplot as plt
 
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     FIG6_GRIDS,
@@ -234,7 +234,7 @@ records = ablate_records(t3, sweeps, t5)
 bindings = ablate_bindings(records, run)
 judged = ablate_judgements(records, bindings, t3, curves, t4, t5, run)
 write_judgements(judged, "hrem", "ablate", run)
-write_bindings(list(bindings.values()), results_root(run))
+write_bindings(list(bindings.values()), run)
 write_table(claim_rows(judged), "hrem/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")
 judgements_frame(judged)

@@ -67,7 +67,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 
 # %%
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_judgements, write_table
+from xmr_core.book.results import write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.hrem import (
     MODELS,
@@ -121,7 +121,7 @@ split_sizes(data)
 # (Figure 6).
 
 # %%
-tuned = tune_methods(PROFILE, enc, data, seed=SEED, device=DEVICE, progress=PROGRESS)
+tuned = tune_methods(PROFILE, enc, data, seed=SEED, run=run, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)  # written with the Region + BERT models' tuning below
 tuning
 
@@ -225,7 +225,7 @@ records |= bert.records  # the Region + BERT models' records, as "<model> (BERT)
 bindings = train_bindings(records, run)
 judged = train_judgements(records, bindings, run)
 write_judgements(judged, "hrem", "train", run)
-write_bindings(list(bindings.values()), results_root(run))
+write_bindings(list(bindings.values()), run)
 write_table(claim_rows(judged), "hrem/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
 judgements_frame(judged)

@@ -89,7 +89,7 @@ corpus, data, enc = hrem_setup(run)
 test = with_pixels(data.test)  # real data: the image files decoded for the figures (scenes: as is)
 tuned = recorded_tuning("hrem/tuning", run, methods=MODELS)  # the settings train.py chose, from its table
 device = run.torch_device
-hrem, _ = train_model("HREM fusion", data, tuned, enc, run, SEED)
+hrem, _ = train_model("HREM fusion", data, tuned, enc, run, SEED, weights=True)  # drawn: needs its weights
 rng = np.random.default_rng(SEED)
 
 # %% [markdown]

@@ -27,7 +27,9 @@
 # The paper runs these with BUTD region features on Flickr30K (Table V), CUB and COCO 5K (Table VI, Figures 8–9);
 # we use the grid features of `train.py`'s models and the same two scorings as there: the whole test split (the
 # Flickr30K / 5K analogue, instance relevance) and its unseen classes (the CUB analogue, class relevance).
-# Table V's combinations, every K of Table VI and every β and η get `N_SEEDS` seeds, as claims compare them. DVSE is a from-paper re-implementation
+# Table V's combinations, every K of Table VI and every β and η get `N_SEEDS` seeds, as claims compare them. Every
+# run is scored once and its run record kept (`docs/records.md`; the tuned DVSE's is `train.py`'s): the tables, the
+# figures' values and the claims are computed from the records. DVSE is a from-paper re-implementation
 # (open choices: `train.py` and `xmr_core.methods.dvse`). Scenes numbers are not the paper's: compare signs and
 # orderings.
 
@@ -48,11 +50,13 @@ N_SEEDS = 3  # the ablations' seeds, train.py's first three: its runs are reused
 # %%
 import matplotlib.pyplot as plt
 
+from xmr_core.book.recompute import write_bindings
 from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.chapters.dvse import (
     ABLATION_GRIDS,
     COMPARED,
     SWEEP_COLUMNS,
+    ablate_bindings,
     ablate_judgements,
     fr_grid_figure,
     fr_grid_runs,
@@ -96,8 +100,8 @@ print(f"tuned DVSE: lr {tuned['DVSE'].lr}, margin {base.hinge.margin}, K {base.n
 # rSum on the whole test split (the paper: Flickr30K rSum). Combination 1 is the tuned DVSE of `train.py` (loaded).
 
 # %%
-t5_runs = table5_runs(grids["combination"], seeds, base, data, tuned, enc, run)
-table5 = table5_frame(t5_runs, grids["combination"], DATASET)
+t5 = table5_runs(grids["combination"], seeds, base, data, tuned, enc, run)
+table5 = table5_frame(t5.runs, grids["combination"], DATASET)
 write_table(table5, "dvse/table5", run=run, caption=(
     f"DVSE Table V analogue: the dynamic mask (DM), the variance-aware weights (L_var), the orthogonal loss (L_ort) "
     f"and the sub-embeddings (SE) switched off in the paper's combinations; rSum on the whole {DATASET} test split "
@@ -114,14 +118,14 @@ table5
 # columns are our unseen-class scores, its COCO 5K columns our whole test split.
 
 # %%
-t6_runs = table6_runs(grids["K"], seeds, base, data, tuned, enc, run)
-table6 = table6_frame(t6_runs, grids["K"], DATASET)
+t6 = table6_runs(grids["K"], seeds, base, data, tuned, enc, run)
+table6 = table6_frame(t6.runs, grids["K"], DATASET)
 write_table(table6, "dvse/table6", run=run, caption=(
     f"DVSE Table VI analogue (transposed: one row per K). Paper: CUB Captions (R@1, R-P) and MS-COCO 5K (R@1, "
     f"rSum), BUTD features. Ours: {DATASET}, 'CUB' = unseen classes (class relevance), 'all' = the whole test split "
     f"(instance relevance); seeds {seeds} at every K (the 'seeds' column)."
     + (f" 'CUB' columns not tested: {missing['class']}." if "class" in missing else "")))
-write_figure(table6_figure(t6_runs), "dvse/table6", run=run, caption=(
+write_figure(table6_figure(t6.runs), "dvse/table6", run=run, caption=(
     f"Table VI as curves: DVSE against K ({DATASET}; mean over the runs of each K)."))
 table6
 
@@ -137,24 +141,25 @@ table6
 
 # %%
 sweep = sweep_runs(grids["beta"], grids["eta"], seeds, base, data, tuned, enc, run)
-write_table(sweep, "dvse/sweeps", run=run, caption=(
+write_table(sweep.runs, "dvse/sweeps", run=run, caption=(
     f"DVSE sensitivity to beta (Eq. 4, Figure 8) and eta (Eq. 12, Figure 9); {DATASET}, profile {PROFILE}, "
     f"seeds {seeds}."))
-write_figure(sweep_figure(sweep), "dvse/fig8_9", run=run, caption=(
+write_figure(sweep_figure(sweep.runs), "dvse/fig8_9", run=run, caption=(
     f"Figures 8-9 analogue: DVSE's R@1 and R@5 (instance relevance, whole {DATASET} test split) against beta and eta "
     f"(mean ± std over seeds {seeds}; each metric on its own axis)."))
-sweep[["parameter", "value", *SWEEP_COLUMNS]]
+sweep.runs[["parameter", "value", *SWEEP_COLUMNS]]
 
 # %% [markdown]
 # ## Figure 7 — the scales of Fast Re-ranking
 #
 # No training: each DVSE seed of `train.py` (loaded) is scored once on the whole test split; FR then re-ranks that
 # matrix at every (s1, s2) of the grid, image queries with (γ1, γ2) = (s1, s2) and caption queries with
-# (λ1, λ2) = (s1, s2). Values: instance R@1, mean over the seeds.
+# (λ1, λ2) = (s1, s2), each a scoring of the seed's record (whole split, instance view, best ranks only). Values:
+# instance R@1, mean over the seeds, from the records.
 
 # %%
-fr_runs = fr_grid_runs(grids["fr"], seeds, data, tuned, enc, run)
-fr_mean = fr_runs.groupby(["direction", "s1", "s2"])["R@1"].mean()
+fr = fr_grid_runs(grids["fr"], seeds, data, tuned, enc, run)
+fr_mean = fr.runs.groupby(["direction", "s1", "s2"])["R@1"].mean()
 write_figure(fr_grid_figure(fr_mean, grids["fr"]), "dvse/fig7", run=run, caption=(
     f"Figure 7 analogue: instance R@1 on the whole {DATASET} test split after Fast Re-ranking at each pair of scales "
     f"(rows: gamma1 / lambda1, columns: gamma2 / lambda2), mean over the DVSE seeds {seeds}."))
@@ -171,10 +176,15 @@ plt.show()
 # Figure 7's claims compare the same DVSE seeds re-ranked at different scales (paired), a region's best cell chosen on
 # the even-numbered test queries and scored on the odd-numbered ones (`best_cell`). The K, beta and eta claims rest
 # on every seed of every point of their sweeps. Runs that did not converge or collapsed leave their claims "not tested".
+# The claims on rSum, R@1 and Figure 7's diagonal are judged on each query's values from the records (paired by seed
+# and query) and written bound to them (`claim_records_ablate.json`: `xmr claims recompute dvse` judges them again
+# from the records alone); the impacts, Table VI's class metrics and β's range on each seed's score.
 
 # %%
-judged = ablate_judgements(t5_runs, t6_runs, fr_runs, sweep, run, missing)
+bindings = ablate_bindings(t5, t6, fr, sweep, run, missing)
+judged = ablate_judgements(t5, t6, fr, sweep, bindings, run, missing)
 write_judgements(judged, "dvse", "ablate", run)
+write_bindings(list(bindings.values()), run)
 claims = claim_rows(judged)
 write_table(claims, "dvse/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")

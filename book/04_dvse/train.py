@@ -65,6 +65,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 import matplotlib.pyplot as plt
 
 from xmr_core.bench.rerank import main as rerank_benchmark
+from xmr_core.book.recompute import write_bindings
 from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.ceiling import split_ceiling
 from xmr_core.chapters.dvse import (
@@ -80,13 +81,18 @@ from xmr_core.chapters.dvse import (
     fr_figure,
     fr_models,
     pair_judgements,
+    per_run_frame,
+    record_models,
     rerank_bench_args,
     split_sizes,
     table1_frame,
     table2_frame,
     table4_frame,
-    train_and_score,
+    table4_runs,
+    table4_times,
+    train_bindings,
     train_judgements,
+    train_models,
     training_runs,
     write_region_tables,
 )
@@ -140,7 +146,7 @@ split_sizes(data)
 # PCME chapter's, loaded from the cache.
 
 # %%
-tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED,
+tuned = tune_methods(PROFILE, enc, data.word_vectors, data.train, data.val, data.vocab, seed=SEED, run=run,
                      compared=COMPARED, device=DEVICE, progress=PROGRESS)
 tuning = tuning_frame(tuned)
 write_table(tuning, "dvse/tuning", run=run, caption=(
@@ -155,11 +161,16 @@ write_table(summary, "dvse/tuning_summary", run=run, caption=f"{SUMMARY_CAPTION}
 summary
 
 # %% [markdown]
-# ## Training and scoring every model
+# ## Training and recording every model
 #
-# Runs are cached by their full configuration: the PCME chapter's runs are loaded here. Each model is embedded and
-# scored once on the test split (timed: Table 4's "test time"), then evaluated without and with FR on the same
-# scores; the DVSE seeds are also re-ranked by RR and MR (Table 4).
+# Runs are cached by their full configuration: the PCME chapter's runs are loaded here. Each trained model is scored
+# once and its **run record** kept (`docs/records.md`; `runs/records/<profile>/`, smoke's under `book/_build/smoke/`):
+# per test query its best rank and R-Precision hits, on the whole test split with its own score (every view) and
+# with Fast Re-ranking at the COCO scales (a second scoring of the same scores: "FR", instance view, the 1K folds
+# cut from the whole split's re-ranked matrix), the DVSE seeds also re-ranked by RR and MR (Table 4); and on the
+# unseen classes (class view) without and with FR at the CUB scales. The PCME chapter's models keep one record
+# each: this chapter's scorings are added to the one that chapter wrote. A run whose record is there is read
+# back, not scored again: the tables and the claims below are computed from the records alone.
 #
 # **Region features.** The paper's Faster R-CNN rows use BUTD region features. The scenes benchmark has their
 # analogue (`xmr_core.data.regions`: one box per object plus background boxes, R = 8, encoded by a frozen CNN
@@ -169,8 +180,9 @@ summary
 # any model rests on them.
 
 # %%
-runs = train_and_score(seeds, data, tuned, enc, run)
-runs.fits
+trained = train_models(seeds, data, tuned, enc, run)
+records = record_models(trained, data, tuned, run)
+trained.fits
 
 # %% [markdown]
 # ## Table 1 — the COCO-style comparison, with the Bayes ceiling
@@ -183,7 +195,7 @@ runs.fits
 # %%
 label = DATASET
 ceiling = split_ceiling(data.test, "all")
-per_run = with_ceiling_share(runs.per_run, ceiling, CEILING_RSUM)
+per_run = with_ceiling_share(per_run_frame(records), ceiling, CEILING_RSUM)
 table1 = table1_frame(per_run, label, ceiling)
 write_table(table1, "dvse/table1", run=run, caption=(
     f"DVSE Table I analogue. Paper: MS-COCO, ResNet-152 + Bi-GRU block, 1K (five folds of 1,000 images) and 5K. "
@@ -242,15 +254,17 @@ table3
 # %% [markdown]
 # ## Table 4 — FR against RR and MR, in one run on the same scores
 #
-# Each DVSE seed's test scores are computed once; then each re-ranker is applied to those very matrices (both
-# directions) and timed. "test s" = embedding and scoring the test split plus re-ranking. RR (MTFN-RR) and MR
+# Each DVSE seed's records hold its whole-split scores re-ranked by RR, MR and FR (rSum); the seconds are measured
+# on this machine from the model: the test split embedded and scored once, then each re-ranker applied to those very
+# matrices (both directions) and timed. "test s" = embedding and scoring the test split plus re-ranking. RR (MTFN-RR) and MR
 # (GaLR's multivariate re-ranking) are the library's implementations of the two nearest-neighbour re-rankers the
 # paper compares with (`xmr_core.similarity`). The paper's times are on a GPU machine with 1,000 × 5,000
 # (Flickr30K) and 5,000 × 25,000 (COCO 5K) matrices; ours embed and score on `DEVICE` and re-rank on this
 # machine's CPU.
 
 # %%
-table4 = table4_frame(runs.table4, label)
+t4_runs = table4_runs(records, table4_times(seeds, data, tuned, enc, run))
+table4 = table4_frame(t4_runs, label)
 write_table(table4, "dvse/table4", run=run, caption=(
     f"DVSE Table IV analogue: DVSE's test scores ({data.test.n_images} x {data.test.n_captions}, {DATASET}) without "
     f"re-ranking and re-ranked by RR, MR and FR, timed in one run (embedded and scored on {run.torch_device}, "
@@ -283,12 +297,12 @@ plt.show()
 
 # %%
 write_ceiling_table(per_run, ceiling, "dvse/ceiling", run, protocol="all", rsum_column="all rSum")
-write_table(runs.fits, "dvse/training", run=run,
+write_table(trained.fits, "dvse/training", run=run,
             caption="Training runs of this notebook (cached = loaded, not retrained).")
 write_table(per_run, "dvse/per_seed", run=run, caption=(
     "Every trained model and seed, without and with FR ('+ FR'): Table 1-2 values on the whole test split, Table 3 "
     "values ('CUB ...') on its unseen classes; the claims are checked on these."))
-write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per DVSE seed (seconds on this machine).")
+write_table(t4_runs, "dvse/table4_per_seed", run=run, caption="Table 4 per DVSE seed (seconds on this machine).")
 
 # %% [markdown]
 # ## Claims checked here
@@ -302,11 +316,15 @@ write_table(runs.table4, "dvse/table4_per_seed", run=run, caption="Table 4 per D
 # that this book does not build (DiVE, P2RM, the BERT block), is "not tested", saying why. rSum (whole test split)
 # and the CUB-style R-P and R@1 are judged on each query's values, so their intervals cover test sampling as well
 # as training noise, and every model is paired with every other by query (they score the same queries); the
-# per-direction CUB claim and Table 4's use each seed's score only (training noise).
+# per-direction CUB claim and FR's speed use each seed's score only (training noise). Each claim judged on
+# per-query values is written bound to the records that judge it (`claim_records_train.json`): `xmr claims
+# recompute dvse` judges it again from the records alone.
 
 # %%
-judged = train_judgements(per_run, runs.table4, run, runs.per_query, missing)
+bindings = train_bindings(records, run, missing)
+judged = train_judgements(records, bindings, per_run, t4_runs, run, missing)
 write_judgements(judged, "dvse", "train", run)
+write_bindings(list(bindings.values()), run)
 write_table(pair_judgements(judged, "fr-improves-any-model"), "dvse/fr_any_model", run=run, caption=(
     "FR on every model: the claim 'FR can improve any model' judged per model (its whole-split rSum with FR against "
     "without, paired by seed and by query)."))

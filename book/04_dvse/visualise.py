@@ -54,6 +54,7 @@ N_HEAT = 4  # images in Figure 10
 import matplotlib.pyplot as plt
 import numpy as np
 
+from xmr_core.book.recompute import write_bindings
 from xmr_core.book.results import (
     Claim,
     claims_frame,
@@ -79,6 +80,7 @@ from xmr_core.chapters.dvse import (
     random_images,
     specific_captions,
     train_model,
+    visualise_bindings,
     visualise_judgements,
     write_heat_figures,
 )
@@ -136,7 +138,7 @@ corr_runs.groupby("panel", sort=False)["mean |corr|"].agg(["mean", "std", "count
 
 # %%
 heat_images = random_images(rng, test, N_HEAT)
-dvse, _ = train_model("DVSE", 1, data, tuned, enc, run, SEED)
+dvse, _ = train_model("DVSE", 1, data, tuned, enc, run, SEED, weights=True)  # drawn: needs its weights
 variants = attention_variants(dvse, data, tuned, enc, run, trunk.cells, seeds[0])
 write_heat_figures(variants, data, heat_images, run)
 plt.show()
@@ -163,10 +165,12 @@ if grounding is not None:
 # Caption queries are drawn among the specific captions (full and relational levels: a vague caption matches
 # hundreds of images); image queries at random. Below the lists, the same question over every query of the test
 # split and every seed: how often do the top results hold the query (exact relevance)? P@4 for caption queries
-# (Figure 11's four images), P@5 for image queries (Figure 12's five captions).
+# (Figure 11's four images), P@5 for image queries (Figure 12's five captions), from the runs' records (train.py's,
+# with a scoring in the exact view that keeps the hits at 4 and 5). The lists themselves are drawn from the two
+# models of seed `SEED` (they need the models).
 
 # %%
-pvse, _ = train_model("PVSE", 2, data, tuned, enc, run, SEED)
+pvse, _ = train_model("PVSE", 2, data, tuned, enc, run, SEED, weights=True)  # drawn: needs its weights
 models = {"DVSE": dvse, "PVSE K=2": pvse}
 cap_q = specific_captions(test, N_QUERIES, rng)
 img_q = random_images(rng, test, N_QUERIES)
@@ -185,23 +189,26 @@ plt.show()
 
 # %%
 precision = precision_runs(seeds, data, tuned, enc, run)
-write_table(precision, "dvse/fig11_12_precision", run=run, caption=(
+write_table(precision.runs, "dvse/fig11_12_precision", run=run, caption=(
     f"Share of the top results that hold the query (exact relevance) over every query of the {DATASET} test split: "
     "P@4 of caption queries, P@5 of image queries, DVSE and PVSE K=2, every seed, no FR."
     + (f" Not measured: {missing['exact']}." if "exact" in missing else "")))
-precision.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
+precision.runs.groupby("model")[["t2i P@4", "i2t P@5"]].agg(["mean", "std"])
 
 # %% [markdown]
 # ## The claims of the chapter
 #
 # train.py's and ablate.py's claims (read back from their tables), then this notebook's (`VISUALISE_CLAIMS`):
 # Figure 6's correlations and Figures 11–12's precision, judged by the book's one verdict protocol
-# (`xmr_core.claims.judge`: a 95% interval over the seeds, paired by seed); Figure 10's on every test image of
-# every seed against chance (paired by seed and image).
+# (`xmr_core.claims.judge`: a 95% interval over the seeds, paired by seed); Figures 11–12's on each query's P@K from
+# the records (paired by seed and query; bound to them in `claim_records_visualise.json` for `xmr claims recompute
+# dvse`); Figure 10's on every test image of every seed against chance (paired by seed and image).
 
 # %%
-judged = visualise_judgements(corr_runs, precision, grounding, run, missing)
+bindings = visualise_bindings(precision, run, missing)
+judged = visualise_judgements(corr_runs, precision, grounding, bindings, run, missing)
 write_judgements(judged, "dvse", "visualise", run)
+write_bindings(list(bindings.values()), run)
 claims = notebook_claims(run, "dvse") + [Claim(**row) for row in claim_rows(judged).to_dict("records")]
 write_claims(claims, "dvse", run=run, preamble=claims_preamble(PROFILE, DATASET))
 claims_frame(claims)

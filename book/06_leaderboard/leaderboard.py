@@ -55,7 +55,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_figure, write_judgements, write_table, write_text
+from xmr_core.book.results import write_figure, write_judgements, write_table, write_text
 from xmr_core.chapters.leaderboard import (
     BOOK_MODELS,
     FR_GRID,
@@ -171,7 +171,7 @@ plt.show()
 # %%
 judged = cross_method_judgements(board_evidence(book_runs.records), run, missing)
 write_judgements(judged, "leaderboard", "board", run)
-write_bindings(list(board_bindings(book_runs.records, run, missing).values()), results_root(run))
+write_bindings(list(board_bindings(book_runs.records, run, missing).values()), run)
 write_text(render_claims(judged, "leaderboard", profile=PROFILE, dataset=DATASET, preamble=(
     f"Claims across the book's methods, on one {DATASET} test split (profile `{PROFILE}`, seeds {seeds}). "
     + ("Synthetic scenes: orderings and signs carry across data sets, absolute numbers do not." if DATASET == "scenes"

@@ -6,11 +6,17 @@ that fails is kept, with its traceback, in `book/_build/<profile>/plan-failed/` 
 `fit` for is listed, cached or not; a missing one is not trained, so the notebook goes on with an untrained model
 (its tables are meaningless and thrown away) and what it asks for afterwards is provisional (its setting may
 depend on the missing run: a tuned learning rate). The listing (`Plan.print`) gives each distinct run once (the
-first time it is asked for) by notebook and stage, with notebook, label, method, seed, run key, cached, provisional and cost,
-then the totals: runs, cached, to train, core-hours, and the wall time at 1, 2 and N workers.
+first time it is asked for) by notebook and stage, with notebook, label, method, seed, run key, status, provisional and
+cost, then the totals: runs, cached, read from fit summaries, needing weights, to train, core-hours, and the wall time at
+1, 2 and N workers. A run's status (`PlannedRun.status`): `cached` (its weights in the run cache), `recorded` (the cache
+lacks it, its fit summary stands in, `runs.fits`: no training; its tables and claims come from its run record),
+`needs weights` (a figure draws its model: trained where the cache lacks it, though its summary is there), `to
+train` (neither). The plan sees the profile's committed fit summaries and records: the temporary results folder's
+records home holds links to them (`_link_records`).
 
 Cost of a run, in core-seconds (`train_seconds` x torch threads):
 - cached: recorded in its `result.json`;
+- with a fit summary (recorded, or needing weights): the seconds the summary records;
 - to train, `cpu` profile: the `train s` the committed results record for the same run (results/<chapter>/*.csv
   with a `run` column);
 - else, with `--measure-steps K` (`XMR_PLAN_STEPS`, `runs.trace`: K training steps of each shape of missing run
@@ -39,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -49,11 +56,14 @@ from typing import Any
 
 import pandas as pd
 
+from xmr_core.book.results import records_home, results_folder
 from xmr_core.book.runner import Notebook, chapters, check_parameters, execute_notebook, resolve_chapters
 from xmr_core.book.staleness import result_metas
 from xmr_core.config import check_profile, project_root
 from xmr_core.io import atomic_write_bytes
 from xmr_core.runs.executors import JOBS_ENV
+from xmr_core.runs.fits import FITS_DIR, SUFFIX, WEIGHTS_ENV
+from xmr_core.runs.record import records_root
 from xmr_core.runs.trace import PLAN_ENV, STEPS_ENV, cold_wall, read_plan
 
 LEADERBOARD = "06_leaderboard"  # reads the tuning tables of the chapters whose models it ranks:
@@ -72,7 +82,8 @@ class PlannedRun:
 
     record: dict[str, Any]  # the trace record (`runs.trace.record`)
     core_seconds: float
-    source: str  # "recorded" | "results" (this run's committed row) | "per step" | "method median" | "default"
+    source: str  # "recorded" | "summary" | "results" (this run's committed row) | "per step" | "method median" |
+    # "default"
 
     @property
     def cached(self) -> bool:
@@ -82,6 +93,21 @@ class PlannedRun:
     def chapter(self) -> str:
         """The chapter of the notebook that first asked for the run ("01_pcme" of "book/01_pcme/train.py")."""
         return Path(str(self.record["notebook"])).parent.name
+
+    @property
+    def status(self) -> str:
+        """"cached", "recorded" (its fit summary stands in: no training), "needs weights" (a figure draws it: to
+        train, though summarised) or "to train"."""
+        if self.cached:
+            return "cached"
+        if self.record.get("needs_weights"):
+            return "needs weights"
+        return "recorded" if self.record.get("summary") else "to train"
+
+    @property
+    def trains(self) -> bool:
+        """Whether executing the notebook trains it (`status` "needs weights" or "to train")."""
+        return self.status in ("needs weights", "to train")
 
 
 @dataclass
@@ -103,24 +129,26 @@ class Plan:
         in the batch that first asks for it, a batch packed longest first, batches one after another
         (`runs.trace.cold_wall`)."""
         return cold_wall(((r.record["notebook"], r.record.get("batch"), r.core_seconds) for r in self.runs
-                          if cold or not r.cached), workers)
+                          if cold or r.trains), workers)
 
     def totals(self) -> dict[str, float]:
-        to_train = [r for r in self.runs if not r.cached]
-        return {"runs": len(self.runs), "cached": len(self.runs) - len(to_train), "to train": len(to_train),
+        to_train = [r for r in self.runs if r.trains]
+        return {"runs": len(self.runs), "cached": sum(r.cached for r in self.runs),
+                "recorded": sum(r.status == "recorded" for r in self.runs),
+                "needs weights": sum(r.status == "needs weights" for r in self.runs), "to train": len(to_train),
                 "provisional": sum(bool(r.record["provisional"]) for r in to_train),
                 "stand-in": sum(bool(r.record.get("stand_in")) for r in self.runs),
-                "recorded core-h": sum(r.core_seconds for r in self.runs if r.cached) / 3600,
+                "recorded core-h": sum(r.core_seconds for r in self.runs if not r.trains) / 3600,
                 "estimated core-h": sum(r.core_seconds for r in to_train) / 3600}
 
     def frame(self) -> pd.DataFrame:
-        """One row a run: stage, notebook, label, method, seed, run key, cached, provisional, cost and its source."""
+        """One row a run: stage, notebook, label, method, seed, run key, status, provisional, cost and its source."""
         return pd.DataFrame([{"stage": r.record["stage"], "notebook": r.record["notebook"],
                               "label": r.record["label"], "method": r.record["method"], "seed": r.record["seed"],
-                              "key": r.record["key"][:16], "cached": r.cached,
+                              "key": r.record["key"][:16], "status": r.status,
                               "provisional": bool(r.record["provisional"]),
                               "core-s": round(r.core_seconds, 1), "cost": r.source} for r in self.runs],
-                            columns=["stage", "notebook", "label", "method", "seed", "key", "cached", "provisional",
+                            columns=["stage", "notebook", "label", "method", "seed", "key", "status", "provisional",
                                      "core-s", "cost"])
 
     def print(self, workers: Sequence[int], echo: Callable[[str], None] = print) -> None:
@@ -128,20 +156,22 @@ class Plan:
         totals."""
         frame = self.frame()
         for (notebook, stage), rows in frame.groupby(["notebook", "stage"], sort=False):
-            echo(f"{notebook} stage {stage}: {len(rows)} run(s), {int((~rows['cached']).sum())} to train")
+            trains = int(rows["status"].isin(["needs weights", "to train"]).sum())
+            echo(f"{notebook} stage {stage}: {len(rows)} run(s), {trains} to train")
             echo(rows.drop(columns=["notebook", "stage"]).to_string(index=False))
         t = self.totals()
         echo(f"plan ({self.profile} profile): {t['runs']} runs ({self.requests} requests), {t['cached']} cached, "
-             f"{t['to train']} to train ({t['provisional']} provisional: their setting may change once earlier runs "
-             f"train)")
-        echo(f"core-hours: {t['recorded core-h']:.2f} recorded (cached) + {t['estimated core-h']:.2f} estimated (to "
-             f"train) = {t['recorded core-h'] + t['estimated core-h']:.2f}; cold (every run trained): "
-             f"{sum(r.core_seconds for r in self.runs) / 3600:.2f}")
+             f"{t['recorded']} from fit summaries and records (no training), {t['to train']} to train "
+             f"({t['needs weights']} needing weights: a figure draws the model; {t['provisional']} provisional: their "
+             f"setting may change once earlier runs train)")
+        echo(f"core-hours: {t['recorded core-h']:.2f} recorded (cached or summarised, not trained) + "
+             f"{t['estimated core-h']:.2f} to train = {t['recorded core-h'] + t['estimated core-h']:.2f}; cold (every "
+             f"run trained, no summaries): {sum(r.core_seconds for r in self.runs) / 3600:.2f}")
         echo("wall to train the missing runs: " + ", ".join(
             f"{w} worker{'s' * (w > 1)} {self.wall_seconds(w) / 3600:.2f} h" for w in workers))
-        echo("wall to train every run (cold): " + ", ".join(
+        echo("wall to train every run (cold, no summaries): " + ", ".join(
             f"{w} worker{'s' * (w > 1)} {self.wall_seconds(w, cold=True) / 3600:.2f} h" for w in workers))
-        sources = frame.loc[~frame["cached"], "cost"].value_counts()
+        sources = frame.loc[frame["status"].isin(["needs weights", "to train"]), "cost"].value_counts()
         echo("costs of the runs to train: " + (", ".join(f"{n} {source}" for source, n in sources.items()) or "none")
              + ("" if self.train_images is None else
                 f"; steps scaled to a training split of {self.train_images:,} images (--train-images)"))
@@ -157,9 +187,10 @@ class ColdCost:
     """What `xmr book run` would train, known before any notebook starts and without a trace (`cold_cost`)."""
 
     profile: str
-    runs: list[str]  # runs to train: named, and missing from the cache
+    runs: list[str]  # runs to train: named, and missing from the cache and from the fit summaries
     core_seconds: float  # their estimated cost (`estimated_cost`)
     unknown: list[str]  # notebooks whose runs are not known here (no run log, no committed runs of the profile)
+    summarised: int = 0  # runs missing from the cache that their committed fit summaries stand in for
 
     @property
     def trains(self) -> bool:
@@ -169,10 +200,12 @@ class ColdCost:
         """One line: the runs to train and their core-hours, where they were read, what is not counted."""
         unknown = (f"; and the runs of {len(self.unknown)} notebook(s) not known here: {', '.join(self.unknown)}"
                    if self.unknown else "")
+        summarised = (f"; {self.summarised} more the cache lacks stand in by their committed fit summaries and "
+                      "records (no training; a figure that draws one trains it)" if self.summarised else "")
         return (f"xmr book run: profile {self.profile}: {len(self.runs)} run(s) to train that the cache lacks, at "
                 f"least {self.core_seconds / 3600:.2f} core-hours (runs named by each notebook's last run log, else "
-                f"by its committed tables){unknown}. `xmr book plan --profile {self.profile}` lists every run; "
-                f"docs/training.md, \"What it costs\"")
+                f"by its committed tables){summarised}{unknown}. `xmr book plan --profile {self.profile}` lists every "
+                f"run; docs/training.md, \"What it costs\"")
 
 
 def cold_cost(notebooks: Sequence[Notebook], profile: str, root: Path | None = None,
@@ -181,8 +214,9 @@ def cold_cost(notebooks: Sequence[Notebook], profile: str, root: Path | None = N
     those its last run log of `profile` names (`runs.archive.profile_logs`), else, on the cpu profile, those its
     committed results' tables name (`committed_run_rows`; a lower bound: tables name the train and tuning runs, not
     every ablation's, and a notebook with committed results but no such table counts none); a run is to train when
-    the cache has not finished it (`runs.archive.finished_runs`). A
-    notebook with neither is `unknown`. Costs as the plan's (`estimated_cost`)."""
+    the cache has not finished it (`runs.archive.finished_runs`) and the profile's committed fit summaries lack it
+    (`runs.fits`: those it has are counted apart, `summarised`). A notebook with neither is `unknown`. Costs as the
+    plan's (`estimated_cost`)."""
     from xmr_core.config import cache_dir
     from xmr_core.runs.archive import finished_runs, profile_logs
     from xmr_core.runs.log import read_log
@@ -207,8 +241,27 @@ def cold_cost(notebooks: Sequence[Notebook], profile: str, root: Path | None = N
             unknown.append(nb.label)
             continue
         runs.update(dict.fromkeys(n for n in names if n not in finished))
-    seconds = sum(estimated_cost(n, n.rsplit("-", 1)[0], profile, per_run, per_method)[0] for n in runs)
-    return ColdCost(profile, list(runs), seconds, unknown)
+    fits = committed_records(profile, root=root) / FITS_DIR
+    summarised = [n for n in runs if (fits / f"{n}{SUFFIX}").is_file()]
+    to_train = [n for n in runs if n not in summarised]
+    seconds = sum(estimated_cost(n, n.rsplit("-", 1)[0], profile, per_run, per_method)[0] for n in to_train)
+    return ColdCost(profile, to_train, seconds, unknown, len(summarised))
+
+
+def committed_records(profile: str, dataset: str = "scenes", root: Path | None = None) -> Path:
+    """The records folder of the profile's own results folder on `dataset` (`results_folder`) under the project
+    `root` (default `project_root()`): its run records and fit summaries (`runs/records/<profile>/` under the
+    project for the committed book, under book/_build/smoke for smoke)."""
+    return records_root(profile, records_home((root or project_root()) / results_folder(profile, dataset)))
+
+
+def _link_records(profile: str, dataset: str, home: Path) -> None:
+    """Link every file of the profile's records folder (`committed_records`) into the same place under the records
+    home `home` of a temporary results folder, so notebooks executed there read them; a file they write replaces
+    its link (writes are renames), never the linked file."""
+    source = committed_records(profile, dataset)
+    if source.is_dir():
+        shutil.copytree(source, records_root(profile, home), copy_function=os.symlink)
 
 
 def committed_run_rows(root: Path) -> list[tuple[str, str, float | None]]:
@@ -264,25 +317,29 @@ def per_step_cost(record: dict[str, Any], train_images: int | None = None) -> fl
 
 def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path, train_images: int | None = None) -> Plan:
     """The distinct runs of trace `records` (each key at its first request) with their costs (the module
-    docstring; `train_images`: `per_step_cost`)."""
+    docstring; `train_images`: `per_step_cost`); a run a later request asks for with its weights (`needs_weights`)
+    needs them."""
     per_run, per_method = committed_costs(root) if profile == "cpu" else ({}, {})
-    runs: list[PlannedRun] = []
-    seen: set[str] = set()
+    runs: dict[str, PlannedRun] = {}
     n = 0
     for record in records:
         n += 1
-        if record["key"] in seen:
+        if record["key"] in runs:
+            first = runs[record["key"]]
+            if record.get("needs_weights") and not first.cached:
+                first.record = {**first.record, "needs_weights": True}
             continue
-        seen.add(record["key"])
         measured = per_step_cost(record, train_images)
         if record["cached"]:
             cost, source = float(record["core_seconds"]), "recorded"
+        elif record.get("summary"):
+            cost, source = float(record["core_seconds"]), "summary"
         elif record["run"] not in per_run and measured is not None:
             cost, source = measured, "per step"
         else:
             cost, source = estimated_cost(record["run"], record["method"], profile, per_run, per_method)
-        runs.append(PlannedRun(record, cost, source))
-    return Plan(profile, runs, requests=n, train_images=train_images)
+        runs[record["key"]] = PlannedRun(record, cost, source)
+    return Plan(profile, list(runs.values()), requests=n, train_images=train_images)
 
 
 @contextmanager
@@ -362,6 +419,7 @@ def plan_book(names: Iterable[str] = (), profile: str = "cpu", params: dict[str,
     with tempfile.TemporaryDirectory(prefix="xmr-plan-") as tmp:
         trace = Path(tmp) / "plan.jsonl"
         trace.touch()
+        _link_records(profile, str((params or {}).get("DATASET") or "scenes"), Path(tmp))
         with _environment(**{PLAN_ENV: str(trace), STEPS_ENV: str(measure_steps)}):
             failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute,
                                     keep or failed_folder(profile, "plan"))
@@ -376,10 +434,12 @@ def train_runs(names: Iterable[str], profile: str, jobs: int, params: dict[str, 
                keep: Path | None = None) -> bool:
     """Train every run of the named chapters into the run cache on `jobs` workers (the notebooks executed into a
     temporary folder, results discarded; a failing notebook's executed copy kept under `keep`, default
-    `failed_folder(profile, "train")`); True when every notebook ran."""
+    `failed_folder(profile, "train")`); True when every notebook ran. Every run trains for its weights
+    (`XMR_WEIGHTS=1`): no fit summary stands in."""
     check_profile(profile)
     notebooks = resolve_chapters(names)
-    with tempfile.TemporaryDirectory(prefix="xmr-train-") as tmp, _environment(**{JOBS_ENV: str(jobs)}):
+    with tempfile.TemporaryDirectory(prefix="xmr-train-") as tmp, \
+            _environment(**{JOBS_ENV: str(jobs), WEIGHTS_ENV: "1"}):
         failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute,
                                 keep or failed_folder(profile, "train"))
     echo(f"xmr runs train: {len(notebooks) - len(failed)} notebook(s) ran, {len(failed)} failed; their runs are in "

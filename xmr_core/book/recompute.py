@@ -3,7 +3,7 @@
 committed records alone (`runs/records/<profile>/`, `runs.record`) and shown beside its committed judgement
 (`results/<chapter>/judgements_<part>.csv`). No model, data set or run cache is read.
 
-    write_bindings(bindings, results)     -> the claim_records files, one per chapter and notebook
+    write_bindings(bindings, run)         -> the claim_records files, one per chapter and notebook, with provenance
     read_bindings(results, target)        -> the bindings of a chapter (pcme, 01_pcme) or of one claim key
     recompute(target, results, root)      -> one `Recomputed` per claim
     print_recomputed(rows)                -> True when every recomputed judgement is the committed one
@@ -20,23 +20,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from xmr_core.book.results import write_data
 from xmr_core.claims import Judgement, signed
-from xmr_core.io import atomic_write_text
+from xmr_core.config import RunConfig
 from xmr_core.record_evidence import ClaimRecords, judge_records
 from xmr_core.records import SplitQueries, read_record
 from xmr_core.runs.record import records_root
 
-BINDINGS = "claim_records_{part}.json"
+BINDINGS = "claim_records_{part}.json"  # a JSON result (`book.results.write_data`): provenance, the bindings in "data"
 TOLERANCE = 1e-9  # the effect and interval recomputed agree with the committed ones to this (relative or absolute)
 
 
-def write_bindings(bindings: Sequence[ClaimRecords], results: Path) -> list[Path]:
-    """`<results>/<chapter>/claim_records_<part>.json` for each chapter and part of `bindings` (atomically)."""
+def write_bindings(bindings: Sequence[ClaimRecords], run: RunConfig) -> list[Path]:
+    """`<results>/<chapter>/claim_records_<part>.json` for each chapter and part of `bindings`, a result with the
+    run's provenance (`book.results.write_data`): `xmr results check` says when it is stale, `xmr results diff`
+    when a rerun binds other records."""
     groups: dict[tuple[str, str], list[ClaimRecords]] = {}
     for b in bindings:
         groups.setdefault((b.chapter, b.part), []).append(b)
-    return [atomic_write_text(results / chapter / BINDINGS.format(part=part),
-                              json.dumps([b.to_json() for b in group], indent=1, sort_keys=True) + "\n")
+    return [write_data([b.to_json() for b in group], f"{chapter}/{BINDINGS.format(part=part).removesuffix('.json')}",
+                       run=run, caption=f"The claims of `{chapter}` ({part}) bound to the run records that judge them "
+                                        "(`xmr claims recompute`).")
             for (chapter, part), group in groups.items()]
 
 
@@ -47,7 +51,7 @@ def read_bindings(results: Path, target: str) -> list[ClaimRecords]:
     out = []
     for path in sorted(results.glob(f"*/{BINDINGS.format(part='*')}")):
         try:
-            found = [ClaimRecords.from_json(obj) for obj in json.loads(path.read_text())]
+            found = [ClaimRecords.from_json(obj) for obj in json.loads(path.read_text())["data"]]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{path}: not a list of claims bound to records ({err})") from None
         out += [b for b in found if b.chapter == chapter or b.spec.key == target]

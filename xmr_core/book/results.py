@@ -302,6 +302,17 @@ def rewrite_figure(fig: Any, key: str, results: Path, meta: dict[str, Any], dpi:
     return base.with_suffix(".png")
 
 
+def write_data(value: Any, key: str, *, run: RunConfig, caption: str = "") -> Path:
+    """Write a JSON result `<results>/<key>.json`: its provenance with the value under "data" (kind "data": e.g. the
+    claims of a notebook bound to their run records, `book.recompute.write_bindings`), so that `xmr results check`
+    and `xmr results diff` cover it as they cover a table."""
+    _check_key(key)
+    path = results_root(run) / f"{key}.json"
+    _commit_files({path: _json_bytes({**provenance(run, key, "data", caption=caption), "data": value})})
+    write_index(results_root(run))
+    return path
+
+
 def write_text(text: str, key: str, *, run: RunConfig, caption: str = "") -> Path:
     """Write a markdown document (`key` ends in `.md`) plus `.json` provenance beside it."""
     _check_key(key)
@@ -381,8 +392,7 @@ def write_index(root: Path) -> Path:
             continue
         if not isinstance(meta, dict) or "kind" not in meta:
             continue
-        ext = {"table": ".md", "figure": ".png", "text": ""}[meta["kind"]]
-        target = meta_path.with_suffix(ext) if ext else meta_path.with_suffix(".md")
+        target = meta_path.with_suffix({"table": ".md", "figure": ".png", "text": ".md", "data": ".json"}[meta["kind"]])
         rel = target.relative_to(root).as_posix()
         commit = (meta.get("git_commit") or "-")[:12]
         rows.append(

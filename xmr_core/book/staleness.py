@@ -28,7 +28,7 @@ from typing import Any
 from xmr_core.book.results import own_result_files
 from xmr_core.sources import code_digest, digest_bytes, file_digests, notebook_sources
 
-KINDS = {"table", "figure", "text"}
+KINDS = {"table", "figure", "text", "data"}  # `book.results`' writers: write_table, write_figure, write_text, write_data
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ class Report:
 
 
 def result_metas(results: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(key, provenance) of every result under `results` (`<chapter>/<name>.json` of a table, figure or
-    text), sorted by key; not those of the other profiles' folders nested in it (`results.own_result_files`)."""
+    """(key, provenance) of every result under `results` (`<chapter>/<name>.json` of a table, figure, text, or a
+    JSON result that holds its own provenance), sorted by key; not those of the other profiles' folders nested in it (`results.own_result_files`)."""
     out = []
     for path in own_result_files(results):
         try:

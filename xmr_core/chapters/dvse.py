@@ -26,11 +26,18 @@ split.
 Fast Re-ranking uses the paper's scales (Sec. IV-A-3): COCO / Flickr30K gamma = (25, 25), lambda = (20, 20) for
 the instance tables (1, 2, 4), CUB gamma = (9, 8), lambda = (8, 17) for the class table (3); every model's own
 test-time scores are re-ranked as they are (cosines, PCME's match probability).
+
+Run records (docs/records.md, "DVSE"). Every final run of the three notebooks is scored once and kept as a record
+(`run_records.recorded`): FR, RR, MR, Figure 7's FR scales and Figures 11-12's P@K are scorings of the same run's
+record, and the PCME chapter's runs keep one record with both chapters' scorings. Tables, figure values and claims
+come from the records; the model itself only where a figure draws it or a time is measured (`table4_times`,
+`correlation_runs`, `grounding_runs`, `write_heat_figures`, `model_lists`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,22 +55,18 @@ from torch import Tensor
 from xmr_core.book.results import write_figure, write_table
 from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
-from xmr_core.chapters.views import judge_viewed, missing_reason, not_tested
+from xmr_core.chapters.views import missing_reason, not_tested
 from xmr_core.claims import (
-    RUN_MEANS,
     ClaimSpec,
     Evidence,
     Judgement,
-    instance_collapse,
     judge,
     judgements_frame,
     run_evidence,
     seed_evidence,
     seed_only,
 )
-from xmr_core.claims import (
-    query_evidence as stratified_evidence,  # this module's query_evidence reads QueryValues
-)
+from xmr_core.claims import query_evidence as stratified_evidence
 from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Split
 from xmr_core.data.datasets import ImageDataset, collate, image_loader
@@ -75,8 +78,6 @@ from xmr_core.evaluate import (
     Reranker,
     direction_scores,
     embed_split,
-    evaluate_scores,
-    instance_row,
     rerank_directions,
     top_k_lists,
 )
@@ -91,6 +92,7 @@ from xmr_core.experiment.compared import (
 )
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import region_encoders
+from xmr_core.experiment.run_records import recorded
 from xmr_core.experiment.training import (
     chapter_runs,
     fit_row,
@@ -104,11 +106,14 @@ from xmr_core.grounding import sub_embedding_grounding
 from xmr_core.margins import Cell, Margin
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.methods.dvse import DVSE, TABLE_V, DVSEConfig, dvse_ablation_config
-from xmr_core.metrics import RSUM_KS, RankingStats, ranking_stats
 from xmr_core.paper_words import Words, worded
+from xmr_core.query_values import QueryMetric, query_values, scoring_metrics
+from xmr_core.record_evidence import ClaimRecords, Side, judge_records, record_evidence
+from xmr_core.records import Evaluation, RunRecord
+from xmr_core.run_evaluation import Scoring
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
-from xmr_core.similarity import FastReranker, fast_rerank, multivariate_rerank, reciprocal_rerank
+from xmr_core.similarity import FastReranker, multivariate_rerank, reciprocal_rerank
 from xmr_core.viz import attention_heat, caption_gallery, heat_overlay, heatmap, retrieval_gallery, sweep_grid
 
 COMPARED: dict[str, Compared] = {**BASELINES, "DVSE": DVSE_COMPARED}
@@ -140,7 +145,7 @@ TABLE6_COLUMNS: dict[str, str] = {**TABLE3_COLUMNS, "all i2t R@1": "5K|instance/
 PAPER_ONLY: dict[str, tuple[str, ...]] = {"table1_resnet": ("VSE++", "P2RM", "DiVE"),
                                           "table2_resnet": ("VSE++", "PVSE", "DiVE"), "table3": ("VSE++", "P2RM")}
 
-# Ablation grids of `ablate.py` (the default of each is the tuned DVSE, loaded from the cache). Table V
+# RecordedRows grids of `ablate.py` (the default of each is the tuned DVSE, loaded from the cache). Table V
 # combinations, every K of Table VI and every beta and eta get every seed, as claims compare them.
 ABLATION_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
     "smoke": {"combination": (1, 5), "K": (1, 6), "beta": (0.4,), "eta": (0.6,), "fr": (10.0, 25.0)},
@@ -169,11 +174,13 @@ def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningR
 
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
-                seed: int, config: DVSEConfig | None = None, **train_overrides: object
+                seed: int, config: DVSEConfig | None = None, *, weights: bool = False, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one model (`request_model`) on its own. Returns the model (best weights,
-    eval mode, on `run.torch_device`) and the fit."""
-    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run)[0]
+    """Train (or load from the run cache) one model (`request_model`) on its own (`training.train_many`, `weights`
+    as there: True where the model itself is used). Returns the model (best weights, eval mode, on
+    `run.torch_device`) and the fit."""
+    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run,
+                      weights=weights)[0]
 
 
 def region_config(data: ChapterData, tuned: dict[str, TuningResult], enc: dict) -> DVSEConfig:
@@ -198,92 +205,6 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
                         columns=["split", "images", "captions"])
 
 
-# ------------------------------------------------------------------------------------------- scores and rows
-@dataclass
-class ModelScores:
-    """One model's test scores in `direction_scores`' layout (i2t, t2i), each (N images, M captions), on the
-    whole test split and on its unseen classes, and the seconds that embedding and scoring the whole split took."""
-
-    whole: tuple[Tensor, Tensor]
-    unseen: tuple[Tensor, Tensor]
-    seconds: float
-
-
-def model_scores(model: RetrievalModel, data: ChapterData, device: torch.device | str) -> ModelScores:
-    """Embed and score the whole test split (timed until its scores are on the CPU: a GPU's queued work counted) and
-    its unseen classes with the model's own test-time scores, on the CPU."""
-    model.to(device).eval()
-    t0 = time.perf_counter()
-    img, cap = embed_split(model, data.test, data.vocab, device=device)
-    whole = tuple(s.cpu() for s in direction_scores(model, img, cap))
-    seconds = time.perf_counter() - t0
-    img, cap = embed_split(model, data.test_unseen, data.vocab, device=device)
-    unseen = tuple(s.cpu() for s in direction_scores(model, img, cap))
-    return ModelScores(whole, unseen, seconds)  # type: ignore[arg-type]
-
-
-
-def class_row(split: Split, scores_i2t: Tensor, scores_t2i: Tensor) -> dict[str, float]:
-    """Class-relevance R-P and R@1 per direction on `split` (Table 3): {"CUB i2t R-P", ...}; NaN where `split` has no
-    classes (`views.missing_view`)."""
-    if "class" not in split.views():
-        return dict.fromkeys(TABLE3_COLUMNS, float("nan"))
-    whole = dataclasses.replace(split, caption_level=None)
-    values = evaluate_scores(whole, scores_i2t, views=["class"], scores_t2i=scores_t2i)
-    return {c: values[key] for c, key in TABLE3_COLUMNS.items()}
-
-
-def metric_row(scores: ModelScores, data: ChapterData, fr: bool = False) -> dict[str, float]:
-    """Every value of Tables 1-3 for one model: `instance_row` of the whole test split and `class_row` of its
-    unseen classes; fr=True re-ranks them first (the COCO scales `FR_COCO`, the CUB scales `FR_CUB`)."""
-    whole, unseen = scores.whole, scores.unseen
-    if fr:
-        whole, unseen = rerank_directions(*whole, FR_COCO), rerank_directions(*unseen, FR_CUB)
-    return {**instance_row(data.test, *whole), **class_row(data.test_unseen, *unseen)}
-
-
-QueryValues = dict[str, tuple[np.ndarray, np.ndarray]]  # claim metric -> (values (Q,), strata (Q,)) of one run
-
-
-def direction_query_values(split: Split, scores_i2t: Tensor, scores_t2i: Tensor, view: str,
-                           value: Callable[[RankingStats], Tensor]) -> tuple[np.ndarray, np.ndarray]:
-    """`value` of each query's `metrics.ranking_stats` under `view` on `split`, the image queries (stratum 0) then
-    the caption queries (stratum 1): (values (N + M,), strata (N + M,)). Scores (N, M) both."""
-    parts = []
-    for d, scores in (("i2t", scores_i2t), ("t2i", scores_t2i.T)):
-        stats = ranking_stats(scores, {view: split.relevance(view, d)})[view]
-        parts.append(value(stats).double().numpy())
-    return np.concatenate(parts), np.repeat([0, 1], [len(p) for p in parts])
-
-
-def query_values(scores: ModelScores, data: ChapterData, fr: bool = False) -> QueryValues:
-    """Per-query values of the claims' metrics for one model (`metric_row`'s scores, FR at the same scales), whose
-    per-stratum mean averaged over the two directions is the metric (`claims.Evidence` with `strata`):
-    `ALL_RSUM`: 200 x the hits at R@1, 5, 10 of each query of the whole test split (instance relevance);
-    `CUB_RP`, `CUB_R1`: 100 x each query's R-P and R@1 hit on the unseen classes (class relevance; absent where the
-    data has no classes)."""
-    whole, unseen = scores.whole, scores.unseen
-    if fr:
-        whole, unseen = rerank_directions(*whole, FR_COCO), rerank_directions(*unseen, FR_CUB)
-    out = {ALL_RSUM: direction_query_values(data.test, *whole, "instance", _rsum_hits)}
-    if "class" in data.test_unseen.views():
-        out[CUB_RP] = direction_query_values(data.test_unseen, *unseen, "class", _r_precision)
-        out[CUB_R1] = direction_query_values(data.test_unseen, *unseen, "class", _hit_at_1)
-    return out
-
-
-def _rsum_hits(stats: RankingStats) -> Tensor:
-    return 200.0 * sum((stats.best_rank <= k).double() for k in RSUM_KS)
-
-
-def _r_precision(stats: RankingStats) -> Tensor:
-    return 100.0 * stats.r_precision.double()
-
-
-def _hit_at_1(stats: RankingStats) -> Tensor:
-    return 100.0 * (stats.best_rank <= 1).double()
-
-
 # ----------------------------------------------------------------------------------------- Table 4 (re-rankers)
 @dataclass(frozen=True)
 class NeighbourReranker:
@@ -305,25 +226,56 @@ def table4_rerankers() -> dict[str, Reranker]:
             "MR": NeighbourReranker(multivariate_rerank, TABLE4_K["MR"])}
 
 
-def rerank_rows(scores: ModelScores, split: Split, rerankers: Mapping[str, Reranker]) -> list[dict[str, object]]:
-    """Table 4 rows of one model: without re-ranking, then each re-ranker on the same whole-split scores, each
-    timed (both directions): method ("DVSE", "DVSE + FR", ...), re-rank s, test s (embedding and scoring
-    plus re-ranking), collapse (`claims.instance_collapse` of its scores) and the `instance_row` values."""
-    rows = [{"model": "DVSE", "re-rank s": 0.0, "test s": scores.seconds,
-             "collapse": instance_collapse(scores.whole[0], split), **instance_row(split, *scores.whole)}]
+def rerank_times(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
+                 rerankers: Mapping[str, Reranker]) -> dict[str, float]:
+    """Table 4's seconds of one model on this machine (a time, not a value of the run: it needs the model's weights):
+    "test s", embedding and scoring `split` (timed until its scores are on the CPU: a GPU's queued work counted), and
+    per re-ranker its seconds re-ranking those very scores (both directions)."""
+    model.to(device).eval()
+    t0 = time.perf_counter()
+    scores = tuple(s.cpu() for s in direction_scores(model, *embed_split(model, split, vocab, device=device)))
+    out = {"test s": time.perf_counter() - t0}
     for name, rerank in rerankers.items():
         t0 = time.perf_counter()
-        i2t, t2i = rerank_directions(*scores.whole, rerank)
-        seconds = time.perf_counter() - t0
-        rows.append({"model": f"DVSE + {name}", "re-rank s": seconds, "test s": scores.seconds + seconds,
-                     "collapse": instance_collapse(i2t, split), **instance_row(split, i2t, t2i)})
-    return rows
+        rerank_directions(*scores, rerank)
+        out[name] = time.perf_counter() - t0
+    return out
+
+
+def table4_times(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                 run: RunConfig) -> dict[int, dict[str, float]]:
+    """`rerank_times` of train.py's grid DVSE of every seed of `seeds` on the whole test split ({seed: times}). Table
+    4's seconds are measured on this machine, so this asks for the models' weights (`weights=True`: on a fresh clone
+    these runs are trained, "needs weights")."""
+    trained = train_many([request_model("DVSE", 1, data, tuned, enc, run, seed) for seed in seeds], run, weights=True)
+    return {seed: rerank_times(model, data.test, data.vocab, run.torch_device, table4_rerankers())
+            for seed, (model, _) in zip(seeds, trained)}
+
+
+def table4_runs(records: Mapping[tuple[str, int], RecordedRun], times: Mapping[int, Mapping[str, float]]
+                ) -> pd.DataFrame:
+    """Table 4's rows of every DVSE seed: without re-ranking, then re-ranked by RR, MR and FR ("DVSE + <name>"):
+    seed, converged, collapse and the whole-split `instance_columns` of its record's scoring (`test_scorings`),
+    with the seed's `rerank_times` ({seed: times}): "re-rank s" and "test s" (embedding and scoring plus
+    re-ranking)."""
+    rows = []
+    for (label, seed), rec in records.items():
+        if label != "DVSE":
+            continue
+        for name in ("", *NEIGHBOUR_RERANKERS, "FR"):
+            scoring = name or "default"
+            rerank_s = times[seed][name] if name else 0.0
+            rows.append({"model": f"DVSE + {name}" if name else "DVSE", "re-rank s": rerank_s,
+                         "test s": times[seed]["test s"] + rerank_s, "seed": seed, "converged": rec.test.converged,
+                         "collapse": rec.test.evaluation.scorings[scoring].collapse,
+                         **instance_columns(rec.test.evaluation, scoring)})
+    return pd.DataFrame(rows)
 
 
 def table4_frame(runs: pd.DataFrame, label: str) -> pd.DataFrame:
-    """Table 4 from `rerank_rows` of every seed: mean (std) over seeds of the re-ranking and test seconds and of
-    the whole-split rSum, beside the paper's test time and rSum on Flickr30K (1,000 x 5,000) and on MS-COCO 5K
-    (5,000 x 25,000, our split's size)."""
+    """Table 4 from `table4_runs`: mean (std) over seeds of the re-ranking and test seconds and of the whole-split
+    rSum, beside the paper's test time and rSum on Flickr30K (1,000 x 5,000) and on MS-COCO 5K (5,000 x 25,000, our
+    split's size)."""
     order = ["DVSE", "DVSE + RR", "DVSE + MR", "DVSE + FR"]
     summary = seed_summary(runs, ["re-rank s", "test s", "all rSum"], order)
     f30k = with_paper(summary, "dvse", "table4", {"test s": "test time s", "all rSum": "rsum"}, label)
@@ -336,70 +288,116 @@ def table4_frame(runs: pd.DataFrame, label: str) -> pd.DataFrame:
         "rSum (paper, COCO 5K)": coco["all rSum (paper)"]})
 
 
-# --------------------------------------------------------------------------- train.py: every model, scored
-class ChapterRuns(NamedTuple):
-    """What `train_and_score` returns: the per-run rows (model, seed, converged and every `metric_row` value; each
-    model twice, without and with FR as "<model> + FR"), the fit rows (`training.fit_row`), Table 4's rows
-    (`rerank_rows` of every DVSE seed, with its seed and whether it converged) and the per-query values of each
-    per-run row ({(model, seed): `query_values`})."""
+# --------------------------------------------------------------------------- train.py: every model, recorded
+class TrainedModels(NamedTuple):
+    """`train_models`' output: the models (best weights, eval mode) and their fits, both keyed by (row label,
+    seed), and the training table (one `fit_row` per run)."""
 
-    per_run: pd.DataFrame
+    models: dict[tuple[str, int], RetrievalModel]
+    results: dict[tuple[str, int], FitResult]
     fits: pd.DataFrame
-    table4: pd.DataFrame
-    per_query: dict[tuple[str, int], QueryValues]
 
 
-def score_rows(label: str, seed: int, converged: bool, scores: ModelScores, data: ChapterData
-               ) -> list[dict[str, object]]:
-    """The two per-run rows of one trained model: its `metric_row` without FR ("<label>") and with FR
-    ("<label> + FR"), each with `collapse` (`claims.instance_collapse` of its own whole-split scores, re-ranked for "+ FR")."""
-    rows = []
-    for fr in (False, True):
-        i2t = rerank_directions(*scores.whole, FR_COCO)[0] if fr else scores.whole[0]
-        rows.append({"model": label + (" + FR" if fr else ""), "seed": seed, "converged": converged,
-                     "collapse": instance_collapse(i2t, data.test), **metric_row(scores, data, fr)})
-    return rows
+class RecordedRun(NamedTuple):
+    """One trained model's records (`record_models`): on the whole test split and on the unseen classes (the same
+    record where that split is the whole test split; None where it has no class relevance or is not asked)."""
+
+    test: RunRecord
+    unseen: RunRecord | None
 
 
-def score_queries(label: str, seed: int, scores: ModelScores, data: ChapterData
-                  ) -> dict[tuple[str, int], QueryValues]:
-    """The per-query values (`query_values`) of `score_rows`' two rows, keyed (label, seed) and
-    (label + " + FR", seed)."""
-    return {(label + (" + FR" if fr else ""), seed): query_values(scores, data, fr) for fr in (False, True)}
+NEIGHBOUR_RERANKERS = ("RR", "MR")  # Table 4's re-rankers other than FR, scorings of the DVSE runs' records
+FR_CUB_SCORING = "FR CUB"  # the unseen classes' FR scoring (the CUB scales; "FR" is the COCO scales')
 
 
-def train_and_score(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-                    run: RunConfig) -> ChapterRuns:
-    """Train (or load) every model of `SPECS` with every seed (`training.chapter_runs`) and score it once on the test
-    split (`model_scores`): `score_rows` and `score_queries` per model, and each DVSE seed re-ranked by FR, RR and
-    MR (`rerank_rows`).
-    With region features, the region DVSE (`region_config`, every seed) too, as `REGIONS`."""
-    per_run, fits, t4, per_query = [], [], [], {}
-    runs = chapter_runs(seeds, SPECS)
+def test_scorings(name: str) -> dict[str, Scoring]:
+    """The scorings of a model's record on the whole test split: its own test-time score in every view
+    ("default"), FR at the COCO scales in the instance view ("FR": Tables 1-2, FR on every model) and, for the grid
+    DVSE (`name`), RR and MR (Table 4), each re-ranking the same scores."""
+    rerankers = table4_rerankers()
+    names = ("FR", *NEIGHBOUR_RERANKERS) if name == "DVSE" else ("FR",)
+    return {"default": Scoring(), **{n: Scoring(rerank=rerankers[n], rerank_name=n, views=("instance",))
+                                     for n in names}}
+
+
+UNSEEN_SCORINGS = {"default": Scoring(views=("class",)),
+                   FR_CUB_SCORING: Scoring(rerank=FR_CUB, rerank_name=FR_CUB_SCORING, views=("class",))}
+
+
+def train_models(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
+                 run: RunConfig) -> TrainedModels:
+    """Train (or load) every model of `SPECS` with every seed (`training.chapter_runs`) and, with region features,
+    the region DVSE (`region_config`, every seed, as `REGIONS`), as one batch (`train_many`: side by side on the
+    workers). Keyed by (row label, seed); the training table has one `fit_row` per run (`wall s`: the run's share
+    of the batch's wall time)."""
     region = region_config(data, tuned, enc) if data.test.regions is not None else None
-    region_seeds = list(seeds) if region is not None else []
-    t0 = time.perf_counter()  # every run: one batch of independent runs (side by side on the workers)
-    trained = iter(train_many([request_model(name, k, data, tuned, enc, run, seed) for name, k, seed in runs]
-                              + [request_model("DVSE", 1, data, tuned, enc, run, seed, config=region,
-                                               label=f"{REGIONS} seed {seed}") for seed in region_seeds], run))
-    share = (time.perf_counter() - t0) / max(len(runs) + len(region_seeds), 1)  # `wall s`: a run's share
-    for name, k, seed in runs:
-        model, result = next(trained)
-        label = model_label(name, k)
+    runs = [(model_label(name, k), name, k, seed, None) for name, k, seed in chapter_runs(seeds, SPECS)]
+    runs += [(REGIONS, "DVSE", 1, seed, region) for seed in (seeds if region is not None else ())]
+    t0 = time.perf_counter()
+    trained = train_many([request_model(name, k, data, tuned, enc, run, seed, config=config,
+                                        label=f"{label} seed {seed}" if config is not None else "")
+                          for label, name, k, seed, config in runs], run)
+    share = (time.perf_counter() - t0) / max(len(runs), 1)
+    models, results, fits = {}, {}, []
+    for (label, name, _, seed, _), (model, result) in zip(runs, trained):
+        models[label, seed], results[label, seed] = model, result
         fits.append(fit_row(label, seed, tuned[name], result, share))
-        scores = model_scores(model, data, run.torch_device)
-        per_run += score_rows(label, seed, result.converged, scores, data)
-        per_query.update(score_queries(label, seed, scores, data))
-        if name == "DVSE":
-            t4 += [{**row, "seed": seed, "converged": result.converged}
-                   for row in rerank_rows(scores, data.test, table4_rerankers())]
-    for seed in region_seeds:
-        model, result = next(trained)
-        fits.append(fit_row(REGIONS, seed, tuned["DVSE"], result, share))
-        scores = model_scores(model, data, run.torch_device)
-        per_run += score_rows(REGIONS, seed, result.converged, scores, data)
-        per_query.update(score_queries(REGIONS, seed, scores, data))
-    return ChapterRuns(pd.DataFrame(per_run), pd.DataFrame(fits), pd.DataFrame(t4), per_query)
+    return TrainedModels(models, results, pd.DataFrame(fits))
+
+
+def record_models(trained: TrainedModels, data: ChapterData, tuned: Mapping[str, TuningResult], run: RunConfig
+                  ) -> dict[tuple[str, int], RecordedRun]:
+    """Every trained model (`train_models`) scored once and recorded (`run_records.recorded`, its tuned setting
+    as the tuning facts; a record already there is read back, and one the PCME chapter wrote gets this chapter's
+    scorings added): on the whole test split (`test_scorings`) and on the unseen classes (`UNSEEN_SCORINGS`: class
+    view, FR at the CUB scales; the same record where that split is the whole test split, none where it has no
+    class relevance). Keyed as `trained`."""
+    specs = {model_label(name, k): (name, k) for name, k in SPECS} | {REGIONS: ("DVSE", 1)}
+    out = {}
+    for (label, seed), model in trained.models.items():
+        (name, k), result = specs[label], trained.results[label, seed]
+        t = tuned[name]
+        facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
+        same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
+        scorings = test_scorings(label) | ({FR_CUB_SCORING: UNSEEN_SCORINGS[FR_CUB_SCORING]} if same and has_class else {})
+        test = recorded(model, result, seed, data.test, data.vocab, scorings, run, tuning=facts)
+        unseen = None if not has_class else test if same else recorded(
+            model, result, seed, data.test_unseen, data.vocab, UNSEEN_SCORINGS, run, tuning=facts)
+        out[label, seed] = RecordedRun(test, unseen)
+    return out
+
+
+def instance_columns(evaluation: Evaluation, scoring: str) -> dict[str, float]:
+    """Instance R@1/5/10 per direction and rSum of a record's `scoring` under the 1K protocol (five folds; NaN where
+    the split has none) and on the whole split ("all"), as `evaluate.instance_row` scores them from a model:
+    {"1K i2t R@1", ..., "1K rSum", "all i2t R@1", ..., "all rSum"}."""
+    out = {}
+    for proto, protocol in (("1K", "coco1k"), ("all", "full")):
+        values = scoring_metrics(evaluation, scoring, protocol, by_level=False) \
+            if protocol in evaluation.split.folds else {}
+        out |= {f"{proto} {c}": values.get(f"instance/{c.replace(' ', '/')}", math.nan) for c in RK_COLUMNS}
+        out[f"{proto} rSum"] = values.get("rsum", math.nan)
+    return out
+
+
+def records_row(rec: RecordedRun, fr: bool = False) -> dict[str, float]:
+    """Every value of Tables 1-3 for one model from its records: `instance_columns` of the whole test split and the
+    class R-P and R@1 of the unseen classes (`TABLE3_COLUMNS`; NaN without class relevance); fr=True those of its FR
+    scorings (the COCO scales "FR", the CUB scales `FR_CUB_SCORING`)."""
+    unseen = {} if rec.unseen is None else scoring_metrics(
+        rec.unseen.evaluation, FR_CUB_SCORING if fr else "default", "full", by_level=False)
+    return {**instance_columns(rec.test.evaluation, "FR" if fr else "default"),
+            **{c: unseen.get(key, math.nan) for c, key in TABLE3_COLUMNS.items()}}
+
+
+def per_run_frame(records: Mapping[tuple[str, int], RecordedRun]) -> pd.DataFrame:
+    """Two rows per recorded model and seed (`record_models`), without FR ("<label>") and with it ("<label> + FR"):
+    converged, collapse (`claims.instance_collapse` of its whole-split scores, re-ranked for "+ FR"), every
+    `records_row` value and the name of its test record."""
+    return pd.DataFrame([{"model": label + (" + FR" if fr else ""), "seed": seed, "converged": rec.test.converged,
+                          "collapse": rec.test.evaluation.scorings["FR" if fr else "default"].collapse,
+                          **records_row(rec, fr), "record": rec.test.name}
+                         for (label, seed), rec in records.items() for fr in (False, True)])
 
 
 # -------------------------------------------------------------------------------------------- table layout
@@ -478,10 +476,10 @@ def rerank_bench_args(profile: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- claims
 # The claims of the paper, declared once and judged by the book's one verdict protocol (`xmr_core.claims.judge`,
-# docs/claims.md). Each compared model's per-seed score is the mean of the claim metric's columns
-# (`CLAIM_METRICS`); where train.py has the score matrices, its per-query values (`query_values`) instead, so the
-# interval covers test sampling too. Models are paired by seed where they share their seeds, and by query where
-# they score the same queries (every "+ FR" row is the same trained model re-ranked). rSum is the whole test
+# docs/claims.md). Where a claim's metric is a mean over queries and its runs are recorded, each compared model's
+# evidence is its records' per-query values (`CLAIM_METRICS`), so the interval covers test sampling too; otherwise
+# each seed's score (the claim's `seed_only` says why). Models are paired by seed where they share their seeds, and
+# by query where they score the same queries (every "+ FR" row is the same trained model re-ranked). rSum is the whole test
 # split's (the 5K protocol's analogue and Flickr30K's test size). The margins are in the metric's unit, from the
 # paper's own words and tables (see each).
 ALL_RSUM = "rSum (instance relevance, whole test split)"
@@ -491,15 +489,11 @@ CUB_ALL = "CUB-style class R-P and R@1 (unseen classes; mean of the four), pp"
 CUB_EACH = "CUB-style class R-P and R@1, each direction (unseen classes), pp"
 RERANK_S = "re-ranking time of both directions, s"
 R1 = "instance R@1 (whole test split; mean of i2t and t2i), pp"
-CLAIM_METRICS: dict[str, tuple[list[str], str]] = {  # a claim's metric -> (per-run columns averaged, test split)
-    ALL_RSUM: (["all rSum"], "test"),
-    CUB_RP: (["CUB i2t R-P", "CUB t2i R-P"], "test unseen classes"),
-    CUB_R1: (["CUB i2t R@1", "CUB t2i R@1"], "test unseen classes"),
-    CUB_ALL: (list(TABLE3_COLUMNS), "test unseen classes"), RERANK_S: (["re-rank s"], "test"),
-    R1: (["all i2t R@1", "all t2i R@1"], "test")}
-QUERY_METRICS = (ALL_RSUM, CUB_RP, CUB_R1)  # the claim metrics `query_values` gives per query
+# A claim's metric -> (its per-query values in the records, which record: "test" (whole split) or "unseen").
+CLAIM_METRICS: dict[str, tuple[QueryMetric, str]] = {
+    ALL_RSUM: (QueryMetric("rsum"), "test"), CUB_RP: (QueryMetric("R-P", "class"), "unseen"),
+    CUB_R1: (QueryMetric("R@1", "class"), "unseen"), R1: (QueryMetric("R@1"), "test")}
 PVSE_ROWS = ("PVSE K=1", "PVSE K=2", "PVSE K=4")
-NEIGHBOUR_RERANKED = ("DVSE + RR", "DVSE + MR")  # rows of Table 4 only (`rerank_rows`): their claims read its runs
 BERT_DVSE = "DVSE (ResNeXt-101 + BERT)"
 
 # Margins, each the gap the paper itself describes with the claim's word (docs/claims.md, Margins).
@@ -591,57 +585,139 @@ def column_evidence(per_run: pd.DataFrame, models: Sequence[str], cols: Sequence
     return {f"{m}: {c}": e for c in cols for m, e in seed_evidence(runs, [c], split=split).items()}
 
 
-def query_evidence(per_run: pd.DataFrame, per_query: Mapping[tuple[str, int], QueryValues], metric: str,
-                   split: str) -> dict[str, Evidence]:
-    """{model: Evidence} of each model of `per_run` from its seeds' per-query values of `metric` (`query_values`,
-    stratified by direction), converged and collapsed as `claims.seed_evidence` reads them from `per_run`."""
-    values = {key: found[metric] for key, found in per_query.items()}
-    strata = next(iter(values.values()))[1] if values else None  # every run scores the same queries
-    return run_evidence(per_run, {key: v for key, (v, _) in values.items()}, strata=strata, split=split)
+def train_sides(records: Mapping[tuple[str, int], RecordedRun], which: str) -> dict[str, Side]:
+    """Every model train.py's claims can compare as its records (`which`: "test" or "unseen", every seed) and
+    scoring: "<label>" its own score (""), "<label> + FR" its runs in FR (the COCO scales on the test split, the CUB
+    scales on the unseen classes), "DVSE + RR" / "+ MR" the DVSE runs re-ranked."""
+    labels = dict.fromkeys(label for label, _ in records)
+    fr = FR_CUB_SCORING if which == "unseen" else "FR"
+    out = {}
+    for label in labels:
+        names = tuple(getattr(rec, which).name for (name, _), rec in records.items()
+                      if name == label and getattr(rec, which) is not None)
+        if names:
+            out |= {label: Side(names), f"{label} + FR": Side(names, fr)}
+            if label == "DVSE" and which == "test":
+                out |= {f"DVSE + {n}": Side(names, n) for n in NEIGHBOUR_RERANKERS}
+    return out
 
 
-def train_judgements(per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,
-                     per_query: Mapping[tuple[str, int], QueryValues] | None = None,
+def side_evidence(records: Mapping[str, RunRecord], side: Side, metric: QueryMetric) -> Evidence:
+    """One compared model's evidence on `metric` from its side's records (`records` by name), in the side's scoring
+    (as `record_evidence.judge_records` reads it)."""
+    return record_evidence([records[name] for name in side.records],
+                           dataclasses.replace(metric, scoring=side.scoring or metric.scoring))
+
+
+def claim_bindings(specs: Sequence[ClaimSpec], sides: Callable[[str], Mapping[str, Side]], run: RunConfig, part: str,
+                   missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """Each claim of `specs` on a metric with per-query values (`CLAIM_METRICS`) bound to the records that judge it
+    (`record_evidence.ClaimRecords` of notebook `part`, written beside its judgements for `xmr claims recompute
+    dvse`): every compared model's records and scoring (`sides(which)`, which: the metric's record, "test" or
+    "unseen"). None for a claim judged on seed scores only (`ClaimSpec.seed_only`), on models the book does not
+    build (`needs`) or this run did not record, or on a view in `missing`."""
+    out = {}
+    for spec in specs:
+        if spec.metric not in CLAIM_METRICS or spec.seed_only or spec.needs or \
+                missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
+            continue
+        metric, which = CLAIM_METRICS[spec.metric]
+        found = sides(which)
+        if all(m in found for m in spec.compared):
+            out[spec.key] = ClaimRecords(spec, metric, {m: found[m] for m in spec.compared}, run.dataset,
+                                         run.profile, "dvse", part)
+    return out
+
+
+def claim_judgements(specs: Sequence[ClaimSpec], bindings: Mapping[str, ClaimRecords],
+                     records: Mapping[str, RunRecord], sides: Callable[[str], Mapping[str, Side]],
+                     others: Mapping[str, Callable[[], Mapping[str, Evidence]]], run: RunConfig,
                      missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """Every claim of `TRAIN_CLAIMS` judged on train.py's runs: `per_run` (`train_and_score`'s, "+ FR" rows
-    included) and Table 4's `t4` (`rerank_rows` of every DVSE seed: the claims comparing RR or MR). Each compared
-    model's evidence is its seeds' per-query values (`query_evidence`) where `per_query` has the claim's metric,
-    else its per-seed score, the mean of the claim's columns (`CLAIM_METRICS`); the universal CUB claim per column
-    (`column_evidence`). A claim whose metric's view (`METRIC_VIEWS`) is in `missing` is not tested, with its reason."""
+    """Every claim of `specs` judged (`claims.judge`): a bound one (`claim_bindings`) as `xmr claims recompute`
+    judges it (`record_evidence.judge_records` on `records` by name: each model's per-query values, one row per
+    seed, paired by seed and query); one on per-query values some of whose models this run did not record on those
+    it did (not tested, naming the others); any other on its metric's evidence in `others` ({metric: a function
+    returning {model: Evidence}}, built only when judged; none for a claim on models the book does not build). A
+    claim whose metric's view (`METRIC_VIEWS`) is in `missing` is not tested, with its reason."""
     out = []
-    for spec in TRAIN_CLAIMS:
+    for spec in specs:
         if reason := missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
             out.append(not_tested(spec, reason))
-            continue
-        on_t4 = bool(set(spec.compared) & set(NEIGHBOUR_RERANKED))
-        if spec.metric == CUB_EACH:
-            evidence = column_evidence(per_run, ["DVSE", "DVSE + FR"], list(TABLE3_COLUMNS), "test unseen classes")
-        elif per_query is not None and not on_t4 and spec.metric in QUERY_METRICS:
-            evidence = query_evidence(per_run, per_query, spec.metric, CLAIM_METRICS[spec.metric][1])
+        elif spec.key in bindings:
+            out.append(judge_records(bindings[spec.key], records.__getitem__))
         else:
-            cols, split = CLAIM_METRICS[spec.metric]
-            evidence = seed_evidence(t4 if on_t4 else per_run, cols, split=split)
-        out.append(judge(spec, evidence, dataset=run.dataset, profile=run.profile))
+            if spec.needs:
+                evidence = {}
+            elif spec.metric in others:
+                evidence = others[spec.metric]()
+            else:
+                metric, which = CLAIM_METRICS[spec.metric]
+                found = sides(which)
+                evidence = {m: side_evidence(records, found[m], metric) for m in spec.compared if m in found}
+            out.append(judge(spec, evidence, dataset=run.dataset, profile=run.profile))
     return out
+
+
+def _by_name(records: Mapping[tuple[str, int], RecordedRun]) -> dict[str, RunRecord]:
+    return {r.name: r for rec in records.values() for r in (rec.test, rec.unseen) if r is not None}
+
+
+def train_bindings(records: Mapping[tuple[str, int], RecordedRun], run: RunConfig,
+                   missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """`claim_bindings` of `TRAIN_CLAIMS` on train.py's records (`record_models`, `train_sides`)."""
+    return claim_bindings(TRAIN_CLAIMS, lambda which: train_sides(records, which), run, "train", missing)
+
+
+def train_judgements(records: Mapping[tuple[str, int], RecordedRun], bindings: Mapping[str, ClaimRecords],
+                     per_run: pd.DataFrame, t4: pd.DataFrame, run: RunConfig,
+                     missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """Every claim of `TRAIN_CLAIMS` judged on train.py's records (`claim_judgements`, `train_bindings`): the
+    per-column CUB claim on each seed's columns of `per_run` (`per_run_frame`, `column_evidence`) and FR's speed on
+    the seconds of `t4` (`table4_runs`)."""
+    others = {CUB_EACH: lambda: column_evidence(per_run, ["DVSE", "DVSE + FR"], list(TABLE3_COLUMNS),
+                                                "test unseen classes"),
+              RERANK_S: lambda: seed_evidence(t4, ["re-rank s"], split="test")}
+    return claim_judgements(TRAIN_CLAIMS, bindings, _by_name(records), lambda which: train_sides(records, which),
+                            others, run, missing)
 
 
 # ------------------------------------------------------------------------ ablate.py: Tables V-VI, Figures 8-9
 SWEEP_COLUMNS = ["all i2t R@1", "all i2t R@5", "all t2i R@1", "all t2i R@5"]  # Figures 8-9: R@1 and R@5, whole split
 
 
+class RecordedRows(NamedTuple):
+    """The recorded runs of one table or figure (ablate.py's, visualise.py's precision): one row per run (`runs`: its
+    fields, seed, converged, ..., the name of its test record, "record") and each run's records by name
+    (`records`)."""
+
+    runs: pd.DataFrame
+    records: dict[str, RunRecord]
+
+
+def _named(recs: Sequence[RecordedRun]) -> dict[str, RunRecord]:
+    return {r.name: r for rec in recs for r in (rec.test, rec.unseen) if r is not None}
+
+
 def ablation_rows(runs: Sequence[tuple[Mapping[str, object], DVSEConfig, int]], data: ChapterData,
-                  tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+                  tuned: dict[str, TuningResult], enc: dict, run: RunConfig, unseen: bool = False) -> RecordedRows:
     """Train (or load) DVSE at each (fields, config, seed) of `runs` (DVSE's tuned learning rate; one batch,
-    `train_many`, side by side on the workers) and score each: one row per run, its fields then seed, converged,
-    cached, collapse (`claims.instance_collapse`) and every `metric_row` value (no FR)."""
+    `train_many`, side by side on the workers) and record each (`run_records.recorded`: its own score on the whole
+    test split and, with `unseen` and class relevance, on the unseen classes): one row per run, its fields then
+    seed, converged, cached, collapse (`claims.instance_collapse`), every `records_row` value (no FR; the class
+    columns NaN without `unseen`) and its records' names."""
     trained = train_many([request_model("DVSE", 1, data, tuned, enc, run, seed, config=config)
                           for _, config, seed in runs], run)
-    rows = []
+    rows, recs = [], []
     for (fields, _, seed), (model, result) in zip(runs, trained):
-        scores = model_scores(model, data, run.torch_device)
+        test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()}, run)
+        class_split = unseen and "class" in data.test_unseen.views()
+        rec = RecordedRun(test, None if not class_split else test if data.test_unseen is data.test else recorded(
+            model, result, seed, data.test_unseen, data.vocab, {"default": UNSEEN_SCORINGS["default"]}, run))
+        recs.append(rec)
         rows.append({**fields, "seed": seed, "converged": result.converged, "cached": result.cached,
-                     "collapse": instance_collapse(scores.whole[0], data.test), **metric_row(scores, data)})
-    return pd.DataFrame(rows)
+                     "collapse": test.evaluation.scorings["default"].collapse, **records_row(rec),
+                     "record": test.name, "unseen record": rec.unseen.name if rec.unseen is not None else ""})
+    return RecordedRows(pd.DataFrame(rows), _named(recs))
 
 
 def combination_label(combination: int) -> str:
@@ -650,7 +726,7 @@ def combination_label(combination: int) -> str:
 
 
 def table5_runs(combinations: Sequence[int], seeds: Sequence[int], base: DVSEConfig, data: ChapterData,
-                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> RecordedRows:
     """Table V: every combination (`dvse_ablation_config` of the tuned `base`) with every seed (`ablation_rows`)."""
     return ablation_rows([({"model": combination_label(c)}, dvse_ablation_config(c, base), seed)
                           for seed in seeds for c in combinations], data, tuned, enc, run)
@@ -676,11 +752,11 @@ def k_config(base: DVSEConfig, k: float) -> DVSEConfig:
 
 
 def table6_runs(ks: Sequence[float], seeds: Sequence[int], base: DVSEConfig, data: ChapterData,
-                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
-    """Table VI: DVSE with each K of `ks` (`k_config`) and every seed of `seeds` (`ablation_rows`, with its K): the
-    K claims compare points of the sweep, each needing its seed noise."""
+                tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> RecordedRows:
+    """Table VI: DVSE with each K of `ks` (`k_config`) and every seed of `seeds` (`ablation_rows`, with its K, on the
+    unseen classes too): the K claims compare points of the sweep, each needing its seed noise."""
     return ablation_rows([({"model": k_label(k), "K": k}, k_config(base, k), s) for k in ks for s in seeds],
-                         data, tuned, enc, run)
+                         data, tuned, enc, run, unseen=True)
 
 
 def table6_frame(runs: pd.DataFrame, ks: Sequence[float], label: str) -> pd.DataFrame:
@@ -706,13 +782,14 @@ def table6_figure(runs: pd.DataFrame) -> Figure:
 
 
 def sweep_runs(betas: Sequence[float], etas: Sequence[float], seeds: Sequence[int], base: DVSEConfig,
-               data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> pd.DataFrame:
+               data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> RecordedRows:
     """Figures 8-9: the tuned `base` at each beta (Eq. 4's `ort_margin`), then at each eta (Eq. 12), every seed of
-    `seeds` (`ablation_rows` with columns parameter, value): their peak claims compare points of the sweeps."""
+    `seeds` (`ablation_rows` with columns parameter, value and model, `sweep_label`): their peak claims compare
+    points of the sweeps."""
     configs = [("beta", b, dataclasses.replace(base, ort_margin=b)) for b in betas]
     configs += [("eta", e, dataclasses.replace(base, eta=e)) for e in etas]
-    return ablation_rows([({"parameter": param, "value": value}, cfg, s) for param, value, cfg in configs
-                          for s in seeds], data, tuned, enc, run)
+    return ablation_rows([({"parameter": param, "value": value, "model": sweep_label(param, value)}, cfg, s)
+                          for param, value, cfg in configs for s in seeds], data, tuned, enc, run)
 
 
 def sweep_figure(sweep: pd.DataFrame) -> Figure:
@@ -723,34 +800,45 @@ def sweep_figure(sweep: pd.DataFrame) -> Figure:
 
 
 # --------------------------------------------------------------------------------------- Figure 7 (FR scales)
-def fr_grid(scores: ModelScores, split: Split, values: Sequence[float]) -> pd.DataFrame:
-    """Figure 7: instance R@1 on the whole test split after FR at every pair of `values`, image queries
-    re-ranked with (gamma1, gamma2) = (s1, s2), caption queries with (lambda1, lambda2) = (s1, s2).
-    Columns: direction, s1, s2, R@1 and hits (each query's R@1 hit x 100, (Q,): their mean is R@1)."""
-    i2t, t2i = scores.whole
-    queries = {"i2t": i2t, "t2i": t2i.T}
-    relevance = {d: split.relevance("instance", d) for d in DIRECTIONS}
+def fr_scale_name(s1: float, s2: float) -> str:
+    """The record's scoring of FR at (s1, s2): image queries re-ranked with (gamma1, gamma2) = (s1, s2), caption
+    queries with (lambda1, lambda2) = (s1, s2)."""
+    return f"FR {s1:g},{s2:g}"
+
+
+def fr_grid_scorings(values: Sequence[float]) -> dict[str, Scoring]:
+    """Figure 7's scorings of a DVSE run: FR at every pair of `values` (`fr_scale_name`), instance view."""
+    return {fr_scale_name(s1, s2): Scoring(rerank=FastReranker((s1, s2), (s1, s2)), rerank_name=fr_scale_name(s1, s2),
+                                           views=("instance",)) for s1 in values for s2 in values}
+
+
+def fr_grid(evaluation: Evaluation, values: Sequence[float]) -> pd.DataFrame:
+    """Figure 7 from a DVSE record's `fr_grid_scorings`: instance R@1 on the whole test split after FR at every pair
+    of `values`. Columns: direction, s1, s2, R@1 and hits (each query's R@1 hit x 100, (Q,): their mean is R@1)."""
     rows = []
     for d in DIRECTIONS:
         for s1 in values:
             for s2 in values:
-                stats = ranking_stats(fast_rerank(queries[d], (s1, s2)), {"instance": relevance[d]})["instance"]
-                hits = _hit_at_1(stats).numpy()
+                hits, _ = query_values(evaluation, QueryMetric("R@1", directions=(d,), scoring=fr_scale_name(s1, s2)))
                 rows.append({"direction": d, "s1": s1, "s2": s2, "R@1": float(hits.mean()), "hits": hits})
     return pd.DataFrame(rows)
 
 
 def fr_grid_runs(values: Sequence[float], seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult],
-                 enc: dict, run: RunConfig) -> pd.DataFrame:
-    """`fr_grid` of each DVSE seed's test scores (train.py's models, loaded), with its seed, convergence and
-    collapse (`claims.instance_collapse` of the scores before re-ranking)."""
-    grids = []
-    for seed in seeds:
-        model, result = train_model("DVSE", 1, data, tuned, enc, run, seed)
-        scores = model_scores(model, data, run.torch_device)
-        grids.append(fr_grid(scores, data.test, values).assign(
-            seed=seed, converged=result.converged, collapse=instance_collapse(scores.whole[0], data.test)))
-    return pd.concat(grids, ignore_index=True)
+                 enc: dict, run: RunConfig) -> RecordedRows:
+    """`fr_grid` of each DVSE seed (train.py's models, loaded; their records get `fr_grid_scorings`, whole split
+    only, no AP@R: Figure 7 reads R@1), with its seed, convergence and collapse (`claims.instance_collapse` of the
+    scores before re-ranking) and record."""
+    runs = [request_model("DVSE", 1, data, tuned, enc, run, seed) for seed in seeds]
+    grids, recs = [], []
+    for seed, (model, result) in zip(seeds, train_many(runs, run)):
+        test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | fr_grid_scorings(values),
+                        run, fold_views=(), ap_views=())
+        recs.append(RecordedRun(test, None))
+        grids.append(fr_grid(test.evaluation, values).assign(
+            seed=seed, converged=result.converged, collapse=test.evaluation.scorings["default"].collapse,
+            record=test.name))
+    return RecordedRows(pd.concat(grids, ignore_index=True), _named(recs))
 
 
 def fr_grid_figure(r1: pd.Series, values: Sequence[float]) -> Figure:
@@ -773,6 +861,7 @@ def fr_grid_figure(r1: pd.Series, values: Sequence[float]) -> Figure:
 # --------------------------------------------------------------------------------------- ablate.py's claims
 IMPACT = "whole-split rSum lost without the component (combination a - b of the same seed)"
 FR_I2T = "instance i2t R@1 after FR at gamma1 = gamma2 (whole test split), pp"
+CLAIM_METRICS[FR_I2T] = (QueryMetric("R@1", directions=("i2t",)), "test")  # each DVSE record's FR at (s, s)
 FR_I2T_REGION = ("instance i2t R@1 after FR at the region's best (gamma1, gamma2) cell, the cell chosen on the "
                  "even-numbered test images and scored on the odd-numbered ones, pp")
 FR_T2I_BEST = ("instance t2i R@1 after FR at the region's best (lambda1, lambda2) cell, the cell chosen on the "
@@ -884,32 +973,24 @@ def best_cell(cells: pd.DataFrame) -> dict[str, object]:
     return {"R@1": float(scored.mean()), "hits": scored}
 
 
-def fr_scale_runs(fr_runs: pd.DataFrame) -> pd.DataFrame:
-    """Figure 7's compared "models" per seed (`fr_grid_runs`): each diagonal scale ("γ=<s>": i2t R@1 at gamma1 =
-    gamma2 = s, with its per-query hits where `fr_runs` has them) and, from per-query hits only, the best cell
-    (`best_cell`: chosen on the even-numbered queries, scored on the odd-numbered ones) of each i2t region "γ1 = γ2",
-    "γ1 > γ2", "γ1 < γ2" and each t2i side "best λ1 < λ2", "best λ1 >= λ2". Without per-query hits there are no
-    region rows: a best cell chosen and scored on the same queries would be judged on its own selection."""
+def fr_best_cells(fr_runs: pd.DataFrame) -> pd.DataFrame:
+    """Figure 7's compared regions per seed (`fr_grid_runs`): the best cell (`best_cell`: chosen on the even-numbered
+    queries, scored on the odd-numbered ones, its per-query `hits`) of each i2t region "γ1 = γ2", "γ1 > γ2",
+    "γ1 < γ2" and each t2i side "best λ1 < λ2", "best λ1 >= λ2" (model, seed, converged, collapse, R@1, hits)."""
     keys = ["seed", "converged", "collapse"]
-    per_query = "hits" in fr_runs
     i2t, t2i = (fr_runs[fr_runs["direction"] == d] for d in DIRECTIONS)
-    rows = [{"model": scale_label(r["s1"]), **{k: r[k] for k in keys}, "R@1": r["R@1"],
-             **({"hits": r["hits"]} if per_query else {})}
-            for r in i2t[i2t["s1"] == i2t["s2"]].to_dict("records")]
-    if not per_query:
-        return pd.DataFrame(rows)
     region = np.select([i2t["s1"] > i2t["s2"], i2t["s1"] < i2t["s2"]], ["γ1 > γ2", "γ1 < γ2"], "γ1 = γ2")
     side = np.where(t2i["s1"] < t2i["s2"], "best λ1 < λ2", "best λ1 >= λ2")
+    rows = []
     for part, model in ((i2t, region), (t2i, side)):
         for (name, *key), cells in part.assign(model=model).groupby(["model", *keys], sort=False):
             rows.append({"model": name, **dict(zip(keys, key)), **best_cell(cells)})
     return pd.DataFrame(rows)
 
 
-def sweep_models(sweep: pd.DataFrame) -> pd.DataFrame:
-    """`sweep_runs`' rows named as the compared models of the beta and eta claims ("β=0.4", "η=0.6")."""
-    symbol = {"beta": "β", "eta": "η"}
-    return sweep.assign(model=[scale_label(v, symbol[p]) for p, v in zip(sweep["parameter"], sweep["value"])])
+def sweep_label(parameter: str, value: float) -> str:
+    """A point of the beta or eta sweep (`sweep_runs`) as the compared model of its claims ("β=0.4", "η=0.6")."""
+    return scale_label(value, {"beta": "β", "eta": "η"}[parameter])
 
 
 def beta_range_runs(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -924,31 +1005,57 @@ def beta_range_runs(sweep: pd.DataFrame) -> pd.DataFrame:
     return _runs_frame(rows, "range")
 
 
-def ablate_judgements(t5_runs: pd.DataFrame, t6_runs: pd.DataFrame, fr_runs: pd.DataFrame, sweep: pd.DataFrame,
-                      run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """Every claim of `ABLATE_CLAIMS` judged on ablate.py's runs: Table V (`table5_runs`, and its per-seed
-    `impact_runs`), Table VI (`table6_runs`), Figure 7 (`fr_grid_runs` as `fr_scale_runs`) and Figures 8-9
-    (`sweep_runs`, `beta_range_runs`). Figure 7's claims use each query's R@1 hit where `fr_runs` has them (the
-    same DVSE seeds re-ranked: paired by seed and query). A sweep point with one seed and no per-query values is
-    "not tested"; so is a claim on a view in `missing` (`views.judge_viewed`)."""
-    scales = fr_scale_runs(fr_runs)
-    fr = seed_evidence(scales, ["R@1"], split="test i2t")  # without per-query hits: the diagonal's scales only
-    if "hits" in scales:  # the regions' best cells score the odd-numbered queries only (`best_cell`)
-        regions = scales["model"].isin(["γ1 = γ2", "γ1 > γ2", "γ1 < γ2"])
-        sides = scales["model"].str.startswith("best λ")
-        fr = {**stratified_evidence(scales[~regions & ~sides], ["hits"], split="test i2t"),
-              **stratified_evidence(scales[regions], ["hits"], split="test i2t, odd-numbered images"),
-              **stratified_evidence(scales[sides], ["hits"], split="test t2i, odd-numbered captions")}
-    evidence = {
-        ALL_RSUM: lambda: {**seed_evidence(t5_runs, ["all rSum"], split="test"),
-                           **seed_evidence(t6_runs, ["all rSum"], split="test")},
-        IMPACT: lambda: seed_evidence(impact_runs(t5_runs), ["all rSum"], split="test"),
-        CUB_ALL: lambda: seed_evidence(t6_runs, CLAIM_METRICS[CUB_ALL][0], split="test unseen classes"),
-        FR_I2T: lambda: fr, FR_I2T_REGION: lambda: fr, FR_T2I_BEST: lambda: fr,
-        R1: lambda: seed_evidence(sweep_models(sweep), CLAIM_METRICS[R1][0], split="test"),
-        BETA_RANGE: lambda: seed_evidence(beta_range_runs(sweep), ["range"], split="test"),
+def ablation_sides(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows, which: str = "test"
+                   ) -> dict[str, Side]:
+    """Each compared model of ablate.py's claims as its records on `which` ("test" or "unseen", every seed) and
+    scoring: Table V's combinations, Table VI's K and the sweeps' points (`sweep_label`) in their own score, Figure
+    7's diagonal scales ("γ=<s>") as the DVSE runs in FR at (s, s) (`fr_scale_name`)."""
+    column = "record" if which == "test" else "unseen record"
+    sides = {m: Side(tuple(part[column])) for a in (t5, t6, sweep) if column in a.runs
+             for m, part in a.runs.groupby("model", sort=False) if part[column].astype(bool).all()}
+    seeds = fr.runs.drop_duplicates("seed")
+    return sides | ({scale_label(s): Side(tuple(seeds["record"]), fr_scale_name(s, s)) for s in fr.runs["s1"].unique()}
+                    if which == "test" else {})
+
+
+def latest_records(*rows: RecordedRows) -> dict[str, RunRecord]:
+    """The records of `rows` by name, of a run two of them recorded the one with more scorings: the later (a record
+    only gains scorings, `run_records.recorded`; the tuned DVSE is combination 1, K = 6, beta 0.4, eta 0.6 and
+    Figure 7's runs)."""
+    out: dict[str, RunRecord] = {}
+    for r in (r for row in rows for r in row.records.values()):
+        if r.name not in out or len(r.evaluation.scorings) > len(out[r.name].evaluation.scorings):
+            out[r.name] = r
+    return out
+
+
+def ablate_bindings(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows, run: RunConfig,
+                    missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """`claim_bindings` of `ABLATE_CLAIMS` on ablate.py's records (`ablation_sides`; the smaller grids lack some
+    claims' points)."""
+    return claim_bindings(ABLATE_CLAIMS, lambda which: ablation_sides(t5, t6, fr, sweep, which), run, "ablate",
+                          missing)
+
+
+def ablate_judgements(t5: RecordedRows, t6: RecordedRows, fr: RecordedRows, sweep: RecordedRows,
+                      bindings: Mapping[str, ClaimRecords], run: RunConfig,
+                      missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """Every claim of `ABLATE_CLAIMS` judged on ablate.py's runs (`claim_judgements`, `ablate_bindings`: Tables
+    V-VI's rSum, Figure 7's diagonal and Figures 8-9's R@1 on per-query values from the records); Figure 7's best
+    cells on each query's R@1 hit of the odd-numbered queries (`fr_best_cells`); the components' impacts
+    (`impact_runs`), Table VI's class metrics and beta's range (`beta_range_runs`) on each seed's score, from the
+    records."""
+    cells = fr_best_cells(fr.runs)
+    i2t = cells["model"].isin(["γ1 = γ2", "γ1 > γ2", "γ1 < γ2"])
+    others = {
+        IMPACT: lambda: seed_evidence(impact_runs(t5.runs), ["all rSum"], split="test"),
+        CUB_ALL: lambda: seed_evidence(t6.runs, list(TABLE3_COLUMNS), split="test unseen classes"),
+        BETA_RANGE: lambda: seed_evidence(beta_range_runs(sweep.runs), ["range"], split="test"),
+        FR_I2T_REGION: lambda: stratified_evidence(cells[i2t], ["hits"], split="test i2t, odd-numbered images"),
+        FR_T2I_BEST: lambda: stratified_evidence(cells[~i2t], ["hits"], split="test t2i, odd-numbered captions"),
     }
-    return judge_viewed(ABLATE_CLAIMS, evidence, METRIC_VIEWS, missing, run)
+    return claim_judgements(ABLATE_CLAIMS, bindings, latest_records(t5, t6, fr, sweep),
+                            lambda which: ablation_sides(t5, t6, fr, sweep, which), others, run, missing)
 
 
 # ------------------------------------------------------------------------- Figures 6 and 10 (sub-embeddings)
@@ -1007,6 +1114,13 @@ def fig6_panels(combinations: Sequence[int]) -> dict[str, int]:
     return {name: c for name, c in FIG6_COMBINATIONS.items() if c in combinations}
 
 
+def recorded_collapse(model: RetrievalModel, result: FitResult, seed: int, data: ChapterData, run: RunConfig) -> str:
+    """`claims.instance_collapse` of a run's own whole-split scores, from its record (`run_records.recorded`: the
+    record train.py or ablate.py wrote, read back)."""
+    return recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()}, run
+                    ).evaluation.scorings["default"].collapse
+
+
 def correlation_runs(panels: Mapping[str, int], seeds: Sequence[int], image: int, base: DVSEConfig, data: ChapterData,
                      tuned: dict[str, TuningResult], enc: dict, run: RunConfig
                      ) -> tuple[pd.DataFrame, dict[str, tuple[np.ndarray, np.ndarray]]]:
@@ -1018,9 +1132,10 @@ def correlation_runs(panels: Mapping[str, int], seeds: Sequence[int], image: int
     rows, maps = [], {}
     for seed in seeds:
         for name, c in panels.items():
-            model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=dvse_ablation_config(c, base))
+            model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, config=dvse_ablation_config(c, base),
+                                        weights=True)  # its sub-embeddings measured: needs weights
             corr = correlation_matrices(sub_embeddings(model, data.test, run.torch_device)[0])
-            collapse = instance_collapse(model_scores(model, data, run.torch_device).whole[0], data.test)
+            collapse = recorded_collapse(model, result, seed, data, run)
             rows.append({"model": combination_label(c), "panel": name, "seed": seed, "converged": result.converged,
                          "collapse": collapse, "mean |corr|": mean_abs_offdiagonal(corr)})
             if seed == seeds[0]:
@@ -1047,7 +1162,8 @@ def attention_variants(dvse: DVSE, data: ChapterData, tuned: dict[str, TuningRes
     features, {"regions": (train.py's region DVSE of `seed`, None: each image's own region boxes)}."""
     variants = {"grid": (dvse, grid_boxes(cells, data.test.images.shape[1]))}
     if data.test.regions is not None:
-        model, _ = train_model("DVSE", 1, data, tuned, enc, run, seed, config=region_config(data, tuned, enc))
+        model, _ = train_model("DVSE", 1, data, tuned, enc, run, seed, config=region_config(data, tuned, enc),
+                               weights=True)  # drawn: needs weights
         variants["regions"] = (model, None)
     return variants
 
@@ -1128,8 +1244,8 @@ def grounding_runs(seeds: Sequence[int], cells: int, data: ChapterData, tuned: d
     boxes = grid_boxes(cells, data.test.images.shape[1])
     rows, values = [], {}
     for seed in seeds:
-        model, result = train_model("DVSE", 1, data, tuned, enc, run, seed)
-        collapse = instance_collapse(model_scores(model, data, run.torch_device).whole[0], data.test)
+        model, result = train_model("DVSE", 1, data, tuned, enc, run, seed, weights=True)  # attention: weights
+        collapse = recorded_collapse(model, result, seed, data, run)
         found = attention_grounding(model, data.test, data.vocab, boxes, run.torch_device)
         for side, share in zip((GROUNDED, CHANCE), found):
             rows.append({"model": side, "seed": seed, "converged": result.converged, "collapse": collapse,
@@ -1170,9 +1286,13 @@ def specific_captions(split: Split, n: int, rng: np.random.Generator,
 
 def model_lists(models: Mapping[str, RetrievalModel], data: ChapterData, image_queries: Sequence[int],
                 caption_queries: Sequence[int], device: torch.device | str) -> pd.DataFrame:
-    """`retrieval_lists` of each model's whole-split test scores (`model_scores`, no FR), with its name as `model`."""
-    return pd.concat([retrieval_lists(*model_scores(m, data, device).whole, data.test, image_queries, caption_queries)
-                      .assign(model=name) for name, m in models.items()], ignore_index=True)
+    """`retrieval_lists` of each model's whole-split test scores (its own score, no FR), with its name as `model`."""
+    lists = []
+    for name, m in models.items():
+        m.to(device).eval()
+        scores = (s.cpu() for s in direction_scores(m, *embed_split(m, data.test, data.vocab, device=device)))
+        lists.append(retrieval_lists(*scores, data.test, image_queries, caption_queries).assign(model=name))
+    return pd.concat(lists, ignore_index=True)
 
 
 def _query_lists(lists: pd.DataFrame, direction: str, queries: Sequence[int], models: Sequence[str]
@@ -1204,29 +1324,39 @@ def image_query_figure(lists: pd.DataFrame, split: Split, image_queries: Sequenc
                            [f"{name}: image {q}" for q in image_queries for name in models])
 
 
+PRECISION = "precision"  # the record's scoring of Figures 11-12: the own score in the exact view, with P@4 and P@5
+PRECISION_KS = (4, 5)
+
+
 def precision_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
-                   run: RunConfig) -> pd.DataFrame:
+                   run: RunConfig) -> RecordedRows:
     """Figures 11-12 over every query: exact-relevance P@4 of caption queries and P@5 of image queries on the whole
-    test split, DVSE and PVSE K=2 (train.py's, loaded) with every seed, no FR, each run's `claims.instance_collapse`;
-    NaN precision where the data has no exact relevance (real data)."""
-    whole = dataclasses.replace(data.test, caption_level=None)
-    rows = []
+    test split, DVSE and PVSE K=2 (train.py's, loaded) with every seed, no FR, from their records (the scoring
+    `PRECISION` added to train.py's: exact view, whole split, hits at `PRECISION_KS`), each run's collapse; NaN
+    precision where the data has no exact relevance (real data)."""
+    exact = "exact" in data.test.views()
+    rows, recs = [], []
     for seed in seeds:
         for name, k in (("DVSE", 1), ("PVSE", 2)):
             model, result = train_model(name, k, data, tuned, enc, run, seed)
-            i2t, t2i = model_scores(model, data, run.torch_device).whole
-            values = evaluate_scores(whole, i2t, views=["exact"], precision_ks=(4, 5), scores_t2i=t2i) \
-                if whole.exact is not None else {"exact/t2i/P@4": float("nan"), "exact/i2t/P@5": float("nan")}
+            test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()}, run)  # train.py's
+            if exact:  # P@K in this scoring only (asked of "default", every view would keep it)
+                test = recorded(model, result, seed, data.test, data.vocab, {PRECISION: Scoring(views=("exact",))},
+                                run, fold_views=(), ap_views=(), precision_ks=PRECISION_KS)
+            recs.append(RecordedRun(test, None))
+            values = {col: float(query_values(test.evaluation, CLAIM_METRICS[metric][0])[0].mean()) if exact
+                      else math.nan for col, metric in (("t2i P@4", P4), ("i2t P@5", P5))}
             rows.append({"model": model_label(name, k), "seed": seed, "converged": result.converged,
-                         "collapse": instance_collapse(i2t, data.test), "t2i P@4": values["exact/t2i/P@4"],
-                         "i2t P@5": values["exact/i2t/P@5"]})
-    return pd.DataFrame(rows)
+                         "collapse": test.evaluation.scorings["default"].collapse, **values, "record": test.name})
+    return RecordedRows(pd.DataFrame(rows), _named(recs))
 
 
 # ----------------------------------------------------------------------------------- visualise.py's claims
 CORR = "mean |off-diagonal correlation| among the sub-embeddings (whole test split)"
 P4 = "exact-relevance P@4 of caption queries (whole test split, no FR), pp"
 P5 = "exact-relevance P@5 of image queries (whole test split, no FR), pp"
+CLAIM_METRICS |= {P4: (QueryMetric("P@4", "exact", ("t2i",), scoring=PRECISION), "test"),
+                  P5: (QueryMetric("P@5", "exact", ("i2t",), scoring=PRECISION), "test")}
 HEAT = ("share of a sub-embedding's attention on the boxes of the objects named by the own caption it matches best, "
         "mean over each test image's unmasked sub-embeddings (whole test split, grid DVSE), pp")
 VISUALISE_CLAIMS: list[ClaimSpec] = [
@@ -1405,41 +1535,52 @@ WORDS: dict[str, Words] = {
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
-# The claims judged on seed scores only, and why: train.py's per-column CUB claim and those on Table 4's rows
-# (`train_judgements`), ablate.py's Tables V-VI and Figures 8-9 (`ablate_judgements`), Figures 6, 11-12
-# (`visualise_judgements`).
+# The claims judged on seed scores only, and why (every other claim is judged on per-query values from the run
+# records): train.py's per-column CUB claim and FR's speed (`train_judgements`), ablate.py's impacts, Table VI's
+# class metrics and beta's range (`ablate_judgements`), Figure 6's correlations (`visualise_judgements`).
 NOT_PER_QUERY = {RERANK_S: "a time, measured once per run: not a mean over queries",
+                 CUB_EACH: "four metrics, one per pair (each CUB column in its direction), where a claim bound to "
+                           "records reads one: judged on each seed's columns, from the records",
+                 IMPACT: "a difference of two runs of each seed (combination a - b), ordered across components: not "
+                         "one model's mean over queries",
+                 CUB_ALL: "the mean of two metrics (class R-P and R@1), where a claim bound to records reads one: "
+                          "judged on each seed's columns, from the records",
                  BETA_RANGE: "a range over the beta sweep of each seed's mean R@1 (largest minus smallest): not a mean "
                              "over queries",
                  CORR: "a correlation among the sub-embeddings over the whole test split: not a mean over queries"}
 
 
-def _seed_only_why(spec: ClaimSpec, seed_scores: bool) -> str:
-    return NOT_PER_QUERY.get(spec.metric, RUN_MEANS) if seed_scores else ""
-
-
-TRAIN_CLAIMS = seed_only(TRAIN_CLAIMS, lambda s: _seed_only_why(
-    s, s.metric == CUB_EACH or bool(set(s.compared) & set(NEIGHBOUR_RERANKED))))
-ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: _seed_only_why(s, s.metric in (ALL_RSUM, IMPACT, CUB_ALL, R1,
-                                                                                 BETA_RANGE)))
-VISUALISE_CLAIMS = seed_only(VISUALISE_CLAIMS, lambda s: _seed_only_why(s, s.metric in (CORR, P4, P5)))
+TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (seed_only(c, lambda s: NOT_PER_QUERY.get(s.metric, ""))
+                                                  for c in (TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS))
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
 METRIC_VIEWS: dict[str, str] = {CUB_RP: "class", CUB_R1: "class", CUB_ALL: "class", CUB_EACH: "class", P4: "exact",
                                 P5: "exact"}  # the relevance of each claim metric that is not instance
 
 
-def visualise_judgements(corr_runs: pd.DataFrame, precision: pd.DataFrame,
+def _precision_sides(precision: RecordedRows) -> dict[str, Side]:
+    return {m: Side(tuple(part["record"])) for m, part in precision.runs.groupby("model", sort=False)}
+
+
+def visualise_bindings(precision: RecordedRows, run: RunConfig, missing: Mapping[str, str] | None = None
+                       ) -> dict[str, ClaimRecords]:
+    """`claim_bindings` of `VISUALISE_CLAIMS`: Figures 11-12's (P@4, P@5: means over queries) on the records of
+    `precision_runs`."""
+    return claim_bindings(VISUALISE_CLAIMS, lambda which: _precision_sides(precision), run, "visualise", missing)
+
+
+def visualise_judgements(corr_runs: pd.DataFrame, precision: RecordedRows,
                          grounding: tuple[pd.DataFrame, Mapping[tuple[str, int], np.ndarray]] | None,
-                         run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """Every claim of `VISUALISE_CLAIMS` judged: Figure 6's correlations on `correlation_runs` (a combination outside
-    the profile's grid: not tested), Figures 11-12's precision on `precision_runs`, and Figure 10's on
-    `grounding_runs` (each test image's share against chance, paired by seed and image; None where the data set
-    has no object boxes: not tested, `ClaimSpec.datasets`); a claim on a view in `missing` not tested."""
-    evidence = {CORR: lambda: seed_evidence(corr_runs, ["mean |corr|"], split="test"),
-                P4: lambda: seed_evidence(precision, ["t2i P@4"], split="test"),
-                P5: lambda: seed_evidence(precision, ["i2t P@5"], split="test"),
-                HEAT: lambda: run_evidence(*grounding, split="test images") if grounding is not None else {}}
-    return judge_viewed(VISUALISE_CLAIMS, evidence, METRIC_VIEWS, missing, run)
+                         bindings: Mapping[str, ClaimRecords], run: RunConfig,
+                         missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """Every claim of `VISUALISE_CLAIMS` judged (`claim_judgements`): Figures 11-12's precision on each query's P@K
+    from `precision_runs`' records (`visualise_bindings`), Figure 6's correlations on `correlation_runs` (a
+    combination outside the profile's grid: not tested) and Figure 10's on `grounding_runs` (each test image's share
+    against chance, paired by seed and image; None where the data set has no object boxes: not tested,
+    `ClaimSpec.datasets`)."""
+    others = {CORR: lambda: seed_evidence(corr_runs, ["mean |corr|"], split="test"),
+              HEAT: lambda: run_evidence(*grounding, split="test images") if grounding is not None else {}}
+    return claim_judgements(VISUALISE_CLAIMS, bindings, precision.records, lambda which: _precision_sides(precision),
+                            others, run, missing)
 
 
 def claims_preamble(profile: str, dataset: str) -> str:
@@ -1452,9 +1593,11 @@ def claims_preamble(profile: str, dataset: str) -> str:
               "verdict protocol (docs/claims.md): the effect with a 95% bootstrap interval over the seeds (paired by "
               "seed where the compared runs share them: a model with and without re-ranking is the same trained "
               "model), margins declared with the claim, and \"not tested\" on runs that did not converge or "
-              "collapsed, on one seed, or on models this book does not build. The intervals of train.py's rSum and "
-              "CUB-style R-P / R@1 claims cover test sampling too (per-query values, paired by query); the others "
-              "cover training noise only (per-seed scores).")
+              "collapsed, on one seed, or on models this book does not build. The claims on a mean over queries "
+              "(rSum, R@K, R-P, P@K) are judged on each query's values from the run records, so their intervals "
+              "cover test sampling too (paired by query), and `xmr claims recompute dvse` judges them again from the "
+              "records alone; the others (FR's time, differences and ranges over runs, correlations, the per-column "
+              "CUB claim) cover training noise only (per-seed scores).")
 
 
 # ------------------------------------------------------------------------------------------ run counts

@@ -190,12 +190,13 @@ def split_sizes(data: ChapterData) -> pd.DataFrame:
 
 
 def tune_methods(profile: str, enc: dict, data: ChapterData, seed: int = 0, bert: bool = False,
-                 models: Sequence[str] = MODELS, **train_overrides: object) -> dict[str, TuningResult]:
+                 models: Sequence[str] = MODELS, run: RunConfig | None = None,
+                 **train_overrides: object) -> dict[str, TuningResult]:
     """Tune every compared model of `models` by the one protocol on the validation split (cached runs: free the
-    second time, so `ablate.py` and `visualise.py` call this to read `train.py`'s choices)."""
+    second time; with `run`, a search run the cache lacks stands in by its fit summary, `training.tune_methods`)."""
     compared = hrem_compared(profile)
     return tune_compared(profile, enc, word_table(data, bert), data.train, data.val, data.vocab, seed,
-                         compared={m: compared[m] for m in models}, **train_overrides)
+                         compared={m: compared[m] for m in models}, run=run, **train_overrides)
 
 
 def ablation_config(enc: dict, profile: str, tuned: dict[str, TuningResult], **changes: object) -> HREMConfig:
@@ -233,11 +234,13 @@ def request_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], 
 
 
 def train_model(name: str, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig, seed: int,
-                bert: bool = False, config: HREMConfig | None = None, **train_overrides: object
-                ) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one model (`request_model`) on its own. Returns the model (best
-    weights, eval mode, on `run.torch_device`) and the fit."""
-    return train_many([request_model(name, data, tuned, enc, run, seed, bert, config, **train_overrides)], run)[0]
+                bert: bool = False, config: HREMConfig | None = None, *, weights: bool = False,
+                **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """Train (or load from the run cache) one model (`request_model`) on its own (`training.train_many`, `weights`
+    as there: True where the model itself is used). Returns the model (best weights, eval mode, on
+    `run.torch_device`) and the fit."""
+    return train_many([request_model(name, data, tuned, enc, run, seed, bert, config, **train_overrides)], run,
+                      weights=weights)[0]
 
 
 # ------------------------------------------------------------------------------------------ run records
@@ -385,7 +388,7 @@ def region_bert(fits: pd.DataFrame, tuning: pd.DataFrame, seeds: Sequence[int], 
     enc = hrem_encoders(run.profile, data.test.regions.shape[2], text)
     overrides = feature_train_overrides(text)
     models = BERT_ORDER[:-1]
-    tuned = tune_methods(run.profile, enc, data, run.seed, bert=True, models=models, device=run.device,
+    tuned = tune_methods(run.profile, enc, data, run.seed, bert=True, models=models, run=run, device=run.device,
                          progress=run.progress, **overrides)
     per_run, bert_fits, records = train_and_record(models, seeds, data, tuned, enc, run, bert=True, **overrides)
     fits = pd.concat([fits, bert_fits.assign(model=bert_fits["model"] + BERT)], ignore_index=True)
@@ -553,8 +556,8 @@ def table4_selectors(seeds: Sequence[int], data: ChapterData, tuned: dict[str, T
                      run: RunConfig) -> dict[int, tuple[Tensor, Tensor]]:
     """{seed: (image, caption) embeddings of the test split} of train.py's VSE++ of each seed (loaded from the run
     cache): Table 4's queries are chosen on them (`mean_negative_similarity`), so this needs VSE++'s weights."""
-    return {seed: embed_split(train_model("VSE++", data, tuned, enc, run, seed)[0], data.test, data.vocab,
-                              device=run.torch_device) for seed in seeds}
+    return {seed: embed_split(train_model("VSE++", data, tuned, enc, run, seed, weights=True)[0], data.test,
+                              data.vocab, device=run.torch_device) for seed in seeds}
 
 
 def table4_runs(seeds: Sequence[int], t3: Mapping[tuple[str, int], RunRecord],
@@ -631,7 +634,8 @@ def fig5_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
     before: a time needs the model's weights, not only its record)."""
     names = MODELS + [SCAN_MODEL]
     keys = [(name, seed) for seed in seeds for name in names]
-    trained = train_many([request_model(name, data, tuned, enc, run, seed) for name, seed in keys], run)
+    trained = train_many([request_model(name, data, tuned, enc, run, seed) for name, seed in keys], run,
+                         weights=True)  # timed here: needs weights
     records = record_trained(keys, trained, ["VSE++" if name == SCAN_MODEL else name for name, _ in keys], tuned,
                              data, run)
     timed = score_trained(score_split, trained, data.test, data.vocab, run.torch_device)  # on the workers
@@ -752,7 +756,7 @@ def connection_runs(seeds: Sequence[int], batch_size: int, data: ChapterData, tu
     `claims.run_evidence`."""
     rows, values, strata = [], {}, np.zeros(0, dtype=np.int64)
     for seed in seeds:
-        model, result = train_model("HREM fusion", data, tuned, enc, run, seed)
+        model, result = train_model("HREM fusion", data, tuned, enc, run, seed, weights=True)  # measured: weights
         collapse = recorded(model, result, seed, data.test, data.vocab, SCORINGS, run,
                             tuning=tuning_facts("HREM fusion", tuned["HREM fusion"])).evaluation.scorings[
             "default"].collapse  # train.py's record, read back

@@ -25,10 +25,18 @@ the data and the trained runs, Tables 1-3 and their claims (`train.py`); Table 4
 Figures 4-6, Figure 7 and their claims (`ablate.py`); Figure 3's lists and the learned incidence
 (`visualise.py`). Figures are returned as matplotlib Figures for the notebook to write.
 
+Run records (docs/records.md). Every final run of `train.py` and `ablate.py` is scored once and recorded
+(`record_runs`, `ablation_scores`; the zero-shot models as the PCME chapter records them,
+`experiment.compared_records`): Tables 1-5 and Figures 4-6 are read from the records (`chapter_frames`,
+`record_scores`). Figure 7 (PMRP's R-P at zeta 0-4: the records keep zeta 0-2) and `visualise.py`'s Figure 3, its
+every-query lists and the incidence draw on the models (`zeta_runs`, `seed_query_lists`, `trained_models`).
+
 Claims. Every claim of the paper's Sec. 4.3-4.4 is declared once (`TRAIN_CLAIMS`, `ABLATE_CLAIMS`,
-`VISUALISE_CLAIMS`; `CLAIMS` = all) with the metric it compares (`CLAIM_METRICS`) and judged by the book's one
-verdict protocol (`xmr_core.claims.judge`, docs/claims.md) on the notebooks' per-run tables (`train_judgements`,
-`ablate_judgements`, `visualise_judgements`).
+`VISUALISE_CLAIMS`; `CLAIMS` = all) with the metric it compares (`CLAIM_METRICS`, and its per-query values in the
+records, `RECORD_METRICS`) and judged by the book's one verdict protocol (`xmr_core.claims.judge`, docs/claims.md):
+a claim on recorded runs from their records as `xmr claims recompute msrm` judges it (`claim_bindings`,
+`judge_bound`), the others on the notebooks' per-run tables (`train_judgements`, `ablate_judgements`,
+`visualise_judgements`).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import matplotlib.pyplot as plt
@@ -55,7 +63,6 @@ from xmr_core.claims import (
     Evidence,
     Judgement,
     detect_collapse,
-    instance_collapse,
     judge,
     seed_evidence,
     seed_only,
@@ -64,7 +71,7 @@ from xmr_core.config import RunConfig, budget
 from xmr_core.data.corpus import Corpus, Split
 from xmr_core.data.datasets import PairDataset, collate
 from xmr_core.data.text import Vocabulary, load_word_vectors
-from xmr_core.evaluate import direction_scores, embed_split, evaluate_model, evaluate_scores, top_k_lists
+from xmr_core.evaluate import direction_scores, embed_split, evaluate_scores, top_k_lists
 from xmr_core.experiment.compared import (
     BASELINE_SPECS,
     BASELINES,
@@ -72,17 +79,22 @@ from xmr_core.experiment.compared import (
     Compared,
     model_label,
 )
+from xmr_core.experiment.compared_records import RecordedRun, record_run, records_row, unseen_scorings
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
-from xmr_core.experiment.scoring import TABLE2_COLUMNS, run_collapse, scored_row
+from xmr_core.experiment.run_records import recorded
+from xmr_core.experiment.scoring import TABLE2_COLUMNS, TABLE3_PROTOCOLS, run_collapse
 from xmr_core.experiment.training import chapter_runs as model_runs
 from xmr_core.experiment.training import fit_row, least_tuning_runs, request_built, train_many
 from xmr_core.experiment.training import request_model as request_compared
 from xmr_core.margins import Cell, Margin
 from xmr_core.methods.base import RetrievalModel, in_batch_positives
 from xmr_core.methods.msrm import MSRM, MSRMConfig, mahalanobis, soft_incidence
-from xmr_core.metrics import ranking_stats
 from xmr_core.paper_words import Words, worded
+from xmr_core.query_values import QueryMetric, query_values, scoring_metrics
+from xmr_core.record_evidence import ClaimRecords, Side, judge_records
+from xmr_core.records import RunRecord
+from xmr_core.run_evaluation import Scoring
 from xmr_core.runs.plan import batched
 from xmr_core.runs.train import FitResult, RunRequest
 from xmr_core.runs.tuning import TuningResult
@@ -191,65 +203,106 @@ def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningR
 
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
-                seed: int, config: MSRMConfig | None = None, **train_overrides: object
+                seed: int, config: MSRMConfig | None = None, *, weights: bool = False, **train_overrides: object
                 ) -> tuple[RetrievalModel, FitResult]:
-    """Train (or load from the run cache) one model (`request_model`) on its own. Returns the model (best weights,
-    eval mode, on `run.torch_device`) and the fit."""
-    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run)[0]
-
-
-def class_row(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
-              prefix: str = "T1 ") -> dict[str, float]:
-    """Class-relevance R-P and R@1 in both directions on `split` (the model's own per-direction scores):
-    {f"{prefix}{direction} {metric}"}; NaN where `split` has no classes (`views.missing_view`)."""
-    if "class" not in split.views():
-        return {f"{prefix}{d} {m}": float("nan") for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
-    values = evaluate_model(model.to(device).eval(), split, vocab, device=device, views=["class"])
-    return {f"{prefix}{d} {m}": values[f"class/{d}/{m}"] for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
+    """Train (or load from the run cache) one model (`request_model`) on its own (`training.train_many`, `weights`
+    as there: True where the model itself is used). Returns the model (best weights, eval mode, on
+    `run.torch_device`) and the fit."""
+    return train_many([request_model(name, k, data, tuned, enc, run, seed, config, **train_overrides)], run,
+                      weights=weights)[0]
 
 
 # ------------------------------------------------------------------------------------ train.py: runs, Tables 1-3
-class ChapterRuns(NamedTuple):
-    """`train.py`'s trained models: one row per model, seed and protocol (model, seed, protocol, converged,
-    collapse and the metric columns), the same rows per protocol, and one training row per run (`training.fit_row`
-    + protocol)."""
+class ChapterTrained(NamedTuple):
+    """`train_runs`' output: the trained runs (protocol, method, K, seed), their models (best weights, eval mode) and
+    fits keyed by (protocol, row label `model_label`, seed), and the training table (`training.fit_row` + protocol)."""
 
-    per_run: pd.DataFrame
-    zero_shot: pd.DataFrame  # Tables 2 and 3: the "T2 ..." and "T3 ..." columns and "rsum 5K"
-    all_classes: pd.DataFrame  # Table 1: the "T1 ..." columns (`class_row`); empty without an all-classes split
+    runs: list[tuple[str, str, int, int]]
+    models: dict[tuple[str, str, int], RetrievalModel]
+    results: dict[tuple[str, str, int], FitResult]
     fits: pd.DataFrame
 
 
-def train_and_score(profile: str, seeds: Sequence[int], data: ChapterData, all_classes: ChapterData | None,
-                    tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> ChapterRuns:
-    """Train (or load from the run cache) every run of `chapter_runs` (the all-classes ones only with
-    `all_classes`) and score it: a zero-shot model on Tables 2 and 3 (`scoring.scored_row`), an all-classes
-    model with class relevance on the whole test split (`class_row`); each run checked for collapse on the split
-    it is scored on (`claims.detect_collapse`, instance relevance)."""
-    rows: list[dict[str, object]] = []
-    fits: list[dict[str, object]] = []
-    device = run.torch_device
-    runs = [(protocol, name, k, seed, data if protocol == "zero-shot" else all_classes)
-            for protocol, name, k, seed in chapter_runs(profile, seeds)]
-    runs = [r for r in runs if r[4] is not None]
-    t0 = time.perf_counter()  # every run: one batch of independent runs (side by side on the workers)
-    trained = train_many([request_model(name, k, protocol_data, tuned, enc, run, seed)
-                          for _, name, k, seed, protocol_data in runs], run)
-    share = (time.perf_counter() - t0) / max(len(runs), 1)  # `wall s`: a run's share of the batch
-    for (protocol, name, k, seed, protocol_data), (model, result) in zip(runs, trained):
-        label = model_label(name, k)
-        fits.append({"protocol": protocol, **fit_row(label, seed, tuned[name], result, share)})
-        if protocol == "zero-shot":
-            scores, i2t = scored_row(model, data, device)
-            collapse = instance_collapse(i2t, data.test)
-        else:
-            scores = class_row(model, protocol_data.test_unseen, protocol_data.vocab, device)
-            collapse = run_collapse(model, protocol_data.test_unseen, protocol_data.vocab, device)
-        rows.append({"model": label, "seed": seed, "protocol": protocol, "converged": result.converged,
-                     "collapse": collapse, **scores})
-    zero_shot = pd.DataFrame([r for r in rows if r["protocol"] == "zero-shot"])
-    all_classes_runs = pd.DataFrame([r for r in rows if r["protocol"] == "all classes"])
-    return ChapterRuns(pd.DataFrame(rows), zero_shot, all_classes_runs, pd.DataFrame(fits))
+def train_runs(runs: Sequence[tuple[str, str, int, int]], data: ChapterData, all_classes: ChapterData | None,
+               tuned: dict[str, TuningResult], enc: dict, run: RunConfig) -> ChapterTrained:
+    """Train (or load from the run cache) every (protocol, method, K, seed) of `runs` (`chapter_runs`; the
+    all-classes ones only with `all_classes`) at its tuned setting, as one batch (side by side on the workers;
+    `wall s`: a run's share of the batch)."""
+    runs = [r for r in runs if r[0] == "zero-shot" or all_classes is not None]
+    t0 = time.perf_counter()
+    trained = train_many([request_model(name, k, data if protocol == "zero-shot" else all_classes, tuned, enc, run,
+                                        seed) for protocol, name, k, seed in runs], run)
+    share = (time.perf_counter() - t0) / max(len(runs), 1)
+    models, results, fits = {}, {}, []
+    for (protocol, name, k, seed), (model, result) in zip(runs, trained):
+        key = (protocol, model_label(name, k), seed)
+        models[key], results[key] = model, result
+        fits.append({"protocol": protocol, **fit_row(key[1], seed, tuned[name], result, share)})
+    return ChapterTrained(list(runs), models, results, pd.DataFrame(fits))
+
+
+def class_scoring(split: Split) -> dict[str, Scoring]:
+    """The scoring of an all-classes run's record (Table 1) and of an ablation's (Table 4, the sweeps): the model's
+    own score in the class view (the tables) and the instance view (`claims.instance_collapse`), those `split`
+    has."""
+    return {"default": Scoring(views=tuple(v for v in ("instance", "class") if v in split.views()))}
+
+
+CLASS_FOLD_VIEWS: tuple[str, ...] = ()  # their records keep no COCO 1K blocks: no table or claim reads them
+
+
+def record_runs(trained: ChapterTrained, data: ChapterData, all_classes: ChapterData | None,
+                tuned: Mapping[str, TuningResult], run: RunConfig) -> dict[tuple[str, str, int], RecordedRun]:
+    """Every trained run scored once and recorded (`run_records.recorded`; a record already there is read back),
+    keyed by (protocol, row label, seed): a zero-shot model as the PCME chapter records it
+    (`compared_records.record_run` with `unseen_scorings`: the same runs give the same records, on the whole test split and on the
+    unseen classes), an all-classes model
+    on its whole test split (`class_scoring`; its `RecordedRun.test` and `.unseen` the same record)."""
+    out = {}
+    for protocol, name, k, seed in trained.runs:
+        key, t = (protocol, model_label(name, k), seed), tuned[name]
+        facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
+        if protocol == "zero-shot":  # the PCME chapter's facts: its runs' records are these
+            model = trained.models[key]
+            out[key] = record_run(model, trained.results[key], seed, data, run, facts, unseen_scorings(model))
+        elif all_classes is not None:
+            rec = recorded(trained.models[key], trained.results[key], seed, all_classes.test_unseen,
+                           all_classes.vocab, class_scoring(all_classes.test_unseen), run,
+                           fold_views=CLASS_FOLD_VIEWS, tuning={**facts, "protocol": protocol})
+            out[key] = RecordedRun(rec, rec)
+    return out
+
+
+def class_values(rec: RunRecord, prefix: str = "T1 ") -> dict[str, float]:
+    """Class-relevance R-P and R@1 in both directions from a record's default scoring on its whole split
+    (`query_values.scoring_metrics`): {f"{prefix}{direction} {metric}"}; NaN without the class view."""
+    has_class = any(b[1] == "class" for b in rec.evaluation.scorings["default"].blocks)
+    values = scoring_metrics(rec.evaluation, "default", "full", by_level=False) if has_class else {}
+    return {f"{prefix}{d} {m}": values.get(f"class/{d}/{m}", float("nan")) for d in ("i2t", "t2i")
+            for m in ("R-P", "R@1")}
+
+
+class ChapterRuns(NamedTuple):
+    """`train.py`'s tables' rows, from the runs' records (`chapter_frames`): one row per model, seed and protocol
+    (model, seed, protocol, converged, collapse, the metric columns and the record's name), the same rows per
+    protocol, and one training row per run (`training.fit_row` + protocol)."""
+
+    per_run: pd.DataFrame
+    zero_shot: pd.DataFrame  # Tables 2 and 3: the "T2 ..." and "T3 ..." columns and "rsum 5K"
+    all_classes: pd.DataFrame  # Table 1: the "T1 ..." columns (`class_values`); empty without an all-classes split
+    fits: pd.DataFrame
+
+
+def chapter_frames(records: Mapping[tuple[str, str, int], RecordedRun], fits: pd.DataFrame) -> ChapterRuns:
+    """Tables 1-3's per-run rows from the records (`record_runs`): a zero-shot model's Table 2 / 3 values as the
+    PCME chapter reads them (`compared_records.records_row`), an all-classes model's class R-P and R@1 (`class_values`); each
+    with whether it converged and why it collapsed (`claims.instance_collapse` of its test i2t scores)."""
+    rows = [{"model": label, "seed": seed, "protocol": protocol, "converged": rec.test.converged,
+             "collapse": rec.test.evaluation.scorings["default"].collapse,
+             **(records_row(rec) if protocol == "zero-shot" else class_values(rec.test)), "record": rec.test.name}
+            for (protocol, label, seed), rec in records.items()]
+    part = {p: pd.DataFrame([r for r in rows if r["protocol"] == p]) for p in ("zero-shot", "all classes")}
+    return ChapterRuns(pd.DataFrame(rows), part["zero-shot"], part["all classes"], fits)
 
 
 def table1_frame(all_classes: pd.DataFrame, label: str) -> pd.DataFrame | None:
@@ -306,6 +359,63 @@ CLAIM_METRICS: dict[str, ClaimMetric] = {
 METRIC_VIEWS: dict[str, str | tuple[str, ...]] = {  # the relevance (and protocol) each claim metric needs
     T2_RP: "class", T2_R1: "class", T2_EACH: "class", T1_EACH: "class", T4: "class", T3_PMRP: "plausible",
     T3_PMRP_EACH: ("plausible", "1K"), FIG7: "plausible", T3_R1_EACH: "1K"}
+
+
+# A claim metric -> the per-query values of each of its parts in the records (`record_evidence`; a metric of one part:
+# "") and the records it reads: "unseen" (a zero-shot model's record on the unseen classes, Table 2), "test" (on the
+# whole test split, Table 3), "all classes" (Table 1) or "ablation" (Table 4 and the sweeps). Figure 7's metric
+# (PMRP's R-P at zeta 3 and 4, which the records do not keep) is judged on seed scores only.
+T4_QUERIES = QueryMetric("R-P,R@1", "class")  # each query's mean of its class R-P and R@1: Table 4's four columns
+_EACH_CLASS = {f"{d} {m}": QueryMetric(m, "class", (d,)) for d in ("i2t", "t2i") for m in ("R-P", "R@1")}
+RECORD_METRICS: dict[str, tuple[str, dict[str, QueryMetric]]] = {
+    T2_RP: ("unseen", {"": QueryMetric("R-P", "class")}),
+    T2_R1: ("unseen", {"": QueryMetric("R@1", "class")}),
+    T2_EACH: ("unseen", _EACH_CLASS),
+    T1_EACH: ("all classes", _EACH_CLASS),
+    T3_PMRP: ("test", {"": QueryMetric("PMRP", "plausible")}),
+    T3_PMRP_EACH: ("test", {f"{p} {d}": QueryMetric("PMRP", "plausible", (d,), TABLE3_PROTOCOLS[p])
+                            for p in ("1K", "5K") for d in ("i2t", "t2i")}),
+    T3_R1_EACH: ("test", {f"{p} {d}": QueryMetric("R@1", "instance", (d,), TABLE3_PROTOCOLS[p])
+                          for p in ("1K", "5K") for d in ("i2t", "t2i")}),
+    T4: ("ablation", {"": T4_QUERIES}),
+}
+ClaimTables = Mapping[str, Mapping[tuple[str, int], RunRecord | None]]  # RECORD_METRICS' tables: (label, seed) ->
+# a run's record, None for a run with none (not scored: `UnscoredRun`)
+
+
+def claim_bindings(specs: Sequence[ClaimSpec], tables: ClaimTables, run: RunConfig, part: str,
+                   missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """Each claim of `specs` bound to the records that judge it (`record_evidence.ClaimRecords`, for `xmr claims
+    recompute msrm`; notebook `part`): each compared model's records of every seed in its metric's table
+    (`RECORD_METRICS`), a part of a universal claim ("<model> · <part>") on its part's metric. Not bound (judged on
+    the per-run tables, `judge_claims`): a claim on a model not built (`needs`), on a view in `missing`, on a metric
+    the records do not keep, or on a model with no records or a run without one."""
+    out = {}
+    for spec in specs:
+        if spec.needs or spec.metric not in RECORD_METRICS or missing_reason(METRIC_VIEWS[spec.metric], missing):
+            continue
+        which, parts = RECORD_METRICS[spec.metric]
+        runs = sorted(tables.get(which, {}).items(), key=lambda item: item[0][1])  # by seed
+        sides = {}
+        for model in spec.compared:
+            label, _, name = model.partition(" · ")
+            records = [r for (m, _), r in runs if m == label]
+            if not records or any(r is None for r in records):
+                break
+            sides[model] = Side(tuple(r.name for r in records), metric=parts[name] if name else None)
+        else:
+            out[spec.key] = ClaimRecords(spec, next(iter(parts.values())), sides, run.dataset, run.profile, "msrm",
+                                         part)
+    return out
+
+
+def judge_bound(specs: Sequence[ClaimSpec], bindings: Mapping[str, ClaimRecords], tables: ClaimTables,
+                unbound: Callable[[list[ClaimSpec]], list[Judgement]]) -> list[Judgement]:
+    """Every claim of `specs`: a bound one judged from its records as `xmr claims recompute` judges it
+    (`record_evidence.judge_records`), the others by `unbound` (on the per-run tables, `judge_claims`)."""
+    by_name = {r.name: r for table in tables.values() for r in table.values() if r is not None}
+    rest = iter(unbound([s for s in specs if s.key not in bindings]))
+    return [judge_records(bindings[s.key], by_name.__getitem__) if s.key in bindings else next(rest) for s in specs]
 
 
 def part_pairs(a: str, b: str, metric: str) -> tuple[tuple[str, str], ...]:
@@ -438,12 +548,34 @@ def judge_claims(specs: Sequence[ClaimSpec], tables: Mapping[str, pd.DataFrame],
     return out
 
 
-def train_judgements(runs: ChapterRuns, run: RunConfig, missing: Mapping[str, str] | None = None
-                     ) -> list[Judgement]:
-    """`TRAIN_CLAIMS` judged on train.py's runs (`train_and_score`): each model's per-seed scores (no per-query
-    values), whether every run converged and whether any collapsed; a claim on a view in `missing` not tested."""
-    return judge_claims(TRAIN_CLAIMS, {"zero-shot": runs.zero_shot, "all classes": runs.all_classes}, run,
-                        missing=missing)
+def train_tables(records: Mapping[tuple[str, str, int], RecordedRun]) -> dict[str, dict[tuple[str, int], RunRecord]]:
+    """train.py's records (`record_runs`) as `RECORD_METRICS`' tables: "unseen" and "test" of the zero-shot models
+    (the unseen classes' record where the data has class relevance), "all classes"."""
+    tables: dict[str, dict[tuple[str, int], RunRecord]] = {"unseen": {}, "test": {}, "all classes": {}}
+    for (protocol, label, seed), rec in records.items():
+        if protocol == "all classes":
+            tables[protocol][label, seed] = rec.test
+            continue
+        tables["test"][label, seed] = rec.test
+        if rec.unseen is not None:
+            tables["unseen"][label, seed] = rec.unseen
+    return tables
+
+
+def train_bindings(records: Mapping[tuple[str, str, int], RecordedRun], run: RunConfig,
+                   missing: Mapping[str, str] | None = None) -> dict[str, ClaimRecords]:
+    """`TRAIN_CLAIMS` bound to train.py's records (`claim_bindings` of `train_tables`), written beside its
+    judgements (`claim_records_train.json`)."""
+    return claim_bindings(TRAIN_CLAIMS, train_tables(records), run, "train", missing)
+
+
+def train_judgements(records: Mapping[tuple[str, str, int], RecordedRun], bindings: Mapping[str, ClaimRecords],
+                     runs: ChapterRuns, run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
+    """`TRAIN_CLAIMS` judged: a claim bound to records (`train_bindings`) on each model's per-query values, one row
+    per seed, paired by seed and query (`judge_bound`); the others (models not built, a view in `missing`) on
+    train.py's per-run tables (`chapter_frames`, `judge_claims`)."""
+    return judge_bound(TRAIN_CLAIMS, bindings, train_tables(records), lambda specs: judge_claims(
+        specs, {"zero-shot": runs.zero_shot, "all classes": runs.all_classes}, run, missing=missing))
 
 
 def pmrp_by_zeta(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str,
@@ -493,32 +625,34 @@ class QueryScores(NamedTuple):
     collapse: str
 
 
-def class_queries(model: RetrievalModel, split: Split, vocab: Vocabulary, device: torch.device | str) -> QueryScores:
-    """`model`'s own per-direction scores on `split` ranked with class relevance (`metrics.ranking_stats`, the
-    statistics `evaluate` averages), per query and averaged, and `claims.detect_collapse` of its i2t scores under
-    instance relevance. Without classes (`views.missing_view`): NaN scores and no per-query values."""
-    img, cap = embed_split(model.to(device).eval(), split, vocab, device=device)
-    i2t, t2i = direction_scores(model, img, cap)
-    if "class" not in split.views():
-        return QueryScores(dict.fromkeys(TABLE4_COLUMNS, float("nan")), np.empty(0), np.empty(0, np.int64),
-                           instance_collapse(i2t, split))
-    row, values = {}, []
-    for direction, scores in (("i2t", i2t), ("t2i", t2i.T)):
-        stats = ranking_stats(scores, {"class": split.relevance("class", direction)})["class"]
-        rp = 100 * stats.r_precision.double().numpy()
-        r1 = 100 * (stats.best_rank <= 1).double().numpy()
-        row[f"{direction} R-P"], row[f"{direction} R@1"] = float(rp.mean()), float(r1.mean())
-        values.append((rp + r1) / 2)
-    strata = np.repeat([0, 1], [len(v) for v in values])
-    return QueryScores(row, np.concatenate(values), strata, instance_collapse(i2t, split))
+def record_scores(rec: RunRecord) -> QueryScores:
+    """An ablation run's `QueryScores` from its record (`class_scoring`): `TABLE4_COLUMNS` (`class_values`), each
+    query's mean of its class R-P and R@1 (`T4_QUERIES`) and the collapse of its scoring; without the class view
+    NaN scores and no per-query values."""
+    row = class_values(rec, prefix="")
+    collapse = rec.evaluation.scorings["default"].collapse
+    if any(np.isnan(v) for v in row.values()):
+        return QueryScores(row, np.empty(0), np.empty(0, np.int64), collapse)
+    values, strata = query_values(rec.evaluation, T4_QUERIES)
+    return QueryScores(row, values, strata, collapse)
+
+
+def ablation_scores(model: RetrievalModel, result: FitResult, seed: int, split: Split, vocab: Vocabulary,
+                    run: RunConfig, tuning: Mapping[str, Any]) -> tuple[QueryScores, RunRecord]:
+    """An ablation run (`result`, its `model`) scored once on `split` and recorded (`run_records.recorded`,
+    `class_scoring`; a record already there is read back), and its `record_scores`."""
+    rec = recorded(model, result, seed, split, vocab, class_scoring(split), run, fold_views=CLASS_FOLD_VIEWS,
+                   tuning=tuning)
+    return record_scores(rec), rec
 
 
 class AblationRuns(NamedTuple):
-    """Ablation runs: one row per run and, per scored run (its label and seed), its per-query values and their
-    strata (`QueryScores`)."""
+    """Ablation runs: one row per run; per scored run (its label and seed) its per-query values and their strata
+    (`QueryScores`); and per run its record (None: not scored, or not recorded)."""
 
     runs: pd.DataFrame
     queries: QueryValues
+    records: Mapping[tuple[str, int], RunRecord | None] | None = None
 
 
 def ablation_request(config: MSRMConfig, seed: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict,
@@ -527,26 +661,27 @@ def ablation_request(config: MSRMConfig, seed: int, data: ChapterData, tuned: di
     return request_model("MSRM", 1, data, tuned, enc, run, seed, config, on_nonfinite="stop", **train_overrides)
 
 
-def ablation_run(request: RunRequest, seed: int, data: ChapterData, run: RunConfig
-                 ) -> tuple[FitResult | UnscoredRun, QueryScores]:
+def ablation_run(request: RunRequest, seed: int, data: ChapterData, run: RunConfig, tuning: Mapping[str, Any]
+                 ) -> tuple[FitResult | UnscoredRun, QueryScores, RunRecord | None]:
     """Train (or load) the run of `request` (`ablation_request`, seed `seed`), a NaN/inf loss ending it (an
-    outcome: scored at its best epoch before it), and score it with class relevance on `data.test_unseen`
-    (`class_queries`). A run that diverges in its first epoch, or whose weights score some test query NaN/inf,
-    is an outcome too: an `UnscoredRun` with NaN scores and no per-query values. Returns the fit and the scores."""
+    outcome: scored at its best epoch before it), and score and record it with class relevance on
+    `data.test_unseen` (`ablation_scores`, `tuning` its facts). A run that diverges in its first epoch, or whose
+    weights score some test query NaN/inf, is an outcome too: an `UnscoredRun` with NaN scores, no per-query values
+    and no record. Returns the fit, the scores and the record."""
     unscored = QueryScores(dict.fromkeys(TABLE4_COLUMNS, float("nan")), np.empty(0), np.empty(0, np.int64), "")
     try:
         [(model, result)] = train_many([request], run)
     except FloatingPointError as err:
         print(f"MSRM ablation (seed {seed}) diverged in its first epoch: {err}")
-        return UnscoredRun(str(err), "diverged in epoch 1"), unscored
+        return UnscoredRun(str(err), "diverged in epoch 1"), unscored, None
     try:
-        return result, class_queries(model, data.test_unseen, data.vocab, run.torch_device)
+        return result, *ablation_scores(model, result, seed, data.test_unseen, data.vocab, run, tuning)
     except ValueError as err:
         if NONFINITE_SCORES not in str(err):
             raise
         print(f"MSRM ablation (seed {seed}, {result.stopped} at epoch {result.best_epoch}) is not scored: {err}")
         return UnscoredRun(str(err), f"{result.stopped}; non-finite test scores", result.best_epoch,
-                           result.cached), unscored
+                           result.cached), unscored, None
 
 
 def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: ChapterData,
@@ -554,18 +689,20 @@ def table4_runs(variants: Mapping[str, MSRMConfig], seeds: Sequence[int], data: 
     """Every Table 4 variant at every seed (`ablation_run`; one batch, `runs.plan.batched`). Columns: model, seed,
     converged, best epoch, stopped, stop message, collapse and `TABLE4_COLUMNS`; per-query values keyed by (model,
     seed)."""
-    rows, queries = [], {}
+    rows, queries, records = [], {}, {}
     runs = [(name, seed) for seed in seeds for name in variants]
     requests = [ablation_request(variants[name], seed, data, tuned, enc, run) for name, seed in runs]
     with batched(requests):
-        scored_runs = [ablation_run(r, seed, data, run) for r, (_, seed) in zip(requests, runs)]
-    for (name, seed), (result, scored) in zip(runs, scored_runs):
+        scored_runs = [ablation_run(r, seed, data, run, {"method": "MSRM", "ablation": name})
+                       for r, (name, seed) in zip(requests, runs)]
+    for (name, seed), (result, scored, rec) in zip(runs, scored_runs):
         rows.append({"model": name, "seed": seed, "converged": result.converged, "best epoch": result.best_epoch,
                      "stopped": result.stopped, "stop message": result.stop_message,
                      "collapse": scored.collapse, **scored.row})
+        records[name, seed] = rec
         if len(scored.values):
             queries[name, seed] = (scored.values, scored.strata)
-    return AblationRuns(pd.DataFrame(rows), queries)
+    return AblationRuns(pd.DataFrame(rows), queries, records)
 
 
 class Sweep(NamedTuple):
@@ -598,18 +735,21 @@ def sweep_runs(settings: Sequence[Sweep], seeds: Sequence[int], data: ChapterDat
     """Every sweep setting at every seed of `seeds` (claims compare the points of the sweeps, each needing its seed
     noise; `ablation_run`, one batch, `runs.plan.batched`). Columns: parameter, value, seed, converged, stopped,
     cached, collapse and `TABLE4_COLUMNS`; per-query values keyed by (`sweep_label`, seed)."""
-    rows, queries = [], {}
+    rows, queries, records = [], {}, {}
     runs = [(setting, s) for setting in settings for s in seeds]
     requests = [ablation_request(setting.config, s, data, tuned, enc, run, **setting.overrides) for setting, s in runs]
     with batched(requests):
-        scored_runs = [ablation_run(r, s, data, run) for r, (_, s) in zip(requests, runs)]
-    for (setting, s), (result, scored) in zip(runs, scored_runs):
+        scored_runs = [ablation_run(r, s, data, run, {"method": "MSRM", "ablation": setting.parameter,
+                                                     "value": setting.value}) for r, (setting, s) in zip(requests, runs)]
+    for (setting, s), (result, scored, rec) in zip(runs, scored_runs):
         rows.append({"parameter": setting.parameter, "value": setting.value, "seed": s,
                      "converged": result.converged, "stopped": result.stopped, "cached": result.cached,
                      "collapse": scored.collapse, **scored.row})
+        label = sweep_label(setting.parameter, setting.value)
+        records[label, s] = rec
         if len(scored.values):
-            queries[sweep_label(setting.parameter, setting.value), s] = (scored.values, scored.strata)
-    return AblationRuns(pd.DataFrame(rows), queries)
+            queries[label, s] = (scored.values, scored.strata)
+    return AblationRuns(pd.DataFrame(rows), queries, records)
 
 
 def table5_frame(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -633,8 +773,8 @@ def zeta_runs(seeds: Sequence[int], data: ChapterData, tuned: dict[str, TuningRe
     with PMRP's R-Precision at each zeta on the whole test split (`pmrp_by_zeta`), whether it converged and why it
     collapsed (`scoring.run_collapse`). Columns: model, seed, converged, collapse, "<direction> zeta<z>"."""
     rows = []
-    trained = iter(train_many([request_model(name, k, data, tuned, enc, run, seed)
-                               for seed in seeds for name, k in SPECS], run))
+    trained = iter(train_many([request_model(name, k, data, tuned, enc, run, seed)  # scored here: needs weights
+                               for seed in seeds for name, k in SPECS], run, weights=True))
     for seed in seeds:
         for name, k in SPECS:
             model, result = next(trained)
@@ -710,15 +850,27 @@ def ablation_table(t4: AblationRuns, sweep: AblationRuns) -> pd.DataFrame:
     return pd.concat([t4.runs.reindex(columns=cols), sweeps.reindex(columns=cols)], ignore_index=True)
 
 
-def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataFrame,
-                      run: RunConfig, missing: Mapping[str, str] | None = None) -> list[Judgement]:
-    """`ABLATE_CLAIMS` judged on ablate.py's runs (`table4_runs`, `sweep_runs`, `zeta_runs`): Table 4's rows and the
-    sweeps with their per-query values (i2t and t2i queries two strata: paired by seed and query); Figure 7 with
-    per-seed scores."""
-    return judge_claims(ABLATE_CLAIMS, {"ablation": ablation_table(t4, sweep), "zeta": fig7_runs}, run,
-                        queries={"ablation": {**t4.queries, **sweep.queries}}, missing=missing)
+def ablate_bindings(t4: AblationRuns, sweep: AblationRuns, run: RunConfig, missing: Mapping[str, str] | None = None
+                    ) -> dict[str, ClaimRecords]:
+    """`ABLATE_CLAIMS` bound to the ablation runs' records (`claim_bindings`; Table 4's rows and every sweep setting
+    are the "ablation" table), written beside ablate.py's judgements (`claim_records_ablate.json`). Figure 7's claim
+    and a claim on a run without a record (not scored) are not bound."""
+    return claim_bindings(ABLATE_CLAIMS, {"ablation": {**(t4.records or {}), **(sweep.records or {})}}, run, "ablate",
+                          missing)
 
 
+def ablate_judgements(t4: AblationRuns, sweep: AblationRuns, fig7_runs: pd.DataFrame, run: RunConfig,
+                      missing: Mapping[str, str] | None = None, bindings: Mapping[str, ClaimRecords] | None = None
+                      ) -> list[Judgement]:
+    """`ABLATE_CLAIMS` judged on ablate.py's runs (`table4_runs`, `sweep_runs`, `zeta_runs`): a claim bound to records
+    (`bindings`, by default `ablate_bindings`) on each model's per-query values from its records (i2t and t2i
+    queries two strata: paired by seed and query, `judge_bound`); the others on the per-run tables (`judge_claims`:
+    a claim on a run not scored, with the per-query values of the scored runs; Figure 7 with per-seed scores)."""
+    bindings = ablate_bindings(t4, sweep, run, missing) if bindings is None else bindings
+    tables = {"ablation": {**(t4.records or {}), **(sweep.records or {})}}
+    return judge_bound(ABLATE_CLAIMS, bindings, tables, lambda specs: judge_claims(
+        specs, {"ablation": ablation_table(t4, sweep), "zeta": fig7_runs}, run,
+        queries={"ablation": {**t4.queries, **sweep.queries}}, missing=missing))
 
 
 @torch.no_grad()
@@ -745,7 +897,8 @@ def trained_models(names: Sequence[str], data: ChapterData, tuned: dict[str, Tun
                    run: RunConfig, seed: int) -> tuple[dict[str, RetrievalModel], dict[str, bool]]:
     """`train.py`'s zero-shot models of the methods `names` (K = 1) at `seed`, loaded from the run cache, and
     whether each run converged."""
-    trained = {name: train_model(name, 1, data, tuned, enc, run, seed) for name in names}
+    trained = {name: train_model(name, 1, data, tuned, enc, run, seed, weights=True)  # drawn: needs weights
+               for name in names}
     return {n: m for n, (m, _) in trained.items()}, {n: fit.converged for n, (_, fit) in trained.items()}
 
 
@@ -948,7 +1101,8 @@ WORDS: dict[str, Words] = {
 }
 TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (worded(c, WORDS) for c in (TRAIN_CLAIMS, ABLATE_CLAIMS,
                                                                            VISUALISE_CLAIMS))
-# Judged on seed scores only: train.py's tables and Figure 7's ("zeta") have no per-query values (`judge_claims`).
+# Seed scores only: the committed train.py verdicts were judged on per-seed scores, before train.py read its runs'
+# records; Figure 7's metric (PMRP's R-P at zeta 3 and 4) is not in the records, so its claim stays on seed scores.
 TRAIN_CLAIMS = seed_only(TRAIN_CLAIMS, lambda s: "" if s.needs else RUN_MEANS)
 ABLATE_CLAIMS = seed_only(ABLATE_CLAIMS, lambda s: RUN_MEANS if CLAIM_METRICS[s.metric].table == "zeta" else "")
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter

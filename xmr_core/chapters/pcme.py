@@ -69,8 +69,8 @@ from xmr_core.evaluate import (
     score_matrix,
 )
 from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared, model_label
+from xmr_core.experiment.compared_records import RecordedRun, record_run, records_row, unseen_scorings
 from xmr_core.experiment.protocols import ChapterData
-from xmr_core.experiment.run_records import recorded
 from xmr_core.experiment.scoring import (
     TABLE3_COLUMNS,
     TABLE3_PROTOCOLS,
@@ -256,48 +256,11 @@ def learning_curves_figure(curves: pd.DataFrame, order: Sequence[str], ceiling: 
     return fig
 
 
-class RecordedRun(NamedTuple):
-    """One trained model's records (`record_models`): on the whole test split (Table 3) and on the unseen classes
-    (Table 2; the same record where that split is the whole test split; None where it has no class relevance)."""
-
-    test: RunRecord
-    unseen: RunRecord | None
-
-
-TABLE3_FOLD_VIEWS = ("instance", "plausible")  # Table 3's 1K columns: COCO's five folds in these views
-
-
-def unseen_scorings(model: RetrievalModel) -> dict[str, Scoring]:
-    """The scorings of a model's record on the unseen classes (class relevance): its own test-time similarity
-    ("default"); a PCME with sigma also every other test-time similarity (Table 1), named by its key."""
-    out = {"default": Scoring(views=("class",))}
-    if isinstance(model, PCME) and not model.config.mu_only:
-        out |= {m: Scoring(options={"method": m}, views=("class",))
-                for m in TEST_TIME_SIMILARITIES if m != model.config.test_similarity}
-    return out
-
-
-def record_run(model: RetrievalModel, result: FitResult, seed: int, data: ChapterData, run: RunConfig,
-               facts: Mapping[str, object], unseen: Mapping[str, Scoring]) -> RecordedRun:
-    """One trained model's records (`run_records.recorded`, `facts` as its tuning facts; a record already there is
-    read back): on the whole test split with its own test-time similarity in every view (the COCO 1K protocol in
-    Table 3's views), and on the unseen classes with the scorings `unseen` (where that split has class relevance;
-    where it is the whole test split, one record: `unseen`'s other scorings in the test record)."""
-    folds = [v for v in TABLE3_FOLD_VIEWS if v in data.test.views()]
-    same, has_class = data.test_unseen is data.test, "class" in data.test_unseen.views()
-    # one split (CUB): the default scoring covers every view, the other similarities add the class view
-    others = {m: s for m, s in unseen.items() if m != "default"} if same and has_class else {}
-    test = recorded(model, result, seed, data.test, data.vocab, {"default": Scoring()} | others, run,
-                    fold_views=folds, tuning=facts)
-    return RecordedRun(test, None if not has_class else test if same else recorded(
-        model, result, seed, data.test_unseen, data.vocab, unseen, run, tuning=facts))
-
-
 def record_compared(name: str, k: int, model: RetrievalModel, result: FitResult, seed: int, data: ChapterData,
                     tuned: Mapping[str, TuningResult], run: RunConfig) -> RecordedRun:
-    """One trained compared model (`name`, K = `k`) recorded as train.py records it (`record_run`, its tuned setting
-    as the tuning facts): on the whole test split and on the unseen classes (`unseen_scorings`: a PCME with sigma
-    with every test-time similarity, Table 1); a record already there is read back."""
+    """One trained compared model (`name`, K = `k`) recorded as train.py records it (`compared_records.record_run`,
+    its tuned setting as the tuning facts): on the whole test split and on the unseen classes (`unseen_scorings`: a
+    PCME with sigma with every test-time similarity, Table 1); a record already there is read back."""
     t = tuned[name]
     facts = {"method": name, "lr": t.lr, t.weight_name: t.weight, "epochs": t.epochs, "K": k}
     return record_run(model, result, seed, data, run, facts, unseen_scorings(model))
@@ -312,24 +275,6 @@ def record_models(runs: Sequence[tuple[str, int, int]], trained: TrainedModels, 
         key = (model_label(name, k), seed)
         out[key] = record_compared(name, k, trained.models[key], trained.results[key], seed, data, tuned, run)
     return out
-
-
-def records_row(rec: RecordedRun) -> dict[str, float]:
-    """Every Table 2 / Table 3 value of one model from its records, as `scoring.tables_row` computes them from the
-    model: T2 = class R-P and R@1 on the unseen classes; T3 = PMRP and instance R@1 on the whole test split under
-    the 1K (five folds) and 5K (all) protocols; `rsum 5K`; NaN where the data lacks the view or the folds."""
-    test = rec.test.evaluation
-    protocols = {proto: scoring_metrics(test, "default", protocol, by_level=False) if protocol in test.split.folds
-                 else {} for proto, protocol in TABLE3_PROTOCOLS.items()}
-    unseen = {} if rec.unseen is None else scoring_metrics(rec.unseen.evaluation, "default", "full", by_level=False)
-    row = {"rsum 5K": protocols["5K"]["rsum"]}
-    for direction in ("i2t", "t2i"):
-        row[f"T2 {direction} R-P"] = unseen.get(f"class/{direction}/R-P", math.nan)
-        row[f"T2 {direction} R@1"] = unseen.get(f"class/{direction}/R@1", math.nan)
-        for proto, values in protocols.items():
-            row[f"T3 {proto} {direction} PMRP"] = values.get(f"plausible/{direction}/PMRP", math.nan)
-            row[f"T3 {proto} {direction} R@1"] = values.get(f"instance/{direction}/R@1", math.nan)
-    return row
 
 
 def per_run_frame(records: Mapping[tuple[str, int], RecordedRun]) -> pd.DataFrame:
@@ -508,7 +453,7 @@ def ablation_frame(ablations: Sequence[tuple[str, PCMEConfig, Mapping[str, objec
     train.py's PCME, its records read back) and read its row from the records (`ablation_row`): one row each."""
     rows, t = [], tuned["PCME"]
     trained = train_many([request_tuned("PCME", cfg, data, tuned, run, seed, f"PCME ablation {name}", **overrides)
-                          for name, cfg, overrides in ablations], run)
+                          for name, cfg, overrides in ablations], run, weights=True)  # a, b read from the weights
     for (name, _, _), (model, result) in zip(ablations, trained):
         facts = {"method": "PCME", "ablation": name, "lr": t.lr, "epochs": t.epochs}
         rec = record_run(model, result, seed, data, run, facts, {"default": Scoring(views=("class",))})
@@ -1088,7 +1033,7 @@ def seed_visualise_evidence(seed: int, data: ChapterData, trunk: PretrainedTrunk
     """`visualise_evidence` of train.py's PCME of seed `seed` (loaded from the run cache): what visualise.py's
     figures measure, for that model: the R@1 hits of each third of σ, σ at each erased ratio (the erased words drawn
     by `default_rng(seed)`), σ per caption level and the set algebra of the first `n_pairs` test image pairs."""
-    model, fit = train_model("PCME", 1, data, tuned, enc, run, seed)
+    model, fit = train_model("PCME", 1, data, tuned, enc, run, seed, weights=True)  # drawn: needs weights
     drawn = record_compared("PCME", 1, model, fit, seed, data, tuned, run).test  # its record: converged, collapsed
     test, device = with_pixels(data.test), run.torch_device  # real data: the image files decoded (erasing, mixing)
     (img_mu, img_lv), (cap_mu, cap_lv) = embed_gaussians(model, test, data.vocab, device)

@@ -3,6 +3,13 @@ rate (`train_config`), the tuning budget (`tune_methods`), one model at its tune
 `train_model`), a batch of independent runs trained side by side (`request_built` / `request_model`, then
 `train_many`: `runs.plan.fit_many` on the workers `XMR_JOBS` names) and the training table's row (`fit_row`).
 
+Weights (`docs/records.md`, "Running without weights"): every run asked for here has its fit summary written
+beside the run records of its results (`run_records.fits_folder`), and a run the run cache lacks whose summary is
+there stands in by it, not trained: its fit facts, no weights (`runs.fits.WeightlessFit`), its model as built and
+refusing to score. Tables and claims read such a run's record (`run_records.recorded`); code that uses the model
+itself (a figure that draws it, a table not yet on records) asks for it with `weights=True`, which trains the
+run if the cache lacks it (the run plan lists it as "needs weights"). The tuning search never needs weights.
+
 Every compared method is tuned by the same protocol on the validation split (`xmr_core.runs.tuning`): log-spaced
 learning rates around the recipe's (step `tuning.LR_STEP`) and values of its own main loss weight or margin around
 its paper's (its `Compared.weight` axis), extended until the chosen setting is bracketed or at a hard bound, then
@@ -23,10 +30,11 @@ from xmr_core.data.text import Vocabulary
 from xmr_core.experiment.compared import BASELINE_SPECS, BASELINES, Compared
 from xmr_core.experiment.protocols import ChapterData
 from xmr_core.experiment.recipes import pcme_train_config
+from xmr_core.experiment.run_records import fits_folder
 from xmr_core.methods.base import RetrievalModel
 from xmr_core.runs.plan import fit_many
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig
-from xmr_core.runs.tuning import FIRST_ROUND, LR_STEP, Axis, Method, Search, TuningResult, tune_many
+from xmr_core.runs.tuning import FIRST_ROUND, LR_STEP, Axis, Method, Search, Trainer, TuningResult, tune_many
 
 
 def train_config(profile: str, lr: float, seed: int = 0, **overrides: object) -> TrainConfig:
@@ -54,14 +62,22 @@ def least_tuning_runs(profile: str) -> int:
     return 1 if budget(profile) == "smoke" else FIRST_ROUND
 
 
+def tuning_trainer(run: RunConfig) -> Trainer:
+    """The tuning protocol's trainer (`tuning.train_tuning_runs`) with the fit summaries of `run`'s results
+    (`fits_folder`): a search run the cache lacks stands in by its summary, never trained for weights."""
+    return lambda requests: fit_many(requests, diverged="result", fits=fits_folder(run))
+
+
 def tune_methods(profile: str, enc: dict, word_vectors: np.ndarray, train: Split, val: Split, vocab: Vocabulary,
-                 seed: int = 0, *, compared: Mapping[str, Compared] | None = None,
+                 seed: int = 0, *, compared: Mapping[str, Compared] | None = None, run: RunConfig | None = None,
                  **train_overrides: object) -> dict[str, TuningResult]:
     """Tune every compared method (`compared`, default the baselines; a later chapter passes these plus its
     own) by the one protocol (`tuning_methods`, `tuning.tune_many`: each round's runs of every method in one
-    `fit_many` call; cached runs: free the second time)."""
-    return tune_many(tuning_methods(profile, enc, word_vectors, train, val, vocab, seed, compared=compared,
-                                    **train_overrides))
+    `fit_many` call; cached runs: free the second time). With `run`, the search's runs have fit summaries
+    (`tuning_trainer`)."""
+    methods = tuning_methods(profile, enc, word_vectors, train, val, vocab, seed, compared=compared,
+                             **train_overrides)
+    return tune_many(methods) if run is None else tune_many(methods, tuning_trainer(run))
 
 
 def tuned_model(name: str, tuned: dict[str, TuningResult], enc: dict, word_vectors: np.ndarray, k: int = 1,
@@ -84,20 +100,23 @@ def request_built(build: Callable[[], RetrievalModel], tuning: TuningResult, dat
     return RunRequest(model, data.train, data.val, cfg, data.vocab, label)
 
 
-def train_many(requests: Sequence[RunRequest], run: RunConfig) -> list[tuple[RetrievalModel, FitResult]]:
+def train_many(requests: Sequence[RunRequest], run: RunConfig, *, weights: bool = False
+               ) -> list[tuple[RetrievalModel, FitResult]]:
     """Train (or load from the run cache) a batch of independent runs (`runs.plan.fit_many`: side by side on the
     workers `XMR_JOBS` / `XMR_EXECUTOR` name); per request, in order, its model (best weights, eval mode, on
     `run.torch_device`) and its fit. Every chapter trains through here, so the same model, recipe and seed give
-    the same run key (the tuning run at the chosen setting is the seed's run)."""
-    results = fit_many(requests)
+    the same run key (the tuning run at the chosen setting is the seed's run). A run the cache lacks whose fit
+    summary is there (`run_records.fits_folder(run)`) stands in by it, with no weights (`runs.fits.has_weights`),
+    unless `weights`: the caller uses the models (draws them), so such runs train."""
+    results = fit_many(requests, fits=fits_folder(run), weights=weights)
     return [(r.model.to(run.torch_device).eval(), result) for r, result in zip(requests, results)]
 
 
 def train_built(build: Callable[[], RetrievalModel], tuning: TuningResult, data: ChapterData, run: RunConfig,
-                seed: int, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """One run (`request_built`), trained or loaded on its own (`train_many`): the model (best weights, eval mode,
-    on `run.torch_device`) and the fit."""
-    return train_many([request_built(build, tuning, data, run, seed, **train_overrides)], run)[0]
+                seed: int, *, weights: bool = False, **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
+    """One run (`request_built`), trained or loaded on its own (`train_many`, `weights` as there): the model (best
+    weights, eval mode, on `run.torch_device`) and the fit."""
+    return train_many([request_built(build, tuning, data, run, seed, **train_overrides)], run, weights=weights)[0]
 
 
 def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
@@ -110,10 +129,11 @@ def request_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningR
 
 
 def train_model(name: str, k: int, data: ChapterData, tuned: dict[str, TuningResult], enc: dict, run: RunConfig,
-                seed: int, compared: Mapping[str, Compared] = BASELINES,
+                seed: int, compared: Mapping[str, Compared] = BASELINES, *, weights: bool = False,
                 **train_overrides: object) -> tuple[RetrievalModel, FitResult]:
-    """One compared model (`request_model`), trained or loaded on its own (`train_many`)."""
-    return train_many([request_model(name, k, data, tuned, enc, run, seed, compared, **train_overrides)], run)[0]
+    """One compared model (`request_model`), trained or loaded on its own (`train_many`, `weights` as there)."""
+    return train_many([request_model(name, k, data, tuned, enc, run, seed, compared, **train_overrides)], run,
+                      weights=weights)[0]
 
 
 def fit_row(label: str, seed: int, tuning: TuningResult, result: FitResult, wall_s: float) -> dict[str, object]:

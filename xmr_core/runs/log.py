@@ -40,7 +40,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this package runs
 # there (training, methods, encoders, data, metrics) is the training source.
 NOT_TRAINING = ("book/", "viz.py", "claims.py", "grounding.py", "ceiling.py", "sources.py", "io.py", "liveness.py",
                 "records.py", "run_evaluation.py", "query_values.py", "record_evidence.py", "runs/record.py",
-                "runs/log.py", "runs/archive.py", "runs/identity.py", "runs/cache.py", "runs/executors.py",
+                "runs/fits.py", "runs/log.py", "runs/archive.py", "runs/identity.py", "runs/cache.py", "runs/executors.py",
                 "runs/trace.py", "runs/plan.py", "runs/tuning.py", "chapters/", "experiment/", "bench/", "paper_values/")
 
 
@@ -146,9 +146,16 @@ def log_run(run_dir: Path, key: str, method: str, seed: int, trained: bool) -> N
              "method": method, "seed": seed, "trained": trained, "batch": plantrace.batch_id()})
 
 
+def log_summary(name: str, key: str, method: str, seed: int) -> None:
+    """Append a run read from its fit summary, not trained nor loaded (no weights, `runs.fits`), to the run log,
+    with the batch it was asked for in."""
+    append_run_log({"kind": "summary", "name": name, "key": key, "method": method, "seed": seed,
+                    "batch": plantrace.batch_id()})
+
+
 def read_log(path: Path) -> list[dict[str, Any]]:
     """The records of a run log; a line that is not a JSON object is an error naming the file and line."""
-    return read_json_lines(path, lambda record: record.get("kind") in ("run", "input"), "a run-log record")
+    return read_json_lines(path, lambda record: record.get("kind") in ("run", "summary", "input"), "a run-log record")
 
 
 def run_batches(path: Path) -> dict[str, int | None]:
@@ -163,10 +170,14 @@ def run_batches(path: Path) -> dict[str, int | None]:
 
 
 def describe(path: Path) -> str:
-    """', trained N runs, loaded M' for a notebook's run log (distinct runs; '' when it has none)."""
+    """', trained N runs, loaded M' for a notebook's run log (distinct runs; '' when it has none), and ', read K
+    from fit summaries' where runs stood in by their summaries (`runs.fits`: no weights)."""
     if not path.is_file():
         return ""
-    runs = [r for r in read_log(path) if r["kind"] == "run"]
+    records = read_log(path)
+    runs = [r for r in records if r["kind"] == "run"]
     trained = {r["name"] for r in runs if r["trained"]}
     loaded = {r["name"] for r in runs} - trained
-    return f", trained {len(trained)} run{'s' * (len(trained) != 1)}, loaded {len(loaded)}"
+    summarised = {r["name"] for r in records if r["kind"] == "summary"} - trained - loaded
+    return (f", trained {len(trained)} run{'s' * (len(trained) != 1)}, loaded {len(loaded)}"
+            + (f", read {len(summarised)} from fit summaries" if summarised else ""))

@@ -9,6 +9,7 @@ one on a split other than `MAIN_SPLIT` is named `<method>-<key[:16]>@<split name
     run_record(result, evaluation, tuning)          -> records.RunRecord of a finished fit and its evaluation
     write_run_record(result, evaluation, profile)   -> the record's path (written atomically)
     read_run_record(profile, name)                  -> records.RunRecord
+    over_budget(folder)                             -> '' when a records folder is within `BUDGET_BYTES`, else by how much
 
 The record reads the run's `result.json` (its key, method and configs, and the commit and sources it was trained
 at) beside what `fit` returned. Nothing here trains or changes what a run computes.
@@ -27,6 +28,7 @@ from xmr_core.runs.train import FitResult
 
 RECORDS_DIR = "runs/records"
 MAIN_SPLIT = "test"  # a record of a run on this split is named as the run; on another split, suffixed "@<split>"
+BUDGET_BYTES = 64_000_000  # the cpu book's committed runs/records/cpu/ (records, split files, fit summaries): 64 MB
 
 
 def records_root(profile: str, root: Path | None = None) -> Path:
@@ -76,3 +78,16 @@ def write_run_record(result: FitResult, evaluation: Evaluation, profile: str, tu
 def read_run_record(profile: str, name: str, root: Path | None = None) -> RunRecord:
     """The record `name` (`RunRecord.name`) of the profile's records folder, validated (`records.read_record`)."""
     return read_record(records_root(profile, root) / f"{name}.npz")
+
+
+def over_budget(folder: Path, budget: int = BUDGET_BYTES) -> str:
+    """'' when the files under `folder` (a profile's records folder; absent: none) take at most `budget` bytes, else
+    one line saying how many and the largest."""
+    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size) \
+        if folder.is_dir() else []
+    total = sum(p.stat().st_size for p in files)
+    if total <= budget:
+        return ""
+    largest = ", ".join(f"{p.relative_to(folder)} {p.stat().st_size / 1e3:.0f} KB" for p in files[:3])
+    return (f"{folder}: {total / 1e6:.1f} MB in {len(files)} files, over the budget of {budget / 1e6:.0f} MB "
+            f"(docs/records.md, \"Size\"); the largest: {largest}")

@@ -5,7 +5,10 @@ each run it is asked for: a finished run in the cache is loaded as usual, a miss
 returns it as planned (`FitResult.stopped == "planned"`, never converged, the model untrained). Either way one line
 is appended to the file (`record`): the notebook, the stage, the request's label, method, seed, run key and
 directory, whether the run is cached, and its recorded cost (`train_seconds` x threads of a cached run; None for a
-missing one, which the plan estimates).
+missing one, which the plan estimates). A run the cache lacks whose fit summary stands in (`runs.fits`,
+`runs.plan.fit_many`) is listed as `summary` (no training: its facts are known, so nothing after it is
+provisional), and one asked for with its weights (a figure draws the model: `needing_weights`) as `needs_weights`:
+it is trained, at the cost its summary records where it has one.
 
 Stages: the requests of one batch (one `runs.plan.fit_many` call, or a lone `fit`; its number, `batch_id`, is
 recorded here and in the run log) are independent of each other. A batch with a missing run ends a stage: what
@@ -60,6 +63,7 @@ class _Trace:
     label: str = ""
     stand_in: bool = False  # inputs the trace did not compute stand in for what the runs asked for from here on read
     step_costs: dict[str, float] = field(default_factory=dict)  # measured core-seconds a step, per `step_shape`
+    weights: dict[str, float | None] | None = None  # inside `needing_weights`: key -> its fit summary's core-seconds
 
 
 _TRACE = _Trace()
@@ -98,6 +102,17 @@ def labelled(label: str) -> Iterator[None]:
         yield
     finally:
         _TRACE.label = before
+
+
+@contextmanager
+def needing_weights(summarised: dict[str, float | None]) -> Iterator[None]:
+    """The requests asked for inside need their weights (a figure draws the model): each is listed as "needs
+    weights" unless cached; `summarised`: key -> the core-seconds its fit summary records (None: no summary)."""
+    before, _TRACE.weights = _TRACE.weights, summarised
+    try:
+        yield
+    finally:
+        _TRACE.weights = before
 
 
 def _end_stage() -> None:
@@ -183,25 +198,34 @@ def cold_wall(runs: Iterable[tuple[str, int | None, float]], workers: int) -> fl
     return sum(batch_wall(costs, workers) for costs in groups.values())
 
 
-def record(model: RetrievalModel, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None, *,
-           epoch_items: int, train_images: int, time_steps: Callable[[int], float]) -> None:
+def record(model: RetrievalModel, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None,
+           summarised: float | None = None, *, epoch_items: int | None = None, train_images: int | None = None,
+           time_steps: Callable[[int], float] | None = None) -> None:
     """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
-    planned). `cfg` is its `TrainConfig`; `epoch_items` the items an epoch covers on its training split of
-    `train_images` images; `time_steps(k)` times k training steps (`_step_cost`, for a missing run)."""
-    recorded = None if done is None else core_seconds(done)
+    planned, unless its fit summary stands in: `summarised`, the core-seconds the summary records, `runs.fits`).
+    `cfg` is its `TrainConfig`. Inside `needing_weights` a missing run is marked as needing its weights.
+    `epoch_items`: the items an epoch covers on its training split of `train_images` images; `time_steps(k)` times
+    k training steps (`_step_cost`, for a missing run with no summary to cost it)."""
+    weights = _TRACE.weights is not None
+    if weights and done is None:
+        summarised = (_TRACE.weights or {}).get(key)
+    recorded = core_seconds(done) if done is not None else summarised
+    timed = recorded is None and time_steps is not None
     line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "batch": batch_id(),
             "label": _TRACE.label, "method": model.name, "seed": cfg.seed, "epochs": cfg.epochs,
             "threads": cfg.threads, "key": key, "run": Path(run_dir).name, "cached": done is not None,
-            "core_seconds": recorded, "provisional": _TRACE.provisional, "stand_in": _TRACE.stand_in,
-            "epoch_items": epoch_items, "epoch_steps": math.ceil(epoch_items / cfg.batch_size),
+            "core_seconds": recorded, "summary": done is None and recorded is not None,
+            "needs_weights": weights and done is None, "provisional": _TRACE.provisional, "stand_in": _TRACE.stand_in,
+            "epoch_items": epoch_items,
+            "epoch_steps": None if epoch_items is None else math.ceil(epoch_items / cfg.batch_size),
             "batch_size": cfg.batch_size, "train_images": train_images,
-            "step_core_seconds": None if done is not None else _step_cost(model, cfg, time_steps)}
+            "step_core_seconds": _step_cost(model, cfg, time_steps) if timed else None}
     fd = os.open(os.environ[PLAN_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
     finally:
         os.close(fd)
-    if done is None:
+    if done is None and not (line["summary"] and not weights):  # a run its summary stands in for is no unknown
         if _TRACE.batch_depth:
             _TRACE.batch_planned = True
         else:  # a lone fit: its own batch
