@@ -14,16 +14,11 @@ import pytest
 from fixtures.real_layout import write_coco, write_cub, write_vg
 
 from xmr_core.book import runner as book
+from xmr_core.book.plan import PAPER_BOOKS
 from xmr_core.claims import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
-# Each data set and the chapters whose papers used it, in the order they run (the leaderboard reads the tuning
-# tables of the chapters before it).
-BOOKS: dict[str, list[str]] = {
-    "cub": ["01_pcme", "02_msrm", "04_dvse"],
-    "coco": ["03_hrem", "01_pcme", "02_msrm", "04_dvse", "06_leaderboard"],
-    "vg": ["05_hmrn"],
-}
+BOOKS = {dataset: list(chapters) for dataset, chapters in PAPER_BOOKS.items()}  # each data set, its chapters in order
 WRITERS = {"cub": write_cub, "coco": write_coco, "vg": write_vg}
 FOLDERS = {"01_pcme": "pcme", "02_msrm": "msrm", "03_hrem": "hrem", "04_dvse": "dvse", "05_hmrn": "hmrn",
            "06_leaderboard": "leaderboard"}
@@ -68,6 +63,7 @@ def test_every_chapter_runs_under_paper_smoke_on_real_layout_data(dataset: str, 
     lines: list[str] = []
     summary = book.run_book(BOOKS[dataset], profile="paper-smoke", force=True, root=ROOT, echo=lines.append,
                             params={"DATASET": dataset, "DATA_ROOT": str(root), "RESULTS_DIR": str(out)})
+    print(*lines, sep="\n")  # each notebook's outcome line (`pytest -rP` shows them for a passed test too)
     assert summary.ok, "\n".join(lines)
     assert summary.count("passed") == sum(len(book.chapters(ROOT / "book")[c]) for c in BOOKS[dataset])
     check_results(out, dataset, root)

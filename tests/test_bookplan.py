@@ -64,6 +64,27 @@ def test_costs_recorded_committed_median_or_default(tmp_path: Path) -> None:
     assert totals["estimated core-h"] == pytest.approx((200.0 + bookplan.DEFAULT_CORE_SECONDS["cpu"]) / 3600)
 
 
+def test_a_measured_step_costs_each_run_its_schedule_scaled_to_the_images_planned_for(tmp_path: Path) -> None:
+    _results(tmp_path, [("vse-" + "a" * 16, 100.0)])
+    timed = {"epochs": 60, "epoch_items": 40, "batch_size": 16, "epoch_steps": 3, "train_images": 40,
+             "step_core_seconds": 2.0}  # 40 images a step of 16: the last step is short
+    records = [_record("a" * 64) | timed, _record("b" * 64) | timed | {"stand_in": True},
+               _record("c" * 64, cached=True, core_seconds=7.0) | timed | {"step_core_seconds": None},
+               _record("d" * 64) | timed | {"step_core_seconds": None}]
+    own = bookplan.build_plan(records, "cpu", tmp_path)
+    assert [(r.core_seconds, r.source) for r in own.runs] == [
+        (100.0, "results"), (2.0 * 60 * 3, "per step"), (7.0, "recorded"), (100.0, "method median")]
+    paper = bookplan.build_plan(records, "paper", tmp_path, train_images=113_287)  # planned from a 40-image copy
+    assert paper.runs[0].core_seconds == pytest.approx(2.0 * 60 * 7_081)  # ceil(113,287 / 16) whole steps an epoch
+    assert [r.source for r in paper.runs] == ["per step", "per step", "recorded", "default"]
+    assert paper.totals()["stand-in"] == 1
+    printed: list[str] = []
+    paper.print([1], echo=printed.append)
+    assert "costs of the runs to train: 2 per step, 1 default; steps scaled to a training split of 113,287 images" \
+        in printed[-2]
+    assert printed[-1].startswith("1 run(s) listed on stand-in inputs")
+
+
 def test_wall_packs_each_batch_on_the_workers(tmp_path: Path) -> None:
     costs = {"1": 5.0, "2": 4.0, "3": 3.0, "4": 3.0, "5": 3.0, "6": 7.0}
     records = [_record(k * 64, stage=1, batch=1, core_seconds=None) for k in "12345"] + [

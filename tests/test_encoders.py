@@ -68,6 +68,18 @@ def test_resnet_encoder_grid_before_pooling() -> None:
     assert _grads_reach(enc)
 
 
+def test_a_resnet_without_imagenet_weights_starts_its_residual_branches_zero_scaled(tmp_path) -> None:
+    """As the trunk without weights does (`trunk.imagenet_trunk`), so the encoder fine-tuned from it starts finite (a
+    plain ResNet-152's grid reaches ~1e8: tests/test_trunk.py); with weights, the file's scales stand."""
+    import torchvision
+
+    blocks = [b for b in ResNetEncoder(embed_dim=4, arch="resnet18").backbone.modules() if hasattr(b, "bn2")]
+    assert len(blocks) == 8 and all(not b.bn2.weight.any() for b in blocks)
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), tmp_path / "r18.pth")
+    loaded = ResNetEncoder(embed_dim=4, arch="resnet18", pretrained=str(tmp_path / "r18.pth"))
+    assert all(b.bn2.weight.all() for b in loaded.backbone.modules() if hasattr(b, "bn2"))
+
+
 def test_resnet_pretrained_missing_file_is_one_line_error(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
     with pytest.raises(FileNotFoundError) as err:

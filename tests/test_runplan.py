@@ -3,6 +3,7 @@ the run plan's trace (`XMR_PLAN`): the same runs, the same weights, wherever the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -23,6 +24,8 @@ from xmr_core.methods.vse import VSE, vse0_config
 from xmr_core.runs import fits as summaries
 from xmr_core.runs import log as runlog
 from xmr_core.runs import trace as plantrace
+from xmr_core.runs import train as train_module
+from xmr_core.runs.distributed import DistEnv
 from xmr_core.runs.executors import Executor
 from xmr_core.runs.plan import batched, fit_many
 from xmr_core.runs.train import FitResult, RunRequest, TrainConfig, fit, run_key, state_fingerprint
@@ -244,6 +247,57 @@ def test_trace_lists_missing_runs_by_stage_and_trains_nothing(cache: Path, monke
     recorded = json.loads((done.run_dir / "result.json").read_text())["train_seconds"]
     assert records[0]["core_seconds"] == pytest.approx(recorded) and records[1]["core_seconds"] is None
     assert after[0].cached and last[0].stopped == "planned"
+
+
+def test_trace_times_a_step_once_per_shape_and_leaves_the_model_and_random_state_alone(
+        cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.jsonl"
+    monkeypatch.setenv(plantrace.PLAN_ENV, str(plan))
+    monkeypatch.setenv(plantrace.STEPS_ENV, "2")
+    monkeypatch.setattr(plantrace, "_TRACE", plantrace._Trace())
+    timed: list[int] = []
+    real = train_module.step_seconds
+
+    def counted(model, split, cfg, vocab, steps):
+        timed.append(cfg.batch_size)
+        return real(model, split, cfg, vocab, steps)
+
+    monkeypatch.setattr(train_module, "step_seconds", counted)
+    requests = _requests((0, 1)) + [dataclasses.replace(_requests((2,))[0], cfg=TrainConfig(
+        epochs=3, batch_size=4, progress=False, device="cpu", seed=2))]
+    built = [state_fingerprint(r.model) for r in requests]
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    fit_many(requests)
+    assert torch.equal(torch.get_rng_state(), before)  # the timed steps drew from a state restored after
+    assert [state_fingerprint(r.model) for r in requests] == built  # timed on a copy: the models are as built
+    assert timed == [8, 4]  # seeds 0 and 1 share a shape (their seed and rate differ): timed once; batch 4 is another
+    records = plantrace.read_plan(plan)
+    assert records[0]["step_core_seconds"] == records[1]["step_core_seconds"] > 0
+    assert [(r["epoch_items"], r["epoch_steps"], r["batch_size"], r["train_images"], r["epochs"]) for r in records] \
+        == [(24, 3, 8, 24, 2), (24, 3, 8, 24, 2), (24, 6, 4, 24, 3)]  # one caption per image: 24 items an epoch
+    for r in requests:  # an epoch's steps as the training loop batches it
+        for mode, items in (("one_per_image", 24), ("all_captions", 48)):
+            cfg = dataclasses.replace(r.cfg, epoch_mode=mode)
+            assert train_module.epoch_items(r.model, TRAIN, cfg) == items
+            assert math.ceil(items / cfg.batch_size) == len(
+                train_module._train_loader(r.model, TRAIN, VOCAB, cfg, DistEnv())[0])
+
+
+def test_a_step_is_timed_on_whole_batches_even_of_a_split_smaller_than_one(cache: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    request = _requests((0,))[0]
+    big = dataclasses.replace(request.cfg, batch_size=64)  # more than the split's 48 captions
+    sizes: list[list[int]] = []
+    real = train_module._train_loader
+
+    def loader(model, split, vocab, cfg, env, batches=None):
+        sizes.append([len(b) for b in batches])
+        return real(model, split, vocab, cfg, env, batches=batches)
+
+    monkeypatch.setattr(train_module, "_train_loader", loader)
+    assert train_module.step_seconds(request.model, TRAIN, big, VOCAB, 3) > 0
+    assert sizes == [[64], [64, 64, 64]]  # one untimed step, then the timed ones, each of a whole batch
 
 
 # ------------------------------------------------------------------------------------------ fit summaries

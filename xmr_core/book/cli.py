@@ -1,8 +1,8 @@
 """`xmr`: the command line; its help opens with the command that builds the book to read (`xmr book build`).
 `xmr book list`, `xmr book run [CHAPTER ...] [--profile P] [-p NAME VALUE ...] [--yes]` (profiles cpu and paper
 first state what they would train and, without --yes, ask, or off a terminal refuse: `confirm_training`),
-`xmr book plan [CHAPTER ...] [--profile P]` (every training run the notebooks ask for, by
-stage, with its cost: `xmr_core.book.plan`), `xmr book run ... --jobs N` (batches of runs on N workers),
+`xmr book plan [CHAPTER ...] [--profile P] [--measure-steps K] [--train-images N]` (every training run the
+notebooks ask for, by stage, with its cost: `xmr_core.book.plan`), `xmr book run ... --jobs N` (batches of runs on N workers),
 `xmr book build [--profile P]` (the HTML book from the executed notebooks, or from the committed results),
 `xmr results check [--results DIR]` (the results whose inputs changed since they were written), `xmr results restyle
 [FIGURE ...]` (figures drawn from committed tables, redrawn by today's code: `xmr_core.chapters.restyle`);
@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                       help="inject a notebook parameter, as for run")
     plan.add_argument("--jobs", type=int, default=16, help="N of the wall-time estimate (default 16)")
+    plan.add_argument("--measure-steps", type=int, default=0, metavar="K",
+                      help="time K training steps of each shape of run to train (on the plan's DEVICE) and cost "
+                           "every such run as its seconds a step x epochs x steps an epoch (default 0: not timed)")
+    plan.add_argument("--train-images", type=int, metavar="N",
+                      help="with --measure-steps: plan for a training split of N images (the paper's data set, "
+                           "planned from a small copy in its layout): each run's steps scale by N / its own")
     build = book.add_parser(
         "build", help="the HTML book (Jupyter Book) from the executed notebooks, into book/_build/<profile>/html"
     )
@@ -247,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "plan":
         from xmr_core.book import plan as bookplan
 
-        plan = bookplan.plan_book(args.chapters, profile=args.profile, params=params)
+        plan = bookplan.plan_book(args.chapters, profile=args.profile, params=params,
+                                  measure_steps=args.measure_steps, train_images=args.train_images)
         plan.print(sorted({1, 2, args.jobs, os.cpu_count() or 1}))
         return 1 if plan.failed else 0
     if not confirm_training(args.chapters, args.profile, args.yes):

@@ -18,10 +18,19 @@ Cost of a run, in core-seconds (`train_seconds` x torch threads):
 - cached: recorded in its `result.json`;
 - with a fit summary (recorded, or needing weights): the seconds the summary records;
 - to train, `cpu` profile: the `train s` the committed results record for the same run (results/<chapter>/*.csv
-  with a `run` column), else the median `train s` of that method's committed runs (the method is the run
-  directory's prefix), else `DEFAULT_CORE_SECONDS`; other profiles: `DEFAULT_CORE_SECONDS[profile]`.
+  with a `run` column);
+- else, with `--measure-steps K` (`XMR_PLAN_STEPS`, `runs.trace`: K training steps of each shape of missing run
+  timed on a copy of its model, on the plan's device): its core-seconds a step x its schedule's epochs x its steps
+  an epoch (`per step`). `--train-images N` plans for a training split of N images (the paper's data set, planned
+  from a small copy in its layout such as the test fixtures): the items an epoch covers scale by N / its own
+  split's images, in batches of its batch size. The schedule's epochs are the most a run trains (patience may stop it after half of them and `patience`
+  more; an extension may add `extend_epochs`), and the validation after each epoch is not counted;
+- else, `cpu` profile: the median `train s` of that method's committed runs (the method is the run directory's
+  prefix); else `DEFAULT_CORE_SECONDS[profile]`.
   Committed `train s` were measured with torch's default threads on the 2-core machine; a one-thread run takes
   about as long or longer, so core-hours from them are a lower estimate.
+A run asked for on inputs the trace did not compute (the paper profile's trunk features, `experiment.protocols`) is
+counted as `stand-in`: its key changes once they exist, its cost does not.
 Wall time: each notebook's batches run one after another, a batch's runs side by side (`runs.plan.fit_many`), so the
 wall at W workers is the sum, over (notebook, batch), of that batch's missing runs packed on W workers (longest
 first, `runs.trace.cold_wall`); cold, the same over every run, cached or not, each in the batch that first asks
@@ -34,6 +43,7 @@ every run is trained into the run cache, no result is written to results/; `xmr 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -54,10 +64,15 @@ from xmr_core.io import atomic_write_bytes
 from xmr_core.runs.executors import JOBS_ENV
 from xmr_core.runs.fits import FITS_DIR, SUFFIX, WEIGHTS_ENV
 from xmr_core.runs.record import records_root
-from xmr_core.runs.trace import PLAN_ENV, cold_wall, read_plan
+from xmr_core.runs.trace import PLAN_ENV, STEPS_ENV, cold_wall, read_plan
 
 LEADERBOARD = "06_leaderboard"  # reads the tuning tables of the chapters whose models it ranks:
 LEADERBOARD_READS = ("pcme", "msrm", "dvse", "hrem")  # `chapters.leaderboard.BOOK_MODELS`' chapters (a test checks)
+# Each of the papers' data sets and the chapters whose papers used it, in the order the book runs them on it (the
+# leaderboard reads the tuning tables of the chapters before it): `tests/test_book_paper.py`, `bench paperplan`.
+PAPER_BOOKS: dict[str, tuple[str, ...]] = {"cub": ("01_pcme", "02_msrm", "04_dvse"),
+                                           "coco": ("03_hrem", "01_pcme", "02_msrm", "04_dvse", "06_leaderboard"),
+                                           "vg": ("05_hmrn",)}
 DEFAULT_CORE_SECONDS = {"smoke": 5.0, "cpu": 600.0, "paper": 3600.0, "paper-smoke": 5.0}  # a run with nothing better to go by
 
 
@@ -67,11 +82,17 @@ class PlannedRun:
 
     record: dict[str, Any]  # the trace record (`runs.trace.record`)
     core_seconds: float
-    source: str  # "recorded" | "summary" | "results" (this run's committed row) | "method median" | "default"
+    source: str  # "recorded" | "summary" | "results" (this run's committed row) | "per step" | "method median" |
+    # "default"
 
     @property
     def cached(self) -> bool:
         return bool(self.record["cached"])
+
+    @property
+    def chapter(self) -> str:
+        """The chapter of the notebook that first asked for the run ("01_pcme" of "book/01_pcme/train.py")."""
+        return Path(str(self.record["notebook"])).parent.name
 
     @property
     def status(self) -> str:
@@ -97,6 +118,7 @@ class Plan:
     runs: list[PlannedRun]
     failed: list[tuple[str, str]] = field(default_factory=list)  # (notebook, first error line)
     requests: int = 0  # requests in all (a run asked for again is counted here, listed once)
+    train_images: int | None = None  # the training split's images planned for (`build_plan`); None: the trace's own
 
     @property
     def keys(self) -> set[str]:
@@ -115,6 +137,7 @@ class Plan:
                 "recorded": sum(r.status == "recorded" for r in self.runs),
                 "needs weights": sum(r.status == "needs weights" for r in self.runs), "to train": len(to_train),
                 "provisional": sum(bool(r.record["provisional"]) for r in to_train),
+                "stand-in": sum(bool(r.record.get("stand_in")) for r in self.runs),
                 "recorded core-h": sum(r.core_seconds for r in self.runs if not r.trains) / 3600,
                 "estimated core-h": sum(r.core_seconds for r in to_train) / 3600}
 
@@ -148,6 +171,13 @@ class Plan:
             f"{w} worker{'s' * (w > 1)} {self.wall_seconds(w) / 3600:.2f} h" for w in workers))
         echo("wall to train every run (cold, no summaries): " + ", ".join(
             f"{w} worker{'s' * (w > 1)} {self.wall_seconds(w, cold=True) / 3600:.2f} h" for w in workers))
+        sources = frame.loc[frame["status"].isin(["needs weights", "to train"]), "cost"].value_counts()
+        echo("costs of the runs to train: " + (", ".join(f"{n} {source}" for source, n in sources.items()) or "none")
+             + ("" if self.train_images is None else
+                f"; steps scaled to a training split of {self.train_images:,} images (--train-images)"))
+        if t["stand-in"]:
+            echo(f"{t['stand-in']} run(s) listed on stand-in inputs (features the trace did not extract): their keys "
+                 "change once the features exist, their cost does not")
         for notebook, error in self.failed:
             echo(f"incomplete: {notebook} failed in trace mode ({error}); runs it would ask for later are missing")
 
@@ -273,9 +303,22 @@ def estimated_cost(name: str, method: str, profile: str, per_run: dict[str, floa
     return DEFAULT_CORE_SECONDS.get(profile, DEFAULT_CORE_SECONDS["cpu"]), "default"
 
 
-def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path) -> Plan:
-    """The distinct runs of trace `records` (each key at its first request) with their costs; a run a later request
-    asks for with its weights (`needs_weights`) needs them."""
+def per_step_cost(record: dict[str, Any], train_images: int | None = None) -> float | None:
+    """A missing run's core-seconds from its trace record's measured cost a step (`runs.trace`): step x epochs x
+    steps an epoch; with `train_images`, the steps of an epoch whose items scale by `train_images` / the run's
+    training images (ceil(items x scale / batch)). None when not measured."""
+    step = record.get("step_core_seconds")
+    if step is None:
+        return None
+    steps = record["epoch_steps"] if train_images is None else math.ceil(
+        record["epoch_items"] * train_images / record["train_images"] / record["batch_size"])
+    return float(step) * record["epochs"] * steps
+
+
+def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path, train_images: int | None = None) -> Plan:
+    """The distinct runs of trace `records` (each key at its first request) with their costs (the module
+    docstring; `train_images`: `per_step_cost`); a run a later request asks for with its weights (`needs_weights`)
+    needs them."""
     per_run, per_method = committed_costs(root) if profile == "cpu" else ({}, {})
     runs: dict[str, PlannedRun] = {}
     n = 0
@@ -286,14 +329,17 @@ def build_plan(records: Iterable[dict[str, Any]], profile: str, root: Path) -> P
             if record.get("needs_weights") and not first.cached:
                 first.record = {**first.record, "needs_weights": True}
             continue
+        measured = per_step_cost(record, train_images)
         if record["cached"]:
             cost, source = float(record["core_seconds"]), "recorded"
         elif record.get("summary"):
             cost, source = float(record["core_seconds"]), "summary"
+        elif record["run"] not in per_run and measured is not None:
+            cost, source = measured, "per step"
         else:
             cost, source = estimated_cost(record["run"], record["method"], profile, per_run, per_method)
         runs[record["key"]] = PlannedRun(record, cost, source)
-    return Plan(profile, list(runs.values()), requests=n)
+    return Plan(profile, list(runs.values()), requests=n, train_images=train_images)
 
 
 @contextmanager
@@ -360,21 +406,24 @@ def with_upstream(notebooks: list[Notebook]) -> list[Notebook]:
 def plan_book(names: Iterable[str] = (), profile: str = "cpu", params: dict[str, Any] | None = None,
               echo: Callable[[str], None] = print,
               execute: Callable[[Notebook, Path, dict[str, Any]], None] = execute_notebook,
-              keep: Path | None = None) -> Plan:
+              keep: Path | None = None, measure_steps: int = 0, train_images: int | None = None) -> Plan:
     """Execute the named chapters (all when empty) in trace mode and return their plan (nothing is trained); a
     failing notebook's executed copy is kept under `keep` (default `failed_folder(profile, "plan")`). A notebook that reads
     a `train.py`'s tables runs after it (`with_upstream`), so the plan lists that train.py's runs (its tuning) and
-    what the notebook asks for after it is provisional (`chapters.recorded.recorded_tuning`)."""
+    what the notebook asks for after it is provisional (`chapters.recorded.recorded_tuning`). `measure_steps` K > 0:
+    K training steps of each shape of missing run are timed (`XMR_PLAN_STEPS`); `train_images`: `build_plan`."""
     check_profile(profile)
+    if measure_steps < 0 or (train_images is not None and train_images < 1):
+        raise ValueError(f"measure_steps must be >= 0 and train_images >= 1, got {measure_steps}, {train_images}")
     notebooks = with_upstream(resolve_chapters(names))
     with tempfile.TemporaryDirectory(prefix="xmr-plan-") as tmp:
         trace = Path(tmp) / "plan.jsonl"
         trace.touch()
         _link_records(profile, str((params or {}).get("DATASET") or "scenes"), Path(tmp))
-        with _environment(**{PLAN_ENV: str(trace)}):
+        with _environment(**{PLAN_ENV: str(trace), STEPS_ENV: str(measure_steps)}):
             failed = _execute_aside(notebooks, profile, params or {}, Path(tmp), echo, execute,
                                     keep or failed_folder(profile, "plan"))
-        plan = build_plan(read_plan(trace), profile, project_root())
+        plan = build_plan(read_plan(trace), profile, project_root(), train_images)
     plan.failed = failed
     return plan
 

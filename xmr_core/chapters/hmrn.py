@@ -94,7 +94,7 @@ from xmr_core.experiment.compared import (
     MARGIN,
     Compared,
 )
-from xmr_core.experiment.protocols import ChapterData, word_table
+from xmr_core.experiment.protocols import ChapterData, planned_corpus, word_table
 from xmr_core.experiment.recipes import (
     MINILM_FINETUNED,
     MINILM_FROZEN,
@@ -272,7 +272,9 @@ def gallery_queries(split: Split, n: int | None) -> tuple[list[np.ndarray], np.n
 
 def hmrn_data(corpus: Corpus, profile: str, word_vectors: str = "glove-6b-50d") -> HMRNData:
     """Train on the first `SUBSETS[budget(profile)][0]` training images, validate on the first `[1]` validation images and
-    test on the first `[2]` test images; the vocabulary and word vectors of the training queries."""
+    test on the first `[2]` test images; the vocabulary and word vectors of the training queries. In the run plan's
+    trace, the paper profiles' test split is cut first (`protocols.planned_corpus`)."""
+    corpus = planned_corpus(corpus, profile)
     train, val, test = corpus["train"], corpus["val"], corpus["test"]
     missing = [s.name for s in (train, val, test) if s.regions is None or s.queries is None]
     if missing:

@@ -132,8 +132,20 @@ def load_pretrained_state(arch: str, pretrained: bool | str) -> dict[str, Tensor
         raise RuntimeError(f"{path}: not a readable ResNet state dict ({type(err).__name__}: {err})") from None
 
 
+def zero_residual_scales(net: nn.Module) -> None:
+    """Zero the scale of the last batch norm of every residual branch (torchvision's `zero_init_residual`), so each
+    block of an untrained ResNet starts as its shortcut: at its plain initialisation a ResNet-152's grid features
+    reach ~1e8 on an image and the heads above them overflow to NaN; with the branches zeroed they stay O(1)."""
+    for block in net.modules():
+        last = getattr(block, "bn3", None) if hasattr(block, "conv3") else getattr(block, "bn2", None)
+        if hasattr(block, "downsample") and isinstance(last, nn.BatchNorm2d):
+            nn.init.zeros_(last.weight)
+
+
 class ResNetEncoder(nn.Module):
-    """torchvision ResNet without GAP/fc; forward -> (grid (B, C, h, w), global (B, embed_dim) = linear(GAP))."""
+    """torchvision ResNet without GAP/fc; forward -> (grid (B, C, h, w), global (B, embed_dim) = linear(GAP)).
+    Without ImageNet weights (`pretrained` False) its residual branches start zero-scaled (`zero_residual_scales`):
+    the trunk without weights (`trunk.imagenet_trunk`) and the encoder fine-tuned from it start alike, and finite."""
 
     def __init__(self, embed_dim: int, arch: ResNetArch = "resnet152", pretrained: bool | str = False) -> None:
         super().__init__()
@@ -142,6 +154,8 @@ class ResNetEncoder(nn.Module):
         net = getattr(torchvision.models, arch)(weights=None)
         if pretrained:
             net.load_state_dict(load_pretrained_state(arch, pretrained))
+        else:
+            zero_residual_scales(net)
         self.out_channels = net.fc.in_features
         self.backbone = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2,
                                       net.layer3, net.layer4)

@@ -204,16 +204,6 @@ def _held_out_accuracy(model: TrunkPretrainer, x: Tensor, y: Tensor) -> tuple[di
 NO_WEIGHTS_SEED = 0  # torchvision's initialisation of a trunk without ImageNet weights is drawn from this seed
 
 
-def zero_residual_scales(net: nn.Module) -> None:
-    """Zero the scale of the last batch norm of every residual branch (torchvision's `zero_init_residual`), so each
-    block of an untrained ResNet starts as its shortcut: at its plain initialisation a ResNet-152's grid features
-    reach ~1e8 on an image and the heads above them overflow to NaN; with the branches zeroed they stay O(1)."""
-    for block in net.modules():
-        last = getattr(block, "bn3", None) if hasattr(block, "conv3") else getattr(block, "bn2", None)
-        if hasattr(block, "downsample") and isinstance(last, nn.BatchNorm2d):
-            nn.init.zeros_(last.weight)
-
-
 def imagenet_trunk(arch: str = "resnet152", weights: str | None = "") -> PretrainedTrunk:
     """The paper profile's trunk: a torchvision ResNet cut before GAP. `weights`: a state-dict file of its ImageNet
     weights ("": torchvision's cache file of `arch`, `image.imagenet_weights_path`; never downloaded, a missing file
@@ -224,8 +214,7 @@ def imagenet_trunk(arch: str = "resnet152", weights: str | None = "") -> Pretrai
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(NO_WEIGHTS_SEED)
             resnet = ResNetEncoder(embed_dim=1, arch=arch, pretrained=False)  # type: ignore[arg-type]
-        zero_residual_scales(resnet.backbone)
-        digest, tag = None, f"init{NO_WEIGHTS_SEED}z"
+        digest, tag = None, f"init{NO_WEIGHTS_SEED}z"  # its residual branches zero-scaled (`ResNetEncoder`)
         source = (f"no ImageNet weights (torchvision's initialisation, seed {NO_WEIGHTS_SEED}, residual branches "
                   "zero-scaled)")
     else:
@@ -323,13 +312,25 @@ def write_grid_features(trunk: PretrainedTrunk, split: Split, path: Path, batch_
     return np.load(path, mmap_mode="r")
 
 
+def stand_in_grid(trunk: PretrainedTrunk, n: int) -> np.ndarray:
+    """(n, L, C) float32 zeros of the trunk's grid shape, read-only and holding one row (a broadcast view): what
+    `attach_grid_features(stand_in=True)` attaches in place of features it does not extract."""
+    return np.broadcast_to(np.zeros((1, trunk.cells, trunk.channels), np.float32), (n, trunk.cells, trunk.channels))
+
+
 def attach_grid_features(splits: Iterable[Split], trunk: PretrainedTrunk, progress: bool = True,
-                         device: str | torch.device = "cpu", batch_size: int = 256) -> dict[str, float]:
+                         device: str | torch.device = "cpu", batch_size: int = 256,
+                         stand_in: bool = False) -> dict[str, float | None]:
     """Fill `split.grid` (N, L, C) of every split with the trunk's features, memory-mapped: computed once per split
     content on `device` (`write_grid_features`, with `feature_workers(device)` loader workers; on the CPU on one
     thread, `config.one_thread`, so the cached features do not depend on the machine's cores) and cached in
-    `cache_dir()/trunks/<key>/features/`. Returns the seconds spent per split (about 0 when cached)."""
-    seconds = {}
+    `cache_dir()/trunks/<key>/features/`. Returns the seconds spent per split (about 0 when cached).
+
+    stand_in: a split whose features are not cached gets `stand_in_grid` zeros of their shape instead, nothing
+    extracted or written (its seconds: None). Only for the run plan's trace (`xmr book plan` on the paper profile),
+    which needs the features' shape, not the hours of the trunk over COCO; a run key computed on them is not the
+    run's."""
+    seconds: dict[str, float | None] = {}
     cpu = torch.device(device).type == "cpu"
     for split in splits:
         split.grid = None  # the fingerprint names the split's content without any features
@@ -337,6 +338,10 @@ def attach_grid_features(splits: Iterable[Split], trunk: PretrainedTrunk, progre
         t0 = time.perf_counter()
         if path.is_file():
             features = np.load(path, mmap_mode="r")
+        elif stand_in:
+            split.grid = stand_in_grid(trunk, split.n_images)
+            seconds[split.name] = None
+            continue
         else:
             with one_thread() if cpu else contextlib.nullcontext():
                 features = write_grid_features(trunk, split, path, batch_size, device, feature_workers(device),

@@ -4,6 +4,12 @@ vocabulary of the training captions and the frozen trunk's grid features on ever
 
 `chapter_setup(run)` is every notebook's data preamble in one call: the corpus, the frozen trunk, the
 chapter data and the encoder sizes.
+
+In the run plan's trace (`xmr book plan`, `runs.trace`) of the paper profiles the setups do no work the plan
+throws away: the test split is cut to its first `PLAN_TEST_IMAGES` images (`planned_corpus`: no run's key reads
+it, and scoring untrained models on COCO's 5,000 images and 25,000 captions costs hours over a chapter), and the
+trunk's features that are not cached are not extracted: zeros of their shape stand in (`trunk.stand_in_grid`), and
+the runs asked for on them are marked so (`runs.trace.mark_stand_in`: their keys change once the features exist).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from xmr_core.experiment.paper_encoders import (
     encoder_choice,
 )
 from xmr_core.experiment.recipes import encoder_configs, hrem_encoders
+from xmr_core.runs.trace import mark_stand_in, tracing
+
+PLAN_TEST_IMAGES = 1000  # trace mode: the test images untrained models are scored on (COCO's 1K folds: 5 x 200)
 
 
 @dataclass
@@ -84,13 +93,30 @@ def chapter_trunk(profile: str, corpus: Corpus, progress: bool = True,
     return pretrained_trunk(scenes, trunk_config(profile), progress)
 
 
+def planned_corpus(corpus: Corpus, profile: str, limit: int = PLAN_TEST_IMAGES) -> Corpus:
+    """`corpus` as the run plan's trace reads it (`runs.trace.tracing`) on the papers' data (the paper recipe): its
+    test split cut to its first `limit` images and their captions; `corpus` itself outside trace mode, on the
+    scenes profiles (whose plan lists its keys as the runs will have them, every test image included) or when the
+    test split is no larger."""
+    test = corpus["test"]
+    if not tracing() or recipe(profile) != "paper" or test.n_images <= limit:
+        return corpus
+    return dataclasses.replace(corpus, splits={**corpus.splits, "test": test.subset(np.arange(limit), test.name)})
+
+
 def load_chapter_data(corpus: Corpus, word_vectors: str = "glove-6b-50d", trunk: PretrainedTrunk | None = None,
-                      progress: bool = True, device: str | torch.device = "cpu") -> ChapterData:
+                      progress: bool = True, device: str | torch.device = "cpu", stand_in: bool = False) -> ChapterData:
     """Class-split the corpus (scenes: `meta["class_split"]`; CUB's reader already splits by class), build the
     vocabulary from the training captions only, and, with a `trunk`, attach its frozen grid features to
-    every split (`Split.grid`, memory-mapped, computed on `device` once and cached: `attach_grid_features`)."""
+    every split (`Split.grid`, memory-mapped, computed on `device` once and cached: `attach_grid_features`;
+    `stand_in`: zeros for those not cached, in trace mode only, `runs.trace.mark_stand_in`)."""
     if trunk is not None:
-        attach_grid_features(corpus.splits.values(), trunk, progress, device=device)
+        seconds = attach_grid_features(corpus.splits.values(), trunk, progress, device=device, stand_in=stand_in)
+        missing = [name for name, s in seconds.items() if s is None]
+        if missing:
+            mark_stand_in()
+            print(f"run plan: grid features of {', '.join(missing)} not extracted (trunk {trunk.key}); zeros of their "
+                  "shape stand in, so the runs on them are listed under keys that change once they are extracted")
     split_classes = corpus.meta.get("class_split", {})
     if "seen" in split_classes:  # scenes: every split holds every class; the zero-shot split is applied here
         seen, unseen = split_classes["seen"], split_classes["unseen"]
@@ -119,12 +145,14 @@ def chapter_setup(run: RunConfig) -> ChapterSetup:
     (`load_chapter_data`: its word vectors, grid features attached: the paper profile's computed on `run`'s device) and the encoder
     configs of `run.profile`; what was used goes to `run.encoders` (every result's provenance)."""
     choice = encoder_choice(run)
-    corpus = load_corpus(run.dataset, run.data_root, run.profile, progress=run.progress, seed=run.data_seed)
+    corpus = planned_corpus(load_corpus(run.dataset, run.data_root, run.profile, progress=run.progress,
+                                        seed=run.data_seed), run.profile)
     trunk = chapter_trunk(run.profile, corpus, progress=run.progress, choice=choice)
     # the paper profile's features on its device; the scenes book's on the CPU, one thread: the same bits, so the same
     # run keys, on any machine (docs/training.md, "Portable runs")
-    device = run.torch_device if recipe(run.profile) == "paper" else "cpu"
-    data = load_chapter_data(corpus, choice.word_vectors, trunk=trunk, progress=run.progress, device=device)
+    paper = recipe(run.profile) == "paper"
+    data = load_chapter_data(corpus, choice.word_vectors, trunk=trunk, progress=run.progress,
+                             device=run.torch_device if paper else "cpu", stand_in=paper and tracing())
     run.encoders = {**run.encoders, **choice.describe(trunk, run.dataset)}
     return ChapterSetup(corpus, trunk, data, encoder_configs(run.profile, trunk))
 
@@ -158,7 +186,7 @@ def hrem_setup(run: RunConfig) -> HREMSetup:
     """Load `run`'s data set in `DATA_FORMAT` (SCAN's precomp regions; generated from `run.data_seed`), the
     chapter's data protocol (`hrem_data`, the word vectors `run`'s parameters choose) and the encoders of
     `run.profile` on its region features; what was used goes to `run.encoders`."""
-    corpus = load_corpus(run.dataset, run.data_root, run.profile, format=DATA_FORMAT, progress=run.progress,
-                         seed=run.data_seed)
+    corpus = planned_corpus(load_corpus(run.dataset, run.data_root, run.profile, format=DATA_FORMAT,
+                                        progress=run.progress, seed=run.data_seed), run.profile)
     data = hrem_data(corpus, chosen_word_vectors(run))
     return HREMSetup(corpus, data, hrem_encoders(run.profile, data.test.regions.shape[2]))

@@ -8,7 +8,8 @@ trained during 38 % of two cores' time, and 2,251 s of its tables' time was scor
 `score_each(fn, models, *args)` returns `[fn(model, *args) for model in models]`, computed on a local pool of
 `XMR_JOBS` spawn workers (`executors.spawn_pool`), each on the kernel's torch thread count. Every score is the
 one the kernel would have computed: the same function, inputs and thread count in another process (tested bit
-for bit). The arguments (a test split) go to each worker once, a model with each task. Serially (one job, a
+for bit). The arguments (a test split) go to each worker once (`executors.dumps`: memory-mapped features as their
+file), a model with each task. Serially (one job, a
 cluster executor, trace mode, a single model, or models off the CPU) it calls `fn` here. On a GPU the kernel's
 thread is not what scoring waits for, and each spawn worker would start its own CUDA context: the smoke HMRN
 ablate.py with `--jobs 4 -p DEVICE cuda` (H200) took 174 s with pooled scoring, against 65 s scoring in the
@@ -26,7 +27,7 @@ import torch
 
 from xmr_core.experiment.scorecache import cached_scores
 from xmr_core.runs import trace as plantrace
-from xmr_core.runs.executors import Executor, spawn_pool
+from xmr_core.runs.executors import Executor, dumps, spawn_pool
 
 T = TypeVar("T")
 
@@ -62,7 +63,7 @@ def score_each(fn: Callable[..., T], models: Sequence[torch.nn.Module], *args: A
     executor = executor or Executor.from_env()
     if not pooled(executor, models):
         return [fn(model, *args) for model in models]
-    shared = (pickle.dumps(args), torch.get_num_threads())
+    shared = (dumps(args), torch.get_num_threads())  # a memory-mapped split travels as its file
     with spawn_pool(executor.jobs or 1, len(models), _receive_args, shared) as pool:
         futures = [pool.submit(_score_pickled, pickle.dumps((fn, model))) for model in models]
         return [pickle.loads(future.result()) for future in futures]

@@ -17,11 +17,17 @@ threads (one by default, so a task asks Slurm for that many cores); the claims o
 (`xmr_core.runs.cache`) make two workers never train the same run, and a dead worker's run is taken over. The
 executor returns, per run key, whether the worker found the run cached and its final weights' fingerprint; the
 caller then loads each run from the cache (`runs.plan.fit_many`).
+
+A request travels to a local worker as plain pickled bytes (`dumps`), in which an array that views a read-only
+memory-mapped file (the trunk's grid features, SCAN's precomp regions: tens of GB on COCO) is its file and place,
+reopened memory-mapped in the worker, not its bytes.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import mmap
 import multiprocessing as mp
 import os
 import pickle
@@ -29,7 +35,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+import numpy as np
 
 from xmr_core.config import cache_dir
 from xmr_core.runs.train import RunRequest
@@ -123,6 +131,55 @@ class Executor:
         return _submitit(requests, env, self.kind, self.jobs)
 
 
+MappedPlace = tuple[str, int, tuple[int, ...], str, int, int]  # file, byte offset, shape, dtype, file size, mtime (ns)
+
+
+def mapped_place(array: np.ndarray) -> MappedPlace | None:
+    """Where the C-contiguous `array` lies in the read-only memory-mapped file it views (`np.load(...,
+    mmap_mode="r")`, or a row slice of one): the file, the byte offset of its first item, its shape and dtype, and the
+    file's size and modification time; None for an array that does not view such a file (or holds nothing)."""
+    root: Any = array
+    while isinstance(root, np.ndarray) and not isinstance(root.base, mmap.mmap):
+        root = root.base
+    if (not isinstance(root, np.memmap) or root.mode != "r" or root.filename is None or not array.size
+            or not array.flags.c_contiguous or array.dtype.hasobject):
+        return None
+    stat = os.stat(root.filename)
+    offset = int(root.offset) + array.ctypes.data - root.ctypes.data
+    return str(root.filename), offset, tuple(array.shape), array.dtype.str, stat.st_size, stat.st_mtime_ns
+
+
+def reopen_mapped(path: str, offset: int, shape: tuple[int, ...], dtype: str, size: int, mtime_ns: int) -> np.memmap:
+    """The array `mapped_place` described, memory-mapped read-only from its file again; an error naming the file when
+    it changed since (another size or modification time)."""
+    stat = os.stat(path)
+    if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+        raise RuntimeError(f"{path}: changed since the array that maps it was sent to this worker (size {size} -> "
+                           f"{stat.st_size}, mtime {mtime_ns} -> {stat.st_mtime_ns})")
+    return np.memmap(path, dtype=np.dtype(dtype), mode="r", offset=offset, shape=shape)
+
+
+class _MappedPickler(pickle.Pickler):
+    """A pickler that sends every array `mapped_place` places as its place (`reopen_mapped` on loading)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            place = mapped_place(obj)
+            if place is not None:
+                return reopen_mapped, place
+        return NotImplemented
+
+
+def dumps(obj: object) -> bytes:
+    """`obj` as plain pickled bytes (`spawn_pool`), each array that views a read-only memory-mapped file as that file
+    and its place (`mapped_place`), reopened memory-mapped where `pickle.loads` reads it: a worker maps the file the
+    caller maps instead of receiving a copy of it. The file must not change meanwhile (the cache's feature files are
+    written once and renamed into place; a change is an error where it is reopened)."""
+    buffer = io.BytesIO()
+    _MappedPickler(buffer).dump(obj)
+    return buffer.getvalue()
+
+
 def _train_pickled(payload: bytes, env: dict[str, str]) -> WorkerOutcome:
     return train_request(pickle.loads(payload), env)
 
@@ -130,17 +187,18 @@ def _train_pickled(payload: bytes, env: dict[str, str]) -> WorkerOutcome:
 def spawn_pool(jobs: int, tasks: int, initializer: Callable[..., object] | None = None,
                initargs: tuple[object, ...] = ()) -> ProcessPoolExecutor:
     """A pool of min(`jobs`, `tasks`) spawn workers (a fresh interpreter each: no forked torch state), each first
-    calling `initializer(*initargs)`. Its users pass plain pickled bytes, not tensors: torch's multiprocessing
-    pickler would move tensors into shared memory, where a worker's training would change the caller's model."""
+    calling `initializer(*initargs)`. Its users pass plain pickled bytes (`dumps`), not tensors: torch's
+    multiprocessing pickler would move tensors into shared memory, where a worker's training would change the
+    caller's model."""
     return ProcessPoolExecutor(min(jobs, tasks), mp_context=mp.get_context("spawn"), initializer=initializer,
                                initargs=initargs)
 
 
 def _pool(requests: Sequence[RunRequest], env: dict[str, str], jobs: int) -> list[WorkerOutcome | BaseException]:
-    """`requests` trained on `spawn_pool(jobs)`, each request as plain pickled bytes."""
+    """`requests` trained on `spawn_pool(jobs)`, each request as plain pickled bytes (`dumps`)."""
     outcomes: list[WorkerOutcome | BaseException] = []
     with spawn_pool(jobs, len(requests)) as pool:
-        futures = [pool.submit(_train_pickled, pickle.dumps(r), env) for r in requests]
+        futures = [pool.submit(_train_pickled, dumps(r), env) for r in requests]
         for future in futures:
             error = future.exception()
             outcomes.append(error if error is not None else future.result())

@@ -133,7 +133,7 @@ def _stand_in(request: RunRequest, key: str, summary: dict[str, Any], folder: Pa
         raise FloatingPointError(f"{summary['stop_message']} (the run's fit summary in {folder})")
     run_dir = cached_run_dir(request.model, key)
     if plantrace.tracing():
-        plantrace.record(request.model.name, request.cfg, key, run_dir, None, summaries.core_seconds(summary))
+        plantrace.record(request.model, request.cfg, key, run_dir, None, summaries.core_seconds(summary))
     log_summary(run_dir.name, key, request.model.name, request.cfg.seed)
     return summaries.weightless(summary, run_dir, folder, request.model)
 

@@ -17,21 +17,38 @@ the notebook asks for afterwards may depend on that run's outcome (a tuned setti
 are counted per process (one notebook's kernel). Wall time: `batch_wall` packs a batch's runs on W workers,
 `cold_wall` adds up the batches of every run (`xmr book plan` from the trace, `xmr runs ls` from the executed
 notebooks' run logs).
+
+What a missing run will cost: each record names the run's schedule (`epochs`), the items an epoch covers on its
+training split (`epoch_items`, `train.epoch_items`: its images, or its captions), its batch and so its optimiser
+steps an epoch (`epoch_steps`), and that split's images (`train_images`). With `XMR_PLAN_STEPS`
+= k set (`xmr book plan --measure-steps k`), the first missing run of each shape (`step_shape`: the method and the
+sizes of its config, batch, threads and device) has k training steps timed on a copy of its model
+(`train.step_seconds`; nothing is written, the model and the random state are left as they were), and every
+missing run of that shape records the measured core-seconds a step (`step_core_seconds`), from which `book.plan`
+estimates its cost. A run asked for on stand-in inputs (`mark_stand_in`: features the trace did not extract) is
+marked `stand_in`: its key is not the one it will have.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xmr_core.io import read_json_lines
 
+if TYPE_CHECKING:
+    from xmr_core.methods.base import RetrievalModel
+
 PLAN_ENV = "XMR_PLAN"
+STEPS_ENV = "XMR_PLAN_STEPS"  # k: time k training steps of each shape of missing run (unset or 0: none)
 NOTEBOOK_ENV = "XMR_NOTEBOOK"  # the notebook the book runner executes (`book.results.NOTEBOOK_ENV`, which imports this
 # module: the name is spelled here too, and a test checks the two agree)
 
@@ -44,6 +61,8 @@ class _Trace:
     batch_depth: int = 0  # inside `batch()`: the stage ends when the outermost batch does
     batch_planned: bool = False
     label: str = ""
+    stand_in: bool = False  # inputs the trace did not compute stand in for what the runs asked for from here on read
+    step_costs: dict[str, float] = field(default_factory=dict)  # measured core-seconds a step, per `step_shape`
     weights: dict[str, float | None] | None = None  # inside `needing_weights`: key -> its fit summary's core-seconds
 
 
@@ -108,6 +127,52 @@ def mark_provisional() -> None:
     _TRACE.provisional = True
 
 
+def mark_stand_in() -> None:
+    """What this process asks for from here on is trained on inputs the trace did not compute (zeros of their shape
+    stand in: `experiment.protocols`), so the keys it lists are not the runs' own."""
+    _TRACE.stand_in = True
+
+
+def steps_to_time() -> int:
+    """`XMR_PLAN_STEPS`: the training steps timed per shape of missing run (0: none)."""
+    text = os.environ.get(STEPS_ENV, "") or "0"
+    if not text.isdigit():
+        raise ValueError(f"{STEPS_ENV}={text!r}: expected a whole number of steps")
+    return int(text)
+
+
+def _sizes(value: Any) -> Any:
+    """A config's fields that size its computation: whole numbers, booleans and text (its rates and weights left
+    out), nested."""
+    if isinstance(value, dict):
+        return {k: _sizes(v) for k, v in value.items() if not isinstance(v, float)}
+    if isinstance(value, list | tuple):
+        return [_sizes(v) for v in value]
+    return value
+
+
+def step_shape(model: RetrievalModel, cfg: Any) -> str:
+    """What a training step's cost depends on: the method, the sizes of its config (`_sizes`), the batch size, the
+    threads and the device (a digest)."""
+    shape = {"method": model.name, "config": _sizes(dataclasses.asdict(model.config)), "batch": cfg.batch_size,
+             "threads": cfg.threads, "device": cfg.device}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _step_cost(model: RetrievalModel, cfg: Any, time_steps: Callable[[int], float]) -> float | None:
+    """Core-seconds a training step of a missing run (on a GPU: its wall seconds), measured once per `step_shape`
+    when `XMR_PLAN_STEPS` asks (`time_steps(k)`: seconds a step over k steps, on `cfg.threads` threads); None when not
+    measured or not finite (a loss that diverged at once)."""
+    k = steps_to_time()
+    if not k:
+        return None
+    shape = step_shape(model, cfg)
+    if shape not in _TRACE.step_costs:
+        _TRACE.step_costs[shape] = time_steps(k)
+    cost = _TRACE.step_costs[shape]
+    return cost if math.isfinite(cost) else None
+
+
 def core_seconds(result: dict[str, Any]) -> float:
     """A finished run's cost in core-seconds, from its `result.json`: `train_seconds` x its torch threads."""
     return float(result.get("train_seconds", 0.0)) * int(result.get("run", {}).get("train", {}).get("threads", 1))
@@ -133,20 +198,28 @@ def cold_wall(runs: Iterable[tuple[str, int | None, float]], workers: int) -> fl
     return sum(batch_wall(costs, workers) for costs in groups.values())
 
 
-def record(method: str, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None,
-           summarised: float | None = None) -> None:
+def record(model: RetrievalModel, cfg: Any, key: str, run_dir: Path, done: dict[str, Any] | None,
+           summarised: float | None = None, *, epoch_items: int | None = None, train_images: int | None = None,
+           time_steps: Callable[[int], float] | None = None) -> None:
     """Append one requested run to the plan file: `done` is its finished `result.json` (None: missing, so it is
     planned, unless its fit summary stands in: `summarised`, the core-seconds the summary records, `runs.fits`).
-    `cfg` is its `TrainConfig`. Inside `needing_weights` a missing run is marked as needing its weights."""
+    `cfg` is its `TrainConfig`. Inside `needing_weights` a missing run is marked as needing its weights.
+    `epoch_items`: the items an epoch covers on its training split of `train_images` images; `time_steps(k)` times
+    k training steps (`_step_cost`, for a missing run with no summary to cost it)."""
     weights = _TRACE.weights is not None
     if weights and done is None:
         summarised = (_TRACE.weights or {}).get(key)
     recorded = core_seconds(done) if done is not None else summarised
+    timed = recorded is None and time_steps is not None
     line = {"notebook": os.environ.get(NOTEBOOK_ENV, ""), "stage": _TRACE.stage, "batch": batch_id(),
-            "label": _TRACE.label, "method": method, "seed": cfg.seed, "epochs": cfg.epochs, "threads": cfg.threads,
-            "key": key, "run": Path(run_dir).name, "cached": done is not None, "core_seconds": recorded,
-            "summary": done is None and recorded is not None, "needs_weights": weights and done is None,
-            "provisional": _TRACE.provisional}
+            "label": _TRACE.label, "method": model.name, "seed": cfg.seed, "epochs": cfg.epochs,
+            "threads": cfg.threads, "key": key, "run": Path(run_dir).name, "cached": done is not None,
+            "core_seconds": recorded, "summary": done is None and recorded is not None,
+            "needs_weights": weights and done is None, "provisional": _TRACE.provisional, "stand_in": _TRACE.stand_in,
+            "epoch_items": epoch_items,
+            "epoch_steps": None if epoch_items is None else math.ceil(epoch_items / cfg.batch_size),
+            "batch_size": cfg.batch_size, "train_images": train_images,
+            "step_core_seconds": _step_cost(model, cfg, time_steps) if timed else None}
     fd = os.open(os.environ[PLAN_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())

@@ -39,6 +39,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import io
@@ -457,7 +458,9 @@ def fit(
     run_dir = Path(out_dir) if out_dir is not None else cached_run_dir(model, key)
     if plantrace.tracing():  # `xmr book plan`: a run missing from the cache is listed, not trained
         done = _finished(run_dir, key)
-        plantrace.record(model.name, cfg, key, run_dir, done)
+        plantrace.record(model, cfg, key, run_dir, done, epoch_items=epoch_items(model, train_split, cfg),
+                         train_images=train_split.n_images,
+                         time_steps=lambda k: step_seconds(model, train_split, cfg, vocab, k))
         if done is None:
             return FitResult(run_dir, 0, math.nan, {}, [], 0.0, 0.0, stopped="planned")
     claim = _claim(run_dir, key, env)
@@ -531,23 +534,70 @@ def _restore(path: Path, key: str, model: RetrievalModel, opt: _Optimisation) ->
                      ckpt["train_seconds"], ckpt["pairs_seen"])
 
 
+def epoch_items(model: RetrievalModel, split: Split, cfg: TrainConfig) -> int:
+    """Items one training epoch of `model` on `split` covers, batched by `_train_loader` into ceil(items /
+    `cfg.batch_size`) steps, the last one short: every caption (epoch mode "all_captions"), else every image once
+    (one caption per image, a multi-query model's images, or a method's own batches: HREM's hold every image once,
+    `samplers.ClusterBatchSampler`; a sampler that does not say how many images it covers counts whole batches)."""
+    batches = model.train_batch_sampler(split, cfg.batch_size, cfg.seed)
+    if batches is not None:
+        return int(getattr(batches, "n_images", len(batches) * cfg.batch_size))
+    per_image = model.task == "multi_query" or cfg.epoch_mode == "one_per_image"
+    return split.n_images if per_image else split.n_captions
+
+
+def step_seconds(model: RetrievalModel, split: Split, cfg: TrainConfig, vocab: Vocabulary, steps: int) -> float:
+    """Seconds one training step of `model` on `split` takes under `cfg` (its device, threads, AMP; loading the
+    batch included), timed over `steps` steps after an untimed one, on a copy of the model with batches of
+    `cfg.batch_size` items drawn with replacement (so a split smaller than a batch still gives whole ones); CPU
+    seconds of this process on the CPU, wall seconds on a GPU. The model, the random state and the run cache are
+    left as they were; NaN when the loss is not finite. The run plan's cost a step (`runs.trace`)."""
+    device = select_device(cfg.device)
+    use_amp = cfg.amp and device.type == "cuda"
+    work = copy.deepcopy(model).to(device)
+    items = split.n_images if model.task == "multi_query" else split.n_captions
+    drawn = np.random.default_rng(cfg.seed).integers(0, items, (steps + 1, cfg.batch_size)).tolist()
+    quiet = dataclasses.replace(cfg, progress=False, on_nonfinite="raise")
+    state = _rng_state()
+    try:
+        with torch_threads(cfg.threads):
+            set_backbone_frozen(work, cfg.frozen_epochs > 0)
+            opt = _optimisation(work, cfg, use_amp)
+            loaders = [_train_loader(work, split, vocab, quiet, DistEnv(), batches=part)[0]
+                       for part in (drawn[:1], drawn[1:])]
+            _train_epoch(work, work, loaders[0], opt, 0, quiet, DistEnv(), device, use_amp, 0)
+            clock = time.perf_counter if device.type == "cuda" else time.process_time
+            t0 = clock()
+            _train_epoch(work, work, loaders[1], opt, 0, quiet, DistEnv(), device, use_amp, 0)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return (clock() - t0) / steps
+    except FloatingPointError:
+        return math.nan
+    finally:
+        _set_rng_state(state)
+
+
 def _train_loader(model: RetrievalModel, split: Split, vocab: Vocabulary, cfg: TrainConfig,
-                  env: DistEnv) -> tuple[Any, Any]:
+                  env: DistEnv, batches: Any = None) -> tuple[Any, Any]:
     """(the training loader, the sampler whose `set_epoch` reshuffles it) of `model` on `split`: the method's own
     batches (HREM's neighbour batches) or one caption per image / every caption (items are images for a
-    multi-query model), sharded over the processes."""
+    multi-query model), sharded over the processes; `batches` (lists of item indices) instead of any of them:
+    no sampler (`step_seconds`)."""
     augment = Augmentation(random_erasing_prob=cfg.random_erasing_prob, word_dropout=cfg.word_dropout)
     multi_query = model.task == "multi_query"
     if multi_query and cfg.epoch_mode != "one_per_image":
         raise ValueError(f"{model.name} trains on (image, query set) items, each image once an epoch: epoch_mode "
                          f"must be 'one_per_image', got {cfg.epoch_mode!r}")
-    batches = model.train_batch_sampler(split, cfg.batch_size, cfg.seed)
-    if batches is not None:  # the method chooses its batches (HREM's neighbour batches)
+    sampler: Any = None  # given batches: none
+    if batches is None:
+        batches = model.train_batch_sampler(split, cfg.batch_size, cfg.seed)
+        sampler = batches
+    if sampler is not None:  # the method chooses its batches (HREM's neighbour batches)
         if env.distributed or cfg.epoch_mode != "one_per_image":
             raise ValueError(f"{model.name} chooses its own training batches: it trains in one process with "
                              f"epoch_mode 'one_per_image' (got {env.world_size} processes, {cfg.epoch_mode!r})")
-        sampler: Any = batches
-    else:
+    elif batches is None:
         if multi_query:  # every image once (items are images)
             base: Any = AllCaptionsSampler(split.n_images, seed=cfg.seed)
         elif cfg.epoch_mode == "one_per_image":
