@@ -251,3 +251,15 @@ def test_records_on_one_split_share_its_file_which_gains_their_blocks(run, evalu
     assert ("coco1k", "exact", "t2i") in R.read_split(split_file).n_positives
     assert set(R.read_record(first).evaluation.scorings) == {"default", "FR"}
     assert ("coco1k", "exact", "t2i") in R.read_record(second).evaluation.scorings["default"].blocks
+
+
+def test_a_split_file_of_an_older_format_or_damaged_is_written_anew_with_the_record(run, evaluation, tmp_path):
+    _, result = run
+    path = write_run_record(result, evaluation, "smoke", root=tmp_path)
+    split_file = path.parent / evaluation.split.relative
+    split_file.write_bytes(b"not a zip: a split file of record format 1 reads as unreadable alike")
+    with pytest.raises(R.RecordError, match=str(split_file.name)):
+        R.read_record(path)
+    again = write_run_record(result, evaluation, "smoke", root=tmp_path)
+    assert R.read_split(split_file).fingerprint == evaluation.split.fingerprint
+    assert set(R.read_record(again).evaluation.scorings) == set(evaluation.scorings)

@@ -329,11 +329,18 @@ def write_record(path: str | Path, record: RunRecord) -> Path:
 
 def _keep_split(path: Path, split: SplitQueries) -> None:
     """Write `split` to its file, or add its blocks to the file there (another run's record may keep other blocks:
-    the COCO 1K protocol in more views); a block both hold must agree."""
+    the COCO 1K protocol in more views); a block both hold must agree. A file there that cannot be read (of an
+    older record format, or damaged) is written anew, said in one line: it is derived from the split alone, and a
+    record that needed one of its lost blocks fails its read and is scored again."""
     if not path.is_file():
         write_split(path, split)
         return
-    held = read_split(path)
+    try:
+        held = read_split(path)
+    except RecordError as err:
+        print(f"writing the split file anew: {err}")
+        write_split(path, split)
+        return
     if (held.fingerprint, held.n_images, held.n_captions) != (split.fingerprint, split.n_images, split.n_captions):
         raise RecordError(f"{path}: holds split {held.fingerprint[:16]}, not {split.fingerprint[:16]}")
     new = {b: v for b, v in split.n_positives.items() if b not in held.n_positives}
