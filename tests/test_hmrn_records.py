@@ -100,7 +100,7 @@ def test_claims_from_records_and_xmr_claims_recompute_finds_them_the_same(chapte
     assert {b.spec.key for b in bindings} == {s.key for s in chapter.TRAIN_CLAIMS if s.metric != chapter.PARAMS}
     results = results_root(run)
     write_judgements(judged, "hmrn", "train", run)
-    write_bindings(bindings, results)
+    write_bindings(bindings, run)
     again = recompute.recompute("hmrn", results, records_home(results))
     assert [r.binding.spec.key for r in again] == [b.spec.key for b in bindings]
     assert all(r.same for r in again), [(r.binding.spec.key, r.judgement.verdict, r.committed) for r in again]

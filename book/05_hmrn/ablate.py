@@ -60,7 +60,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.chapters.hmrn import (
     ABLATION_SEEDS,
     BIGRU,
@@ -255,7 +255,7 @@ compared = (runs6 | runs7 | runs8 | runs9 | renamed(full, {BIGRU: ENSEMBLE})
             | ({} if minilm is None else minilm.rows) | sweep_rows(lam, tau, {IT: ab}))
 judged, bindings = ablate_judgements(compared, rounds, run)
 write_judgements(judged, "hmrn", "ablate", run)
-write_bindings(bindings, results_root(run))
+write_bindings(bindings, run)
 claims_table = claim_rows(judged)
 write_table(claims_table, "hmrn/claims_ablate", run=run,
             caption="Claims checked by ablate.py (collected into claims.md by visualise.py).")

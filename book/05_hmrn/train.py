@@ -83,7 +83,7 @@ N_SEEDS = 5  # seeds of every compared model (cpu / paper; smoke uses 1): 5, the
 # %%
 
 from xmr_core.book.recompute import write_bindings
-from xmr_core.book.results import results_root, write_figure, write_judgements, write_table
+from xmr_core.book.results import write_figure, write_judgements, write_table
 from xmr_core.chapters.hmrn import (
     DATA_FORMAT,
     ENSEMBLE,
@@ -297,7 +297,7 @@ write_table(per_run, "hmrn/per_seed", run=run, caption=(
 # %%
 judged, bindings = train_judgements(recorded_rows, rounds, t11, enc["embed_dim"], run)
 write_judgements(judged, "hmrn", "train", run)
-write_bindings(bindings, results_root(run))
+write_bindings(bindings, run)
 claims_table = claim_rows(judged)
 write_table(claims_table, "hmrn/claims_train", run=run,
             caption="Claims checked by train.py (collected into claims.md by visualise.py).")
