@@ -41,6 +41,7 @@ from xmr_core.chapters.dvse import (
     visualise_bindings,
     visualise_judgements,
 )
+from xmr_core.claims import RUN_MEANS
 from xmr_core.config import RunConfig
 from xmr_core.experiment.compared import REGIONS
 from xmr_core.records import Evaluation, QueryStats, RunRecord, Scored, SplitQueries
@@ -144,7 +145,7 @@ def test_train_judgements_by_hand_on_per_query_values():
     for key in ("dvse-over-pvse", "fr-improves-dvse", "rr-mr-improve", "dvse-rp-near-pcme", "pvse-r1-rises-with-k"):
         assert (judged[key].paired, judged[key].n_queries) == ("seed+query", NI + NC), key
     for key in ("fr-faster", "fr-improves-every-cub-metric"):  # seed-only: a time; four metrics
-        assert judged[key].n_queries == 0 and judged[key].spec.seed_only, key
+        assert judged[key].n_queries == 0 and judged[key].spec.seed_only not in ("", RUN_MEANS), key
     assert judged["fr-faster"].effect_of == "weakest pair: DVSE + RR − DVSE + FR"  # 0.49 below MR's 0.89
     gains = pair_judgements(list(judged.values()), "fr-improves-any-model")
     assert gains["effect"].tolist() == pytest.approx([120.0] * len(MODELS)) and set(gains["verdict"]) == {"held"}
@@ -153,7 +154,7 @@ def test_train_judgements_by_hand_on_per_query_values():
 def test_train_bindings_read_each_model_in_its_records_and_scoring():
     records = _train_records()
     bindings = train_bindings(records, RUN)
-    assert set(bindings) == {s.key for s in TRAIN_CLAIMS if not s.seed_only and not s.needs}
+    assert set(bindings) == {s.key for s in TRAIN_CLAIMS if s.seed_only in ("", RUN_MEANS) and not s.needs}
     fr = bindings["fr-above-rr-mr"].sides
     assert (fr["DVSE + RR"].scoring, fr["DVSE + FR"].scoring) == ("RR", "FR")
     assert fr["DVSE + RR"].records == tuple(f"DVSE-{s}" for s in SEEDS)
@@ -231,7 +232,7 @@ def test_ablate_judgements_by_hand_on_per_query_values():
     rows = _ablation()
     bound = ablate_bindings(*rows, RUN)
     best_cells = {"fr-gamma1-above-lowers", "fr-gamma1-below-lowers", "fr-t2i-off-diagonal"}  # chosen per seed
-    assert set(bound) == {s.key for s in ABLATE_CLAIMS if not s.seed_only} - best_cells
+    assert set(bound) == {s.key for s in ABLATE_CLAIMS if s.seed_only in ("", RUN_MEANS)} - best_cells
     judged = _ablate(*rows)
     assert list(judged) == [s.key for s in ABLATE_CLAIMS]
     # combination 3 is 30 rSum above 5: outside the margin of "close"
@@ -248,7 +249,7 @@ def test_ablate_judgements_by_hand_on_per_query_values():
         assert (judged[key].paired, judged[key].n_queries) == ("seed+query", NI + NC if key != "fr-diagonal-rises"
                                                                else NI), key
     for key in ("impact-order", "k-larger-on-homogeneous", "beta-affects-i2t-more"):
-        assert judged[key].n_queries == 0 and judged[key].spec.seed_only, key
+        assert judged[key].n_queries == 0 and judged[key].spec.seed_only not in ("", RUN_MEANS), key
     # the best cells: chosen on the even-numbered queries, scored on the odd-numbered ones
     for key in best_cells:
         assert (judged[key].paired, judged[key].n_queries) == ("seed+query", NI // 2 if "gamma" in key else NC // 2)

@@ -263,3 +263,10 @@ def test_a_split_file_of_an_older_format_or_damaged_is_written_anew_with_the_rec
     again = write_run_record(result, evaluation, "smoke", root=tmp_path)
     assert R.read_split(split_file).fingerprint == evaluation.split.fingerprint
     assert set(R.read_record(again).evaluation.scorings) == set(evaluation.scorings)
+
+
+def test_pmrp_of_a_scoring_without_the_plausible_view_is_a_clear_error_not_nan(run):
+    model, _ = run
+    instance_only = evaluate_run(model, TEST, VOCAB, scorings={"default": Scoring(views=("instance",))})
+    with pytest.raises(KeyError, match="no plausible view"):
+        query_values(instance_only, QueryMetric("PMRP", "plausible"))

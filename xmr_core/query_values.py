@@ -186,6 +186,8 @@ def _block_values(ev: Evaluation, metric: QueryMetric, direction: str, rows: sli
             raise ValueError(f"QueryMetric: PMRP is of the plausible view, not {view!r}")
         zetas = [b[1] for b in ev.scorings[metric.scoring].blocks
                  if b[0] == metric.protocol and b[2] == direction and b[1].startswith("plausible/")]
+        if not zetas:
+            raise KeyError(f"QueryMetric: scoring {metric.scoring!r} has no plausible view under {metric.protocol!r}")
         return np.mean([_block_values(ev, QueryMetric(f"R-P_{z.partition('/')[2]}", view, (direction,),
                                                       metric.protocol, metric.scoring), direction, rows)
                         for z in zetas], axis=0)

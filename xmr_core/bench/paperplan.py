@@ -25,7 +25,6 @@ each run's schedule.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import tempfile
@@ -53,7 +52,9 @@ def fixture_writer(dataset: str) -> Callable[[Path], Path]:
         raise SystemExit(f"bench paperplan: no {tests}/fixtures/real_layout.py (a checkout is needed); name the data "
                          f"with --data {dataset}=PATH")
     sys.path.insert(0, str(tests))
-    return getattr(importlib.import_module("fixtures.real_layout"), f"write_{dataset}")
+    from fixtures import real_layout  # the test suite's own package, on the path just above
+
+    return getattr(real_layout, f"write_{dataset}")
 
 
 def chapter_rows(plan: Plan, dataset: str) -> pd.DataFrame:

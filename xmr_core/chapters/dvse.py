@@ -57,6 +57,7 @@ from xmr_core.ceiling import SplitCeiling
 from xmr_core.chapters.summary import dataset_note, paper_table, seed_summary, with_ceiling, with_paper
 from xmr_core.chapters.views import missing_reason, not_tested
 from xmr_core.claims import (
+    RUN_MEANS,
     ClaimSpec,
     Evidence,
     Judgement,
@@ -614,11 +615,11 @@ def claim_bindings(specs: Sequence[ClaimSpec], sides: Callable[[str], Mapping[st
     """Each claim of `specs` on a metric with per-query values (`CLAIM_METRICS`) bound to the records that judge it
     (`record_evidence.ClaimRecords` of notebook `part`, written beside its judgements for `xmr claims recompute
     dvse`): every compared model's records and scoring (`sides(which)`, which: the metric's record, "test" or
-    "unseen"). None for a claim judged on seed scores only (`ClaimSpec.seed_only`), on models the book does not
+    "unseen"). None for a claim on a metric that is not a mean over queries (`NOT_PER_QUERY`), on models the book does not
     build (`needs`) or this run did not record, or on a view in `missing`."""
     out = {}
     for spec in specs:
-        if spec.metric not in CLAIM_METRICS or spec.seed_only or spec.needs or \
+        if spec.metric not in CLAIM_METRICS or spec.seed_only not in ("", RUN_MEANS) or spec.needs or \
                 missing_reason(METRIC_VIEWS.get(spec.metric, "instance"), missing):
             continue
         metric, which = CLAIM_METRICS[spec.metric]
@@ -1550,7 +1551,9 @@ NOT_PER_QUERY = {RERANK_S: "a time, measured once per run: not a mean over queri
                  CORR: "a correlation among the sub-embeddings over the whole test split: not a mean over queries"}
 
 
-TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (seed_only(c, lambda s: NOT_PER_QUERY.get(s.metric, ""))
+# Every other claim is a mean over queries: judged per query from the records, its committed verdict (from before the
+# records) on seed scores, which `RUN_MEANS` explains wherever a judgement is on seed scores only.
+TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS = (seed_only(c, lambda s: NOT_PER_QUERY.get(s.metric, RUN_MEANS))
                                                   for c in (TRAIN_CLAIMS, ABLATE_CLAIMS, VISUALISE_CLAIMS))
 CLAIMS: list[ClaimSpec] = TRAIN_CLAIMS + ABLATE_CLAIMS + VISUALISE_CLAIMS  # every claim of the chapter
 METRIC_VIEWS: dict[str, str] = {CUB_RP: "class", CUB_R1: "class", CUB_ALL: "class", CUB_EACH: "class", P4: "exact",

@@ -381,12 +381,15 @@ CLAIM_METRICS: dict[str, QueryMetric] = {PMRP: QueryMetric("PMRP", "plausible"),
                                          FR_RSUM: QueryMetric("rsum")}
 
 
-def board_side(model: str, records: Mapping[tuple[str, int], RunRecord]) -> Side | None:
+def board_side(model: str, records: Mapping[tuple[str, int], RunRecord], view: str = "instance") -> Side | None:
     """The records of a compared model of the claims (a board row: "<label>" or "<label> + FR", its scoring
-    `FR_SCORING`), one per seed in seed order; None when the board has no run of it."""
+    `FR_SCORING`), one per seed in seed order; None when the board has no run of it, or its records have no `view`
+    (a chapter whose data lacks it: HREM's region features on COCO have no plausible matches)."""
     label = model.removesuffix(" + FR")
-    names = tuple(rec.name for (m, _), rec in sorted(records.items(), key=lambda kv: kv[0][1]) if m == label)
-    return Side(names, FR_SCORING if model.endswith(" + FR") else "default") if names else None
+    scoring = FR_SCORING if model.endswith(" + FR") else "default"
+    found = [rec for (m, _), rec in sorted(records.items(), key=lambda kv: kv[0][1]) if m == label]
+    held = all(any(b[1].partition("/")[0] == view for b in rec.evaluation.scorings[scoring].blocks) for rec in found)
+    return Side(tuple(rec.name for rec in found), scoring) if found and held else None
 
 
 def board_evidence(records: Mapping[tuple[str, int], RunRecord]) -> dict[str, Callable[[], dict[str, Evidence]]]:
@@ -396,7 +399,7 @@ def board_evidence(records: Mapping[tuple[str, int], RunRecord]) -> dict[str, Ca
     by_name = {rec.name: rec for rec in records.values()}
 
     def evidence(metric: QueryMetric) -> dict[str, Evidence]:
-        sides = {m: side for spec in CLAIMS for m in spec.compared if (side := board_side(m, records))}
+        sides = {m: side for spec in CLAIMS for m in spec.compared if (side := board_side(m, records, metric.view))}
         return {m: record_evidence([by_name[n] for n in side.records], dataclasses.replace(metric,
                                                                                         scoring=side.scoring))
                 for m, side in sides.items()}
@@ -413,7 +416,7 @@ def board_bindings(records: Mapping[tuple[str, int], RunRecord], run: RunConfig,
     out = {}
     for spec in CLAIMS:
         metric = CLAIM_METRICS[spec.metric]
-        sides = {m: board_side(m, records) for m in spec.compared}
+        sides = {m: board_side(m, records, metric.view) for m in spec.compared}
         if missing_reason(metric.view, missing) or None in sides.values():
             continue
         out[spec.key] = ClaimRecords(spec, metric, sides, run.dataset, run.profile, "leaderboard", "board")
