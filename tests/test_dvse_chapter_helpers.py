@@ -210,10 +210,6 @@ def test_instance_row_matches_brute_force_on_folds_and_whole_split():
         assert row[f"1K {key}"] == pytest.approx(np.mean([f[key] for f in folds]))
 
 
-
-
-
-
 def test_rerank_directions_reranks_image_rows_and_caption_columns():
     i2t, t2i = _scores(9), _scores(10)
     a, b = rerank_directions(i2t, t2i, FR_COCO)
@@ -230,23 +226,6 @@ def test_neighbour_reranker_uses_the_k_of_each_direction():
     assert not torch.equal(rr(scores, "i2t"), reciprocal_rerank(scores, k=7))
     with pytest.raises(ValueError, match="direction"):
         rr(scores, "both")
-
-
-
-
-class _QueuedScores:
-    """Scores still being computed on a device: `.cpu()` waits `seconds` for them (a GPU's queued kernels)."""
-
-    def __init__(self, scores: torch.Tensor, seconds: float) -> None:
-        self.scores, self.seconds = scores, seconds
-
-    def cpu(self) -> torch.Tensor:
-        time.sleep(self.seconds)
-        return self.scores
-
-
-
-
 
 
 class _QueuedScores:
@@ -501,8 +480,6 @@ def test_write_region_tables_only_with_region_features(tmp_path: Path):
         assert (tmp_path / "res" / "dvse" / f"{key}.csv").is_file()
 
 
-
-
 def test_fr_models_add_the_region_dvse_with_region_features():
     assert fr_models(_data(_split())) == MODELS
     with_regions = dataclasses.replace(_split(), regions=np.zeros((N, 3, 5), np.float32))
@@ -555,17 +532,6 @@ def test_run_collapse_finds_tied_and_chance_scores_but_not_a_learnt_one():
 
 # ----------------------------------------------------------------------------------------- train.py claims
 _JITTER = (-0.1, 0.0, 0.1)  # per seed, alternating sign between models: zero mean, so every effect is exact
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------------------------------ ablate.py
@@ -655,12 +621,6 @@ def _fr_runs(values=(1.0, 25.0, 100.0), diagonal=(40.0, 50.0, 30.0), seeds=(0, 1
     return pd.DataFrame(rows)
 
 
-
-
-
-
-
-
 def test_best_cell_is_chosen_on_other_queries_than_those_that_score_it():
     # cell A wins on the even queries (all hit) and misses the odd ones; B hits only odd ones: A is chosen, scores 0
     cells = pd.DataFrame({"hits": [np.array([100.0, 0.0] * 5), np.array([0.0, 100.0] * 5)]})
@@ -680,12 +640,6 @@ def test_beta_range_runs_by_hand():
     out = beta_range_runs(_sweep((0, 1))).set_index(["model", "seed"])["range"]
     assert out.to_dict() == {("β range: i2t", 0): 10.0, ("β range: t2i", 0): 2.0, ("β range: i2t", 1): 10.0,
                              ("β range: t2i", 1): 2.0}
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------------------------- Figure 7
@@ -763,8 +717,6 @@ def test_query_figures_show_each_query_under_each_model_in_turn():
     lines = [t.get_text() for t in fig12.axes[3].texts]  # M2, image 1: captions 3, 4, 5
     assert lines == ["1. caption 3 (True)", "2. caption 4", "3. caption 5"]
     assert [t.get_color() for t in fig12.axes[3].texts] == ["tab:red", "tab:green", "tab:red"]
-
-
 
 
 @pytest.fixture(scope="module")
